@@ -1,0 +1,27 @@
+// The CPU reference kernels: the correctness oracle of kiln. They favour clarity over speed,
+// compute in double (so half types are at least as accurate as float32 math), and handle any
+// strides, so every backend and every compiled plan can be checked against them. The one
+// exception is matmul, which runs a blocked multi-threaded float32 GEMM (ops/cpu/gemm.h) so the
+// demo workloads finish in seconds.
+#pragma once
+
+#include "ops/op_def.h"
+
+namespace kiln::cpu {
+
+void Elementwise(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
+                 const OpAttrs& a);
+void Sum(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+void Mean(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+void Max(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+void Softmax(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+void LogSoftmax(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+void LayerNorm(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+void RmsNorm(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+void Matmul(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+void Linear(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+void Copy(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+void Triu(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+void Tril(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,136 @@
+// CPU matmul and linear: torch.matmul semantics (1-D, 2-D, broadcast batches, transposed
+// operands read in place through GEMM flags) on top of the blocked float32 GEMM.
+#include <vector>
+
+#include "ops/cpu/gemm.h"
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/loops.h"
+
+namespace kiln::cpu {
+namespace {
+
+// A 2-D float32 operand ready for GemmF32: a pointer, a leading dim and a transpose flag.
+// Non-float32 or arbitrarily strided inputs are converted into `scratch`.
+struct GemmOperand {
+  const float* data;
+  int64_t ld;
+  bool trans;
+};
+
+GemmOperand PrepareOperand(const void* base, DType dtype, int64_t rows, int64_t cols, int64_t s_row,
+                           int64_t s_col, std::vector<float>& scratch) {
+  if (dtype == DType::kFloat32) {
+    const float* p = static_cast<const float*>(base);
+    if (s_col == 1 && s_row >= std::max<int64_t>(cols, 1)) return {p, s_row, false};
+    if (s_row == 1 && s_col >= std::max<int64_t>(rows, 1)) return {p, s_col, true};
+  }
+  scratch.resize(static_cast<size_t>(rows * cols));
+  const LoadFn load = LoaderFor(dtype);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      scratch[r * cols + c] = static_cast<float>(load(base, r * s_row + c * s_col));
+    }
+  }
+  return {scratch.data(), std::max<int64_t>(cols, 1), false};
+}
+
+// out[M, N] (+)= a[M, K] @ b[K, N] for 2-D strided views; `bias_rows` optionally seeds each row.
+void Gemm2D(const Tensor& a, int64_t a_off, const Tensor& b, int64_t b_off, const Tensor& out,
+            int64_t o_off, const Tensor* bias) {
+  const int64_t ra = a.dim(), rb = b.dim(), ro = out.dim();
+  const int64_t m = a.shape()[ra - 2], k = a.shape()[ra - 1], n = b.shape()[rb - 1];
+  const size_t esz = static_cast<size_t>(a.element_size());
+  std::vector<float> sa, sb, sc;
+  const GemmOperand ga =
+      PrepareOperand(static_cast<const char*>(a.data_ptr()) + a_off * esz, a.dtype(), m, k,
+                     a.strides()[ra - 2], a.strides()[ra - 1], sa);
+  const GemmOperand gb =
+      PrepareOperand(static_cast<const char*>(b.data_ptr()) + b_off * esz, b.dtype(), k, n,
+                     b.strides()[rb - 2], b.strides()[rb - 1], sb);
+  sc.assign(static_cast<size_t>(m * n), 0.0f);
+  if (bias != nullptr) {
+    const LoadFn load = LoaderFor(bias->dtype());
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j)
+        sc[i * n + j] = float(load(bias->data_ptr(), j * bias->stride(0)));
+    }
+  }
+  GemmF32(ga.trans, gb.trans, m, n, k, 1.0f, ga.data, ga.ld, gb.data, gb.ld,
+          bias != nullptr ? 1.0f : 0.0f, sc.data(), std::max<int64_t>(n, 1));
+  const StoreFn store = StorerFor(out.dtype());
+  const int64_t s_row = out.strides()[ro - 2], s_col = out.strides()[ro - 1];
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j)
+      store(out.data_ptr(), o_off + i * s_row + j * s_col, sc[i * n + j]);
+  }
+}
+
+// Views a tensor with its last two dims swapped (metadata only).
+Tensor SwapLast2(const Tensor& t) {
+  Shape s = t.shape();
+  Strides st = t.strides();
+  std::swap(s[s.size() - 1], s[s.size() - 2]);
+  std::swap(st[st.size() - 1], st[st.size() - 2]);
+  return t.as_strided(s, st, t.offset());
+}
+
+// Promotes 1-D operands to matrices ([K] -> [1, K] for a, [K, 1] for b) as views.
+Tensor AsMatrix(const Tensor& t, bool is_lhs) {
+  if (t.dim() != 1) return t;
+  if (is_lhs) return t.as_strided({1, t.size(0)}, {0, t.stride(0)}, t.offset());
+  return t.as_strided({t.size(0), 1}, {t.stride(0), 0}, t.offset());
+}
+
+}  // namespace
+
+void Matmul(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& attrs) {
+  Tensor a = attrs.transpose_a ? SwapLast2(in[0]) : in[0];
+  Tensor b = attrs.transpose_b ? SwapLast2(in[1]) : in[1];
+  a = AsMatrix(a, true);
+  b = AsMatrix(b, false);
+  const int64_t m = a.size(-2), n = b.size(-1);
+  // Out viewed as [batch..., M, N] (1-D operands dropped a dim from the real output).
+  Shape batch;
+  const int64_t out_batch_rank =
+      out.dim() - (in[0].dim() == 1 ? 0 : 1) - (in[1].dim() == 1 ? 0 : 1);
+  batch.assign(out.shape().begin(), out.shape().begin() + out_batch_rank);
+  Shape o_shape = batch;
+  o_shape.push_back(m);
+  o_shape.push_back(n);
+  Tensor o = out.as_strided(o_shape, ContiguousStrides(o_shape), out.offset());
+  auto batch_strides = [&](const Tensor& t) {
+    Tensor head = t.as_strided(IntList(t.shape()).subspan(0, t.dim() - 2),
+                               IntList(t.strides()).subspan(0, t.dim() - 2), t.offset());
+    return BroadcastStrides(head, batch);
+  };
+  const Strides strides[] = {batch_strides(a), batch_strides(b), batch_strides(o)};
+  ForEachElement(batch, strides,
+                 [&](const int64_t* off) { Gemm2D(a, off[0], b, off[1], o, off[2], nullptr); });
+}
+
+namespace {
+
+// x [..., K] as a matrix [M, K]: a view when the leading dims collapse, else a contiguous copy.
+Tensor FlattenRows(const Tensor& x) {
+  const int64_t k = x.size(-1), m = x.numel() / std::max<int64_t>(k, 1);
+  if (x.dim() == 1) return x.as_strided({1, k}, {0, x.stride(0)}, x.offset());
+  bool collapsible = true;
+  for (int64_t i = 0; i + 2 < x.dim(); ++i) {
+    collapsible &= x.shape()[i] == 1 || x.stride(i) == x.stride(i + 1) * x.size(i + 1);
+  }
+  if (collapsible) return x.as_strided({m, k}, {x.stride(-2), x.stride(-1)}, x.offset());
+  Tensor flat = Tensor::Empty(x.shape(), x.dtype(), kCPU);
+  Copy(GetOpDef(OpId::kContiguous), {&x, 1}, flat, {});
+  return flat.as_strided({m, k}, {k, 1}, 0);
+}
+
+}  // namespace
+
+void Linear(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs&) {
+  const Tensor x2 = FlattenRows(in[0]);
+  const int64_t n = out.size(-1), m = out.numel() / std::max<int64_t>(n, 1);
+  const Tensor o = out.as_strided({m, n}, {n, 1}, out.offset());
+  Gemm2D(x2, 0, SwapLast2(in[1]), 0, o, 0, in.size() > 2 ? &in[2] : nullptr);
+}
+
+}  // namespace kiln::cpu

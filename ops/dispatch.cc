@@ -1,0 +1,111 @@
+// The eager dispatcher (see dispatch.h).
+#include "ops/dispatch.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/status.h"
+
+namespace kiln {
+namespace {
+
+thread_local DispatchHook* g_hook = nullptr;
+
+std::string DescribeOperands(absl::Span<const Tensor> inputs) {
+  return absl::StrJoin(inputs, ", ", [](std::string* out, const Tensor& t) {
+    absl::StrAppend(out, t.defined() ? Describe(t.type()) : "undefined");
+  });
+}
+
+[[noreturn]] void Fail(const OpDef& def, absl::Span<const Tensor> inputs, absl::StatusCode code,
+                       const std::string& why) {
+  throw Error(absl::Status(
+      code, absl::StrCat(def.name, ": ", why, " (operands: ", DescribeOperands(inputs), ")")));
+}
+
+void CheckOperands(const OpDef& def, absl::Span<const Tensor> inputs) {
+  const int n = static_cast<int>(inputs.size());
+  if (n < def.min_inputs || n > def.max_inputs) {
+    Fail(def, inputs, absl::StatusCode::kInvalidArgument,
+         absl::StrCat("expected ", def.min_inputs,
+                      def.min_inputs == def.max_inputs ? "" : absl::StrCat("..", def.max_inputs),
+                      " inputs, got ", n));
+  }
+  for (const Tensor& t : inputs) {
+    if (!t.defined()) Fail(def, inputs, absl::StatusCode::kInvalidArgument, "undefined input");
+    if (t.device() != inputs[0].device()) {
+      Fail(def, inputs, absl::StatusCode::kInvalidArgument,
+           absl::StrCat("all operands must be on one device, got ", inputs[0].device().str(),
+                        " and ", t.device().str()));
+    }
+  }
+}
+
+void RunKernel(const OpDef& def, absl::Span<const Tensor> inputs, const Tensor& out,
+               const OpAttrs& attrs) {
+  const Device device = out.device();
+  if (device.is_meta()) return;
+  const KernelFn kernel = device.is_cuda() ? def.cuda : def.cpu;
+  if (kernel == nullptr) {
+    Fail(def, inputs, absl::StatusCode::kUnimplemented,
+         absl::StrCat("no kernel for device ", device.str()));
+  }
+  if (out.numel() == 0) return;
+  kernel(def, inputs, out, attrs);
+}
+
+}  // namespace
+
+TensorType InferOrThrow(const OpDef& def, absl::Span<const Tensor> inputs, const OpAttrs& attrs) {
+  CheckOperands(def, inputs);
+  absl::InlinedVector<TensorType, 3> types;
+  for (const Tensor& t : inputs) types.push_back(t.type());
+  absl::StatusOr<TensorType> type = def.infer(types, attrs);
+  if (!type.ok()) Fail(def, inputs, type.status().code(), std::string(type.status().message()));
+  return *std::move(type);
+}
+
+Tensor Dispatch(OpId id, absl::Span<const Tensor> inputs, const OpAttrs& attrs) {
+  const OpDef& def = GetOpDef(id);
+  TensorType type = InferOrThrow(def, inputs, attrs);
+  if (g_hook != nullptr) return g_hook->Record(def, inputs, attrs, type);
+  if (def.view != nullptr) return def.view(inputs[0], type, attrs);
+  Tensor out = Tensor::Empty(type);
+  RunKernel(def, inputs, out, attrs);
+  return out;
+}
+
+const Tensor& DispatchInPlace(OpId id, absl::Span<const Tensor> inputs, const OpAttrs& attrs) {
+  const OpDef& def = GetOpDef(id);
+  const TensorType type = InferOrThrow(def, inputs, attrs);
+  const Tensor& self = inputs[0];
+  auto fail = [&](const std::string& why) {
+    Fail(def, inputs, absl::StatusCode::kInvalidArgument, absl::StrCat("in-place: ", why));
+  };
+  if (type.shape != self.shape()) {
+    fail(absl::StrCat("the result shape ", ShapeString(type.shape), " differs from self's ",
+                      self.shape_string(), " (an in-place op cannot broadcast self)"));
+  }
+  if (self.has_internal_overlap()) {
+    fail("self is a broadcast (expanded) view whose elements overlap; call contiguous() first");
+  }
+  if (IsFloatingPoint(type.dtype) && !IsFloatingPoint(self.dtype())) {
+    fail(absl::StrCat("a ", DTypeName(type.dtype), " result cannot be written into ",
+                      DTypeName(self.dtype()), " self"));
+  }
+  if (g_hook != nullptr) {
+    Fail(def, inputs, absl::StatusCode::kUnimplemented, "in-place ops cannot be traced yet");
+  }
+  if (def.view != nullptr) fail("a view op has no in-place form");
+  RunKernel(def, inputs, self, attrs);
+  return self;
+}
+
+DispatchHook* CurrentDispatchHook() { return g_hook; }
+
+DispatchHook* SetDispatchHook(DispatchHook* hook) {
+  DispatchHook* prev = g_hook;
+  g_hook = hook;
+  return prev;
+}
+
+}  // namespace kiln

@@ -1,0 +1,36 @@
+// The eager dispatcher: every op call goes through Dispatch().
+//
+//   op call -> registry row by OpId -> Infer (shared with graphs) -> hook (tracing, if active)
+//           -> views: new metadata | Meta: an empty meta tensor | else: allocate + device kernel
+//
+// No string lookups on this path and no heap work beyond the output and its handle. A higher
+// layer (the tracer in ir/) installs a DispatchHook to record ops instead of running them.
+#pragma once
+
+#include "ops/op_def.h"
+
+namespace kiln {
+
+Tensor Dispatch(OpId id, absl::Span<const Tensor> inputs, const OpAttrs& attrs = {});
+
+// Runs op(inputs) into inputs[0] (torch's `x.add_(y)`): the result must have self's shape
+// (no in-place on a broadcast), self must not be an expanded view, and a floating result
+// cannot be written into an integer tensor. Returns inputs[0].
+const Tensor& DispatchInPlace(OpId id, absl::Span<const Tensor> inputs, const OpAttrs& attrs = {});
+
+// Infers the output type of an op call, throwing kiln::Error naming the op and operands.
+TensorType InferOrThrow(const OpDef& def, absl::Span<const Tensor> inputs, const OpAttrs& attrs);
+
+// Interface for layers above ops that intercept dispatch (the tracer). Thread-local.
+class DispatchHook {
+ public:
+  virtual ~DispatchHook() = default;
+  // Called after inference; returns the tensor that stands for the result.
+  virtual Tensor Record(const OpDef& def, absl::Span<const Tensor> inputs, const OpAttrs& attrs,
+                        const TensorType& type) = 0;
+};
+DispatchHook* CurrentDispatchHook();
+// Installs `hook` for the current thread and returns the previous one.
+DispatchHook* SetDispatchHook(DispatchHook* hook);
+
+}  // namespace kiln

@@ -1,0 +1,42 @@
+// Tensor factories and host conversion, like torch.empty/zeros/ones/full/arange/randn/rand,
+// torch.tensor(list) and .tolist(); plus torch-style printing.
+//
+//   Generator gen(0);
+//   Tensor x = randn({64, 128}, gen, DType::kBFloat16, CUDA());
+//   Tensor m = triu(ones({T, T}, DType::kBool), 1);   // causal mask
+//   std::vector<float> v = to_vector<float>(x);
+//   std::cout << x;   // tensor([[...]], dtype=bfloat16, device=cuda:0)
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "runtime/random.h"
+#include "runtime/tensor.h"
+
+namespace kiln {
+
+Tensor empty(IntList shape, DType dtype = DType::kFloat32, Device device = kCPU);
+Tensor full(IntList shape, double value, DType dtype = DType::kFloat32, Device device = kCPU);
+Tensor zeros(IntList shape, DType dtype = DType::kFloat32, Device device = kCPU);
+Tensor ones(IntList shape, DType dtype = DType::kFloat32, Device device = kCPU);
+// [start, end) with `step`; int64 by default, like torch.arange with integer arguments.
+Tensor arange(double start, double end, double step = 1, DType dtype = DType::kInt64,
+              Device device = kCPU);
+Tensor arange(int64_t end, DType dtype = DType::kInt64, Device device = kCPU);
+// Standard normal / uniform [0, 1) samples drawn from `gen` (on the CPU, then moved).
+Tensor randn(IntList shape, Generator& gen, DType dtype = DType::kFloat32, Device device = kCPU);
+Tensor rand(IntList shape, Generator& gen, DType dtype = DType::kFloat32, Device device = kCPU);
+
+// A tensor holding `values` (converted to dtype) with the given shape.
+Tensor from_vector(const std::vector<double>& values, IntList shape, DType dtype = DType::kFloat32,
+                   Device device = kCPU);
+// All elements in row-major order, converted to double (any dtype, device or strides).
+std::vector<double> to_vector(const Tensor& x);
+
+// torch-style text: values (summarised with "..." beyond 1000 elements), dtype, device.
+std::string ToString(const Tensor& x);
+std::ostream& operator<<(std::ostream& os, const Tensor& x);
+
+}  // namespace kiln

@@ -1,0 +1,294 @@
+// Shape/dtype inference for every registry row (see infer.h).
+#include "ops/infer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/status.h"
+
+namespace kiln::infer {
+namespace {
+
+absl::Status Invalid(std::string msg) { return absl::InvalidArgumentError(std::move(msg)); }
+
+DType FloatOrDefault(DType t) { return IsFloatingPoint(t) ? t : DType::kFloat32; }
+
+absl::Status RequireFloat(const TensorType& t, const char* what) {
+  if (IsFloatingPoint(t.dtype)) return absl::OkStatus();
+  return Invalid(absl::StrCat(what, " must be a floating-point tensor, got ", DTypeName(t.dtype)));
+}
+
+bool IsIntegral(double v) { return std::floor(v) == v && std::isfinite(v); }
+
+// Wraps each dim of `dims` (empty means all dims) and checks for duplicates.
+absl::StatusOr<std::vector<bool>> ReducedMask(IntList dims, int64_t rank) {
+  std::vector<bool> mask(rank, dims.empty());
+  for (int64_t d : dims) {
+    KILN_ASSIGN_OR_RETURN(int64_t w, WrapDim(d, rank));
+    if (rank == 0) continue;
+    if (mask[w]) return Invalid(absl::StrCat("dim ", d, " appears twice in the reduction dims"));
+    mask[w] = true;
+  }
+  return mask;
+}
+
+}  // namespace
+
+Result UnaryFloat(Types in, const OpAttrs&) {
+  return TensorType{in[0].shape, FloatOrDefault(in[0].dtype), in[0].device};
+}
+
+Result UnarySame(Types in, const OpAttrs&) {
+  if (in[0].dtype == DType::kBool) return Invalid("bool tensors are not supported; cast first");
+  return in[0];
+}
+
+Result ScalarArith(Types in, const OpAttrs& a) {
+  DType t = in[0].dtype;
+  if (t == DType::kBool) t = DType::kInt64;
+  if (!IsFloatingPoint(t) && !IsIntegral(a.scalar)) t = DType::kFloat32;
+  return TensorType{in[0].shape, t, in[0].device};
+}
+
+Result ScalarDiv(Types in, const OpAttrs&) { return UnaryFloat(in, {}); }
+
+Result Cast(Types in, const OpAttrs& a) { return TensorType{in[0].shape, a.dtype, in[0].device}; }
+
+Result Binary(Types in, const OpAttrs&) {
+  KILN_ASSIGN_OR_RETURN(Shape shape, BroadcastShapes(in[0].shape, in[1].shape));
+  DType t = PromoteTypes(in[0].dtype, in[1].dtype);
+  return TensorType{std::move(shape), t, in[0].device};
+}
+
+Result BinaryDiv(Types in, const OpAttrs& a) {
+  KILN_ASSIGN_OR_RETURN(TensorType t, Binary(in, a));
+  t.dtype = FloatOrDefault(t.dtype);
+  return t;
+}
+
+Result Where(Types in, const OpAttrs&) {
+  if (in[0].dtype != DType::kBool) {
+    return Invalid(absl::StrCat("condition must be bool, got ", DTypeName(in[0].dtype)));
+  }
+  KILN_ASSIGN_OR_RETURN(Shape s, BroadcastShapes(in[0].shape, in[1].shape));
+  KILN_ASSIGN_OR_RETURN(s, BroadcastShapes(s, in[2].shape));
+  return TensorType{std::move(s), PromoteTypes(in[1].dtype, in[2].dtype), in[0].device};
+}
+
+Result MaskedFill(Types in, const OpAttrs&) {
+  if (in[1].dtype != DType::kBool) {
+    return Invalid(absl::StrCat("mask must be bool, got ", DTypeName(in[1].dtype)));
+  }
+  KILN_ASSIGN_OR_RETURN(Shape s, BroadcastShapes(in[0].shape, in[1].shape));
+  return TensorType{std::move(s), in[0].dtype, in[0].device};
+}
+
+Result Reduce(Types in, const OpAttrs& a) {
+  const TensorType& x = in[0];
+  KILN_ASSIGN_OR_RETURN(std::vector<bool> mask, ReducedMask(a.dims, x.rank()));
+  Shape out;
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    if (!mask[i]) {
+      out.push_back(x.shape[i]);
+    } else if (a.keepdim) {
+      out.push_back(1);
+    }
+  }
+  return TensorType{std::move(out), x.dtype, x.device};
+}
+
+Result ReduceSum(Types in, const OpAttrs& a) {
+  KILN_ASSIGN_OR_RETURN(TensorType t, Reduce(in, a));
+  if (!IsFloatingPoint(t.dtype)) t.dtype = DType::kInt64;  // like torch: integer sums widen
+  return t;
+}
+
+Result ReduceMean(Types in, const OpAttrs& a) {
+  KILN_RETURN_IF_ERROR(RequireFloat(in[0], "input"));
+  return Reduce(in, a);
+}
+
+Result Softmax(Types in, const OpAttrs& a) {
+  KILN_RETURN_IF_ERROR(RequireFloat(in[0], "input"));
+  KILN_RETURN_IF_ERROR(WrapDim(a.dim, in[0].rank()).status());
+  return in[0];
+}
+
+Result Norm(Types in, const OpAttrs&) {
+  const TensorType& x = in[0];
+  KILN_RETURN_IF_ERROR(RequireFloat(x, "input"));
+  if (x.rank() < 1) return Invalid("input must have at least one dim");
+  const int64_t d = x.shape.back();
+  for (size_t i = 1; i < in.size(); ++i) {
+    if (in[i].shape != Shape{d}) {
+      return Invalid(absl::StrCat(i == 1 ? "weight" : "bias", " must have shape [", d,
+                                  "] (the last dim of the input), got ", ShapeString(in[i].shape)));
+    }
+  }
+  return x;
+}
+
+Result Matmul(Types in, const OpAttrs& a) {
+  Shape sa = in[0].shape, sb = in[1].shape;
+  if (sa.empty() || sb.empty()) return Invalid("both operands must have at least one dim");
+  if (in[0].dtype != in[1].dtype) {
+    return Invalid(absl::StrCat("operands must have the same dtype, got ", DTypeName(in[0].dtype),
+                                " and ", DTypeName(in[1].dtype)));
+  }
+  if (!IsFloatingPoint(in[0].dtype)) return Invalid("operands must be floating point");
+  if ((a.transpose_a && sa.size() < 2) || (a.transpose_b && sb.size() < 2)) {
+    return Invalid("a transposed operand must have at least two dims");
+  }
+  if (a.transpose_a) std::swap(sa[sa.size() - 1], sa[sa.size() - 2]);
+  if (a.transpose_b) std::swap(sb[sb.size() - 1], sb[sb.size() - 2]);
+  const bool a_vec = sa.size() == 1, b_vec = sb.size() == 1;
+  if (a_vec) sa.insert(sa.begin(), 1);
+  if (b_vec) sb.push_back(1);
+  const int64_t k_a = sa.back(), k_b = sb[sb.size() - 2];
+  if (k_a != k_b) {
+    return Invalid(absl::StrCat("inner dims do not match: ", ShapeString(in[0].shape),
+                                a.transpose_a ? "ᵀ" : "", " @ ", ShapeString(in[1].shape),
+                                a.transpose_b ? "ᵀ" : "", " has K = ", k_a, " vs ", k_b));
+  }
+  KILN_ASSIGN_OR_RETURN(Shape out, BroadcastShapes(IntList(sa).subspan(0, sa.size() - 2),
+                                                   IntList(sb).subspan(0, sb.size() - 2)));
+  if (!a_vec) out.push_back(sa[sa.size() - 2]);
+  if (!b_vec) out.push_back(sb.back());
+  return TensorType{std::move(out), in[0].dtype, in[0].device};
+}
+
+Result Linear(Types in, const OpAttrs&) {
+  const TensorType &x = in[0], &w = in[1];
+  if (x.rank() < 1 || w.rank() != 2) {
+    return Invalid(absl::StrCat("expected input [..., in] and weight [out, in], got ",
+                                ShapeString(x.shape), " and ", ShapeString(w.shape)));
+  }
+  if (x.shape.back() != w.shape[1]) {
+    return Invalid(absl::StrCat("input features ", x.shape.back(), " do not match weight ",
+                                ShapeString(w.shape), " (expected [out, ", x.shape.back(), "])"));
+  }
+  if (x.dtype != w.dtype || (in.size() == 3 && in[2].dtype != x.dtype)) {
+    return Invalid("input, weight and bias must have the same dtype");
+  }
+  if (!IsFloatingPoint(x.dtype)) return Invalid("operands must be floating point");
+  if (in.size() == 3 && in[2].shape != Shape{w.shape[0]}) {
+    return Invalid(
+        absl::StrCat("bias must have shape [", w.shape[0], "], got ", ShapeString(in[2].shape)));
+  }
+  Shape out = x.shape;
+  out.back() = w.shape[0];
+  return TensorType{std::move(out), x.dtype, x.device};
+}
+
+Result Transpose(Types in, const OpAttrs& a) {
+  TensorType t = in[0];
+  KILN_ASSIGN_OR_RETURN(int64_t d0, WrapDim(a.dim, t.rank()));
+  KILN_ASSIGN_OR_RETURN(int64_t d1, WrapDim(a.dim2, t.rank()));
+  if (t.rank() > 0) std::swap(t.shape[d0], t.shape[d1]);
+  return t;
+}
+
+Result Permute(Types in, const OpAttrs& a) {
+  TensorType t = in[0];
+  if (static_cast<int64_t>(a.dims.size()) != t.rank()) {
+    return Invalid(absl::StrCat("permutation [", absl::StrJoin(a.dims, ", "), "] must list ",
+                                t.rank(), " dims"));
+  }
+  std::vector<bool> seen(t.rank(), false);
+  for (size_t i = 0; i < a.dims.size(); ++i) {
+    KILN_ASSIGN_OR_RETURN(int64_t d, WrapDim(a.dims[i], t.rank()));
+    if (seen[d]) return Invalid(absl::StrCat("dim ", a.dims[i], " repeats in the permutation"));
+    seen[d] = true;
+    t.shape[i] = in[0].shape[d];
+  }
+  return t;
+}
+
+absl::StatusOr<Shape> InferReshapeSizes(IntList sizes, int64_t numel) {
+  Shape out(sizes.begin(), sizes.end());
+  int64_t known = 1, infer_at = -1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == -1 && infer_at < 0) {
+      infer_at = static_cast<int64_t>(i);
+    } else if (out[i] < 0) {
+      return Invalid(absl::StrCat("invalid target shape ", ShapeString(sizes)));
+    } else {
+      known *= out[i];
+    }
+  }
+  if (infer_at >= 0 && known != 0 && numel % known == 0) out[infer_at] = numel / known;
+  if (NumElements(out) != numel || (infer_at >= 0 && known == 0)) {
+    return Invalid(
+        absl::StrCat("shape ", ShapeString(sizes), " is invalid for ", numel, " elements"));
+  }
+  return out;
+}
+
+Result Reshape(Types in, const OpAttrs& a) {
+  KILN_ASSIGN_OR_RETURN(Shape s, InferReshapeSizes(a.dims, in[0].numel()));
+  return TensorType{std::move(s), in[0].dtype, in[0].device};
+}
+
+Result Expand(Types in, const OpAttrs& a) {
+  const TensorType& x = in[0];
+  const int64_t rank = static_cast<int64_t>(a.dims.size());
+  if (rank < x.rank()) {
+    return Invalid(absl::StrCat("cannot expand ", ShapeString(x.shape), " to fewer dims ",
+                                ShapeString(a.dims)));
+  }
+  Shape out(a.dims.begin(), a.dims.end());
+  for (int64_t i = 0; i < rank; ++i) {
+    const int64_t xi = i - (rank - x.rank());
+    const int64_t have = xi >= 0 ? x.shape[xi] : 1;
+    if (out[i] == -1 && xi >= 0) out[i] = have;
+    if (out[i] < 0 || (have != 1 && have != out[i])) {
+      return Invalid(absl::StrCat("cannot expand ", ShapeString(x.shape), " to ",
+                                  ShapeString(a.dims), ": dim ", i, " has size ", have,
+                                  " (only size-1 dims expand)"));
+    }
+  }
+  return TensorType{std::move(out), x.dtype, x.device};
+}
+
+Result Slice(Types in, const OpAttrs& a) {
+  TensorType t = in[0];
+  if (t.rank() == 0) return Invalid("cannot slice a 0-d tensor");
+  KILN_ASSIGN_OR_RETURN(int64_t d, WrapDim(a.dim, t.rank()));
+  if (a.step <= 0) return Invalid(absl::StrCat("slice step must be positive, got ", a.step));
+  const int64_t n = t.shape[d];
+  auto clamp = [n](int64_t v) { return std::clamp(v < 0 ? v + n : v, int64_t{0}, n); };
+  const int64_t start = clamp(a.start), end = std::max(clamp(a.end), start);
+  t.shape[d] = (end - start + a.step - 1) / a.step;
+  return t;
+}
+
+Result Unsqueeze(Types in, const OpAttrs& a) {
+  TensorType t = in[0];
+  KILN_ASSIGN_OR_RETURN(int64_t d, WrapDim(a.dim, t.rank() + 1));
+  t.shape.insert(t.shape.begin() + d, 1);
+  return t;
+}
+
+Result Squeeze(Types in, const OpAttrs& a) {
+  TensorType t = in[0];
+  if (a.all_dims) {
+    t.shape.erase(std::remove(t.shape.begin(), t.shape.end(), 1), t.shape.end());
+    return t;
+  }
+  KILN_ASSIGN_OR_RETURN(int64_t d, WrapDim(a.dim, t.rank()));
+  if (t.rank() > 0 && t.shape[d] == 1) t.shape.erase(t.shape.begin() + d);
+  return t;
+}
+
+Result Same(Types in, const OpAttrs&) { return in[0]; }
+
+Result TriMask(Types in, const OpAttrs&) {
+  if (in[0].rank() < 2) {
+    return Invalid(absl::StrCat("input must have at least 2 dims, got ", ShapeString(in[0].shape)));
+  }
+  return in[0];
+}
+
+}  // namespace kiln::infer

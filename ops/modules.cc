@@ -1,0 +1,126 @@
+// Modules (see modules.h).
+#include "ops/modules.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "ops/factories.h"
+#include "ops/ops.h"
+#include "runtime/status.h"
+
+namespace kiln {
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& [name, p] : params_) {
+    if (p.defined()) out.emplace_back(name, p);
+  }
+  for (const auto& [prefix, child] : children_) {
+    for (auto& [name, p] : child->named_parameters()) {
+      out.emplace_back(absl::StrCat(prefix, ".", name), std::move(p));
+    }
+  }
+  return out;
+}
+
+void Module::to(Device device) {
+  for (auto& [name, p] : params_) {
+    if (p.defined()) p = kiln::to(p, device);
+  }
+  for (auto& [name, child] : children_) child->to(device);
+}
+
+void Module::to(DType dtype) {
+  for (auto& [name, p] : params_) {
+    if (p.defined()) p = cast(p, dtype);
+  }
+  for (auto& [name, child] : children_) child->to(dtype);
+}
+
+Tensor& Module::RegisterParameter(std::string name, Tensor value) {
+  params_.emplace_back(std::move(name), std::move(value));
+  return params_.back().second;
+}
+
+namespace {
+
+Tensor UniformInit(IntList shape, double bound, Generator& gen, const ModuleOptions& o) {
+  Tensor u = rand(shape, gen, DType::kFloat32, kCPU);
+  return to(cast((u * (2 * bound)) - bound, o.dtype), o.device);
+}
+
+}  // namespace
+
+Linear::Linear(int64_t in, int64_t out, bool bias, Generator& gen, ModuleOptions o)
+    : weight_(RegisterParameter(
+          "weight", UniformInit({out, in}, 1.0 / std::sqrt(std::max<int64_t>(in, 1)), gen, o))),
+      bias_(RegisterParameter(
+          "bias", bias ? UniformInit({out}, 1.0 / std::sqrt(std::max<int64_t>(in, 1)), gen, o)
+                       : Tensor())) {
+  KILN_CHECK(in > 0 && out > 0, "Linear: features must be positive, got in=", in, " out=", out);
+}
+
+Tensor Linear::forward(const Tensor& x) { return linear(x, weight_, bias_); }
+
+GeGLUMLP::GeGLUMLP(int64_t dim, int64_t hidden, Generator& gen, ModuleOptions o)
+    : gate_(RegisterModule("gate", std::make_unique<Linear>(dim, hidden, false, gen, o))),
+      up_(RegisterModule("up", std::make_unique<Linear>(dim, hidden, false, gen, o))),
+      down_(RegisterModule("down", std::make_unique<Linear>(hidden, dim, false, gen, o))) {}
+
+Tensor GeGLUMLP::forward(const Tensor& x) { return down_(gelu(gate_(x), "tanh") * up_(x)); }
+
+MLP::MLP(const std::vector<int64_t>& dims, Generator& gen, ModuleOptions o) {
+  KILN_CHECK(dims.size() >= 2, "MLP: needs at least {in, out} dims, got ", dims.size());
+  for (size_t i = 0; i + 1 < dims.size(); ++i) {
+    layers_.push_back(&RegisterModule(
+        absl::StrCat("fc", i), std::make_unique<Linear>(dims[i], dims[i + 1], true, gen, o)));
+  }
+}
+
+Tensor MLP::forward(const Tensor& x) {
+  Tensor h = x;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    h = (*layers_[i])(h);
+    if (i + 1 < layers_.size()) h = gelu(h, "tanh");
+  }
+  return h;
+}
+
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                        bool inplace) {
+  KILN_CHECK(q.dim() >= 2, "causal_attention: q must be [..., T, D], got ", q.shape_string());
+  const int64_t t_len = q.size(-2), head_dim = q.size(-1);
+  const Tensor m = mask.defined() ? mask : triu(ones({t_len, t_len}, DType::kBool, q.device()), 1);
+  Tensor scores = matmul(q, transpose(k, -2, -1)) * (1.0 / std::sqrt(double(head_dim)));
+  if (inplace) {
+    masked_fill_(scores, m, -INFINITY);
+  } else {
+    scores = masked_fill(scores, m, -INFINITY);
+  }
+  return matmul(softmax(scores, -1), v);
+}
+
+CausalSelfAttention::CausalSelfAttention(int64_t dim, int64_t heads, Generator& gen,
+                                         ModuleOptions o, bool inplace)
+    : heads_(heads),
+      inplace_(inplace),
+      qkv_(RegisterModule("qkv", std::make_unique<Linear>(dim, 3 * dim, true, gen, o))),
+      proj_(RegisterModule("proj", std::make_unique<Linear>(dim, dim, true, gen, o))) {
+  KILN_CHECK(heads > 0 && dim % heads == 0, "CausalSelfAttention: dim ", dim,
+             " must be a positive multiple of heads ", heads);
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) {
+  KILN_CHECK(x.dim() == 3, "CausalSelfAttention: expected x [B, T, dim], got ", x.shape_string());
+  const int64_t b = x.size(0), t_len = x.size(1), dim = x.size(2), hd = dim / heads_;
+  if (!mask_.defined() || mask_.size(0) != t_len || mask_.device() != x.device()) {
+    mask_ = triu(ones({t_len, t_len}, DType::kBool, x.device()), 1);
+  }
+  // [B, T, 3, H, hd] -> [3, B, H, T, hd]
+  const Tensor qkv = permute(reshape(qkv_(x), {b, t_len, 3, heads_, hd}), {2, 0, 3, 1, 4});
+  auto part = [&](int64_t i) { return squeeze(slice(qkv, 0, i, i + 1), 0); };
+  const Tensor y = causal_attention(part(0), part(1), part(2), mask_, inplace_);
+  return proj_(reshape(permute(y, {0, 2, 1, 3}), {b, t_len, dim}));
+}
+
+}  // namespace kiln

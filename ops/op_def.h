@@ -1,0 +1,149 @@
+// The op registry: one OpDef row per op, used by eager execution, tracing, passes and codegen.
+//
+// A row holds the op's name, arity, fusion kind, its shape/dtype inference (`infer`, shared by
+// eager and graph mode so they can never disagree), its kernels per device, and for elementwise
+// ops the scalar function (the CPU oracle and the compiled-mode CPU evaluator) and the CUDA
+// expression the fusion codegen emits. Adding an op means adding one enum value and one row in
+// ops/registry.cc; a static_assert keeps the two in step.
+//
+//   const OpDef& def = GetOpDef(OpId::kGelu);
+//   StatusOr<TensorType> t = def.infer(input_types, attrs);
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "runtime/tensor.h"
+
+namespace kiln {
+
+enum class OpId : uint16_t {
+  // elementwise, one input
+  kNeg,
+  kExp,
+  kLog,
+  kSqrt,
+  kRsqrt,
+  kTanh,
+  kSigmoid,
+  kRelu,
+  kGelu,
+  kSilu,
+  kCast,
+  kAddScalar,
+  kSubScalar,
+  kRsubScalar,
+  kMulScalar,
+  kDivScalar,
+  // elementwise with broadcasting
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kWhere,
+  kMaskedFill,
+  // reductions and normalisations
+  kSum,
+  kMean,
+  kMax,
+  kSoftmax,
+  kLogSoftmax,
+  kLayerNorm,
+  kRmsNorm,
+  // matrix products
+  kMatmul,
+  kLinear,
+  // views (metadata only)
+  kTranspose,
+  kPermute,
+  kReshape,
+  kExpand,
+  kSlice,
+  kUnsqueeze,
+  kSqueeze,
+  // others
+  kContiguous,
+  kTriu,
+  kTril,
+  kNumOps  // must stay last
+};
+inline constexpr int kNumOps = static_cast<int>(OpId::kNumOps);
+
+// How passes treat an op (TVM's TOpPattern): fusion keys on this alone.
+enum class FusionKind : uint8_t { kElementwise, kBroadcast, kReduction, kMatmul, kView, kOpaque };
+const char* FusionKindName(FusionKind k);
+
+enum class GeluApprox : uint8_t { kNone, kTanh };
+
+// Attributes of an op call. Each row says which fields it reads (OpDef::attr_fields) so the IR
+// can print and parse exactly those.
+struct OpAttrs {
+  double scalar = 0;                     // the scalar of *_scalar ops, masked_fill's value
+  double eps = 1e-5;                     // layer_norm / rms_norm
+  int64_t dim = 0;                       // softmax, transpose (first), slice, unsqueeze/squeeze
+  int64_t dim2 = 0;                      // transpose (second)
+  int64_t start = 0, end = 0, step = 1;  // slice
+  int64_t diagonal = 0;                  // triu / tril
+  Shape dims;             // reduction dims (empty = all), permute order, reshape/expand sizes
+  bool keepdim = false;   // reductions
+  bool all_dims = false;  // squeeze every size-1 dim
+  bool transpose_a = false, transpose_b = false;  // matmul operands as GEMM flags
+  GeluApprox approximate = GeluApprox::kNone;
+  DType dtype = DType::kFloat32;  // cast
+  friend bool operator==(const OpAttrs&, const OpAttrs&) = default;
+};
+
+// Bits of OpDef::attr_fields.
+enum AttrField : uint32_t {
+  kAttrScalar = 1u << 0,
+  kAttrEps = 1u << 1,
+  kAttrDim = 1u << 2,
+  kAttrDim2 = 1u << 3,
+  kAttrSlice = 1u << 4,
+  kAttrDiagonal = 1u << 5,
+  kAttrDims = 1u << 6,
+  kAttrKeepdim = 1u << 7,
+  kAttrAllDims = 1u << 8,
+  kAttrTranspose = 1u << 9,
+  kAttrApproximate = 1u << 10,
+  kAttrDType = 1u << 11,
+};
+
+struct OpDef;
+using InferFn = absl::StatusOr<TensorType> (*)(absl::Span<const TensorType> inputs,
+                                               const OpAttrs& attrs);
+// Computes `out` (already allocated with the inferred type, or an in-place target) from inputs.
+using KernelFn = void (*)(const OpDef& def, absl::Span<const Tensor> inputs, const Tensor& out,
+                          const OpAttrs& attrs);
+// Builds the output of a view op over the input's storage (no data moves).
+using ViewFn = Tensor (*)(const Tensor& input, const TensorType& out, const OpAttrs& attrs);
+// The scalar function of an elementwise op, on values already read as double.
+using ScalarFn = double (*)(const double* args, const OpAttrs& attrs);
+
+struct OpDef {
+  OpId id;
+  const char* name;
+  int min_inputs, max_inputs;
+  FusionKind kind;
+  uint32_t attr_fields;
+  InferFn infer;
+  KernelFn cpu = nullptr;      // CPU reference kernel (nullptr for views)
+  ViewFn view = nullptr;       // views only
+  ScalarFn scalar = nullptr;   // elementwise only
+  std::string_view cuda_expr;  // elementwise only: CUDA expression over $0, $1, ... (floats)
+  KernelFn cuda = nullptr;     // filled by the CUDA backend when it is linked
+
+  bool is_elementwise() const {
+    return kind == FusionKind::kElementwise || kind == FusionKind::kBroadcast;
+  }
+};
+
+const OpDef& GetOpDef(OpId id);
+// Looks an op up by name (IR parsing, tests); nullptr if unknown. Not for the dispatch path.
+const OpDef* FindOpDef(std::string_view name);
+// For device backends registering their kernels at start-up.
+void RegisterKernel(OpId id, DeviceType device, KernelFn fn);
+
+}  // namespace kiln

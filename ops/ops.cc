@@ -1,0 +1,223 @@
+// The public op API: thin wrappers that fill OpAttrs and dispatch through the registry.
+#include "ops/ops.h"
+
+#include "absl/strings/str_cat.h"
+#include "ops/dispatch.h"
+#include "ops/infer.h"
+#include "ops/views.h"
+#include "runtime/status.h"
+
+namespace kiln {
+namespace {
+
+Tensor Unary(OpId id, const Tensor& x) { return Dispatch(id, {x}); }
+Tensor WithScalar(OpId id, const Tensor& x, double s) {
+  OpAttrs a;
+  a.scalar = s;
+  return Dispatch(id, {x}, a);
+}
+Tensor WithDims(OpId id, const Tensor& x, IntList dims, bool keepdim = false) {
+  OpAttrs a;
+  a.dims.assign(dims.begin(), dims.end());
+  a.keepdim = keepdim;
+  return Dispatch(id, {x}, a);
+}
+Tensor WithDim(OpId id, const Tensor& x, int64_t dim) {
+  OpAttrs a;
+  a.dim = dim;
+  return Dispatch(id, {x}, a);
+}
+
+}  // namespace
+
+Tensor neg(const Tensor& x) { return Unary(OpId::kNeg, x); }
+Tensor exp(const Tensor& x) { return Unary(OpId::kExp, x); }
+Tensor log(const Tensor& x) { return Unary(OpId::kLog, x); }
+Tensor sqrt(const Tensor& x) { return Unary(OpId::kSqrt, x); }
+Tensor rsqrt(const Tensor& x) { return Unary(OpId::kRsqrt, x); }
+Tensor tanh(const Tensor& x) { return Unary(OpId::kTanh, x); }
+Tensor sigmoid(const Tensor& x) { return Unary(OpId::kSigmoid, x); }
+Tensor relu(const Tensor& x) { return Unary(OpId::kRelu, x); }
+Tensor silu(const Tensor& x) { return Unary(OpId::kSilu, x); }
+
+Tensor gelu(const Tensor& x, std::string_view approximate) {
+  KILN_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be 'none' or ",
+             "'tanh', got '", std::string(approximate), "'");
+  OpAttrs a;
+  a.approximate = approximate == "tanh" ? GeluApprox::kTanh : GeluApprox::kNone;
+  return Dispatch(OpId::kGelu, {x}, a);
+}
+
+Tensor cast(const Tensor& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  OpAttrs a;
+  a.dtype = dtype;
+  return Dispatch(OpId::kCast, {x}, a);
+}
+
+Tensor add(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kAdd, {a, b}); }
+Tensor sub(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kSub, {a, b}); }
+Tensor mul(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kMul, {a, b}); }
+Tensor div(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kDiv, {a, b}); }
+Tensor add(const Tensor& a, double b) { return WithScalar(OpId::kAddScalar, a, b); }
+Tensor sub(const Tensor& a, double b) { return WithScalar(OpId::kSubScalar, a, b); }
+Tensor mul(const Tensor& a, double b) { return WithScalar(OpId::kMulScalar, a, b); }
+Tensor div(const Tensor& a, double b) { return WithScalar(OpId::kDivScalar, a, b); }
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator+(const Tensor& a, double b) { return add(a, b); }
+Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, double b) { return div(a, b); }
+Tensor operator+(double a, const Tensor& b) { return add(b, a); }
+Tensor operator-(double a, const Tensor& b) { return WithScalar(OpId::kRsubScalar, b, a); }
+Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
+Tensor operator-(const Tensor& x) { return neg(x); }
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  return Dispatch(OpId::kWhere, {cond, a, b});
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  OpAttrs a;
+  a.scalar = value;
+  return Dispatch(OpId::kMaskedFill, {x, mask}, a);
+}
+
+const Tensor& add_(const Tensor& self, const Tensor& other) {
+  return DispatchInPlace(OpId::kAdd, {self, other});
+}
+const Tensor& mul_(const Tensor& self, const Tensor& other) {
+  return DispatchInPlace(OpId::kMul, {self, other});
+}
+const Tensor& add_(const Tensor& self, double other) {
+  OpAttrs a;
+  a.scalar = other;
+  return DispatchInPlace(OpId::kAddScalar, {self}, a);
+}
+const Tensor& mul_(const Tensor& self, double other) {
+  OpAttrs a;
+  a.scalar = other;
+  return DispatchInPlace(OpId::kMulScalar, {self}, a);
+}
+const Tensor& masked_fill_(const Tensor& self, const Tensor& mask, double value) {
+  OpAttrs a;
+  a.scalar = value;
+  return DispatchInPlace(OpId::kMaskedFill, {self, mask}, a);
+}
+
+Tensor sum(const Tensor& x, IntList dims, bool keepdim) {
+  return WithDims(OpId::kSum, x, dims, keepdim);
+}
+Tensor mean(const Tensor& x, IntList dims, bool keepdim) {
+  return WithDims(OpId::kMean, x, dims, keepdim);
+}
+Tensor max(const Tensor& x, IntList dims, bool keepdim) {
+  return WithDims(OpId::kMax, x, dims, keepdim);
+}
+Tensor softmax(const Tensor& x, int64_t dim) { return WithDim(OpId::kSoftmax, x, dim); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return WithDim(OpId::kLogSoftmax, x, dim); }
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  KILN_CHECK(weight.defined() || !bias.defined(), "layer_norm: a bias needs a weight ",
+             "(pass ones for the weight)");
+  OpAttrs a;
+  a.eps = eps;
+  if (!weight.defined()) return Dispatch(OpId::kLayerNorm, {x}, a);
+  if (!bias.defined()) return Dispatch(OpId::kLayerNorm, {x, weight}, a);
+  return Dispatch(OpId::kLayerNorm, {x, weight, bias}, a);
+}
+
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  OpAttrs a;
+  a.eps = eps;
+  return weight.defined() ? Dispatch(OpId::kRmsNorm, {x, weight}, a)
+                          : Dispatch(OpId::kRmsNorm, {x}, a);
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kMatmul, {a, b}); }
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return bias.defined() ? Dispatch(OpId::kLinear, {x, weight, bias})
+                        : Dispatch(OpId::kLinear, {x, weight});
+}
+
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
+  OpAttrs a;
+  a.dim = dim0;
+  a.dim2 = dim1;
+  return Dispatch(OpId::kTranspose, {x}, a);
+}
+
+Tensor t(const Tensor& x) {
+  KILN_CHECK(x.dim() <= 2, "t: expects a tensor with <= 2 dims, got ", x.shape_string(),
+             " (use transpose(x, d0, d1))");
+  return x.dim() < 2 ? x : transpose(x, 0, 1);
+}
+
+Tensor permute(const Tensor& x, IntList dims) { return WithDims(OpId::kPermute, x, dims); }
+Tensor reshape(const Tensor& x, IntList shape) { return WithDims(OpId::kReshape, x, shape); }
+Tensor expand(const Tensor& x, IntList shape) { return WithDims(OpId::kExpand, x, shape); }
+Tensor broadcast_to(const Tensor& x, IntList shape) { return expand(x, shape); }
+
+Tensor view(const Tensor& x, IntList shape) {
+  Shape target = ValueOrThrow(infer::InferReshapeSizes(shape, x.numel()));
+  KILN_CHECK(views::ViewStrides(x, target).has_value(), "view: a tensor of shape ",
+             x.shape_string(), " and strides ", ShapeString(x.strides()), " cannot be viewed as ",
+             ShapeString(target), "; use reshape() (which copies)");
+  return reshape(x, target);
+}
+
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
+  OpAttrs a;
+  a.dim = dim;
+  a.start = start;
+  a.end = end;
+  a.step = step;
+  return Dispatch(OpId::kSlice, {x}, a);
+}
+
+Tensor unsqueeze(const Tensor& x, int64_t dim) { return WithDim(OpId::kUnsqueeze, x, dim); }
+Tensor squeeze(const Tensor& x, int64_t dim) { return WithDim(OpId::kSqueeze, x, dim); }
+Tensor squeeze(const Tensor& x) {
+  OpAttrs a;
+  a.all_dims = true;
+  return Dispatch(OpId::kSqueeze, {x}, a);
+}
+
+Tensor contiguous(const Tensor& x) {
+  if (x.is_contiguous() && CurrentDispatchHook() == nullptr) return x;
+  return Dispatch(OpId::kContiguous, {x});
+}
+
+Tensor triu(const Tensor& x, int64_t diagonal) {
+  OpAttrs a;
+  a.diagonal = diagonal;
+  return Dispatch(OpId::kTriu, {x}, a);
+}
+Tensor tril(const Tensor& x, int64_t diagonal) {
+  OpAttrs a;
+  a.diagonal = diagonal;
+  return Dispatch(OpId::kTril, {x}, a);
+}
+
+Tensor to(const Tensor& x, DType dtype) { return cast(x, dtype); }
+
+Tensor to(const Tensor& x, Device device) {
+  if (x.device() == device) return x;
+  KILN_CHECK(!x.device().is_meta(), "to: cannot move a meta tensor ", Describe(x.type()), " to ",
+             device.str(), ": it holds no data");
+  const Tensor src = contiguous(x);
+  Tensor out = Tensor::Empty(x.shape(), x.dtype(), device);
+  if (!device.is_meta()) {
+    CopyBytes(out.data_ptr(), device, src.data_ptr(), src.device(),
+              static_cast<size_t>(src.numel() * src.element_size()));
+  }
+  return out;
+}
+
+Tensor clone(const Tensor& x) { return Dispatch(OpId::kContiguous, {x}); }
+
+}  // namespace kiln

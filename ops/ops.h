@@ -1,0 +1,100 @@
+// The public op API of kiln: free functions over Tensors, with torch's semantics.
+//
+//   using namespace kiln;
+//   Tensor h = gelu(matmul(x, transpose(w, 0, 1)), "tanh") * u;
+//   Tensor p = softmax(masked_fill(s, mask, -INFINITY), -1);
+//
+// Every function dispatches through the op registry (ops/dispatch.h), so it runs eagerly on
+// CPU or CUDA, or records into a graph while tracing. Bad input throws kiln::Error naming the
+// op, the operands and the rule broken.
+#pragma once
+
+#include <string_view>
+
+#include "ops/op_def.h"
+
+namespace kiln {
+
+// Elementwise math (float32 compute for half types; integer inputs promote to float32).
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x, std::string_view approximate = "none");  // "none" | "tanh"
+Tensor silu(const Tensor& x);
+Tensor cast(const Tensor& x, DType dtype);
+
+// Arithmetic with numpy broadcasting and torch's type promotion; scalar forms too.
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double b);
+Tensor sub(const Tensor& a, double b);
+Tensor mul(const Tensor& a, double b);
+Tensor div(const Tensor& a, double b);
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator-(const Tensor& x);
+
+// Selection.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+
+// In place (torch's trailing underscore): self must not be a broadcast view and keeps its shape.
+const Tensor& add_(const Tensor& self, const Tensor& other);
+const Tensor& add_(const Tensor& self, double other);
+const Tensor& mul_(const Tensor& self, const Tensor& other);
+const Tensor& mul_(const Tensor& self, double other);
+const Tensor& masked_fill_(const Tensor& self, const Tensor& mask, double value);
+
+// Reductions over `dims` (empty = all dims).
+Tensor sum(const Tensor& x, IntList dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, IntList dims = {}, bool keepdim = false);
+Tensor max(const Tensor& x, IntList dims = {}, bool keepdim = false);  // values (torch.amax)
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+// Normalise over the last dim; weight/bias may be undefined (Tensor()).
+Tensor layer_norm(const Tensor& x, const Tensor& weight = {}, const Tensor& bias = {},
+                  double eps = 1e-5);
+Tensor rms_norm(const Tensor& x, const Tensor& weight = {}, double eps = 1e-6);
+
+// Matrix products: torch.matmul semantics (1-D, 2-D, broadcast batches); linear = x @ wᵀ + b.
+Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+
+// Views (metadata only, no copy) and layout.
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);
+Tensor t(const Tensor& x);  // transpose of a matrix (rank <= 2)
+Tensor permute(const Tensor& x, IntList dims);
+Tensor reshape(const Tensor& x, IntList shape);  // a view when possible, else a copy
+Tensor view(const Tensor& x, IntList shape);     // a view, or an error
+Tensor expand(const Tensor& x, IntList shape);   // -1 keeps a dim
+Tensor broadcast_to(const Tensor& x, IntList shape);
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+Tensor unsqueeze(const Tensor& x, int64_t dim);
+Tensor squeeze(const Tensor& x, int64_t dim);
+Tensor squeeze(const Tensor& x);
+Tensor contiguous(const Tensor& x);  // x itself when already contiguous
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+
+// Conversions.
+Tensor to(const Tensor& x, DType dtype);
+Tensor to(const Tensor& x, Device device);
+Tensor clone(const Tensor& x);  // a contiguous copy that owns its memory
+
+}  // namespace kiln

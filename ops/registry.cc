@@ -1,0 +1,152 @@
+// The op registry table: one row per OpId. Everything that differs between ops lives here; the
+// rest of kiln looks rows up by OpId and never switches on the op.
+#include <array>
+#include <cmath>
+
+#include "ops/cpu/kernels.h"
+#include "ops/infer.h"
+#include "ops/op_def.h"
+#include "ops/views.h"
+
+namespace kiln {
+namespace {
+
+constexpr double kSqrt2OverPi = 0.7978845608028654;
+constexpr double kInvSqrt2 = 0.7071067811865476;
+
+double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double GeluOf(double x, GeluApprox approx) {
+  if (approx == GeluApprox::kTanh) {
+    return 0.5 * x * (1.0 + std::tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x)));
+  }
+  return 0.5 * x * (1.0 + std::erf(x * kInvSqrt2));
+}
+
+// Scalar functions of the elementwise rows: args are the operands, already read as double.
+using A = const OpAttrs&;
+double FNeg(const double* x, A) { return -x[0]; }
+double FExp(const double* x, A) { return std::exp(x[0]); }
+double FLog(const double* x, A) { return std::log(x[0]); }
+double FSqrt(const double* x, A) { return std::sqrt(x[0]); }
+double FRsqrt(const double* x, A) { return 1.0 / std::sqrt(x[0]); }
+double FTanh(const double* x, A) { return std::tanh(x[0]); }
+double FSigmoid(const double* x, A) { return Sigmoid(x[0]); }
+double FRelu(const double* x, A) { return x[0] > 0 || std::isnan(x[0]) ? x[0] : 0.0; }
+double FGelu(const double* x, A a) { return GeluOf(x[0], a.approximate); }
+double FSilu(const double* x, A) { return x[0] * Sigmoid(x[0]); }
+double FIdentity(const double* x, A) { return x[0]; }
+double FAddScalar(const double* x, A a) { return x[0] + a.scalar; }
+double FSubScalar(const double* x, A a) { return x[0] - a.scalar; }
+double FRsubScalar(const double* x, A a) { return a.scalar - x[0]; }
+double FMulScalar(const double* x, A a) { return x[0] * a.scalar; }
+double FDivScalar(const double* x, A a) { return x[0] / a.scalar; }
+double FAdd(const double* x, A) { return x[0] + x[1]; }
+double FSub(const double* x, A) { return x[0] - x[1]; }
+double FMul(const double* x, A) { return x[0] * x[1]; }
+double FDiv(const double* x, A) { return x[0] / x[1]; }
+double FWhere(const double* x, A) { return x[0] != 0 ? x[1] : x[2]; }
+double FMaskedFill(const double* x, A a) { return x[1] != 0 ? a.scalar : x[0]; }
+
+constexpr auto kEw = FusionKind::kElementwise;
+constexpr auto kBc = FusionKind::kBroadcast;
+constexpr auto kRed = FusionKind::kReduction;
+constexpr auto kMm = FusionKind::kMatmul;
+constexpr auto kView = FusionKind::kView;
+constexpr auto kOpq = FusionKind::kOpaque;
+
+// An elementwise row: CPU kernel = the generic loop over `fn`; codegen emits `expr`.
+constexpr OpDef Ew(OpId id, const char* name, int arity, FusionKind kind, uint32_t attrs,
+                   InferFn infer, ScalarFn fn, std::string_view expr) {
+  return OpDef{id, name, arity, arity, kind, attrs, infer, cpu::Elementwise, nullptr, fn, expr};
+}
+constexpr OpDef Op(OpId id, const char* name, int min_in, int max_in, FusionKind kind,
+                   uint32_t attrs, InferFn infer, KernelFn cpu) {
+  return OpDef{id, name, min_in, max_in, kind, attrs, infer, cpu};
+}
+constexpr OpDef View(OpId id, const char* name, uint32_t attrs, InferFn infer, ViewFn view) {
+  return OpDef{id, name, 1, 1, kView, attrs, infer, nullptr, view};
+}
+
+using O = OpId;
+// clang-format off
+constexpr std::array<OpDef, kNumOps> kRows = {{
+  Ew(O::kNeg,     "neg",     1, kEw, 0, infer::UnarySame,  FNeg,     "(-$0)"),
+  Ew(O::kExp,     "exp",     1, kEw, 0, infer::UnaryFloat, FExp,     "expf($0)"),
+  Ew(O::kLog,     "log",     1, kEw, 0, infer::UnaryFloat, FLog,     "logf($0)"),
+  Ew(O::kSqrt,    "sqrt",    1, kEw, 0, infer::UnaryFloat, FSqrt,    "sqrtf($0)"),
+  Ew(O::kRsqrt,   "rsqrt",   1, kEw, 0, infer::UnaryFloat, FRsqrt,   "rsqrtf($0)"),
+  Ew(O::kTanh,    "tanh",    1, kEw, 0, infer::UnaryFloat, FTanh,    "tanhf($0)"),
+  Ew(O::kSigmoid, "sigmoid", 1, kEw, 0, infer::UnaryFloat, FSigmoid, "kiln_sigmoid($0)"),
+  Ew(O::kRelu,    "relu",    1, kEw, 0, infer::UnarySame,  FRelu,    "kiln_relu($0)"),
+  Ew(O::kGelu,    "gelu",    1, kEw, kAttrApproximate, infer::UnaryFloat, FGelu,
+     "kiln_gelu($0, $approximate)"),
+  Ew(O::kSilu,    "silu",    1, kEw, 0, infer::UnaryFloat, FSilu,    "kiln_silu($0)"),
+  Ew(O::kCast,    "cast",    1, kEw, kAttrDType, infer::Cast, FIdentity, "$0"),
+  Ew(O::kAddScalar,  "add_scalar",  1, kEw, kAttrScalar, infer::ScalarArith, FAddScalar,  "($0 + $scalar)"),
+  Ew(O::kSubScalar,  "sub_scalar",  1, kEw, kAttrScalar, infer::ScalarArith, FSubScalar,  "($0 - $scalar)"),
+  Ew(O::kRsubScalar, "rsub_scalar", 1, kEw, kAttrScalar, infer::ScalarArith, FRsubScalar, "($scalar - $0)"),
+  Ew(O::kMulScalar,  "mul_scalar",  1, kEw, kAttrScalar, infer::ScalarArith, FMulScalar,  "($0 * $scalar)"),
+  Ew(O::kDivScalar,  "div_scalar",  1, kEw, kAttrScalar, infer::ScalarDiv,   FDivScalar,  "($0 / $scalar)"),
+  Ew(O::kAdd,   "add",   2, kBc, 0, infer::Binary,    FAdd,   "($0 + $1)"),
+  Ew(O::kSub,   "sub",   2, kBc, 0, infer::Binary,    FSub,   "($0 - $1)"),
+  Ew(O::kMul,   "mul",   2, kBc, 0, infer::Binary,    FMul,   "($0 * $1)"),
+  Ew(O::kDiv,   "div",   2, kBc, 0, infer::BinaryDiv, FDiv,   "($0 / $1)"),
+  Ew(O::kWhere, "where", 3, kBc, 0, infer::Where,     FWhere, "($0 != 0.f ? $1 : $2)"),
+  Ew(O::kMaskedFill, "masked_fill", 2, kBc, kAttrScalar, infer::MaskedFill, FMaskedFill,
+     "($1 != 0.f ? $scalar : $0)"),
+  Op(O::kSum,  "sum",  1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ReduceSum,  cpu::Sum),
+  Op(O::kMean, "mean", 1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ReduceMean, cpu::Mean),
+  Op(O::kMax,  "max",  1, 1, kRed, kAttrDims | kAttrKeepdim, infer::Reduce,     cpu::Max),
+  Op(O::kSoftmax,    "softmax",     1, 1, kRed, kAttrDim, infer::Softmax, cpu::Softmax),
+  Op(O::kLogSoftmax, "log_softmax", 1, 1, kRed, kAttrDim, infer::Softmax, cpu::LogSoftmax),
+  Op(O::kLayerNorm,  "layer_norm",  1, 3, kRed, kAttrEps, infer::Norm,    cpu::LayerNorm),
+  Op(O::kRmsNorm,    "rms_norm",    1, 2, kRed, kAttrEps, infer::Norm,    cpu::RmsNorm),
+  Op(O::kMatmul, "matmul", 2, 2, kMm, kAttrTranspose, infer::Matmul, cpu::Matmul),
+  Op(O::kLinear, "linear", 2, 3, kMm, 0,              infer::Linear, cpu::Linear),
+  View(O::kTranspose, "transpose", kAttrDim | kAttrDim2, infer::Transpose, views::Transpose),
+  View(O::kPermute,   "permute",   kAttrDims,            infer::Permute,   views::Permute),
+  View(O::kReshape,   "reshape",   kAttrDims,            infer::Reshape,   views::Reshape),
+  View(O::kExpand,    "expand",    kAttrDims,            infer::Expand,    views::Expand),
+  View(O::kSlice,     "slice",     kAttrDim | kAttrSlice, infer::Slice,    views::Slice),
+  View(O::kUnsqueeze, "unsqueeze", kAttrDim,             infer::Unsqueeze, views::Unsqueeze),
+  View(O::kSqueeze,   "squeeze",   kAttrDim | kAttrAllDims, infer::Squeeze, views::Squeeze),
+  Op(O::kContiguous, "contiguous", 1, 1, kOpq, 0, infer::Same, cpu::Copy),
+  Op(O::kTriu, "triu", 1, 1, kOpq, kAttrDiagonal, infer::TriMask, cpu::Triu),
+  Op(O::kTril, "tril", 1, 1, kOpq, kAttrDiagonal, infer::TriMask, cpu::Tril),
+}};
+// clang-format on
+
+constexpr bool RowsInEnumOrder() {
+  for (int i = 0; i < kNumOps; ++i) {
+    if (static_cast<int>(kRows[i].id) != i) return false;
+  }
+  return true;
+}
+static_assert(RowsInEnumOrder(), "registry rows must follow the OpId enum, one row per op");
+
+// The live table: a copy of kRows whose kernel slots the device backends fill at start-up.
+std::array<OpDef, kNumOps> kRegistry = kRows;
+
+}  // namespace
+
+const OpDef& GetOpDef(OpId id) { return kRegistry[static_cast<int>(id)]; }
+
+const OpDef* FindOpDef(std::string_view name) {
+  for (const OpDef& def : kRegistry) {
+    if (name == def.name) return &def;
+  }
+  return nullptr;
+}
+
+void RegisterKernel(OpId id, DeviceType device, KernelFn fn) {
+  OpDef& def = kRegistry[static_cast<int>(id)];
+  (device == DeviceType::kCUDA ? def.cuda : def.cpu) = fn;
+}
+
+const char* FusionKindName(FusionKind k) {
+  static constexpr const char* kNames[] = {"elementwise", "broadcast", "reduction",
+                                           "matmul",      "view",      "opaque"};
+  return kNames[static_cast<int>(k)];
+}
+
+}  // namespace kiln

@@ -1,0 +1,103 @@
+// DType sizes, names, promotion, and half-precision conversions.
+#include "runtime/dtype.h"
+
+#include <cmath>
+
+namespace kiln {
+namespace {
+
+struct DTypeInfo {
+  int64_t size;
+  const char* name;
+  bool is_float;
+  int rank;  // promotion order: bool < int32 < int64 < half types < float32
+};
+
+constexpr DTypeInfo kInfo[] = {
+    {4, "float32", true, 4}, {2, "float16", true, 3}, {2, "bfloat16", true, 3},
+    {1, "bool", false, 0},   {4, "int32", false, 1},  {8, "int64", false, 2},
+};
+static_assert(sizeof(kInfo) / sizeof(kInfo[0]) == kNumDTypes);
+
+const DTypeInfo& Info(DType t) { return kInfo[static_cast<int>(t)]; }
+
+template <typename T>
+double LoadAs(const void* base, int64_t i) {
+  return static_cast<double>(static_cast<const T*>(base)[i]);
+}
+double LoadBool(const void* base, int64_t i) {
+  return static_cast<const uint8_t*>(base)[i] ? 1 : 0;
+}
+double LoadHalf(const void* base, int64_t i) {
+  return HalfToFloat(static_cast<const uint16_t*>(base)[i]);
+}
+double LoadBF16(const void* base, int64_t i) {
+  return BFloat16ToFloat(static_cast<const uint16_t*>(base)[i]);
+}
+
+void StoreF32(void* base, int64_t i, double v) {
+  static_cast<float*>(base)[i] = static_cast<float>(v);
+}
+void StoreHalf(void* base, int64_t i, double v) {
+  static_cast<uint16_t*>(base)[i] = FloatToHalf(static_cast<float>(v));
+}
+void StoreBF16(void* base, int64_t i, double v) {
+  static_cast<uint16_t*>(base)[i] = FloatToBFloat16(static_cast<float>(v));
+}
+void StoreBool(void* base, int64_t i, double v) { static_cast<uint8_t*>(base)[i] = v != 0; }
+template <typename T>
+void StoreInt(void* base, int64_t i, double v) {
+  // Float to int conversion truncates toward zero like torch; NaN/inf become 0 to stay defined.
+  static_cast<T*>(base)[i] = std::isfinite(v) ? static_cast<T>(v) : T{0};
+}
+
+constexpr LoadFn kLoaders[] = {LoadAs<float>, LoadHalf,        LoadBF16,
+                               LoadBool,      LoadAs<int32_t>, LoadAs<int64_t>};
+constexpr StoreFn kStorers[] = {StoreF32,  StoreHalf,         StoreBF16,
+                                StoreBool, StoreInt<int32_t>, StoreInt<int64_t>};
+static_assert(sizeof(kLoaders) / sizeof(kLoaders[0]) == kNumDTypes);
+static_assert(sizeof(kStorers) / sizeof(kStorers[0]) == kNumDTypes);
+
+}  // namespace
+
+int64_t DTypeSize(DType t) { return Info(t).size; }
+const char* DTypeName(DType t) { return Info(t).name; }
+bool IsFloatingPoint(DType t) { return Info(t).is_float; }
+
+DType PromoteTypes(DType a, DType b) {
+  if (a == b) return a;
+  const int ra = Info(a).rank, rb = Info(b).rank;
+  if (ra == rb) return DType::kFloat32;  // float16 with bfloat16
+  return ra > rb ? a : b;
+}
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t mant = h & 0x3ffu;
+  if (exp == 0x1f) return BitsToFloat(sign | 0x7f800000u | (mant << 13));  // inf / NaN
+  if (exp == 0) {
+    const float v = std::ldexp(static_cast<float>(mant), -24);  // zero or subnormal
+    return sign ? -v : v;
+  }
+  return BitsToFloat(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+uint16_t FloatToHalf(float f) {
+  const uint32_t u = FloatBits(f);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return sign | 0x7e00u;           // NaN
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;          // rounds to inf (>= 65520)
+  if (abs < 0x38800000u) {                                // subnormal or zero in half
+    const float scaled = BitsToFloat(abs) * 16777216.0f;  // 2^24: exact, rint rounds to even
+    return sign | static_cast<uint16_t>(std::nearbyint(scaled));
+  }
+  uint32_t r = abs + 0xfffu + ((abs >> 13) & 1u);  // round to nearest even at bit 13
+  return sign | static_cast<uint16_t>((r - 0x38000000u) >> 13);
+}
+
+LoadFn LoaderFor(DType t) { return kLoaders[static_cast<int>(t)]; }
+StoreFn StorerFor(DType t) { return kStorers[static_cast<int>(t)]; }
+
+}  // namespace kiln

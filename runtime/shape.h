@@ -1,0 +1,44 @@
+// Shapes, strides and the small helpers every layer uses on them: element counts, contiguous
+// strides, numpy broadcasting, dim wrapping, and TensorType (shape + dtype + device), the unit
+// of shape inference shared by eager execution and graphs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "runtime/device.h"
+#include "runtime/dtype.h"
+
+namespace kiln {
+
+using Shape = absl::InlinedVector<int64_t, 6>;
+using Strides = absl::InlinedVector<int64_t, 6>;
+using IntList = absl::Span<const int64_t>;
+
+int64_t NumElements(IntList shape);
+Strides ContiguousStrides(IntList shape);
+std::string ShapeString(IntList shape);  // "[8, 16, 1024]"
+
+// numpy broadcasting of two shapes; error text names both shapes.
+absl::StatusOr<Shape> BroadcastShapes(IntList a, IntList b);
+// Wraps a possibly negative dim into [0, rank); error if out of range.
+absl::StatusOr<int64_t> WrapDim(int64_t dim, int64_t rank);
+
+struct TensorType {
+  Shape shape;
+  DType dtype = DType::kFloat32;
+  Device device;
+
+  int64_t rank() const { return static_cast<int64_t>(shape.size()); }
+  int64_t numel() const { return NumElements(shape); }
+  std::string str() const;  // "bf16[8, 3072]@cuda:0"
+  friend bool operator==(const TensorType&, const TensorType&) = default;
+};
+
+// "float32[2, 3] on cpu" — how error messages name an operand.
+std::string Describe(const TensorType& t);
+
+}  // namespace kiln

@@ -1,0 +1,88 @@
+// CPU allocator, the per-device allocator table, Storage, and Device parsing.
+#include "runtime/storage.h"
+
+#include <array>
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/status.h"
+
+namespace kiln {
+namespace {
+
+class CpuAllocator final : public Allocator {
+ public:
+  void* Allocate(size_t nbytes, Device) override {
+    if (nbytes == 0) return nullptr;
+    const size_t rounded = (nbytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (p == nullptr) {
+      throw Error(absl::ResourceExhaustedError(
+          absl::StrCat("cpu allocator: out of memory allocating ", nbytes, " bytes")));
+    }
+    return p;
+  }
+  void Free(void* ptr, size_t, Device) override { std::free(ptr); }
+};
+
+std::array<Allocator*, kNumDeviceTypes>& Allocators() {
+  static CpuAllocator cpu;
+  static std::array<Allocator*, kNumDeviceTypes> table = {&cpu, nullptr, nullptr};
+  return table;
+}
+
+}  // namespace
+
+std::string Device::str() const {
+  switch (type) {
+    case DeviceType::kCPU:
+      return "cpu";
+    case DeviceType::kCUDA:
+      return absl::StrCat("cuda:", index);
+    case DeviceType::kMeta:
+      return "meta";
+  }
+  return "?";
+}
+
+Device ParseDevice(const std::string& s) {
+  if (s == "cpu") return kCPU;
+  if (s == "meta") return kMeta;
+  if (s == "cuda") return CUDA(0);
+  int index = 0;
+  if (s.rfind("cuda:", 0) == 0 && absl::SimpleAtoi(s.substr(5), &index) && index >= 0) {
+    return CUDA(index);
+  }
+  throw Error(absl::InvalidArgumentError(
+      absl::StrCat("unknown device '", s, "': expected cpu, cuda, cuda:N or meta")));
+}
+
+Allocator* GetAllocator(DeviceType type) {
+  Allocator* a = Allocators()[static_cast<int>(type)];
+  if (a == nullptr) {
+    throw Error(absl::FailedPreconditionError(
+        absl::StrCat("no allocator for device ", Device(type).str(),
+                     ": the CUDA backend is not available (no GPU, or kiln built without CUDA)")));
+  }
+  return a;
+}
+
+bool HasAllocator(DeviceType type) { return Allocators()[static_cast<int>(type)] != nullptr; }
+
+void SetAllocator(DeviceType type, Allocator* allocator) {
+  Allocators()[static_cast<int>(type)] = allocator;
+}
+
+Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
+  if (device.is_meta()) return;
+  allocator_ = GetAllocator(device.type);
+  data_ = allocator_->Allocate(nbytes, device);
+}
+
+Storage::~Storage() {
+  if (allocator_ != nullptr && data_ != nullptr) allocator_->Free(data_, nbytes_, device_);
+}
+
+}  // namespace kiln

@@ -1,0 +1,79 @@
+// Tensor: a shared handle to (storage, offset, shape, strides, dtype, device).
+//
+// Copying a Tensor copies the handle, not the data. Views (transpose, slice, expand, ...) are new
+// handles over the same storage with other metadata; they are built by the ops layer
+// (ops/views.h) through as_strided(). Element offsets and strides count elements, not bytes.
+//
+//   Tensor t = Tensor::Empty({2, 3}, DType::kFloat32, kCPU);
+//   float* p = t.data<float>();
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "runtime/shape.h"
+#include "runtime/storage.h"
+
+namespace kiln {
+
+class Tensor {
+ public:
+  Tensor() = default;  // an undefined tensor
+  Tensor(std::shared_ptr<Storage> storage, int64_t offset, Shape shape, Strides strides,
+         DType dtype, Device device);
+
+  // A new contiguous tensor with uninitialised memory (none at all on Meta).
+  static Tensor Empty(IntList shape, DType dtype, Device device);
+  static Tensor Empty(const TensorType& type) { return Empty(type.shape, type.dtype, type.device); }
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const { return impl_->shape; }
+  const Strides& strides() const { return impl_->strides; }
+  int64_t dim() const { return static_cast<int64_t>(impl_->shape.size()); }
+  int64_t size(int64_t d) const;    // negative d counts from the end
+  int64_t stride(int64_t d) const;  // likewise
+  int64_t numel() const { return NumElements(impl_->shape); }
+  DType dtype() const { return impl_->dtype; }
+  Device device() const { return impl_->device; }
+  int64_t offset() const { return impl_->offset; }
+  int64_t element_size() const { return DTypeSize(impl_->dtype); }
+  TensorType type() const { return TensorType{impl_->shape, impl_->dtype, impl_->device}; }
+  std::string shape_string() const { return ShapeString(impl_->shape); }
+
+  bool is_contiguous() const;
+  // True if some element is reachable by two indices (a stride-0 dim of size > 1).
+  bool has_internal_overlap() const;
+  const std::shared_ptr<Storage>& storage() const { return impl_->storage; }
+  void* data_ptr() const;
+  template <typename T>
+  T* data() const {
+    return static_cast<T*>(data_ptr());
+  }
+
+  // A view over the same storage; the caller guarantees the view stays inside it.
+  Tensor as_strided(IntList shape, IntList strides, int64_t offset) const;
+  // True if both handles refer to the same tensor object (not merely the same storage).
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+  bool shares_storage(const Tensor& other) const;
+
+ private:
+  struct Impl {
+    std::shared_ptr<Storage> storage;
+    int64_t offset = 0;
+    Shape shape;
+    Strides strides;
+    DType dtype = DType::kFloat32;
+    Device device;
+  };
+  std::shared_ptr<Impl> impl_;
+};
+
+// Copies `nbytes` between two device buffers. CPU<->CPU is built in; the CUDA backend registers
+// the copier for transfers that involve a GPU. Throws kiln::Error if no copier can do it.
+using CopyBytesFn = void (*)(void* dst, Device dst_device, const void* src, Device src_device,
+                             size_t nbytes);
+void CopyBytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
+void SetCudaCopier(CopyBytesFn fn);
+
+}  // namespace kiln

@@ -1,0 +1,597 @@
+// Table-driven op conformance: every registry row × dtype × device against the independent
+// double-precision reference in tests/reference.h, on fresh random inputs (never zeros),
+// covering broadcasting, non-contiguous views, zero-size dims, 0-d tensors and batched matmul.
+// A new op adds rows to kCases; the RegistryCoverage test fails until it does.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "ops/dispatch.h"
+#include "ops/factories.h"
+#include "ops/ops.h"
+#include "tests/reference.h"
+#include "tests/test_util.h"
+
+namespace kiln {
+namespace {
+
+using ref::RefTensor;
+using RefIn = const std::vector<RefTensor>&;
+using KilnIn = const std::vector<Tensor>&;
+
+enum class Gen { kNormal, kPositive, kMask };
+struct InputSpec {
+  std::vector<int64_t> shape;
+  Gen gen = Gen::kNormal;
+  bool transposed = false;  // build as a transposed (non-contiguous) view of the last two dims
+};
+
+struct OpCase {
+  std::string name;
+  OpId op;
+  std::vector<InputSpec> inputs;
+  std::function<Tensor(KilnIn)> run;
+  std::function<RefTensor(RefIn)> ref;
+  bool float_only = true;  // else also int32/int64 inputs
+};
+
+InputSpec N(std::vector<int64_t> s) { return {std::move(s)}; }
+InputSpec P(std::vector<int64_t> s) { return {std::move(s), Gen::kPositive}; }
+InputSpec M(std::vector<int64_t> s) { return {std::move(s), Gen::kMask}; }
+InputSpec T(std::vector<int64_t> s) { return {std::move(s), Gen::kNormal, true}; }
+
+RefTensor Unary(RefIn in, double (*f)(double)) {
+  return ref::Map({in[0]}, [f](const std::vector<double>& x) { return f(x[0]); });
+}
+double Sig(double x) { return 1 / (1 + std::exp(-x)); }
+double GeluErf(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
+double GeluTanh(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+RefTensor RefSoftmax(const RefTensor& x, int64_t dim, bool log) {
+  return ref::Rows(x, dim, [log](const std::vector<double>& r) {
+    double mx = -INFINITY, s = 0;
+    for (double v : r) mx = std::max(mx, v);
+    for (double v : r) s += std::exp(v - mx);
+    std::vector<double> o;
+    for (double v : r) o.push_back(log ? v - mx - std::log(s) : std::exp(v - mx) / s);
+    return o;
+  });
+}
+
+RefTensor RefNorm(RefIn in, bool rms, double eps) {
+  RefTensor y = ref::Rows(in[0], -1, [&](const std::vector<double>& r) {
+    double mean = 0, var = 0;
+    if (!rms) {
+      for (double v : r) mean += v / r.size();
+    }
+    for (double v : r) var += (v - mean) * (v - mean) / r.size();
+    std::vector<double> o;
+    for (double v : r) o.push_back((v - mean) / std::sqrt(var + eps));
+    return o;
+  });
+  const int64_t d = in[0].shape.back();
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    if (in.size() > 1) y.v[i] *= in[1].v[i % d];
+    if (in.size() > 2) y.v[i] += in[2].v[i % d];
+  }
+  return y;
+}
+
+RefTensor RefSum(const RefTensor& x, std::vector<int64_t> dims, bool keep) {
+  return ref::Reduce(
+      x, dims, keep, 0, [](double a, double b) { return a + b; },
+      [](double a, int64_t) { return a; });
+}
+
+// Elementwise unary cases: name, op, input generator, kiln fn, reference fn.
+std::vector<OpCase> UnaryCases() {
+  struct U {
+    const char* name;
+    OpId op;
+    Gen gen;
+    Tensor (*run)(const Tensor&);
+    double (*f)(double);
+  };
+  const U table[] = {
+      {"neg", OpId::kNeg, Gen::kNormal, [](const Tensor& x) { return neg(x); },
+       [](double x) { return -x; }},
+      {"exp", OpId::kExp, Gen::kNormal, [](const Tensor& x) { return exp(x); },
+       [](double x) { return std::exp(x); }},
+      {"log", OpId::kLog, Gen::kPositive, [](const Tensor& x) { return log(x); },
+       [](double x) { return std::log(x); }},
+      {"sqrt", OpId::kSqrt, Gen::kPositive, [](const Tensor& x) { return sqrt(x); },
+       [](double x) { return std::sqrt(x); }},
+      {"rsqrt", OpId::kRsqrt, Gen::kPositive, [](const Tensor& x) { return rsqrt(x); },
+       [](double x) { return 1 / std::sqrt(x); }},
+      {"tanh", OpId::kTanh, Gen::kNormal, [](const Tensor& x) { return tanh(x); },
+       [](double x) { return std::tanh(x); }},
+      {"sigmoid", OpId::kSigmoid, Gen::kNormal, [](const Tensor& x) { return sigmoid(x); }, Sig},
+      {"relu", OpId::kRelu, Gen::kNormal, [](const Tensor& x) { return relu(x); },
+       [](double x) { return x > 0 ? x : 0; }},
+      {"gelu", OpId::kGelu, Gen::kNormal, [](const Tensor& x) { return gelu(x); }, GeluErf},
+      {"gelu_tanh", OpId::kGelu, Gen::kNormal, [](const Tensor& x) { return gelu(x, "tanh"); },
+       GeluTanh},
+      {"silu", OpId::kSilu, Gen::kNormal, [](const Tensor& x) { return silu(x); },
+       [](double x) { return x * Sig(x); }},
+      {"add_scalar", OpId::kAddScalar, Gen::kNormal, [](const Tensor& x) { return x + 0.5; },
+       [](double x) { return x + 0.5; }},
+      {"sub_scalar", OpId::kSubScalar, Gen::kNormal, [](const Tensor& x) { return x - 2.0; },
+       [](double x) { return x - 2; }},
+      {"rsub_scalar", OpId::kRsubScalar, Gen::kNormal, [](const Tensor& x) { return 1.0 - x; },
+       [](double x) { return 1 - x; }},
+      {"mul_scalar", OpId::kMulScalar, Gen::kNormal, [](const Tensor& x) { return x * 1.5; },
+       [](double x) { return x * 1.5; }},
+      {"div_scalar", OpId::kDivScalar, Gen::kNormal, [](const Tensor& x) { return x / 4.0; },
+       [](double x) { return x / 4; }},
+  };
+  std::vector<OpCase> out;
+  for (const U& u : table) {
+    for (auto [suffix, spec] : {std::pair<const char*, InputSpec>{"", {{5, 7}, u.gen}},
+                                {"_strided", {{6, 3}, u.gen, true}},
+                                {"_0d", {{}, u.gen}},
+                                {"_empty", {{0, 4}, u.gen}}}) {
+      auto f = u.f;
+      auto run = u.run;
+      out.push_back({absl::StrCat(u.name, suffix),
+                     u.op,
+                     {spec},
+                     [run](KilnIn in) { return run(in[0]); },
+                     [f](RefIn in) { return Unary(in, f); }});
+    }
+  }
+  return out;
+}
+
+std::vector<OpCase> BinaryCases() {
+  struct B {
+    const char* name;
+    OpId op;
+    Tensor (*run)(const Tensor&, const Tensor&);
+    double (*f)(double, double);
+    Gen rhs = Gen::kNormal;
+  };
+  const B table[] = {
+      {"add", OpId::kAdd, [](const Tensor& a, const Tensor& b) { return a + b; },
+       [](double a, double b) { return a + b; }},
+      {"sub", OpId::kSub, [](const Tensor& a, const Tensor& b) { return a - b; },
+       [](double a, double b) { return a - b; }},
+      {"mul", OpId::kMul, [](const Tensor& a, const Tensor& b) { return a * b; },
+       [](double a, double b) { return a * b; }},
+      {"div", OpId::kDiv, [](const Tensor& a, const Tensor& b) { return a / b; },
+       [](double a, double b) { return a / b; }, Gen::kPositive},
+  };
+  const std::pair<const char*, std::vector<std::vector<int64_t>>> shapes[] = {
+      {"same", {{4, 5}, {4, 5}}},        {"row", {{4, 5}, {5}}}, {"col", {{4, 1}, {1, 5}}},
+      {"3d", {{2, 3, 1, 4}, {3, 5, 1}}}, {"0d", {{3, 4}, {}}},   {"empty", {{0, 3}, {3}}},
+  };
+  std::vector<OpCase> out;
+  for (const B& b : table) {
+    for (const auto& [sname, s] : shapes) {
+      auto f = b.f;
+      auto run = b.run;
+      out.push_back({absl::StrCat(b.name, "_", sname),
+                     b.op,
+                     {N(s[0]), {s[1], b.rhs}},
+                     [run](KilnIn in) { return run(in[0], in[1]); },
+                     [f](RefIn in) {
+                       return ref::Map(in,
+                                       [f](const std::vector<double>& x) { return f(x[0], x[1]); });
+                     }});
+    }
+    auto f = b.f;
+    auto run = b.run;
+    out.push_back({absl::StrCat(b.name, "_strided"),
+                   b.op,
+                   {T({3, 4}), {{3, 4}, b.rhs, true}},
+                   [run](KilnIn in) { return run(in[0], in[1]); },
+                   [f](RefIn in) {
+                     return ref::Map(in,
+                                     [f](const std::vector<double>& x) { return f(x[0], x[1]); });
+                   }});
+  }
+  return out;
+}
+
+std::vector<OpCase> OtherCases() {
+  auto where_ref = [](RefIn in) {
+    return ref::Map(in, [](const std::vector<double>& x) { return x[0] != 0 ? x[1] : x[2]; });
+  };
+  auto fill_ref = [](RefIn in) {
+    return ref::Map(in, [](const std::vector<double>& x) { return x[1] != 0 ? -3.5 : x[0]; });
+  };
+  auto reduce = [](std::vector<int64_t> dims, bool keep, int kind) {
+    return [dims, keep, kind](RefIn in) {
+      if (kind == 0) return RefSum(in[0], dims, keep);
+      if (kind == 1) {
+        return ref::Reduce(
+            in[0], dims, keep, 0, [](double a, double b) { return a + b; },
+            [](double a, int64_t n) { return a / n; });
+      }
+      return ref::Reduce(
+          in[0], dims, keep, -INFINITY, [](double a, double b) { return std::max(a, b); },
+          [](double a, int64_t) { return a; });
+    };
+  };
+  std::vector<OpCase> c = {
+      {"where",
+       OpId::kWhere,
+       {M({4, 5}), N({4, 5}), N({5})},
+       [](KilnIn in) { return where(in[0], in[1], in[2]); },
+       where_ref},
+      {"where_bcast_cond",
+       OpId::kWhere,
+       {M({5}), N({3, 5}), N({3, 1})},
+       [](KilnIn in) { return where(in[0], in[1], in[2]); },
+       where_ref},
+      {"masked_fill",
+       OpId::kMaskedFill,
+       {N({4, 6}), M({4, 6})},
+       [](KilnIn in) { return masked_fill(in[0], in[1], -3.5); },
+       fill_ref},
+      {"masked_fill_bcast",
+       OpId::kMaskedFill,
+       {T({2, 3, 4}), M({3, 4})},
+       [](KilnIn in) { return masked_fill(in[0], in[1], -3.5); },
+       fill_ref},
+      {"masked_fill_inplace",
+       OpId::kMaskedFill,
+       {N({3, 4}), M({4})},
+       [](KilnIn in) {
+         Tensor x = clone(in[0]);
+         masked_fill_(x, in[1], -3.5);
+         return x;
+       },
+       fill_ref},
+      {"add_inplace_strided",
+       OpId::kAdd,
+       {T({3, 4}), N({4})},
+       [](KilnIn in) {
+         Tensor x = clone(in[0]);
+         Tensor v = transpose(x, 0, 1);
+         add_(v, unsqueeze(in[1], 1));
+         return x;
+       },
+       [](RefIn in) {
+         return ref::Map(in, [](const std::vector<double>& x) { return x[0] + x[1]; });
+       }},
+      {"mul_inplace_scalar",
+       OpId::kMulScalar,
+       {N({3, 4})},
+       [](KilnIn in) {
+         Tensor x = clone(in[0]);
+         mul_(x, 2.5);
+         return x;
+       },
+       [](RefIn in) { return Unary(in, [](double x) { return x * 2.5; }); }},
+      {"sum_all",
+       OpId::kSum,
+       {N({3, 4, 5})},
+       [](KilnIn in) { return sum(in[0]); },
+       reduce({}, false, 0),
+       false},
+      {"sum_dim",
+       OpId::kSum,
+       {N({3, 4, 5})},
+       [](KilnIn in) { return sum(in[0], {1}); },
+       reduce({1}, false, 0),
+       false},
+      {"sum_dims_keep",
+       OpId::kSum,
+       {T({3, 4, 5})},
+       [](KilnIn in) {
+         return sum(in[0], {0, -1}, true);
+       },
+       reduce({0, -1}, true, 0)},
+      {"sum_empty",
+       OpId::kSum,
+       {N({0, 4})},
+       [](KilnIn in) { return sum(in[0], {0}); },
+       reduce({0}, false, 0)},
+      {"mean_dim",
+       OpId::kMean,
+       {N({3, 4, 5})},
+       [](KilnIn in) { return mean(in[0], {2}); },
+       reduce({2}, false, 1)},
+      {"mean_keep",
+       OpId::kMean,
+       {T({6, 5})},
+       [](KilnIn in) { return mean(in[0], {0}, true); },
+       reduce({0}, true, 1)},
+      {"max_dim",
+       OpId::kMax,
+       {N({3, 4, 5})},
+       [](KilnIn in) { return max(in[0], {-1}); },
+       reduce({-1}, false, 2),
+       false},
+      {"max_all",
+       OpId::kMax,
+       {T({4, 7})},
+       [](KilnIn in) { return max(in[0]); },
+       reduce({}, false, 2)},
+      {"softmax_last",
+       OpId::kSoftmax,
+       {N({4, 33})},
+       [](KilnIn in) { return softmax(in[0], -1); },
+       [](RefIn in) { return RefSoftmax(in[0], -1, false); }},
+      {"softmax_dim0_strided",
+       OpId::kSoftmax,
+       {T({3, 5, 7})},
+       [](KilnIn in) { return softmax(in[0], 0); },
+       [](RefIn in) { return RefSoftmax(in[0], 0, false); }},
+      {"log_softmax",
+       OpId::kLogSoftmax,
+       {N({2, 3, 17})},
+       [](KilnIn in) { return log_softmax(in[0], -1); },
+       [](RefIn in) { return RefSoftmax(in[0], -1, true); }},
+      {"log_softmax_dim1",
+       OpId::kLogSoftmax,
+       {T({4, 6})},
+       [](KilnIn in) { return log_softmax(in[0], 1); },
+       [](RefIn in) { return RefSoftmax(in[0], 1, true); }},
+      {"layer_norm",
+       OpId::kLayerNorm,
+       {N({4, 3, 16}), N({16}), N({16})},
+       [](KilnIn in) { return layer_norm(in[0], in[1], in[2]); },
+       [](RefIn in) { return RefNorm(in, false, 1e-5); }},
+      {"layer_norm_noaffine",
+       OpId::kLayerNorm,
+       {T({8, 5})},
+       [](KilnIn in) { return layer_norm(in[0]); },
+       [](RefIn in) { return RefNorm(in, false, 1e-5); }},
+      {"rms_norm",
+       OpId::kRmsNorm,
+       {N({4, 24}), N({24})},
+       [](KilnIn in) { return rms_norm(in[0], in[1]); },
+       [](RefIn in) { return RefNorm(in, true, 1e-6); }},
+      {"rms_norm_noweight",
+       OpId::kRmsNorm,
+       {N({3, 2, 9})},
+       [](KilnIn in) { return rms_norm(in[0]); },
+       [](RefIn in) { return RefNorm(in, true, 1e-6); }},
+  };
+  // Matmul: 2-D, vectors, broadcast batches, transposed views as operands, K = 0.
+  auto mm = [](RefIn in) { return ref::Matmul(in[0], in[1]); };
+  auto run_mm = [](KilnIn in) { return matmul(in[0], in[1]); };
+  const std::pair<const char*, std::vector<InputSpec>> mm_cases[] = {
+      {"matmul_2d", {N({17, 33}), N({33, 9})}},
+      {"matmul_vec_mat", {N({6}), N({6, 4})}},
+      {"matmul_mat_vec", {N({5, 6}), N({6})}},
+      {"matmul_dot", {N({7}), N({7})}},
+      {"matmul_batched", {N({3, 4, 5}), N({3, 5, 2})}},
+      {"matmul_bcast_batch", {N({2, 1, 3, 4}), N({5, 4, 6})}},
+      {"matmul_transposed_a", {T({5, 8}), N({8, 3})}},
+      {"matmul_transposed_b", {N({4, 6}), T({6, 7})}},
+      {"matmul_batched_vec", {N({2, 3, 4}), N({4})}},
+      {"matmul_k0", {N({3, 0}), N({0, 4})}},
+  };
+  for (const auto& [name, specs] : mm_cases) c.push_back({name, OpId::kMatmul, specs, run_mm, mm});
+  auto lin_ref = [](RefIn in) {
+    RefTensor y = ref::Matmul(in[0], ref::Transpose2(in[1]));
+    for (int64_t i = 0; in.size() > 2 && i < y.numel(); ++i) y.v[i] += in[2].v[i % in[2].v.size()];
+    return y;
+  };
+  c.push_back({"linear_bias",
+               OpId::kLinear,
+               {N({2, 5, 8}), N({6, 8}), N({6})},
+               [](KilnIn in) { return linear(in[0], in[1], in[2]); },
+               lin_ref});
+  c.push_back({"linear_nobias_strided",
+               OpId::kLinear,
+               {T({4, 8}), N({3, 8})},
+               [](KilnIn in) { return linear(in[0], in[1]); },
+               lin_ref});
+  c.push_back({"linear_vec",
+               OpId::kLinear,
+               {N({8}), N({3, 8}), N({3})},
+               [](KilnIn in) { return linear(in[0], in[1], in[2]); },
+               lin_ref});
+  return c;
+}
+
+// Casts, copies, masks and views: values must equal the (rounded) inputs rearranged.
+std::vector<OpCase> LayoutCases() {
+  auto identity = [](RefIn in) { return in[0]; };
+  auto tri = [](bool upper, int64_t diag) {
+    return [upper, diag](RefIn in) {
+      RefTensor o = in[0];
+      const int64_t r = o.shape[o.shape.size() - 2], cols = o.shape.back();
+      for (int64_t i = 0; i < o.numel(); ++i) {
+        const int64_t row = (i / cols) % r, col = i % cols;
+        if (upper ? col - row < diag : col - row > diag) o.v[i] = 0;
+      }
+      return o;
+    };
+  };
+  std::vector<OpCase> c = {
+      {"contiguous",
+       OpId::kContiguous,
+       {T({5, 3})},
+       [](KilnIn in) { return contiguous(in[0]); },
+       identity,
+       false},
+      {"triu",
+       OpId::kTriu,
+       {N({2, 4, 5})},
+       [](KilnIn in) { return triu(in[0], 1); },
+       tri(true, 1),
+       false},
+      {"tril",
+       OpId::kTril,
+       {T({5, 4})},
+       [](KilnIn in) { return tril(in[0], -1); },
+       tri(false, -1),
+       false},
+      {"transpose",
+       OpId::kTranspose,
+       {N({3, 4})},
+       [](KilnIn in) { return contiguous(transpose(in[0], 0, 1)); },
+       [](RefIn in) { return ref::Transpose2(in[0]); },
+       false},
+      {"permute_reshape",
+       OpId::kPermute,
+       {N({2, 3, 4})},
+       [](KilnIn in) {
+         return reshape(permute(permute(in[0], {2, 0, 1}), {1, 2, 0}), {6, 4});
+       },
+       [](RefIn in) {
+         RefTensor o = in[0];
+         o.shape = {6, 4};
+         return o;
+       },
+       false},
+      {"reshape_copy",
+       OpId::kReshape,
+       {T({4, 6})},
+       [](KilnIn in) {
+         return reshape(in[0], {2, -1});
+       },
+       [](RefIn in) {
+         RefTensor o = in[0];
+         o.shape = {2, 12};
+         return o;
+       },
+       false},
+      {"expand",
+       OpId::kExpand,
+       {N({3, 1})},
+       [](KilnIn in) {
+         return contiguous(expand(in[0], {2, 3, 4}));
+       },
+       [](RefIn in) {
+         return ref::Map({in[0], RefTensor{{2, 3, 4}, std::vector<double>(24, 0)}},
+                         [](const std::vector<double>& x) { return x[0]; });
+       },
+       false},
+      {"slice_step",
+       OpId::kSlice,
+       {N({10, 3})},
+       [](KilnIn in) { return contiguous(slice(in[0], 0, 1, -2, 3)); },
+       [](RefIn in) {
+         RefTensor o{{3, 3}, {}};
+         for (int r : {1, 4, 7})
+           for (int j = 0; j < 3; ++j) o.v.push_back(in[0].v[r * 3 + j]);
+         return o;
+       },
+       false},
+      {"unsqueeze_squeeze",
+       OpId::kUnsqueeze,
+       {N({3, 4})},
+       [](KilnIn in) { return squeeze(unsqueeze(unsqueeze(in[0], 0), -1), 0); },
+       [](RefIn in) {
+         RefTensor o = in[0];
+         o.shape = {3, 4, 1};
+         return o;
+       },
+       false},
+      {"squeeze_all",
+       OpId::kSqueeze,
+       {N({1, 3, 1, 2})},
+       [](KilnIn in) { return squeeze(in[0]); },
+       [](RefIn in) {
+         RefTensor o = in[0];
+         o.shape = {3, 2};
+         return o;
+       },
+       false},
+  };
+  for (DType to_type : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt64}) {
+    c.push_back({absl::StrCat("cast_to_", DTypeName(to_type)),
+                 OpId::kCast,
+                 {N({4, 5})},
+                 [to_type](KilnIn in) { return cast(cast(in[0], to_type), DType::kFloat32); },
+                 [to_type](RefIn in) {
+                   Tensor t = cast(from_vector(in[0].v, in[0].shape, DType::kFloat32), to_type);
+                   return RefTensor{in[0].shape, to_vector(t)};  // rounding per dtype
+                 }});
+  }
+  return c;
+}
+
+const std::vector<OpCase>& AllCases() {
+  static const auto* cases = [] {
+    auto* v = new std::vector<OpCase>();
+    for (auto& part : {UnaryCases(), BinaryCases(), OtherCases(), LayoutCases()}) {
+      v->insert(v->end(), part.begin(), part.end());
+    }
+    return v;
+  }();
+  return *cases;
+}
+
+Tensor MakeInput(const InputSpec& s, DType dtype, Device device, Generator& gen) {
+  std::vector<int64_t> shape = s.shape;
+  if (s.transposed) std::swap(shape[shape.size() - 1], shape[shape.size() - 2]);
+  Tensor t;
+  if (s.gen == Gen::kMask) {
+    std::vector<double> bits(NumElements(shape));
+    for (double& b : bits) b = gen.Uniform() < 0.5;
+    t = from_vector(bits, shape, DType::kBool);
+  } else {
+    t = randn(shape, gen, DType::kFloat32);
+    if (s.gen == Gen::kPositive) t = exp(t * 0.5) + 0.1;
+    if (!IsFloatingPoint(dtype)) t = cast(t * 10.0, dtype);
+    t = cast(t, dtype);
+  }
+  t = to(t, device);
+  return s.transposed ? transpose(t, -1, -2) : t;
+}
+
+struct Param {
+  size_t case_index;
+  DType dtype;
+  Device device;
+};
+
+class OpConformance : public ::testing::TestWithParam<Param> {};
+
+TEST_P(OpConformance, MatchesReference) {
+  const Param& p = GetParam();
+  if (p.device.is_cuda()) KILN_SKIP_WITHOUT_GPU();
+  const OpCase& c = AllCases()[p.case_index];
+  Generator gen(1234 + p.case_index);
+  std::vector<Tensor> inputs;
+  std::vector<RefTensor> refs;
+  for (const InputSpec& s : c.inputs) {
+    inputs.push_back(MakeInput(s, s.gen == Gen::kMask ? DType::kBool : p.dtype, p.device, gen));
+    refs.push_back({s.shape, to_vector(inputs.back())});
+  }
+  const Tensor out = c.run(inputs);
+  const RefTensor expected = c.ref(refs);
+  ASSERT_EQ(std::vector<int64_t>(out.shape().begin(), out.shape().end()), expected.shape);
+  EXPECT_EQ(out.device(), p.device);
+  ExpectClose(to_vector(out), expected.v, ToleranceFor(out.dtype()), c.name);
+}
+
+std::vector<Param> AllParams(Device device) {
+  std::vector<Param> out;
+  for (size_t i = 0; i < AllCases().size(); ++i) {
+    for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16})
+      out.push_back({i, t, device});
+    if (!AllCases()[i].float_only) out.push_back({i, DType::kInt64, device});
+  }
+  return out;
+}
+
+std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
+  return absl::StrCat(AllCases()[info.param.case_index].name, "_", DTypeName(info.param.dtype));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, OpConformance, ::testing::ValuesIn(AllParams(kCPU)), ParamName);
+INSTANTIATE_TEST_SUITE_P(Cuda, OpConformance, ::testing::ValuesIn(AllParams(CUDA(0))), ParamName);
+
+TEST(OpConformanceTable, CoversEveryRegistryRow) {
+  std::set<OpId> covered;
+  for (const OpCase& c : AllCases()) covered.insert(c.op);
+  for (int i = 0; i < kNumOps; ++i) {
+    EXPECT_TRUE(covered.count(static_cast<OpId>(i)))
+        << "registry row '" << GetOpDef(static_cast<OpId>(i)).name << "' has no conformance case";
+  }
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,146 @@
+// Tests of the runtime layer and the tensor API around it: dtype conversions (round to nearest
+// even), shapes and broadcasting, views sharing storage, factories, printing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "ops/factories.h"
+#include "ops/ops.h"
+#include "runtime/status.h"
+#include "runtime/tensor.h"
+
+namespace kiln {
+namespace {
+
+TEST(DType, SizesAndNames) {
+  EXPECT_EQ(DTypeSize(DType::kBFloat16), 2);
+  EXPECT_EQ(DTypeSize(DType::kInt64), 8);
+  EXPECT_EQ(DTypeName(DType::kFloat16), "float16");
+  EXPECT_TRUE(IsFloatingPoint(DType::kBFloat16));
+  EXPECT_FALSE(IsFloatingPoint(DType::kInt32));
+}
+
+TEST(DType, Promotion) {
+  EXPECT_EQ(PromoteTypes(DType::kBFloat16, DType::kFloat32), DType::kFloat32);
+  EXPECT_EQ(PromoteTypes(DType::kBFloat16, DType::kFloat16), DType::kFloat32);
+  EXPECT_EQ(PromoteTypes(DType::kInt64, DType::kBFloat16), DType::kBFloat16);
+  EXPECT_EQ(PromoteTypes(DType::kBool, DType::kInt32), DType::kInt32);
+}
+
+TEST(DType, BFloat16RoundsToNearestEven) {
+  EXPECT_EQ(FloatToBFloat16(1.0f), 0x3f80);
+  // 1 + 2^-8 is exactly halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1.0).
+  EXPECT_EQ(FloatToBFloat16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);
+  // 1 + 3·2^-8 is halfway between 1+2^-7 (odd) and 1+2^-6 (even): rounds up.
+  EXPECT_EQ(FloatToBFloat16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);
+  EXPECT_EQ(BFloat16ToFloat(FloatToBFloat16(-2.5f)), -2.5f);
+  EXPECT_TRUE(std::isnan(BFloat16ToFloat(FloatToBFloat16(NAN))));
+  EXPECT_TRUE(std::isinf(BFloat16ToFloat(FloatToBFloat16(INFINITY))));
+}
+
+TEST(DType, HalfRoundTripsAndRounds) {
+  for (float f : {0.0f, 1.0f, -1.5f, 65504.0f, 6.103515625e-05f, 5.9604645e-08f, 0.333251953125f}) {
+    EXPECT_EQ(HalfToFloat(FloatToHalf(f)), f) << f;
+  }
+  EXPECT_EQ(FloatToHalf(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie to even
+  EXPECT_EQ(FloatToHalf(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
+  EXPECT_TRUE(std::isinf(HalfToFloat(FloatToHalf(70000.0f))));
+  EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(NAN))));
+  EXPECT_EQ(HalfToFloat(FloatToHalf(-3e-8f)), -5.9604645e-08f);  // rounds to the least subnormal
+}
+
+TEST(Shape, Broadcast) {
+  EXPECT_EQ(*BroadcastShapes({3, 1, 5}, {4, 1}), (Shape{3, 4, 5}));
+  EXPECT_EQ(*BroadcastShapes({}, {2}), (Shape{2}));
+  EXPECT_FALSE(BroadcastShapes({3}, {4}).ok());
+  EXPECT_EQ(*WrapDim(-1, 3), 2);
+  EXPECT_FALSE(WrapDim(3, 3).ok());
+}
+
+TEST(Tensor, ViewsShareStorageAndLaunchNothing) {
+  Tensor x = arange(0, 24, 1, DType::kFloat32);
+  Tensor y = reshape(x, {2, 3, 4});
+  EXPECT_TRUE(y.shares_storage(x));
+  Tensor z = transpose(y, 0, 2);
+  EXPECT_TRUE(z.shares_storage(x));
+  EXPECT_FALSE(z.is_contiguous());
+  EXPECT_EQ(z.shape(), (Shape{4, 3, 2}));
+  EXPECT_EQ(to_vector(slice(z, 0, 1, 2))[0], 1.0);
+  Tensor e = expand(unsqueeze(slice(x, 0, 0, 3), 0), {2, 3});
+  EXPECT_TRUE(e.shares_storage(x));
+  EXPECT_EQ(e.stride(0), 0);
+  EXPECT_EQ(to_vector(e), (std::vector<double>{0, 1, 2, 0, 1, 2}));
+  // A view writes through to its base.
+  masked_fill_(slice(x, 0, 0, 2), ones({2}, DType::kBool), 7);
+  EXPECT_EQ(to_vector(x)[1], 7);
+}
+
+TEST(Tensor, ReshapeCopiesOnlyWhenStridesForceIt) {
+  Generator gen(1);
+  Tensor x = randn({4, 6}, gen);
+  EXPECT_TRUE(reshape(x, {2, 12}).shares_storage(x));
+  Tensor t = transpose(x, 0, 1);
+  EXPECT_FALSE(reshape(t, {24}).shares_storage(x));
+  EXPECT_TRUE(reshape(t, {6, 2, 2}).shares_storage(x));  // splitting a dim is a view
+  EXPECT_THROW(view(t, {24}), Error);
+  EXPECT_EQ(to_vector(reshape(t, {24})), to_vector(contiguous(t)));
+}
+
+TEST(Tensor, Factories) {
+  EXPECT_EQ(to_vector(arange(5)), (std::vector<double>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(arange(5).dtype(), DType::kInt64);
+  EXPECT_EQ(to_vector(arange(1, 2, 0.25, DType::kFloat32)),
+            (std::vector<double>{1, 1.25, 1.5, 1.75}));
+  EXPECT_EQ(to_vector(full({2}, 3.5, DType::kBFloat16)), (std::vector<double>{3.5, 3.5}));
+  EXPECT_EQ(to_vector(triu(ones({3, 3}, DType::kBool), 1)),
+            (std::vector<double>{0, 1, 1, 0, 0, 1, 0, 0, 0}));
+  Generator g1(7), g2(7);
+  EXPECT_EQ(to_vector(randn({16}, g1)), to_vector(randn({16}, g2)));  // seeded, reproducible
+  Generator g3(8);
+  const auto u = to_vector(rand({1000}, g3));
+  for (double v : u) ASSERT_TRUE(v >= 0 && v < 1);
+  EXPECT_EQ(zeros({2, 0}).numel(), 0);
+}
+
+TEST(Tensor, MetaTensorsHaveShapesButNoData) {
+  Tensor m = empty({8, 3}, DType::kBFloat16, kMeta);
+  EXPECT_EQ(m.data_ptr(), nullptr);
+  Tensor y = matmul(m, empty({3, 5}, DType::kBFloat16, kMeta));
+  EXPECT_EQ(y.shape(), (Shape{8, 5}));
+  EXPECT_TRUE(y.device().is_meta());
+  EXPECT_THROW(to_vector(y), Error);
+}
+
+TEST(Tensor, PrintsLikeTorch) {
+  EXPECT_EQ(ToString(from_vector({1, 2.5, -3, 4}, {2, 2})),
+            "tensor([[1.0000, 2.5000],\n        [-3.0000, 4.0000]], dtype=float32, device=cpu)");
+  EXPECT_EQ(ToString(ones({2}, DType::kBool)), "tensor([True, True], dtype=bool, device=cpu)");
+  const std::string big = ToString(arange(2000));
+  EXPECT_NE(big.find("0, 1, 2, ..., 1997, 1998, 1999"), std::string::npos) << big;
+  EXPECT_NE(big.find("size=[2000]"), std::string::npos);
+  EXPECT_EQ(ToString(from_vector({5}, {})), "tensor(5.0000, dtype=float32, device=cpu)");
+}
+
+TEST(Device, ParsesAndRejects) {
+  EXPECT_EQ(ParseDevice("cuda:1"), CUDA(1));
+  EXPECT_EQ(ParseDevice("cpu"), kCPU);
+  EXPECT_THROW(ParseDevice("tpu"), Error);
+}
+
+TEST(Status, MacrosPropagate) {
+  auto inner = [](bool ok) -> absl::StatusOr<int> {
+    if (!ok) return absl::InvalidArgumentError("bad");
+    return 3;
+  };
+  auto outer = [&](bool ok) -> absl::StatusOr<int> {
+    KILN_ASSIGN_OR_RETURN(int v, inner(ok));
+    KILN_RETURN_IF_ERROR(absl::OkStatus());
+    return v + 1;
+  };
+  EXPECT_EQ(*outer(true), 4);
+  EXPECT_EQ(outer(false).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,68 @@
+// Shared helpers of the kiln test suites: tolerances per dtype, element-wise closeness with a
+// readable first mismatch, and the GPU skip rule.
+//
+// GPU tests call KILN_SKIP_WITHOUT_GPU(): without a GPU they skip with a message, unless the
+// environment sets KILN_REQUIRE_GPU=1 (the GPU machine's run), where a missing GPU fails.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "runtime/dtype.h"
+#include "runtime/storage.h"
+
+namespace kiln {
+
+struct Tolerance {
+  double atol, rtol;
+};
+
+inline Tolerance ToleranceFor(DType t) {
+  switch (t) {
+    case DType::kFloat16:
+      return {2e-3, 2e-3};
+    case DType::kBFloat16:
+      return {1e-2, 1.6e-2};
+    case DType::kFloat32:
+      return {1e-5, 1e-5};
+    default:
+      return {0, 0};
+  }
+}
+
+inline void ExpectClose(const std::vector<double>& got, const std::vector<double>& want,
+                        Tolerance tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool both_nan = std::isnan(got[i]) && std::isnan(want[i]);
+    const bool same_inf = std::isinf(want[i]) && got[i] == want[i];
+    const double err = std::fabs(got[i] - want[i]);
+    if (both_nan || same_inf || err <= tol.atol + tol.rtol * std::fabs(want[i])) continue;
+    if (++bad <= 3) {
+      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", expected " << want[i]
+                    << " (|err| " << err << " > " << tol.atol << " + " << tol.rtol << "·|ref|)";
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " elements differ";
+}
+
+inline bool GpuPresent() { return HasAllocator(DeviceType::kCUDA); }
+inline bool GpuRequired() {
+  const char* v = std::getenv("KILN_REQUIRE_GPU");
+  return v != nullptr && std::string(v) == "1";
+}
+
+}  // namespace kiln
+
+#define KILN_SKIP_WITHOUT_GPU()                                                     \
+  do {                                                                              \
+    if (!::kiln::GpuPresent()) {                                                    \
+      if (::kiln::GpuRequired()) FAIL() << "KILN_REQUIRE_GPU=1 but no CUDA device"; \
+      GTEST_SKIP() << "no CUDA device (or kiln built without the CUDA backend)";    \
+    }                                                                               \
+  } while (0)
