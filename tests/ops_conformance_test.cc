@@ -547,6 +547,10 @@ struct Param {
   Device device;
 };
 
+void PrintTo(const Param& p, std::ostream* os) {
+  *os << AllCases()[p.case_index].name << " " << DTypeName(p.dtype) << " on " << p.device.str();
+}
+
 class OpConformance : public ::testing::TestWithParam<Param> {};
 
 TEST_P(OpConformance, MatchesReference) {

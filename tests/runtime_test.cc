@@ -16,7 +16,7 @@ namespace {
 TEST(DType, SizesAndNames) {
   EXPECT_EQ(DTypeSize(DType::kBFloat16), 2);
   EXPECT_EQ(DTypeSize(DType::kInt64), 8);
-  EXPECT_EQ(DTypeName(DType::kFloat16), "float16");
+  EXPECT_EQ(std::string(DTypeName(DType::kFloat16)), "float16");
   EXPECT_TRUE(IsFloatingPoint(DType::kBFloat16));
   EXPECT_FALSE(IsFloatingPoint(DType::kInt32));
 }
