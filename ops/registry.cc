@@ -4,6 +4,9 @@
 #include <cmath>
 
 #include "ops/cpu/kernels.h"
+#include "ops/cuda/elementwise_cuda.h"
+#include "ops/cuda/matmul_cuda.h"
+#include "ops/cuda/reduce_cuda.h"
 #include "ops/infer.h"
 #include "ops/op_def.h"
 #include "ops/views.h"
@@ -54,14 +57,17 @@ constexpr auto kMm = FusionKind::kMatmul;
 constexpr auto kView = FusionKind::kView;
 constexpr auto kOpq = FusionKind::kOpaque;
 
-// An elementwise row: CPU kernel = the generic loop over `fn`; codegen emits `expr`.
+// An elementwise row: the CPU kernel is the generic loop over `fn`, the CUDA kernel is generated
+// from `expr` (the same expression the fusion codegen emits).
 constexpr OpDef Ew(OpId id, const char* name, int arity, FusionKind kind, uint32_t attrs,
                    InferFn infer, ScalarFn fn, std::string_view expr) {
-  return OpDef{id, name, arity, arity, kind, attrs, infer, cpu::Elementwise, nullptr, fn, expr};
+  return OpDef{id,      name,  arity, arity,
+               kind,    attrs, infer, cpu::Elementwise,
+               nullptr, fn,    expr,  cuda_ops::Elementwise};
 }
 constexpr OpDef Op(OpId id, const char* name, int min_in, int max_in, FusionKind kind,
-                   uint32_t attrs, InferFn infer, KernelFn cpu) {
-  return OpDef{id, name, min_in, max_in, kind, attrs, infer, cpu};
+                   uint32_t attrs, InferFn infer, KernelFn cpu, KernelFn cuda) {
+  return OpDef{id, name, min_in, max_in, kind, attrs, infer, cpu, nullptr, nullptr, {}, cuda};
 }
 constexpr OpDef View(OpId id, const char* name, uint32_t attrs, InferFn infer, ViewFn view) {
   return OpDef{id, name, 1, 1, kView, attrs, infer, nullptr, view};
@@ -94,15 +100,15 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   Ew(O::kWhere, "where", 3, kBc, 0, infer::Where,     FWhere, "($0 != 0.f ? $1 : $2)"),
   Ew(O::kMaskedFill, "masked_fill", 2, kBc, kAttrScalar, infer::MaskedFill, FMaskedFill,
      "($1 != 0.f ? $scalar : $0)"),
-  Op(O::kSum,  "sum",  1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ReduceSum,  cpu::Sum),
-  Op(O::kMean, "mean", 1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ReduceMean, cpu::Mean),
-  Op(O::kMax,  "max",  1, 1, kRed, kAttrDims | kAttrKeepdim, infer::Reduce,     cpu::Max),
-  Op(O::kSoftmax,    "softmax",     1, 1, kRed, kAttrDim, infer::Softmax, cpu::Softmax),
-  Op(O::kLogSoftmax, "log_softmax", 1, 1, kRed, kAttrDim, infer::Softmax, cpu::LogSoftmax),
-  Op(O::kLayerNorm,  "layer_norm",  1, 3, kRed, kAttrEps, infer::Norm,    cpu::LayerNorm),
-  Op(O::kRmsNorm,    "rms_norm",    1, 2, kRed, kAttrEps, infer::Norm,    cpu::RmsNorm),
-  Op(O::kMatmul, "matmul", 2, 2, kMm, kAttrTranspose, infer::Matmul, cpu::Matmul),
-  Op(O::kLinear, "linear", 2, 3, kMm, 0,              infer::Linear, cpu::Linear),
+  Op(O::kSum,  "sum",  1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ReduceSum,  cpu::Sum, cuda_ops::Sum),
+  Op(O::kMean, "mean", 1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ReduceMean, cpu::Mean, cuda_ops::Mean),
+  Op(O::kMax,  "max",  1, 1, kRed, kAttrDims | kAttrKeepdim, infer::Reduce,     cpu::Max, cuda_ops::Max),
+  Op(O::kSoftmax,    "softmax",     1, 1, kRed, kAttrDim, infer::Softmax, cpu::Softmax, cuda_ops::Softmax),
+  Op(O::kLogSoftmax, "log_softmax", 1, 1, kRed, kAttrDim, infer::Softmax, cpu::LogSoftmax, cuda_ops::LogSoftmax),
+  Op(O::kLayerNorm,  "layer_norm",  1, 3, kRed, kAttrEps, infer::Norm,    cpu::LayerNorm, cuda_ops::LayerNorm),
+  Op(O::kRmsNorm,    "rms_norm",    1, 2, kRed, kAttrEps, infer::Norm,    cpu::RmsNorm, cuda_ops::RmsNorm),
+  Op(O::kMatmul, "matmul", 2, 2, kMm, kAttrTranspose, infer::Matmul, cpu::Matmul, cuda_ops::Matmul),
+  Op(O::kLinear, "linear", 2, 3, kMm, 0,              infer::Linear, cpu::Linear, cuda_ops::Linear),
   View(O::kTranspose, "transpose", kAttrDim | kAttrDim2, infer::Transpose, views::Transpose),
   View(O::kPermute,   "permute",   kAttrDims,            infer::Permute,   views::Permute),
   View(O::kReshape,   "reshape",   kAttrDims,            infer::Reshape,   views::Reshape),
@@ -110,9 +116,9 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   View(O::kSlice,     "slice",     kAttrDim | kAttrSlice, infer::Slice,    views::Slice),
   View(O::kUnsqueeze, "unsqueeze", kAttrDim,             infer::Unsqueeze, views::Unsqueeze),
   View(O::kSqueeze,   "squeeze",   kAttrDim | kAttrAllDims, infer::Squeeze, views::Squeeze),
-  Op(O::kContiguous, "contiguous", 1, 1, kOpq, 0, infer::Same, cpu::Copy),
-  Op(O::kTriu, "triu", 1, 1, kOpq, kAttrDiagonal, infer::TriMask, cpu::Triu),
-  Op(O::kTril, "tril", 1, 1, kOpq, kAttrDiagonal, infer::TriMask, cpu::Tril),
+  Op(O::kContiguous, "contiguous", 1, 1, kOpq, 0, infer::Same, cpu::Copy, cuda_ops::Copy),
+  Op(O::kTriu, "triu", 1, 1, kOpq, kAttrDiagonal, infer::TriMask, cpu::Triu, cuda_ops::Triu),
+  Op(O::kTril, "tril", 1, 1, kOpq, kAttrDiagonal, infer::TriMask, cpu::Tril, cuda_ops::Tril),
 }};
 // clang-format on
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/cuda.h"
 #include "runtime/status.h"
 
 namespace kiln {
@@ -29,7 +30,8 @@ class CpuAllocator final : public Allocator {
 
 std::array<Allocator*, kNumDeviceTypes>& Allocators() {
   static CpuAllocator cpu;
-  static std::array<Allocator*, kNumDeviceTypes> table = {&cpu, nullptr, nullptr};
+  // The CUDA slot holds the caching allocator when a GPU is usable, else stays empty.
+  static std::array<Allocator*, kNumDeviceTypes> table = {&cpu, cuda::DeviceAllocator(), nullptr};
   return table;
 }
 

@@ -3,15 +3,11 @@
 
 #include <cstring>
 
+#include "runtime/cuda.h"
 #include "runtime/status.h"
 
 namespace kiln {
 namespace {
-
-CopyBytesFn& CudaCopier() {
-  static CopyBytesFn fn = nullptr;
-  return fn;
-}
 
 int64_t WrapOrThrow(int64_t d, int64_t rank) { return ValueOrThrow(WrapDim(d, rank)); }
 
@@ -74,11 +70,9 @@ void CopyBytes(void* dst, Device dst_device, const void* src, Device src_device,
   }
   KILN_CHECK(!dst_device.is_meta() && !src_device.is_meta(), "copy: cannot copy data from ",
              src_device.str(), " to ", dst_device.str(), ": meta tensors hold no data");
-  KILN_CHECK(CudaCopier() != nullptr, "copy: cannot copy from ", src_device.str(), " to ",
-             dst_device.str(), ": the CUDA backend is not available");
-  CudaCopier()(dst, dst_device, src, src_device, nbytes);
+  KILN_CHECK(cuda::IsAvailable(), "copy: cannot copy from ", src_device.str(), " to ",
+             dst_device.str(), ": no usable CUDA device");
+  cuda::Copy(dst, dst_device, src, src_device, nbytes);
 }
-
-void SetCudaCopier(CopyBytesFn fn) { CudaCopier() = fn; }
 
 }  // namespace kiln

@@ -69,11 +69,8 @@ class Tensor {
   std::shared_ptr<Impl> impl_;
 };
 
-// Copies `nbytes` between two device buffers. CPU<->CPU is built in; the CUDA backend registers
-// the copier for transfers that involve a GPU. Throws kiln::Error if no copier can do it.
-using CopyBytesFn = void (*)(void* dst, Device dst_device, const void* src, Device src_device,
-                             size_t nbytes);
+// Copies `nbytes` between two buffers on any devices (CUDA copies go through runtime/cuda.h).
+// Throws kiln::Error if the transfer is impossible (meta tensors, no GPU).
 void CopyBytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
-void SetCudaCopier(CopyBytesFn fn);
 
 }  // namespace kiln

@@ -2,8 +2,9 @@
 //
 // The structure follows the classic Goto/BLIS design:
 //   * C is split into one rectangular piece per thread; each thread runs the serial algorithm
-//     below on its piece with private packing buffers, so no synchronisation is needed beyond
-//     waiting for all pieces to finish.
+//     below on its piece with its own packing buffers, so no synchronisation is needed beyond
+//     waiting for all pieces to finish. Threads come from a small persistent pool whose workers
+//     spin briefly between jobs; problems below ~64^3 multiply-adds stay on the caller.
 //   * The serial algorithm loops over NC-wide column blocks of op(B), KC-deep slices of K and
 //     MC-tall row blocks of op(A). Each block is packed into contiguous, zero-padded micro-panels
 //     (which also absorbs the transposes), then a kMr x kNr register-tiled micro-kernel sweeps
@@ -185,8 +186,9 @@ void PackPanel(const float* src, int64_t lane_stride, int64_t depth_stride, int6
     }
   } else if (lanes == kWidth) {
     for (int64_t p = 0; p < kc; ++p) {
-      for (int64_t l = 0; l < kWidth; ++l)
+      for (int64_t l = 0; l < kWidth; ++l) {
         dst[p * kWidth + l] = src[l * lane_stride + p * depth_stride];
+      }
     }
   } else {
     for (int64_t p = 0; p < kc; ++p) {
@@ -429,8 +431,8 @@ struct Split {
   int64_t piece_n;
 };
 
-// Splits C into at most `threads` pieces, preferring the grid with the smallest piece perimeter
-// (which minimises the redundant packing each thread does).
+// Splits C into at most `threads` pieces: the grid with the most non-empty pieces, and among
+// those the smallest piece perimeter (which minimises the redundant packing each thread does).
 Split ChooseSplit(int64_t m, int64_t n, int threads) {
   const int64_t tiles_m = CeilDiv(m, kMr);
   const int64_t tiles_n = CeilDiv(n, kNr);

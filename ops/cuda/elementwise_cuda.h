@@ -1,0 +1,25 @@
+// CUDA kernels for the elementwise rows of the registry, generated from each row's CUDA
+// expression and compiled with NVRTC on first use (then cached in memory and on disk, see
+// runtime/nvrtc.h). One source holds two kernels: a 16-byte vectorised one for contiguous
+// operands of the output's shape, and a strided one with broadcasting for everything else.
+// The same renderer serves the contiguous() copy (expression "$0").
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ops/op_def.h"
+
+namespace kiln::cuda_ops {
+
+// KernelFn for every elementwise row (and kContiguous): out = expr(inputs), any strides.
+void Elementwise(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
+                 const OpAttrs& a);
+void Copy(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+
+// The CUDA source for one elementwise expression over operands of the given dtypes (exposed so
+// tests can compile every variant with NVRTC without a GPU).
+std::string RenderElementwiseSource(const std::string& kernel_base, const std::string& expr,
+                                    const std::vector<DType>& in_types, DType out_type);
+
+}  // namespace kiln::cuda_ops

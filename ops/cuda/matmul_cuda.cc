@@ -1,0 +1,666 @@
+// cuBLASLt matmul and linear (see matmul_cuda.h): how each operand is read (in place through
+// transpose flags and leading dims, or as a contiguous copy), batch dims split into one strided
+// batch plus a host loop, the per-device handle and workspace, the plan cache (descriptors and
+// the heuristic's algorithm per distinct problem) and the K == 0 fills that need no GEMM.
+//
+// Row-major out[m, n] = a[m, k] @ b[k, n] is column-major outᵀ = bᵀ·aᵀ: cuBLAS's A is kiln's b
+// and cuBLAS's B is kiln's a, with cuBLAS sizes (m', n', k') = (n, m, k).
+#include "ops/cuda/matmul_cuda.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "ops/ops.h"
+#include "runtime/cuda.h"
+#include "runtime/status.h"
+
+namespace kiln::cuda_ops {
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+constexpr int kMaxDevices = 64;
+constexpr size_t kMaxCachedPlans = 4096;  // dynamic shapes: start over rather than grow forever
+constexpr char kMatmulName[] = "matmul";
+constexpr char kLinearName[] = "linear";
+
+std::atomic<bool> g_allow_tf32{false};
+
+[[noreturn]] void ThrowInternal(const std::string& message) {
+  throw Error(absl::InternalError(message));
+}
+
+// ---- The problem: what the plan cache keys on and what error messages name. -----------------
+
+// One GEMM in kiln's row-major terms: out[m, n] = a[m, k] @ b[k, n] (+ bias[n]) for `batch`
+// matrices stride_* elements apart. A transposed operand is stored column-major (ld = its column
+// stride). align_* is the byte alignment (a power of two, at most 256) of every pointer the GEMM
+// will be given for that operand, loop entries included.
+struct GemmKey {
+  const char* op;  // kMatmulName or kLinearName
+  int device;
+  DType dtype;
+  bool tf32, bias, trans_a, trans_b;
+  int64_t m, n, k, lda, ldb, ldo, batch, stride_a, stride_b, stride_o;
+  uint32_t align_a, align_b, align_o, align_bias;
+  bool operator==(const GemmKey&) const = default;
+};
+
+struct GemmKeyHash {
+  size_t operator()(const GemmKey& k) const {
+    size_t h = std::hash<const void*>()(k.op);
+    const int64_t flags = k.tf32 | k.bias << 1 | k.trans_a << 2 | k.trans_b << 3;
+    for (int64_t v : {int64_t{k.device}, static_cast<int64_t>(k.dtype), flags, k.m, k.n, k.k, k.lda,
+                      k.ldb, k.ldo, k.batch, k.stride_a, k.stride_b, k.stride_o, int64_t{k.align_a},
+                      int64_t{k.align_b}, int64_t{k.align_o}, int64_t{k.align_bias}}) {
+      h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    }
+    return h;
+  }
+};
+
+std::string Describe(const GemmKey& k) {
+  return absl::StrCat(k.op, " on cuda:", k.device, ", ", DTypeName(k.dtype),
+                      k.tf32 ? " (tf32)" : "", ": m=", k.m, " n=", k.n, " k=", k.k,
+                      " batch=", k.batch, ", a", k.trans_a ? "ᵀ" : "", " ld=", k.lda,
+                      " align=", k.align_a, ", b", k.trans_b ? "ᵀ" : "", " ld=", k.ldb,
+                      " align=", k.align_b, ", out ld=", k.ldo, " align=", k.align_o,
+                      k.bias ? absl::StrCat(", bias align=", k.align_bias) : "");
+}
+
+std::string StatusText(cublasStatus_t status) {
+  const char* name = cublasLtGetStatusName(status);
+  const char* text = cublasLtGetStatusString(status);
+  return absl::StrCat(name != nullptr ? name : "cublasStatus_t", " ", static_cast<int>(status),
+                      " (", text != nullptr ? text : "unknown status", ")");
+}
+
+void CheckCublas(cublasStatus_t status, const char* call, const GemmKey& key) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  ThrowInternal(absl::StrCat(key.op, ": ", call, " failed with ", StatusText(status), " for ",
+                             Describe(key)));
+}
+
+// ---- cuBLASLt objects. ----------------------------------------------------------------------
+
+template <typename Handle, cublasStatus_t (*kDestroy)(Handle)>
+struct CublasDeleter {
+  void operator()(Handle h) const { kDestroy(h); }  // only frees host memory; cannot fail usefully
+};
+using DescPtr = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulDesc_t>,
+                                CublasDeleter<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy>>;
+using LayoutPtr =
+    std::unique_ptr<std::remove_pointer_t<cublasLtMatrixLayout_t>,
+                    CublasDeleter<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>>;
+using PrefPtr =
+    std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>,
+                    CublasDeleter<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy>>;
+
+// Sets one attribute of a descriptor, layout or preference (`set` is the matching setter).
+template <typename Obj, typename Attr, typename T>
+void SetAttr(cublasStatus_t (*set)(Obj, Attr, const void*, size_t), Obj obj, Attr attr,
+             const T& value, const char* call, const GemmKey& key) {
+  CheckCublas(set(obj, attr, &value, sizeof(value)), call, key);
+}
+
+cudaDataType_t CudaType(DType t) {
+  switch (t) {
+    case DType::kFloat32:
+      return CUDA_R_32F;
+    case DType::kFloat16:
+      return CUDA_R_16F;
+    case DType::kBFloat16:
+      return CUDA_R_16BF;
+    default:
+      throw Error(absl::UnimplementedError(
+          absl::StrCat("matmul (cuda): dtype ", DTypeName(t),
+                       " is not supported (float32, float16 and bfloat16 are)")));
+  }
+}
+
+// Everything cublasLtMatmul needs besides pointers, built once per GemmKey.
+struct GemmPlan {
+  DescPtr desc;
+  LayoutPtr a, b, c;  // cuBLAS's A (kiln's b), B (kiln's a), C = D (out)
+  cublasLtMatmulAlgo_t algo{};
+  mutable std::mutex bias_mu;  // the bias pointer lives in `desc`: set it and launch under this
+};
+
+DescPtr MakeDesc(const GemmKey& key, const void* bias) {
+  cublasLtMatmulDesc_t raw = nullptr;
+  const cublasComputeType_t compute = key.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  CheckCublas(cublasLtMatmulDescCreate(&raw, compute, CUDA_R_32F), "cublasLtMatmulDescCreate", key);
+  DescPtr desc(raw);
+  const cublasOperation_t op_a = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLAS A = kiln b
+  const cublasOperation_t op_b = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  SetAttr(cublasLtMatmulDescSetAttribute, raw, CUBLASLT_MATMUL_DESC_TRANSA, op_a,
+          "cublasLtMatmulDescSetAttribute(TRANSA)", key);
+  SetAttr(cublasLtMatmulDescSetAttribute, raw, CUBLASLT_MATMUL_DESC_TRANSB, op_b,
+          "cublasLtMatmulDescSetAttribute(TRANSB)", key);
+  if (key.bias) {  // bias[n] runs along D's rows (n' = n), as CUBLASLT_EPILOGUE_BIAS expects
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    SetAttr(cublasLtMatmulDescSetAttribute, raw, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue,
+            "cublasLtMatmulDescSetAttribute(EPILOGUE)", key);
+    // The heuristic reads the bias pointer's alignment; calls then set their own pointer.
+    SetAttr(cublasLtMatmulDescSetAttribute, raw, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias,
+            "cublasLtMatmulDescSetAttribute(BIAS_POINTER)", key);
+  }
+  return desc;
+}
+
+// A column-major rows x cols layout with leading dim `ld`, strided over key.batch matrices.
+LayoutPtr MakeLayout(const GemmKey& key, int64_t rows, int64_t cols, int64_t ld, int64_t stride) {
+  cublasLtMatrixLayout_t raw = nullptr;
+  CheckCublas(cublasLtMatrixLayoutCreate(&raw, CudaType(key.dtype), static_cast<uint64_t>(rows),
+                                         static_cast<uint64_t>(cols), ld),
+              "cublasLtMatrixLayoutCreate", key);
+  LayoutPtr layout(raw);
+  if (key.batch > 1) {
+    const int32_t count = static_cast<int32_t>(key.batch);  // SplitBatch keeps it <= INT32_MAX
+    SetAttr(cublasLtMatrixLayoutSetAttribute, raw, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, count,
+            "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)", key);
+    SetAttr(cublasLtMatrixLayoutSetAttribute, raw, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+            stride, "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)", key);
+  }
+  return layout;
+}
+
+PrefPtr MakePreference(const GemmKey& key) {
+  cublasLtMatmulPreference_t raw = nullptr;
+  CheckCublas(cublasLtMatmulPreferenceCreate(&raw), "cublasLtMatmulPreferenceCreate", key);
+  PrefPtr pref(raw);
+  constexpr const char* kCall = "cublasLtMatmulPreferenceSetAttribute";
+  const uint64_t workspace = kWorkspaceBytes;
+  SetAttr(cublasLtMatmulPreferenceSetAttribute, raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+          workspace, kCall, key);
+  // Without these the heuristic assumes 256-byte aligned pointers (cuBLAS's A is kiln's b).
+  SetAttr(cublasLtMatmulPreferenceSetAttribute, raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+          key.align_b, kCall, key);
+  SetAttr(cublasLtMatmulPreferenceSetAttribute, raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          key.align_a, kCall, key);
+  SetAttr(cublasLtMatmulPreferenceSetAttribute, raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+          key.align_o, kCall, key);
+  SetAttr(cublasLtMatmulPreferenceSetAttribute, raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+          key.align_o, kCall, key);
+  if (key.dtype != DType::kFloat32) {
+    // Split-K partial sums stay float32 (kiln computes half types in float32): no scheme that
+    // adds partials up in the 16-bit output type.
+    const uint32_t mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    SetAttr(cublasLtMatmulPreferenceSetAttribute, raw, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+            mask, kCall, key);
+  }
+  return pref;
+}
+
+// Descriptors plus the heuristic's best algorithm; nullptr when cuBLASLt has none for `key`.
+std::shared_ptr<GemmPlan> CreatePlan(const GemmKey& key, const void* bias,
+                                     cublasLtHandle_t handle) {
+  auto plan = std::make_shared<GemmPlan>();
+  plan->desc = MakeDesc(key, bias);
+  plan->a = key.trans_b ? MakeLayout(key, key.k, key.n, key.ldb, key.stride_b)
+                        : MakeLayout(key, key.n, key.k, key.ldb, key.stride_b);
+  plan->b = key.trans_a ? MakeLayout(key, key.m, key.k, key.lda, key.stride_a)
+                        : MakeLayout(key, key.k, key.m, key.lda, key.stride_a);
+  plan->c = MakeLayout(key, key.n, key.m, key.ldo, key.stride_o);
+  const PrefPtr pref = MakePreference(key);
+  cublasLtMatmulHeuristicResult_t result{};
+  int count = 0;
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(handle, plan->desc.get(), plan->a.get(), plan->b.get(),
+                                     plan->c.get(), plan->c.get(), pref.get(), 1, &result, &count);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return nullptr;
+  CheckCublas(status, "cublasLtMatmulAlgoGetHeuristic", key);
+  if (count < 1 || result.state != CUBLAS_STATUS_SUCCESS) return nullptr;
+  if (result.workspaceSize > kWorkspaceBytes) {
+    ThrowInternal(absl::StrCat(key.op, ": cuBLASLt chose an algorithm needing ",
+                               result.workspaceSize, " workspace bytes for ", Describe(key)));
+  }
+  plan->algo = result.algo;
+  return plan;
+}
+
+// ---- Per-device state: one handle and one workspace, never freed. -----------------------------
+
+struct DeviceContext {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+};
+
+DeviceContext* CreateContext(int device) {  // the current device is `device`
+  cublasLtHandle_t handle = nullptr;
+  const cublasStatus_t status = cublasLtCreate(&handle);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    ThrowInternal(absl::StrCat("matmul (cuda): cublasLtCreate failed with ", StatusText(status),
+                               " on cuda:", device));
+  }
+  void* workspace = nullptr;
+  const cudaError_t err = cudaMalloc(&workspace, kWorkspaceBytes);
+  if (err != cudaSuccess) {
+    cublasLtDestroy(handle);
+    cudaGetLastError();  // clear it so that later calls do not report this failure
+    cuda::Check(err, "cudaMalloc (32 MiB cuBLASLt workspace)", __FILE__, __LINE__);
+  }
+  return new DeviceContext{handle, workspace};
+}
+
+const DeviceContext& ContextFor(int device) {
+  if (device < 0 || device >= kMaxDevices) {
+    ThrowInternal(absl::StrCat("matmul (cuda): device index ", device, " out of range"));
+  }
+  static std::array<std::atomic<DeviceContext*>, kMaxDevices> contexts{};
+  static auto* mu = new std::mutex;
+  DeviceContext* ctx = contexts[device].load(std::memory_order_acquire);
+  if (ctx != nullptr) return *ctx;
+  std::lock_guard<std::mutex> lock(*mu);
+  ctx = contexts[device].load(std::memory_order_relaxed);
+  if (ctx == nullptr) {
+    ctx = CreateContext(device);  // throws, leaving the slot empty for a later retry
+    contexts[device].store(ctx, std::memory_order_release);
+  }
+  return *ctx;
+}
+
+// Makes `device` current for the guard's lifetime. cudaSetDevice also makes the device's primary
+// context current on this thread, which cuBLASLt needs and a thread that has made no CUDA runtime
+// call yet lacks (cublasLtMatmul then fails with CUDA_ERROR_INVALID_CONTEXT, seen on the H200), so
+// the guard calls it once per thread and device even when `device` is already current.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) : device_(device) {
+    thread_local uint64_t bound = 0;             // bit d: this thread has called cudaSetDevice(d)
+    const uint64_t bit = uint64_t{1} << device;  // device < kMaxDevices = 64 (CheckOperands)
+    KILN_CUDA_CHECK(cudaGetDevice(&prev_));
+    if (prev_ != device_ || (bound & bit) == 0) {
+      KILN_CUDA_CHECK(cudaSetDevice(device_));
+      bound |= bit;
+    }
+  }
+  ~DeviceGuard() {
+    if (prev_ != device_) cudaSetDevice(prev_);  // best effort: a destructor must not throw
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int device_;
+  int prev_ = -1;
+};
+
+// ---- The plan cache. -----------------------------------------------------------------------
+
+struct PlanCache {
+  std::mutex mu;
+  std::unordered_map<GemmKey, std::shared_ptr<const GemmPlan>, GemmKeyHash> plans;
+};
+
+// The cached plan for `key`, created on first use; nullptr if cuBLASLt has no algorithm.
+std::shared_ptr<const GemmPlan> PlanFor(const GemmKey& key, const void* bias,
+                                        const DeviceContext& ctx) {
+  static auto* cache = new PlanCache;  // never destroyed: GEMMs may run during static teardown
+  {
+    std::lock_guard<std::mutex> lock(cache->mu);
+    auto it = cache->plans.find(key);
+    if (it != cache->plans.end()) return it->second;
+  }
+  std::shared_ptr<const GemmPlan> plan = CreatePlan(key, bias, ctx.handle);  // slow: unlocked
+  if (plan == nullptr) return nullptr;
+  std::lock_guard<std::mutex> lock(cache->mu);
+  if (cache->plans.size() >= kMaxCachedPlans) cache->plans.clear();  // users hold shared_ptrs
+  return cache->plans.try_emplace(key, std::move(plan)).first->second;
+}
+
+void Launch(const GemmPlan& plan, const GemmKey& key, const DeviceContext& ctx, const void* a,
+            const void* b, void* out, const void* bias, cudaStream_t stream) {
+  static constexpr float kOne = 1.0f, kZero = 0.0f;
+  auto matmul = [&] {
+    return cublasLtMatmul(ctx.handle, plan.desc.get(), &kOne, b, plan.a.get(), a, plan.b.get(),
+                          &kZero, out, plan.c.get(), out, plan.c.get(), &plan.algo, ctx.workspace,
+                          kWorkspaceBytes, stream);
+  };
+  if (bias == nullptr) return CheckCublas(matmul(), "cublasLtMatmul", key);
+  std::lock_guard<std::mutex> lock(plan.bias_mu);
+  SetAttr(cublasLtMatmulDescSetAttribute, plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias,
+          "cublasLtMatmulDescSetAttribute(BIAS_POINTER)", key);
+  CheckCublas(matmul(), "cublasLtMatmul", key);
+}
+
+// ---- Operands: layouts, batch strides, alignment. --------------------------------------------
+
+// How cuBLAS reads a 2-D matrix in place: row-major (element (r, c) at r * ld + c) or, when
+// `trans`, column-major (at r + c * ld).
+struct MatrixLayout {
+  int64_t ld;
+  bool trans;
+};
+
+// The in-place layout of t's last two dims, if it has one (a stride of a size-1 dim is free).
+std::optional<MatrixLayout> InPlaceLayout(const Tensor& t) {
+  const int64_t rows = t.size(-2), cols = t.size(-1), rs = t.stride(-2), cs = t.stride(-1);
+  if ((cols <= 1 || cs == 1) && (rows <= 1 || rs >= std::max<int64_t>(cols, 1))) {
+    return MatrixLayout{rows <= 1 ? std::max<int64_t>(cols, 1) : rs, false};
+  }
+  if ((rows <= 1 || rs == 1) && (cols <= 1 || cs >= std::max<int64_t>(rows, 1))) {
+    return MatrixLayout{cols <= 1 ? std::max<int64_t>(rows, 1) : cs, true};
+  }
+  return std::nullopt;
+}
+
+// `t` when cuBLAS can read it in place, else a contiguous copy; `layout` says how to read it.
+Tensor ReadableOperand(const Tensor& t, MatrixLayout* layout) {
+  if (std::optional<MatrixLayout> l = InPlaceLayout(t)) {
+    *layout = *l;
+    return t;
+  }
+  const Tensor copy = kiln::contiguous(t);
+  const std::optional<MatrixLayout> l = InPlaceLayout(copy);
+  if (!l.has_value()) {
+    ThrowInternal(absl::StrCat("matmul (cuda): contiguous() of ", t.shape_string(),
+                               " is not readable by cuBLAS"));
+  }
+  *layout = *l;
+  return copy;
+}
+
+// The single stride s with which flat index i of dims `sizes` sits at i * s, if there is one
+// (size-1 dims are free; 0 when every dim has size 1).
+std::optional<int64_t> CollapsedStride(IntList sizes, IntList strides) {
+  int64_t base = 0, count = 1;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    if (sizes[d] == 1) continue;
+    if (strides[d] < 0) return std::nullopt;
+    if (count == 1) {
+      base = strides[d];
+    } else if (strides[d] != base * count) {
+      return std::nullopt;
+    }
+    count *= sizes[d];
+  }
+  return base;
+}
+
+// The strides of t's batch dims (all but the last two) broadcast to `batch` (0 where t has 1).
+Strides BatchStrides(const Tensor& t, IntList batch) {
+  const int64_t rank = static_cast<int64_t>(batch.size()), t_rank = t.dim() - 2;
+  Strides strides(rank, 0);
+  for (int64_t i = 0; i < t_rank; ++i) {
+    const int64_t d = rank - t_rank + i, size = t.shape()[i];
+    if (size == 1) continue;
+    if (d < 0 || size != batch[d]) {
+      ThrowInternal(absl::StrCat("matmul (cuda): operand ", t.shape_string(),
+                                 " does not broadcast to batch ", ShapeString(batch)));
+    }
+    strides[d] = t.strides()[i];
+  }
+  return strides;
+}
+
+// Batch dims [split, rank) form one strided batch of `count` matrices, matrix i of operand j
+// (a, b, out) at i * stride[j]; dims [0, split) are looped over on the host.
+struct BatchSplit {
+  size_t split;
+  int64_t count;
+  std::array<int64_t, 3> stride;
+};
+
+BatchSplit SplitBatch(IntList batch, const std::array<Strides, 3>& strides) {
+  BatchSplit best{batch.size(), 1, {0, 0, 0}};
+  for (size_t s = batch.size(); s-- > 0;) {
+    BatchSplit next{s, best.count * batch[s], {0, 0, 0}};
+    if (next.count > INT32_MAX) break;  // cuBLASLt's batch count is an int32
+    for (int j = 0; j < 3; ++j) {
+      const std::optional<int64_t> st =
+          CollapsedStride(batch.subspan(s), IntList(strides[j]).subspan(s));
+      if (!st.has_value()) return best;
+      next.stride[j] = *st;
+    }
+    best = next;
+  }
+  return best;
+}
+
+// The largest power of two, at most 256, dividing `ptr` and all of `offset_bits`.
+uint32_t Alignment(const void* ptr, uint64_t offset_bits) {
+  const uint64_t v = reinterpret_cast<uintptr_t>(ptr) | offset_bits | 256;
+  return static_cast<uint32_t>(v & (~v + 1));
+}
+
+// ---- A prepared GEMM: operands as read, the key and the host loop. ---------------------------
+
+struct GemmJob {
+  GemmKey key;
+  Tensor a, b, out, bias;  // as handed to cuBLAS (copies when needed), alive until launched
+  Shape loop;              // sizes of the host-looped batch dims
+  std::array<Strides, 3> loop_strides;  // their strides for a, b, out (elements)
+};
+
+GemmKey MakeKey(const char* op, const GemmJob& job, MatrixLayout la, MatrixLayout lb,
+                const std::array<Strides, 3>& strides, IntList batch, const BatchSplit& split) {
+  const int64_t esz = job.out.element_size();
+  auto offset_bits = [&](int j) {  // every batch offset the operand's pointer moves by
+    uint64_t bits = 0;
+    for (size_t d = 0; d < batch.size(); ++d) {
+      if (batch[d] > 1) bits |= static_cast<uint64_t>(strides[j][d] * esz);
+    }
+    return bits;
+  };
+  GemmKey k{};
+  k.op = op;
+  k.device = job.out.device().index;
+  k.dtype = job.out.dtype();
+  k.tf32 = k.dtype == DType::kFloat32 && AllowTf32();
+  k.bias = job.bias.defined();
+  k.trans_a = la.trans;
+  k.trans_b = lb.trans;
+  k.m = job.a.size(-2);
+  k.n = job.b.size(-1);
+  k.k = job.a.size(-1);
+  k.lda = la.ld;
+  k.ldb = lb.ld;
+  k.ldo = std::max<int64_t>(k.n, 1);  // out is contiguous
+  k.batch = split.count;
+  k.stride_a = split.stride[0];
+  k.stride_b = split.stride[1];
+  k.stride_o = split.stride[2];
+  k.align_a = Alignment(job.a.data_ptr(), offset_bits(0));
+  k.align_b = Alignment(job.b.data_ptr(), offset_bits(1));
+  k.align_o = Alignment(job.out.data_ptr(), offset_bits(2));
+  k.align_bias = k.bias ? Alignment(job.bias.data_ptr(), 0) : 0;
+  return k;
+}
+
+// out[batch..., m, n] = a[..., m, k] @ b[..., k, n] (+ bias[n]); a, b broadcast over `batch`.
+GemmJob PrepareJob(const char* op, const Tensor& a, const Tensor& b, const Tensor& out,
+                   IntList batch, const Tensor& bias) {
+  GemmJob job;
+  MatrixLayout la{}, lb{};
+  job.a = ReadableOperand(a, &la);
+  job.b = ReadableOperand(b, &lb);
+  job.out = out;
+  job.bias = bias.defined() ? kiln::contiguous(bias) : Tensor();
+  const std::array<Strides, 3> strides = {BatchStrides(job.a, batch), BatchStrides(job.b, batch),
+                                          BatchStrides(out, batch)};
+  const BatchSplit split = SplitBatch(batch, strides);
+  job.loop.assign(batch.begin(), batch.begin() + split.split);
+  for (int j = 0; j < 3; ++j) {
+    job.loop_strides[j].assign(strides[j].begin(), strides[j].begin() + split.split);
+  }
+  job.key = MakeKey(op, job, la, lb, strides, batch, split);
+  return job;
+}
+
+const void* BiasPointer(const GemmJob& job) {
+  return job.bias.defined() ? job.bias.data_ptr() : nullptr;
+}
+
+void RunJob(const GemmJob& job, const GemmPlan& plan, const DeviceContext& ctx) {
+  const int64_t esz = job.out.element_size();
+  const char* a = static_cast<const char*>(job.a.data_ptr());
+  const char* b = static_cast<const char*>(job.b.data_ptr());
+  char* out = static_cast<char*>(job.out.data_ptr());
+  const void* bias = BiasPointer(job);
+  const cudaStream_t stream = cuda::CurrentStream();
+  const int64_t entries = NumElements(job.loop);
+  for (int64_t i = 0; i < entries; ++i) {
+    int64_t off[3] = {0, 0, 0};
+    for (int64_t d = static_cast<int64_t>(job.loop.size()) - 1, rest = i; d >= 0; --d) {
+      const int64_t idx = rest % job.loop[d];
+      rest /= job.loop[d];
+      for (int j = 0; j < 3; ++j) off[j] += idx * job.loop_strides[j][d];
+    }
+    Launch(plan, job.key, ctx, a + off[0] * esz, b + off[1] * esz, out + off[2] * esz, bias,
+           stream);
+  }
+}
+
+bool Misaligned(const GemmKey& k) {
+  return k.align_a < 16 || k.align_b < 16 || (k.bias && k.align_bias < 16);
+}
+
+// Runs out[batch..., m, n] = a @ b (+ bias) with cuBLASLt; `out` is contiguous.
+void BatchedGemm(const char* op, const Tensor& a, const Tensor& b, const Tensor& out, IntList batch,
+                 const Tensor& bias) {
+  const DeviceContext& ctx = ContextFor(out.device().index);
+  GemmJob job = PrepareJob(op, a, b, out, batch, bias);
+  std::shared_ptr<const GemmPlan> plan = PlanFor(job.key, BiasPointer(job), ctx);
+  if (plan == nullptr && Misaligned(job.key)) {
+    // No algorithm for these alignments: retry on fresh (well aligned) copies of the inputs.
+    job = PrepareJob(op, kiln::clone(a), kiln::clone(b), out, batch,
+                     bias.defined() ? kiln::clone(bias) : bias);
+    plan = PlanFor(job.key, BiasPointer(job), ctx);
+  }
+  if (plan == nullptr) {
+    ThrowInternal(absl::StrCat(op, ": cublasLtMatmulAlgoGetHeuristic returned no algorithm for ",
+                               Describe(job.key)));
+  }
+  RunJob(job, *plan, ctx);
+}
+
+// out[m, n] = bias broadcast over the rows, or zeros without a bias: the K == 0 product.
+void FillWithoutGemm(const Tensor& out, const Tensor& bias, int64_t m, int64_t n) {
+  const cudaStream_t stream = cuda::CurrentStream();
+  const size_t row = static_cast<size_t>(n * out.element_size());
+  char* dst = static_cast<char*>(out.data_ptr());
+  if (!bias.defined()) {
+    KILN_CUDA_CHECK(cudaMemsetAsync(dst, 0, m * row, stream));
+    return;
+  }
+  const Tensor b = kiln::contiguous(bias);
+  KILN_CUDA_CHECK(cudaMemcpyAsync(dst, b.data_ptr(), row, cudaMemcpyDeviceToDevice, stream));
+  for (int64_t done = 1; done < m; done *= 2) {  // each copy doubles the rows written
+    const size_t bytes = static_cast<size_t>(std::min(done, m - done)) * row;
+    KILN_CUDA_CHECK(
+        cudaMemcpyAsync(dst + done * row, dst, bytes, cudaMemcpyDeviceToDevice, stream));
+  }
+}
+
+// ---- Argument checks and views shared by the two kernels. -----------------------------------
+
+// Inputs [min_in, max_in) beyond min_in are optional (linear's bias) and may be undefined.
+void CheckOperands(const char* op, absl::Span<const Tensor> in, size_t min_in, size_t max_in,
+                   const Tensor& out) {
+  auto fail = [op](const std::string& why) { ThrowInternal(absl::StrCat(op, " (cuda): ", why)); };
+  if (in.size() < min_in || in.size() > max_in) fail(absl::StrCat("got ", in.size(), " inputs"));
+  if (!out.defined() || !out.device().is_cuda()) fail("the output must be a CUDA tensor");
+  if (out.device().index < 0 || out.device().index >= kMaxDevices)
+    fail("device index out of range");
+  if (!out.is_contiguous()) fail("the output must be contiguous");
+  CudaType(out.dtype());  // throws kUnimplemented for other dtypes
+  for (size_t i = 0; i < in.size(); ++i) {
+    const Tensor& t = in[i];
+    if (!t.defined() && i >= min_in) continue;  // an absent optional bias
+    if (!t.defined() || t.device() != out.device() || t.dtype() != out.dtype()) {
+      fail(absl::StrCat("input ", i, " must be a ", DTypeName(out.dtype()), " tensor on ",
+                        out.device().str()));
+    }
+  }
+}
+
+// A view of t with its last two dims swapped (metadata only).
+Tensor SwapLast2(const Tensor& t) {
+  if (t.dim() < 2) ThrowInternal("matmul (cuda): cannot transpose a tensor with fewer than 2 dims");
+  Shape s = t.shape();
+  Strides st = t.strides();
+  std::swap(s[s.size() - 1], s[s.size() - 2]);
+  std::swap(st[st.size() - 1], st[st.size() - 2]);
+  return t.as_strided(s, st, t.offset());
+}
+
+// 1-D operands as matrices ([K] -> [1, K] on the left, [K, 1] on the right), as views.
+Tensor AsMatrix(const Tensor& t, bool is_lhs) {
+  if (t.dim() != 1) return t;
+  if (is_lhs) return t.as_strided({1, t.size(0)}, {0, t.stride(0)}, t.offset());
+  return t.as_strided({t.size(0), 1}, {t.stride(0), 0}, t.offset());
+}
+
+// x [..., k] as a matrix [m, k]: a view when the leading dims collapse, else a contiguous copy.
+Tensor FlattenRows(const Tensor& x, int64_t m, int64_t k) {
+  const IntList sizes = IntList(x.shape()).subspan(0, x.dim() - 1);
+  const IntList strides = IntList(x.strides()).subspan(0, x.dim() - 1);
+  const std::optional<int64_t> row_stride = CollapsedStride(sizes, strides);
+  if (row_stride.has_value()) return x.as_strided({m, k}, {*row_stride, x.stride(-1)}, x.offset());
+  const Tensor c = kiln::contiguous(x);
+  return c.as_strided({m, k}, {k, 1}, c.offset());
+}
+
+}  // namespace
+
+void Matmul(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& attrs) {
+  CheckOperands(kMatmulName, in, 2, 2, out);
+  if (out.numel() == 0) return;
+  DeviceGuard guard(out.device().index);
+  const Tensor a = AsMatrix(attrs.transpose_a ? SwapLast2(in[0]) : in[0], true);
+  const Tensor b = AsMatrix(attrs.transpose_b ? SwapLast2(in[1]) : in[1], false);
+  const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  // out viewed as [batch..., m, n] (a 1-D operand dropped its dim from the real output).
+  const int64_t batch_rank = out.dim() - (in[0].dim() == 1 ? 0 : 1) - (in[1].dim() == 1 ? 0 : 1);
+  if (batch_rank < 0 || b.size(-2) != k) {
+    ThrowInternal(absl::StrCat("matmul (cuda): operands ", in[0].shape_string(), " and ",
+                               in[1].shape_string(), " do not give ", out.shape_string()));
+  }
+  const Shape batch(out.shape().begin(), out.shape().begin() + batch_rank);
+  Shape shape = batch;
+  shape.push_back(m);
+  shape.push_back(n);
+  if (NumElements(shape) != out.numel()) ThrowInternal("matmul (cuda): output size mismatch");
+  const Tensor o = out.as_strided(shape, ContiguousStrides(shape), out.offset());
+  if (k == 0) return FillWithoutGemm(o, Tensor(), out.numel() / n, n);
+  BatchedGemm(kMatmulName, a, b, o, batch, Tensor());
+}
+
+void Linear(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs&) {
+  CheckOperands(kLinearName, in, 2, 3, out);
+  if (out.numel() == 0) return;
+  DeviceGuard guard(out.device().index);
+  const Tensor& x = in[0];
+  const Tensor& w = in[1];
+  const Tensor bias = in.size() > 2 ? in[2] : Tensor();  // may be undefined too
+  if (x.dim() < 1 || w.dim() != 2 || x.size(-1) != w.size(1) || out.size(-1) != w.size(0) ||
+      (bias.defined() && (bias.dim() != 1 || bias.size(0) != w.size(0)))) {
+    ThrowInternal(absl::StrCat("linear (cuda): operands ", x.shape_string(), ", ", w.shape_string(),
+                               " do not give ", out.shape_string()));
+  }
+  const int64_t n = w.size(0), k = w.size(1), m = out.numel() / n;
+  const Tensor o = out.as_strided({m, n}, {n, 1}, out.offset());
+  if (k == 0) return FillWithoutGemm(o, bias, m, n);
+  const Tensor wt = w.as_strided({k, n}, {w.stride(1), w.stride(0)}, w.offset());  // no copy
+  BatchedGemm(kLinearName, FlattenRows(x, m, k), wt, o, {}, bias);
+}
+
+void SetAllowTf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }
+bool AllowTf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
+
+}  // namespace kiln::cuda_ops

@@ -1,0 +1,170 @@
+// CUDA runtime layer (see cuda.h): discovery, streams, checks, the stream-ordered caching
+// allocator (cudaMallocAsync on the device's pool with an unlimited release threshold, so freed
+// blocks stay cached and no cudaMalloc/cudaFree happens on the per-op path) and copies.
+#include "runtime/cuda.h"
+
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/status.h"
+#include "runtime/storage.h"
+
+namespace kiln::cuda {
+namespace {
+
+thread_local cudaStream_t g_stream = nullptr;
+
+std::string Bytes(size_t n) {
+  if (n >= (size_t{1} << 30)) return absl::StrCat(n / double(1 << 30), " GiB");
+  if (n >= (size_t{1} << 20)) return absl::StrCat(n / double(1 << 20), " MiB");
+  return absl::StrCat(n, " bytes");
+}
+
+class CachingAllocator final : public Allocator {
+ public:
+  void* Allocate(size_t nbytes, Device device) override {
+    if (nbytes == 0) return nullptr;
+    EnsurePool(device.index);
+    void* p = nullptr;
+    const cudaError_t err = cudaMallocAsync(&p, nbytes, CurrentStream());
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // clear the sticky-free error state
+      const MemoryStats s = GetMemoryStats();
+      throw Error(absl::ResourceExhaustedError(absl::StrCat(
+          "CUDA out of memory: tried to allocate ", Bytes(nbytes), " on ", device.str(),
+          "; kiln tensors hold ", Bytes(s.allocated), ", the pool reserves ", Bytes(s.reserved),
+          ", the device has ", Bytes(Props(device.index).total_memory), " in total")));
+    }
+    Check(err, "cudaMallocAsync", __FILE__, __LINE__);
+    const size_t now = allocated_.fetch_add(nbytes) + nbytes;
+    size_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    }
+    return p;
+  }
+
+  void Free(void* ptr, size_t nbytes, Device) override {
+    if (ptr == nullptr) return;
+    allocated_.fetch_sub(nbytes);
+    cudaFreeAsync(ptr, CurrentStream());  // errors at exit (driver shutting down) are ignored
+  }
+
+  size_t allocated() const { return allocated_.load(); }
+  size_t peak() const { return peak_.load(); }
+  void ResetPeak() { peak_.store(allocated_.load()); }
+
+ private:
+  void EnsurePool(int device) {
+    std::call_once(pool_once_, [device] {
+      cudaMemPool_t pool;
+      KILN_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+      uint64_t threshold = UINT64_MAX;  // keep freed memory cached in the pool
+      KILN_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+    });
+  }
+
+  std::once_flag pool_once_;
+  std::atomic<size_t> allocated_{0}, peak_{0};
+};
+
+CachingAllocator& TheAllocator() {
+  static auto* a = new CachingAllocator();  // never destroyed: tensors may outlive statics
+  return *a;
+}
+
+}  // namespace
+
+int DeviceCount() {
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
+bool IsAvailable() { return DeviceCount() > 0; }
+
+const DeviceProps& Props(int device) {
+  static std::once_flag once;
+  static std::vector<DeviceProps> props;
+  std::call_once(once, [] {
+    for (int d = 0; d < DeviceCount(); ++d) {
+      cudaDeviceProp p{};
+      KILN_CUDA_CHECK(cudaGetDeviceProperties(&p, d));
+      props.push_back({p.name, p.major, p.minor, p.multiProcessorCount, p.totalGlobalMem,
+                       static_cast<size_t>(p.l2CacheSize),
+                       static_cast<int>(p.sharedMemPerBlockOptin)});
+    }
+  });
+  KILN_CHECK(device >= 0 && device < static_cast<int>(props.size()), "cuda: no device ", device,
+             " (", props.size(), " present)");
+  return props[device];
+}
+
+cudaStream_t CurrentStream() { return g_stream; }
+void SetCurrentStream(cudaStream_t stream) { g_stream = stream; }
+void Synchronize() { KILN_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+absl::Status ToStatus(cudaError_t err, const char* call) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  const std::string msg =
+      absl::StrCat(call, " failed: ", cudaGetErrorName(err), ": ", cudaGetErrorString(err));
+  return err == cudaErrorMemoryAllocation ? absl::ResourceExhaustedError(msg)
+                                          : absl::InternalError(msg);
+}
+
+void Check(cudaError_t err, const char* call, const char* file, int line) {
+  if (err == cudaSuccess) return;
+  const absl::Status s = ToStatus(err, call);
+  throw Error(absl::Status(s.code(), absl::StrCat(s.message(), " (", file, ":", line, ")")));
+}
+
+void CheckLaunch(const char* kernel_name) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) Check(err, kernel_name, "launch", 0);
+}
+
+MemoryStats GetMemoryStats() {
+  MemoryStats s;
+  s.allocated = TheAllocator().allocated();
+  s.peak_allocated = TheAllocator().peak();
+  cudaMemPool_t pool;
+  uint64_t reserved = 0;
+  if (IsAvailable() && cudaDeviceGetDefaultMemPool(&pool, 0) == cudaSuccess &&
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved) == cudaSuccess) {
+    s.reserved = reserved;
+  }
+  return s;
+}
+
+void ResetPeakMemoryStats() { TheAllocator().ResetPeak(); }
+
+void Copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
+  if (nbytes == 0) return;
+  const cudaStream_t s = CurrentStream();
+  KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, s));
+  if (dst_device.is_cpu() || src_device.is_cpu()) KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+Allocator* DeviceAllocator() { return IsAvailable() ? &TheAllocator() : nullptr; }
+
+Event::Event() { KILN_CUDA_CHECK(cudaEventCreate(&event_)); }
+Event::~Event() { cudaEventDestroy(event_); }
+void Event::Record(cudaStream_t stream) { KILN_CUDA_CHECK(cudaEventRecord(event_, stream)); }
+void Event::Synchronize() { KILN_CUDA_CHECK(cudaEventSynchronize(event_)); }
+float Event::ElapsedMs(const Event& since) const {
+  float ms = 0;
+  KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, since.event_, event_));
+  return ms;
+}
+
+Stream::Stream() { KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+Stream::~Stream() { cudaStreamDestroy(stream_); }
+
+}  // namespace kiln::cuda

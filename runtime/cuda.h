@@ -1,0 +1,108 @@
+// CUDA runtime layer of kiln: device discovery, the per-thread current stream, stream/event
+// wrappers, checked calls, the caching device allocator and host<->device copies.
+//
+// kiln links the CUDA runtime statically and never links the driver library directly, so the
+// same binary runs (CPU only) on machines without a GPU: cuda::IsAvailable() is false there and
+// every CUDA tensor operation throws a kiln::Error saying so.
+//
+//   if (kiln::cuda::IsAvailable()) {
+//     cudaStream_t s = kiln::cuda::CurrentStream();
+//     KILN_CUDA_CHECK(cudaMemsetAsync(p, 0, n, s));
+//   }
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "runtime/device.h"
+#include "runtime/storage.h"
+
+namespace kiln::cuda {
+
+bool IsAvailable();  // a usable CUDA device and driver are present
+int DeviceCount();
+
+struct DeviceProps {
+  std::string name;
+  int major = 0, minor = 0;  // compute capability
+  int sm_count = 0;
+  size_t total_memory = 0;
+  size_t l2_bytes = 0;
+  int max_shared_per_block_optin = 0;
+};
+const DeviceProps& Props(int device = 0);
+
+// The stream kiln launches on for this thread (default: the legacy default stream 0, like
+// torch). Set it with SetCurrentStream or a StreamGuard.
+cudaStream_t CurrentStream();
+void SetCurrentStream(cudaStream_t stream);
+void Synchronize();  // the current device
+
+// Throws kiln::Error naming `call` and the CUDA error string unless `err` is cudaSuccess.
+// Out-of-memory becomes kResourceExhausted, everything else kInternal.
+void Check(cudaError_t err, const char* call, const char* file, int line);
+// The same as a Status, for infrastructure code.
+absl::Status ToStatus(cudaError_t err, const char* call);
+// Checks the launch that just happened (cudaGetLastError).
+void CheckLaunch(const char* kernel_name);
+
+// Caching device allocator statistics (bytes).
+struct MemoryStats {
+  size_t allocated = 0;  // held by live tensors
+  size_t reserved = 0;   // held by the pool (allocated + cached)
+  size_t peak_allocated = 0;
+};
+MemoryStats GetMemoryStats();
+void ResetPeakMemoryStats();
+
+// Copies between host and device buffers (any direction) on the current stream; synchronous
+// with respect to the host when either side is host memory.
+void Copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
+
+// The caching allocator, or nullptr when no GPU is usable (Storage picks it up for kCUDA).
+Allocator* DeviceAllocator();
+
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void Record(cudaStream_t stream);
+  void Synchronize();
+  float ElapsedMs(const Event& since) const;  // since -> this
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+class Stream {
+ public:
+  Stream();  // a new non-blocking stream
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+// Makes `stream` current for this thread for the guard's lifetime.
+class StreamGuard {
+ public:
+  explicit StreamGuard(cudaStream_t stream) : prev_(CurrentStream()) { SetCurrentStream(stream); }
+  ~StreamGuard() { SetCurrentStream(prev_); }
+
+ private:
+  cudaStream_t prev_;
+};
+
+}  // namespace kiln::cuda
+
+#define KILN_CUDA_CHECK(call) ::kiln::cuda::Check((call), #call, __FILE__, __LINE__)

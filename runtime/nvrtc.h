@@ -1,0 +1,51 @@
+// Run-time compilation of CUDA C++ with NVRTC, and the kernel cache.
+//
+// Sources are compiled for the exact architecture of the device (sm_90 on the H200) to CUBIN,
+// loaded with the runtime's library API (cudaLibraryLoadData, so kiln never links the driver
+// library) and cached twice: in memory per process, and on disk under $KILN_CACHE_DIR (default
+// $XDG_CACHE_HOME/kiln or ~/.cache/kiln) keyed by a hash of the source, the options, the
+// architecture and the NVRTC version. A cache file carries a header with its length and a
+// checksum; a corrupt or truncated one is ignored and rebuilt. Writes go to a temporary file that
+// is renamed into place, so processes sharing the directory never see half a file. An unwritable
+// cache directory only disables the disk cache.
+//
+//   ASSIGN_OR_RETURN(cudaKernel_t k, cuda::GetKernel(source, "kiln_add_f32"));
+//   cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, block, args, 0, stream);
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace kiln::cuda {
+
+// Compiles `source` to PTX (arch like "compute_90") or CUBIN (arch like "sm_90"). Needs no GPU.
+// Errors carry `name`, the compiler log and the source.
+absl::StatusOr<std::string> CompileSource(const std::string& source, const std::string& name,
+                                          const std::string& arch, bool cubin);
+
+// The kernel `kernel_name` of `source`, compiled for the current device and loaded (cached).
+absl::StatusOr<cudaKernel_t> GetKernel(const std::string& source, const std::string& kernel_name);
+
+struct KernelCacheStats {
+  int64_t memory_hits = 0, disk_hits = 0, compiles = 0;
+  double compile_ms = 0;
+};
+KernelCacheStats GetKernelCacheStats();
+
+// The disk cache directory in use ("" when disabled).
+std::string KernelCacheDir();
+
+// The disk layer of the cache: WriteCacheFile stores `payload` under `key` (temp file + rename,
+// silently skipped when the directory is unwritable); ReadCacheFile returns false for a missing,
+// truncated or corrupt file (bad magic, length or checksum).
+bool ReadCacheFile(uint64_t key, std::string* payload);
+void WriteCacheFile(uint64_t key, const std::string& payload);
+
+// A 64-bit FNV-1a hash, used for cache keys.
+uint64_t Fnv1a(const std::string& data, uint64_t seed = 1469598103934665603ull);
+
+}  // namespace kiln::cuda

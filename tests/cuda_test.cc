@@ -1,0 +1,110 @@
+// CUDA layer tests. Without a GPU: every generated elementwise kernel variant compiles with NVRTC
+// (to PTX, no device needed) and the kernel cache rejects corrupt files. With a GPU (skipped
+// otherwise, required on the GPU machine via KILN_REQUIRE_GPU=1): allocator statistics, the
+// out-of-memory error, copies, and the disk cache round trip.
+#include "runtime/cuda.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "ops/cuda/elementwise_cuda.h"
+#include "ops/factories.h"
+#include "ops/ops.h"
+#include "runtime/nvrtc.h"
+#include "runtime/status.h"
+#include "tests/test_util.h"
+
+namespace kiln {
+namespace {
+
+std::vector<DType> InputTypes(const OpDef& def, DType t) {
+  std::vector<DType> in(def.min_inputs, t);
+  if (def.id == OpId::kWhere) in[0] = DType::kBool;
+  if (def.id == OpId::kMaskedFill) in[1] = DType::kBool;
+  return in;
+}
+
+TEST(NvrtcCodegen, EveryElementwiseVariantCompiles) {
+  int compiled = 0;
+  for (int i = 0; i < kNumOps; ++i) {
+    const OpDef& def = GetOpDef(static_cast<OpId>(i));
+    if (!def.is_elementwise()) continue;
+    for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kInt64}) {
+      std::string expr(def.cuda_expr);
+      expr = absl::StrCat(expr.find("$approximate") != std::string::npos ? "" : "", expr);
+      size_t pos = expr.find("$approximate");
+      if (pos != std::string::npos) expr.replace(pos, 12, "1");
+      const std::string name = absl::StrCat("kiln_", def.name, "_", DTypeName(t));
+      const std::string src = cuda_ops::RenderElementwiseSource(name, expr, InputTypes(def, t), t);
+      auto ptx = cuda::CompileSource(src, name, "compute_90", /*cubin=*/false);
+      ASSERT_TRUE(ptx.ok()) << ptx.status().message();
+      EXPECT_NE(ptx->find(name + "_contig"), std::string::npos);
+      EXPECT_NE(ptx->find(name + "_strided"), std::string::npos);
+      ++compiled;
+    }
+  }
+  EXPECT_GT(compiled, 80);
+}
+
+TEST(NvrtcCodegen, CompileErrorCarriesNameAndLog) {
+  auto r = cuda::CompileSource("extern \"C\" __global__ void k() { undefined_thing(); }",
+                               "kiln_broken", "compute_90", false);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("kiln_broken"), std::string::npos);
+  EXPECT_NE(r.status().message().find("undefined_thing"), std::string::npos);
+}
+
+TEST(CudaRuntime, CopiesRoundTripAndStatsMove) {
+  KILN_SKIP_WITHOUT_GPU();
+  Generator gen(0);
+  Tensor x = randn({1000}, gen);
+  const size_t before = cuda::GetMemoryStats().allocated;
+  Tensor d = to(x, CUDA(0));
+  EXPECT_GE(cuda::GetMemoryStats().allocated, before + 4000);
+  EXPECT_GE(cuda::GetMemoryStats().reserved, cuda::GetMemoryStats().allocated);
+  EXPECT_EQ(to_vector(d), to_vector(x));
+  EXPECT_EQ(to_vector(to(transpose(reshape(d, {10, 100}), 0, 1), kCPU)),
+            to_vector(transpose(reshape(x, {10, 100}), 0, 1)));
+}
+
+TEST(CudaRuntime, OutOfMemoryIsAnError) {
+  KILN_SKIP_WITHOUT_GPU();
+  try {
+    empty({int64_t{1} << 46}, DType::kFloat32, CUDA(0));  // 256 TiB
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(to_vector(ones({2}, DType::kFloat32, CUDA(0))), (std::vector<double>{1, 1}));
+}
+
+TEST(KernelCache, DetectsTruncatedAndCorruptFiles) {
+  const std::string dir = cuda::KernelCacheDir();
+  if (dir.empty()) GTEST_SKIP() << "disk cache disabled: no writable cache directory";
+  const uint64_t key = cuda::Fnv1a("kiln cache test key");
+  const std::string payload(1000, 'x');
+  cuda::WriteCacheFile(key, payload);
+  std::string got;
+  ASSERT_TRUE(cuda::ReadCacheFile(key, &got));
+  EXPECT_EQ(got, payload);
+  const std::string path = absl::StrCat(dir, "/", absl::Hex(key, absl::kZeroPad16), ".cubin");
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(500);
+    f.put('y');  // corrupt one payload byte: the checksum must catch it
+  }
+  EXPECT_FALSE(cuda::ReadCacheFile(key, &got));
+  cuda::WriteCacheFile(key, payload);
+  std::filesystem::resize_file(path, 300);  // truncated
+  EXPECT_FALSE(cuda::ReadCacheFile(key, &got));
+  std::filesystem::remove(path);
+  EXPECT_FALSE(cuda::ReadCacheFile(key, &got));
+}
+
+}  // namespace
+}  // namespace kiln
