@@ -2,6 +2,7 @@
 #include "ops/ops.h"
 
 #include "absl/strings/str_cat.h"
+#include "ops/cuda/matmul_cuda.h"
 #include "ops/dispatch.h"
 #include "ops/infer.h"
 #include "ops/views.h"
@@ -143,6 +144,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return bias.defined() ? Dispatch(OpId::kLinear, {x, weight, bias})
                         : Dispatch(OpId::kLinear, {x, weight});
 }
+
+void set_allow_tf32(bool allow) { cuda_ops::SetAllowTf32(allow); }
+bool allow_tf32() { return cuda_ops::AllowTf32(); }
 
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
   OpAttrs a;

@@ -76,6 +76,11 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight = {}, double eps = 1e-6);
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 
+// float32 matmuls on CUDA may use TF32 tensor cores when allowed (default: false, like
+// torch.backends.cuda.matmul.allow_tf32).
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
 // Views (metadata only, no copy) and layout.
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);
 Tensor t(const Tensor& x);  // transpose of a matrix (rank <= 2)
