@@ -16,10 +16,20 @@ std::string DescribeOperands(absl::Span<const Tensor> inputs) {
   });
 }
 
+std::string DescribeTypes(absl::Span<const TensorType> types) {
+  return absl::StrJoin(types, ", ", [](std::string* out, const TensorType& t) {
+    absl::StrAppend(out, Describe(t));
+  });
+}
+
+[[noreturn]] void FailWith(const OpDef& def, const std::string& operands, absl::StatusCode code,
+                           const std::string& why) {
+  throw Error(absl::Status(code, absl::StrCat(def.name, ": ", why, " (operands: ", operands, ")")));
+}
+
 [[noreturn]] void Fail(const OpDef& def, absl::Span<const Tensor> inputs, absl::StatusCode code,
                        const std::string& why) {
-  throw Error(absl::Status(
-      code, absl::StrCat(def.name, ": ", why, " (operands: ", DescribeOperands(inputs), ")")));
+  FailWith(def, DescribeOperands(inputs), code, why);
 }
 
 void CheckOperands(const OpDef& def, absl::Span<const Tensor> inputs) {
@@ -64,10 +74,30 @@ TensorType InferOrThrow(const OpDef& def, absl::Span<const Tensor> inputs, const
   return *std::move(type);
 }
 
+TensorType InferTypesOrThrow(const OpDef& def, absl::Span<const TensorType> types,
+                             const OpAttrs& attrs) {
+  const int n = static_cast<int>(types.size());
+  if (n < def.min_inputs || n > def.max_inputs) {
+    FailWith(def, DescribeTypes(types), absl::StatusCode::kInvalidArgument,
+             absl::StrCat("expected ", def.min_inputs, "..", def.max_inputs, " inputs, got ", n));
+  }
+  for (const TensorType& t : types) {
+    if (t.device != types[0].device) {
+      FailWith(def, DescribeTypes(types), absl::StatusCode::kInvalidArgument,
+               "all operands must be on one device");
+    }
+  }
+  absl::StatusOr<TensorType> type = def.infer(types, attrs);
+  if (!type.ok()) {
+    FailWith(def, DescribeTypes(types), type.status().code(), std::string(type.status().message()));
+  }
+  return *std::move(type);
+}
+
 Tensor Dispatch(OpId id, absl::Span<const Tensor> inputs, const OpAttrs& attrs) {
   const OpDef& def = GetOpDef(id);
+  if (g_hook != nullptr) return g_hook->Record(def, inputs, attrs, /*in_place=*/false);
   TensorType type = InferOrThrow(def, inputs, attrs);
-  if (g_hook != nullptr) return g_hook->Record(def, inputs, attrs, type);
   if (def.view != nullptr) return def.view(inputs[0], type, attrs);
   Tensor out = Tensor::Empty(type);
   RunKernel(def, inputs, out, attrs);
@@ -76,6 +106,10 @@ Tensor Dispatch(OpId id, absl::Span<const Tensor> inputs, const OpAttrs& attrs) 
 
 const Tensor& DispatchInPlace(OpId id, absl::Span<const Tensor> inputs, const OpAttrs& attrs) {
   const OpDef& def = GetOpDef(id);
+  if (g_hook != nullptr) {
+    g_hook->Record(def, inputs, attrs, /*in_place=*/true);
+    return inputs[0];
+  }
   const TensorType type = InferOrThrow(def, inputs, attrs);
   const Tensor& self = inputs[0];
   auto fail = [&](const std::string& why) {
@@ -91,9 +125,6 @@ const Tensor& DispatchInPlace(OpId id, absl::Span<const Tensor> inputs, const Op
   if (IsFloatingPoint(type.dtype) && !IsFloatingPoint(self.dtype())) {
     fail(absl::StrCat("a ", DTypeName(type.dtype), " result cannot be written into ",
                       DTypeName(self.dtype()), " self"));
-  }
-  if (g_hook != nullptr) {
-    Fail(def, inputs, absl::StatusCode::kUnimplemented, "in-place ops cannot be traced yet");
   }
   if (def.view != nullptr) fail("a view op has no in-place form");
   RunKernel(def, inputs, self, attrs);

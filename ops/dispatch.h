@@ -20,14 +20,19 @@ const Tensor& DispatchInPlace(OpId id, absl::Span<const Tensor> inputs, const Op
 
 // Infers the output type of an op call, throwing kiln::Error naming the op and operands.
 TensorType InferOrThrow(const OpDef& def, absl::Span<const Tensor> inputs, const OpAttrs& attrs);
+// The same over types alone (graphs): arity, one device, then the row's Infer.
+TensorType InferTypesOrThrow(const OpDef& def, absl::Span<const TensorType> types,
+                             const OpAttrs& attrs);
 
 // Interface for layers above ops that intercept dispatch (the tracer). Thread-local.
 class DispatchHook {
  public:
   virtual ~DispatchHook() = default;
-  // Called after inference; returns the tensor that stands for the result.
+  // Called instead of running the op (before any checks: the hook infers the type from its
+  // own view of the operands); returns the tensor that stands for the result. `in_place` marks
+  // calls like add_(self, ...), whose result replaces inputs[0].
   virtual Tensor Record(const OpDef& def, absl::Span<const Tensor> inputs, const OpAttrs& attrs,
-                        const TensorType& type) = 0;
+                        bool in_place) = 0;
 };
 DispatchHook* CurrentDispatchHook();
 // Installs `hook` for the current thread and returns the previous one.

@@ -16,7 +16,7 @@
 
 namespace kiln::cpu {
 
-inline constexpr int kMaxOperands = 5;
+inline constexpr int kMaxOperands = 9;  // an output and up to 8 inputs (fusions)
 
 // Strides of `t` viewed as `shape` under numpy broadcasting (0 where t repeats).
 inline Strides BroadcastStrides(const Tensor& t, IntList shape) {

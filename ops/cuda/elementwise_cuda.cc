@@ -169,10 +169,7 @@ std::string RenderElementwiseSource(const std::string& base, const std::string& 
 
 namespace {
 
-struct KernelPair {
-  cudaKernel_t contig = nullptr, strided = nullptr, strided32 = nullptr;
-  int vec = 1;
-};
+using KernelPair = ElementwiseKernels;
 
 // Compiled kernels per (op, dtypes, approximate); the hot path is one locked map lookup.
 KernelPair& KernelsFor(const OpDef& def, const std::string& expr_template,
@@ -194,13 +191,7 @@ KernelPair& KernelsFor(const OpDef& def, const std::string& expr_template,
   std::string base = absl::StrCat("kiln_", def.name);
   for (DType t : types) absl::StrAppend(&base, "_", DTypeName(t));
   absl::StrAppend(&base, "_to_", DTypeName(out));
-  const std::string src = RenderElementwiseSource(base, expr, types, out);
-  KernelPair k;
-  k.contig = ValueOrThrow(cuda::GetKernel(src, base + "_contig"));
-  k.strided = ValueOrThrow(cuda::GetKernel(src, base + "_strided"));
-  k.strided32 = ValueOrThrow(cuda::GetKernel(src, base + "_strided32"));
-  k.vec = VectorWidth(types, out);
-  return kernels.emplace(key, k).first->second;
+  return kernels.emplace(key, CompileElementwiseKernels(base, expr, types, out)).first->second;
 }
 
 struct Indexer {
@@ -266,11 +257,31 @@ void Run(const OpDef& def, const std::string& expr, absl::Span<const Tensor> in,
   KILN_CHECK(out.dim() <= kMaxRank && in.size() + 1 <= kMaxOperands, def.name,
              ": CUDA elementwise kernels support up to rank ", kMaxRank, ", got ",
              out.shape_string());
-  KernelPair& k = KernelsFor(def, expr, in, out.dtype(), a);
+  LaunchElementwise(KernelsFor(def, expr, in, out.dtype(), a), in, out,
+                    static_cast<float>(a.scalar));
+}
+
+}  // namespace
+
+ElementwiseKernels CompileElementwiseKernels(const std::string& base, const std::string& expr,
+                                             const std::vector<DType>& in, DType out) {
+  const std::string src = RenderElementwiseSource(base, expr, in, out);
+  ElementwiseKernels k;
+  k.contig = ValueOrThrow(cuda::GetKernel(src, base + "_contig"));
+  k.strided = ValueOrThrow(cuda::GetKernel(src, base + "_strided"));
+  k.strided32 = ValueOrThrow(cuda::GetKernel(src, base + "_strided32"));
+  k.vec = VectorWidth(in, out);
+  return k;
+}
+
+void LaunchElementwise(const ElementwiseKernels& k, absl::Span<const Tensor> in, const Tensor& out,
+                       float scalar) {
+  KILN_CHECK(out.dim() <= kMaxRank && in.size() + 1 <= kMaxOperands,
+             "elementwise kernel: supports rank <= ", kMaxRank, " and <= ", kMaxOperands - 1,
+             " inputs, got ", out.shape_string(), " with ", in.size(), " inputs");
   void* out_ptr = out.data_ptr();
   const void* ptrs[3] = {nullptr, nullptr, nullptr};
   for (size_t i = 0; i < in.size(); ++i) ptrs[i] = in[i].data_ptr();
-  float scalar = static_cast<float>(a.scalar);
   long long n = out.numel();
   std::vector<void*> args = {&out_ptr};
   for (size_t i = 0; i < in.size(); ++i) args.push_back(&ptrs[i]);
@@ -284,8 +295,6 @@ void Run(const OpDef& def, const std::string& expr, absl::Span<const Tensor> in,
   args.push_back(&ix);
   Launch(n < (int64_t{1} << 31) ? k.strided32 : k.strided, args.data(), n);
 }
-
-}  // namespace
 
 void Elementwise(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
                  const OpAttrs& a) {

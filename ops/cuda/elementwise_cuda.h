@@ -5,6 +5,8 @@
 // The same renderer serves the contiguous() copy (expression "$0").
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <string>
 #include <vector>
 
@@ -16,6 +18,22 @@ namespace kiln::cuda_ops {
 void Elementwise(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
                  const OpAttrs& a);
 void Copy(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+
+// An elementwise expression over at most this many inputs ($0..$2, float operands, `$scalar`).
+inline constexpr int kMaxElementwiseInputs = 3;
+
+struct ElementwiseKernels {
+  cudaKernel_t contig = nullptr, strided = nullptr, strided32 = nullptr;
+  int vec = 1;  // elements per thread in the contiguous kernel
+};
+// Compiles (or fetches from the caches) the kernels of `expr`; throws kiln::Error with the NVRTC
+// log on failure. The fusion codegen passes a whole fused expression tree here.
+ElementwiseKernels CompileElementwiseKernels(const std::string& kernel_base,
+                                             const std::string& expr,
+                                             const std::vector<DType>& in_types, DType out_type);
+// Launches on the current stream: out = expr(in) for any strides/broadcasts of the inputs.
+void LaunchElementwise(const ElementwiseKernels& k, absl::Span<const Tensor> in, const Tensor& out,
+                       float scalar = 0);
 
 // The CUDA source for one elementwise expression over operands of the given dtypes (exposed so
 // tests can compile every variant with NVRTC without a GPU).

@@ -1,0 +1,79 @@
+// Graph construction and maintenance (see graph.h).
+#include "ir/graph.h"
+
+#include "ops/dispatch.h"
+#include "runtime/status.h"
+
+namespace kiln::ir {
+
+ValueId Graph::AddNode(Node node) {
+  nodes_.push_back(std::move(node));
+  return static_cast<ValueId>(nodes_.size() - 1);
+}
+
+ValueId Graph::AddInput(TensorType type, std::string name) {
+  Node n;
+  n.kind = NodeKind::kInput;
+  n.type = std::move(type);
+  n.name = std::move(name);
+  const ValueId v = AddNode(std::move(n));
+  inputs_.push_back(v);
+  return v;
+}
+
+ValueId Graph::AddConstant(Tensor value, std::string name) {
+  Node n;
+  n.kind = NodeKind::kConstant;
+  n.type = value.type();
+  n.constant = std::move(value);
+  n.name = std::move(name);
+  return AddNode(std::move(n));
+}
+
+ValueId Graph::AddOp(OpId op, absl::Span<const ValueId> inputs, const OpAttrs& attrs) {
+  absl::InlinedVector<TensorType, 3> types;
+  for (ValueId v : inputs) types.push_back(type(v));
+  return AddOpWithType(op, inputs, attrs, InferTypesOrThrow(GetOpDef(op), types, attrs));
+}
+
+ValueId Graph::AddOpWithType(OpId op, absl::Span<const ValueId> inputs, const OpAttrs& attrs,
+                             TensorType type) {
+  Node n;
+  n.op = op;
+  n.inputs.assign(inputs.begin(), inputs.end());
+  n.attrs = attrs;
+  n.type = std::move(type);
+  return AddNode(std::move(n));
+}
+
+std::vector<int> Graph::UseCounts() const {
+  std::vector<int> uses(nodes_.size(), 0);
+  for (const Node& n : nodes_) {
+    for (ValueId v : n.inputs) ++uses[v];
+  }
+  for (ValueId v : outputs_) ++uses[v];
+  return uses;
+}
+
+std::vector<ValueId> Graph::Compact(const std::vector<bool>& keep) {
+  std::vector<ValueId> remap(nodes_.size(), -1);
+  std::vector<Node> kept;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (!keep[i] && nodes_[i].kind != NodeKind::kInput) continue;
+    Node n = std::move(nodes_[i]);
+    for (ValueId& v : n.inputs) v = remap[v];
+    remap[i] = static_cast<ValueId>(kept.size());
+    kept.push_back(std::move(n));
+  }
+  nodes_ = std::move(kept);
+  for (ValueId& v : inputs_) v = remap[v];
+  for (ValueId& v : outputs_) v = remap[v];
+  return remap;
+}
+
+const char* ShortDTypeName(DType t) {
+  static constexpr const char* kNames[] = {"f32", "f16", "bf16", "bool", "i32", "i64"};
+  return kNames[static_cast<int>(t)];
+}
+
+}  // namespace kiln::ir

@@ -1,0 +1,29 @@
+// Tracing: runs a model function once with placeholder tensors and records every op it
+// dispatches into a Graph, instead of running it.
+//
+// Placeholders carry the shape, dtype and device of the example inputs but no memory (like
+// torch's FakeTensor), so no device work happens. Real tensors the function touches (weights,
+// masks it builds) become constants that refer to their existing storage. In-place ops are
+// recorded functionally: add_(x, y) becomes x' = add(x, y) and later uses of x read x'.
+//
+//   ASSIGN_OR_RETURN(ir::Graph g, ir::Trace(fn, example_inputs));
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ir/graph.h"
+
+namespace kiln::ir {
+
+using TensorFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+// Traces `fn` on placeholders shaped like `examples`; kiln::Error thrown inside `fn` (bad
+// shapes, using data while tracing) becomes the returned status.
+absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<Tensor>& examples);
+
+// True for a tracing placeholder (a tensor without memory that is not a Meta tensor).
+bool IsPlaceholder(const Tensor& t);
+
+}  // namespace kiln::ir

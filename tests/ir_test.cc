@@ -1,0 +1,494 @@
+// Tests of the graph IR: building graphs (by hand and by tracing), the text form (printing,
+// parsing, round trips, parse errors), the verifier, and the FileCheck matcher the pass tests
+// use. Everything runs on Meta/CPU types: no GPU needed.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "ir/parser.h"
+#include "ir/printer.h"
+#include "ir/tracer.h"
+#include "ir/verifier.h"
+#include "ops/factories.h"
+#include "ops/ops.h"
+#include "runtime/status.h"
+#include "tests/filecheck.h"
+
+namespace kiln::ir {
+namespace {
+
+TensorType T(Shape shape, DType dtype = DType::kFloat32, Device device = kMeta) {
+  return TensorType{std::move(shape), dtype, device};
+}
+
+// Parses `text`, failing the test (and returning an empty graph) on a parse error.
+Graph Parse(std::string_view text) {
+  absl::StatusOr<Graph> g = ParseGraph(text);
+  EXPECT_TRUE(g.ok()) << g.status() << "\n" << text;
+  return g.ok() ? *std::move(g) : Graph();
+}
+
+// print -> parse -> print gives the same text, and the parsed graph verifies.
+void ExpectRoundTrip(const Graph& g) {
+  const std::string text = PrintGraph(g);
+  absl::StatusOr<Graph> parsed = ParseGraph(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << text;
+  EXPECT_EQ(PrintGraph(*parsed), text);
+  const absl::Status verified = Verify(*parsed);
+  EXPECT_TRUE(verified.ok()) << verified << "\n" << text;
+}
+
+// The verifier's error for `g`, which must be an InternalError.
+std::string VerifyError(const Graph& g) {
+  const absl::Status s = Verify(g);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s << "\n" << PrintGraph(g);
+  return std::string(s.message());
+}
+
+// ---------------------------------------------------------------------------------------------
+// FileCheck
+
+constexpr char kFileCheckText[] =
+    "alpha one\n"
+    "beta two\n"
+    "gamma three\n"
+    "beta four\n";
+
+TEST(FileCheckTest, MatchesInOrder) {
+  EXPECT_TRUE(FileCheck(kFileCheckText, R"(
+    CHECK: alpha
+    CHECK-SAME: one
+    CHECK-NEXT: beta
+    CHECK-NOT: delta
+    CHECK: three
+    CHECK-NEXT: four
+  )"));
+  EXPECT_TRUE(FileCheck(kFileCheckText, "CHECK-COUNT-2: beta"));
+}
+
+TEST(FileCheckTest, CheckNextFailsWhenALineIsSkipped) {
+  const ::testing::AssertionResult r = FileCheck(kFileCheckText, R"(
+    CHECK: alpha
+    CHECK-NEXT: gamma
+  )");
+  ASSERT_FALSE(r);
+  EXPECT_NE(std::string(r.message()).find("CHECK-NEXT: gamma"), std::string::npos) << r.message();
+  EXPECT_NE(std::string(r.message()).find("not the line after"), std::string::npos);
+  EXPECT_NE(std::string(r.message()).find("gamma three"), std::string::npos);  // the output
+}
+
+TEST(FileCheckTest, CheckNotFailsBetweenMatchesAndAtTheEnd) {
+  const ::testing::AssertionResult between = FileCheck(kFileCheckText, R"(
+    CHECK: alpha
+    CHECK-NOT: two
+    CHECK: gamma
+  )");
+  ASSERT_FALSE(between);
+  EXPECT_NE(std::string(between.message()).find("CHECK-NOT: two"), std::string::npos);
+  EXPECT_NE(std::string(between.message()).find("output line 2"), std::string::npos);
+  EXPECT_FALSE(FileCheck(kFileCheckText, "CHECK: gamma\nCHECK-NOT: four"));
+  EXPECT_TRUE(FileCheck(kFileCheckText, "CHECK: gamma\nCHECK-NOT: two"));
+}
+
+TEST(FileCheckTest, FailsOnMissingOrOutOfOrderMatches) {
+  EXPECT_FALSE(FileCheck(kFileCheckText, "CHECK: gamma\nCHECK: alpha"));
+  EXPECT_FALSE(FileCheck(kFileCheckText, "CHECK: epsilon"));
+  EXPECT_FALSE(FileCheck(kFileCheckText, "CHECK-COUNT-3: beta"));
+  EXPECT_FALSE(FileCheck(kFileCheckText, "CHECK: alpha\nCHECK-SAME: two"));
+  EXPECT_FALSE(FileCheck(kFileCheckText, "no directives at all"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Building graphs
+
+TEST(GraphTest, BuildsPrintsAndRoundTripsAMetaGraph) {
+  Graph g;
+  const ValueId x = g.AddInput(T({4, 8}));
+  const ValueId w = g.AddConstant(empty({16, 8}, DType::kFloat32, kMeta), "proj.weight");
+  OpAttrs mm;
+  mm.transpose_b = true;
+  const ValueId y = g.AddOp(OpId::kMatmul, {x, w}, mm);
+  OpAttrs tanh;
+  tanh.approximate = GeluApprox::kTanh;
+  const ValueId a = g.AddOp(OpId::kGelu, {y}, tanh);
+  OpAttrs red;
+  red.dims = {-1};
+  red.keepdim = true;
+  g.SetOutputs({a, g.AddOp(OpId::kSum, {a}, red)});
+
+  EXPECT_TRUE(FileCheck(PrintGraph(g), R"(
+    CHECK:      graph(%0: f32[4, 8]@meta) {
+    CHECK-NEXT:   %1 = constant "proj.weight" : f32[16, 8]@meta
+    CHECK-NEXT:   %2 = matmul(%0, %1) {transpose_b=true} : f32[4, 16]@meta
+    CHECK-NEXT:   %3 = gelu(%2) {approximate=tanh} : f32[4, 16]@meta
+    CHECK-NEXT:   %4 = sum(%3) {dims=[-1], keepdim=true} : f32[4, 1]@meta
+    CHECK-NEXT:   return %3, %4
+    CHECK-NEXT: }
+  )"));
+  EXPECT_TRUE(Verify(g).ok()) << Verify(g);
+  ExpectRoundTrip(g);
+}
+
+TEST(GraphTest, Cuda0TypesPrintWithoutADevice) {
+  Graph g;
+  const ValueId x = g.AddInput(T({2, 3}, DType::kBFloat16, CUDA(0)));
+  const ValueId b = g.AddInput(T({3}, DType::kBFloat16, CUDA(0)));
+  g.SetOutputs({g.AddOp(OpId::kAdd, {x, b})});
+  EXPECT_TRUE(FileCheck(PrintGraph(g), R"(
+    CHECK:      graph(%0: bf16[2, 3], %1: bf16[3]) {
+    CHECK-NEXT:   %2 = add(%0, %1) : bf16[2, 3]
+    CHECK-NOT:  @
+  )"));
+  ExpectRoundTrip(g);
+}
+
+TEST(GraphTest, AddOpThrowsOnBadOperands) {
+  Graph g;
+  const ValueId a = g.AddInput(T({2, 3}));
+  const ValueId b = g.AddInput(T({4, 3}));
+  EXPECT_THROW(g.AddOp(OpId::kAdd, {a, b}), Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tracing
+
+std::vector<Tensor> AttentionLike(const std::vector<Tensor>& in) {
+  const Tensor& x = in[0];     // [2, 4, 8]
+  const Tensor& w = in[1];     // [16, 8]
+  const Tensor& mask = in[2];  // bool [4, 4]
+  Tensor h = matmul(x, transpose(w, 0, 1));
+  h = gelu(add(h, h), "tanh");
+  const Tensor scores = mul(matmul(h, transpose(h, -2, -1)), 0.25);
+  const Tensor p = softmax(masked_fill(scores, mask, -INFINITY), -1);
+  const Tensor r = sum(p, {1}, /*keepdim=*/true);
+  const Tensor v = reshape(slice(h, 2, 0, 8), {8, 8});
+  return {p, r, v};
+}
+
+TEST(TraceTest, RecordsOpsWithAttributes) {
+  absl::StatusOr<Graph> g = Trace(
+      AttentionLike, {empty({2, 4, 8}, DType::kFloat32, kMeta),
+                      empty({16, 8}, DType::kFloat32, kMeta), empty({4, 4}, DType::kBool, kMeta)});
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(FileCheck(PrintGraph(*g), R"(
+    CHECK:      graph(%0: f32[2, 4, 8]@meta, %1: f32[16, 8]@meta, %2: bool[4, 4]@meta) {
+    CHECK-NEXT:   %3 = transpose(%1) {dim=0, dim2=1} : f32[8, 16]@meta
+    CHECK-NEXT:   %4 = matmul(%0, %3) : f32[2, 4, 16]@meta
+    CHECK-NEXT:   %5 = add(%4, %4) : f32[2, 4, 16]@meta
+    CHECK-NEXT:   %6 = gelu(%5) {approximate=tanh} : f32[2, 4, 16]@meta
+    CHECK-NEXT:   %7 = transpose(%6) {dim=-2, dim2=-1} : f32[2, 16, 4]@meta
+    CHECK-NEXT:   %8 = matmul(%6, %7) : f32[2, 4, 4]@meta
+    CHECK-NEXT:   %9 = mul_scalar(%8) {scalar=0.25} : f32[2, 4, 4]@meta
+    CHECK-NEXT:   %10 = masked_fill(%9, %2) {scalar=-inf} : f32[2, 4, 4]@meta
+    CHECK-NEXT:   %11 = softmax(%10) {dim=-1} : f32[2, 4, 4]@meta
+    CHECK-NEXT:   %12 = sum(%11) {dims=[1], keepdim=true} : f32[2, 1, 4]@meta
+    CHECK-NEXT:   %13 = slice(%6) {dim=2, start=0, end=8, step=1} : f32[2, 4, 8]@meta
+    CHECK-NEXT:   = reshape(
+    CHECK-SAME:   {dims=[8, 8]} : f32[8, 8]@meta
+    CHECK-NOT:    constant
+    CHECK:        return %11, %12,
+  )"));
+  EXPECT_TRUE(Verify(*g).ok()) << Verify(*g);
+  ExpectRoundTrip(*g);
+}
+
+TEST(TraceTest, CpuWeightBecomesAConstant) {
+  const Tensor weight = ones({4, 8});
+  auto fn = [&](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    return {add(linear(in[0], weight), 1.0)};
+  };
+  absl::StatusOr<Graph> g = Trace(fn, {empty({2, 8})});
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(FileCheck(PrintGraph(*g), R"(
+    CHECK:      graph(%0: f32[2, 8]@cpu) {
+    CHECK-NEXT:   %1 = constant "const0" : f32[4, 8]@cpu
+    CHECK-NEXT:   %2 = linear(%0, %1) : f32[2, 4]@cpu
+    CHECK-NEXT:   %3 = add_scalar(%2) {scalar=1} : f32[2, 4]@cpu
+    CHECK-NEXT:   return %3
+  )"));
+  ASSERT_EQ(g->node(1).kind, NodeKind::kConstant);
+  EXPECT_TRUE(g->node(1).constant.is_same(weight));
+  EXPECT_TRUE(Verify(*g).ok()) << Verify(*g);
+  ExpectRoundTrip(*g);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parsing
+
+TEST(ParserTest, RenumbersAHandWrittenFusionGraph) {
+  const Graph g = Parse(R"(
+    graph(%10: bf16[8, 3072], %11: bf16[8, 3072]) {
+      // a fusion body numbers its own values
+      %20 = fusion kiln_fused_gelu_mul_0(%10, %11) : bf16[8, 3072] {
+        graph(%5: bf16[8, 3072], %6: bf16[8, 3072]) {
+          %7 = gelu(%5) {approximate=tanh} : bf16[8, 3072]
+          %8 = mul(%7, %6) : bf16[8, 3072]
+          return %8
+        }
+      }
+      %21 = sum(%20) {dims=[1], keepdim=false} : bf16[8]
+      return %21
+    })");
+  EXPECT_EQ(PrintGraph(g),
+            "graph(%0: bf16[8, 3072], %1: bf16[8, 3072]) {\n"
+            "  %2 = fusion kiln_fused_gelu_mul_0(%0, %1) : bf16[8, 3072] {\n"
+            "    graph(%0: bf16[8, 3072], %1: bf16[8, 3072]) {\n"
+            "      %2 = gelu(%0) {approximate=tanh} : bf16[8, 3072]\n"
+            "      %3 = mul(%2, %1) : bf16[8, 3072]\n"
+            "      return %3\n"
+            "    }\n"
+            "  }\n"
+            "  %3 = sum(%2) {dims=[1], keepdim=false} : bf16[8]\n"
+            "  return %3\n"
+            "}\n");
+  ASSERT_EQ(g.num_values(), 4);
+  EXPECT_EQ(g.node(2).kind, NodeKind::kFusion);
+  EXPECT_EQ(g.node(2).name, "kiln_fused_gelu_mul_0");
+  ASSERT_NE(g.node(2).body, nullptr);
+  EXPECT_EQ(g.node(2).body->num_values(), 4);
+  EXPECT_TRUE(Verify(g).ok()) << Verify(g);
+  ExpectRoundTrip(g);
+}
+
+constexpr char kEveryAttribute[] = R"(
+graph(%0: f32[2, 3, 4]@meta, %1: bool[3, 4]@meta, %2: f32[4]@meta, %3: f32[2, 3, 4]@cpu,
+      %4: i32[5]@cuda:1, %5: f16[6]) {
+  %6 = masked_fill(%0, %1) {scalar=-inf} : f32[2, 3, 4]@meta
+  %7 = add_scalar(%6) {scalar=inf} : f32[2, 3, 4]@meta
+  %8 = mul_scalar(%7) {scalar=nan} : f32[2, 3, 4]@meta
+  %9 = layer_norm(%8, %2, %2) {eps=1e-05} : f32[2, 3, 4]@meta
+  %10 = rms_norm(%9) {eps=1.5} : f32[2, 3, 4]@meta
+  %11 = transpose(%10) {dim=0, dim2=-1} : f32[4, 3, 2]@meta
+  %12 = permute(%11) {dims=[2, 0, 1]} : f32[2, 4, 3]@meta
+  %13 = matmul(%12, %12) {transpose_b=true} : f32[2, 4, 4]@meta
+  %14 = slice(%13) {dim=1, start=1, end=3, step=1} : f32[2, 2, 4]@meta
+  %15 = unsqueeze(%14) {dim=0} : f32[1, 2, 2, 4]@meta
+  %16 = squeeze(%15) {dim=0, all_dims=true} : f32[2, 2, 4]@meta
+  %17 = expand(%16) {dims=[3, 2, 2, 4]} : f32[3, 2, 2, 4]@meta
+  %18 = mean(%17) {dims=[0, -1], keepdim=true} : f32[1, 2, 2, 1]@meta
+  %19 = gelu(%18) {approximate=none} : f32[1, 2, 2, 1]@meta
+  %20 = cast(%19) {dtype=bf16} : bf16[1, 2, 2, 1]@meta
+  %21 = triu(%3) {diagonal=-1} : f32[2, 3, 4]@cpu
+  %22 = max(%4) {dims=[], keepdim=false} : i32[]@cuda:1
+  %23 = sub_scalar(%5) {scalar=-2.5e+300} : f16[6]
+  return %20, %21, %22, %23
+})";
+
+TEST(ParserTest, ParsesEveryAttributeDeviceAndScalarForm) {
+  const Graph g = Parse(kEveryAttribute);
+  ASSERT_EQ(g.num_values(), 24);
+  EXPECT_EQ(g.node(6).attrs.scalar, -INFINITY);
+  EXPECT_EQ(g.node(7).attrs.scalar, INFINITY);
+  EXPECT_TRUE(std::isnan(g.node(8).attrs.scalar));
+  EXPECT_EQ(g.node(9).attrs.eps, 1e-5);
+  EXPECT_EQ(g.node(11).attrs.dim2, -1);
+  EXPECT_EQ(g.node(12).attrs.dims, (Shape{2, 0, 1}));
+  EXPECT_TRUE(g.node(13).attrs.transpose_b);
+  EXPECT_FALSE(g.node(13).attrs.transpose_a);
+  EXPECT_EQ(g.node(14).attrs.start, 1);
+  EXPECT_EQ(g.node(14).attrs.end, 3);
+  EXPECT_TRUE(g.node(16).attrs.all_dims);
+  EXPECT_TRUE(g.node(18).attrs.keepdim);
+  EXPECT_EQ(g.node(19).attrs.approximate, GeluApprox::kNone);
+  EXPECT_EQ(g.node(20).attrs.dtype, DType::kBFloat16);
+  EXPECT_EQ(g.node(21).attrs.diagonal, -1);
+  EXPECT_EQ(g.type(4).device, CUDA(1));
+  EXPECT_EQ(g.type(5).device, CUDA(0));
+  EXPECT_EQ(g.node(23).attrs.scalar, -2.5e300);
+  EXPECT_TRUE(Verify(g).ok()) << Verify(g);
+  EXPECT_TRUE(FileCheck(PrintGraph(g), R"(
+    CHECK: {scalar=-inf}
+    CHECK: {scalar=inf}
+    CHECK: {scalar=nan}
+    CHECK: {eps=1.0000000000000001e-05}
+    CHECK: %21 = triu(%3) {diagonal=-1} : f32[2, 3, 4]@cpu
+    CHECK: %22 = max(%4) {dims=[], keepdim=false} : i32[]@cuda:1
+    CHECK: %23 = sub_scalar(%5) {scalar=-2.5000000000000001e+300} : f16[6]
+  )"));
+  ExpectRoundTrip(g);
+}
+
+TEST(ParserTest, EveryTruncationIsAnErrorNotACrash) {
+  const std::string text = PrintGraph(Parse(kEveryAttribute));
+  for (size_t n = 0; n + 1 < text.size(); ++n) {
+    const absl::StatusOr<Graph> g = ParseGraph(std::string_view(text).substr(0, n));
+    ASSERT_FALSE(g.ok()) << "prefix of " << n << " chars parsed";
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_TRUE(ParseGraph(text).ok());
+}
+
+struct ParseErrorCase {
+  const char* text;
+  const char* error;  // a substring of the message
+};
+
+TEST(ParserTest, ErrorsNameLineColumnAndReason) {
+  const ParseErrorCase cases[] = {
+      {"graph(%0: f32[2]) {\n  %1 = neg(%0 : f32[2]\n  return %1\n}",
+       "line 2, col 15: expected ')' after operands"},
+      {"graph(%0: f32[2]) {\n  %1 = frobnicate(%0) : f32[2]\n  return %1\n}",
+       "line 2, col 8: unknown op 'frobnicate'"},
+      {"graph(%0: f32[2]) {\n  %1 = neg(%7) : f32[2]\n  return %1\n}",
+       "line 2, col 12: undefined value %7"},
+      {"graph(%0: f32[2]) {\n  %1 = neg(%0) : f32[2]\n  %1 = neg(%0) : f32[2]\n  return %1\n}",
+       "line 3, col 3: redefinition of %1"},
+      {"graph(%0: f32[2]) {\n  %1 = neg(%0) : f32[2]\n}",
+       "line 3, col 1: missing 'return' at the end of the graph"},
+      {"graph(%0: f32[2]) {\n  %1 = add(%0, %0) {dim=1} : f32[2]\n  return %1\n}",
+       "line 2, col 21: op 'add' has no attribute 'dim'"},
+      {"graph(%0: f32[2]) {\n  %1 = add(%0, %0) {foo=1} : f32[2]\n  return %1\n}",
+       "line 2, col 21: unknown attribute 'foo'"},
+      {"graph(%0: f32[2]) {\n  %1 = softmax(%0) {dim=0, dim=1} : f32[2]\n  return %1\n}",
+       "line 2, col 28: duplicate attribute 'dim'"},
+      {"graph(%0: f32[2]) {\n  %1 = mul_scalar(%0) {scalar=abc} : f32[2]\n  return %1\n}",
+       "line 2, col 31: expected a number for 'scalar', got 'abc'"},
+      {"graph(%0: f32[2]) {\n  %1 = neg(%0)\n  return %1\n}",
+       "line 3, col 3: expected ':' before the result type"},
+      {"graph(%0: f33[2]) {\n  return %0\n}", "line 1, col 11: unknown dtype 'f33'"},
+      {"graph(%0: f32[2]@gpu) {\n  return %0\n}", "line 1, col 18: unknown device 'gpu'"},
+      {"graph(%0: f32[2, -3]) {\n  return %0\n}", "line 1, col 14: negative dimension -3"},
+      {"graph(%0: f32[2]) {\n  return %0\n", "line 3, col 1: expected '}' after the returned"},
+      {"graph(%0: f32[2]) {\n  return %0\n}\nextra",
+       "line 4, col 1: unexpected text after the end of the graph"},
+      {"", "line 1, col 1: expected 'graph' at the start of a graph"},
+      {"graph(%0: f32[2]) {\n  %1 = gelu(%0) {approximate=fast} : f32[2]\n  return %1\n}",
+       "line 2, col 30: expected tanh or none for 'approximate'"},
+      {"graph(%0: f32[2]) {\n  %1 = constant \"w : f32[2]\n  return %1\n}",
+       "unterminated constant name"},
+      {"graph(%0: f32[2]) {\n  %1 = fusion k(%0) : f32[2] {\n    graph(%0: f32[2]) {\n"
+       "      %1 = neg(%2) : f32[2]\n      return %1\n    }\n  }\n  return %1\n}",
+       "line 4, col 16: undefined value %2"},
+  };
+  for (const ParseErrorCase& c : cases) {
+    SCOPED_TRACE(c.text);
+    const absl::StatusOr<Graph> g = ParseGraph(c.text);
+    ASSERT_FALSE(g.ok());
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(g.status().message().find(c.error), std::string::npos) << g.status();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Verifier
+
+TEST(VerifierTest, RejectsAWrongRecordedType) {
+  const Graph g = Parse(R"(
+    graph(%0: f32[4]@meta) {
+      %1 = add(%0, %0) : f32[3]@meta
+      return %1
+    })");
+  const std::string error = VerifyError(g);
+  EXPECT_NE(error.find("%1 (add): recorded type f32[3]@meta differs from the inferred f32[4]@meta"),
+            std::string::npos)
+      << error;
+}
+
+TEST(VerifierTest, RejectsUseBeforeDefinitionAndDanglingValues) {
+  const TensorType t = T({4});
+  Graph use_before_def;
+  use_before_def.AddInput(t);
+  use_before_def.AddOpWithType(OpId::kNeg, {2}, {}, t);
+  use_before_def.AddOpWithType(OpId::kNeg, {0}, {}, t);
+  use_before_def.SetOutputs({1});
+  EXPECT_NE(VerifyError(use_before_def).find("%1 (neg): operand %2 is used before its definition"),
+            std::string::npos);
+
+  Graph dangling;
+  dangling.AddInput(t);
+  dangling.AddOpWithType(OpId::kNeg, {9}, {}, t);
+  EXPECT_NE(VerifyError(dangling).find("%1 (neg): operand %9 does not exist"), std::string::npos);
+
+  Graph bad_output;
+  bad_output.AddInput(t);
+  bad_output.SetOutputs({5});
+  EXPECT_NE(VerifyError(bad_output).find("graph output %5 does not exist"), std::string::npos);
+}
+
+TEST(VerifierTest, RejectsBadArityAndStrayInputNodes) {
+  const TensorType t = T({4});
+  Graph arity;
+  arity.AddInput(t);
+  arity.SetOutputs({arity.AddOpWithType(OpId::kAdd, {0}, {}, t)});
+  EXPECT_NE(VerifyError(arity).find("%1 (add): takes 2 operands, has 1"), std::string::npos);
+
+  Graph stray;
+  stray.AddInput(t);
+  Node n;
+  n.kind = NodeKind::kInput;
+  n.type = t;
+  stray.AddNode(n);
+  EXPECT_NE(VerifyError(stray).find("%1 is an input node but not a graph input"),
+            std::string::npos);
+}
+
+TEST(VerifierTest, RejectsANonElementwiseOpInAFusionBody) {
+  const Graph g = Parse(R"(
+    graph(%0: f32[4, 4]@meta) {
+      %1 = fusion kiln_fused_softmax_0(%0) : f32[4, 4]@meta {
+        graph(%0: f32[4, 4]@meta) {
+          %1 = softmax(%0) {dim=-1} : f32[4, 4]@meta
+          return %1
+        }
+      }
+      return %1
+    })");
+  const std::string error = VerifyError(g);
+  EXPECT_NE(error.find("%1 (fusion kiln_fused_softmax_0): body value %1 (softmax) is not an "
+                       "elementwise op"),
+            std::string::npos)
+      << error;
+}
+
+TEST(VerifierTest, RejectsAFusionWhoseBodyDoesNotMatchTheNode) {
+  const Graph input_type = Parse(R"(
+    graph(%0: f32[4]@meta) {
+      %1 = fusion k(%0) : f32[4]@meta {
+        graph(%0: f16[4]@meta) {
+          %1 = neg(%0) : f16[4]@meta
+          return %1
+        }
+      }
+      return %1
+    })");
+  EXPECT_NE(VerifyError(input_type)
+                .find("%1 (fusion k): body input 0 has type f16[4]@meta but operand %0 has "
+                      "f32[4]@meta"),
+            std::string::npos);
+
+  const Graph output_type = Parse(R"(
+    graph(%0: f32[4]@meta) {
+      %1 = fusion k(%0) : f32[8]@meta {
+        graph(%0: f32[4]@meta) {
+          %1 = neg(%0) : f32[4]@meta
+          return %1
+        }
+      }
+      return %1
+    })");
+  EXPECT_NE(VerifyError(output_type).find("body returns f32[4]@meta but the node's type is"),
+            std::string::npos);
+}
+
+TEST(VerifierTest, NamesTheFusionAroundAnErrorInItsBody) {
+  const Graph g = Parse(R"(
+    graph(%0: f32[4]@meta, %1: f32[4]@meta) {
+      %2 = fusion k(%0, %1) : f32[4]@meta {
+        graph(%0: f32[4]@meta, %1: f32[4]@meta) {
+          %2 = mul(%0, %1) : i32[4]@meta
+          return %2
+        }
+      }
+      return %2
+    })");
+  const std::string error = VerifyError(g);
+  EXPECT_NE(error.find("in the body of %2 (fusion k): %2 (mul): recorded type i32[4]@meta"),
+            std::string::npos)
+      << error;
+}
+
+}  // namespace
+}  // namespace kiln::ir
