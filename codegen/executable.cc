@@ -1,0 +1,114 @@
+// The executable plan (see executable.h).
+#include "codegen/executable.h"
+
+#include <chrono>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "codegen/fused_kernel.h"
+#include "ops/dispatch.h"
+#include "runtime/status.h"
+
+namespace kiln::codegen {
+
+using ir::Node;
+using ir::NodeKind;
+using ir::ValueId;
+
+absl::StatusOr<std::unique_ptr<Executable>> Executable::Build(ir::Graph graph) {
+  std::unique_ptr<Executable> e(new Executable(std::move(graph)));
+  KILN_RETURN_IF_ERROR(e->Prepare());
+  return e;
+}
+
+absl::Status Executable::Prepare() {
+  std::vector<size_t> fusions;
+  for (ValueId v = 0; v < graph_.num_values(); ++v) {
+    const Node& n = graph_.node(v);
+    if (n.kind == NodeKind::kInput || n.kind == NodeKind::kConstant) continue;
+    const bool view = n.kind == NodeKind::kOp && GetOpDef(n.op).view != nullptr;
+    steps_.push_back({v, !view, {}});
+    if (n.kind == NodeKind::kFusion && n.type.device.is_cuda())
+      fusions.push_back(steps_.size() - 1);
+  }
+  // Liveness: the last step reading each intermediate releases it (never inputs, constants or
+  // graph outputs).
+  std::vector<int> last(graph_.num_values(), -1);
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    for (ValueId in : graph_.node(steps_[i].value).inputs) last[in] = static_cast<int>(i);
+  }
+  for (ValueId v : graph_.outputs()) last[v] = -1;
+  for (ValueId v = 0; v < graph_.num_values(); ++v) {
+    const NodeKind k = graph_.node(v).kind;
+    if (last[v] >= 0 && k != NodeKind::kInput && k != NodeKind::kConstant) {
+      steps_[last[v]].last_uses.push_back(v);
+    }
+  }
+  // Compile the distinct fused kernels in parallel threads.
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<absl::Status> status(fusions.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < fusions.size(); ++i) {
+    threads.emplace_back([&, i] {
+      Step& s = steps_[fusions[i]];
+      const Node& n = graph_.node(s.value);
+      try {
+        s.cuda = cuda_ops::CompileElementwiseKernels(n.name, FusionExpression(*n.body),
+                                                     FusionInputTypes(*n.body), n.type.dtype);
+      } catch (const Error& e) {
+        status[i] = e.status();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  nvrtc_ms_ =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  for (const absl::Status& s : status) KILN_RETURN_IF_ERROR(s);
+  return absl::OkStatus();
+}
+
+std::vector<Tensor> Executable::Run(const std::vector<Tensor>& inputs) const {
+  std::vector<Tensor> env(graph_.num_values());
+  for (size_t i = 0; i < graph_.inputs().size(); ++i) env[graph_.inputs()[i]] = inputs[i];
+  for (ValueId v = 0; v < graph_.num_values(); ++v) {
+    if (graph_.node(v).kind == NodeKind::kConstant) env[v] = graph_.node(v).constant;
+  }
+  absl::InlinedVector<Tensor, 8> args;
+  for (const Step& s : steps_) {
+    const Node& n = graph_.node(s.value);
+    args.clear();
+    for (ValueId in : n.inputs) args.push_back(env[in]);
+    if (n.kind == NodeKind::kOp) {
+      env[s.value] = Dispatch(n.op, args, n.attrs);
+      for (ValueId dead : s.last_uses) env[dead] = Tensor();
+      continue;
+    }
+    Tensor out = Tensor::Empty(n.type);
+    if (out.numel() > 0) {
+      if (n.type.device.is_cuda()) {
+        cuda_ops::LaunchElementwise(s.cuda, args, out);
+      } else {
+        EvaluateFusionOnCpu(*n.body, args, out);
+      }
+    }
+    env[s.value] = std::move(out);
+    for (ValueId dead : s.last_uses) env[dead] = Tensor();
+  }
+  std::vector<Tensor> outs;
+  for (ValueId v : graph_.outputs()) outs.push_back(env[v]);
+  return outs;
+}
+
+int Executable::kernels_per_step() const {
+  int k = 0;
+  for (const Step& s : steps_) k += s.launches_kernel;
+  return k;
+}
+
+int Executable::fused_kernels() const {
+  int k = 0;
+  for (const Step& s : steps_) k += graph_.node(s.value).kind == NodeKind::kFusion;
+  return k;
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,47 @@
+// The executable plan of a compiled graph: a flat list of steps (fused kernels, library ops
+// through the eager kernels, views) replayed over the graph's values. Each intermediate is
+// released right after its last use (liveness), so the caching allocator hands its block to the
+// next step that needs one: peak memory follows the live set, not the sum of all values. Fused
+// kernels are compiled for the graph's device when the plan is built (NVRTC, in parallel threads;
+// cached on disk), or evaluated on the CPU for CPU graphs.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ir/graph.h"
+#include "ops/cuda/elementwise_cuda.h"
+
+namespace kiln::codegen {
+
+struct Step {
+  ir::ValueId value;
+  bool launches_kernel;                // views and constants do not
+  cuda_ops::ElementwiseKernels cuda;   // fusion steps on CUDA
+  std::vector<ir::ValueId> last_uses;  // values dead after this step: released to the allocator
+};
+
+class Executable {
+ public:
+  static absl::StatusOr<std::unique_ptr<Executable>> Build(ir::Graph graph);
+
+  // Runs the plan on inputs matching the graph's input types (any strides).
+  std::vector<Tensor> Run(const std::vector<Tensor>& inputs) const;
+
+  const ir::Graph& graph() const { return graph_; }
+  int kernels_per_step() const;  // steps that launch at least one kernel
+  int fused_kernels() const;
+  double nvrtc_ms() const { return nvrtc_ms_; }
+
+ private:
+  explicit Executable(ir::Graph graph) : graph_(std::move(graph)) {}
+  absl::Status Prepare();
+
+  ir::Graph graph_;
+  std::vector<Step> steps_;
+  double nvrtc_ms_ = 0;
+};
+
+}  // namespace kiln::codegen

@@ -1,0 +1,51 @@
+// The pass interface and the pipeline (XLA's HloPassInterface / HloPassPipeline).
+//
+// A pass transforms a Graph in place and says whether it changed anything. The pipeline runs
+// the verifier after every pass, can dump the graph after each one, and collects the fusion
+// explain log. Passes hold no global mutable state.
+//
+//   Pipeline p;
+//   p.Add(std::make_unique<DeadCodeElimination>());
+//   KILN_RETURN_IF_ERROR(p.Run(graph, &context));
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ir/graph.h"
+
+namespace kiln::passes {
+
+// What passes share with their caller: options, the explain log, dump hooks.
+struct PassContext {
+  bool fuse_elementwise = true;
+  bool merge_gemms = true;
+  std::vector<std::string> explain;  // one line per fusion decision
+  // Called with (pass name, graph) after each pass, e.g. to write dumps.
+  std::function<void(const std::string&, const ir::Graph&)> after_pass;
+};
+
+class Pass {
+ public:
+  virtual ~Pass() = default;
+  virtual const char* name() const = 0;
+  virtual absl::StatusOr<bool> Run(ir::Graph& graph, PassContext& ctx) = 0;
+};
+
+class Pipeline {
+ public:
+  void Add(std::unique_ptr<Pass> pass) { passes_.push_back(std::move(pass)); }
+  // Runs every pass once in order, verifying after each.
+  absl::Status Run(ir::Graph& graph, PassContext& ctx) const;
+
+ private:
+  std::vector<std::unique_ptr<Pass>> passes_;
+};
+
+// The default compile pipeline: constant folding, CSE, DCE, GEMM merge, elementwise fusion, DCE.
+Pipeline DefaultPipeline();
+
+}  // namespace kiln::passes

@@ -1,0 +1,36 @@
+// Clean-up passes.
+//
+// DeadCodeElimination: removes nodes no graph output depends on. Requires nothing; guarantees
+//   every remaining node (except inputs) is used.
+// CommonSubexpressionElimination: op nodes with the same op, inputs and attributes become one;
+//   requires topological order (always true), keeps it.
+// ConstantFolding: op nodes whose inputs are all constants (and cheap: not matmul/linear) are
+//   evaluated once at compile time and become constants (e.g. a causal mask built in forward).
+#pragma once
+
+#include "passes/pass.h"
+
+namespace kiln::passes {
+
+class DeadCodeElimination : public Pass {
+ public:
+  const char* name() const override { return "dce"; }
+  absl::StatusOr<bool> Run(ir::Graph& graph, PassContext& ctx) override;
+};
+
+class CommonSubexpressionElimination : public Pass {
+ public:
+  const char* name() const override { return "cse"; }
+  absl::StatusOr<bool> Run(ir::Graph& graph, PassContext& ctx) override;
+};
+
+class ConstantFolding : public Pass {
+ public:
+  const char* name() const override { return "constant-folding"; }
+  absl::StatusOr<bool> Run(ir::Graph& graph, PassContext& ctx) override;
+};
+
+// Replaces every use of `from` by `to` (nodes and outputs).
+void ReplaceAllUses(ir::Graph& graph, ir::ValueId from, ir::ValueId to);
+
+}  // namespace kiln::passes

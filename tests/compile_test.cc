@@ -1,0 +1,273 @@
+// kiln::compile end to end on the CPU (and on CUDA where present): fusion decisions checked on
+// the printed graph, kernel counts per step, compiled-vs-eager numerics on the seed workloads,
+// a seeded random-graph differential test, the signature rules and the eager/compiled switch.
+#include "codegen/compile.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+#include "ops/factories.h"
+#include "ops/modules.h"
+#include "ops/ops.h"
+#include "runtime/status.h"
+#include "tests/filecheck.h"
+#include "tests/test_util.h"
+
+namespace kiln {
+namespace {
+
+using Fn = ir::TensorFn;
+
+void ExpectSame(const std::vector<Tensor>& got, const std::vector<Tensor>& want,
+                const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].shape(), want[i].shape()) << what;
+    ASSERT_EQ(got[i].dtype(), want[i].dtype()) << what;
+    Tolerance tol = ToleranceFor(want[i].dtype());
+    tol.atol *= 4;  // fused math skips the eager intermediate roundings
+    tol.rtol *= 4;
+    ExpectClose(to_vector(got[i]), to_vector(want[i]), tol, what);
+  }
+}
+
+TEST(Compile, GeGLUMlpFusesToThreeKernels) {
+  Generator gen(0);
+  GeGLUMLP mlp(32, 64, gen);
+  const Tensor x = randn({16, 32}, gen);
+  CompiledFn f = compile(mlp, x);
+  const CompileReport& r = f.report({x});
+  EXPECT_EQ(r.kernels_per_step, 3) << r.final_graph;  // merged gate/up GEMM, gelu*mul, down
+  EXPECT_EQ(r.fused_kernels, 1);
+  EXPECT_TRUE(FileCheck(r.final_graph, R"(
+    CHECK: constant "merged(
+    CHECK: linear(
+    CHECK: slice(
+    CHECK: slice(
+    CHECK: fusion kiln_fused_gelu_mul_0(
+    CHECK-NEXT: graph(
+    CHECK: gelu(%0) {approximate=tanh}
+    CHECK: mul(
+    CHECK: linear(
+    CHECK-NOT: gelu(
+  )"));
+  ExpectSame(f({x}), {mlp(x)}, "GeGLU MLP");
+}
+
+TEST(Compile, ElementwiseChainIsOneKernel) {
+  Fn fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{gelu(in[0] * 1.5 + 0.5, "tanh") * in[1]};
+  };
+  Generator gen(1);
+  const Tensor x = randn({64, 48}, gen), u = randn({64, 48}, gen);
+  CompiledFn f = compile(fn, {x, u});
+  EXPECT_EQ(f.report({x, u}).kernels_per_step, 1);
+  EXPECT_TRUE(FileCheck(f.report({x, u}).final_graph,
+                        "CHECK: fusion kiln_fused_mul_scalar_add_scalar_gelu_mul_0(%0, %1)"));
+  ExpectSame(f({x, u}), fn({x, u}), "chain");
+}
+
+TEST(Compile, FanOutProducerMaterialises) {
+  Fn fn = [](const std::vector<Tensor>& in) {
+    Tensor h = tanh(in[0] + 1.0);
+    return std::vector<Tensor>{exp(h) * 2.0, sum(h, {1})};
+  };
+  Generator gen(2);
+  const Tensor x = randn({8, 8}, gen);
+  CompiledFn f = compile(fn, {x});
+  const CompileReport& r = f.report({x});
+  bool logged = false;
+  for (const std::string& line : r.explain) logged |= line.find("fan-out") != std::string::npos;
+  EXPECT_TRUE(logged) << r.final_graph;
+  ExpectSame(f({x}), fn({x}), "fan-out");
+}
+
+TEST(Compile, AttentionConstantFoldsTheMaskAndMatchesEager) {
+  Fn fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{causal_attention(in[0], in[1], in[2])};
+  };
+  Generator gen(3);
+  const Tensor q = randn({2, 2, 8, 4}, gen), k = randn({2, 2, 8, 4}, gen),
+               v = randn({2, 2, 8, 4}, gen);
+  CompiledFn f = compile(fn, {q, k, v});
+  EXPECT_TRUE(FileCheck(f.report({q, k, v}).final_graph, R"(
+    CHECK: constant "folded_triu
+    CHECK: matmul(
+    CHECK: fusion kiln_fused_mul_scalar_masked_fill_0(
+    CHECK: softmax(
+    CHECK: matmul(
+  )"));
+  ExpectSame(f({q, k, v}), fn({q, k, v}), "attention");
+}
+
+TEST(Compile, SignatureRules) {
+  Fn fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{relu(in[0]) + 1.0}; };
+  Generator gen(4);
+  const Tensor a = randn({4, 4}, gen), b = randn({2, 8}, gen);
+  CompiledFn f = compile(fn, {a});
+  ExpectSame(f({b}), fn({b}), "recompiled for a new shape");
+  ExpectSame(f({transpose(b, 0, 1)}), fn({transpose(b, 0, 1)}), "non-contiguous input");
+  CompileOptions strict;
+  strict.recompile = false;
+  CompiledFn g = compile(fn, {a}, strict);
+  try {
+    g({b});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("input 0 is float32[2, 8]"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(
+      compile([](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0] + in[1]}; },
+              {a, b}),
+      Error);  // bad shapes surface at compile time, from the trace
+}
+
+TEST(Compile, ModeSwitchRunsEagerly) {
+  Fn fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{sigmoid(in[0])}; };
+  Generator gen(5);
+  const Tensor a = randn({3, 3}, gen);
+  CompileOptions eager;
+  eager.mode = CompileOptions::Mode::kEager;
+  CompiledFn f = compile(fn, {a}, eager);
+  EXPECT_FALSE(f.compiled());
+  ExpectSame(f({a}), fn({a}), "eager mode");
+}
+
+TEST(Compile, DumpsGraphsKernelsAndIndex) {
+  const std::string dir = (std::filesystem::temp_directory_path() / "kiln_dump_test").string();
+  std::filesystem::remove_all(dir);
+  CompileOptions o;
+  o.dump_dir = dir;
+  Fn fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{silu(in[0]) * in[0]}; };
+  Generator gen(6);
+  compile(fn, {randn({4, 4}, gen)}, o);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/index.md"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/00_traced.txt"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/00_traced.dot"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/explain.txt"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/kernels/kiln_fused_silu_mul_0.cu"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/kernels/kiln_fused_silu_mul_0.ptx"));
+}
+
+// ---- Differential testing on seeded random graphs --------------------------------------------
+
+// A random program: a list of steps over a growing pool of values, replayable on any inputs.
+class RandomProgram {
+ public:
+  RandomProgram(uint64_t seed, DType dtype) : gen_(seed), dtype_(dtype) {
+    const int64_t b = 2 + Pick(4), n = 3 + Pick(6);
+    shape_ = {b, n};
+    weight_ = cast(randn({n, n}, gen_), dtype_);
+    mask_ = from_vector(RandomBits(n), {n}, DType::kBool);
+    steps_ = 3 + Pick(8);
+    for (int i = 0; i < steps_; ++i) ops_.push_back({Pick(15), Pick(1000), Pick(1000)});
+  }
+
+  std::vector<Tensor> Inputs() {
+    return {cast(randn(shape_, gen_), dtype_), cast(randn({shape_[1]}, gen_), dtype_),
+            cast(randn({shape_[0], 1}, gen_), dtype_)};
+  }
+
+  std::vector<Tensor> operator()(const std::vector<Tensor>& in) const {
+    std::vector<Tensor> pool(in.begin(), in.end());
+    for (const Op& op : ops_) pool.push_back(Apply(op, pool));
+    return {pool.back(), pool[pool.size() / 2 + 1]};  // two outputs, one often an intermediate
+  }
+
+ private:
+  struct Op {
+    int kind, a, b;
+  };
+  int Pick(int n) { return static_cast<int>(gen_.NextU64() % n); }
+  std::vector<double> RandomBits(int64_t n) {
+    std::vector<double> v(n);
+    for (double& x : v) x = gen_.Uniform() < 0.3;
+    return v;
+  }
+  // Picks an operand; full-shape values for most ops so results keep the base shape.
+  const Tensor& Full(const std::vector<Tensor>& pool, int r) const {
+    for (int i = 0; i < static_cast<int>(pool.size()); ++i) {
+      const Tensor& t = pool[(r + i) % pool.size()];
+      if (t.shape() == Shape(shape_.begin(), shape_.end())) return t;
+    }
+    return pool[0];
+  }
+  Tensor Apply(const Op& op, const std::vector<Tensor>& pool) const {
+    const Tensor& x = Full(pool, op.a);
+    const Tensor& y = pool[op.b % pool.size()];  // may broadcast ([n] or [b, 1])
+    switch (op.kind) {
+      case 0:
+        return x + y;
+      case 1:
+        return x * y;
+      case 2:
+        return x - y * 0.5;
+      case 3:
+        return gelu(x, op.b % 2 ? "tanh" : "none");
+      case 4:
+        return tanh(x) * 2.0 + 0.25;
+      case 5:
+        return sigmoid(x) / (1.0 + relu(y));
+      case 6:
+        return masked_fill(x, mask_, -1.5);
+      case 7:
+        return where(mask_, x, y);
+      case 8:
+        return softmax(x, -1);
+      case 9:
+        return matmul(x, weight_) * 0.25;
+      case 10:
+        return cast(cast(x, DType::kBFloat16), dtype_) + 1.0;
+      case 11:
+        return x - mean(x, {1}, true);
+      case 12:
+        return silu(x) * y;
+      case 13:
+        return exp(neg(relu(x)));
+      default:
+        return rsqrt(x * x + 1.0);
+    }
+  }
+
+  mutable Generator gen_;
+  DType dtype_;
+  std::vector<int64_t> shape_;
+  Tensor weight_, mask_;
+  int steps_;
+  std::vector<Op> ops_;
+};
+
+void RunDifferential(int count, Device device) {
+  int fused_graphs = 0;
+  for (int seed = 0; seed < count; ++seed) {
+    for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+      RandomProgram prog(1000 + seed, t);
+      std::vector<Tensor> in = prog.Inputs();
+      for (Tensor& x : in) x = to(x, device);
+      Fn fn = [&prog](const std::vector<Tensor>& i) { return prog(i); };
+      CompiledFn f = compile(fn, in);
+      fused_graphs += f.report(in).fused_kernels > 0;
+      ExpectSame(f(in), fn(in),
+                 absl::StrCat("random graph seed ", seed, " ", DTypeName(t), "\n",
+                              f.report(in).final_graph));
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+  EXPECT_GT(fused_graphs, count / 2);  // the generator does exercise fusion
+}
+
+TEST(CompileDifferential, RandomGraphsOnCpu) { RunDifferential(300, kCPU); }
+
+TEST(CompileDifferential, RandomGraphsOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  RunDifferential(600, CUDA(0));
+}
+
+}  // namespace
+}  // namespace kiln
