@@ -142,6 +142,8 @@ CompiledFn::Entry& CompiledFn::EntryFor(const std::vector<Tensor>& inputs) {
   entry.report.kernels_per_step = entry.exe->kernels_per_step();
   entry.report.fused_kernels = entry.exe->fused_kernels();
   entry.report.nvrtc_ms = entry.exe->nvrtc_ms();
+  entry.report.planned_peak_bytes = entry.exe->planned_peak_bytes();
+  entry.report.total_intermediate_bytes = entry.exe->total_intermediate_bytes();
   entry.report.compile_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   dump.Text("explain.txt", absl::StrJoin(ctx.explain, "\n") + "\n", "fusion explain log");

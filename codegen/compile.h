@@ -45,6 +45,8 @@ struct CompileReport {
   std::vector<std::string> explain;
   int kernels_per_step = 0, fused_kernels = 0;
   double compile_ms = 0, nvrtc_ms = 0;
+  int64_t planned_peak_bytes = 0;        // intermediates alive at once under liveness release
+  int64_t total_intermediate_bytes = 0;  // all intermediates (no reuse)
 };
 
 class CompiledFn {

@@ -1,6 +1,7 @@
 // The executable plan (see executable.h).
 #include "codegen/executable.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -37,13 +38,26 @@ absl::Status Executable::Prepare() {
   for (size_t i = 0; i < steps_.size(); ++i) {
     for (ValueId in : graph_.node(steps_[i].value).inputs) last[in] = static_cast<int>(i);
   }
-  for (ValueId v : graph_.outputs()) last[v] = -1;
+  // A view keeps its base's storage alive: the base lives as long as its last view.
+  std::vector<bool>& pinned = pinned_;  // outputs and what they view
+  pinned.assign(graph_.num_values(), false);
+  for (ValueId v : graph_.outputs()) pinned[v] = true;
+  for (ValueId v = graph_.num_values() - 1; v >= 0; --v) {
+    const Node& n = graph_.node(v);
+    if (n.kind != NodeKind::kOp || GetOpDef(n.op).view == nullptr) continue;
+    last[n.inputs[0]] = std::max(last[n.inputs[0]], last[v]);
+    pinned[n.inputs[0]] = pinned[n.inputs[0]] || pinned[v];
+  }
+  for (ValueId v = 0; v < graph_.num_values(); ++v) {
+    if (pinned[v]) last[v] = -1;
+  }
   for (ValueId v = 0; v < graph_.num_values(); ++v) {
     const NodeKind k = graph_.node(v).kind;
     if (last[v] >= 0 && k != NodeKind::kInput && k != NodeKind::kConstant) {
       steps_[last[v]].last_uses.push_back(v);
     }
   }
+  PlanMemory();
   // Compile the distinct fused kernels in parallel threads.
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<absl::Status> status(fusions.size());
@@ -65,6 +79,22 @@ absl::Status Executable::Prepare() {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   for (const absl::Status& s : status) KILN_RETURN_IF_ERROR(s);
   return absl::OkStatus();
+}
+
+void Executable::PlanMemory() {
+  auto owned_bytes = [&](ValueId v) -> int64_t {
+    const Node& n = graph_.node(v);
+    const bool view = n.kind == NodeKind::kOp && GetOpDef(n.op).view != nullptr;
+    if (view || pinned_[v]) return 0;
+    return n.type.numel() * DTypeSize(n.type.dtype);
+  };
+  int64_t live = 0;
+  for (const Step& s : steps_) {
+    live += owned_bytes(s.value);
+    total_intermediate_bytes_ += owned_bytes(s.value);
+    planned_peak_bytes_ = std::max(planned_peak_bytes_, live);
+    for (ValueId dead : s.last_uses) live -= owned_bytes(dead);
+  }
 }
 
 std::vector<Tensor> Executable::Run(const std::vector<Tensor>& inputs) const {

@@ -34,14 +34,22 @@ class Executable {
   int kernels_per_step() const;  // steps that launch at least one kernel
   int fused_kernels() const;
   double nvrtc_ms() const { return nvrtc_ms_; }
+  // Peak bytes of intermediates alive at once under the liveness release (views own nothing;
+  // inputs, constants and outputs are not counted), and the sum of all intermediates (what a
+  // plan that kept every value would hold).
+  int64_t planned_peak_bytes() const { return planned_peak_bytes_; }
+  int64_t total_intermediate_bytes() const { return total_intermediate_bytes_; }
 
  private:
   explicit Executable(ir::Graph graph) : graph_(std::move(graph)) {}
   absl::Status Prepare();
+  void PlanMemory();
 
   ir::Graph graph_;
   std::vector<Step> steps_;
   double nvrtc_ms_ = 0;
+  int64_t planned_peak_bytes_ = 0, total_intermediate_bytes_ = 0;
+  std::vector<bool> pinned_;  // graph outputs and the values they are views of
 };
 
 }  // namespace kiln::codegen

@@ -44,6 +44,10 @@ TEST(Compile, GeGLUMlpFusesToThreeKernels) {
   const CompileReport& r = f.report({x});
   EXPECT_EQ(r.kernels_per_step, 3) << r.final_graph;  // merged gate/up GEMM, gelu*mul, down
   EXPECT_EQ(r.fused_kernels, 1);
+  // Intermediates: merged [16, 128] f32 (8 KiB) and the fused [16, 64] (4 KiB); the merged
+  // output dies after the fused kernel, so at most both are alive at once.
+  EXPECT_EQ(r.total_intermediate_bytes, 16 * 128 * 4 + 16 * 64 * 4);
+  EXPECT_EQ(r.planned_peak_bytes, 16 * 128 * 4 + 16 * 64 * 4);
   EXPECT_TRUE(FileCheck(r.final_graph, R"(
     CHECK: constant "merged(
     CHECK: linear(
@@ -84,6 +88,7 @@ TEST(Compile, FanOutProducerMaterialises) {
   bool logged = false;
   for (const std::string& line : r.explain) logged |= line.find("fan-out") != std::string::npos;
   EXPECT_TRUE(logged) << r.final_graph;
+  EXPECT_LE(r.planned_peak_bytes, r.total_intermediate_bytes);
   ExpectSame(f({x}), fn({x}), "fan-out");
 }
 
