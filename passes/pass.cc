@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ir/verifier.h"
+#include "passes/canonicalize.h"
 #include "passes/fusion.h"
 #include "passes/simplify.h"
 #include "runtime/status.h"
@@ -30,6 +31,7 @@ Pipeline DefaultPipeline() {
   Pipeline p;
   p.Add(std::make_unique<ConstantFolding>());
   p.Add(std::make_unique<CommonSubexpressionElimination>());
+  p.Add(std::make_unique<Canonicalize>());
   p.Add(std::make_unique<DeadCodeElimination>());
   p.Add(std::make_unique<GemmMerge>());
   p.Add(std::make_unique<ElementwiseFusion>());

@@ -45,7 +45,8 @@ class Pipeline {
   std::vector<std::unique_ptr<Pass>> passes_;
 };
 
-// The default compile pipeline: constant folding, CSE, DCE, GEMM merge, elementwise fusion, DCE.
+// The default compile pipeline: constant folding, CSE, canonicalisation, DCE, GEMM merge,
+// elementwise fusion, DCE.
 Pipeline DefaultPipeline();
 
 }  // namespace kiln::passes

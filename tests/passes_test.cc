@@ -1,0 +1,137 @@
+// Pass tests written as IR text in -> pass -> CHECK lines out (MLIR/XLA FileCheck style).
+#include <gtest/gtest.h>
+
+#include "ir/parser.h"
+#include "ir/printer.h"
+#include "ir/verifier.h"
+#include "passes/canonicalize.h"
+#include "passes/fusion.h"
+#include "passes/simplify.h"
+#include "tests/filecheck.h"
+
+namespace kiln::passes {
+namespace {
+
+// Parses `ir`, runs `pass` (then DCE), verifies, and returns the printed result.
+std::string RunPass(Pass& pass, const std::string& ir, PassContext* ctx_out = nullptr) {
+  absl::StatusOr<ir::Graph> g = ir::ParseGraph(ir);
+  EXPECT_TRUE(g.ok()) << g.status().message() << "\n" << ir;
+  if (!g.ok()) return "";
+  PassContext ctx;
+  EXPECT_TRUE(pass.Run(*g, ctx).ok());
+  DeadCodeElimination dce;
+  EXPECT_TRUE(dce.Run(*g, ctx).ok());
+  EXPECT_TRUE(ir::Verify(*g).ok()) << ir::Verify(*g).message();
+  if (ctx_out != nullptr) *ctx_out = ctx;
+  return ir::PrintGraph(*g);
+}
+
+TEST(Canonicalize, MatmulTransposeBiasBecomesLinear) {
+  Canonicalize pass;
+  const std::string out = RunPass(pass, R"(
+    graph(%10: f32[8, 16], %11: f32[32, 16], %12: f32[32]) {
+      %13 = transpose(%11) {dim=0, dim2=1} : f32[16, 32]
+      %14 = matmul(%10, %13) : f32[8, 32]
+      %15 = add(%14, %12) : f32[8, 32]
+      return %15
+    })");
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: graph(%0: f32[8, 16], %1: f32[32, 16], %2: f32[32])
+    CHECK-NEXT: %3 = linear(%0, %1, %2) : f32[8, 32]
+    CHECK-NEXT: return %3
+    CHECK-NOT: matmul
+    CHECK-NOT: transpose
+  )"));
+}
+
+TEST(Canonicalize, TransposesBecomeGemmFlags) {
+  Canonicalize pass;
+  const std::string out = RunPass(pass, R"(
+    graph(%10: bf16[2, 4, 64, 16], %11: bf16[2, 4, 64, 16]) {
+      %12 = transpose(%11) {dim=-2, dim2=-1} : bf16[2, 4, 16, 64]
+      %13 = matmul(%10, %12) : bf16[2, 4, 64, 64]
+      return %13
+    })");
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %2 = matmul(%0, %1) {transpose_b=true} : bf16[2, 4, 64, 64]
+    CHECK-NOT: transpose(
+  )"));
+}
+
+TEST(Canonicalize, LeavesSharedMatmulAndWrongBiasAlone) {
+  Canonicalize pass;
+  const std::string out = RunPass(pass, R"(
+    graph(%10: f32[8, 16], %11: f32[16, 32], %12: f32[8, 32]) {
+      %13 = matmul(%10, %11) : f32[8, 32]
+      %14 = add(%13, %12) : f32[8, 32]
+      %15 = mul(%14, %13) : f32[8, 32]
+      return %15
+    })");
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: matmul(%0, %1) : f32[8, 32]
+    CHECK-NEXT: add(
+    CHECK-NOT: linear
+  )"));
+}
+
+TEST(ElementwiseFusion, ChainAndFanOut) {
+  ElementwiseFusion pass;
+  PassContext ctx;
+  const std::string out = RunPass(pass, R"(
+    graph(%10: f32[4, 8], %11: f32[8]) {
+      %12 = mul_scalar(%10) {scalar=1.5} : f32[4, 8]
+      %13 = add_scalar(%12) {scalar=0.5} : f32[4, 8]
+      %14 = gelu(%13) {approximate=tanh} : f32[4, 8]
+      %15 = mul(%14, %11) : f32[4, 8]
+      %16 = sum(%13) {dims=[1], keepdim=false} : f32[4]
+      return %15, %16
+    })",
+                                  &ctx);
+  // %b has a user outside the chain (the sum), so it materialises: two groups.
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: fusion kiln_fused_mul_scalar_add_scalar_0(%0) : f32[4, 8]
+    CHECK: fusion kiln_fused_gelu_mul_1(
+    CHECK: sum(
+  )"));
+  bool fan_out_logged = false;
+  for (const auto& line : ctx.explain) fan_out_logged |= line.find("fan-out") != std::string::npos;
+  EXPECT_TRUE(fan_out_logged);
+}
+
+TEST(ElementwiseFusion, StopsAtReductionsAndShapeChanges) {
+  ElementwiseFusion pass;
+  const std::string out = RunPass(pass, R"(
+    graph(%10: f32[4, 8], %11: f32[4, 1]) {
+      %12 = exp(%11) : f32[4, 1]
+      %13 = mul(%10, %12) : f32[4, 8]
+      %14 = softmax(%13) {dim=-1} : f32[4, 8]
+      %15 = neg(%14) : f32[4, 8]
+      return %15
+    })");
+  // exp has a smaller shape than the group: it stays a plain op; softmax is a boundary.
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: exp(%1) : f32[4, 1]
+    CHECK-NEXT: mul(
+    CHECK-NEXT: softmax(
+    CHECK-NEXT: neg(
+    CHECK-NOT: fusion
+  )"));
+}
+
+TEST(CommonSubexpressionElimination, MergesEqualOps) {
+  CommonSubexpressionElimination pass;
+  const std::string out = RunPass(pass, R"(
+    graph(%10: f32[4]) {
+      %11 = tanh(%10) : f32[4]
+      %12 = tanh(%10) : f32[4]
+      %13 = add(%11, %12) : f32[4]
+      return %13
+    })");
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %1 = tanh(%0)
+    CHECK-NEXT: %2 = add(%1, %1)
+  )"));
+}
+
+}  // namespace
+}  // namespace kiln::passes
