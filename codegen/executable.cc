@@ -3,11 +3,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "codegen/fused_kernel.h"
 #include "ops/dispatch.h"
+#include "profiler/host.h"
 #include "runtime/status.h"
 
 namespace kiln::codegen {
@@ -113,6 +115,8 @@ std::vector<Tensor> Executable::Run(const std::vector<Tensor>& inputs) const {
       for (ValueId dead : s.last_uses) env[dead] = Tensor();
       continue;
     }
+    std::optional<profiler::OpRange> range;  // a fused kernel is one op to the profiler
+    if (KILN_PREDICT_FALSE(profiler::IsActive())) range.emplace(profiler::Intern(n.name), args);
     Tensor out = Tensor::Empty(n.type);
     if (out.numel() > 0) {
       if (n.type.device.is_cuda()) {
