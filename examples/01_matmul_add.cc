@@ -2,15 +2,20 @@
 // first part of the "Profiling in PyTorch" series. N = 64 is overhead-bound (host time per step
 // far above device time), N = 4096 compute-bound; the first (cold) step pays for one-time work.
 //
-//   01_matmul_add [--device cpu|cuda] [--dtype ...] [--n N] [--compile] [--dump DIR]
+//   01_matmul_add [--device cpu|cuda] [--dtype ...] [--n N] [--compile] [--profile] [--sort KEY]
+//   [--trace FILE] [--compare] [--dump DIR]
 //                 [--warmup W] [--iters I]
 // Defaults: bf16 with N = 64 and 4096 on a GPU; float32 with N = 64 and 512 on the CPU.
+// --profile prints the op table (sorted by --sort, torch's keys accepted) and, on a GPU, the kernel
+// table of 3 profiled steps (wait 1, warm-up 1); --trace FILE writes a Perfetto/Chrome trace;
+// --compare prints the eager-vs-compiled report.
 #include "examples/common.h"
 
 int main(int argc, char** argv) {
   using namespace kiln;
   examples::Flags f("01_matmul_add",
                     "[--device cpu|cuda] [--dtype float32|float16|bfloat16] [--n N] [--compile] "
+                    "[--profile] [--sort KEY] [--trace FILE] [--compare] "
                     "[--dump DIR] [--warmup W] [--iters I]");
   examples::DefineCommonFlags(f);
   f.Define("n", "");

@@ -4,6 +4,9 @@
 //
 //   02_linear [--device cpu|cuda] [--dtype ...] [--batch B] [--in I] [--out O] [--compile]
 //             [--dump DIR] [--warmup W] [--iters I]
+// --profile prints the op table (sorted by --sort, torch's keys accepted) and, on a GPU, the kernel
+// table of 3 profiled steps (wait 1, warm-up 1); --trace FILE writes a Perfetto/Chrome trace;
+// --compare prints the eager-vs-compiled report.
 #include "examples/common.h"
 #include "ops/modules.h"
 
@@ -11,7 +14,8 @@ int main(int argc, char** argv) {
   using namespace kiln;
   examples::Flags f("02_linear",
                     "[--device cpu|cuda] [--dtype float32|float16|bfloat16] [--batch B] [--in I] "
-                    "[--out O] [--compile] [--dump DIR] [--warmup W] [--iters I]");
+                    "[--out O] [--compile] [--profile] [--sort KEY] [--trace FILE] [--compare] "
+                    "[--dump DIR] [--warmup W] [--iters I]");
   examples::DefineCommonFlags(f);
   f.Define("batch", "1024");
   f.Define("in", "32");

@@ -4,9 +4,13 @@
 // Also the 3-layer Linear+bias+GELU MLP (--variant mlp3).
 //
 //   03_mlp [--device cpu|cuda] [--dtype ...] [--tokens N] [--dim D] [--hidden H]
-//          [--variant geglu|mlp3] [--compile] [--dump DIR] [--warmup W] [--iters I]
+//          [--variant geglu|mlp3] [--compile] [--profile] [--sort KEY] [--trace FILE] [--compare]
+//          [--dump DIR] [--warmup W] [--iters I]
 // Defaults reproduce the series' shapes on a GPU (8192 tokens, bf16) and scale the token count
 // down on the CPU (256 tokens, float32), and say so.
+// --profile prints the op table (sorted by --sort, torch's keys accepted) and, on a GPU, the kernel
+// table of 3 profiled steps (wait 1, warm-up 1); --trace FILE writes a Perfetto/Chrome trace;
+// --compare prints the eager-vs-compiled report.
 #include "examples/common.h"
 #include "ops/modules.h"
 
@@ -14,7 +18,8 @@ int main(int argc, char** argv) {
   using namespace kiln;
   examples::Flags f("03_mlp",
                     "[--device cpu|cuda] [--dtype float32|float16|bfloat16] [--tokens N] [--dim D] "
-                    "[--hidden H] [--variant geglu|mlp3] [--compile] [--dump DIR] [--warmup W] "
+                    "[--hidden H] [--variant geglu|mlp3] [--compile] [--profile] [--sort KEY] "
+                    "[--trace FILE] [--compare] [--dump DIR] [--warmup W] "
                     "[--iters I]");
   examples::DefineCommonFlags(f);
   f.Define("tokens", "");

@@ -4,7 +4,11 @@
 // device memory of each, which the series does not give.
 //
 //   04_attention [--device cpu|cuda] [--dtype ...] [--batch B] [--heads H] [--seq T] [--head-dim D]
-//                [--compile] [--dump DIR] [--warmup W] [--iters I]
+//                [--compile] [--profile] [--sort KEY] [--trace FILE] [--compare] [--dump DIR]
+//                [--warmup W] [--iters I]
+// --profile prints the op table (sorted by --sort, torch's keys accepted) and, on a GPU, the kernel
+// table of 3 profiled steps (wait 1, warm-up 1); --trace FILE writes a Perfetto/Chrome trace;
+// --compare prints the eager-vs-compiled report.
 #include "examples/common.h"
 #include "ops/modules.h"
 
@@ -13,7 +17,8 @@ int main(int argc, char** argv) {
   examples::Flags f(
       "04_attention",
       "[--device cpu|cuda] [--dtype float32|float16|bfloat16] [--batch B] [--heads H] "
-      "[--seq T] [--head-dim D] [--compile] [--dump DIR] [--warmup W] [--iters I]");
+      "[--seq T] [--head-dim D] [--compile] [--profile] [--sort KEY] [--trace FILE] [--compare] "
+      "[--dump DIR] [--warmup W] [--iters I]");
   examples::DefineCommonFlags(f);
   f.Define("batch", "");
   f.Define("heads", "");

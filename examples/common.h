@@ -14,9 +14,13 @@
 #include <vector>
 
 #include "codegen/compile.h"
+#include "ir/graph.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
+#include "profiler/profiler.h"
+#include "profiler/report.h"
 #include "runtime/cuda.h"
+#include "runtime/nvrtc.h"
 #include "runtime/status.h"
 
 namespace examples {
@@ -188,6 +192,118 @@ inline void DefineCommonFlags(Flags& f) {
   f.Define("dump", "");
   f.Define("warmup", "3");
   f.Define("iters", "10");
+  f.Define("profile", "0", true);
+  f.Define("sort", "");
+  f.Define("trace", "");
+  f.Define("compare", "0", true);
+}
+
+// Profiles `steps` calls of `step` with the series' schedule (wait 1, warm-up 1, active 3).
+inline kiln::profiler::ProfileResult Profile(const std::function<void()>& step, bool gpu) {
+  kiln::profiler::Profiler::Options o;
+  o.wait = 1;
+  o.warmup = 1;
+  o.active = 3;
+  o.record_shapes = true;
+  kiln::profiler::Profiler p(std::move(o));
+  p.Start();
+  for (int i = 0; i < 5; ++i) {
+    step();
+    if (gpu) kiln::cuda::Synchronize();
+    p.Step();
+  }
+  return p.Stop();
+}
+
+inline void PrintTables(const Flags& f, const char* mode, const kiln::profiler::ProfileResult& r,
+                        bool gpu) {
+  namespace prof = kiln::profiler;
+  prof::OpTableOptions o;
+  o.sort = gpu ? prof::SortKey::kTotalDevice : prof::SortKey::kTotalHost;
+  if (f.Given("sort") && !prof::ParseSortKey(f.Str("sort"), &o.sort)) {
+    f.Usage("--sort: unknown key " + f.Str("sort"));
+  }
+  o.limit = 15;
+  std::printf("\n-- %s: op table (%d recorded steps) --\n%s", mode, r.steps_recorded,
+              prof::FormatOpTable(prof::BuildOpTable(r), o).c_str());
+  if (r.device_available) {
+    std::printf("\n-- %s: kernel table --\n%s", mode,
+                prof::FormatKernelTable(prof::BuildKernelTable(r)).c_str());
+  }
+}
+
+inline void WriteTrace(const std::string& path, const kiln::profiler::ProfileResult& r) {
+  const absl::Status s = kiln::profiler::ExportChromeTrace(r, path);
+  std::printf("trace: %s %s\n", path.c_str(),
+              s.ok() ? "(open in ui.perfetto.dev)" : std::string(s.message()).c_str());
+}
+
+// What each fused kernel of the plan replaced, for the comparison report.
+inline std::vector<kiln::profiler::FusedKernelInfo> FusedInfo(
+    const kiln::codegen::Executable& exe, const kiln::profiler::ProfileResult& eager,
+    const kiln::profiler::ProfileResult& compiled) {
+  std::vector<kiln::profiler::FusedKernelInfo> out;
+  for (const kiln::ir::Node& n : exe.graph().nodes()) {
+    if (n.kind != kiln::ir::NodeKind::kFusion) continue;
+    kiln::profiler::FusedKernelInfo info;
+    info.kernel = n.name;
+    int ops = 0;
+    for (const kiln::ir::Node& b : n.body->nodes()) {
+      if (b.kind != kiln::ir::NodeKind::kOp) continue;
+      info.eager_ops.push_back(kiln::GetOpDef(b.op).name);
+      if (++ops <
+          static_cast<int>(n.body->nodes().size()) - static_cast<int>(n.body->inputs().size())) {
+        info.intermediate_bytes_saved += 2 * b.type.numel() * kiln::DTypeSize(b.type.dtype);
+      }
+    }
+    info.launches_saved = ops - 1;
+    info.device_us_before = kiln::profiler::DeviceUsPerStepOfOps(eager, info.eager_ops);
+    info.device_us_after = kiln::profiler::DeviceUsPerStepOfKernels(compiled, n.name);
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+// --profile / --trace / --compare for one example.
+inline void ProfileExample(const Flags& f, const std::function<void()>& eager_step,
+                           const std::function<void()>& compiled_step,
+                           const kiln::CompiledFn* compiled, const kiln::codegen::Executable& exe,
+                           const kiln::CompileReport& report, bool gpu) {
+  namespace prof = kiln::profiler;
+  const bool want_compiled = f.Bool("compile") || f.Bool("compare");
+  if (!f.Bool("profile") && !f.Bool("compare") && !f.Given("trace")) return;
+  auto peak_of = [&](const std::function<void()>& step) {
+    if (!gpu) return size_t{0};
+    kiln::cuda::Synchronize();
+    kiln::cuda::ResetPeakMemoryStats();
+    step();
+    kiln::cuda::Synchronize();
+    return kiln::cuda::GetMemoryStats().peak_allocated;
+  };
+  const prof::ProfileResult eager = Profile(eager_step, gpu);
+  if (f.Bool("profile")) PrintTables(f, "eager", eager, gpu);
+  prof::ProfileResult comp;
+  if (want_compiled) {
+    comp = Profile(compiled_step, gpu);
+    if (f.Bool("profile")) PrintTables(f, "compiled", comp, gpu);
+  }
+  if (f.Given("trace")) {
+    WriteTrace(f.Str("trace"), eager);
+    if (want_compiled) WriteTrace(f.Str("trace") + ".compiled.json", comp);
+  }
+  if (f.Bool("compare")) {
+    prof::CompareDetails details;
+    details.fused = FusedInfo(exe, eager, comp);
+    details.has_compile_cost = true;
+    details.compile.nvrtc_ms = report.nvrtc_ms;
+    details.compile.kernels = report.fused_kernels;
+    details.compile.cache = kiln::cuda::GetKernelCacheStats();
+    const size_t eager_peak = peak_of(eager_step), comp_peak = peak_of(compiled_step);
+    std::printf("\n-- eager vs compiled --\n%s",
+                prof::CompareReport(prof::Summarize("eager", eager, 0, eager_peak),
+                                    {prof::Summarize("compiled", comp, 0, comp_peak)}, details)
+                    .c_str());
+  }
 }
 
 inline double PeakMiB(bool gpu, const std::function<void()>& step) {
@@ -236,6 +352,8 @@ inline int RunExample(const Flags& f, const Example& ex, Results* results) {
                 report.planned_peak_bytes / double(1 << 20),
                 report.total_intermediate_bytes / double(1 << 20));
   }
+  ProfileExample(f, eager_step, compiled_step, &compiled, compiled.executable(ex.inputs), report,
+                 gpu);
   if (gpu) {
     std::printf("peak device memory per step: eager %.1f MiB", results->eager.peak_mib);
     if (results->ran_compiled) std::printf(", compiled %.1f MiB", results->compiled.peak_mib);
