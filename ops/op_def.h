@@ -133,7 +133,7 @@ struct OpDef {
   ViewFn view = nullptr;       // views only
   ScalarFn scalar = nullptr;   // elementwise only
   std::string_view cuda_expr;  // elementwise only: CUDA expression over $0, $1, ... (floats)
-  KernelFn cuda = nullptr;     // filled by the CUDA backend when it is linked
+  KernelFn cuda = nullptr;     // the CUDA kernel (nullptr: none)
 
   bool is_elementwise() const {
     return kind == FusionKind::kElementwise || kind == FusionKind::kBroadcast;
@@ -143,7 +143,5 @@ struct OpDef {
 const OpDef& GetOpDef(OpId id);
 // Looks an op up by name (IR parsing, tests); nullptr if unknown. Not for the dispatch path.
 const OpDef* FindOpDef(std::string_view name);
-// For device backends registering their kernels at start-up.
-void RegisterKernel(OpId id, DeviceType device, KernelFn fn);
 
 }  // namespace kiln

@@ -130,23 +130,15 @@ constexpr bool RowsInEnumOrder() {
 }
 static_assert(RowsInEnumOrder(), "registry rows must follow the OpId enum, one row per op");
 
-// The live table: a copy of kRows whose kernel slots the device backends fill at start-up.
-std::array<OpDef, kNumOps> kRegistry = kRows;
-
 }  // namespace
 
-const OpDef& GetOpDef(OpId id) { return kRegistry[static_cast<int>(id)]; }
+const OpDef& GetOpDef(OpId id) { return kRows[static_cast<int>(id)]; }
 
 const OpDef* FindOpDef(std::string_view name) {
-  for (const OpDef& def : kRegistry) {
+  for (const OpDef& def : kRows) {
     if (name == def.name) return &def;
   }
   return nullptr;
-}
-
-void RegisterKernel(OpId id, DeviceType device, KernelFn fn) {
-  OpDef& def = kRegistry[static_cast<int>(id)];
-  (device == DeviceType::kCUDA ? def.cuda : def.cpu) = fn;
 }
 
 const char* FusionKindName(FusionKind k) {

@@ -14,7 +14,6 @@
 // once a device has run one GEMM eagerly (its first one cudaMallocs the workspace, which capture
 // forbids). K == 0 needs no GEMM: out is zero-filled, or for linear filled with bias rows.
 //
-//   RegisterKernel(OpId::kMatmul, DeviceType::kCUDA, cuda_ops::Matmul);  // or the registry row
 //   cuda_ops::SetAllowTf32(true);  // float32 GEMMs may round their inputs to TF32
 #pragma once
 
