@@ -34,14 +34,13 @@
 //    "wall_us", "tbps" | "tflops", "peak_mib", "peak_extra_mib", "nsets",
 //    "reps", "error" (only on failure)}}}   missing values are null.
 
-#include <torch/torch.h>
-
 #include <ATen/cuda/CUDAGraph.h>
 #include <ATen/cuda/Sleep.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
+#include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
@@ -64,10 +63,10 @@ constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kCyclesPerUs = 2000.0;  // spin-kernel cycles per microsecond (~1.98 GHz boost)
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-#define CUDA_CHECK(expr)                                                          \
-  do {                                                                            \
-    cudaError_t err_ = (expr);                                                    \
-    if (err_ != cudaSuccess)                                                      \
+#define CUDA_CHECK(expr)                                                              \
+  do {                                                                                \
+    cudaError_t err_ = (expr);                                                        \
+    if (err_ != cudaSuccess)                                                          \
       throw std::runtime_error(std::string(#expr) + ": " + cudaGetErrorString(err_)); \
   } while (0)
 
@@ -123,7 +122,8 @@ Set build_attention(int s) {
   at::Tensor k = randn({kAttB, kAttH, kAttS, kAttD});
   at::Tensor v = randn({kAttB, kAttH, kAttS, kAttD});
   at::Tensor mask = at::triu(
-      torch::ones({kAttS, kAttS}, torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBool)), 1);
+      torch::ones({kAttS, kAttS}, torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBool)),
+      1);
   return Set{q, k, v, mask};
 }
 
@@ -159,8 +159,8 @@ std::vector<Workload> make_workloads() {
     };
   };
   w.push_back({"tiny_add", build_tiny(2), [](Set& s) { return s[0] + s[1]; }, "", 0.0, true});
-  w.push_back({"tiny_add_out", build_tiny(3),
-               [](Set& s) { return at::add_out(s[2], s[0], s[1]); }, "", 0.0, true});
+  w.push_back({"tiny_add_out", build_tiny(3), [](Set& s) { return at::add_out(s[2], s[0], s[1]); },
+               "", 0.0, true});
   w.push_back({"elementwise",
                [](int s) {
                  seed(s);
@@ -239,7 +239,8 @@ size_t set_bytes(const Set& s) {
 
 int choose_nsets(size_t bytes, size_t l2) {
   if (bytes >= l2) return 1;
-  double want = std::ceil(1.5 * static_cast<double>(l2) / static_cast<double>(std::max<size_t>(bytes, 1)));
+  double want =
+      std::ceil(1.5 * static_cast<double>(l2) / static_cast<double>(std::max<size_t>(bytes, 1)));
   return static_cast<int>(std::max(2.0, std::min(8.0, want)));
 }
 
@@ -410,11 +411,21 @@ std::string json_str(const std::string& s) {
   std::string o = "\"";
   for (unsigned char c : s) {
     switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      case '\r': o += "\\r"; break;
+      case '"':
+        o += "\\\"";
+        break;
+      case '\\':
+        o += "\\\\";
+        break;
+      case '\n':
+        o += "\\n";
+        break;
+      case '\t':
+        o += "\\t";
+        break;
+      case '\r':
+        o += "\\r";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -451,7 +462,8 @@ void print_table(const std::vector<std::pair<std::string, Row>>& results) {
     std::string metric = "-";
     if (!r.metric.empty() && !std::isnan(r.metric_value)) {
       char buf[64];
-      std::snprintf(buf, sizeof buf, "%.3f %s", r.metric_value, r.metric == "tbps" ? "TB/s" : "TFLOP/s");
+      std::snprintf(buf, sizeof buf, "%.3f %s", r.metric_value,
+                    r.metric == "tbps" ? "TB/s" : "TFLOP/s");
       metric = buf;
     }
     std::printf("%-22s %s %s %s %16s %s\n", kv.first.c_str(), cell(r.device_us, 11, 2).c_str(),
@@ -479,7 +491,8 @@ std::string torch_version() {
 }
 
 bool write_json(const std::string& path, const std::string& gpu, const std::string& cuda_version,
-                const Config& cfg, size_t l2, const std::vector<std::pair<std::string, Row>>& results) {
+                const Config& cfg, size_t l2,
+                const std::vector<std::pair<std::string, Row>>& results) {
   std::ostringstream o;
   o << "{\n  \"source\": \"libtorch\",\n"
     << "  \"torch_version\": " << json_str(torch_version()) << ",\n"

@@ -20,12 +20,8 @@ int main(int argc, char** argv) {
   examples::DefineCommonFlags(f);
   f.Define("n", "");
   f.Parse(argc, argv);
-  if (!f.Given("device")) f.Define("device", cuda::IsAvailable() ? "cuda" : "cpu");
-  const Device device = examples::ParseDeviceFlag(f);
+  const auto [device, dtype] = examples::DeviceAndDType(f);
   const bool gpu = device.is_cuda();
-  const DType dtype = examples::ParseDType(f, f.Given("dtype") ? f.Str("dtype")
-                                              : gpu            ? "bfloat16"
-                                                               : "float32");
   std::vector<int64_t> sizes = f.Given("n") ? std::vector<int64_t>{f.Int("n")}
                                : gpu        ? std::vector<int64_t>{64, 4096}
                                             : std::vector<int64_t>{64, 512};

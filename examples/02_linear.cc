@@ -21,11 +21,7 @@ int main(int argc, char** argv) {
   f.Define("in", "32");
   f.Define("out", "64");
   f.Parse(argc, argv);
-  if (!f.Given("device")) f.Define("device", cuda::IsAvailable() ? "cuda" : "cpu");
-  const Device device = examples::ParseDeviceFlag(f);
-  const DType dtype = examples::ParseDType(f, f.Given("dtype")   ? f.Str("dtype")
-                                              : device.is_cuda() ? "bfloat16"
-                                                                 : "float32");
+  const auto [device, dtype] = examples::DeviceAndDType(f);
   try {
     Generator gen(0);
     auto fc = std::make_shared<Linear>(f.Int("in"), f.Int("out"), true, gen,

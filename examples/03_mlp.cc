@@ -27,12 +27,8 @@ int main(int argc, char** argv) {
   f.Define("hidden", "3072");
   f.Define("variant", "geglu");
   f.Parse(argc, argv);
-  if (!f.Given("device")) f.Define("device", cuda::IsAvailable() ? "cuda" : "cpu");
-  const Device device = examples::ParseDeviceFlag(f);
+  const auto [device, dtype] = examples::DeviceAndDType(f);
   const bool gpu = device.is_cuda();
-  const DType dtype = examples::ParseDType(f, f.Given("dtype") ? f.Str("dtype")
-                                              : gpu            ? "bfloat16"
-                                                               : "float32");
   const std::string variant = f.Str("variant");
   if (variant != "geglu" && variant != "mlp3") f.Usage("--variant must be geglu or mlp3");
   if (!f.Given("tokens")) {

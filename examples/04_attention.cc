@@ -25,12 +25,8 @@ int main(int argc, char** argv) {
   f.Define("seq", "");
   f.Define("head-dim", "64");
   f.Parse(argc, argv);
-  if (!f.Given("device")) f.Define("device", cuda::IsAvailable() ? "cuda" : "cpu");
-  const Device device = examples::ParseDeviceFlag(f);
+  const auto [device, dtype] = examples::DeviceAndDType(f);
   const bool gpu = device.is_cuda();
-  const DType dtype = examples::ParseDType(f, f.Given("dtype") ? f.Str("dtype")
-                                              : gpu            ? "bfloat16"
-                                                               : "float32");
   if (!f.Given("seq")) {
     std::printf("shapes: %s\n", gpu ? "the series' [8, 16, 1024, 64]" : "[2, 4, 128, 64] (no GPU)");
   }

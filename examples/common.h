@@ -90,6 +90,17 @@ inline kiln::Device ParseDeviceFlag(const Flags& f) {
   }
 }
 
+// --device (default: cuda when a GPU is present, else cpu) and --dtype (default: bfloat16 on a
+// GPU, float32 on the CPU), as the series runs them.
+inline std::pair<kiln::Device, kiln::DType> DeviceAndDType(Flags& f) {
+  if (!f.Given("device")) f.Define("device", kiln::cuda::IsAvailable() ? "cuda" : "cpu");
+  const kiln::Device device = ParseDeviceFlag(f);
+  const std::string dtype = f.Given("dtype")   ? f.Str("dtype")
+                            : device.is_cuda() ? "bfloat16"
+                                               : "float32";
+  return {device, ParseDType(f, dtype)};
+}
+
 inline double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
