@@ -80,37 +80,66 @@ std::string FusionSource(const ir::Node& fusion) {
                                            FusionInputTypes(*fusion.body), fusion.type.dtype);
 }
 
+namespace {
+
+// One body op flattened for the element loop: no node lookups per element.
+struct Instr {
+  ScalarFn fn;
+  const OpAttrs* attrs;
+  int args[3];
+  int nargs;
+  int dst;
+  bool round;  // an explicit cast: round through its dtype like the eager cast does
+  DType dtype;
+};
+
+std::vector<Instr> Flatten(const ir::Graph& body) {
+  std::vector<Instr> prog;
+  for (ValueId v = 0; v < body.num_values(); ++v) {
+    const Node& n = body.node(v);
+    if (n.kind != NodeKind::kOp) continue;
+    Instr in{GetOpDef(n.op).scalar, &n.attrs,    {0, 0, 0}, static_cast<int>(n.inputs.size()), v,
+             n.op == OpId::kCast,   n.type.dtype};
+    for (int k = 0; k < in.nargs; ++k) in.args[k] = n.inputs[k];
+    prog.push_back(in);
+  }
+  return prog;
+}
+
+}  // namespace
+
 void EvaluateFusionOnCpu(const ir::Graph& body, absl::Span<const Tensor> inputs,
                          const Tensor& out) {
   const int n_in = static_cast<int>(inputs.size());
+  KILN_CHECK(n_in + 1 <= cpu::kMaxOperands, "fusion: at most ", cpu::kMaxOperands - 1, " inputs");
   absl::InlinedVector<Strides, 9> strides = {out.strides()};
   std::vector<LoadFn> load;
+  std::vector<const void*> src;
   for (const Tensor& t : inputs) {
     strides.push_back(cpu::BroadcastStrides(t, out.shape()));
     load.push_back(LoaderFor(t.dtype()));
+    src.push_back(t.data_ptr());
   }
+  const std::vector<Instr> prog = Flatten(body);
   const StoreFn store = StorerFor(out.dtype());
+  void* dst = out.data_ptr();
   std::vector<double> vals(body.num_values());
   const ValueId root = body.outputs()[0];
-  double scratch;
-  auto visit = [&](const int64_t* off) {
-    for (int i = 0; i < n_in; ++i)
-      vals[body.inputs()[i]] = load[i](inputs[i].data_ptr(), off[i + 1]);
-    for (ValueId v = 0; v < body.num_values(); ++v) {
-      const Node& n = body.node(v);
-      if (n.kind != NodeKind::kOp) continue;
-      double args[4];
-      for (size_t k = 0; k < n.inputs.size(); ++k) args[k] = vals[n.inputs[k]];
-      vals[v] = GetOpDef(n.op).scalar(args, n.attrs);
-      if (n.op == OpId::kCast) {  // round like the eager cast does
-        StorerFor(n.type.dtype)(&scratch, 0, vals[v]);
-        vals[v] = LoaderFor(n.type.dtype)(&scratch, 0);
+  cpu::ForEachElement(out.shape(), strides, [&](const int64_t* off) {
+    for (int i = 0; i < n_in; ++i) vals[body.inputs()[i]] = load[i](src[i], off[i + 1]);
+    for (const Instr& in : prog) {
+      double args[3];
+      for (int k = 0; k < in.nargs; ++k) args[k] = vals[in.args[k]];
+      double v = in.fn(args, *in.attrs);
+      if (in.round) {
+        double scratch;
+        StorerFor(in.dtype)(&scratch, 0, v);
+        v = LoaderFor(in.dtype)(&scratch, 0);
       }
+      vals[in.dst] = v;
     }
-    store(out.data_ptr(), off[0], vals[root]);
-  };
-  KILN_CHECK(n_in + 1 <= cpu::kMaxOperands, "fusion: at most ", cpu::kMaxOperands - 1, " inputs");
-  cpu::ForEachElement(out.shape(), strides, visit);
+    store(dst, off[0], vals[root]);
+  });
 }
 
 }  // namespace kiln::codegen
