@@ -155,7 +155,6 @@ CompiledFn::Entry& CompiledFn::EntryFor(const std::vector<Tensor>& inputs) {
   }
   if (DebugLevel() >= 2) std::cerr << absl::StrJoin(ctx.explain, "\n") << "\n";
   if (cache_.empty()) {
-    first_signature_ = sig;
     for (const Tensor& t : inputs) first_types_.push_back(t.type());
   }
   return cache_.emplace(sig, std::move(entry)).first->second;

@@ -69,7 +69,6 @@ class CompiledFn {
   CompileOptions options_;
   bool compiled_;
   std::map<std::string, Entry> cache_;  // by input signature
-  std::string first_signature_;
   std::vector<TensorType> first_types_;
 };
 
