@@ -111,24 +111,29 @@ void WriteCacheFile(uint64_t key, const std::string& payload) {
 
 namespace {
 
-absl::StatusOr<cudaLibrary_t> LoadLibrary(const std::string& source, uint64_t key,
-                                          const std::string& arch, Cache& cache) {
+// The CUBIN of `source`: from the disk cache, or compiled. Runs without the cache lock, so
+// distinct kernels compile in parallel threads; `stats` counts what it did.
+absl::StatusOr<std::string> CubinFor(const std::string& source, uint64_t key,
+                                     const std::string& arch, KernelCacheStats* stats) {
   std::string cubin;
   if (ReadCacheFile(key, &cubin)) {
-    ++cache.stats.disk_hits;
-  } else {
-    const auto t0 = std::chrono::steady_clock::now();
-    KILN_ASSIGN_OR_RETURN(cubin, CompileSource(source, absl::StrCat(absl::Hex(key)), arch, true));
-    cache.stats.compile_ms +=
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    ++cache.stats.compiles;
-    WriteCacheFile(key, cubin);
+    ++stats->disk_hits;
+    return cubin;
   }
-  cudaLibrary_t lib = nullptr;
+  const auto t0 = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(cubin, CompileSource(source, absl::StrCat(absl::Hex(key)), arch, true));
+  stats->compile_ms +=
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  ++stats->compiles;
+  WriteCacheFile(key, cubin);
+  return cubin;
+}
+
+absl::StatusOr<cudaKernel_t> KernelOf(cudaLibrary_t lib, const std::string& kernel_name) {
+  cudaKernel_t kernel = nullptr;
   KILN_RETURN_IF_ERROR(
-      ToStatus(cudaLibraryLoadData(&lib, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
-               "cudaLibraryLoadData"));
-  return lib;
+      ToStatus(cudaLibraryGetKernel(&kernel, lib, kernel_name.c_str()), "cudaLibraryGetKernel"));
+  return kernel;
 }
 
 }  // namespace
@@ -188,25 +193,39 @@ absl::StatusOr<std::string> CompileSource(const std::string& source, const std::
 
 absl::StatusOr<cudaKernel_t> GetKernel(const std::string& source, const std::string& kernel_name) {
   Cache& cache = TheCache();
-  std::lock_guard<std::mutex> lock(cache.mu);
   const std::string arch = ArchOfCurrentDevice();
   const uint64_t key =
       Fnv1a(absl::StrCat(source, "|", arch, "|nvrtc ", NvrtcVersion(), "|--std=c++17 --fmad=true"));
   const std::string kernel_key = absl::StrCat(key, ":", kernel_name);
-  if (auto it = cache.kernels.find(kernel_key); it != cache.kernels.end()) {
-    ++cache.stats.memory_hits;
-    return it->second;
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    if (auto it = cache.kernels.find(kernel_key); it != cache.kernels.end()) {
+      ++cache.stats.memory_hits;
+      return it->second;
+    }
+    if (auto lib = cache.libraries.find(key); lib != cache.libraries.end()) {
+      KILN_ASSIGN_OR_RETURN(cudaKernel_t kernel, KernelOf(lib->second, kernel_name));
+      return cache.kernels.emplace(kernel_key, kernel).first->second;
+    }
   }
-  auto lib_it = cache.libraries.find(key);
-  if (lib_it == cache.libraries.end()) {
-    KILN_ASSIGN_OR_RETURN(cudaLibrary_t lib, LoadLibrary(source, key, arch, cache));
-    lib_it = cache.libraries.emplace(key, lib).first;
+  // Disk read or NVRTC compile outside the lock (two threads racing on one source both build
+  // it; the first to load keeps its library).
+  KernelCacheStats done;
+  KILN_ASSIGN_OR_RETURN(const std::string cubin, CubinFor(source, key, arch, &done));
+  std::lock_guard<std::mutex> lock(cache.mu);
+  cache.stats.disk_hits += done.disk_hits;
+  cache.stats.compiles += done.compiles;
+  cache.stats.compile_ms += done.compile_ms;
+  auto lib = cache.libraries.find(key);
+  if (lib == cache.libraries.end()) {
+    cudaLibrary_t loaded = nullptr;
+    KILN_RETURN_IF_ERROR(ToStatus(
+        cudaLibraryLoadData(&loaded, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+        "cudaLibraryLoadData"));
+    lib = cache.libraries.emplace(key, loaded).first;
   }
-  cudaKernel_t kernel = nullptr;
-  KILN_RETURN_IF_ERROR(ToStatus(cudaLibraryGetKernel(&kernel, lib_it->second, kernel_name.c_str()),
-                                "cudaLibraryGetKernel"));
-  cache.kernels.emplace(kernel_key, kernel);
-  return kernel;
+  KILN_ASSIGN_OR_RETURN(cudaKernel_t kernel, KernelOf(lib->second, kernel_name));
+  return cache.kernels.emplace(kernel_key, kernel).first->second;
 }
 
 KernelCacheStats GetKernelCacheStats() {
