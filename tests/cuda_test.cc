@@ -43,6 +43,7 @@ TEST(NvrtcCodegen, EveryElementwiseVariantCompiles) {
       auto ptx = cuda::CompileSource(src, name, "compute_90", /*cubin=*/false);
       ASSERT_TRUE(ptx.ok()) << ptx.status().message();
       EXPECT_NE(ptx->find(name + "_contig"), std::string::npos);
+      EXPECT_NE(ptx->find(name + "_rows"), std::string::npos);
       EXPECT_NE(ptx->find(name + "_strided"), std::string::npos);
       ++compiled;
     }

@@ -2,8 +2,10 @@
 #include "ops/cuda/elementwise_cuda.h"
 
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "runtime/cuda.h"
@@ -41,6 +43,7 @@ __device__ __forceinline__ float kiln_gelu(float x, int approx_tanh) {
   return 0.5f * x * (1.f + erff(x * 0.7071067811865476f));
 }
 struct KilnIndexer { int rank; long long sizes[8]; long long strides[4][8]; };
+struct KilnRows { long long rows, cols; long long row_stride[4]; int broadcast[4]; };
 template <int N> struct alignas(N) KilnRaw { unsigned char b[N]; };
 )";
 
@@ -108,48 +111,91 @@ int VectorWidth(const std::vector<DType>& in, DType out) {
 
 }  // namespace
 
-std::string RenderElementwiseSource(const std::string& base, const std::string& expr_template,
-                                    const std::vector<DType>& in, DType out) {
+namespace {
+
+std::string SubstituteOperands(const std::string& expr_template, size_t inputs) {
   std::string expr = expr_template;
-  for (size_t i = 0; i < in.size(); ++i) {
+  for (size_t i = 0; i < inputs; ++i) {
     expr = absl::StrReplaceAll(expr, {{absl::StrCat("$", i), absl::StrCat("a", i)}});
   }
-  expr = absl::StrReplaceAll(expr, {{"$scalar", "scalar"}});
-  const int vec = VectorWidth(in, out);
-  std::string src = kPrelude;
-  // Contiguous kernel: each thread handles `vec` consecutive elements with wide loads/stores.
-  absl::StrAppend(
-      &src, "extern \"C\" __global__ void ", base, "_contig(", Params(in, out), ") {\n",
+  return absl::StrReplaceAll(expr, {{"$scalar", "scalar"}});
+}
+
+std::string Raw(const std::string& storage, int vec) {
+  return absl::StrCat("KilnRaw<sizeof(", storage, ") * ", vec, ">");
+}
+
+// The per-vector body: r{i}[j] hold the loaded inputs, w[j] the results.
+std::string VectorBody(const std::string& expr, const std::vector<DType>& in, DType out, int vec) {
+  std::string s = absl::StrCat("    ", Info(out).storage, " w[", vec, "];\n",
+                               "    #pragma unroll\n    for (int j = 0; j < ", vec, "; ++j) {\n");
+  std::vector<std::string> reg_idx(in.size(), "j");
+  std::string body = Body(expr, in, out, "j", reg_idx);
+  for (size_t i = 0; i < in.size(); ++i) {
+    body = absl::StrReplaceAll(body, {{absl::StrCat("in", i, "[j]"), absl::StrCat("r", i, "[j]")}});
+  }
+  return s + absl::StrReplaceAll(body, {{"out[j]", "w[j]"}}) + "    }\n";
+}
+
+// Contiguous kernel: each thread handles `vec` consecutive elements with 16-byte loads/stores.
+std::string ContigKernel(const std::string& base, const std::string& expr,
+                         const std::vector<DType>& in, DType out, int vec) {
+  std::string src = absl::StrCat(
+      "extern \"C\" __global__ void ", base, "_contig(", Params(in, out), ") {\n",
       "  const long long groups = n / ", vec, ";\n",
       "  for (long long g = blockIdx.x * (long long)blockDim.x + threadIdx.x; g < groups;",
       " g += (long long)gridDim.x * blockDim.x) {\n");
   for (size_t i = 0; i < in.size(); ++i) {
     const std::string st = Info(in[i]).storage;
-    absl::StrAppend(&src, "    ", st, " r", i, "[", vec, "]; *(KilnRaw<sizeof(", st, ") * ", vec,
-                    ">*)r", i, " = ((const KilnRaw<sizeof(", st, ") * ", vec, ">*)in", i,
-                    ")[g];\n");
+    absl::StrAppend(&src, "    ", st, " r", i, "[", vec, "]; *(", Raw(st, vec), "*)r", i,
+                    " = ((const ", Raw(st, vec), "*)in", i, ")[g];\n");
   }
-  absl::StrAppend(&src, "    ", Info(out).storage, " w[", vec, "];\n", "    #pragma unroll\n",
-                  "    for (int j = 0; j < ", vec, "; ++j) {\n");
-  std::vector<std::string> reg_idx;
-  for (size_t i = 0; i < in.size(); ++i) reg_idx.push_back("j");
-  std::string body = Body(expr, in, out, "j", reg_idx);
-  for (size_t i = 0; i < in.size(); ++i) {
-    body = absl::StrReplaceAll(body, {{absl::StrCat("in", i, "[j]"), absl::StrCat("r", i, "[j]")}});
-  }
-  body = absl::StrReplaceAll(body, {{"out[j]", "w[j]"}});
-  absl::StrAppend(&src, body, "    }\n    ((KilnRaw<sizeof(", Info(out).storage, ") * ", vec,
-                  ">*)out)[g] = *(KilnRaw<sizeof(", Info(out).storage, ") * ", vec, ">*)w;\n  }\n");
+  absl::StrAppend(&src, VectorBody(expr, in, out, vec), "    ((", Raw(Info(out).storage, vec),
+                  "*)out)[g] = *(", Raw(Info(out).storage, vec), "*)w;\n  }\n");
   // Tail elements after the last full group.
   std::vector<std::string> tail_idx(in.size(), "i");
   absl::StrAppend(&src, "  for (long long i = groups * ", vec,
                   " + blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;",
                   " i += (long long)gridDim.x * blockDim.x) {\n",
                   Body(expr, in, out, "i", tail_idx), "  }\n}\n");
-  // Strided kernels with broadcasting (stride 0 on repeated dims): 64-bit index math, and a
-  // 32-bit variant (cheaper div/mod) for tensors under 2^31 elements.
+  return src;
+}
+
+// Rows kernel: operands collapsed to [rows, cols] with unit (or, for an input broadcast along
+// the row, zero) inner stride and any row stride: slices of a merged GEMM's output, a bias or
+// mask broadcast over leading dims. blockIdx.y walks rows, so there is no div/mod per element.
+std::string RowsKernel(const std::string& base, const std::string& expr,
+                       const std::vector<DType>& in, DType out, int vec) {
+  std::string src = absl::StrCat(
+      "extern \"C\" __global__ void ", base, "_rows(", Params(in, out), ", KilnRows rw) {\n",
+      "  const long long groups = rw.cols / ", vec, ";\n",
+      "  for (long long r = blockIdx.y; r < rw.rows; r += gridDim.y) {\n",
+      "  for (long long g = blockIdx.x * (long long)blockDim.x + threadIdx.x; g < groups;",
+      " g += (long long)gridDim.x * blockDim.x) {\n");
+  for (size_t i = 0; i < in.size(); ++i) {
+    const std::string st = Info(in[i]).storage;
+    const std::string row = absl::StrCat("in", i, " + r * rw.row_stride[", i + 1, "]");
+    absl::StrAppend(&src, "    ", st, " r", i, "[", vec, "];\n", "    if (rw.broadcast[", i + 1,
+                    "]) {\n      const ", st, " v = *(", row, ");\n",
+                    "      #pragma unroll\n      for (int j = 0; j < ", vec, "; ++j) r", i,
+                    "[j] = v;\n    } else {\n      *(", Raw(st, vec), "*)r", i, " = *(const ",
+                    Raw(st, vec), "*)(", row, " + g * ", vec, ");\n    }\n");
+  }
+  const std::string raw_out = Raw(Info(out).storage, vec);
+  absl::StrAppend(&src, VectorBody(expr, in, out, vec), "    *(", raw_out,
+                  "*)(out + r * rw.row_stride[0] + g * ", vec, ") = *(", raw_out, "*)w;\n",
+                  "  }\n  }\n}\n");
+  return src;
+}
+
+// Strided kernels with broadcasting (stride 0 on repeated dims): 64-bit index math, and a
+// 32-bit variant (cheaper div/mod) for tensors under 2^31 elements. The rank loop is unrolled
+// so the indexer's arrays are read with constant indices (no local-memory copy).
+std::string StridedKernels(const std::string& base, const std::string& expr,
+                           const std::vector<DType>& in, DType out) {
   std::vector<std::string> off_idx;
   for (size_t i = 0; i < in.size(); ++i) off_idx.push_back(absl::StrCat("o", i + 1));
+  std::string src;
   for (const char* idx : {"long long", "unsigned"}) {
     const bool narrow = std::string(idx) == "unsigned";
     absl::StrAppend(&src, "extern \"C\" __global__ void ", base,
@@ -157,13 +203,28 @@ std::string RenderElementwiseSource(const std::string& base, const std::string& 
                     "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;",
                     " i += (long long)gridDim.x * blockDim.x) {\n", "    ", idx, " rem = (", idx,
                     ")i; long long o0 = 0, o1 = 0, o2 = 0, o3 = 0;\n",
-                    "    for (int d = ix.rank - 1; d >= 0; --d) {\n", "      const ", idx,
-                    " size = (", idx, ")ix.sizes[d];\n",
-                    "      const long long c = rem % size; rem /= size;\n",
+                    "    #pragma unroll\n    for (int d = 7; d >= 0; --d) {\n",
+                    "      if (d >= ix.rank) continue;\n", "      const ", idx, " size = (", idx,
+                    ")ix.sizes[d];\n", "      const long long c = rem % size; rem /= size;\n",
                     "      o0 += c * ix.strides[0][d]; o1 += c * ix.strides[1][d];\n",
                     "      o2 += c * ix.strides[2][d]; o3 += c * ix.strides[3][d];\n", "    }\n",
                     Body(expr, in, out, "o0", off_idx), "  }\n}\n");
   }
+  return src;
+}
+
+}  // namespace
+
+std::string RenderElementwiseSource(const std::string& base, const std::string& expr_template,
+                                    const std::vector<DType>& in, DType out,
+                                    ElementwiseVariants variants) {
+  const std::string expr = SubstituteOperands(expr_template, in.size());
+  const int vec = VectorWidth(in, out);
+  std::string src = kPrelude;
+  if (variants & kFastVariants) {
+    src += ContigKernel(base, expr, in, out, vec) + RowsKernel(base, expr, in, out, vec);
+  }
+  if (variants & kGeneralVariants) src += StridedKernels(base, expr, in, out);
   return src;
 }
 
@@ -194,10 +255,16 @@ KernelPair& KernelsFor(const OpDef& def, const std::string& expr_template,
   return kernels.emplace(key, CompileElementwiseKernels(base, expr, types, out)).first->second;
 }
 
-struct Indexer {
+struct Indexer {  // KilnIndexer of the generated source
   int rank;
   long long sizes[kMaxRank];
   long long strides[kMaxOperands][kMaxRank];
+};
+
+struct KilnRowsArgs {  // KilnRows of the generated source
+  long long rows, cols;
+  long long row_stride[kMaxOperands];
+  int broadcast[kMaxOperands];
 };
 
 // Operand strides over the output's shape with size-1 dims dropped and dims merged wherever
@@ -234,14 +301,39 @@ Indexer CollapsedIndexer(absl::Span<const Tensor> in, const Tensor& out) {
   return ix;
 }
 
-bool FastPathApplies(absl::Span<const Tensor> in, const Tensor& out, int vec) {
-  if (!out.is_contiguous()) return false;
-  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (!aligned(out.data_ptr())) return false;
+bool Aligned(const void* p, int64_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+bool ContigApplies(absl::Span<const Tensor> in, const Tensor& out) {
+  if (!out.is_contiguous() || !Aligned(out.data_ptr(), 16)) return false;
   for (const Tensor& t : in) {
-    if (t.shape() != out.shape() || !t.is_contiguous() || !aligned(t.data_ptr())) return false;
+    if (t.shape() != out.shape() || !t.is_contiguous() || !Aligned(t.data_ptr(), 16)) return false;
   }
   return true;
+}
+
+// The rows kernel's arguments when the collapsed operands are at most 2-D, the output and every
+// vector-loaded input have unit inner stride, rows split into whole aligned vectors, and a row
+// holds enough vectors to fill a block; nullopt otherwise.
+std::optional<KilnRowsArgs> RowsArgs(const Indexer& ix, absl::Span<const Tensor> in,
+                                     const Tensor& out, int vec) {
+  if (ix.rank < 1 || ix.rank > 2) return std::nullopt;
+  const int inner = ix.rank - 1;
+  KilnRowsArgs rw{};
+  rw.rows = ix.rank == 2 ? ix.sizes[0] : 1;
+  rw.cols = ix.sizes[inner];
+  if (rw.cols % vec != 0 || rw.cols / vec < 32) return std::nullopt;
+  for (size_t i = 0; i <= in.size(); ++i) {
+    const Tensor& t = i == 0 ? out : in[i - 1];
+    const long long inner_stride = ix.strides[i][inner];
+    rw.row_stride[i] = ix.rank == 2 ? ix.strides[i][0] : 0;
+    rw.broadcast[i] = inner_stride == 0 && i > 0;
+    if (rw.broadcast[i]) continue;
+    if (inner_stride != 1 || rw.row_stride[i] % vec != 0 ||
+        !Aligned(t.data_ptr(), vec * DTypeSize(t.dtype()))) {
+      return std::nullopt;
+    }
+  }
+  return rw;
 }
 
 void Launch(cudaKernel_t k, void** args, int64_t work) {
@@ -265,14 +357,43 @@ void Run(const OpDef& def, const std::string& expr, absl::Span<const Tensor> in,
 
 ElementwiseKernels CompileElementwiseKernels(const std::string& base, const std::string& expr,
                                              const std::vector<DType>& in, DType out) {
-  const std::string src = RenderElementwiseSource(base, expr, in, out);
+  const std::string src = RenderElementwiseSource(base, expr, in, out, kFastVariants);
   ElementwiseKernels k;
   k.contig = ValueOrThrow(cuda::GetKernel(src, base + "_contig"));
-  k.strided = ValueOrThrow(cuda::GetKernel(src, base + "_strided"));
-  k.strided32 = ValueOrThrow(cuda::GetKernel(src, base + "_strided32"));
+  k.rows = ValueOrThrow(cuda::GetKernel(src, base + "_rows"));
   k.vec = VectorWidth(in, out);
+  k.general = std::make_shared<ElementwiseKernels::General>();
+  k.general->source = RenderElementwiseSource(base, expr, in, out, kGeneralVariants);
+  k.general->base = base;
   return k;
 }
+
+namespace {
+
+// The strided kernels, compiled on first use: most operands take the contiguous or rows path.
+const ElementwiseKernels::General& GeneralKernels(const ElementwiseKernels& k) {
+  ElementwiseKernels::General& g = *k.general;
+  std::call_once(g.once, [&g] {
+    g.strided = ValueOrThrow(cuda::GetKernel(g.source, g.base + "_strided"));
+    g.strided32 = ValueOrThrow(cuda::GetKernel(g.source, g.base + "_strided32"));
+  });
+  return g;
+}
+
+void LaunchRows(cudaKernel_t k, void** args, const KilnRowsArgs& rw, int vec) {
+  // Blocks sized so each x-block covers an equal share of a row's vectors (a 3072-wide bf16
+  // row is 384 vectors: two blocks of 192 threads, not one of 256 and one half idle).
+  const int64_t groups = rw.cols / vec;
+  const int64_t blocks_x = std::min<int64_t>((groups + 255) / 256, 1024);
+  const int64_t per_block = (groups + blocks_x - 1) / blocks_x;
+  const int block = static_cast<int>(std::min<int64_t>(256, (per_block + 31) / 32 * 32));
+  const dim3 grid(static_cast<unsigned>(blocks_x),
+                  static_cast<unsigned>(std::min<int64_t>(rw.rows, 65535)));
+  KILN_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, dim3(block), args, 0,
+                                   cuda::CurrentStream()));
+}
+
+}  // namespace
 
 void LaunchElementwise(const ElementwiseKernels& k, absl::Span<const Tensor> in, const Tensor& out,
                        float scalar) {
@@ -283,17 +404,23 @@ void LaunchElementwise(const ElementwiseKernels& k, absl::Span<const Tensor> in,
   const void* ptrs[3] = {nullptr, nullptr, nullptr};
   for (size_t i = 0; i < in.size(); ++i) ptrs[i] = in[i].data_ptr();
   long long n = out.numel();
-  std::vector<void*> args = {&out_ptr};
+  absl::InlinedVector<void*, 8> args = {&out_ptr};
   for (size_t i = 0; i < in.size(); ++i) args.push_back(&ptrs[i]);
   args.push_back(&scalar);
   args.push_back(&n);
-  if (FastPathApplies(in, out, k.vec)) {
+  if (ContigApplies(in, out)) {
     Launch(k.contig, args.data(), std::max<int64_t>(n / k.vec, n % k.vec));
     return;
   }
   Indexer ix = CollapsedIndexer(in, out);
+  if (std::optional<KilnRowsArgs> rw = RowsArgs(ix, in, out, k.vec)) {
+    args.push_back(&*rw);
+    LaunchRows(k.rows, args.data(), *rw, k.vec);
+    return;
+  }
   args.push_back(&ix);
-  Launch(n < (int64_t{1} << 31) ? k.strided32 : k.strided, args.data(), n);
+  const auto& g = GeneralKernels(k);
+  Launch(n < (int64_t{1} << 31) ? g.strided32 : g.strided, args.data(), n);
 }
 
 void Elementwise(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,

@@ -1,12 +1,19 @@
 // CUDA kernels for the elementwise rows of the registry, generated from each row's CUDA
 // expression and compiled with NVRTC on first use (then cached in memory and on disk, see
-// runtime/nvrtc.h). One source holds two kernels: a 16-byte vectorised one for contiguous
-// operands of the output's shape, and a strided one with broadcasting for everything else.
+// runtime/nvrtc.h). Three kernel variants per expression:
+//   _contig    16-byte vectorised loads/stores, operands contiguous and of the output's shape;
+//   _rows      operands collapsed to [rows, cols] with unit inner stride (or broadcast along the
+//              row) and any row stride, still vectorised: slices of a merged GEMM output, a
+//              bias or a mask broadcast over leading dims;
+//   _strided   any strides/broadcasts, div/mod per element (64- and 32-bit index variants),
+//              compiled only when first needed.
 // The same renderer serves the contiguous() copy (expression "$0").
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -23,8 +30,14 @@ void Copy(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, cons
 inline constexpr int kMaxElementwiseInputs = 3;
 
 struct ElementwiseKernels {
-  cudaKernel_t contig = nullptr, strided = nullptr, strided32 = nullptr;
-  int vec = 1;  // elements per thread in the contiguous kernel
+  cudaKernel_t contig = nullptr, rows = nullptr;
+  int vec = 1;      // elements per thread in the vectorised kernels
+  struct General {  // the strided kernels, compiled on first use
+    std::once_flag once;
+    std::string source, base;
+    cudaKernel_t strided = nullptr, strided32 = nullptr;
+  };
+  std::shared_ptr<General> general;
 };
 // Compiles (or fetches from the caches) the kernels of `expr`; throws kiln::Error with the NVRTC
 // log on failure. The fusion codegen passes a whole fused expression tree here.
@@ -36,8 +49,10 @@ void LaunchElementwise(const ElementwiseKernels& k, absl::Span<const Tensor> in,
                        float scalar = 0);
 
 // The CUDA source for one elementwise expression over operands of the given dtypes (exposed so
-// tests can compile every variant with NVRTC without a GPU).
+// tests can compile every variant with NVRTC without a GPU, and for the compiler's dumps).
+enum ElementwiseVariants { kFastVariants = 1, kGeneralVariants = 2, kAllVariants = 3 };
 std::string RenderElementwiseSource(const std::string& kernel_base, const std::string& expr,
-                                    const std::vector<DType>& in_types, DType out_type);
+                                    const std::vector<DType>& in_types, DType out_type,
+                                    ElementwiseVariants variants = kAllVariants);
 
 }  // namespace kiln::cuda_ops
