@@ -165,18 +165,22 @@ TEST(Compile, DumpsGraphsKernelsAndIndex) {
 // A random program: a list of steps over a growing pool of values, replayable on any inputs.
 class RandomProgram {
  public:
-  RandomProgram(uint64_t seed, DType dtype) : gen_(seed), dtype_(dtype) {
+  RandomProgram(uint64_t seed, DType dtype, Device device)
+      : gen_(seed), dtype_(dtype), device_(device) {
     const int64_t b = 2 + Pick(4), n = 3 + Pick(6);
     shape_ = {b, n};
-    weight_ = cast(randn({n, n}, gen_), dtype_);
-    mask_ = from_vector(RandomBits(n), {n}, DType::kBool);
+    weight_ = to(cast(randn({n, n}, gen_), dtype_), device_);  // a constant of the graph
+    mask_ = to(from_vector(RandomBits(n), {n}, DType::kBool), device_);
     steps_ = 3 + Pick(8);
     for (int i = 0; i < steps_; ++i) ops_.push_back({Pick(15), Pick(1000), Pick(1000)});
   }
 
   std::vector<Tensor> Inputs() {
-    return {cast(randn(shape_, gen_), dtype_), cast(randn({shape_[1]}, gen_), dtype_),
-            cast(randn({shape_[0], 1}, gen_), dtype_)};
+    std::vector<Tensor> in = {cast(randn(shape_, gen_), dtype_),
+                              cast(randn({shape_[1]}, gen_), dtype_),
+                              cast(randn({shape_[0], 1}, gen_), dtype_)};
+    for (Tensor& x : in) x = to(x, device_);
+    return in;
   }
 
   std::vector<Tensor> operator()(const std::vector<Tensor>& in) const {
@@ -242,6 +246,7 @@ class RandomProgram {
 
   mutable Generator gen_;
   DType dtype_;
+  Device device_;
   std::vector<int64_t> shape_;
   Tensor weight_, mask_;
   int steps_;
@@ -252,9 +257,8 @@ void RunDifferential(int count, Device device) {
   int fused_graphs = 0;
   for (int seed = 0; seed < count; ++seed) {
     for (DType t : {DType::kFloat32, DType::kBFloat16}) {
-      RandomProgram prog(1000 + seed, t);
+      RandomProgram prog(1000 + seed, t, device);
       std::vector<Tensor> in = prog.Inputs();
-      for (Tensor& x : in) x = to(x, device);
       Fn fn = [&prog](const std::vector<Tensor>& i) { return prog(i); };
       CompiledFn f = compile(fn, in);
       fused_graphs += f.report(in).fused_kernels > 0;
