@@ -97,6 +97,22 @@ std::string FusedFrom(const ir::Graph& body) {
   return absl::StrJoin(ops, ", ");
 }
 
+bool SameTypes(const std::vector<TensorType>& types, const std::vector<Tensor>& inputs) {
+  if (types.size() != inputs.size()) return false;
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (!inputs[i].defined() || inputs[i].dtype() != types[i].dtype ||
+        inputs[i].device() != types[i].device || inputs[i].shape() != types[i].shape) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool CudaGraphsFromEnv() {
+  const char* env = std::getenv("KILN_CUDA_GRAPHS");
+  return env != nullptr && std::string(env) == "1";
+}
+
 }  // namespace
 
 CompiledFn::CompiledFn(ir::TensorFn fn, CompileOptions options)
@@ -105,11 +121,16 @@ CompiledFn::CompiledFn(ir::TensorFn fn, CompileOptions options)
   compiled_ = options_.mode == CompileOptions::Mode::kCompiled ||
               (options_.mode == CompileOptions::Mode::kDefault &&
                !(env != nullptr && std::string(env) == "0"));
+  options_.cuda_graphs = options_.cuda_graphs || CudaGraphsFromEnv();
 }
 
 CompiledFn::Entry& CompiledFn::EntryFor(const std::vector<Tensor>& inputs) {
+  if (last_ != nullptr && SameTypes(last_->types, inputs)) return *last_;  // no string building
   const std::string sig = Signature(inputs);
-  if (auto it = cache_.find(sig); it != cache_.end()) return it->second;
+  if (auto it = cache_.find(sig); it != cache_.end()) {
+    last_ = &it->second;
+    return it->second;
+  }
   if (!cache_.empty() && !options_.recompile) {
     for (size_t i = 0; i < inputs.size() && i < first_types_.size(); ++i) {
       KILN_CHECK(inputs[i].type() == first_types_[i], "compiled function: input ", i, " is ",
@@ -154,15 +175,40 @@ CompiledFn::Entry& CompiledFn::EntryFor(const std::vector<Tensor>& inputs) {
               << entry.report.fused_kernels << " fused)\n";
   }
   if (DebugLevel() >= 2) std::cerr << absl::StrJoin(ctx.explain, "\n") << "\n";
-  if (cache_.empty()) {
-    for (const Tensor& t : inputs) first_types_.push_back(t.type());
+  for (const Tensor& t : inputs) entry.types.push_back(t.type());
+  if (cache_.empty()) first_types_ = entry.types;
+  if (options_.cuda_graphs && entry.exe->on_cuda()) {
+    entry.report.cuda_graph = "pending (captured after the first call)";
   }
-  return cache_.emplace(sig, std::move(entry)).first->second;
+  last_ = &cache_.emplace(sig, std::move(entry)).first->second;
+  return *last_;
 }
 
 std::vector<Tensor> CompiledFn::operator()(const std::vector<Tensor>& inputs) {
   if (!compiled_) return fn_(inputs);
-  return EntryFor(inputs).exe->Run(inputs);
+  Entry& e = EntryFor(inputs);
+  if (options_.cuda_graphs && e.exe->on_cuda()) return RunWithCudaGraph(e, inputs);
+  return e.exe->Run(inputs);
+}
+
+// Replays the entry's CUDA graph; the first call runs the plan (which compiles any lazily built
+// kernel and plans every GEMM) and then captures it. A plan that cannot be captured keeps
+// running without a graph, and the report says why.
+std::vector<Tensor> CompiledFn::RunWithCudaGraph(Entry& e, const std::vector<Tensor>& inputs) {
+  if (e.graph != nullptr) return e.graph->Run(inputs);
+  std::vector<Tensor> out = e.exe->Run(inputs);
+  if (e.graph_tried) return out;
+  e.graph_tried = true;
+  absl::StatusOr<std::unique_ptr<codegen::CudaGraphPlan>> plan =
+      codegen::CudaGraphPlan::Capture(*e.exe, inputs);
+  if (plan.ok()) {
+    e.graph = std::move(*plan);
+    e.report.cuda_graph = absl::StrCat("on: ", e.graph->nodes(), " graph nodes");
+  } else {
+    e.report.cuda_graph = absl::StrCat("off: ", plan.status().message());
+  }
+  if (DebugLevel() >= 1) std::cerr << "kiln: CUDA graph " << e.report.cuda_graph << "\n";
+  return out;
 }
 
 const CompileReport& CompiledFn::report(const std::vector<Tensor>& inputs) {

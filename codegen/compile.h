@@ -14,6 +14,9 @@
 //
 // Dumps: options.dump_dir or KILN_DUMP=dir writes the traced graph and the graph after each pass
 // (.txt and .dot), each fused kernel's .cu source and PTX, the fusion explain log and index.md.
+// CUDA graphs: options.cuda_graphs replays the plan as one CUDA graph from the second call on
+// (codegen/cuda_graph.h says how inputs and outputs are bound).
+//
 // KILN_DEBUG=1 prints a compile summary to stderr, 2 adds the explain log, 3 kernel sources,
 // 4 the graph after every pass.
 #pragma once
@@ -23,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/cuda_graph.h"
 #include "codegen/executable.h"
 #include "ir/tracer.h"
 #include "ops/modules.h"
@@ -34,6 +38,9 @@ struct CompileOptions {
   Mode mode = Mode::kDefault;
   bool fuse_elementwise = true;
   bool merge_gemms = true;
+  // Replay the plan as a CUDA graph after the first call (CUDA inputs; see cuda_graph.h). Also
+  // KILN_CUDA_GRAPHS=1 in the environment.
+  bool cuda_graphs = false;
   bool recompile = true;  // false: a new input signature is an error
   int max_signatures = 8;
   std::string dump_dir;  // "" = KILN_DUMP or none
@@ -47,6 +54,8 @@ struct CompileReport {
   double compile_ms = 0, nvrtc_ms = 0;
   int64_t planned_peak_bytes = 0;        // intermediates alive at once under liveness release
   int64_t total_intermediate_bytes = 0;  // all intermediates (no reuse)
+  // "off", "pending (captured after the first call)", "on: N graph nodes", or "off: <why>".
+  std::string cuda_graph = "off";
 };
 
 class CompiledFn {
@@ -60,15 +69,21 @@ class CompiledFn {
 
  private:
   struct Entry {
+    std::vector<TensorType> types;  // the input signature
     std::unique_ptr<codegen::Executable> exe;
     CompileReport report;
+    std::unique_ptr<codegen::CudaGraphPlan> graph;
+    bool graph_tried = false;
   };
   Entry& EntryFor(const std::vector<Tensor>& inputs);
 
   ir::TensorFn fn_;
   CompileOptions options_;
   bool compiled_;
+  std::vector<Tensor> RunWithCudaGraph(Entry& e, const std::vector<Tensor>& inputs);
+
   std::map<std::string, Entry> cache_;  // by input signature
+  Entry* last_ = nullptr;               // the entry of the previous call (checked first)
   std::vector<TensorType> first_types_;
 };
 

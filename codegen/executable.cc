@@ -133,6 +133,16 @@ std::vector<Tensor> Executable::Run(const std::vector<Tensor>& inputs) const {
   return outs;
 }
 
+bool Executable::on_cuda() const {
+  for (ValueId v : graph_.inputs()) {
+    if (!graph_.node(v).type.device.is_cuda()) return false;
+  }
+  for (ValueId v : graph_.outputs()) {
+    if (!graph_.node(v).type.device.is_cuda()) return false;
+  }
+  return !graph_.outputs().empty();
+}
+
 int Executable::kernels_per_step() const {
   int k = 0;
   for (const Step& s : steps_) k += s.launches_kernel;

@@ -31,6 +31,7 @@ class Executable {
   std::vector<Tensor> Run(const std::vector<Tensor>& inputs) const;
 
   const ir::Graph& graph() const { return graph_; }
+  bool on_cuda() const;          // every input and output is a CUDA tensor
   int kernels_per_step() const;  // steps that launch at least one kernel
   int fused_kernels() const;
   double nvrtc_ms() const { return nvrtc_ms_; }

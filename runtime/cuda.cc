@@ -38,12 +38,17 @@ class CachingAllocator final : public Allocator {
           ", the device has ", Bytes(Props(device.index).total_memory), " in total")));
     }
     Check(err, "cudaMallocAsync", __FILE__, __LINE__);
+    Adopted(nbytes, device);
+    return p;
+  }
+
+  void Adopted(size_t nbytes, Device) override {
     const size_t now = allocated_.fetch_add(nbytes) + nbytes;
     size_t peak = peak_.load();
     while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
     }
-    return p;
   }
+  void Released(size_t nbytes, Device) override { allocated_.fetch_sub(nbytes); }
 
   void Free(void* ptr, size_t nbytes, Device) override {
     if (ptr == nullptr) return;

@@ -83,6 +83,19 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
   data_ = allocator_->Allocate(nbytes, device);
 }
 
+std::shared_ptr<Storage> Storage::Adopt(void* data, size_t nbytes, Device device) {
+  Allocator* allocator = GetAllocator(device.type);
+  allocator->Adopted(nbytes, device);
+  return std::shared_ptr<Storage>(new Storage(data, nbytes, device, allocator));
+}
+
+void* Storage::Release() {
+  void* data = data_;
+  if (allocator_ != nullptr && data_ != nullptr) allocator_->Released(nbytes_, device_);
+  data_ = nullptr;
+  return data;
+}
+
 Storage::~Storage() {
   if (allocator_ != nullptr && data_ != nullptr) allocator_->Free(data_, nbytes_, device_);
 }

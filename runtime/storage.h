@@ -18,6 +18,10 @@ class Allocator {
   // Returns memory for `nbytes` (nullptr for 0 bytes); throws kiln::Error when out of memory.
   virtual void* Allocate(size_t nbytes, Device device) = 0;
   virtual void Free(void* ptr, size_t nbytes, Device device) = 0;
+  // Accounting for memory that entered or left the allocator's books without Allocate/Free
+  // (Storage::Adopt / Storage::Release).
+  virtual void Adopted(size_t nbytes, Device device) {}
+  virtual void Released(size_t nbytes, Device device) {}
 };
 
 // The allocator for a device type; throws kiln::Error if none is registered (e.g. CUDA when the
@@ -33,11 +37,20 @@ class Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
+  // Takes ownership of `nbytes` at `data` on `device`, which that device's allocator frees
+  // (memory a CUDA graph allocates each time it is replayed).
+  static std::shared_ptr<Storage> Adopt(void* data, size_t nbytes, Device device);
+  // Gives the memory up without freeing it; the storage is empty afterwards.
+  void* Release();
+
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
 
  private:
+  Storage(void* data, size_t nbytes, Device device, Allocator* allocator)
+      : data_(data), nbytes_(nbytes), device_(device), allocator_(allocator) {}
+
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;

@@ -1,0 +1,176 @@
+// CUDA graph replay of an executable plan (see cuda_graph.h).
+#include "codegen/cuda_graph.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "ops/ops.h"
+#include "profiler/host.h"
+#include "runtime/status.h"
+
+namespace kiln::codegen {
+namespace {
+
+// Ends a capture that failed half-way, so the stream is usable again.
+void AbandonCapture(cudaStream_t stream) {
+  cudaGraph_t partial = nullptr;
+  cudaStreamEndCapture(stream, &partial);
+  if (partial != nullptr) cudaGraphDestroy(partial);
+  cudaGetLastError();
+}
+
+size_t Bytes(const Tensor& t) { return t.numel() * DTypeSize(t.dtype()); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaGraphPlan>> CudaGraphPlan::Capture(
+    const Executable& exe, const std::vector<Tensor>& inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].device().is_cuda()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("input ", i, " is on ", inputs[i].device().str(), ", not a CUDA device"));
+    }
+  }
+  std::unique_ptr<CudaGraphPlan> plan(new CudaGraphPlan(exe));
+  KILN_RETURN_IF_ERROR(plan->CaptureOnce(inputs));
+  return plan;
+}
+
+absl::Status CudaGraphPlan::CaptureOnce(const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> sources;  // contiguous inputs, made before the capture starts
+  for (const Tensor& t : inputs) {
+    static_inputs_.push_back(Tensor::Empty(t.type()));
+    sources.push_back(contiguous(t));
+  }
+  cuda::Synchronize();
+  std::vector<Tensor> outs;
+  {
+    cuda::StreamGuard guard(stream_.get());
+    KILN_RETURN_IF_ERROR(
+        cuda::ToStatus(cudaStreamBeginCapture(stream_.get(), cudaStreamCaptureModeThreadLocal),
+                       "cudaStreamBeginCapture"));
+    try {
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        KILN_CUDA_CHECK(cudaMemcpyAsync(static_inputs_[i].data_ptr(), sources[i].data_ptr(),
+                                        Bytes(sources[i]), cudaMemcpyDeviceToDevice,
+                                        stream_.get()));
+        bound_sources_.push_back(sources[i].data_ptr());
+      }
+      outs = exe_.Run(static_inputs_);
+    } catch (const Error& e) {
+      AbandonCapture(stream_.get());
+      return absl::Status(e.status().code(),
+                          absl::StrCat("while capturing the plan: ", e.status().message()));
+    }
+    KILN_RETURN_IF_ERROR(
+        cuda::ToStatus(cudaStreamEndCapture(stream_.get(), &graph_), "cudaStreamEndCapture"));
+  }
+  // Outputs must be memory the graph allocated: not an input, not a constant. The capture-time
+  // storages of graph allocations are given up without freeing (the memory exists only during
+  // a replay).
+  std::vector<const Storage*> foreign;
+  for (const Tensor& in : static_inputs_) foreign.push_back(in.storage().get());
+  for (const ir::Node& n : exe_.graph().nodes()) {
+    if (n.kind == ir::NodeKind::kConstant) foreign.push_back(n.constant.storage().get());
+  }
+  std::string alias;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    Storage& s = *outs[i].storage();
+    if (std::find(foreign.begin(), foreign.end(), &s) != foreign.end()) {
+      alias = absl::StrCat("output ", i, " aliases an input or a constant");
+      continue;
+    }
+    outputs_.push_back({s.data(), s.nbytes(), outs[i].device(), outs[i].offset(), outs[i].shape(),
+                        outs[i].strides(), outs[i].dtype()});
+  }
+  for (Tensor& t : outs) {
+    if (std::find(foreign.begin(), foreign.end(), t.storage().get()) == foreign.end()) {
+      t.storage()->Release();
+    }
+  }
+  outs.clear();
+  if (!alias.empty()) return absl::FailedPreconditionError(alias);
+  KILN_RETURN_IF_ERROR(
+      cuda::ToStatus(cudaGraphInstantiate(&exec_, graph_, 0), "cudaGraphInstantiate"));
+  return FindInputCopies();
+}
+
+// The memcpy node that fills each static input (matched by destination address).
+absl::Status CudaGraphPlan::FindInputCopies() {
+  size_t count = 0;
+  KILN_RETURN_IF_ERROR(
+      cuda::ToStatus(cudaGraphGetNodes(graph_, nullptr, &count), "cudaGraphGetNodes"));
+  std::vector<cudaGraphNode_t> nodes(count);
+  KILN_RETURN_IF_ERROR(
+      cuda::ToStatus(cudaGraphGetNodes(graph_, nodes.data(), &count), "cudaGraphGetNodes"));
+  nodes_ = static_cast<int>(count);
+  input_copies_.assign(static_inputs_.size(), nullptr);
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type;
+    KILN_RETURN_IF_ERROR(cuda::ToStatus(cudaGraphNodeGetType(node, &type), "cudaGraphNodeGetType"));
+    if (type != cudaGraphNodeTypeMemcpy) continue;
+    cudaMemcpy3DParms p{};
+    KILN_RETURN_IF_ERROR(
+        cuda::ToStatus(cudaGraphMemcpyNodeGetParams(node, &p), "cudaGraphMemcpyNodeGetParams"));
+    for (size_t i = 0; i < static_inputs_.size(); ++i) {
+      if (p.dstPtr.ptr == static_inputs_[i].data_ptr()) input_copies_[i] = node;
+    }
+  }
+  for (size_t i = 0; i < input_copies_.size(); ++i) {
+    if (input_copies_[i] == nullptr && Bytes(static_inputs_[i]) > 0) {
+      return absl::InternalError(absl::StrCat("no memcpy node for input ", i, " in the graph"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+CudaGraphPlan::~CudaGraphPlan() {
+  if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+  if (graph_ != nullptr) cudaGraphDestroy(graph_);
+}
+
+bool CudaGraphPlan::PreviousOutputsHeld() const {
+  for (const std::weak_ptr<Storage>& s : handed_out_) {
+    if (!s.expired()) return true;
+  }
+  return false;
+}
+
+std::vector<Tensor> CudaGraphPlan::Run(const std::vector<Tensor>& inputs) {
+  if (PreviousOutputsHeld()) {  // a replay would overwrite them: run the plan instead
+    ++fallbacks_;
+    return exe_.Run(inputs);
+  }
+  std::optional<profiler::OpRange> range;  // the whole replay is one op to the profiler
+  if (KILN_PREDICT_FALSE(profiler::IsActive())) range.emplace("cuda_graph_replay", inputs);
+  std::vector<Tensor> keep_alive;  // contiguous copies of strided inputs, until enqueued
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor* src = &inputs[i];
+    if (!src->is_contiguous()) src = &keep_alive.emplace_back(contiguous(inputs[i]));
+    if (src->data_ptr() == bound_sources_[i] || input_copies_[i] == nullptr) continue;
+    KILN_CUDA_CHECK(
+        cudaGraphExecMemcpyNodeSetParams1D(exec_, input_copies_[i], static_inputs_[i].data_ptr(),
+                                           src->data_ptr(), Bytes(*src), cudaMemcpyDeviceToDevice));
+    bound_sources_[i] = src->data_ptr();
+  }
+  KILN_CUDA_CHECK(cudaGraphLaunch(exec_, cuda::CurrentStream()));
+  ++replays_;
+  std::vector<Tensor> outs;
+  handed_out_.clear();
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    const OutputTemplate& o = outputs_[i];
+    std::shared_ptr<Storage> s;
+    for (size_t j = 0; j < i && s == nullptr; ++j) {  // outputs that view one buffer share it
+      if (outputs_[j].data == o.data) s = outs[j].storage();
+    }
+    if (s == nullptr) {
+      s = Storage::Adopt(o.data, o.nbytes, o.device);
+      handed_out_.push_back(s);
+    }
+    outs.emplace_back(std::move(s), o.offset, o.shape, o.strides, o.dtype, o.device);
+  }
+  return outs;
+}
+
+}  // namespace kiln::codegen
