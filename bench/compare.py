@@ -23,7 +23,8 @@ import json
 import sys
 
 # Baseline rows named <workload>_<suffix> are variants of <workload>.
-VARIANTS = {"compiled": "compiled", "cudagraph": "CUDA graph", "sdpa": "SDPA"}
+VARIANTS = {"compiled": "compiled", "compiledgraph": "compiled + CUDA graph",
+            "cudagraph": "CUDA graph", "sdpa": "SDPA"}
 SOURCE_LABEL = {"kiln": "kiln", "pytorch": "PyTorch", "libtorch": "libtorch"}
 COLUMNS = ["impl", "device_us", "host_us", "wall_us", "metric", "peak_mib", "kernels",
            "dev ratio", "host ratio"]
@@ -63,15 +64,16 @@ def metric(row):
     return "-"
 
 
-def cells(label, row, kiln_row):
-    """One table line: label, times, metric, peak, kernels, ratios against kiln."""
+def cells(label, row, kiln_row, own=False):
+    """One table line: label, times, metric, peak, kernels, ratios against kiln eager (none on
+    kiln's own rows)."""
     if row is None:
         return [label] + ["-"] * (len(COLUMNS) - 1)
     if "error" in row:
         lines = (row["error"] or "").splitlines()
         first = lines[0][:80] if lines else ""
         return [label, f"error: {first}"] + [""] * (len(COLUMNS) - 2)
-    is_kiln = row is kiln_row
+    is_kiln = own or row is kiln_row
     k = kiln_row if kiln_row is not None and "error" not in kiln_row else {}
     return [
         label,
@@ -98,7 +100,7 @@ def build_groups(docs):
     groups = []
     for workload in known:
         kiln_row = kiln.get(workload)
-        lines = [cells("kiln", kiln_row, kiln_row)]
+        lines = [cells("kiln eager", kiln_row, kiln_row)]
         for doc in docs[1:]:
             label = SOURCE_LABEL.get(doc.get("source"), doc.get("source", "?"))
             lines.append(cells(f"{label} eager", doc["results"].get(workload), kiln_row))
@@ -107,9 +109,66 @@ def build_groups(docs):
             for key, row in doc["results"].items():
                 base, variant = split_key(key, set(known))
                 if variant is not None and base == workload:
-                    lines.append(cells(f"{label} {variant} (ref)", row, kiln_row))
+                    ref = "" if doc is docs[0] else " (ref)"
+                    lines.append(cells(f"{label} {variant}{ref}", row, kiln_row,
+                                       own=doc is docs[0]))
         groups.append((workload, lines))
     return groups
+
+
+def best_rows(doc, workload, known):
+    """The rows of one file for a workload (eager and its variants), without errors."""
+    rows = []
+    for key, row in doc["results"].items():
+        base, variant = split_key(key, known)
+        if base == workload and "error" not in row and variant != "SDPA":
+            rows.append((variant or "eager", row))
+    return rows
+
+
+def headline(docs):
+    """Per workload: kiln's best mode against PyTorch's (and libtorch's) best, by wall time and
+    by device time. SDPA rows are left out: they are another algorithm, not the same graph."""
+    known = set()
+    for doc in docs:
+        for key in doc["results"]:
+            known.add(split_key(key, set(doc["results"]))[0])
+    out = []
+    for workload in [w for w, _ in build_groups(docs)]:
+        line = [workload]
+        best = []
+        for doc in docs:
+            rows = best_rows(doc, workload, known)
+            pick = {}
+            for metric in ("wall_us", "device_us"):
+                cand = [(r[metric], mode) for mode, r in rows if r.get(metric) is not None]
+                pick[metric] = min(cand) if cand else (None, "-")
+            best.append(pick)
+        k = best[0]
+        for i, doc in enumerate(docs):
+            label = SOURCE_LABEL.get(doc.get("source"), doc.get("source", "?"))
+            wall, mode = best[i]["wall_us"]
+            line.append(f"{label}: {num(wall, '.1f')} ({mode})")
+        for i in range(1, len(docs)):
+            line.append(ratio(k["wall_us"][0], best[i]["wall_us"][0]))
+            line.append(ratio(k["device_us"][0], best[i]["device_us"][0]))
+        out.append(line)
+    return out
+
+
+def headline_markdown(docs):
+    labels = [SOURCE_LABEL.get(d.get("source"), d.get("source", "?")) for d in docs]
+    head = ["workload"] + [f"best {l} wall µs (mode)" for l in labels]
+    for l in labels[1:]:
+        head += [f"wall ratio vs {l}", f"device ratio vs {l}"]
+    out = ["## Best mode against best mode", "",
+           "Each implementation's fastest mode (eager, compiled, CUDA graph; SDPA excluded) by "
+           "wall time per step; ratios are kiln's best time / the baseline's best time (below 1: "
+           "kiln is faster), by wall time and by device time.", "",
+           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for line in headline(docs):
+        out.append("| " + " | ".join([f"`{line[0]}`"] + line[1:]) + " |")
+    return "\n".join(out) + "\n\n"
 
 
 def print_text(groups, docs):
@@ -137,7 +196,7 @@ def print_text(groups, docs):
 
 
 def markdown(groups, docs):
-    out = ["## Eager kiln vs PyTorch", ""]
+    out = ["## Every row", ""]
     for doc in docs:
         label = SOURCE_LABEL.get(doc.get("source"), doc.get("source", "?"))
         extra = []
@@ -186,9 +245,12 @@ def main():
             return 2
     groups = build_groups(docs)
     print_text(groups, docs)
+    print("\nbest mode against best mode (wall ratio, device ratio: kiln / baseline)")
+    for line in headline(docs):
+        print("  " + "  ".join(line))
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as f:
-            f.write(markdown(groups, docs))
+            f.write(headline_markdown(docs) + markdown(groups, docs))
         print(f"\nwrote {args.markdown}")
     return 0
 

@@ -16,6 +16,14 @@
 //   linear             kiln::linear(x [8192, 768], w [3072, 768], b [3072]); TFLOP/s
 //   mlp, mlp_1tok      kiln::GeGLUMLP(768, 3072) on x [8192, 768] / [1, 768]; TFLOP/s
 //   attention(_inplace) kiln::causal_attention(q, k, v, mask, inplace), q/k/v [8, 16, 1024, 64]
+//   <w>_compiled       the same step through kiln::compile (tiny_add, elementwise, linear, mlp,
+//                      mlp_1tok, attention); one CompiledFn per input set
+//   <w>_compiledgraph  the same, replayed as a CUDA graph (CompileOptions::cuda_graphs); its
+//                      peak includes the graph's memory pool, its kernels are the plan's steps
+//
+// --compile-latency: instead of the rows, time kiln::compile of the GeGLU MLP (8192 tokens) plus
+// its first call, once, and print one JSON line (run it in a fresh process with an empty
+// KILN_CACHE_DIR for the cold figure, again for the warm-disk-cache figure).
 //
 // Method (as in the baselines; see the header of torch_baseline.py)
 //   Inputs are kiln::randn drawn from Generator(1234 + set), never zeros; GeGLUMLP's weights
@@ -67,6 +75,7 @@
 #include <utility>
 #include <vector>
 
+#include "codegen/compile.h"
 #include "ops/factories.h"
 #include "ops/modules.h"
 #include "ops/ops.h"
@@ -133,8 +142,13 @@ void Spin(double us) {
 
 struct InputSet {
   std::vector<Tensor> t;
-  std::shared_ptr<kiln::Module> module;  // the MLP rows' GeGLUMLP (its weights are inputs)
+  std::shared_ptr<kiln::Module> module;        // the MLP rows' GeGLUMLP (its weights are inputs)
+  std::shared_ptr<kiln::CompiledFn> compiled;  // compiled rows: the step compiled for this set
 };
+
+// How a row runs its step: eagerly, compiled (kiln::compile), or compiled and replayed as a CUDA
+// graph. Compiled rows are keyed <workload>_compiled / <workload>_compiledgraph.
+enum class Mode { kEager, kCompiled, kGraph };
 
 using BuildFn = std::function<InputSet(int seed, const InputSet* first)>;
 using StepFn = std::function<Tensor(InputSet&)>;
@@ -146,6 +160,7 @@ struct Workload {
   std::string metric;   // "tbps", "tflops" or "" (none)
   double amount = 0.0;  // bytes for tbps, flops for tflops
   bool tiny = false;
+  Mode mode = Mode::kEager;
 };
 
 kiln::Generator SeededGenerator(int seed) { return kiln::Generator(1234 + seed); }
@@ -232,7 +247,45 @@ std::vector<Workload> MakeWorkloads() {
       {"attention_inplace", BuildAttention,
        [](InputSet& s) { return kiln::causal_attention(s.t[0], s.t[1], s.t[2], s.t[3], true); }, "",
        0.0});
+  // Compiled rows of the workloads the compiler targets (same inputs, same step function).
+  std::vector<Workload> compiled;
+  for (const Workload& base : w) {
+    const std::string& k = base.key;
+    if (k != "tiny_add" && k != "elementwise" && k != "mlp" && k != "mlp_1tok" &&
+        k != "attention" && k != "linear") {
+      continue;
+    }
+    Workload c = base;
+    c.key = k + "_compiled";
+    c.mode = Mode::kCompiled;
+    compiled.push_back(c);
+    c.key = k + "_compiledgraph";
+    c.mode = Mode::kGraph;
+    compiled.push_back(c);
+  }
+  w.insert(w.end(), compiled.begin(), compiled.end());
   return w;
+}
+
+// The step of `w` as a function of the set's tensors, for kiln::compile (the MLP's module stays
+// captured: its weights become constants of the graph).
+kiln::ir::TensorFn AsTensorFn(const Workload& w, const InputSet& set) {
+  const StepFn fn = w.fn;
+  const std::shared_ptr<kiln::Module> module = set.module;
+  return [fn, module](const std::vector<Tensor>& in) {
+    InputSet s{in, module, nullptr};
+    return std::vector<Tensor>{fn(s)};
+  };
+}
+
+// Compiles the step for every set (each set has its own weights, so the L2 rotation holds).
+void CompileSets(const Workload& w, std::vector<InputSet>& sets) {
+  kiln::CompileOptions o;
+  o.mode = kiln::CompileOptions::Mode::kCompiled;
+  o.cuda_graphs = w.mode == Mode::kGraph;
+  for (InputSet& s : sets) {
+    s.compiled = std::make_shared<kiln::CompiledFn>(kiln::compile(AsTensorFn(w, s), s.t, o));
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -259,6 +312,7 @@ struct Row {
   int reps = 0;
   int kernels = -1, memops = -1;  // -1: not counted
   std::string kernels_error;
+  std::string graph;  // compiled+graph rows: the report's CUDA graph state
   bool failed = false;
   std::string error;
 };
@@ -384,6 +438,16 @@ cudaStream_t CaptureStream() {
   return stream->get();
 }
 
+// Device memory held by CUDA graphs' pools (bytes).
+double GraphPoolBytes() {
+  uint64_t used = 0;
+  if (cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &used) != cudaSuccess) {
+    cudaGetLastError();
+    return 0.0;
+  }
+  return static_cast<double>(used);
+}
+
 // Fills row->kernels / row->memops, or row->kernels_error when the step cannot be captured.
 void CountLaunches(const Step& step, Row* row) {
   Sync();
@@ -436,7 +500,11 @@ Row Measure(const Workload& w, const Config& cfg, size_t l2) {
   const int n = ChooseNsets(SetBytes(sets[0]), l2);
   for (int i = 1; i < n; ++i) sets.push_back(w.build(i, &sets[0]));
   row.nsets = n;
-  const Step step = [&](int i) { return w.fn(sets[i]); };
+  if (w.mode != Mode::kEager) CompileSets(w, sets);
+  const Step step = [&](int i) {
+    if (w.mode == Mode::kEager) return w.fn(sets[i]);
+    return (*sets[i].compiled)(sets[i].t)[0];
+  };
 
   for (int i = 0; i < cfg.warmup; ++i) step(i % n);
   Sync();
@@ -455,11 +523,21 @@ Row Measure(const Workload& w, const Config& cfg, size_t l2) {
     Tensor out = step(0);  // kept alive while the peak is read
     Sync();
     const size_t peak = cuda::GetMemoryStats().peak_allocated;
-    row.peak_mib = peak / kMiB;
-    row.peak_extra_mib = (static_cast<double>(peak) - static_cast<double>(base)) / kMiB;
+    // A CUDA graph keeps its intermediates in its own pool, outside kiln's allocator.
+    const double graph_pool = w.mode == Mode::kGraph ? GraphPoolBytes() : 0.0;
+    row.peak_mib = (peak + graph_pool) / kMiB;
+    row.peak_extra_mib =
+        (static_cast<double>(peak) + graph_pool - static_cast<double>(base)) / kMiB;
   }
 
-  if (cfg.count_kernels) CountLaunches(step, &row);
+  if (w.mode == Mode::kGraph) {
+    // The replay is one graph launch; its kernels are the plan's (capturing a graph launch
+    // inside another capture would say nothing more).
+    row.kernels = sets[0].compiled->report(sets[0].t).kernels_per_step;
+    row.graph = sets[0].compiled->report(sets[0].t).cuda_graph;
+  } else if (cfg.count_kernels) {
+    CountLaunches(step, &row);
+  }
   sets.clear();
   FreeMemory();
   return row;
@@ -564,6 +642,7 @@ std::string RowJson(const Row& r) {
     << ", \"reps\": " << r.reps << ", \"kernels\": " << Count(r.kernels)
     << ", \"memops\": " << Count(r.memops);
   if (!r.kernels_error.empty()) o << ", \"kernels_error\": " << JsonString(r.kernels_error);
+  if (!r.graph.empty()) o << ", \"cuda_graph\": " << JsonString(r.graph);
   if (r.failed) o << ", \"error\": " << JsonString(r.error);
   o << "}";
   return o.str();
@@ -609,8 +688,9 @@ bool WriteJson(const std::string& path, const std::string& gpu, const std::strin
 void Usage(const char* argv0) {
   std::printf(
       "usage: %s [--json PATH] [--quick] [--only KEY,KEY...] [--no-prequeue] [--no-kernels]\n"
-      "  kiln's eager benchmark (see the header of bench/kiln_bench.cc)\n",
-      argv0);
+      "       %s --compile-latency\n"
+      "  kiln's benchmark (see the header of bench/kiln_bench.cc)\n",
+      argv0, argv0);
 }
 
 // Returns the workloads named in `only` (all when empty), or false naming the unknown keys.
@@ -645,6 +725,7 @@ Row RunOne(const Workload& w, const Config& cfg, size_t l2) {
         row.device_us, row.host_us, row.wall_us, row.peak_mib, row.nsets,
         Count(row.kernels).c_str());
     if (!row.kernels_error.empty()) std::printf("  (kernels: %s)\n", row.kernels_error.c_str());
+    if (!row.graph.empty()) std::printf("  (CUDA graph: %s)\n", row.graph.c_str());
     return row;
   } catch (const kiln::Error& e) {
     row = Row{};
@@ -664,6 +745,27 @@ Row RunOne(const Workload& w, const Config& cfg, size_t l2) {
   return row;
 }
 
+// One compile of the MLP plus its first call (CUDA already initialised), as a JSON line.
+int CompileLatency() {
+  kiln::Generator gen(7);
+  kiln::GeGLUMLP mlp(kDModel, kDFF, gen, kiln::ModuleOptions{kBF16, kiln::CUDA()});
+  const Tensor x = Randn({8192, kDModel}, gen);
+  Sync();
+  const auto t0 = Clock::now();
+  kiln::CompiledFn f = kiln::compile(mlp, x);
+  f({x});
+  Sync();
+  const double ms = UsBetween(t0, Clock::now()) / 1000.0;
+  const kiln::CompileReport& r = f.report({x});
+  const kiln::cuda::KernelCacheStats c = kiln::cuda::GetKernelCacheStats();
+  std::printf(
+      "{\"compile_ms\": %.2f, \"compile_report_ms\": %.2f, \"nvrtc_ms\": %.2f, "
+      "\"nvrtc_compiles\": %lld, \"disk_hits\": %lld, \"cache_dir\": %s}\n",
+      ms, r.compile_ms, r.nvrtc_ms, static_cast<long long>(c.compiles),
+      static_cast<long long>(c.disk_hits), JsonString(kiln::cuda::KernelCacheDir()).c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -681,6 +783,9 @@ int main(int argc, char** argv) {
       cfg.prequeue = false;
     } else if (a == "--no-kernels") {
       cfg.count_kernels = false;
+    } else if (a == "--compile-latency") {
+      if (!cuda::IsAvailable()) return 1;
+      return CompileLatency();
     } else if (a == "-h" || a == "--help") {
       Usage(argv[0]);
       return 0;
