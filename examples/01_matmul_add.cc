@@ -2,7 +2,8 @@
 // first part of the "Profiling in PyTorch" series. N = 64 is overhead-bound (host time per step
 // far above device time), N = 4096 compute-bound; the first (cold) step pays for one-time work.
 //
-//   01_matmul_add [--device cpu|cuda] [--dtype ...] [--n N] [--compile] [--profile] [--sort KEY]
+//   01_matmul_add [--device cpu|cuda] [--dtype ...] [--n N] [--compile] [--cuda-graphs] [--profile]
+//   [--sort KEY]
 //   [--trace FILE] [--compare] [--dump DIR]
 //                 [--warmup W] [--iters I]
 // Defaults: bf16 with N = 64 and 4096 on a GPU; float32 with N = 64 and 512 on the CPU.
@@ -13,10 +14,11 @@
 
 int main(int argc, char** argv) {
   using namespace kiln;
-  examples::Flags f("01_matmul_add",
-                    "[--device cpu|cuda] [--dtype float32|float16|bfloat16] [--n N] [--compile] "
-                    "[--profile] [--sort KEY] [--trace FILE] [--compare] "
-                    "[--dump DIR] [--warmup W] [--iters I]");
+  examples::Flags f(
+      "01_matmul_add",
+      "[--device cpu|cuda] [--dtype float32|float16|bfloat16] [--n N] [--compile] [--cuda-graphs] "
+      "[--profile] [--sort KEY] [--trace FILE] [--compare] "
+      "[--dump DIR] [--warmup W] [--iters I]");
   examples::DefineCommonFlags(f);
   f.Define("n", "");
   f.Parse(argc, argv);

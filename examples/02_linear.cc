@@ -12,10 +12,11 @@
 
 int main(int argc, char** argv) {
   using namespace kiln;
-  examples::Flags f("02_linear",
-                    "[--device cpu|cuda] [--dtype float32|float16|bfloat16] [--batch B] [--in I] "
-                    "[--out O] [--compile] [--profile] [--sort KEY] [--trace FILE] [--compare] "
-                    "[--dump DIR] [--warmup W] [--iters I]");
+  examples::Flags f(
+      "02_linear",
+      "[--device cpu|cuda] [--dtype float32|float16|bfloat16] [--batch B] [--in I] "
+      "[--out O] [--compile] [--cuda-graphs] [--profile] [--sort KEY] [--trace FILE] [--compare] "
+      "[--dump DIR] [--warmup W] [--iters I]");
   examples::DefineCommonFlags(f);
   f.Define("batch", "1024");
   f.Define("in", "32");

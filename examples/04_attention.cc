@@ -4,7 +4,8 @@
 // device memory of each, which the series does not give.
 //
 //   04_attention [--device cpu|cuda] [--dtype ...] [--batch B] [--heads H] [--seq T] [--head-dim D]
-//                [--compile] [--profile] [--sort KEY] [--trace FILE] [--compare] [--dump DIR]
+//                [--compile] [--cuda-graphs] [--profile] [--sort KEY] [--trace FILE] [--compare]
+//                [--dump DIR]
 //                [--warmup W] [--iters I]
 // --profile prints the op table (sorted by --sort, torch's keys accepted) and, on a GPU, the kernel
 // table of 3 profiled steps (wait 1, warm-up 1); --trace FILE writes a Perfetto/Chrome trace;
@@ -17,7 +18,8 @@ int main(int argc, char** argv) {
   examples::Flags f(
       "04_attention",
       "[--device cpu|cuda] [--dtype float32|float16|bfloat16] [--batch B] [--heads H] "
-      "[--seq T] [--head-dim D] [--compile] [--profile] [--sort KEY] [--trace FILE] [--compare] "
+      "[--seq T] [--head-dim D] [--compile] [--cuda-graphs] [--profile] [--sort KEY] [--trace "
+      "FILE] [--compare] "
       "[--dump DIR] [--warmup W] [--iters I]");
   examples::DefineCommonFlags(f);
   f.Define("batch", "");

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -191,8 +192,8 @@ struct ModeResult {
 };
 
 struct Results {
-  ModeResult eager, compiled;
-  bool ran_compiled = false;
+  ModeResult eager, compiled, graphed;
+  bool ran_compiled = false, ran_graphed = false;
   double cold_first_step_us = 0;
 };
 
@@ -200,6 +201,7 @@ inline void DefineCommonFlags(Flags& f) {
   f.Define("device", "");
   f.Define("dtype", "");
   f.Define("compile", "0", true);
+  f.Define("cuda-graphs", "0", true);
   f.Define("dump", "");
   f.Define("warmup", "3");
   f.Define("iters", "10");
@@ -278,8 +280,9 @@ inline std::vector<kiln::profiler::FusedKernelInfo> FusedInfo(
 // --profile / --trace / --compare for one example.
 inline void ProfileExample(const Flags& f, const std::function<void()>& eager_step,
                            const std::function<void()>& compiled_step,
-                           const kiln::CompiledFn* compiled, const kiln::codegen::Executable& exe,
-                           const kiln::CompileReport& report, bool gpu) {
+                           const std::function<void()>& graphed_step,
+                           const kiln::codegen::Executable& exe, const kiln::CompileReport& report,
+                           bool gpu) {
   namespace prof = kiln::profiler;
   const bool want_compiled = f.Bool("compile") || f.Bool("compare");
   if (!f.Bool("profile") && !f.Bool("compare") && !f.Given("trace")) return;
@@ -310,9 +313,13 @@ inline void ProfileExample(const Flags& f, const std::function<void()>& eager_st
     details.compile.kernels = report.fused_kernels;
     details.compile.cache = kiln::cuda::GetKernelCacheStats();
     const size_t eager_peak = peak_of(eager_step), comp_peak = peak_of(compiled_step);
+    std::vector<prof::ModeSummary> modes = {prof::Summarize("compiled", comp, 0, comp_peak)};
+    if (graphed_step) {  // --cuda-graphs: the same plan replayed as one CUDA graph
+      const prof::ProfileResult graphed = Profile(graphed_step, gpu);
+      modes.push_back(prof::Summarize("compiled+graph", graphed, 0, peak_of(graphed_step)));
+    }
     std::printf("\n-- eager vs compiled --\n%s",
-                prof::CompareReport(prof::Summarize("eager", eager, 0, eager_peak),
-                                    {prof::Summarize("compiled", comp, 0, comp_peak)}, details)
+                prof::CompareReport(prof::Summarize("eager", eager, 0, eager_peak), modes, details)
                     .c_str());
   }
 }
@@ -343,12 +350,28 @@ inline int RunExample(const Flags& f, const Example& ex, Results* results) {
   kiln::CompiledFn compiled = kiln::compile(ex.fn, ex.inputs, options);
   const auto [err, scale] = MaxError(compiled(ex.inputs), eager_out);
   const bool ok = err <= Tolerance(ex.inputs[0].dtype()) * std::max(1.0, scale);
+  bool ok_graph = true;
   std::printf("check: max |compiled - eager| = %.3g (max |eager| %.3g) %s\n", err, scale,
               ok ? "OK" : "MISMATCH");
   const auto& report = compiled.report(ex.inputs);
   results->compiled.kernels = report.kernels_per_step;
   auto eager_step = [&] { ex.fn(ex.inputs); };
   auto compiled_step = [&] { compiled(ex.inputs); };
+  // --cuda-graphs: a second compiled function that replays its plan as a CUDA graph.
+  std::optional<kiln::CompiledFn> graphed;
+  std::function<void()> graphed_step;
+  if (f.Bool("cuda-graphs") && gpu) {
+    kiln::CompileOptions g = options;
+    g.cuda_graphs = true;
+    graphed.emplace(kiln::compile(ex.fn, ex.inputs, g));
+    graphed->operator()(ex.inputs);  // the first call captures
+    const auto [gerr, gscale] = MaxError((*graphed)(ex.inputs), eager_out);
+    const bool gok = gerr <= Tolerance(ex.inputs[0].dtype()) * std::max(1.0, gscale);
+    std::printf("check: max |compiled+graph - eager| = %.3g %s (CUDA graph %s)\n", gerr,
+                gok ? "OK" : "MISMATCH", graphed->report(ex.inputs).cuda_graph.c_str());
+    ok_graph = gok;
+    graphed_step = [&] { (*graphed)(ex.inputs); };
+  }
   results->eager.timing = TimeSteps(eager_step, gpu, warmup, iters);
   results->eager.peak_mib = PeakMiB(gpu, eager_step);
   PrintTiming("eager", results->eager.timing, gpu);
@@ -357,13 +380,18 @@ inline int RunExample(const Flags& f, const Example& ex, Results* results) {
     results->compiled.timing = TimeSteps(compiled_step, gpu, warmup, iters);
     results->compiled.peak_mib = PeakMiB(gpu, compiled_step);
     PrintTiming("compiled", results->compiled.timing, gpu);
+    if (graphed_step) {
+      results->ran_graphed = true;
+      results->graphed.timing = TimeSteps(graphed_step, gpu, warmup, iters);
+      PrintTiming("compiled+graph", results->graphed.timing, gpu);
+    }
     std::printf("compiled plan: %d kernels per step (%d fused), compile %.1f ms (NVRTC %.1f ms)\n",
                 report.kernels_per_step, report.fused_kernels, report.compile_ms, report.nvrtc_ms);
     std::printf("memory plan: %.2f MiB of intermediates alive at peak (%.2f MiB without reuse)\n",
                 report.planned_peak_bytes / double(1 << 20),
                 report.total_intermediate_bytes / double(1 << 20));
   }
-  ProfileExample(f, eager_step, compiled_step, &compiled, compiled.executable(ex.inputs), report,
+  ProfileExample(f, eager_step, compiled_step, graphed_step, compiled.executable(ex.inputs), report,
                  gpu);
   if (gpu) {
     std::printf("peak device memory per step: eager %.1f MiB", results->eager.peak_mib);
@@ -379,7 +407,7 @@ inline int RunExample(const Flags& f, const Example& ex, Results* results) {
     }
   }
   if (!f.Str("dump").empty()) std::printf("dump: %s/index.md\n", f.Str("dump").c_str());
-  return ok ? 0 : 1;
+  return ok && ok_graph ? 0 : 1;
 }
 
 }  // namespace examples
