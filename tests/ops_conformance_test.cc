@@ -390,6 +390,11 @@ std::vector<OpCase> OtherCases() {
                {N({8}), N({3, 8}), N({3})},
                [](KilnIn in) { return linear(in[0], in[1], in[2]); },
                lin_ref});
+  c.push_back({"linear_k0",
+               OpId::kLinear,
+               {N({2, 3, 0}), N({4, 0}), N({4})},
+               [](KilnIn in) { return linear(in[0], in[1], in[2]); },
+               lin_ref});
   return c;
 }
 

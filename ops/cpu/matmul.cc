@@ -111,8 +111,9 @@ void Matmul(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const 
 namespace {
 
 // x [..., K] as a matrix [M, K]: a view when the leading dims collapse, else a contiguous copy.
+// M comes from the leading dims, not numel / K, which is 0 when K is.
 Tensor FlattenRows(const Tensor& x) {
-  const int64_t k = x.size(-1), m = x.numel() / std::max<int64_t>(k, 1);
+  const int64_t k = x.size(-1), m = NumElements(IntList(x.shape()).subspan(0, x.dim() - 1));
   if (x.dim() == 1) return x.as_strided({1, k}, {0, x.stride(0)}, x.offset());
   bool collapsible = true;
   for (int64_t i = 0; i + 2 < x.dim(); ++i) {
