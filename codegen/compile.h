@@ -34,7 +34,8 @@ struct CompileOptions {
   Mode mode = Mode::kDefault;
   bool fuse_elementwise = true;
   bool merge_gemms = true;
-  bool recompile = true;  // false: a new input signature is an error
+  bool fuse_gemm_epilogues = true;  // linear + relu / tanh GELU -> one GEMM with that epilogue
+  bool recompile = true;            // false: a new input signature is an error
   int max_signatures = 8;
   std::string dump_dir;  // "" = KILN_DUMP or none
 };
