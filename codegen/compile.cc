@@ -152,6 +152,7 @@ CompiledFn::Entry& CompiledFn::EntryFor(const std::vector<Tensor>& inputs) {
   passes::PassContext ctx;
   ctx.fuse_elementwise = options_.fuse_elementwise;
   ctx.merge_gemms = options_.merge_gemms;
+  ctx.fuse_gemm_epilogues = options_.fuse_gemm_epilogues;
   ctx.after_pass = [&](const std::string& pass, const ir::Graph& g) { dump.Graph(pass, g); };
   ThrowIfError(passes::DefaultPipeline().Run(graph, ctx));
   entry.report.final_graph = ir::PrintGraph(graph);

@@ -38,6 +38,7 @@ struct CompileOptions {
   Mode mode = Mode::kDefault;
   bool fuse_elementwise = true;
   bool merge_gemms = true;
+  bool fuse_gemm_epilogues = true;  // linear + relu / tanh GELU -> one GEMM with that epilogue
   // Replay the plan as a CUDA graph after the first call (CUDA inputs; see cuda_graph.h). Also
   // KILN_CUDA_GRAPHS=1 in the environment.
   bool cuda_graphs = false;

@@ -60,6 +60,7 @@ constexpr AttrKey kAttrKeys[] = {
     {"transpose_b", kAttrTranspose},
     {"approximate", kAttrApproximate},
     {"dtype", kAttrDType},
+    {"epilogue", kAttrEpilogue},
 };
 constexpr int kNumAttrKeys = sizeof(kAttrKeys) / sizeof(kAttrKeys[0]);
 
@@ -124,6 +125,7 @@ class Parser {
   absl::Status Attrs(const OpDef& def, OpAttrs* attrs);
   absl::Status Attr(const OpDef& def, uint32_t* seen, OpAttrs* attrs);
   absl::Status AttrValue(absl::string_view key, OpAttrs* attrs);
+  absl::Status EpilogueValue(Epilogue* epilogue);
   absl::Status Return(Graph* g, const Scope& scope);
 
   absl::string_view text_;
@@ -476,6 +478,7 @@ absl::Status Parser::AttrValue(absl::string_view key, OpAttrs* a) {
   if (key == "transpose_a") return Set(Bool(what), &a->transpose_a);
   if (key == "transpose_b") return Set(Bool(what), &a->transpose_b);
   if (key == "dtype") return Set(ParseDType("for 'dtype'"), &a->dtype);
+  if (key == "epilogue") return EpilogueValue(&a->epilogue);
   // approximate
   SkipSpace();
   const size_t start = pos_;
@@ -486,6 +489,20 @@ absl::Status Parser::AttrValue(absl::string_view key, OpAttrs* a) {
   }
   pos_ = start;
   return Error("expected tanh or none for 'approximate'");
+}
+
+absl::Status Parser::EpilogueValue(Epilogue* epilogue) {
+  SkipSpace();
+  const size_t start = pos_;
+  const absl::string_view word = Word();
+  for (int i = 0; i < kNumEpilogues; ++i) {
+    if (word == EpilogueName(static_cast<Epilogue>(i))) {
+      *epilogue = static_cast<Epilogue>(i);
+      return absl::OkStatus();
+    }
+  }
+  pos_ = start;
+  return Error("expected none, relu or gelu_tanh for 'epilogue'");
 }
 
 absl::Status Parser::Return(Graph* g, const Scope& scope) {

@@ -20,7 +20,9 @@ namespace kiln::ir {
 
 std::string PrintGraph(const Graph& graph);
 std::string PrintType(const TensorType& type);
-// The attributes a row declares, as "{dim=-1, keepdim=true}" ("" when the op has none).
+// The attributes a row declares, as "{dim=-1, keepdim=true}" ("" when the op has none). Defaults
+// that would only add noise are left out: all_dims, transpose_a/b when false, linear's epilogue
+// when none ("{epilogue=gelu_tanh}" otherwise).
 std::string PrintAttrs(const OpDef& def, const OpAttrs& attrs);
 std::string ToDot(const Graph& graph, const std::string& name = "kiln");
 

@@ -77,6 +77,12 @@ const char* FusionKindName(FusionKind k);
 
 enum class GeluApprox : uint8_t { kNone, kTanh };
 
+// An activation linear applies after its bias in the same GEMM (cuBLASLt's epilogue), set by the
+// GEMM epilogue fusion pass; eager linear() never sets it. kGeluTanh is gelu{approximate=tanh}.
+enum class Epilogue : uint8_t { kNone, kRelu, kGeluTanh };
+inline constexpr int kNumEpilogues = 3;
+const char* EpilogueName(Epilogue e);  // "none", "relu", "gelu_tanh" (the IR text form)
+
 // Attributes of an op call. Each row says which fields it reads (OpDef::attr_fields) so the IR
 // can print and parse exactly those.
 struct OpAttrs {
@@ -91,7 +97,8 @@ struct OpAttrs {
   bool all_dims = false;  // squeeze every size-1 dim
   bool transpose_a = false, transpose_b = false;  // matmul operands as GEMM flags
   GeluApprox approximate = GeluApprox::kNone;
-  DType dtype = DType::kFloat32;  // cast
+  DType dtype = DType::kFloat32;        // cast
+  Epilogue epilogue = Epilogue::kNone;  // linear
   friend bool operator==(const OpAttrs&, const OpAttrs&) = default;
 };
 
@@ -109,6 +116,7 @@ enum AttrField : uint32_t {
   kAttrTranspose = 1u << 9,
   kAttrApproximate = 1u << 10,
   kAttrDType = 1u << 11,
+  kAttrEpilogue = 1u << 12,
 };
 
 struct OpDef;
@@ -143,5 +151,10 @@ struct OpDef {
 const OpDef& GetOpDef(OpId id);
 // Looks an op up by name (IR parsing, tests); nullptr if unknown. Not for the dispatch path.
 const OpDef* FindOpDef(std::string_view name);
+
+// The elementwise row whose scalar function / kernel a linear epilogue applies, with the
+// attributes to call it with (relu, or gelu{approximate=tanh}); nullptr for kNone. Kernels use it
+// so that the fused activation is computed exactly as the standalone op would.
+const OpDef* EpilogueActivation(Epilogue e, OpAttrs* attrs);
 
 }  // namespace kiln

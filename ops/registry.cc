@@ -108,7 +108,7 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   Op(O::kLayerNorm,  "layer_norm",  1, 3, kRed, kAttrEps, infer::Norm,    cpu::LayerNorm, cuda_ops::LayerNorm),
   Op(O::kRmsNorm,    "rms_norm",    1, 2, kRed, kAttrEps, infer::Norm,    cpu::RmsNorm, cuda_ops::RmsNorm),
   Op(O::kMatmul, "matmul", 2, 2, kMm, kAttrTranspose, infer::Matmul, cpu::Matmul, cuda_ops::Matmul),
-  Op(O::kLinear, "linear", 2, 3, kMm, 0,              infer::Linear, cpu::Linear, cuda_ops::Linear),
+  Op(O::kLinear, "linear", 2, 3, kMm, kAttrEpilogue,  infer::Linear, cpu::Linear, cuda_ops::Linear),
   View(O::kTranspose, "transpose", kAttrDim | kAttrDim2, infer::Transpose, views::Transpose),
   View(O::kPermute,   "permute",   kAttrDims,            infer::Permute,   views::Permute),
   View(O::kReshape,   "reshape",   kAttrDims,            infer::Reshape,   views::Reshape),
@@ -137,6 +137,25 @@ const OpDef& GetOpDef(OpId id) { return kRows[static_cast<int>(id)]; }
 const OpDef* FindOpDef(std::string_view name) {
   for (const OpDef& def : kRows) {
     if (name == def.name) return &def;
+  }
+  return nullptr;
+}
+
+const char* EpilogueName(Epilogue e) {
+  static constexpr const char* kNames[kNumEpilogues] = {"none", "relu", "gelu_tanh"};
+  return kNames[static_cast<int>(e)];
+}
+
+const OpDef* EpilogueActivation(Epilogue e, OpAttrs* attrs) {
+  *attrs = OpAttrs{};
+  switch (e) {
+    case Epilogue::kNone:
+      return nullptr;
+    case Epilogue::kRelu:
+      return &GetOpDef(OpId::kRelu);
+    case Epilogue::kGeluTanh:
+      attrs->approximate = GeluApprox::kTanh;
+      return &GetOpDef(OpId::kGelu);
   }
   return nullptr;
 }

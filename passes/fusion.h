@@ -20,9 +20,9 @@ class ElementwiseFusion : public Pass {
   absl::StatusOr<bool> Run(ir::Graph& graph, PassContext& ctx) override;
 };
 
-// GEMM merge: linear(x, w_i) ops without bias that share x, with constant weights of one dtype
-// and in-features, become one linear over the weights concatenated once at compile time,
-// followed by slices (views) of its output (the GeGLU gate/up projections).
+// GEMM merge: linear(x, w_i) ops without bias or epilogue that share x, with constant weights of
+// one dtype and in-features, become one linear over the weights concatenated once at compile
+// time, followed by slices (views) of its output (the GeGLU gate/up projections).
 class GemmMerge : public Pass {
  public:
   const char* name() const override { return "gemm-merge"; }

@@ -15,10 +15,11 @@ using ir::ValueId;
 
 namespace {
 
-// A linear without bias on a constant 2-D weight.
+// A linear without bias or epilogue on a constant 2-D weight.
 bool Mergeable(const Graph& g, const Node& n) {
   return n.kind == NodeKind::kOp && n.op == OpId::kLinear && n.inputs.size() == 2 &&
-         g.node(n.inputs[1]).kind == NodeKind::kConstant && g.node(n.inputs[1]).constant.defined();
+         n.attrs.epilogue == Epilogue::kNone && g.node(n.inputs[1]).kind == NodeKind::kConstant &&
+         g.node(n.inputs[1]).constant.defined();
 }
 
 // Concatenates weights along dim 0 with the device's copy kernel writing into row slices.

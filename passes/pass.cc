@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "ir/verifier.h"
 #include "passes/canonicalize.h"
+#include "passes/epilogue_fusion.h"
 #include "passes/fusion.h"
 #include "passes/simplify.h"
 #include "runtime/status.h"
@@ -34,6 +35,8 @@ Pipeline DefaultPipeline() {
   p.Add(std::make_unique<Canonicalize>());
   p.Add(std::make_unique<DeadCodeElimination>());
   p.Add(std::make_unique<GemmMerge>());
+  p.Add(std::make_unique<GemmEpilogueFusion>());   // after merge: merged GEMMs feed slices
+  p.Add(std::make_unique<DeadCodeElimination>());  // the absorbed activations
   p.Add(std::make_unique<ElementwiseFusion>());
   p.Add(std::make_unique<DeadCodeElimination>());
   return p;

@@ -23,6 +23,7 @@ namespace kiln::passes {
 struct PassContext {
   bool fuse_elementwise = true;
   bool merge_gemms = true;
+  bool fuse_gemm_epilogues = true;   // linear + relu / tanh GELU -> linear{epilogue}
   std::vector<std::string> explain;  // one line per fusion decision
   // Called with (pass name, graph) after each pass, e.g. to write dumps.
   std::function<void(const std::string&, const ir::Graph&)> after_pass;
@@ -45,8 +46,8 @@ class Pipeline {
   std::vector<std::unique_ptr<Pass>> passes_;
 };
 
-// The default compile pipeline: constant folding, CSE, canonicalisation, DCE, GEMM merge,
-// elementwise fusion, DCE.
+// The default compile pipeline: constant folding, CSE, canonicalisation, DCE, GEMM merge, GEMM
+// epilogue fusion, DCE, elementwise fusion, DCE.
 Pipeline DefaultPipeline();
 
 }  // namespace kiln::passes

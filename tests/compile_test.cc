@@ -63,6 +63,32 @@ TEST(Compile, GeGLUMlpFusesToThreeKernels) {
   ExpectSame(f({x}), {mlp(x)}, "GeGLU MLP");
 }
 
+TEST(Compile, MlpFusesBiasGeluIntoTheGemmEpilogues) {
+  Generator gen(7);
+  MLP mlp({32, 64, 64, 16}, gen);  // Linear+bias, GELU(tanh), Linear+bias, GELU(tanh), Linear+bias
+  const Tensor x = randn({8, 32}, gen);
+  CompiledFn f = compile(mlp, x);
+  const CompileReport& r = f.report({x});
+  EXPECT_EQ(r.kernels_per_step, 3) << r.final_graph;  // one GEMM per layer, activations inside
+  EXPECT_EQ(r.fused_kernels, 0);
+  EXPECT_TRUE(FileCheck(r.final_graph, R"(
+    CHECK: linear(%0,
+    CHECK-SAME: {epilogue=gelu_tanh} : f32[8, 64]
+    CHECK: linear(
+    CHECK-SAME: {epilogue=gelu_tanh} : f32[8, 64]
+    CHECK: linear(
+    CHECK-NOT: epilogue
+    CHECK: return
+  )"));
+  EXPECT_EQ(r.final_graph.find("gelu("), std::string::npos) << r.final_graph;
+  ExpectSame(f({x}), {mlp(x)}, "3-layer MLP");
+
+  CompileOptions off;
+  off.fuse_gemm_epilogues = false;
+  CompiledFn g = compile(mlp, x, off);
+  EXPECT_EQ(g.report({x}).kernels_per_step, 5) << g.report({x}).final_graph;
+}
+
 TEST(Compile, ElementwiseChainIsOneKernel) {
   Fn fn = [](const std::vector<Tensor>& in) {
     return std::vector<Tensor>{gelu(in[0] * 1.5 + 0.5, "tanh") * in[1]};

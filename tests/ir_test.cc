@@ -311,6 +311,27 @@ TEST(ParserTest, ParsesEveryAttributeDeviceAndScalarForm) {
   ExpectRoundTrip(g);
 }
 
+TEST(ParserTest, LinearEpiloguePrintsOnlyWhenSetAndRoundTrips) {
+  const Graph g = Parse(R"(
+    graph(%0: bf16[8, 16], %1: bf16[16, 16], %2: bf16[16]) {
+      %3 = linear(%0, %1, %2) {epilogue=gelu_tanh} : bf16[8, 16]
+      %4 = linear(%3, %1) {epilogue=relu} : bf16[8, 16]
+      %5 = linear(%4, %1, %2) {epilogue=none} : bf16[8, 16]
+      return %5
+    })");
+  EXPECT_EQ(g.node(3).attrs.epilogue, Epilogue::kGeluTanh);
+  EXPECT_EQ(g.node(4).attrs.epilogue, Epilogue::kRelu);
+  EXPECT_EQ(g.node(5).attrs.epilogue, Epilogue::kNone);
+  EXPECT_FALSE(g.node(3).attrs == g.node(5).attrs);
+  EXPECT_TRUE(Verify(g).ok()) << Verify(g);
+  EXPECT_TRUE(FileCheck(PrintGraph(g), R"(
+    CHECK:      %3 = linear(%0, %1, %2) {epilogue=gelu_tanh} : bf16[8, 16]
+    CHECK-NEXT: %4 = linear(%3, %1) {epilogue=relu} : bf16[8, 16]
+    CHECK-NEXT: %5 = linear(%4, %1, %2) : bf16[8, 16]
+  )"));
+  ExpectRoundTrip(g);
+}
+
 TEST(ParserTest, EveryTruncationIsAnErrorNotACrash) {
   const std::string text = PrintGraph(Parse(kEveryAttribute));
   for (size_t n = 0; n + 1 < text.size(); ++n) {
@@ -357,6 +378,12 @@ TEST(ParserTest, ErrorsNameLineColumnAndReason) {
       {"", "line 1, col 1: expected 'graph' at the start of a graph"},
       {"graph(%0: f32[2]) {\n  %1 = gelu(%0) {approximate=fast} : f32[2]\n  return %1\n}",
        "line 2, col 30: expected tanh or none for 'approximate'"},
+      {"graph(%0: f32[2, 2]) {\n  %1 = linear(%0, %0) {epilogue=gelu} : f32[2, 2]\n"
+       "  return %1\n}",
+       "line 2, col 33: expected none, relu or gelu_tanh for 'epilogue'"},
+      {"graph(%0: f32[2, 2]) {\n  %1 = matmul(%0, %0) {epilogue=relu} : f32[2, 2]\n"
+       "  return %1\n}",
+       "line 2, col 24: op 'matmul' has no attribute 'epilogue'"},
       {"graph(%0: f32[2]) {\n  %1 = constant \"w : f32[2]\n  return %1\n}",
        "unterminated constant name"},
       {"graph(%0: f32[2]) {\n  %1 = fusion k(%0) : f32[2] {\n    graph(%0: f32[2]) {\n"

@@ -197,6 +197,42 @@ std::vector<OpCase> BinaryCases() {
   return out;
 }
 
+// linear{epilogue}: what the GEMM epilogue fusion pass makes of linear + relu / tanh GELU, run
+// through Dispatch (eager linear() has no epilogue); with and without bias, strided operands and
+// K = 0 (the bias fill, then the activation).
+void AddLinearEpilogueCases(const std::function<RefTensor(RefIn)>& lin_ref,
+                            std::vector<OpCase>& c) {
+  struct E {
+    const char* name;
+    Epilogue epilogue;
+    double (*f)(double);
+  };
+  const E table[] = {{"relu", Epilogue::kRelu, [](double x) { return x > 0 ? x : 0; }},
+                     {"gelu_tanh", Epilogue::kGeluTanh, GeluTanh}};
+  const std::pair<const char*, std::vector<InputSpec>> shapes[] = {
+      {"bias", {N({2, 5, 8}), N({6, 8}), N({6})}},
+      {"nobias_strided", {T({4, 8}), T({3, 8})}},
+      {"bias_k0", {N({3, 0}), N({4, 0}), N({4})}},
+  };
+  for (const E& e : table) {
+    for (const auto& [shape_name, specs] : shapes) {
+      const Epilogue epilogue = e.epilogue;
+      auto f = e.f;
+      c.push_back({absl::StrCat("linear_", shape_name, "_", e.name), OpId::kLinear, specs,
+                   [epilogue](KilnIn in) {
+                     OpAttrs attrs;
+                     attrs.epilogue = epilogue;
+                     return Dispatch(OpId::kLinear, in, attrs);
+                   },
+                   [lin_ref, f](RefIn in) {
+                     RefTensor y = lin_ref(in);
+                     for (double& v : y.v) v = f(v);
+                     return y;
+                   }});
+    }
+  }
+}
+
 std::vector<OpCase> OtherCases() {
   auto where_ref = [](RefIn in) {
     return ref::Map(in, [](const std::vector<double>& x) { return x[0] != 0 ? x[1] : x[2]; });
@@ -390,6 +426,12 @@ std::vector<OpCase> OtherCases() {
                {N({8}), N({3, 8}), N({3})},
                [](KilnIn in) { return linear(in[0], in[1], in[2]); },
                lin_ref});
+  c.push_back({"linear_k0",
+               OpId::kLinear,
+               {N({2, 3, 0}), N({4, 0}), N({4})},
+               [](KilnIn in) { return linear(in[0], in[1], in[2]); },
+               lin_ref});
+  AddLinearEpilogueCases(lin_ref, c);
   return c;
 }
 

@@ -5,6 +5,7 @@
 #include "ir/printer.h"
 #include "ir/verifier.h"
 #include "passes/canonicalize.h"
+#include "passes/epilogue_fusion.h"
 #include "passes/fusion.h"
 #include "passes/simplify.h"
 #include "tests/filecheck.h"
@@ -116,6 +117,117 @@ TEST(ElementwiseFusion, StopsAtReductionsAndShapeChanges) {
     CHECK-NEXT: neg(
     CHECK-NOT: fusion
   )"));
+}
+
+// True when some explain line contains every one of `parts`.
+bool Logged(const PassContext& ctx, std::initializer_list<const char*> parts) {
+  for (const std::string& line : ctx.explain) {
+    bool all = true;
+    for (const char* p : parts) all &= line.find(p) != std::string::npos;
+    if (all) return true;
+  }
+  return false;
+}
+
+TEST(GemmEpilogueFusion, LinearBiasGeluTanhBecomesOneLinear) {
+  GemmEpilogueFusion pass;
+  PassContext ctx;
+  const std::string out = RunPass(pass, R"(
+    graph(%10: bf16[8, 16], %11: bf16[32, 16], %12: bf16[32]) {
+      %13 = linear(%10, %11, %12) : bf16[8, 32]
+      %14 = gelu(%13) {approximate=tanh} : bf16[8, 32]
+      %15 = mul_scalar(%14) {scalar=2} : bf16[8, 32]
+      return %15
+    })",
+                                  &ctx);
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %3 = linear(%0, %1, %2) {epilogue=gelu_tanh} : bf16[8, 32]
+    CHECK-NEXT: %4 = mul_scalar(%3) {scalar=2} : bf16[8, 32]
+    CHECK-NOT: gelu(
+  )"));
+  EXPECT_TRUE(Logged(ctx, {"GEMM epilogue: linear %3 -> gelu %4", "epilogue=gelu_tanh"}));
+}
+
+TEST(GemmEpilogueFusion, ReluWithoutBiasAndAsGraphOutput) {
+  GemmEpilogueFusion pass;
+  const std::string out = RunPass(pass, R"(
+    graph(%10: f32[2, 4, 16], %11: f32[32, 16]) {
+      %12 = linear(%10, %11) : f32[2, 4, 32]
+      %13 = relu(%12) : f32[2, 4, 32]
+      return %13
+    })");
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %2 = linear(%0, %1) {epilogue=relu} : f32[2, 4, 32]
+    CHECK-NEXT: return %2
+    CHECK-NOT: relu(
+  )"));
+}
+
+TEST(GemmEpilogueFusion, ErfGeluIsNotFused) {
+  GemmEpilogueFusion pass;
+  PassContext ctx;
+  const std::string out = RunPass(pass, R"(
+    graph(%10: f32[8, 16], %11: f32[32, 16], %12: f32[32]) {
+      %13 = linear(%10, %11, %12) : f32[8, 32]
+      %14 = gelu(%13) {approximate=none} : f32[8, 32]
+      return %14
+    })",
+                                  &ctx);
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %3 = linear(%0, %1, %2) : f32[8, 32]
+    CHECK-NEXT: %4 = gelu(%3) {approximate=none} : f32[8, 32]
+    CHECK-NOT: epilogue
+  )"));
+  EXPECT_TRUE(Logged(ctx, {"not fused: linear %3 -> gelu %4",
+                           "GELU epilogue is the tanh approximation; erf GELU stays"}));
+}
+
+TEST(GemmEpilogueFusion, FanOutAndGraphOutputAreNotFused) {
+  GemmEpilogueFusion pass;
+  PassContext ctx;
+  const std::string out = RunPass(pass, R"(
+    graph(%10: f32[8, 16], %11: f32[16, 16]) {
+      %12 = linear(%10, %11) : f32[8, 16]
+      %13 = relu(%12) : f32[8, 16]
+      %14 = add(%13, %12) : f32[8, 16]
+      %15 = linear(%14, %11) : f32[8, 16]
+      %16 = gelu(%15) {approximate=tanh} : f32[8, 16]
+      return %16, %15
+    })",
+                                  &ctx);
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %2 = linear(%0, %1) : f32[8, 16]
+    CHECK-NEXT: %3 = relu(%2)
+    CHECK-NEXT: %4 = add(%3, %2)
+    CHECK-NEXT: %5 = linear(%4, %1) : f32[8, 16]
+    CHECK-NEXT: %6 = gelu(%5) {approximate=tanh}
+    CHECK-NOT: epilogue
+  )"));
+  EXPECT_TRUE(Logged(ctx, {"not fused: linear %2 -> relu %3", "fan-out: %2 is also used by %4"}));
+  EXPECT_TRUE(Logged(ctx, {"not fused: linear %5 -> gelu %6", "graph output"}));
+}
+
+TEST(GemmEpilogueFusion, OffSwitchAndCseKeepEpiloguesApart) {
+  GemmEpilogueFusion pass;
+  PassContext off;
+  off.fuse_gemm_epilogues = false;
+  absl::StatusOr<ir::Graph> g = ir::ParseGraph(R"(
+    graph(%0: f32[4, 8], %1: f32[8, 8]) {
+      %2 = linear(%0, %1) : f32[4, 8]
+      %3 = relu(%2) : f32[4, 8]
+      return %3
+    })");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_FALSE(*pass.Run(*g, off));
+  CommonSubexpressionElimination cse;
+  const std::string out = RunPass(cse, R"(
+    graph(%10: f32[4, 8], %11: f32[8, 8]) {
+      %12 = linear(%10, %11) {epilogue=relu} : f32[4, 8]
+      %13 = linear(%10, %11) : f32[4, 8]
+      %14 = add(%12, %13) : f32[4, 8]
+      return %14
+    })");
+  EXPECT_TRUE(FileCheck(out, "CHECK: add(%2, %3)"));
 }
 
 TEST(CommonSubexpressionElimination, MergesEqualOps) {

@@ -1,5 +1,6 @@
 // CPU matmul and linear: torch.matmul semantics (1-D, 2-D, broadcast batches, transposed
-// operands read in place through GEMM flags) on top of the blocked float32 GEMM.
+// operands read in place through GEMM flags) on top of the blocked float32 GEMM. linear's
+// epilogue (relu, tanh GELU) is applied to each result, after the bias, before it is stored.
 #include <vector>
 
 #include "ops/cpu/gemm.h"
@@ -34,9 +35,17 @@ GemmOperand PrepareOperand(const void* base, DType dtype, int64_t rows, int64_t 
   return {scratch.data(), std::max<int64_t>(cols, 1), false};
 }
 
-// out[M, N] (+)= a[M, K] @ b[K, N] for 2-D strided views; `bias_rows` optionally seeds each row.
+// An elementwise function applied to each GEMM result before it is stored: the registry row's own
+// scalar function (ops/op_def.h EpilogueActivation), so linear{epilogue} computes exactly what
+// linear followed by the activation op computes.
+struct Activation {
+  ScalarFn fn = nullptr;  // nullptr: store the result as is
+  OpAttrs attrs;
+};
+
+// out[M, N] = act(a[M, K] @ b[K, N] (+ bias[N])) for 2-D strided views.
 void Gemm2D(const Tensor& a, int64_t a_off, const Tensor& b, int64_t b_off, const Tensor& out,
-            int64_t o_off, const Tensor* bias) {
+            int64_t o_off, const Tensor* bias, const Activation& act = {}) {
   const int64_t ra = a.dim(), rb = b.dim(), ro = out.dim();
   const int64_t m = a.shape()[ra - 2], k = a.shape()[ra - 1], n = b.shape()[rb - 1];
   const size_t esz = static_cast<size_t>(a.element_size());
@@ -60,8 +69,11 @@ void Gemm2D(const Tensor& a, int64_t a_off, const Tensor& b, int64_t b_off, cons
   const StoreFn store = StorerFor(out.dtype());
   const int64_t s_row = out.strides()[ro - 2], s_col = out.strides()[ro - 1];
   for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j)
-      store(out.data_ptr(), o_off + i * s_row + j * s_col, sc[i * n + j]);
+    for (int64_t j = 0; j < n; ++j) {
+      double v = sc[i * n + j];
+      if (act.fn != nullptr) v = act.fn(&v, act.attrs);
+      store(out.data_ptr(), o_off + i * s_row + j * s_col, v);
+    }
   }
 }
 
@@ -111,8 +123,9 @@ void Matmul(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const 
 namespace {
 
 // x [..., K] as a matrix [M, K]: a view when the leading dims collapse, else a contiguous copy.
+// M comes from the leading dims, not numel / K, which is 0 when K is.
 Tensor FlattenRows(const Tensor& x) {
-  const int64_t k = x.size(-1), m = x.numel() / std::max<int64_t>(k, 1);
+  const int64_t k = x.size(-1), m = NumElements(IntList(x.shape()).subspan(0, x.dim() - 1));
   if (x.dim() == 1) return x.as_strided({1, k}, {0, x.stride(0)}, x.offset());
   bool collapsible = true;
   for (int64_t i = 0; i + 2 < x.dim(); ++i) {
@@ -126,11 +139,13 @@ Tensor FlattenRows(const Tensor& x) {
 
 }  // namespace
 
-void Linear(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs&) {
+void Linear(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& attrs) {
   const Tensor x2 = FlattenRows(in[0]);
   const int64_t n = out.size(-1), m = out.numel() / std::max<int64_t>(n, 1);
   const Tensor o = out.as_strided({m, n}, {n, 1}, out.offset());
-  Gemm2D(x2, 0, SwapLast2(in[1]), 0, o, 0, in.size() > 2 ? &in[2] : nullptr);
+  Activation act;
+  if (const OpDef* def = EpilogueActivation(attrs.epilogue, &act.attrs)) act.fn = def->scalar;
+  Gemm2D(x2, 0, SwapLast2(in[1]), 0, o, 0, in.size() > 2 ? &in[2] : nullptr, act);
 }
 
 }  // namespace kiln::cpu

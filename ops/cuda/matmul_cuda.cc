@@ -1,7 +1,8 @@
 // cuBLASLt matmul and linear (see matmul_cuda.h): how each operand is read (in place through
 // transpose flags and leading dims, or as a contiguous copy), batch dims split into one strided
 // batch plus a host loop, the per-device handle and workspace, the plan cache (descriptors and
-// the heuristic's algorithm per distinct problem) and the K == 0 fills that need no GEMM.
+// the heuristic's algorithm per distinct problem), linear's epilogue (bias, relu, tanh GELU) with
+// its fallback to the eager activation op, and the K == 0 fills that need no GEMM.
 //
 // Row-major out[m, n] = a[m, k] @ b[k, n] is column-major outᵀ = bᵀ·aᵀ: cuBLAS's A is kiln's b
 // and cuBLAS's B is kiln's a, with cuBLAS sizes (m', n', k') = (n, m, k).
@@ -25,6 +26,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "ops/dispatch.h"
 #include "ops/ops.h"
 #include "runtime/cuda.h"
 #include "runtime/status.h"
@@ -46,7 +48,7 @@ std::atomic<bool> g_allow_tf32{false};
 
 // ---- The problem: what the plan cache keys on and what error messages name. -----------------
 
-// One GEMM in kiln's row-major terms: out[m, n] = a[m, k] @ b[k, n] (+ bias[n]) for `batch`
+// One GEMM in kiln's row-major terms: out[m, n] = act(a[m, k] @ b[k, n] (+ bias[n])) for `batch`
 // matrices stride_* elements apart. A transposed operand is stored column-major (ld = its column
 // stride). align_* is the byte alignment (a power of two, at most 256) of every pointer the GEMM
 // will be given for that operand, loop entries included.
@@ -55,6 +57,7 @@ struct GemmKey {
   int device;
   DType dtype;
   bool tf32, bias, trans_a, trans_b;
+  Epilogue act;  // the activation of the cuBLASLt epilogue (kNone: bias only, or nothing)
   int64_t m, n, k, lda, ldb, ldo, batch, stride_a, stride_b, stride_o;
   uint32_t align_a, align_b, align_o, align_bias;
   bool operator==(const GemmKey&) const = default;
@@ -63,7 +66,8 @@ struct GemmKey {
 struct GemmKeyHash {
   size_t operator()(const GemmKey& k) const {
     size_t h = std::hash<const void*>()(k.op);
-    const int64_t flags = k.tf32 | k.bias << 1 | k.trans_a << 2 | k.trans_b << 3;
+    const int64_t flags =
+        k.tf32 | k.bias << 1 | k.trans_a << 2 | k.trans_b << 3 | static_cast<int64_t>(k.act) << 4;
     for (int64_t v : {int64_t{k.device}, static_cast<int64_t>(k.dtype), flags, k.m, k.n, k.k, k.lda,
                       k.ldb, k.ldo, k.batch, k.stride_a, k.stride_b, k.stride_o, int64_t{k.align_a},
                       int64_t{k.align_b}, int64_t{k.align_o}, int64_t{k.align_bias}}) {
@@ -74,12 +78,13 @@ struct GemmKeyHash {
 };
 
 std::string Describe(const GemmKey& k) {
-  return absl::StrCat(k.op, " on cuda:", k.device, ", ", DTypeName(k.dtype),
-                      k.tf32 ? " (tf32)" : "", ": m=", k.m, " n=", k.n, " k=", k.k,
-                      " batch=", k.batch, ", a", k.trans_a ? "ᵀ" : "", " ld=", k.lda,
-                      " align=", k.align_a, ", b", k.trans_b ? "ᵀ" : "", " ld=", k.ldb,
-                      " align=", k.align_b, ", out ld=", k.ldo, " align=", k.align_o,
-                      k.bias ? absl::StrCat(", bias align=", k.align_bias) : "");
+  return absl::StrCat(
+      k.op, " on cuda:", k.device, ", ", DTypeName(k.dtype), k.tf32 ? " (tf32)" : "", ": m=", k.m,
+      " n=", k.n, " k=", k.k, " batch=", k.batch, ", a", k.trans_a ? "ᵀ" : "", " ld=", k.lda,
+      " align=", k.align_a, ", b", k.trans_b ? "ᵀ" : "", " ld=", k.ldb, " align=", k.align_b,
+      ", out ld=", k.ldo, " align=", k.align_o,
+      k.bias ? absl::StrCat(", bias align=", k.align_bias) : "",
+      k.act != Epilogue::kNone ? absl::StrCat(", epilogue=", EpilogueName(k.act)) : "");
 }
 
 std::string StatusText(cublasStatus_t status) {
@@ -140,6 +145,20 @@ struct GemmPlan {
   mutable std::mutex bias_mu;  // the bias pointer lives in `desc`: set it and launch under this
 };
 
+// The cuBLASLt epilogue for a bias (or none) followed by `act`. cuBLASLt's GELU is the tanh
+// approximation, which is why kiln's Epilogue only has kGeluTanh.
+cublasLtEpilogue_t CublasEpilogue(bool bias, Epilogue act) {
+  switch (act) {
+    case Epilogue::kRelu:
+      return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    case Epilogue::kGeluTanh:
+      return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    case Epilogue::kNone:
+      break;
+  }
+  return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
 DescPtr MakeDesc(const GemmKey& key, const void* bias) {
   cublasLtMatmulDesc_t raw = nullptr;
   const cublasComputeType_t compute = key.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -151,10 +170,12 @@ DescPtr MakeDesc(const GemmKey& key, const void* bias) {
           "cublasLtMatmulDescSetAttribute(TRANSA)", key);
   SetAttr(cublasLtMatmulDescSetAttribute, raw, CUBLASLT_MATMUL_DESC_TRANSB, op_b,
           "cublasLtMatmulDescSetAttribute(TRANSB)", key);
-  if (key.bias) {  // bias[n] runs along D's rows (n' = n), as CUBLASLT_EPILOGUE_BIAS expects
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  const cublasLtEpilogue_t epilogue = CublasEpilogue(key.bias, key.act);
+  if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
     SetAttr(cublasLtMatmulDescSetAttribute, raw, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue,
             "cublasLtMatmulDescSetAttribute(EPILOGUE)", key);
+  }
+  if (key.bias) {  // bias[n] runs along D's rows (n' = n), as CUBLASLT_EPILOGUE_*BIAS expects
     // The heuristic reads the bias pointer's alignment; calls then set their own pointer.
     SetAttr(cublasLtMatmulDescSetAttribute, raw, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias,
             "cublasLtMatmulDescSetAttribute(BIAS_POINTER)", key);
@@ -307,7 +328,8 @@ struct PlanCache {
   std::unordered_map<GemmKey, std::shared_ptr<const GemmPlan>, GemmKeyHash> plans;
 };
 
-// The cached plan for `key`, created on first use; nullptr if cuBLASLt has no algorithm.
+// The cached plan for `key`, created on first use; nullptr if cuBLASLt has no algorithm (cached
+// too, so that a GEMM falling back, e.g. from an epilogue cuBLASLt lacks, asks only once).
 std::shared_ptr<const GemmPlan> PlanFor(const GemmKey& key, const void* bias,
                                         const DeviceContext& ctx) {
   static auto* cache = new PlanCache;  // never destroyed: GEMMs may run during static teardown
@@ -317,7 +339,6 @@ std::shared_ptr<const GemmPlan> PlanFor(const GemmKey& key, const void* bias,
     if (it != cache->plans.end()) return it->second;
   }
   std::shared_ptr<const GemmPlan> plan = CreatePlan(key, bias, ctx.handle);  // slow: unlocked
-  if (plan == nullptr) return nullptr;
   std::lock_guard<std::mutex> lock(cache->mu);
   if (cache->plans.size() >= kMaxCachedPlans) cache->plans.clear();  // users hold shared_ptrs
   return cache->plans.try_emplace(key, std::move(plan)).first->second;
@@ -448,7 +469,8 @@ struct GemmJob {
 };
 
 GemmKey MakeKey(const char* op, const GemmJob& job, MatrixLayout la, MatrixLayout lb,
-                const std::array<Strides, 3>& strides, IntList batch, const BatchSplit& split) {
+                const std::array<Strides, 3>& strides, IntList batch, const BatchSplit& split,
+                Epilogue act) {
   const int64_t esz = job.out.element_size();
   auto offset_bits = [&](int j) {  // every batch offset the operand's pointer moves by
     uint64_t bits = 0;
@@ -465,6 +487,7 @@ GemmKey MakeKey(const char* op, const GemmJob& job, MatrixLayout la, MatrixLayou
   k.bias = job.bias.defined();
   k.trans_a = la.trans;
   k.trans_b = lb.trans;
+  k.act = act;
   k.m = job.a.size(-2);
   k.n = job.b.size(-1);
   k.k = job.a.size(-1);
@@ -482,9 +505,10 @@ GemmKey MakeKey(const char* op, const GemmJob& job, MatrixLayout la, MatrixLayou
   return k;
 }
 
-// out[batch..., m, n] = a[..., m, k] @ b[..., k, n] (+ bias[n]); a, b broadcast over `batch`.
+// out[batch..., m, n] = act(a[..., m, k] @ b[..., k, n] (+ bias[n])); a, b broadcast over
+// `batch`.
 GemmJob PrepareJob(const char* op, const Tensor& a, const Tensor& b, const Tensor& out,
-                   IntList batch, const Tensor& bias) {
+                   IntList batch, const Tensor& bias, Epilogue act) {
   GemmJob job;
   MatrixLayout la{}, lb{};
   job.a = ReadableOperand(a, &la);
@@ -498,7 +522,7 @@ GemmJob PrepareJob(const char* op, const Tensor& a, const Tensor& b, const Tenso
   for (int j = 0; j < 3; ++j) {
     job.loop_strides[j].assign(strides[j].begin(), strides[j].begin() + split.split);
   }
-  job.key = MakeKey(op, job, la, lb, strides, batch, split);
+  job.key = MakeKey(op, job, la, lb, strides, batch, split, act);
   return job;
 }
 
@@ -530,23 +554,51 @@ bool Misaligned(const GemmKey& k) {
   return k.align_a < 16 || k.align_b < 16 || (k.bias && k.align_bias < 16);
 }
 
-// Runs out[batch..., m, n] = a @ b (+ bias) with cuBLASLt; `out` is contiguous.
-void BatchedGemm(const char* op, const Tensor& a, const Tensor& b, const Tensor& out, IntList batch,
-                 const Tensor& bias) {
-  const DeviceContext& ctx = ContextFor(out.device().index);
-  GemmJob job = PrepareJob(op, a, b, out, batch, bias);
-  std::shared_ptr<const GemmPlan> plan = PlanFor(job.key, BiasPointer(job), ctx);
-  if (plan == nullptr && Misaligned(job.key)) {
+// The prepared job and cached plan for one GEMM; plan is nullptr when cuBLASLt has no algorithm,
+// even on well aligned copies of the inputs.
+struct PlannedGemm {
+  GemmJob job;
+  std::shared_ptr<const GemmPlan> plan;
+};
+
+PlannedGemm PlanGemm(const char* op, const Tensor& a, const Tensor& b, const Tensor& out,
+                     IntList batch, const Tensor& bias, Epilogue act, const DeviceContext& ctx) {
+  PlannedGemm g{PrepareJob(op, a, b, out, batch, bias, act), nullptr};
+  g.plan = PlanFor(g.job.key, BiasPointer(g.job), ctx);
+  if (g.plan == nullptr && Misaligned(g.job.key)) {
     // No algorithm for these alignments: retry on fresh (well aligned) copies of the inputs.
-    job = PrepareJob(op, kiln::clone(a), kiln::clone(b), out, batch,
-                     bias.defined() ? kiln::clone(bias) : bias);
-    plan = PlanFor(job.key, BiasPointer(job), ctx);
+    g.job = PrepareJob(op, kiln::clone(a), kiln::clone(b), out, batch,
+                       bias.defined() ? kiln::clone(bias) : bias, act);
+    g.plan = PlanFor(g.job.key, BiasPointer(g.job), ctx);
   }
-  if (plan == nullptr) {
+  return g;
+}
+
+// Runs out[batch..., m, n] = act(a @ b (+ bias)) with cuBLASLt; `out` is contiguous. Returns false
+// when cuBLASLt has no algorithm with `act` in the epilogue (a dtype or layout it does not
+// support): the GEMM then ran with the bias alone and the caller must apply `act`.
+bool BatchedGemm(const char* op, const Tensor& a, const Tensor& b, const Tensor& out, IntList batch,
+                 const Tensor& bias, Epilogue act = Epilogue::kNone) {
+  const DeviceContext& ctx = ContextFor(out.device().index);
+  PlannedGemm g = PlanGemm(op, a, b, out, batch, bias, act, ctx);
+  const bool fused = g.plan != nullptr;
+  if (!fused && act != Epilogue::kNone) {
+    g = PlanGemm(op, a, b, out, batch, bias, Epilogue::kNone, ctx);
+  }
+  if (g.plan == nullptr) {
     ThrowInternal(absl::StrCat(op, ": cublasLtMatmulAlgoGetHeuristic returned no algorithm for ",
-                               Describe(job.key)));
+                               Describe(g.job.key)));
   }
-  RunJob(job, *plan, ctx);
+  RunJob(g.job, *g.plan, ctx);
+  return fused;
+}
+
+// Applies linear's epilogue activation to `out` in place with the eager op (the fallback when
+// the GEMM could not, and after the K == 0 fill).
+void ApplyActivation(const Tensor& out, Epilogue act) {
+  OpAttrs attrs;
+  const OpDef* def = EpilogueActivation(act, &attrs);
+  if (def != nullptr) DispatchInPlace(def->id, {out}, attrs);
 }
 
 // out[m, n] = bias broadcast over the rows, or zeros without a bias: the K == 0 product.
@@ -641,7 +693,7 @@ void Matmul(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const 
   BatchedGemm(kMatmulName, a, b, o, batch, Tensor());
 }
 
-void Linear(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs&) {
+void Linear(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& attrs) {
   CheckOperands(kLinearName, in, 2, 3, out);
   if (out.numel() == 0) return;
   DeviceGuard guard(out.device().index);
@@ -655,9 +707,14 @@ void Linear(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const 
   }
   const int64_t n = w.size(0), k = w.size(1), m = out.numel() / n;
   const Tensor o = out.as_strided({m, n}, {n, 1}, out.offset());
-  if (k == 0) return FillWithoutGemm(o, bias, m, n);
+  if (k == 0) {
+    FillWithoutGemm(o, bias, m, n);
+    return ApplyActivation(o, attrs.epilogue);
+  }
   const Tensor wt = w.as_strided({k, n}, {w.stride(1), w.stride(0)}, w.offset());  // no copy
-  BatchedGemm(kLinearName, FlattenRows(x, m, k), wt, o, {}, bias);
+  if (!BatchedGemm(kLinearName, FlattenRows(x, m, k), wt, o, {}, bias, attrs.epilogue)) {
+    ApplyActivation(o, attrs.epilogue);
+  }
 }
 
 void SetAllowTf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }

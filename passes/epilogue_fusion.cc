@@ -1,0 +1,101 @@
+// GEMM epilogue fusion (see epilogue_fusion.h).
+#include "passes/epilogue_fusion.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "ir/printer.h"
+#include "passes/simplify.h"
+
+namespace kiln::passes {
+
+using ir::Graph;
+using ir::Node;
+using ir::NodeKind;
+using ir::ValueId;
+
+namespace {
+
+bool IsOp(const Graph& g, ValueId v, OpId op) {
+  return g.node(v).kind == NodeKind::kOp && g.node(v).op == op;
+}
+
+bool IsActivation(const Graph& g, ValueId v) {
+  return IsOp(g, v, OpId::kRelu) || IsOp(g, v, OpId::kGelu);
+}
+
+// The nodes using each value, in order.
+std::vector<std::vector<ValueId>> Users(const Graph& g) {
+  std::vector<std::vector<ValueId>> users(g.num_values());
+  for (ValueId v = 0; v < g.num_values(); ++v) {
+    for (ValueId in : g.node(v).inputs) users[in].push_back(v);
+  }
+  return users;
+}
+
+// The epilogue that computes relu/gelu node `act`; kNone with the reason in `why` if none does.
+Epilogue EpilogueFor(const Node& act, std::string* why) {
+  if (act.op == OpId::kRelu) return Epilogue::kRelu;
+  if (act.attrs.approximate == GeluApprox::kTanh) return Epilogue::kGeluTanh;
+  *why =
+      "cuBLASLt's GELU epilogue is the tanh approximation; erf GELU stays in an elementwise "
+      "kernel";
+  return Epilogue::kNone;
+}
+
+// Why linear `lin` cannot take its user `act` into its epilogue ("" if it can, with the epilogue
+// in `epilogue`).
+std::string WhyNot(const Graph& g, ValueId lin, ValueId act, const std::vector<ValueId>& users,
+                   bool is_output, Epilogue* epilogue) {
+  const Node& l = g.node(lin);
+  if (l.attrs.epilogue != Epilogue::kNone) {
+    return absl::StrCat("the linear already has epilogue=", EpilogueName(l.attrs.epilogue));
+  }
+  std::string why;
+  *epilogue = EpilogueFor(g.node(act), &why);
+  if (!why.empty()) return why;
+  for (ValueId u : users) {
+    if (u != act) return absl::StrCat("fan-out: %", lin, " is also used by %", u);
+  }
+  if (is_output) return absl::StrCat("%", lin, " is a graph output (materialised)");
+  if (!(g.type(act) == l.type)) {
+    return absl::StrCat("the activation's type ", ir::PrintType(g.type(act)),
+                        " differs from the linear's ", ir::PrintType(l.type));
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::StatusOr<bool> GemmEpilogueFusion::Run(Graph& graph, PassContext& ctx) {
+  if (!ctx.fuse_gemm_epilogues) return false;
+  const std::vector<std::vector<ValueId>> users = Users(graph);
+  std::vector<bool> is_output(graph.num_values(), false);
+  for (ValueId v : graph.outputs()) is_output[v] = true;
+  bool changed = false;
+  for (ValueId v = 0; v < graph.num_values(); ++v) {
+    if (!IsOp(graph, v, OpId::kLinear)) continue;
+    for (ValueId act : users[v]) {
+      if (!IsActivation(graph, act)) continue;
+      const std::string pair =
+          absl::StrCat("linear %", v, " -> ", GetOpDef(graph.node(act).op).name, " %", act);
+      Epilogue epilogue = Epilogue::kNone;
+      const std::string why = WhyNot(graph, v, act, users[v], is_output[v], &epilogue);
+      if (!why.empty()) {
+        ctx.explain.push_back(absl::StrCat("not fused: ", pair, " (GEMM epilogue): ", why));
+        continue;
+      }
+      // `act` is v's only user: v now computes act's value, whose uses move to v.
+      graph.mutable_node(v).attrs.epilogue = epilogue;
+      ReplaceAllUses(graph, act, v);
+      ctx.explain.push_back(absl::StrCat(
+          "GEMM epilogue: ", pair, " -> linear {epilogue=", EpilogueName(epilogue), "} at %", v));
+      changed = true;
+      break;
+    }
+  }
+  return changed;
+}
+
+}  // namespace kiln::passes
