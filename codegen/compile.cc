@@ -192,23 +192,16 @@ std::vector<Tensor> CompiledFn::operator()(const std::vector<Tensor>& inputs) {
   return e.exe->Run(inputs);
 }
 
-// Replays the entry's CUDA graph; the first call runs the plan (which compiles any lazily built
-// kernel and plans every GEMM) and then captures it. A plan that cannot be captured keeps
-// running without a graph, and the report says why.
+// Replays one of the entry's CUDA graphs (codegen/cuda_graph.h: by input address, or copy-in),
+// capturing after a plain run when none fits; the report says which, or why none.
 std::vector<Tensor> CompiledFn::RunWithCudaGraph(Entry& e, const std::vector<Tensor>& inputs) {
-  if (e.graph != nullptr) return e.graph->Run(inputs);
-  std::vector<Tensor> out = e.exe->Run(inputs);
-  if (e.graph_tried) return out;
-  e.graph_tried = true;
-  absl::StatusOr<std::unique_ptr<codegen::CudaGraphPlan>> plan =
-      codegen::CudaGraphPlan::Capture(*e.exe, inputs);
-  if (plan.ok()) {
-    e.graph = std::move(*plan);
-    e.report.cuda_graph = absl::StrCat("on: ", e.graph->nodes(), " graph nodes");
-  } else {
-    e.report.cuda_graph = absl::StrCat("off: ", plan.status().message());
+  if (e.graphs == nullptr) e.graphs = std::make_unique<codegen::CudaGraphCache>(*e.exe);
+  std::vector<Tensor> out = e.graphs->Run(inputs);
+  const std::string state = e.graphs->Describe();
+  if (state != e.report.cuda_graph && DebugLevel() >= 1) {
+    std::cerr << "kiln: CUDA graph " << state << "\n";
   }
-  if (DebugLevel() >= 1) std::cerr << "kiln: CUDA graph " << e.report.cuda_graph << "\n";
+  e.report.cuda_graph = state;
   return out;
 }
 

@@ -73,8 +73,7 @@ class CompiledFn {
     std::vector<TensorType> types;  // the input signature
     std::unique_ptr<codegen::Executable> exe;
     CompileReport report;
-    std::unique_ptr<codegen::CudaGraphPlan> graph;
-    bool graph_tried = false;
+    std::unique_ptr<codegen::CudaGraphCache> graphs;  // options.cuda_graphs on CUDA
   };
   Entry& EntryFor(const std::vector<Tensor>& inputs);
 

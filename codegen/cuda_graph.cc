@@ -25,23 +25,24 @@ size_t Bytes(const Tensor& t) { return t.numel() * DTypeSize(t.dtype()); }
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaGraphPlan>> CudaGraphPlan::Capture(
-    const Executable& exe, const std::vector<Tensor>& inputs) {
+    const Executable& exe, const std::vector<Tensor>& inputs, Binding binding) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].device().is_cuda()) {
       return absl::FailedPreconditionError(
           absl::StrCat("input ", i, " is on ", inputs[i].device().str(), ", not a CUDA device"));
     }
   }
-  std::unique_ptr<CudaGraphPlan> plan(new CudaGraphPlan(exe));
+  std::unique_ptr<CudaGraphPlan> plan(new CudaGraphPlan(exe, binding));
   KILN_RETURN_IF_ERROR(plan->CaptureOnce(inputs));
   return plan;
 }
 
 absl::Status CudaGraphPlan::CaptureOnce(const std::vector<Tensor>& inputs) {
-  std::vector<Tensor> sources;  // contiguous inputs, made before the capture starts
+  const bool copy_in = binding_ == Binding::kCopyIn;
+  std::vector<Tensor> sources;  // copy-in: contiguous inputs, made before the capture starts
   for (const Tensor& t : inputs) {
-    static_inputs_.push_back(Tensor::Empty(t.type()));
-    sources.push_back(contiguous(t));
+    static_inputs_.push_back(copy_in ? Tensor::Empty(t.type()) : t);
+    if (copy_in) sources.push_back(contiguous(t));
   }
   cuda::Synchronize();
   std::vector<Tensor> outs;
@@ -51,7 +52,7 @@ absl::Status CudaGraphPlan::CaptureOnce(const std::vector<Tensor>& inputs) {
         cuda::ToStatus(cudaStreamBeginCapture(stream_.get(), cudaStreamCaptureModeThreadLocal),
                        "cudaStreamBeginCapture"));
     try {
-      for (size_t i = 0; i < inputs.size(); ++i) {
+      for (size_t i = 0; i < sources.size(); ++i) {
         KILN_CUDA_CHECK(cudaMemcpyAsync(static_inputs_[i].data_ptr(), sources[i].data_ptr(),
                                         Bytes(sources[i]), cudaMemcpyDeviceToDevice,
                                         stream_.get()));
@@ -93,6 +94,14 @@ absl::Status CudaGraphPlan::CaptureOnce(const std::vector<Tensor>& inputs) {
   if (!alias.empty()) return absl::FailedPreconditionError(alias);
   KILN_RETURN_IF_ERROR(
       cuda::ToStatus(cudaGraphInstantiate(&exec_, graph_, 0), "cudaGraphInstantiate"));
+  if (!copy_in) {
+    static_inputs_.clear();  // by address: the caller's tensors, not ours to keep alive
+    size_t count = 0;
+    KILN_RETURN_IF_ERROR(
+        cuda::ToStatus(cudaGraphGetNodes(graph_, nullptr, &count), "cudaGraphGetNodes"));
+    nodes_ = static_cast<int>(count);
+    return absl::OkStatus();
+  }
   return FindInputCopies();
 }
 
@@ -145,7 +154,7 @@ std::vector<Tensor> CudaGraphPlan::Run(const std::vector<Tensor>& inputs) {
   std::optional<profiler::OpRange> range;  // the whole replay is one op to the profiler
   if (KILN_PREDICT_FALSE(profiler::IsActive())) range.emplace("cuda_graph_replay", inputs);
   std::vector<Tensor> keep_alive;  // contiguous copies of strided inputs, until enqueued
-  for (size_t i = 0; i < inputs.size(); ++i) {
+  for (size_t i = 0; i < bound_sources_.size(); ++i) {  // copy-in binding only
     const Tensor* src = &inputs[i];
     if (!src->is_contiguous()) src = &keep_alive.emplace_back(contiguous(inputs[i]));
     if (src->data_ptr() == bound_sources_[i] || input_copies_[i] == nullptr) continue;
@@ -171,6 +180,62 @@ std::vector<Tensor> CudaGraphPlan::Run(const std::vector<Tensor>& inputs) {
     outs.emplace_back(std::move(s), o.offset, o.shape, o.strides, o.dtype, o.device);
   }
   return outs;
+}
+
+CudaGraphCache::Key CudaGraphCache::AddressKey(const std::vector<Tensor>& inputs) {
+  Key key;
+  for (const Tensor& t : inputs) {
+    key.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.data_ptr())));
+    key.insert(key.end(), t.strides().begin(), t.strides().end());
+  }
+  return key;
+}
+
+std::vector<Tensor> CudaGraphCache::Run(const std::vector<Tensor>& inputs) {
+  if (!off_reason_.empty()) return exe_.Run(inputs);
+  if (copy_in_ != nullptr) return copy_in_->Run(inputs);
+  const Key key = AddressKey(inputs);
+  for (size_t i = 0; i < by_address_.size(); ++i) {
+    if (by_address_[i].first != key) continue;
+    std::rotate(by_address_.begin(), by_address_.begin() + i, by_address_.begin() + i + 1);
+    return by_address_[0].second->Run(inputs);
+  }
+  return CaptureAfterRun(inputs, key);
+}
+
+// A call whose input addresses have no graph yet: runs the plan (which also compiles any lazily
+// built kernel and plans every GEMM), then captures a graph for the next call like it.
+std::vector<Tensor> CudaGraphCache::CaptureAfterRun(const std::vector<Tensor>& inputs,
+                                                    const Key& key) {
+  std::vector<Tensor> out = exe_.Run(inputs);
+  const bool copy_in = ++captures_ > kMaxCaptures;
+  absl::StatusOr<std::unique_ptr<CudaGraphPlan>> plan = CudaGraphPlan::Capture(
+      exe_, inputs, copy_in ? CudaGraphPlan::Binding::kCopyIn : CudaGraphPlan::Binding::kByAddress);
+  if (!plan.ok()) {
+    off_reason_ = std::string(plan.status().message());
+    by_address_.clear();
+    return out;
+  }
+  if (copy_in) {
+    by_address_.clear();
+    copy_in_ = std::move(*plan);
+    return out;
+  }
+  by_address_.insert(by_address_.begin(), {key, std::move(*plan)});
+  if (by_address_.size() > kMaxByAddress) by_address_.pop_back();
+  return out;
+}
+
+std::string CudaGraphCache::Describe() const {
+  if (!off_reason_.empty()) return "off: " + off_reason_;
+  if (copy_in_ != nullptr) {
+    return absl::StrCat("on: ", copy_in_->nodes(),
+                        " graph nodes, inputs copied in (they kept moving: ", captures_ - 1,
+                        " address sets captured)");
+  }
+  if (by_address_.empty()) return "pending (captured after the first call)";
+  return absl::StrCat("on: ", by_address_[0].second->nodes(), " graph nodes, inputs bound by ",
+                      "address (", by_address_.size(), " address sets cached)");
 }
 
 }  // namespace kiln::codegen

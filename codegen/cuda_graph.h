@@ -4,9 +4,13 @@
 // GEMMs, fused NVRTC kernels, eager kernels) becomes one node of a CUDA graph; a call then costs
 // one cudaGraphLaunch instead of one dispatch per step.
 //
-//  - Inputs: the graph reads static input buffers filled by memcpy nodes at its head. Each call
-//    points those nodes at the caller's tensors (cudaGraphExecMemcpyNodeSetParams1D when a
-//    pointer changed; no re-capture). Non-contiguous inputs are made contiguous first.
+//  - Inputs, two bindings. By address: the graph reads the caller's tensors where they are, so
+//    it is valid for those addresses and strides only; CudaGraphCache keeps one such graph per
+//    address set (inputs reused across calls, rotating sets, the caching allocator handing the
+//    same blocks back). Copy-in: the graph reads static buffers filled by memcpy nodes at its
+//    head, which each call points at the caller's tensors (cudaGraphExecMemcpyNodeSetParams1D,
+//    no re-capture) — one graph for any address, at the price of copying the inputs; the cache
+//    switches to it when inputs keep arriving at new addresses.
 //  - Intermediates: cudaMallocAsync/cudaFreeAsync inside the capture become graph memory nodes,
 //    so they live in the graph's own pool and liveness reuse carries over.
 //  - Outputs: allocation nodes that the graph does not free; each replay hands them to the
@@ -31,10 +35,13 @@ namespace kiln::codegen {
 
 class CudaGraphPlan {
  public:
+  enum class Binding { kByAddress, kCopyIn };
   // Captures `exe` for inputs like `inputs` (the plan must have run once, so every kernel is
-  // compiled and every GEMM planned).
+  // compiled and every GEMM planned). kByAddress graphs may only be run on inputs with the same
+  // data pointers and strides.
   static absl::StatusOr<std::unique_ptr<CudaGraphPlan>> Capture(const Executable& exe,
-                                                                const std::vector<Tensor>& inputs);
+                                                                const std::vector<Tensor>& inputs,
+                                                                Binding binding);
   ~CudaGraphPlan();
   CudaGraphPlan(const CudaGraphPlan&) = delete;
   CudaGraphPlan& operator=(const CudaGraphPlan&) = delete;
@@ -47,7 +54,7 @@ class CudaGraphPlan {
   int nodes() const { return nodes_; }
 
  private:
-  explicit CudaGraphPlan(const Executable& exe) : exe_(exe) {}
+  CudaGraphPlan(const Executable& exe, Binding binding) : exe_(exe), binding_(binding) {}
   absl::Status CaptureOnce(const std::vector<Tensor>& inputs);
   absl::Status FindInputCopies();
   bool PreviousOutputsHeld() const;
@@ -63,6 +70,7 @@ class CudaGraphPlan {
   };
 
   const Executable& exe_;
+  Binding binding_;
   cuda::Stream stream_;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
@@ -73,6 +81,30 @@ class CudaGraphPlan {
   std::vector<std::weak_ptr<Storage>> handed_out_;  // the last replay's output storages
   int64_t replays_ = 0, fallbacks_ = 0;
   int nodes_ = 0;
+};
+
+// The CUDA graphs of one compiled signature (see the top of this file): by-address graphs keyed
+// by the inputs' data pointers and strides, least recently used evicted beyond kMaxByAddress;
+// after kMaxCaptures by-address captures, one copy-in graph serves every call. A plan that
+// cannot be captured runs without a graph, and Describe() says why.
+class CudaGraphCache {
+ public:
+  static constexpr int kMaxByAddress = 4, kMaxCaptures = 16;
+  explicit CudaGraphCache(const Executable& exe) : exe_(exe) {}
+  std::vector<Tensor> Run(const std::vector<Tensor>& inputs);
+  // "pending (...)", "on: ..." or "off: <why>".
+  std::string Describe() const;
+
+ private:
+  using Key = std::vector<int64_t>;
+  static Key AddressKey(const std::vector<Tensor>& inputs);
+  std::vector<Tensor> CaptureAfterRun(const std::vector<Tensor>& inputs, const Key& key);
+
+  const Executable& exe_;
+  std::vector<std::pair<Key, std::unique_ptr<CudaGraphPlan>>> by_address_;  // most recent first
+  std::unique_ptr<CudaGraphPlan> copy_in_;
+  int captures_ = 0;
+  std::string off_reason_;
 };
 
 }  // namespace kiln::codegen
