@@ -108,6 +108,11 @@ int VectorWidth(const std::vector<DType>& in, DType out) {
 
 }  // namespace
 
+const char* KernelPrelude() { return kPrelude; }
+std::string StorageType(DType t) { return Info(t).storage; }
+std::string LoadExpr(DType t, const std::string& v) { return Load(t, v); }
+std::string StoreExpr(DType t, const std::string& v) { return Store(t, v); }
+
 std::string RenderElementwiseSource(const std::string& base, const std::string& expr_template,
                                     const std::vector<DType>& in, DType out) {
   std::string expr = expr_template;
