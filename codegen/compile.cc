@@ -129,6 +129,7 @@ CompiledFn::Entry& CompiledFn::EntryFor(const std::vector<Tensor>& inputs) {
   dump.Graph("traced", graph);
   passes::PassContext ctx;
   ctx.fuse_elementwise = options_.fuse_elementwise;
+  ctx.fuse_softmax = options_.fuse_softmax;
   ctx.merge_gemms = options_.merge_gemms;
   ctx.after_pass = [&](const std::string& pass, const ir::Graph& g) { dump.Graph(pass, g); };
   ThrowIfError(passes::DefaultPipeline().Run(graph, ctx));

@@ -33,6 +33,7 @@ struct CompileOptions {
   enum class Mode { kDefault, kEager, kCompiled };
   Mode mode = Mode::kDefault;
   bool fuse_elementwise = true;
+  bool fuse_softmax = true;  // scale/mask before a last-dim softmax and a cast after it: 1 kernel
   bool merge_gemms = true;
   bool recompile = true;  // false: a new input signature is an error
   int max_signatures = 8;

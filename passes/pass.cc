@@ -6,6 +6,7 @@
 #include "passes/canonicalize.h"
 #include "passes/fusion.h"
 #include "passes/simplify.h"
+#include "passes/softmax_fusion.h"
 #include "runtime/status.h"
 
 namespace kiln::passes {
@@ -34,6 +35,7 @@ Pipeline DefaultPipeline() {
   p.Add(std::make_unique<Canonicalize>());
   p.Add(std::make_unique<DeadCodeElimination>());
   p.Add(std::make_unique<GemmMerge>());
+  p.Add(std::make_unique<SoftmaxFusion>());  // first: it takes the softmax's producers
   p.Add(std::make_unique<ElementwiseFusion>());
   p.Add(std::make_unique<DeadCodeElimination>());
   return p;

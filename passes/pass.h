@@ -22,6 +22,7 @@ namespace kiln::passes {
 // What passes share with their caller: options, the explain log, dump hooks.
 struct PassContext {
   bool fuse_elementwise = true;
+  bool fuse_softmax = true;  // scale/mask prologues and a cast into the softmax kernel
   bool merge_gemms = true;
   std::vector<std::string> explain;  // one line per fusion decision
   // Called with (pass name, graph) after each pass, e.g. to write dumps.
@@ -46,7 +47,7 @@ class Pipeline {
 };
 
 // The default compile pipeline: constant folding, CSE, canonicalisation, DCE, GEMM merge,
-// elementwise fusion, DCE.
+// softmax fusion, elementwise fusion, DCE.
 Pipeline DefaultPipeline();
 
 }  // namespace kiln::passes
