@@ -55,9 +55,8 @@ class Dumper {
     const std::string src = codegen::FusionSource(fusion);
     if (DebugLevel() >= 3) std::cerr << "kiln: kernel " << fusion.name << ":\n" << src;
     if (!enabled()) return;
-    const std::string header = absl::StrCat("// ", fusion.name, ": fused from ", nodes,
-                                            "\n// launch: 256 threads per block, grid from the SM "
-                                            "count (grid-stride loops)\n");
+    const std::string header = absl::StrCat("// ", fusion.name, ": fused from ", nodes, "\n// ",
+                                            codegen::FusionLaunchNote(fusion), "\n");
     Write("kernels/" + fusion.name + ".cu", header + src, "CUDA source (" + nodes + ")");
     auto ptx = cuda::CompileSource(src, fusion.name, "compute_90", /*cubin=*/false);
     Write("kernels/" + fusion.name + ".ptx", ptx.ok() ? *ptx : std::string(ptx.status().message()),
@@ -151,6 +150,7 @@ CompiledFn::Entry& CompiledFn::EntryFor(const std::vector<Tensor>& inputs) {
   dump.Graph("traced", graph);
   passes::PassContext ctx;
   ctx.fuse_elementwise = options_.fuse_elementwise;
+  ctx.fuse_softmax = options_.fuse_softmax;
   ctx.merge_gemms = options_.merge_gemms;
   ctx.fuse_gemm_epilogues = options_.fuse_gemm_epilogues;
   ctx.after_pass = [&](const std::string& pass, const ir::Graph& g) { dump.Graph(pass, g); };

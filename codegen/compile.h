@@ -37,6 +37,7 @@ struct CompileOptions {
   enum class Mode { kDefault, kEager, kCompiled };
   Mode mode = Mode::kDefault;
   bool fuse_elementwise = true;
+  bool fuse_softmax = true;  // scale/mask before a last-dim softmax and a cast after it: 1 kernel
   bool merge_gemms = true;
   bool fuse_gemm_epilogues = true;  // linear + relu / tanh GELU -> one GEMM with that epilogue
   // Replay the plan as a CUDA graph after the first call (CUDA inputs; see cuda_graph.h). Also

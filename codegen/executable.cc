@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "codegen/fused_kernel.h"
+#include "codegen/fused_softmax.h"
 #include "ops/dispatch.h"
 #include "profiler/host.h"
 #include "runtime/status.h"
@@ -31,6 +32,7 @@ absl::Status Executable::Prepare() {
     if (n.kind == NodeKind::kInput || n.kind == NodeKind::kConstant) continue;
     const bool view = n.kind == NodeKind::kOp && GetOpDef(n.op).view != nullptr;
     steps_.push_back({v, !view, {}});
+    steps_.back().softmax_fusion = n.kind == NodeKind::kFusion && SoftmaxOfFusion(*n.body) >= 0;
     if (n.kind == NodeKind::kFusion && n.type.device.is_cuda())
       fusions.push_back(steps_.size() - 1);
   }
@@ -69,8 +71,12 @@ absl::Status Executable::Prepare() {
       Step& s = steps_[fusions[i]];
       const Node& n = graph_.node(s.value);
       try {
-        s.cuda = cuda_ops::CompileElementwiseKernels(n.name, FusionExpression(*n.body),
-                                                     FusionInputTypes(*n.body), n.type.dtype);
+        if (s.softmax_fusion) {
+          s.softmax = CompileSoftmaxFusion(n);
+        } else {
+          s.cuda = cuda_ops::CompileElementwiseKernels(n.name, FusionExpression(*n.body),
+                                                       FusionInputTypes(*n.body), n.type.dtype);
+        }
       } catch (const Error& e) {
         status[i] = e.status();
       }
@@ -99,6 +105,19 @@ void Executable::PlanMemory() {
   }
 }
 
+namespace {
+
+void RunSoftmaxFusion(const Step& s, const Node& n, absl::Span<const Tensor> args,
+                      const Tensor& out) {
+  if (n.type.device.is_cuda()) {
+    cuda_ops::LaunchFusedSoftmax(s.softmax, args, out);
+  } else {
+    EvaluateSoftmaxFusionOnCpu(*n.body, args, out);
+  }
+}
+
+}  // namespace
+
 std::vector<Tensor> Executable::Run(const std::vector<Tensor>& inputs) const {
   std::vector<Tensor> env(graph_.num_values());
   for (size_t i = 0; i < graph_.inputs().size(); ++i) env[graph_.inputs()[i]] = inputs[i];
@@ -119,7 +138,9 @@ std::vector<Tensor> Executable::Run(const std::vector<Tensor>& inputs) const {
     if (KILN_PREDICT_FALSE(profiler::IsActive())) range.emplace(profiler::Intern(n.name), args);
     Tensor out = Tensor::Empty(n.type);
     if (out.numel() > 0) {
-      if (n.type.device.is_cuda()) {
+      if (s.softmax_fusion) {
+        RunSoftmaxFusion(s, n, args, out);
+      } else if (n.type.device.is_cuda()) {
         cuda_ops::LaunchElementwise(s.cuda, args, out);
       } else {
         EvaluateFusionOnCpu(*n.body, args, out);

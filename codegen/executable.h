@@ -2,8 +2,9 @@
 // through the eager kernels, views) replayed over the graph's values. Each intermediate is
 // released right after its last use (liveness), so the caching allocator hands its block to the
 // next step that needs one: peak memory follows the live set, not the sum of all values. Fused
-// kernels are compiled for the graph's device when the plan is built (NVRTC, in parallel threads;
-// cached on disk), or evaluated on the CPU for CPU graphs.
+// kernels (elementwise, or a softmax with its prologue) are compiled for the graph's device when
+// the plan is built (NVRTC, in parallel threads; cached on disk), or evaluated on the CPU for CPU
+// graphs.
 #pragma once
 
 #include <memory>
@@ -13,14 +14,17 @@
 #include "absl/status/statusor.h"
 #include "ir/graph.h"
 #include "ops/cuda/elementwise_cuda.h"
+#include "ops/cuda/fused_softmax_cuda.h"
 
 namespace kiln::codegen {
 
 struct Step {
   ir::ValueId value;
-  bool launches_kernel;                // views and constants do not
-  cuda_ops::ElementwiseKernels cuda;   // fusion steps on CUDA
-  std::vector<ir::ValueId> last_uses;  // values dead after this step: released to the allocator
+  bool launches_kernel;                   // views and constants do not
+  cuda_ops::ElementwiseKernels cuda;      // fusion steps on CUDA
+  std::vector<ir::ValueId> last_uses;     // values dead after this step: released to the allocator
+  bool softmax_fusion = false;            // a fusion ending in a softmax (codegen/fused_softmax.h)
+  cuda_ops::FusedSoftmaxKernels softmax;  // its kernels on CUDA
 };
 
 class Executable {

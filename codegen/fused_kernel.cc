@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "codegen/fused_softmax.h"
 #include "ops/cpu/loops.h"
 #include "runtime/status.h"
 
@@ -44,9 +45,13 @@ std::string RoundTo(DType t, const std::string& v) {
 }  // namespace
 
 std::string FusionExpression(const ir::Graph& body) {
+  return ValueExpression(body, body.outputs()[0]);
+}
+
+std::string ValueExpression(const ir::Graph& body, ValueId value) {
   std::vector<std::string> expr(body.num_values());
   for (size_t i = 0; i < body.inputs().size(); ++i) expr[body.inputs()[i]] = absl::StrCat("$", i);
-  for (ValueId v = 0; v < body.num_values(); ++v) {
+  for (ValueId v = 0; v <= value; ++v) {
     const Node& n = body.node(v);
     if (n.kind != NodeKind::kOp) continue;
     std::string e(GetOpDef(n.op).cuda_expr);
@@ -66,7 +71,7 @@ std::string FusionExpression(const ir::Graph& body) {
     }
     expr[v] = n.op == OpId::kCast ? RoundTo(n.type.dtype, out) : out;
   }
-  return expr[body.outputs()[0]];
+  return expr[value];
 }
 
 std::vector<DType> FusionInputTypes(const ir::Graph& body) {
@@ -76,8 +81,14 @@ std::vector<DType> FusionInputTypes(const ir::Graph& body) {
 }
 
 std::string FusionSource(const ir::Node& fusion) {
+  if (SoftmaxOfFusion(*fusion.body) >= 0) return SoftmaxFusionSource(fusion);
   return cuda_ops::RenderElementwiseSource(fusion.name, FusionExpression(*fusion.body),
                                            FusionInputTypes(*fusion.body), fusion.type.dtype);
+}
+
+std::string FusionLaunchNote(const ir::Node& fusion) {
+  if (SoftmaxOfFusion(*fusion.body) >= 0) return SoftmaxFusionLaunchNote(fusion);
+  return "launch: 256 threads per block, grid from the SM count (grid-stride loops)";
 }
 
 namespace {

@@ -15,9 +15,14 @@ namespace kiln::codegen {
 // The fused CUDA expression of a body: its ops' registry expressions inlined into one tree over
 // $0..$n (the body inputs, each loaded once), float32 math, explicit casts rounding.
 std::string FusionExpression(const ir::Graph& body);
+// The same for any elementwise value of the body (a softmax fusion's prologue).
+std::string ValueExpression(const ir::Graph& body, ir::ValueId value);
 std::vector<DType> FusionInputTypes(const ir::Graph& body);
-// The full CUDA source of the fusion node's kernels (what the dumps show).
+// The full CUDA source of the fusion node's kernels (what the dumps show); softmax fusions get
+// theirs from codegen/fused_softmax.h.
 std::string FusionSource(const ir::Node& fusion);
+// How the node's kernel is launched, for the dump's header ("launch: ...").
+std::string FusionLaunchNote(const ir::Node& fusion);
 // Evaluates a fusion on the CPU into `out` (inputs may broadcast and have any strides).
 void EvaluateFusionOnCpu(const ir::Graph& body, absl::Span<const Tensor> inputs, const Tensor& out);
 

@@ -1,6 +1,6 @@
 // 04_attention: naive causal attention on q, k, v [8, 16, 1024, 64]: softmax(mask(q kᵀ / 8)) v,
-// (a) with an out-of-place masked_fill, (b) with the in-place masked_fill_, (c) compiled (scale
-// and mask fused into one kernel before the softmax, the mask constant-folded). Prints the peak
+// (a) with an out-of-place masked_fill, (b) with the in-place masked_fill_, (c) compiled (scale,
+// mask and softmax in one kernel, the mask constant-folded: 3 kernels per step). Prints the peak
 // device memory of each, which the series does not give.
 //
 //   04_attention [--device cpu|cuda] [--dtype ...] [--batch B] [--heads H] [--seq T] [--head-dim D]

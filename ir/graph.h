@@ -3,7 +3,8 @@
 // Every node defines exactly one value; a value's id is its node's index, and nodes are kept in
 // topological order (a node only uses values defined before it). Besides op nodes there are
 // graph inputs, constants (existing tensors such as weights, referred to, not copied) and fusion
-// nodes, whose body is a subgraph of elementwise ops that codegen turns into one kernel.
+// nodes, whose body is a subgraph that codegen turns into one kernel: elementwise ops, or
+// elementwise ops ending in a last-dim softmax and at most one cast after it (a softmax fusion).
 //
 // Text form (prints and parses back, see printer.h):
 //   graph(%0: bfloat16[8192, 768]) {
@@ -73,6 +74,10 @@ class Graph {
   std::vector<Node> nodes_;
   std::vector<ValueId> inputs_, outputs_;
 };
+
+// A softmax over the last dim of a tensor of rank >= 1: the op a softmax fusion's body ends in
+// (before an optional cast; passes/softmax_fusion.h).
+bool IsLastDimSoftmax(const Node& n);
 
 // Short dtype names used in the text form: f32, f16, bf16, bool, i32, i64.
 const char* ShortDTypeName(DType t);

@@ -131,16 +131,32 @@ absl::Status CheckFusionInterface(const Graph& g, ValueId v, const std::string& 
   return absl::OkStatus();
 }
 
+// Elementwise ops, optionally ending in a softmax fusion's tail: a last-dim softmax, then at most
+// one cast of it; the tail's last value is the body's output.
 absl::Status CheckFusionBodyOps(const Graph& g, ValueId v, const std::string& where) {
   const Graph& body = *g.node(v).body;
+  ValueId softmax = -1;
   for (ValueId b = 0; b < body.num_values(); ++b) {
     const Node& bn = body.node(b);
     if (bn.kind == NodeKind::kInput) continue;
+    if (softmax < 0 && IsLastDimSoftmax(bn)) {
+      softmax = b;
+      continue;
+    }
     if (bn.kind != NodeKind::kOp || !GetOpDef(bn.op).is_elementwise()) {
       return Fail(where, absl::StrCat(Describe(g, v), ": body value ", Describe(body, b),
-                                      " is not an elementwise op; only elementwise and "
-                                      "broadcast ops may be fused"));
+                                      " is not an elementwise op; a fusion body holds elementwise "
+                                      "ops, optionally ending in a softmax over the last dim"));
     }
+    if (softmax >= 0 && (bn.op != OpId::kCast || bn.inputs[0] != softmax || b != softmax + 1)) {
+      return Fail(where, absl::StrCat(Describe(g, v), ": body value ", Describe(body, b),
+                                      " follows the softmax ", Describe(body, softmax),
+                                      "; only one cast of the softmax may"));
+    }
+  }
+  if (softmax >= 0 && body.outputs()[0] != body.num_values() - 1) {
+    return Fail(where, absl::StrCat(Describe(g, v), ": body returns %", body.outputs()[0],
+                                    ", not its last value (the softmax or its cast)"));
   }
   return absl::OkStatus();
 }

@@ -22,7 +22,8 @@ constexpr int kMaxGroupInputs = cuda_ops::kMaxElementwiseInputs;
 
 bool FloatOrBool(DType t) { return IsFloatingPoint(t) || t == DType::kBool; }
 
-// Why `v` cannot be an elementwise fusion member at all ("" if it can).
+}  // namespace
+
 std::string Unfusable(const Graph& g, ValueId v) {
   const Node& n = g.node(v);
   if (n.kind != NodeKind::kOp) return "not an op";
@@ -36,18 +37,15 @@ std::string Unfusable(const Graph& g, ValueId v) {
   return "";
 }
 
-struct Grouping {
-  std::vector<int> group_of;                 // value -> group id or -1
-  std::vector<std::vector<ValueId>> groups;  // members in increasing id order; last = root
-};
-
-std::vector<std::vector<ValueId>> Consumers(const Graph& g) {
-  std::vector<std::vector<ValueId>> users(g.num_values());
+FusionGroups::FusionGroups(const Graph& g)
+    : group_of(g.num_values(), -1), users(g.num_values()), is_output(g.num_values(), false) {
   for (ValueId v = 0; v < g.num_values(); ++v) {
     for (ValueId in : g.node(v).inputs) users[in].push_back(v);
   }
-  return users;
+  for (ValueId v : g.outputs()) is_output[v] = true;
 }
+
+namespace {
 
 // External values read by a group's members.
 std::vector<ValueId> ExternalInputs(const Graph& g, const std::vector<ValueId>& members,
@@ -63,10 +61,10 @@ std::vector<ValueId> ExternalInputs(const Graph& g, const std::vector<ValueId>& 
   return ext;
 }
 
-// Grows the group of `root` to a fixed point; logs refusals.
-void GrowGroup(const Graph& g, ValueId root, int gid,
-               const std::vector<std::vector<ValueId>>& users, const std::vector<bool>& is_output,
-               Grouping& grp, PassContext& ctx) {
+}  // namespace
+
+void GrowFusionGroup(const Graph& g, ValueId root, FusionGroups& grp, PassContext& ctx) {
+  const int gid = grp.group_of[root];
   std::vector<ValueId>& members = grp.groups[gid];
   std::set<std::pair<ValueId, ValueId>> logged;
   for (bool grew = true; grew;) {
@@ -78,8 +76,8 @@ void GrowGroup(const Graph& g, ValueId root, int gid,
         why = absl::StrCat("shape ", ShapeString(g.type(in).shape), " differs from the group's ",
                            ShapeString(g.type(root).shape));
       }
-      if (why.empty() && is_output[in]) why = "graph output (materialised)";
-      for (ValueId u : users[in]) {
+      if (why.empty() && grp.is_output[in]) why = "graph output (materialised)";
+      for (ValueId u : grp.users[in]) {
         if (why.empty() && grp.group_of[u] != gid) why = absl::StrCat("fan-out: also used by %", u);
       }
       if (why.empty()) {
@@ -96,7 +94,7 @@ void GrowGroup(const Graph& g, ValueId root, int gid,
       }
       if (logged.insert({in, root}).second) {
         ctx.explain.push_back(
-            absl::StrCat("not fused: %", in, " (",
+            absl::StrCat(grp.log_prefix, "not fused: %", in, " (",
                          g.node(in).kind == NodeKind::kOp ? GetOpDef(g.node(in).op).name : "value",
                          ") into the group of %", root, ": ", why));
       }
@@ -105,20 +103,15 @@ void GrowGroup(const Graph& g, ValueId root, int gid,
   std::sort(members.begin(), members.end());
 }
 
-Grouping FindGroups(const Graph& g, PassContext& ctx) {
-  Grouping grp;
-  grp.group_of.assign(g.num_values(), -1);
-  const auto users = Consumers(g);
-  std::vector<bool> is_output(g.num_values(), false);
-  for (ValueId v : g.outputs()) is_output[v] = true;
+namespace {
+
+void FindGroups(const Graph& g, FusionGroups& grp, PassContext& ctx) {
   for (ValueId v = g.num_values() - 1; v >= 0; --v) {
     if (grp.group_of[v] != -1 || !Unfusable(g, v).empty()) continue;
-    const int gid = static_cast<int>(grp.groups.size());
     grp.groups.push_back({v});
-    grp.group_of[v] = gid;
-    GrowGroup(g, v, gid, users, is_output, grp, ctx);
+    grp.group_of[v] = static_cast<int>(grp.groups.size()) - 1;
+    GrowFusionGroup(g, v, grp, ctx);
   }
-  return grp;
 }
 
 std::string KernelName(const Graph& g, const std::vector<ValueId>& members, int index) {
@@ -149,9 +142,7 @@ std::shared_ptr<Graph> BuildBody(const Graph& g, const std::vector<ValueId>& mem
 
 }  // namespace
 
-absl::StatusOr<bool> ElementwiseFusion::Run(Graph& graph, PassContext& ctx) {
-  if (!ctx.fuse_elementwise) return false;
-  Grouping grp = FindGroups(graph, ctx);
+bool RewriteFusionGroups(Graph& graph, const FusionGroups& grp) {
   bool any = false;
   for (const auto& m : grp.groups) any |= m.size() > 1;
   if (!any) return false;
@@ -187,6 +178,13 @@ absl::StatusOr<bool> ElementwiseFusion::Run(Graph& graph, PassContext& ctx) {
   out.SetOutputs(std::move(outs));
   graph = std::move(out);
   return true;
+}
+
+absl::StatusOr<bool> ElementwiseFusion::Run(Graph& graph, PassContext& ctx) {
+  if (!ctx.fuse_elementwise) return false;
+  FusionGroups grp(graph);
+  FindGroups(graph, grp, ctx);
+  return RewriteFusionGroups(graph, grp);
 }
 
 }  // namespace kiln::passes

@@ -10,6 +10,9 @@
 // Requires a verified graph; guarantees every fusion body holds elementwise ops only.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "passes/pass.h"
 
 namespace kiln::passes {
@@ -28,5 +31,27 @@ class GemmMerge : public Pass {
   const char* name() const override { return "gemm-merge"; }
   absl::StatusOr<bool> Run(ir::Graph& graph, PassContext& ctx) override;
 };
+
+// ---- Fusion groups, shared with the softmax fusion (passes/softmax_fusion.h) ----------------
+
+// Groups of values being fused: members in increasing id order, the last one the root.
+struct FusionGroups {
+  explicit FusionGroups(const ir::Graph& g);
+  std::vector<int> group_of;                     // value -> group id or -1
+  std::vector<std::vector<ir::ValueId>> groups;  // members; last = root
+  std::vector<std::vector<ir::ValueId>> users;   // value -> its consumers
+  std::vector<bool> is_output;                   // graph outputs
+  std::string log_prefix;                        // prefixes this pass's explain lines
+};
+
+// Why `v` cannot be an elementwise fusion member at all ("" if it can).
+std::string Unfusable(const ir::Graph& g, ir::ValueId v);
+// Grows the group of `root` (already in groups) backwards to a fixed point by the rules above;
+// logs each refusal once.
+void GrowFusionGroup(const ir::Graph& g, ir::ValueId root, FusionGroups& groups, PassContext& ctx);
+// Replaces each group of two or more members by one kFusion node at its root (body: the
+// external inputs, then the members), named kiln_fused_<ops>_<n>. Returns whether it changed
+// the graph.
+bool RewriteFusionGroups(ir::Graph& graph, const FusionGroups& groups);
 
 }  // namespace kiln::passes

@@ -7,6 +7,7 @@
 #include "passes/epilogue_fusion.h"
 #include "passes/fusion.h"
 #include "passes/simplify.h"
+#include "passes/softmax_fusion.h"
 #include "runtime/status.h"
 
 namespace kiln::passes {
@@ -37,6 +38,7 @@ Pipeline DefaultPipeline() {
   p.Add(std::make_unique<GemmMerge>());
   p.Add(std::make_unique<GemmEpilogueFusion>());   // after merge: merged GEMMs feed slices
   p.Add(std::make_unique<DeadCodeElimination>());  // the absorbed activations
+  p.Add(std::make_unique<SoftmaxFusion>());        // before elementwise: takes its producers
   p.Add(std::make_unique<ElementwiseFusion>());
   p.Add(std::make_unique<DeadCodeElimination>());
   return p;

@@ -22,6 +22,7 @@ namespace kiln::passes {
 // What passes share with their caller: options, the explain log, dump hooks.
 struct PassContext {
   bool fuse_elementwise = true;
+  bool fuse_softmax = true;  // scale/mask prologues and a cast into the softmax kernel
   bool merge_gemms = true;
   bool fuse_gemm_epilogues = true;   // linear + relu / tanh GELU -> linear{epilogue}
   std::vector<std::string> explain;  // one line per fusion decision
@@ -47,7 +48,7 @@ class Pipeline {
 };
 
 // The default compile pipeline: constant folding, CSE, canonicalisation, DCE, GEMM merge, GEMM
-// epilogue fusion, DCE, elementwise fusion, DCE.
+// epilogue fusion, DCE, softmax fusion, elementwise fusion, DCE.
 Pipeline DefaultPipeline();
 
 }  // namespace kiln::passes

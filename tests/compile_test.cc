@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "ops/factories.h"
@@ -23,13 +25,15 @@ namespace {
 
 using Fn = ir::TensorFn;
 
+// `precision`: the dtype the values were computed in when coarser than the outputs' (a bf16
+// softmax cast to f32: eager rounds its result to bf16 first, the fused kernel does not).
 void ExpectSame(const std::vector<Tensor>& got, const std::vector<Tensor>& want,
-                const std::string& what) {
+                const std::string& what, std::optional<DType> precision = std::nullopt) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_EQ(got[i].shape(), want[i].shape()) << what;
     ASSERT_EQ(got[i].dtype(), want[i].dtype()) << what;
-    Tolerance tol = ToleranceFor(want[i].dtype());
+    Tolerance tol = ToleranceFor(precision.value_or(want[i].dtype()));
     tol.atol *= 4;  // fused math skips the eager intermediate roundings
     tol.rtol *= 4;
     ExpectClose(to_vector(got[i]), to_vector(want[i]), tol, what);
@@ -118,22 +122,111 @@ TEST(Compile, FanOutProducerMaterialises) {
   ExpectSame(f({x}), fn({x}), "fan-out");
 }
 
-TEST(Compile, AttentionConstantFoldsTheMaskAndMatchesEager) {
-  Fn fn = [](const std::vector<Tensor>& in) {
+Fn Attention() {
+  return [](const std::vector<Tensor>& in) {
     return std::vector<Tensor>{causal_attention(in[0], in[1], in[2])};
   };
+}
+
+// The scale and the folded causal mask run inside the softmax kernel: q·kᵀ GEMM, one fused
+// softmax, ·v GEMM. (matmul has no alpha, so the scale stays in the softmax's prologue.)
+TEST(Compile, AttentionIsThreeKernelsAndMatchesEager) {
+  for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+    Generator gen(3);
+    const Tensor q = randn({2, 2, 8, 4}, gen, t), k = randn({2, 2, 8, 4}, gen, t),
+                 v = randn({2, 2, 8, 4}, gen, t);
+    CompiledFn f = compile(Attention(), {q, k, v});
+    const CompileReport& r = f.report({q, k, v});
+    EXPECT_EQ(r.kernels_per_step, 3) << r.final_graph;
+    EXPECT_EQ(r.fused_kernels, 1);
+    EXPECT_TRUE(FileCheck(r.final_graph, R"(
+      CHECK: constant "folded_triu
+      CHECK: matmul(
+      CHECK: fusion kiln_fused_mul_scalar_masked_fill_softmax_0(
+      CHECK: mul_scalar(%0) {scalar=0.5}
+      CHECK-NEXT: masked_fill(%2, %1) {scalar=-inf}
+      CHECK-NEXT: softmax(%3) {dim=-1}
+      CHECK: matmul(
+      CHECK-NOT: softmax(
+    )"));
+    ExpectSame(f({q, k, v}), Attention()({q, k, v}), absl::StrCat("attention ", DTypeName(t)));
+  }
+}
+
+TEST(Compile, SoftmaxFusionSwitchKeepsTheSoftmaxApart) {
   Generator gen(3);
   const Tensor q = randn({2, 2, 8, 4}, gen), k = randn({2, 2, 8, 4}, gen),
                v = randn({2, 2, 8, 4}, gen);
-  CompiledFn f = compile(fn, {q, k, v});
-  EXPECT_TRUE(FileCheck(f.report({q, k, v}).final_graph, R"(
-    CHECK: constant "folded_triu
-    CHECK: matmul(
+  CompileOptions o;
+  o.fuse_softmax = false;
+  CompiledFn f = compile(Attention(), {q, k, v}, o);
+  const CompileReport& r = f.report({q, k, v});
+  EXPECT_EQ(r.kernels_per_step, 4) << r.final_graph;
+  EXPECT_TRUE(FileCheck(r.final_graph, R"(
     CHECK: fusion kiln_fused_mul_scalar_masked_fill_0(
     CHECK: softmax(
-    CHECK: matmul(
   )"));
-  ExpectSame(f({q, k, v}), fn({q, k, v}), "attention");
+  ExpectSame(f({q, k, v}), Attention()({q, k, v}), "attention, softmax fusion off");
+}
+
+// Compiled (one fused softmax kernel) against eager over row lengths that take every kernel
+// layout: part of a warp (1, 7, 48), a warp (33, 1024), a block (4096, 4099), the loop kernel
+// (20000), with 16-byte loads where the length allows (48, 1024, 4096: contiguous input and
+// mask); f32 and bf16; a mask that fully masks one row (NaN, like eager); a transposed input
+// (the strided kernel), a per-row bias (broadcast along the row) and a trailing cast.
+void RunSoftmaxFusionDifferential(Device device) {
+  for (int64_t n : {1, 7, 33, 48, 1024, 4096, 4099, 20000}) {
+    for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+      Generator gen(n);
+      const int64_t rows = 5;
+      std::vector<double> bits(rows * n);
+      for (int64_t i = 0; i < rows * n; ++i) bits[i] = i / n == 1 || gen.Uniform() < 0.3;
+      const Tensor mask = to(from_vector(bits, {rows, n}, DType::kBool), device);
+      const Tensor x = to(randn({2, rows, n}, gen, t), device);
+      const Tensor xt = transpose(to(randn({2, n, rows}, gen, t), device), 1, 2);
+      const Tensor bias = to(randn({rows, 1}, gen, t), device);
+      const Fn masked = [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{softmax(masked_fill(in[0] * 0.5, in[1], -INFINITY), -1)};
+      };
+      const Fn cast_after = [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{cast(softmax(in[0] / 3.0 + in[1], -1), DType::kFloat32)};
+      };
+      const struct {
+        const char* what;
+        Fn fn;
+        std::vector<Tensor> in;
+      } cases[] = {{"masked", masked, {x, mask}},
+                   {"masked, transposed input", masked, {xt, mask}},
+                   {"row bias, cast", cast_after, {x, bias}}};
+      for (const auto& c : cases) {
+        const std::string what = absl::StrCat(c.what, ", rows of ", n, ", ", DTypeName(t));
+        CompiledFn f = compile(c.fn, c.in);
+        EXPECT_EQ(f.report(c.in).kernels_per_step, 1) << what << "\n" << f.report(c.in).final_graph;
+        ExpectSame(f(c.in), c.fn(c.in), what, t);
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(CompileSoftmaxFusion, RowLengthsMasksAndLayoutsOnCpu) { RunSoftmaxFusionDifferential(kCPU); }
+
+TEST(CompileSoftmaxFusion, RowLengthsMasksAndLayoutsOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  RunSoftmaxFusionDifferential(CUDA(0));
+}
+
+// The attention workload of the benchmarks: bf16 [8, 16, 1024, 64], compiled against eager, both
+// on the GPU (the fused kernel takes its 8-wide, warp-per-row path).
+TEST(CompileSoftmaxFusion, AttentionWorkloadOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  Generator gen(7);
+  std::vector<Tensor> in;
+  for (int i = 0; i < 3; ++i)
+    in.push_back(randn({8, 16, 1024, 64}, gen, DType::kBFloat16, CUDA(0)));
+  CompiledFn f = compile(Attention(), in);
+  EXPECT_EQ(f.report(in).kernels_per_step, 3) << f.report(in).final_graph;
+  ExpectSame(f(in), Attention()(in), "attention bf16 [8, 16, 1024, 64]");
 }
 
 TEST(Compile, SignatureRules) {
@@ -186,6 +279,28 @@ TEST(Compile, DumpsGraphsKernelsAndIndex) {
   EXPECT_TRUE(std::filesystem::exists(dir + "/kernels/kiln_fused_silu_mul_0.ptx"));
 }
 
+TEST(Compile, DumpsTheFusedSoftmaxKernel) {
+  const std::string dir = (std::filesystem::temp_directory_path() / "kiln_dump_softmax").string();
+  std::filesystem::remove_all(dir);
+  CompileOptions o;
+  o.dump_dir = dir;
+  Generator gen(8);
+  const Tensor q = randn({1, 2, 16, 8}, gen, DType::kBFloat16);
+  compile(Attention(), {q, q, q}, o);
+  const std::string base = dir + "/kernels/kiln_fused_mul_scalar_masked_fill_softmax_0";
+  ASSERT_TRUE(std::filesystem::exists(base + ".cu"));
+  EXPECT_TRUE(std::filesystem::exists(base + ".ptx"));
+  std::ifstream in(base + ".cu");
+  const std::string src((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(FileCheck(src, R"(
+    CHECK: // kiln_fused_mul_scalar_masked_fill_softmax_0: fused from mul_scalar, masked_fill, softmax
+    CHECK-NEXT: // launch: rows of 16; strided: 1-element loads, 16 threads per row
+    CHECK-SAME: vec: 8-element loads, 2 threads per row
+    CHECK: kiln_fused_mul_scalar_masked_fill_softmax_0_strided(
+    CHECK: kiln_fused_mul_scalar_masked_fill_softmax_0_vec(
+  )"));
+}
+
 // ---- Differential testing on seeded random graphs --------------------------------------------
 
 // A random program: a list of steps over a growing pool of values, replayable on any inputs.
@@ -198,7 +313,7 @@ class RandomProgram {
     weight_ = to(cast(randn({n, n}, gen_), dtype_), device_);  // a constant of the graph
     mask_ = to(from_vector(RandomBits(n), {n}, DType::kBool), device_);
     steps_ = 3 + Pick(8);
-    for (int i = 0; i < steps_; ++i) ops_.push_back({Pick(15), Pick(1000), Pick(1000)});
+    for (int i = 0; i < steps_; ++i) ops_.push_back({Pick(17), Pick(1000), Pick(1000)});
   }
 
   std::vector<Tensor> Inputs() {
@@ -265,6 +380,10 @@ class RandomProgram {
         return silu(x) * y;
       case 13:
         return exp(neg(relu(x)));
+      case 15:  // the attention chain: scale, mask, softmax (one fused kernel)
+        return softmax(masked_fill(x * 0.5, mask_, -INFINITY) + y, -1);
+      case 16:  // casts around a softmax (both fused into it)
+        return cast(softmax(cast(x, DType::kFloat32) / 2.0, -1), dtype_);
       default:
         return rsqrt(x * x + 1.0);
     }
@@ -280,7 +399,7 @@ class RandomProgram {
 };
 
 void RunDifferential(int count, Device device) {
-  int fused_graphs = 0;
+  int fused_graphs = 0, softmax_graphs = 0;
   for (int seed = 0; seed < count; ++seed) {
     for (DType t : {DType::kFloat32, DType::kBFloat16}) {
       RandomProgram prog(1000 + seed, t, device);
@@ -288,6 +407,7 @@ void RunDifferential(int count, Device device) {
       Fn fn = [&prog](const std::vector<Tensor>& i) { return prog(i); };
       CompiledFn f = compile(fn, in);
       fused_graphs += f.report(in).fused_kernels > 0;
+      softmax_graphs += f.report(in).final_graph.find("_softmax_") != std::string::npos;
       ExpectSame(f(in), fn(in),
                  absl::StrCat("random graph seed ", seed, " ", DTypeName(t), "\n",
                               f.report(in).final_graph));
@@ -295,6 +415,7 @@ void RunDifferential(int count, Device device) {
     }
   }
   EXPECT_GT(fused_graphs, count / 2);  // the generator does exercise fusion
+  EXPECT_GT(softmax_graphs, count / 4) << "softmax fusions";
 }
 
 TEST(CompileDifferential, RandomGraphsOnCpu) { RunDifferential(300, kCPU); }

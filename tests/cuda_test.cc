@@ -1,5 +1,6 @@
-// CUDA layer tests. Without a GPU: every generated elementwise kernel variant compiles with NVRTC
-// (to PTX, no device needed) and the kernel cache rejects corrupt files. With a GPU (skipped
+// CUDA layer tests. Without a GPU: every generated elementwise kernel variant and the fused
+// softmax kernels over their layouts compile with NVRTC (to PTX, no device needed), and the
+// kernel cache rejects corrupt files. With a GPU (skipped
 // otherwise, required on the GPU machine via KILN_REQUIRE_GPU=1): allocator statistics, the
 // out-of-memory error, copies, and the disk cache round trip.
 #include "runtime/cuda.h"
@@ -12,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ops/cuda/elementwise_cuda.h"
+#include "ops/cuda/fused_softmax_cuda.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
 #include "runtime/nvrtc.h"
@@ -49,6 +51,71 @@ TEST(NvrtcCodegen, EveryElementwiseVariantCompiles) {
     }
   }
   EXPECT_GT(compiled, 80);
+}
+
+// The fused softmax renderer over the layouts (sub-warp, warp, block, loop), both variants, and
+// the dtype mixes of attention (bf16 scores, bool mask) and of a trailing cast.
+TEST(NvrtcCodegen, FusedSoftmaxVariantsCompile) {
+  struct Case {
+    std::string expr;
+    std::vector<DType> in;
+    DType out;
+  };
+  const Case cases[] = {
+      {"(($1) != 0.f ? __int_as_float(0xff800000) : (($0) * 0.125f))",
+       {DType::kBFloat16, DType::kBool},
+       DType::kBFloat16},
+      {"(($0) + ($1))", {DType::kFloat32, DType::kFloat16}, DType::kFloat32},
+      {"kiln_bf16_to_f(kiln_f_to_bf16($0))", {DType::kFloat32}, DType::kBFloat16},
+      {"(($2) != 0.f ? ($0) : ($1))",
+       {DType::kFloat16, DType::kFloat16, DType::kBool},
+       DType::kFloat16},
+  };
+  int compiled = 0;
+  for (const Case& c : cases) {
+    for (int64_t n : {1, 7, 33, 1024, 4099, 8192, 20000}) {
+      const std::string name = absl::StrCat("kiln_fused_test_softmax_", compiled);
+      const std::string src = cuda_ops::RenderFusedSoftmaxSource(name, c.expr, c.in, c.out, n);
+      auto ptx = cuda::CompileSource(src, name, "compute_90", /*cubin=*/false);
+      ASSERT_TRUE(ptx.ok()) << ptx.status().message();
+      EXPECT_NE(ptx->find(name + "_strided"), std::string::npos);
+      const bool vec = cuda_ops::FusedSoftmaxVectorWidth(c.in, c.out, n) > 0;
+      EXPECT_EQ(ptx->find(name + "_vec") != std::string::npos, vec) << name << " row " << n;
+      ++compiled;
+    }
+  }
+  EXPECT_EQ(compiled, 28);
+}
+
+TEST(NvrtcCodegen, FusedSoftmaxLayoutsKeepRowsInRegisters) {
+  using cuda_ops::PlanSoftmaxRows;
+  // Attention rows: 1024 bf16 in 8-wide loads, a warp per row, 4 loads (32 values) a lane.
+  const cuda_ops::SoftmaxRowLayout attention = PlanSoftmaxRows(1024, 8);
+  EXPECT_EQ(attention.group, 32);
+  EXPECT_EQ(attention.iters, 4);
+  EXPECT_EQ(attention.rows_per_block(), 4);
+  EXPECT_EQ(PlanSoftmaxRows(1, 1).group, 1);  // 128 rows of one element a block
+  EXPECT_EQ(PlanSoftmaxRows(1, 1).rows_per_block(), 128);
+  EXPECT_EQ(PlanSoftmaxRows(7, 1).group, 8);
+  EXPECT_EQ(PlanSoftmaxRows(33, 1).group, 32);
+  EXPECT_EQ(PlanSoftmaxRows(33, 1).iters, 2);
+  // 4099 elements one at a time: a block of 288 threads, 15 values each.
+  EXPECT_EQ(PlanSoftmaxRows(4099, 1).threads, 288);
+  EXPECT_EQ(PlanSoftmaxRows(4099, 1).group, 288);
+  EXPECT_EQ(PlanSoftmaxRows(4099, 1).iters, 15);
+  EXPECT_EQ(PlanSoftmaxRows(16384, 8).iters, 4);
+  EXPECT_EQ(PlanSoftmaxRows(16384, 8).threads, 512);
+  EXPECT_EQ(PlanSoftmaxRows(20000, 1).iters, 0);  // the loop kernel
+  for (int64_t n = 1; n <= 20000; n += 97) {
+    for (int vec : {1, 2, 4, 8}) {
+      const cuda_ops::SoftmaxRowLayout l = PlanSoftmaxRows(n, vec);
+      if (l.iters == 0) continue;
+      EXPECT_GE(int64_t{l.group} * l.iters * vec, n) << n << " " << vec;  // the row fits
+      EXPECT_LE(l.iters * vec, 32) << n << " " << vec;
+      EXPECT_EQ(l.threads % l.group, 0) << n << " " << vec;
+      EXPECT_LE(l.threads, 512);
+    }
+  }
 }
 
 TEST(NvrtcCodegen, CompileErrorCarriesNameAndLog) {

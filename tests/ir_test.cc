@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "ir/graph.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
@@ -452,22 +453,62 @@ TEST(VerifierTest, RejectsBadArityAndStrayInputNodes) {
             std::string::npos);
 }
 
-TEST(VerifierTest, RejectsANonElementwiseOpInAFusionBody) {
-  const Graph g = Parse(R"(
-    graph(%0: f32[4, 4]@meta) {
-      %1 = fusion kiln_fused_softmax_0(%0) : f32[4, 4]@meta {
-        graph(%0: f32[4, 4]@meta) {
-          %1 = softmax(%0) {dim=-1} : f32[4, 4]@meta
-          return %1
+// A fusion body: elementwise ops, optionally ending in a last-dim softmax and one cast of it.
+Graph SoftmaxFusionGraph(const std::string& tail) {
+  return Parse(absl::StrCat(R"(
+    graph(%0: f32[4, 4]@meta, %1: bool[4]@meta) {
+      %2 = fusion k(%0, %1) : f32[4, 4]@meta {
+        graph(%0: f32[4, 4]@meta, %1: bool[4]@meta) {
+          %2 = masked_fill(%0, %1) {scalar=-inf} : f32[4, 4]@meta
+)",
+                            tail, R"(
         }
       }
-      return %1
-    })");
-  const std::string error = VerifyError(g);
-  EXPECT_NE(error.find("%1 (fusion kiln_fused_softmax_0): body value %1 (softmax) is not an "
-                       "elementwise op"),
+      return %2
+    })"));
+}
+
+TEST(VerifierTest, AcceptsASoftmaxFusionBody) {
+  const Graph g = SoftmaxFusionGraph(R"(
+          %3 = softmax(%2) {dim=-1} : f32[4, 4]@meta
+          return %3)");
+  EXPECT_TRUE(Verify(g).ok()) << Verify(g);
+  ExpectRoundTrip(g);
+  const Graph cast = SoftmaxFusionGraph(R"(
+          %3 = softmax(%2) {dim=1} : f32[4, 4]@meta
+          %4 = cast(%3) {dtype=f32} : f32[4, 4]@meta
+          return %4)");
+  EXPECT_TRUE(Verify(cast).ok()) << Verify(cast);
+}
+
+TEST(VerifierTest, RejectsANonElementwiseOpInAFusionBody) {
+  const std::string other_dim = VerifyError(SoftmaxFusionGraph(R"(
+          %3 = softmax(%2) {dim=0} : f32[4, 4]@meta
+          return %3)"));
+  EXPECT_NE(other_dim.find("%2 (fusion k): body value %3 (softmax) is not an elementwise op; a "
+                           "fusion body holds elementwise ops, optionally ending in a softmax "
+                           "over the last dim"),
             std::string::npos)
-      << error;
+      << other_dim;
+  const std::string after = VerifyError(SoftmaxFusionGraph(R"(
+          %3 = softmax(%2) {dim=-1} : f32[4, 4]@meta
+          %4 = neg(%3) : f32[4, 4]@meta
+          return %4)"));
+  EXPECT_NE(after.find("body value %4 (neg) follows the softmax %3 (softmax); only one cast of "
+                       "the softmax may"),
+            std::string::npos)
+      << after;
+  const std::string not_last = VerifyError(SoftmaxFusionGraph(R"(
+          %3 = softmax(%2) {dim=-1} : f32[4, 4]@meta
+          %4 = cast(%3) {dtype=f32} : f32[4, 4]@meta
+          return %3)"));
+  EXPECT_NE(not_last.find("body returns %3, not its last value"), std::string::npos) << not_last;
+  const std::string reduction = VerifyError(SoftmaxFusionGraph(R"(
+          %3 = layer_norm(%2) {eps=1e-05} : f32[4, 4]@meta
+          return %3)"));
+  EXPECT_NE(reduction.find("body value %3 (layer_norm) is not an elementwise op"),
+            std::string::npos)
+      << reduction;
 }
 
 TEST(VerifierTest, RejectsAFusionWhoseBodyDoesNotMatchTheNode) {

@@ -1,6 +1,7 @@
 // Pass tests written as IR text in -> pass -> CHECK lines out (MLIR/XLA FileCheck style).
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_join.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
@@ -8,6 +9,7 @@
 #include "passes/epilogue_fusion.h"
 #include "passes/fusion.h"
 #include "passes/simplify.h"
+#include "passes/softmax_fusion.h"
 #include "tests/filecheck.h"
 
 namespace kiln::passes {
@@ -129,6 +131,8 @@ bool Logged(const PassContext& ctx, std::initializer_list<const char*> parts) {
   return false;
 }
 
+bool Logged(const PassContext& ctx, const std::string& text) { return Logged(ctx, {text.c_str()}); }
+
 TEST(GemmEpilogueFusion, LinearBiasGeluTanhBecomesOneLinear) {
   GemmEpilogueFusion pass;
   PassContext ctx;
@@ -228,6 +232,123 @@ TEST(GemmEpilogueFusion, OffSwitchAndCseKeepEpiloguesApart) {
       return %14
     })");
   EXPECT_TRUE(FileCheck(out, "CHECK: add(%2, %3)"));
+}
+
+TEST(SoftmaxFusion, AttentionScaleMaskSoftmaxAndCastBecomeOneFusion) {
+  SoftmaxFusion pass;
+  const std::string out = RunPass(pass, R"(
+    graph(%10: bf16[2, 4, 16, 16], %11: bf16[2, 4, 16, 16], %12: bool[16, 16]) {
+      %13 = matmul(%10, %11) {transpose_b=true} : bf16[2, 4, 16, 16]
+      %14 = mul_scalar(%13) {scalar=0.125} : bf16[2, 4, 16, 16]
+      %15 = masked_fill(%14, %12) {scalar=-inf} : bf16[2, 4, 16, 16]
+      %16 = softmax(%15) {dim=-1} : bf16[2, 4, 16, 16]
+      %17 = cast(%16) {dtype=f32} : f32[2, 4, 16, 16]
+      %18 = matmul(%17, %17) : f32[2, 4, 16, 16]
+      return %18
+    })");
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %3 = matmul(%0, %1) {transpose_b=true}
+    CHECK-NEXT: %4 = fusion kiln_fused_mul_scalar_masked_fill_softmax_cast_0(%3, %2) : f32[2, 4, 16, 16]
+    CHECK-NEXT: graph(%0: bf16[2, 4, 16, 16], %1: bool[16, 16])
+    CHECK-NEXT: %2 = mul_scalar(%0) {scalar=0.125}
+    CHECK-NEXT: %3 = masked_fill(%2, %1) {scalar=-inf}
+    CHECK-NEXT: %4 = softmax(%3) {dim=-1} : bf16[2, 4, 16, 16]
+    CHECK-NEXT: %5 = cast(%4) {dtype=f32} : f32[2, 4, 16, 16]
+    CHECK-NEXT: return %5
+    CHECK: %5 = matmul(%4, %4)
+    CHECK-NOT: softmax(
+  )"));
+}
+
+TEST(SoftmaxFusion, FanOutAndOtherDimsAreNotAbsorbed) {
+  SoftmaxFusion pass;
+  PassContext ctx;
+  const std::string out = RunPass(pass, R"(
+    graph(%10: f32[4, 8], %11: f32[8]) {
+      %12 = mul_scalar(%10) {scalar=0.5} : f32[4, 8]
+      %13 = add(%12, %11) : f32[4, 8]
+      %14 = softmax(%13) {dim=-1} : f32[4, 8]
+      %15 = exp(%10) : f32[4, 8]
+      %16 = softmax(%15) {dim=0} : f32[4, 8]
+      %17 = add(%14, %16) : f32[4, 8]
+      %18 = add(%17, %12) : f32[4, 8]
+      return %18
+    })",
+                                  &ctx);
+  // %12 also feeds the final add: it materialises; the add of the broadcast [8] joins the
+  // softmax. The dim-0 softmax is left alone with its exp.
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %2 = mul_scalar(%0) {scalar=0.5}
+    CHECK-NEXT: fusion kiln_fused_add_softmax_0(%2, %1) : f32[4, 8]
+    CHECK-NEXT: graph(%0: f32[4, 8], %1: f32[8])
+    CHECK-NEXT: add(%0, %1)
+    CHECK-NEXT: softmax(%2) {dim=-1}
+    CHECK-NOT: mul_scalar(
+    CHECK: exp(%0)
+    CHECK-NEXT: softmax(
+    CHECK-NOT: fusion
+  )"));
+  EXPECT_TRUE(Logged(ctx,
+                     "softmax fusion: not fused: %2 (mul_scalar) into the group of %4: "
+                     "fan-out: also used by %8"))
+      << absl::StrJoin(ctx.explain, "\n");
+  EXPECT_TRUE(Logged(ctx,
+                     "softmax fusion: %6 (softmax) stays alone: over dim 0 of [4, 8], not "
+                     "the last dim"))
+      << absl::StrJoin(ctx.explain, "\n");
+  // Its elementwise consumer is not a cast.
+  EXPECT_TRUE(Logged(ctx, "not fused: %7 (add) after the softmax %4: only a cast is fused"))
+      << absl::StrJoin(ctx.explain, "\n");
+}
+
+TEST(SoftmaxFusion, InputLimitAndSwitch) {
+  const std::string ir = R"(
+    graph(%10: f32[4, 8], %11: f32[4, 8], %12: f32[4, 8], %13: f32[4, 8]) {
+      %14 = add(%10, %11) : f32[4, 8]
+      %15 = mul(%14, %12) : f32[4, 8]
+      %16 = sub(%15, %13) : f32[4, 8]
+      %17 = softmax(%16) {dim=1} : f32[4, 8]
+      return %17
+    })";
+  SoftmaxFusion pass;
+  PassContext ctx;
+  const std::string out = RunPass(pass, ir, &ctx);
+  // sub and mul fit (3 inputs: %14, %12, %13); the add would make 4.
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %4 = add(%0, %1)
+    CHECK-NEXT: fusion kiln_fused_mul_sub_softmax_0(%4, %2, %3)
+  )"));
+  EXPECT_TRUE(Logged(ctx, "group would read more than 3 inputs"))
+      << absl::StrJoin(ctx.explain, "\n");
+  // Off: nothing changes.
+  absl::StatusOr<ir::Graph> g = ir::ParseGraph(ir);
+  ASSERT_TRUE(g.ok());
+  PassContext off;
+  off.fuse_softmax = false;
+  EXPECT_FALSE(*pass.Run(*g, off));
+}
+
+TEST(SoftmaxFusion, ALoneSoftmaxStaysAnOpAndElementwiseFusionSkipsTheFusion) {
+  Pipeline p;
+  p.Add(std::make_unique<SoftmaxFusion>());
+  p.Add(std::make_unique<ElementwiseFusion>());
+  absl::StatusOr<ir::Graph> g = ir::ParseGraph(R"(
+    graph(%10: f32[4, 8], %11: f32[4, 8]) {
+      %12 = softmax(%10) {dim=-1} : f32[4, 8]
+      %13 = tanh(%11) : f32[4, 8]
+      %14 = softmax(%13) {dim=-1} : f32[4, 8]
+      %15 = mul(%14, %12) : f32[4, 8]
+      %16 = neg(%15) : f32[4, 8]
+      return %16
+    })");
+  ASSERT_TRUE(g.ok());
+  PassContext ctx;
+  ASSERT_TRUE(p.Run(*g, ctx).ok());
+  EXPECT_TRUE(FileCheck(ir::PrintGraph(*g), R"(
+    CHECK: %2 = softmax(%0) {dim=-1}
+    CHECK-NEXT: %3 = fusion kiln_fused_tanh_softmax_0(%1)
+    CHECK: fusion kiln_fused_mul_neg_0(%3, %2)
+  )"));
 }
 
 TEST(CommonSubexpressionElimination, MergesEqualOps) {

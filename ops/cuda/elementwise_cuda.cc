@@ -111,6 +111,11 @@ int VectorWidth(const std::vector<DType>& in, DType out) {
 
 }  // namespace
 
+const char* KernelPrelude() { return kPrelude; }
+std::string StorageType(DType t) { return Info(t).storage; }
+std::string LoadExpr(DType t, const std::string& v) { return Load(t, v); }
+std::string StoreExpr(DType t, const std::string& v) { return Store(t, v); }
+
 namespace {
 
 std::string SubstituteOperands(const std::string& expr_template, size_t inputs) {

@@ -55,4 +55,13 @@ std::string RenderElementwiseSource(const std::string& kernel_base, const std::s
                                     const std::vector<DType>& in_types, DType out_type,
                                     ElementwiseVariants variants = kAllVariants);
 
+// Pieces of every generated source, shared with the fused softmax kernels
+// (ops/cuda/fused_softmax_cuda.h): the device prelude (storage types, bf16/f16 conversions, math
+// helpers), and per dtype the C type of an element in memory and the expressions converting an
+// element `v` to the float compute type and back.
+const char* KernelPrelude();
+std::string StorageType(DType t);
+std::string LoadExpr(DType t, const std::string& v);
+std::string StoreExpr(DType t, const std::string& v);
+
 }  // namespace kiln::cuda_ops

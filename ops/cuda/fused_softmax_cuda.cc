@@ -1,0 +1,372 @@
+// Generated softmax kernels with an elementwise prologue (see fused_softmax_cuda.h).
+#include "ops/cuda/fused_softmax_cuda.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "ops/cuda/elementwise_cuda.h"
+#include "runtime/cuda.h"
+#include "runtime/nvrtc.h"
+#include "runtime/status.h"
+
+namespace kiln::cuda_ops {
+namespace {
+
+constexpr int kWarpSize = 32;
+constexpr int kWarpsPerBlock = 4;        // blocks of the warp layouts: 128 threads
+constexpr int kMaxBlockThreads = 512;    // block-per-row layouts, at most
+constexpr int kMaxPerThread = 32;        // row values a thread keeps in registers, at most
+constexpr int64_t kWarpRowMax = 1024;    // longest row a warp holds
+constexpr int kLoopThreads = 512;        // the three-pass loop kernel
+constexpr int kMaxRank = 8;              // of the output
+constexpr int kMaxInputs = 3;            // like the elementwise skeleton
+constexpr int64_t kMaxBlocks = 1 << 20;  // grids stop here; kernels loop over the rest
+
+// Device helpers of the fused softmax sources (after the shared prelude). The indexer gives each
+// input's offset of a row's first element (broadcast inputs have stride 0) and its stride along
+// the row; it must match RowIndexer below.
+constexpr char kSoftmaxHelpers[] = R"(
+struct KilnRowIndexer { int rank; long long sizes[7]; long long strides[3][7]; long long inner[3]; };
+__device__ __forceinline__ float kiln_neg_inf() { return __int_as_float(0xff800000); }
+// 32-bit div/mod (much cheaper) while row indices fit: `narrow` is rows < 2^32.
+__device__ __forceinline__ void kiln_row_offsets(const KilnRowIndexer& ix, long long row, bool narrow,
+                                                 long long (&o)[3]) {
+  o[0] = 0; o[1] = 0; o[2] = 0;
+  for (int d = ix.rank - 1; d >= 0; --d) {
+    long long c;
+    if (narrow) {
+      c = (unsigned)row % (unsigned)ix.sizes[d];
+      row = (unsigned)row / (unsigned)ix.sizes[d];
+    } else {
+      c = row % ix.sizes[d];
+      row /= ix.sizes[d];
+    }
+    o[0] += c * ix.strides[0][d]; o[1] += c * ix.strides[1][d]; o[2] += c * ix.strides[2][d];
+  }
+}
+// Max (ignoring NaN, like the eager softmax) or sum over the kGroup threads of a row: aligned
+// lanes of a warp, or the whole block (every thread of it must call).
+template <int kGroup, bool kMax>
+__device__ __forceinline__ float kiln_row_reduce(float v) {
+  constexpr int kLanes = kGroup < 32 ? kGroup : 32;
+  #pragma unroll
+  for (int m = kLanes / 2; m > 0; m /= 2) {
+    const float o = __shfl_xor_sync(0xffffffffu, v, m);
+    v = kMax ? fmaxf(v, o) : v + o;
+  }
+  if constexpr (kGroup > 32) {
+    __shared__ float partial[32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    __syncthreads();  // a previous reduction may still be reading `partial`
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    v = lane < kGroup / 32 ? partial[lane] : (kMax ? kiln_neg_inf() : 0.f);
+    #pragma unroll
+    for (int m = 16; m > 0; m /= 2) {
+      const float o = __shfl_xor_sync(0xffffffffu, v, m);
+      v = kMax ? fmaxf(v, o) : v + o;
+    }
+  }
+  return v;
+}
+// Softmax of a row held in registers (-inf in the slots past its end): exp once per element.
+template <int kGroup, int kIters, int kVec>
+__device__ __forceinline__ void kiln_softmax_row(float (&v)[kIters][kVec]) {
+  float mx = kiln_neg_inf();
+  #pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    #pragma unroll
+    for (int j = 0; j < kVec; ++j) mx = fmaxf(mx, v[it][j]);
+  }
+  mx = kiln_row_reduce<kGroup, true>(mx);
+  if (mx == kiln_neg_inf()) mx = 0.f;  // a row of all -inf gives NaN (0/0), like the eager softmax
+  float sum = 0.f;
+  #pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    #pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const float e = expf(v[it][j] - mx);
+      v[it][j] = e;
+      sum += e;
+    }
+  }
+  const float scale = 1.f / kiln_row_reduce<kGroup, false>(sum);
+  #pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    #pragma unroll
+    for (int j = 0; j < kVec; ++j) v[it][j] *= scale;
+  }
+}
+)";
+
+struct RowIndexer {  // KilnRowIndexer
+  int rank;
+  long long sizes[kMaxRank - 1];
+  long long strides[kMaxInputs][kMaxRank - 1];
+  long long inner[kMaxInputs];
+};
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int NextPow2(int64_t v) {
+  int p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+// ---- Rendering -------------------------------------------------------------------------------
+
+std::string Params(const std::vector<DType>& in, DType out) {
+  std::string s = absl::StrCat(StorageType(out), "* __restrict__ out");
+  for (size_t i = 0; i < in.size(); ++i) {
+    absl::StrAppend(&s, ", const ", StorageType(in[i]), "* __restrict__ in", i);
+  }
+  return s + ", long long rows, KilnRowIndexer ix";
+}
+
+// "const float a<i> = <input i's element>;" for every input; `element(i)` is its storage value.
+template <typename F>
+std::string Operands(const std::vector<DType>& in, F&& element) {
+  std::string s;
+  for (size_t i = 0; i < in.size(); ++i) {
+    absl::StrAppend(&s, "const float a", i, " = ", LoadExpr(in[i], element(i)), "; ");
+  }
+  return s;
+}
+
+// The loop over a thread's slots of its row: slot `it` holds vector (or element) it * kGroup +
+// lane of the row, which starts at column c.
+constexpr char kSlotLoop[] =
+    "    #pragma unroll\n    for (int it = 0; it < kIters; ++it) {\n"
+    "      const long long c = ((long long)it * kGroup + lane) * kVec;\n"
+    "      const bool ok = live && c < kN;\n";
+
+// Loads into r<i>[it] (a 16-byte vector or one element of input i), then the prologue into
+// v[it][j] (-inf past the row's end). With more than four slots every load is issued before any
+// is used, as in the eager row kernels (reduce_kernels.cu); with fewer, one loop needs fewer
+// registers.
+std::string RowLoads(const SoftmaxRowLayout& l, const std::vector<DType>& in,
+                     const std::string& expr) {
+  const bool vec = l.vec > 1;
+  std::string decls, load;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const std::string r =
+        vec ? absl::StrCat("KilnRaw<", DTypeSize(in[i]) * l.vec, ">") : StorageType(in[i]);
+    absl::StrAppend(&decls, "    ", r, " r", i, "[kIters];\n");
+    // Vectors index an array of vectors: a cast address (`*(V*)(p + c)`) lost its alignment
+    // once in NVRTC's output (byte stores).
+    const std::string at =
+        vec ? absl::StrCat("((const ", r, "*)(in", i, " + o[", i, "]))[c / kVec]")
+            : absl::StrCat("in", i, "[o[", i, "] + c * ix.inner[", i, "]]");
+    absl::StrAppend(&load, "      r", i, "[it] = ok ? ", at, " : ", r, "{};\n");
+  }
+  const std::string operands = Operands(in, [&](size_t i) {
+    return vec ? absl::StrCat("((const ", StorageType(in[i]), "*)&r", i, "[it])[j]")
+               : absl::StrCat("r", i, "[it]");
+  });
+  const std::string compute =
+      absl::StrCat("      #pragma unroll\n      for (int j = 0; j < kVec; ++j) {\n        ",
+                   operands, "\n        v[it][j] = ok ? (", expr, ") : kiln_neg_inf();\n      }\n");
+  if (l.iters > 4)
+    return absl::StrCat(decls, kSlotLoop, load, "    }\n", kSlotLoop, compute, "    }\n");
+  return absl::StrCat(decls, kSlotLoop, load, compute, "    }\n");
+}
+
+// Stores v[it] (the probabilities) as the output dtype, a 16-byte vector or one element a slot.
+std::string RowStores(const SoftmaxRowLayout& l, DType out) {
+  std::string s = absl::StrCat(kSlotLoop, "      if (!ok) continue;\n");
+  if (l.vec == 1) {
+    return absl::StrCat(s, "      out[row * kN + c] = ", StoreExpr(out, "v[it][0]"), ";\n    }\n");
+  }
+  const std::string w = absl::StrCat("KilnRaw<", DTypeSize(out) * l.vec, ">");
+  return absl::StrCat(s, "      ", w, " w;\n      #pragma unroll\n",
+                      "      for (int j = 0; j < kVec; ++j) ((", StorageType(out),
+                      "*)&w)[j] = ", StoreExpr(out, "v[it][j]"), ";\n", "      ((", w,
+                      "*)(out + row * kN))[c / kVec] = w;\n    }\n");
+}
+
+// The register-row kernel: groups of kGroup threads take rows in a block-uniform loop (a thread
+// past the last row still takes part in its group's shuffles), load and transform them, run the
+// softmax in registers and store.
+std::string RegisterKernel(const std::string& name, const SoftmaxRowLayout& l,
+                           const std::vector<DType>& in, DType out, const std::string& expr,
+                           int64_t n) {
+  return absl::StrCat(
+      "extern \"C\" __global__ void __launch_bounds__(", l.threads, ") ", name, "(",
+      Params(in, out), ") {\n", "  constexpr long long kN = ", n, ";\n",
+      "  constexpr int kVec = ", l.vec, ", kGroup = ", l.group, ", kIters = ", l.iters,
+      ", kRows = ", l.rows_per_block(), ";\n", "  const int lane = threadIdx.x % kGroup;\n",
+      "  for (long long first = (long long)blockIdx.x * kRows; first < rows;",
+      " first += (long long)gridDim.x * kRows) {\n",
+      "    const long long row = first + threadIdx.x / kGroup;\n",
+      "    const bool live = row < rows;\n", "    long long o[3];\n",
+      "    kiln_row_offsets(ix, live ? row : 0, rows < (1ll << 32), o);\n",
+      "    float v[kIters][kVec];\n", RowLoads(l, in, expr),
+      "    kiln_softmax_row<kGroup, kIters, kVec>(v);\n", RowStores(l, out), "  }\n}\n");
+}
+
+// The three-pass loop kernel for rows too long for registers: max, sum, write, each pass
+// re-reading the inputs and evaluating the prologue.
+std::string LoopKernel(const std::string& name, const std::vector<DType>& in, DType out,
+                       const std::string& expr, int64_t n) {
+  const std::string x = absl::StrCat(
+      Operands(
+          in,
+          [](size_t i) { return absl::StrCat("in", i, "[o[", i, "] + c * ix.inner[", i, "]]"); }),
+      "const float x = (", expr, ");");
+  const std::string each = "    for (long long c = threadIdx.x; c < kN; c += kThreads) {\n      ";
+  return absl::StrCat(
+      "extern \"C\" __global__ void __launch_bounds__(", kLoopThreads, ") ", name, "(",
+      Params(in, out), ") {\n", "  constexpr long long kN = ", n, ";\n",
+      "  constexpr int kThreads = ", kLoopThreads, ";\n",
+      "  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {\n",
+      "    long long o[3];\n    kiln_row_offsets(ix, row, rows < (1ll << 32), o);\n",
+      "    float mx = kiln_neg_inf();\n", each, x, "\n      mx = fmaxf(mx, x);\n    }\n",
+      "    mx = kiln_row_reduce<kThreads, true>(mx);\n",
+      "    if (mx == kiln_neg_inf()) mx = 0.f;  // a row of all -inf gives NaN, like eager\n",
+      "    float sum = 0.f;\n", each, x, "\n      sum += expf(x - mx);\n    }\n",
+      "    const float scale = 1.f / kiln_row_reduce<kThreads, false>(sum);\n", each, x,
+      "\n      out[row * kN + c] = ", StoreExpr(out, "expf(x - mx) * scale"), ";\n    }\n",
+      "  }\n}\n");
+}
+
+// ---- Launching -------------------------------------------------------------------------------
+
+// Each input's strides over the output's shape (0 where it broadcasts): the last dim's stride
+// is `inner`; the leading dims, size-1 dims dropped, are merged wherever every input is
+// contiguous across them (the [B*H*S] rows of contiguous scores with a [S, S] mask: rank 2).
+RowIndexer BuildRowIndexer(absl::Span<const Tensor> in, const Tensor& out) {
+  const int rank = static_cast<int>(out.dim());
+  long long st[kMaxInputs][kMaxRank] = {};
+  RowIndexer ix{};
+  for (size_t i = 0; i < in.size(); ++i) {
+    const int lead = rank - static_cast<int>(in[i].dim());
+    for (int d = 0; d < in[i].dim(); ++d) {
+      st[i][lead + d] = in[i].shape()[d] == 1 ? 0 : in[i].strides()[d];
+    }
+    ix.inner[i] = st[i][rank - 1];
+  }
+  for (int d = 0; d + 1 < rank; ++d) {
+    const long long size = out.shape()[d];
+    if (size == 1) continue;
+    bool merge = ix.rank > 0;
+    for (size_t i = 0; i < in.size() && merge; ++i) {
+      merge = st[i][d] * size == ix.strides[i][ix.rank - 1];
+    }
+    if (merge) {  // dim d joins the previous kept dim as its faster part
+      ix.sizes[ix.rank - 1] *= size;
+      for (size_t i = 0; i < in.size(); ++i) ix.strides[i][ix.rank - 1] = st[i][d];
+    } else {
+      ix.sizes[ix.rank] = size;
+      for (size_t i = 0; i < in.size(); ++i) ix.strides[i][ix.rank] = st[i][d];
+      ++ix.rank;
+    }
+  }
+  return ix;
+}
+
+// The vector kernel reads whole aligned vectors: every input is contiguous along the row and
+// each row of it starts on a vector boundary.
+bool VectorPathApplies(absl::Span<const Tensor> in, const Tensor& out, const RowIndexer& ix,
+                       int vec) {
+  auto aligned = [&](const Tensor& t) {
+    return reinterpret_cast<uintptr_t>(t.data_ptr()) % (DTypeSize(t.dtype()) * vec) == 0;
+  };
+  if (!aligned(out)) return false;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (ix.inner[i] != 1 || !aligned(in[i])) return false;
+    for (int d = 0; d < ix.rank; ++d) {
+      if (ix.strides[i][d] % vec != 0) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+SoftmaxRowLayout PlanSoftmaxRows(int64_t n, int vec) {
+  const int64_t vecs = CeilDiv(n, vec);
+  const int warp_block = kWarpSize * kWarpsPerBlock;
+  if (vecs <= kWarpSize / 2) return {vec, NextPow2(vecs), 1, warp_block};
+  if (n <= kWarpRowMax) {
+    return {vec, kWarpSize, static_cast<int>(CeilDiv(vecs, kWarpSize)), warp_block};
+  }
+  // A block: 16 values a thread unvectorised (more spill when loaded one at a time).
+  const int max_iters = (vec == 1 ? kMaxPerThread / 2 : kMaxPerThread) / vec;
+  if (vecs > int64_t{kMaxBlockThreads} * max_iters) return {vec, kLoopThreads, 0, kLoopThreads};
+  const int threads = static_cast<int>(CeilDiv(CeilDiv(vecs, max_iters), kWarpSize) * kWarpSize);
+  return {vec, threads, static_cast<int>(CeilDiv(vecs, threads)), threads};
+}
+
+int FusedSoftmaxVectorWidth(const std::vector<DType>& in, DType out, int64_t n) {
+  int64_t widest = DTypeSize(out);
+  for (DType t : in) widest = std::max(widest, DTypeSize(t));
+  const int vec = static_cast<int>(16 / widest);
+  return vec > 1 && n % vec == 0 && PlanSoftmaxRows(n, vec).iters > 0 ? vec : 0;
+}
+
+std::string RenderFusedSoftmaxSource(const std::string& base, const std::string& expr_template,
+                                     const std::vector<DType>& in, DType out, int64_t n) {
+  KILN_CHECK(!in.empty() && in.size() <= kMaxInputs && n > 0, "fused softmax ", base, ": needs 1..",
+             kMaxInputs, " inputs and a row length > 0, got ", in.size(), " inputs, row length ",
+             n);
+  std::string expr = expr_template;
+  for (size_t i = 0; i < in.size(); ++i) {
+    expr = absl::StrReplaceAll(expr, {{absl::StrCat("$", i), absl::StrCat("a", i)}});
+  }
+  std::string src = absl::StrCat(KernelPrelude(), kSoftmaxHelpers);
+  const SoftmaxRowLayout strided = PlanSoftmaxRows(n, 1);
+  absl::StrAppend(&src, strided.iters == 0
+                            ? LoopKernel(base + "_strided", in, out, expr, n)
+                            : RegisterKernel(base + "_strided", strided, in, out, expr, n));
+  if (const int vec = FusedSoftmaxVectorWidth(in, out, n); vec > 0) {
+    absl::StrAppend(&src, RegisterKernel(base + "_vec", PlanSoftmaxRows(n, vec), in, out, expr, n));
+  }
+  return src;
+}
+
+FusedSoftmaxKernels CompileFusedSoftmaxKernels(const std::string& base, const std::string& expr,
+                                               const std::vector<DType>& in, DType out, int64_t n) {
+  const std::string src = RenderFusedSoftmaxSource(base, expr, in, out, n);
+  FusedSoftmaxKernels k;
+  k.row_len = n;
+  k.strided_layout = PlanSoftmaxRows(n, 1);
+  k.strided = ValueOrThrow(cuda::GetKernel(src, base + "_strided"));
+  if (const int vec = FusedSoftmaxVectorWidth(in, out, n); vec > 0) {
+    k.vec_layout = PlanSoftmaxRows(n, vec);
+    k.vec = ValueOrThrow(cuda::GetKernel(src, base + "_vec"));
+  }
+  return k;
+}
+
+void LaunchFusedSoftmax(const FusedSoftmaxKernels& k, absl::Span<const Tensor> in,
+                        const Tensor& out) {
+  KILN_CHECK(k.strided != nullptr && !in.empty() && in.size() <= kMaxInputs && out.dim() >= 1 &&
+                 out.dim() <= kMaxRank && out.size(-1) == k.row_len && out.is_contiguous(),
+             "fused softmax: needs 1..", kMaxInputs,
+             " inputs and a contiguous output of rank <= ", kMaxRank, " with rows of ", k.row_len,
+             ", got ", in.size(), " inputs and ", Describe(out.type()),
+             out.is_contiguous() ? "" : " (not contiguous)");
+  const int64_t rows = out.numel() / k.row_len;
+  if (rows == 0) return;
+  RowIndexer ix = BuildRowIndexer(in, out);
+  const bool vec = k.vec != nullptr && VectorPathApplies(in, out, ix, k.vec_layout.vec);
+  const SoftmaxRowLayout& l = vec ? k.vec_layout : k.strided_layout;
+  void* out_ptr = out.data_ptr();
+  const void* ptrs[kMaxInputs] = {};
+  long long n_rows = rows;
+  std::vector<void*> args = {&out_ptr};
+  for (size_t i = 0; i < in.size(); ++i) {
+    ptrs[i] = in[i].data_ptr();
+    args.push_back(&ptrs[i]);
+  }
+  args.push_back(&n_rows);
+  args.push_back(&ix);
+  const int64_t grid = std::min(CeilDiv(rows, l.rows_per_block()), kMaxBlocks);
+  KILN_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(vec ? k.vec : k.strided),
+                                   dim3(static_cast<unsigned>(grid)), dim3(l.threads), args.data(),
+                                   0, cuda::CurrentStream()));
+}
+
+}  // namespace kiln::cuda_ops
