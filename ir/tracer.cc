@@ -65,16 +65,6 @@ class Tracer final : public DispatchHook {
   std::map<std::tuple<const Storage*, int64_t, Shape, Strides>, ValueId> constants_;
 };
 
-// Installs a hook for the current scope.
-class HookScope {
- public:
-  explicit HookScope(DispatchHook* h) : prev_(SetDispatchHook(h)) {}
-  ~HookScope() { SetDispatchHook(prev_); }
-
- private:
-  DispatchHook* prev_;
-};
-
 }  // namespace
 
 bool IsPlaceholder(const Tensor& t) {
@@ -92,7 +82,7 @@ absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<Tensor>& examp
     }
     std::vector<Tensor> outs;
     {
-      HookScope scope(&tracer);
+      ScopedDispatchHook scope(&tracer);
       outs = fn(placeholders);
     }
     std::vector<ValueId> out_ids;

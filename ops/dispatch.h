@@ -38,4 +38,16 @@ DispatchHook* CurrentDispatchHook();
 // Installs `hook` for the current thread and returns the previous one.
 DispatchHook* SetDispatchHook(DispatchHook* hook);
 
+// Installs `hook` (nullptr: none, ops run eagerly) for the guard's lifetime.
+class ScopedDispatchHook {
+ public:
+  explicit ScopedDispatchHook(DispatchHook* hook) : prev_(SetDispatchHook(hook)) {}
+  ~ScopedDispatchHook() { SetDispatchHook(prev_); }
+  ScopedDispatchHook(const ScopedDispatchHook&) = delete;
+  ScopedDispatchHook& operator=(const ScopedDispatchHook&) = delete;
+
+ private:
+  DispatchHook* prev_;
+};
+
 }  // namespace kiln

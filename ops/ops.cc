@@ -213,7 +213,17 @@ Tensor to(const Tensor& x, Device device) {
   if (x.device() == device) return x;
   KILN_CHECK(!x.device().is_meta(), "to: cannot move a meta tensor ", Describe(x.type()), " to ",
              device.str(), ": it holds no data");
-  const Tensor src = contiguous(x);
+  // Inside a traced function a tensor with meta storage on a real device is a traced value:
+  // kiln graphs stay on one device.
+  KILN_CHECK(x.storage() == nullptr || !x.storage()->device().is_meta(), "to: cannot move ",
+             Describe(x.type()), " to ", device.str(),
+             " inside a compiled function: a compiled graph runs on one device");
+  // A real tensor (weights, a mask built from a factory) is copied now, even while tracing: it
+  // becomes a constant of the graph. Its contiguous copy must not be recorded either.
+  const Tensor src = [&] {
+    ScopedDispatchHook eager(nullptr);
+    return contiguous(x);
+  }();
   Tensor out = Tensor::Empty(x.shape(), x.dtype(), device);
   if (!device.is_meta()) {
     CopyBytes(out.data_ptr(), device, src.data_ptr(), src.device(),

@@ -13,6 +13,8 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "ir/printer.h"
+#include "ir/tracer.h"
 #include "ops/factories.h"
 #include "ops/modules.h"
 #include "ops/ops.h"
@@ -229,6 +231,27 @@ TEST(CompileSoftmaxFusion, AttentionWorkloadOnCuda) {
   ExpectSame(f(in), Attention()(in), "attention bf16 [8, 16, 1024, 64]");
 }
 
+// A traced value cannot change device inside a compiled function (the graph runs on one device),
+// while a real tensor built inside it (a mask from a factory) is copied and becomes a constant.
+TEST(Compile, DeviceMovesWhileTracing) {
+  Generator gen(8);
+  const Tensor x = randn({4, 4}, gen);
+  try {
+    compile([](const std::vector<Tensor>& in) { return std::vector<Tensor>{to(in[0], kMeta)}; },
+            {x});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("inside a compiled function"), std::string::npos)
+        << e.what();
+  }
+  const Fn masked = [](const std::vector<Tensor>& in) {
+    const Tensor m = to(triu(ones({4, 4}, DType::kBool), 1), in[0].device());
+    return std::vector<Tensor>{masked_fill(in[0], m, 0.0)};
+  };
+  CompiledFn f = compile(masked, {x});
+  ExpectSame(f({x}), masked({x}), "mask built and moved inside the traced function");
+}
+
 TEST(Compile, SignatureRules) {
   Fn fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{relu(in[0]) + 1.0}; };
   Generator gen(4);
@@ -405,12 +428,20 @@ void RunDifferential(int count, Device device) {
       RandomProgram prog(1000 + seed, t, device);
       std::vector<Tensor> in = prog.Inputs();
       Fn fn = [&prog](const std::vector<Tensor>& i) { return prog(i); };
-      CompiledFn f = compile(fn, in);
-      fused_graphs += f.report(in).fused_kernels > 0;
-      softmax_graphs += f.report(in).final_graph.find("_softmax_") != std::string::npos;
-      ExpectSame(f(in), fn(in),
-                 absl::StrCat("random graph seed ", seed, " ", DTypeName(t), "\n",
-                              f.report(in).final_graph));
+      const std::string what = absl::StrCat("random graph seed ", seed, " ", DTypeName(t));
+      std::string stage = "eager";
+      try {  // an error names the graph and the stage it came from
+        const std::vector<Tensor> want = fn(in);
+        stage = "compile";
+        CompiledFn f = compile(fn, in);
+        fused_graphs += f.report(in).fused_kernels > 0;
+        softmax_graphs += f.report(in).final_graph.find("_softmax_") != std::string::npos;
+        stage = "compiled run";
+        ExpectSame(f(in), want, absl::StrCat(what, "\n", f.report(in).final_graph));
+      } catch (const Error& e) {
+        ADD_FAILURE() << what << ": " << stage << " threw: " << e.what() << "\ntraced:\n"
+                      << ir::PrintGraph(ValueOrThrow(ir::Trace(fn, in)));
+      }
       if (::testing::Test::HasFailure()) return;
     }
   }

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "ops/cuda/elementwise_cuda.h"
@@ -124,6 +125,58 @@ TEST(NvrtcCodegen, CompileErrorCarriesNameAndLog) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("kiln_broken"), std::string::npos);
   EXPECT_NE(r.status().message().find("undefined_thing"), std::string::npos);
+}
+
+// Operand layouts that take the elementwise rows kernel (row strides, row broadcast, column
+// broadcast, a mask over leading dims) or its fallbacks (unaligned rows, short rows), against
+// the CPU kernels on the same values.
+TEST(CudaElementwise, RowsPathLayoutsMatchCpu) {
+  KILN_SKIP_WITHOUT_GPU();
+  Generator gen(11);
+  struct Case {
+    const char* name;
+    std::function<Tensor(const std::vector<Tensor>&)> fn;
+    std::vector<Shape> shapes;
+    DType dtype;
+  };
+  const std::vector<Case> cases = {
+      {"slices of a wider matrix (gelu*mul)",
+       [](const std::vector<Tensor>& t) {
+         return gelu(slice(t[0], 1, 0, 512), "tanh") * slice(t[0], 1, 512, 1024);
+       },
+       {{64, 1024}},
+       DType::kBFloat16},
+      {"bias over rows",
+       [](const std::vector<Tensor>& t) { return t[0] + t[1]; },
+       {{8, 4, 256}, {256}},
+       DType::kFloat32},
+      {"column broadcast",
+       [](const std::vector<Tensor>& t) { return t[0] * t[1]; },
+       {{64, 512}, {64, 1}},
+       DType::kFloat16},
+      {"mask over leading dims",
+       [](const std::vector<Tensor>& t) {
+         return masked_fill(t[0], cast(relu(t[1]), DType::kBool), -1.0);
+       },
+       {{2, 3, 64, 256}, {64, 256}},
+       DType::kBFloat16},
+      {"odd row start (unaligned)",
+       [](const std::vector<Tensor>& t) { return slice(t[0], 1, 1, 513) * 2.0; },
+       {{32, 520}},
+       DType::kBFloat16},
+      {"short rows",
+       [](const std::vector<Tensor>& t) { return t[0] - t[1]; },
+       {{512, 24}, {24}},
+       DType::kFloat32},
+  };
+  for (const Case& c : cases) {
+    std::vector<Tensor> cpu, gpu;
+    for (const Shape& s : c.shapes) {
+      cpu.push_back(cast(randn(s, gen), c.dtype));
+      gpu.push_back(to(cpu.back(), CUDA(0)));
+    }
+    ExpectClose(to_vector(c.fn(gpu)), to_vector(c.fn(cpu)), ToleranceFor(c.dtype), c.name);
+  }
 }
 
 TEST(CudaRuntime, CopiesRoundTripAndStatsMove) {
