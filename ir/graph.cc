@@ -46,6 +46,14 @@ ValueId Graph::AddOpWithType(OpId op, absl::Span<const ValueId> inputs, const Op
   return AddNode(std::move(n));
 }
 
+std::vector<std::vector<ValueId>> Graph::Users() const {
+  std::vector<std::vector<ValueId>> users(nodes_.size());
+  for (ValueId v = 0; v < num_values(); ++v) {
+    for (ValueId in : nodes_[v].inputs) users[in].push_back(v);
+  }
+  return users;
+}
+
 std::vector<int> Graph::UseCounts() const {
   std::vector<int> uses(nodes_.size(), 0);
   for (const Node& n : nodes_) {

@@ -66,6 +66,12 @@ class Graph {
 
   // Number of uses of each value (by nodes and by the graph outputs).
   std::vector<int> UseCounts() const;
+  // The nodes using each value, in node order (graph outputs not included).
+  std::vector<std::vector<ValueId>> Users() const;
+  // True when `v` is an op node of kind `op`.
+  bool IsOp(ValueId v, OpId op) const {
+    return nodes_[v].kind == NodeKind::kOp && nodes_[v].op == op;
+  }
   // Rebuilds the graph keeping only `keep` nodes (in order) and renumbering values; inputs are
   // always kept. Returns old->new ids (-1 for dropped).
   std::vector<ValueId> Compact(const std::vector<bool>& keep);

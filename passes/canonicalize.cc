@@ -12,13 +12,9 @@ using ir::ValueId;
 
 namespace {
 
-bool IsOp(const Graph& g, ValueId v, OpId op) {
-  return g.node(v).kind == NodeKind::kOp && g.node(v).op == op;
-}
-
 // transpose(x, d0, d1) that swaps the last two dims of x.
 bool IsLastTwoTranspose(const Graph& g, ValueId v) {
-  if (!IsOp(g, v, OpId::kTranspose)) return false;
+  if (!g.IsOp(v, OpId::kTranspose)) return false;
   const Node& n = g.node(v);
   const int64_t rank = g.type(n.inputs[0]).rank();
   if (rank < 2) return false;
@@ -34,7 +30,7 @@ struct Rule {
 };
 
 bool FoldTransposeIntoFlags(Graph& g, ValueId v, const std::vector<int>&) {
-  if (!IsOp(g, v, OpId::kMatmul)) return false;
+  if (!g.IsOp(v, OpId::kMatmul)) return false;
   Node& n = g.mutable_node(v);
   for (int side = 0; side < 2; ++side) {
     bool& flag = side == 0 ? n.attrs.transpose_a : n.attrs.transpose_b;
@@ -47,11 +43,11 @@ bool FoldTransposeIntoFlags(Graph& g, ValueId v, const std::vector<int>&) {
 }
 
 bool MatmulBiasToLinear(Graph& g, ValueId v, const std::vector<int>& uses) {
-  if (!IsOp(g, v, OpId::kAdd)) return false;
+  if (!g.IsOp(v, OpId::kAdd)) return false;
   Node& n = g.mutable_node(v);
   for (int side = 0; side < 2; ++side) {
     const ValueId mm = n.inputs[side], bias = n.inputs[1 - side];
-    if (!IsOp(g, mm, OpId::kMatmul) || uses[mm] != 1) continue;
+    if (!g.IsOp(mm, OpId::kMatmul) || uses[mm] != 1) continue;
     const Node& m = g.node(mm);
     const TensorType& w = g.type(m.inputs[1]);
     // matmul(x, wᵀ) with w [N, K], written either as a transpose view or as the flag.

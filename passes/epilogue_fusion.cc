@@ -17,21 +17,8 @@ using ir::ValueId;
 
 namespace {
 
-bool IsOp(const Graph& g, ValueId v, OpId op) {
-  return g.node(v).kind == NodeKind::kOp && g.node(v).op == op;
-}
-
 bool IsActivation(const Graph& g, ValueId v) {
-  return IsOp(g, v, OpId::kRelu) || IsOp(g, v, OpId::kGelu);
-}
-
-// The nodes using each value, in order.
-std::vector<std::vector<ValueId>> Users(const Graph& g) {
-  std::vector<std::vector<ValueId>> users(g.num_values());
-  for (ValueId v = 0; v < g.num_values(); ++v) {
-    for (ValueId in : g.node(v).inputs) users[in].push_back(v);
-  }
-  return users;
+  return g.IsOp(v, OpId::kRelu) || g.IsOp(v, OpId::kGelu);
 }
 
 // The epilogue that computes relu/gelu node `act`; kNone with the reason in `why` if none does.
@@ -70,12 +57,12 @@ std::string WhyNot(const Graph& g, ValueId lin, ValueId act, const std::vector<V
 
 absl::StatusOr<bool> GemmEpilogueFusion::Run(Graph& graph, PassContext& ctx) {
   if (!ctx.fuse_gemm_epilogues) return false;
-  const std::vector<std::vector<ValueId>> users = Users(graph);
+  const std::vector<std::vector<ValueId>> users = graph.Users();
   std::vector<bool> is_output(graph.num_values(), false);
   for (ValueId v : graph.outputs()) is_output[v] = true;
   bool changed = false;
   for (ValueId v = 0; v < graph.num_values(); ++v) {
-    if (!IsOp(graph, v, OpId::kLinear)) continue;
+    if (!graph.IsOp(v, OpId::kLinear)) continue;
     for (ValueId act : users[v]) {
       if (!IsActivation(graph, act)) continue;
       const std::string pair =

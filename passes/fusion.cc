@@ -38,10 +38,7 @@ std::string Unfusable(const Graph& g, ValueId v) {
 }
 
 FusionGroups::FusionGroups(const Graph& g)
-    : group_of(g.num_values(), -1), users(g.num_values()), is_output(g.num_values(), false) {
-  for (ValueId v = 0; v < g.num_values(); ++v) {
-    for (ValueId in : g.node(v).inputs) users[in].push_back(v);
-  }
+    : group_of(g.num_values(), -1), users(g.Users()), is_output(g.num_values(), false) {
   for (ValueId v : g.outputs()) is_output[v] = true;
 }
 
