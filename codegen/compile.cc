@@ -164,6 +164,10 @@ CompiledFn::Entry& CompiledFn::EntryFor(const std::vector<Tensor>& inputs) {
   entry.report.kernels_per_step = entry.exe->kernels_per_step();
   entry.report.fused_kernels = entry.exe->fused_kernels();
   entry.report.nvrtc_ms = entry.exe->nvrtc_ms();
+  for (const std::string& line : entry.exe->epilogue_choices()) {
+    entry.report.explain.push_back(line);
+    ctx.explain.push_back(line);  // into the dump's explain.txt too
+  }
   entry.report.planned_peak_bytes = entry.exe->planned_peak_bytes();
   entry.report.total_intermediate_bytes = entry.exe->total_intermediate_bytes();
   entry.report.compile_ms =

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/epilogue_choice.h"
 #include "codegen/fused_kernel.h"
 #include "codegen/fused_softmax.h"
 #include "ops/dispatch.h"
@@ -33,6 +34,11 @@ absl::Status Executable::Prepare() {
     const bool view = n.kind == NodeKind::kOp && GetOpDef(n.op).view != nullptr;
     steps_.push_back({v, !view, {}});
     steps_.back().softmax_fusion = n.kind == NodeKind::kFusion && SoftmaxOfFusion(*n.body) >= 0;
+    if (n.kind == NodeKind::kOp && n.op == OpId::kLinear && n.attrs.epilogue != Epilogue::kNone) {
+      const EpilogueChoice c = ChooseEpilogue(graph_, n);
+      steps_.back().split_epilogue = !c.fused;
+      if (!c.explain.empty()) epilogue_choices_.push_back(c.explain);
+    }
     if (n.kind == NodeKind::kFusion && n.type.device.is_cuda())
       fusions.push_back(steps_.size() - 1);
   }
@@ -129,6 +135,14 @@ std::vector<Tensor> Executable::Run(const std::vector<Tensor>& inputs) const {
     const Node& n = graph_.node(s.value);
     args.clear();
     for (ValueId in : n.inputs) args.push_back(env[in]);
+    if (s.split_epilogue) {  // measured: GEMM, then the activation kernel
+      OpAttrs plain = n.attrs, act_attrs;
+      plain.epilogue = Epilogue::kNone;
+      const OpDef* act = EpilogueActivation(n.attrs.epilogue, &act_attrs);
+      env[s.value] = Dispatch(act->id, {Dispatch(n.op, args, plain)}, act_attrs);
+      for (ValueId dead : s.last_uses) env[dead] = Tensor();
+      continue;
+    }
     if (n.kind == NodeKind::kOp) {
       env[s.value] = Dispatch(n.op, args, n.attrs);
       for (ValueId dead : s.last_uses) env[dead] = Tensor();
@@ -166,7 +180,7 @@ bool Executable::on_cuda() const {
 
 int Executable::kernels_per_step() const {
   int k = 0;
-  for (const Step& s : steps_) k += s.launches_kernel;
+  for (const Step& s : steps_) k += s.launches_kernel + s.split_epilogue;
   return k;
 }
 

@@ -20,10 +20,11 @@ namespace kiln::codegen {
 
 struct Step {
   ir::ValueId value;
-  bool launches_kernel;                   // views and constants do not
-  cuda_ops::ElementwiseKernels cuda;      // fusion steps on CUDA
-  std::vector<ir::ValueId> last_uses;     // values dead after this step: released to the allocator
-  bool softmax_fusion = false;            // a fusion ending in a softmax (codegen/fused_softmax.h)
+  bool launches_kernel;                // views and constants do not
+  cuda_ops::ElementwiseKernels cuda;   // fusion steps on CUDA
+  std::vector<ir::ValueId> last_uses;  // values dead after this step: released to the allocator
+  bool split_epilogue = false;  // linear + activation measured faster than the fused epilogue
+  bool softmax_fusion = false;  // a fusion ending in a softmax (codegen/fused_softmax.h)
   cuda_ops::FusedSoftmaxKernels softmax;  // its kernels on CUDA
 };
 
@@ -39,6 +40,8 @@ class Executable {
   int kernels_per_step() const;  // steps that launch at least one kernel
   int fused_kernels() const;
   double nvrtc_ms() const { return nvrtc_ms_; }
+  // The measured GEMM-epilogue choices (codegen/epilogue_choice.h), one line each.
+  const std::vector<std::string>& epilogue_choices() const { return epilogue_choices_; }
   // Peak bytes of intermediates alive at once under the liveness release (views own nothing;
   // inputs, constants and outputs are not counted), and the sum of all intermediates (what a
   // plan that kept every value would hold).
@@ -53,6 +56,7 @@ class Executable {
   ir::Graph graph_;
   std::vector<Step> steps_;
   double nvrtc_ms_ = 0;
+  std::vector<std::string> epilogue_choices_;
   int64_t planned_peak_bytes_ = 0, total_intermediate_bytes_ = 0;
   std::vector<bool> pinned_;  // graph outputs and the values they are views of
 };

@@ -252,6 +252,26 @@ TEST(Compile, DeviceMovesWhileTracing) {
   ExpectSame(f({x}), masked({x}), "mask built and moved inside the traced function");
 }
 
+// On CUDA each linear with an activation epilogue is timed fused and split once; the plan runs
+// the faster, the report says which with both timings, and the answer matches eager either way.
+TEST(Compile, EpilogueChoiceIsMeasuredOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  Generator gen(12);
+  MLP mlp({768, 3072, 3072, 768}, gen, ModuleOptions{DType::kBFloat16, CUDA(0)});
+  const Tensor x = randn({2048, 768}, gen, DType::kBFloat16, CUDA(0));
+  CompiledFn f = compile(mlp, x);
+  const CompileReport& r = f.report({x});
+  int choices = 0, split = 0;
+  for (const std::string& line : r.explain) {
+    if (line.rfind("epilogue choice: ", 0) != 0) continue;
+    ++choices;
+    split += line.find("-> split") != std::string::npos;
+  }
+  EXPECT_EQ(choices, 2) << r.final_graph;  // two distinct shapes, each measured once
+  EXPECT_EQ(r.kernels_per_step, 3 + split);
+  ExpectSame(f({x}), {mlp(x)}, "3-layer MLP with measured epilogues");
+}
+
 TEST(Compile, SignatureRules) {
   Fn fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{relu(in[0]) + 1.0}; };
   Generator gen(4);

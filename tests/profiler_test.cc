@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -18,10 +19,12 @@
 
 #include "codegen/compile.h"
 #include "ops/factories.h"
+#include "ops/modules.h"
 #include "ops/ops.h"
 #include "profiler/report.h"
 #include "runtime/cuda.h"
 #include "runtime/status.h"
+#include "tests/test_util.h"
 
 namespace kiln::profiler {
 namespace {
@@ -540,6 +543,71 @@ TEST(ProfilerDevice, UnavailableWithoutGpu) {
   EXPECT_EQ(r.device_status.rfind("device activity unavailable: ", 0), 0u) << r.device_status;
   EXPECT_EQ(Named(r, "host_only").size(), 1u);
   EXPECT_NE(FormatOpTable(BuildOpTable(r)).find("device activity unavailable"), std::string::npos);
+}
+
+// On the GPU (CUPTI): the GeGLU MLP's kernels per step and their names are what the compile
+// tests assert (eager: 3 GEMMs + gelu + mul; compiled: 3, one of them the fused gelu·mul), and
+// device times are positive and add up to no more than the recorded steps' wall time.
+TEST(ProfilerCupti, MlpKernelsMatchTheFusionTests) {
+  KILN_SKIP_WITHOUT_GPU();
+  Generator gen(21);
+  GeGLUMLP mlp(768, 3072, gen, ModuleOptions{DType::kBFloat16, CUDA(0)});
+  const Tensor x = randn({8192, 768}, gen, DType::kBFloat16, CUDA(0));
+  CompiledFn compiled = compile(mlp, x);
+  const int steps = 3;
+  auto profile = [&](const std::function<void()>& step) {
+    step();  // warm: kernels compiled, GEMMs planned
+    cuda::Synchronize();
+    ProfilerOptions o;
+    o.active = steps;
+    Profiler p(std::move(o));
+    p.Start();
+    for (int i = 0; i < steps; ++i) {
+      step();
+      cuda::Synchronize();
+      p.Step();
+    }
+    return p.Stop();
+  };
+  const ProfileResult eager = profile([&] { mlp(x); });
+  const ProfileResult comp = profile([&] { compiled({x}); });
+  for (const ProfileResult* r : {&eager, &comp}) {
+    ASSERT_TRUE(r->device_available) << r->device_status;
+    EXPECT_EQ(r->dropped_records, 0u);
+    int64_t busy = 0, wall = 0;
+    for (const TimeWindow& w : r->windows) wall += w.end_ns - w.start_ns;
+    for (const DeviceRecord& d : r->device) {
+      if (!d.is_activity()) continue;
+      EXPECT_GT(d.duration_ns(), 0) << d.name;
+      busy += d.duration_ns();
+    }
+    EXPECT_GT(busy, 0);
+    EXPECT_LE(busy, wall);
+  }
+  auto kernels = [&](const ProfileResult& r) {
+    std::map<std::string, int> names;
+    int total = 0;
+    for (const DeviceRecord& d : r.device) {
+      if (d.kind != DeviceKind::kKernel) continue;
+      ++names[d.name];
+      ++total;
+    }
+    return std::make_pair(total, names);
+  };
+  const auto [eager_total, eager_names] = kernels(eager);
+  const auto [comp_total, comp_names] = kernels(comp);
+  EXPECT_EQ(eager_total, 5 * steps);
+  EXPECT_EQ(comp_total, compiled.report({x}).kernels_per_step * steps);
+  EXPECT_EQ(compiled.report({x}).kernels_per_step, 3);
+  auto has = [](const std::map<std::string, int>& names, const std::string& part) {
+    int n = 0;
+    for (const auto& [name, count] : names) n += name.find(part) != std::string::npos ? count : 0;
+    return n;
+  };
+  EXPECT_EQ(has(eager_names, "kiln_gelu_"), steps);
+  EXPECT_EQ(has(eager_names, "kiln_mul_"), steps);
+  EXPECT_EQ(has(comp_names, "kiln_fused_gelu_mul_0"), steps);
+  EXPECT_EQ(has(comp_names, "kiln_gelu_") + has(comp_names, "kiln_mul_"), 0);
 }
 
 TEST(ProfilerDevice, SourceThatFailsToStart) {
