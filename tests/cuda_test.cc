@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -225,6 +226,28 @@ TEST(KernelCache, DetectsTruncatedAndCorruptFiles) {
   EXPECT_FALSE(cuda::ReadCacheFile(key, &got));
   std::filesystem::remove(path);
   EXPECT_FALSE(cuda::ReadCacheFile(key, &got));
+}
+
+// Run by the ctest entry kernel_cache_unwritable_dir with KILN_CACHE_DIR=/proc/kiln-cache (a
+// directory nobody can create, root included): the disk cache turns itself off and kernels
+// still compile; skipped in the ordinary run, whose cache directory is writable.
+TEST(KernelCache, UnwritableDirectoryTurnsTheDiskCacheOff) {
+  const char* env = std::getenv("KILN_CACHE_DIR");
+  if (env == nullptr || std::string(env) != "/proc/kiln-cache") {
+    GTEST_SKIP() << "runs under the kernel_cache_unwritable_dir ctest entry";
+  }
+  EXPECT_EQ(cuda::KernelCacheDir(), "");
+  const uint64_t key = cuda::Fnv1a("kiln unwritable cache test");
+  cuda::WriteCacheFile(key, "payload");  // silently skipped
+  std::string got;
+  EXPECT_FALSE(cuda::ReadCacheFile(key, &got));
+  const std::string src = cuda_ops::RenderElementwiseSource("kiln_cache_off", "$0 + 1.f",
+                                                            {DType::kFloat32}, DType::kFloat32);
+  auto ptx = cuda::CompileSource(src, "kiln_cache_off", "compute_90", /*cubin=*/false);
+  ASSERT_TRUE(ptx.ok()) << ptx.status().message();
+  if (cuda::IsAvailable()) {  // the whole path: compile, load, no disk
+    EXPECT_TRUE(cuda::GetKernel(src, "kiln_cache_off_contig").ok());
+  }
 }
 
 }  // namespace
