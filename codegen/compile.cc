@@ -1,18 +1,21 @@
-// kiln::compile (see compile.h): trace -> passes -> executable, with dumps and the mode switch.
+// kiln::compile (see compile.h): trace -> passes -> executable, with dumps, symbolic dims, the
+// mode switch and the signature cache.
 #include "codegen/compile.h"
 
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
+#include <mutex>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "codegen/fused_kernel.h"
+#include "codegen/cuda_graph.h"
+#include "codegen/dump.h"
+#include "codegen/executable.h"
+#include "codegen/fusion_template.h"
+#include "codegen/symbolic.h"
 #include "ir/printer.h"
-#include "passes/pass.h"
-#include "runtime/nvrtc.h"
 #include "runtime/status.h"
 
 namespace kiln {
@@ -23,77 +26,23 @@ int DebugLevel() {
   return v == nullptr ? 0 : std::atoi(v);
 }
 
-std::string Signature(const std::vector<Tensor>& inputs) {
-  std::string s;
-  for (const Tensor& t : inputs) absl::StrAppend(&s, t.defined() ? Describe(t.type()) : "-", ";");
-  return s;
+bool EnvIs(const char* name, const char* value) {
+  const char* env = std::getenv(name);
+  return env != nullptr && std::string(env) == value;
 }
 
-// Writes the compile artefacts under one directory and keeps an index of them.
-class Dumper {
- public:
-  explicit Dumper(std::string dir) : dir_(std::move(dir)) {
-    if (dir_.empty()) return;
-    std::error_code ec;
-    std::filesystem::create_directories(dir_ + "/kernels", ec);
-    if (ec) {
-      std::cerr << "kiln: cannot create dump directory " << dir_ << ": " << ec.message() << "\n";
-      dir_.clear();
-    }
+std::vector<TensorType> TypesOf(const std::vector<Tensor>& inputs) {
+  std::vector<TensorType> types;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    KILN_CHECK(inputs[i].defined(), "compiled function: input ", i, " is an undefined tensor");
+    types.push_back(inputs[i].type());
   }
-  bool enabled() const { return !dir_.empty(); }
-
-  void Graph(const std::string& stage, const ir::Graph& g) {
-    if (DebugLevel() >= 4) std::cerr << "kiln: graph after " << stage << ":\n" << ir::PrintGraph(g);
-    if (!enabled()) return;
-    const std::string base = absl::StrCat(absl::Dec(index_++, absl::kZeroPad2), "_", stage);
-    Write(base + ".txt", ir::PrintGraph(g), "graph after " + stage);
-    Write(base + ".dot", ir::ToDot(g), "Graphviz of the same");
-  }
-
-  void Kernel(const ir::Node& fusion, const std::string& nodes) {
-    const std::string src = codegen::FusionSource(fusion);
-    if (DebugLevel() >= 3) std::cerr << "kiln: kernel " << fusion.name << ":\n" << src;
-    if (!enabled()) return;
-    const std::string header = absl::StrCat("// ", fusion.name, ": fused from ", nodes, "\n// ",
-                                            codegen::FusionLaunchNote(fusion), "\n");
-    Write("kernels/" + fusion.name + ".cu", header + src, "CUDA source (" + nodes + ")");
-    auto ptx = cuda::CompileSource(src, fusion.name, "compute_90", /*cubin=*/false);
-    Write("kernels/" + fusion.name + ".ptx", ptx.ok() ? *ptx : std::string(ptx.status().message()),
-          "PTX for compute_90");
-  }
-
-  void Text(const std::string& name, const std::string& text, const std::string& what) {
-    if (enabled()) Write(name, text, what);
-  }
-
-  void Finish() {
-    if (enabled()) Write("index.md", absl::StrJoin(index_lines_, "\n") + "\n", "");
-  }
-
- private:
-  void Write(const std::string& name, const std::string& text, const std::string& what) {
-    std::ofstream(dir_ + "/" + name) << text;
-    if (!what.empty()) index_lines_.push_back(absl::StrCat("- `", name, "`: ", what));
-  }
-
-  std::string dir_;
-  int index_ = 0;
-  std::vector<std::string> index_lines_ = {"# kiln compile dump", ""};
-};
-
-std::string DumpDir(const CompileOptions& o) {
-  if (!o.dump_dir.empty()) return o.dump_dir;
-  const char* env = std::getenv("KILN_DUMP");
-  return env == nullptr ? "" : env;
+  return types;
 }
 
-std::string FusedFrom(const ir::Graph& body) {
-  std::vector<std::string> ops;
-  for (const ir::Node& n : body.nodes()) {
-    if (n.kind == ir::NodeKind::kOp) ops.push_back(GetOpDef(n.op).name);
-  }
-  return absl::StrJoin(ops, ", ");
+std::string Signature(const std::vector<TensorType>& types) {
+  return absl::StrJoin(types, "; ",
+                       [](std::string* o, const TensorType& t) { o->append(Describe(t)); });
 }
 
 bool SameTypes(const std::vector<TensorType>& types, const std::vector<Tensor>& inputs) {
@@ -107,114 +56,193 @@ bool SameTypes(const std::vector<TensorType>& types, const std::vector<Tensor>& 
   return true;
 }
 
-bool CudaGraphsFromEnv() {
-  const char* env = std::getenv("KILN_CUDA_GRAPHS");
-  return env != nullptr && std::string(env) == "1";
+}  // namespace
+
+// One compiled plan and what it serves.
+struct Entry {
+  std::vector<TensorType> types;    // the traced signature
+  codegen::SymbolicShapes symbols;  // empty: exactly `types`
+  std::unique_ptr<codegen::Executable> exe;
+  CompileReport report;
+  std::mutex graph_mu;  // serialises CUDA-graph replays (CudaGraphCache is not thread-safe)
+  std::unique_ptr<codegen::CudaGraphCache> graphs;
+
+  bool Serves(const std::vector<Tensor>& inputs) const {
+    return symbols.empty() ? SameTypes(types, inputs) : symbols.Admits(types, inputs);
+  }
+};
+
+struct CompiledFn::State {
+  ir::TensorFn fn;
+  CompileOptions options;
+  bool compiled = true;
+  mutable std::mutex mu;
+  std::vector<std::unique_ptr<Entry>> entries;  // guarded by mu; most recent last
+  int compilations = 0;                         // guarded by mu
+
+  Entry& EntryFor(const std::vector<Tensor>& inputs);
+  std::unique_ptr<Entry> Compile(const std::vector<TensorType>& types);
+  std::optional<codegen::SymbolicShapes> SymbolsFor(const std::vector<TensorType>& types,
+                                                    std::string* why) const;
+  void CheckRecompileAllowed(const std::vector<TensorType>& types) const;
+};
+
+namespace {
+
+// The plan of one graph: passes, lowering, report, dumps.
+void BuildPlan(ir::Graph graph, codegen::SymbolicShapes symbols, const CompileOptions& o,
+               Entry& entry) {
+  const auto t0 = std::chrono::steady_clock::now();
+  codegen::Dumper dump(o.dump_dir);
+  entry.report.traced_graph = ir::PrintGraph(graph);
+  dump.Graph("traced", graph);
+  passes::PassContext ctx;
+  ctx.fuse_elementwise = o.fuse_elementwise;
+  ctx.fuse_softmax = o.fuse_softmax;
+  ctx.merge_gemms = o.merge_gemms && o.freeze_weights;
+  ctx.fold_constants = o.freeze_weights;
+  ctx.fuse_gemm_epilogues = o.fuse_gemm_epilogues;
+  ctx.check_fusion_body = codegen::CheckFusionBody;
+  ctx.after_pass = [&](const std::string& pass, const ir::Graph& g) { dump.Graph(pass, g); };
+  ThrowIfError(codegen::CompilePipeline().Run(graph, ctx));
+  entry.report.final_graph = ir::PrintGraph(graph);
+  for (const ir::Node& n : graph.nodes()) dump.Kernel(n);
+  entry.exe = ValueOrThrow(codegen::Executable::Build(std::move(graph), std::move(symbols)));
+  const codegen::Executable& exe = *entry.exe;
+  for (const std::string& line : exe.lowering_notes()) ctx.explain.push_back(line);
+  CompileReport& r = entry.report;
+  r.explain = ctx.explain;
+  r.kernels_per_step = exe.kernels_per_step();
+  r.fused_kernels = exe.fused_kernels();
+  r.nvrtc_ms = exe.nvrtc_ms();
+  r.planned_peak_bytes = exe.planned_peak_bytes();
+  r.total_intermediate_bytes = exe.total_intermediate_bytes();
+  if (!exe.symbols().empty()) r.symbolic_dims = exe.symbols().Describe();
+  r.compile_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  dump.Text("explain.txt", absl::StrJoin(ctx.explain, "\n") + "\n", "fusion explain log");
+  dump.Finish();
+  if (DebugLevel() >= 2) std::cerr << absl::StrJoin(ctx.explain, "\n") << "\n";
 }
 
 }  // namespace
 
-CompiledFn::CompiledFn(ir::TensorFn fn, CompileOptions options)
-    : fn_(std::move(fn)), options_(std::move(options)) {
-  const char* env = std::getenv("KILN_COMPILE");
-  compiled_ = options_.mode == CompileOptions::Mode::kCompiled ||
-              (options_.mode == CompileOptions::Mode::kDefault &&
-               !(env != nullptr && std::string(env) == "0"));
-  options_.cuda_graphs = options_.cuda_graphs || CudaGraphsFromEnv();
+// Symbols for a new signature: the named dims (kDims), or the dims in which it differs from the
+// first compiled signature (kAuto); nullopt for a static compile (`why` says why, if tried).
+std::optional<codegen::SymbolicShapes> CompiledFn::State::SymbolsFor(
+    const std::vector<TensorType>& types, std::string* why) const {
+  if (options.dynamic == CompileOptions::Dynamic::kDims) {
+    return ValueOrThrow(codegen::NamedSymbols(types, options.dynamic_dims));
+  }
+  if (options.dynamic != CompileOptions::Dynamic::kAuto || entries.empty()) return std::nullopt;
+  std::optional<codegen::SymbolicShapes> s = codegen::SymbolsBetween(entries.front()->types, types);
+  if (!s) *why = "the signatures differ in more than sizes";
+  return s;
 }
 
-CompiledFn::Entry& CompiledFn::EntryFor(const std::vector<Tensor>& inputs) {
-  if (last_ != nullptr && SameTypes(last_->types, inputs)) return *last_;  // no string building
-  const std::string sig = Signature(inputs);
-  if (auto it = cache_.find(sig); it != cache_.end()) {
-    last_ = &it->second;
-    return it->second;
-  }
-  if (!cache_.empty() && !options_.recompile) {
-    for (size_t i = 0; i < inputs.size() && i < first_types_.size(); ++i) {
-      KILN_CHECK(inputs[i].type() == first_types_[i], "compiled function: input ", i, " is ",
-                 Describe(inputs[i].type()), " but the function was compiled for ",
-                 Describe(first_types_[i]), " (recompile is off)");
+std::unique_ptr<Entry> CompiledFn::State::Compile(const std::vector<TensorType>& types) {
+  auto entry = std::make_unique<Entry>();
+  entry->types = types;
+  std::string not_symbolic;
+  if (std::optional<codegen::SymbolicShapes> s = SymbolsFor(types, &not_symbolic)) {
+    absl::StatusOr<ir::Graph> g = codegen::TraceSymbolic(fn, types, *s);
+    if (g.ok()) {
+      BuildPlan(*std::move(g), *std::move(s), options, *entry);
+      entry->symbols = entry->exe->symbols();
+      return entry;
     }
-    KILN_CHECK(inputs.size() == first_types_.size(), "compiled function: called with ",
-               inputs.size(), " inputs, compiled for ", first_types_.size());
+    if (options.dynamic == CompileOptions::Dynamic::kDims) ThrowIfError(g.status());
+    not_symbolic = std::string(g.status().message());
   }
-  KILN_CHECK(static_cast<int>(cache_.size()) < options_.max_signatures,
-             "compiled function: more than ", options_.max_signatures,
-             " input signatures; new one: ", sig);
-  const auto t0 = std::chrono::steady_clock::now();
-  Dumper dump(DumpDir(options_));
-  ir::Graph graph = ValueOrThrow(ir::Trace(fn_, inputs));
-  Entry entry;
-  entry.report.traced_graph = ir::PrintGraph(graph);
-  dump.Graph("traced", graph);
-  passes::PassContext ctx;
-  ctx.fuse_elementwise = options_.fuse_elementwise;
-  ctx.fuse_softmax = options_.fuse_softmax;
-  ctx.merge_gemms = options_.merge_gemms;
-  ctx.fuse_gemm_epilogues = options_.fuse_gemm_epilogues;
-  ctx.after_pass = [&](const std::string& pass, const ir::Graph& g) { dump.Graph(pass, g); };
-  ThrowIfError(passes::DefaultPipeline().Run(graph, ctx));
-  entry.report.final_graph = ir::PrintGraph(graph);
-  entry.report.explain = ctx.explain;
-  for (const ir::Node& n : graph.nodes()) {
-    if (n.kind == ir::NodeKind::kFusion) dump.Kernel(n, FusedFrom(*n.body));
+  BuildPlan(ValueOrThrow(ir::Trace(fn, types)), {}, options, *entry);
+  if (!not_symbolic.empty()) entry->report.symbolic_dims = "not symbolic: " + not_symbolic;
+  return entry;
+}
+
+void CompiledFn::State::CheckRecompileAllowed(const std::vector<TensorType>& types) const {
+  if (entries.empty()) return;
+  if (!options.recompile) {
+    const std::vector<TensorType>& first = entries.front()->types;
+    KILN_CHECK(types.size() == first.size(), "compiled function: called with ", types.size(),
+               " inputs, compiled for ", first.size(), " (recompile is off)");
+    for (size_t i = 0; i < types.size(); ++i) {
+      KILN_CHECK(types[i] == first[i], "compiled function: input ", i, " is ", Describe(types[i]),
+                 " but the function was compiled for ", Describe(first[i]), " (recompile is off)");
+    }
   }
-  entry.exe = ValueOrThrow(codegen::Executable::Build(std::move(graph)));
-  entry.report.kernels_per_step = entry.exe->kernels_per_step();
-  entry.report.fused_kernels = entry.exe->fused_kernels();
-  entry.report.nvrtc_ms = entry.exe->nvrtc_ms();
-  for (const std::string& line : entry.exe->epilogue_choices()) {
-    entry.report.explain.push_back(line);
-    ctx.explain.push_back(line);  // into the dump's explain.txt too
+  KILN_CHECK(static_cast<int>(entries.size()) < options.max_signatures,
+             "compiled function: more than ", options.max_signatures,
+             " input signatures (dims that vary are made symbolic only when nothing but sizes "
+             "change; set options.dynamic or max_signatures); new one: ",
+             Signature(types));
+}
+
+Entry& CompiledFn::State::EntryFor(const std::vector<Tensor>& inputs) {
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    if ((*it)->Serves(inputs)) return **it;
   }
-  entry.report.planned_peak_bytes = entry.exe->planned_peak_bytes();
-  entry.report.total_intermediate_bytes = entry.exe->total_intermediate_bytes();
-  entry.report.compile_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  dump.Text("explain.txt", absl::StrJoin(ctx.explain, "\n") + "\n", "fusion explain log");
-  dump.Finish();
+  const std::vector<TensorType> types = TypesOf(inputs);
+  CheckRecompileAllowed(types);
+  std::unique_ptr<Entry> entry = Compile(types);
+  ++compilations;
   if (DebugLevel() >= 1) {
-    std::cerr << "kiln: compiled " << sig << " in " << entry.report.compile_ms << " ms ("
-              << entry.report.kernels_per_step << " kernels per step, "
-              << entry.report.fused_kernels << " fused)\n";
+    std::cerr << "kiln: compiled " << Signature(types) << " in " << entry->report.compile_ms
+              << " ms (" << entry->report.kernels_per_step << " kernels per step, "
+              << entry->report.fused_kernels
+              << " fused; symbolic dims: " << entry->report.symbolic_dims << ")\n";
   }
-  if (DebugLevel() >= 2) std::cerr << absl::StrJoin(ctx.explain, "\n") << "\n";
-  for (const Tensor& t : inputs) entry.types.push_back(t.type());
-  if (cache_.empty()) first_types_ = entry.types;
-  if (options_.cuda_graphs && entry.exe->on_cuda()) {
-    entry.report.cuda_graph = "pending (captured after the first call)";
+  if (options.cuda_graphs && entry->exe->on_cuda()) {
+    entry->report.cuda_graph = "pending (captured after the first call)";
   }
-  last_ = &cache_.emplace(sig, std::move(entry)).first->second;
-  return *last_;
+  entries.push_back(std::move(entry));
+  return *entries.back();
 }
 
-std::vector<Tensor> CompiledFn::operator()(const std::vector<Tensor>& inputs) {
-  if (!compiled_) return fn_(inputs);
-  Entry& e = EntryFor(inputs);
-  if (options_.cuda_graphs && e.exe->on_cuda()) return RunWithCudaGraph(e, inputs);
-  return e.exe->Run(inputs);
+CompiledFn::CompiledFn(ir::TensorFn fn, CompileOptions options)
+    : state_(std::make_shared<State>()) {
+  state_->fn = std::move(fn);
+  state_->options = std::move(options);
+  const CompileOptions& o = state_->options;
+  state_->compiled = o.mode == CompileOptions::Mode::kCompiled ||
+                     (o.mode == CompileOptions::Mode::kDefault && !EnvIs("KILN_COMPILE", "0"));
+  state_->options.cuda_graphs = o.cuda_graphs || EnvIs("KILN_CUDA_GRAPHS", "1");
+  if (state_->options.dump_dir.empty()) {
+    const char* env = std::getenv("KILN_DUMP");
+    if (env != nullptr) state_->options.dump_dir = env;
+  }
 }
 
-// Replays one of the entry's CUDA graphs (codegen/cuda_graph.h: by input address, or copy-in),
-// capturing after a plain run when none fits; the report says which, or why none.
-std::vector<Tensor> CompiledFn::RunWithCudaGraph(Entry& e, const std::vector<Tensor>& inputs) {
+bool CompiledFn::compiled() const { return state_->compiled; }
+
+int CompiledFn::compilations() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->compilations;
+}
+
+std::vector<Tensor> CompiledFn::operator()(const std::vector<Tensor>& inputs) const {
+  if (!state_->compiled) return state_->fn(inputs);
+  Entry& e = state_->EntryFor(inputs);
+  if (!state_->options.cuda_graphs || !e.exe->on_cuda()) return e.exe->Run(inputs);
+  // Replays one of the entry's CUDA graphs (by input address, or copy-in), capturing after a
+  // plain run when none fits; the report says which, or why none.
+  std::lock_guard<std::mutex> lock(e.graph_mu);
   if (e.graphs == nullptr) e.graphs = std::make_unique<codegen::CudaGraphCache>(*e.exe);
   std::vector<Tensor> out = e.graphs->Run(inputs);
-  const std::string state = e.graphs->Describe();
-  if (state != e.report.cuda_graph && DebugLevel() >= 1) {
-    std::cerr << "kiln: CUDA graph " << state << "\n";
+  std::string state = e.graphs->Describe();
+  if (state != e.report.cuda_graph) {
+    if (DebugLevel() >= 1) std::cerr << "kiln: CUDA graph " << state << "\n";
+    e.report.cuda_graph = std::move(state);
   }
-  e.report.cuda_graph = state;
   return out;
 }
 
-const CompileReport& CompiledFn::report(const std::vector<Tensor>& inputs) {
-  return EntryFor(inputs).report;
+const CompileReport& CompiledFn::report(const std::vector<Tensor>& inputs) const {
+  return state_->EntryFor(inputs).report;
 }
 
-const codegen::Executable& CompiledFn::executable(const std::vector<Tensor>& inputs) {
-  return *EntryFor(inputs).exe;
+const codegen::Executable& CompiledFn::executable(const std::vector<Tensor>& inputs) const {
+  return *state_->EntryFor(inputs).exe;
 }
 
 CompiledFn compile(ir::TensorFn fn, const std::vector<Tensor>& example_inputs,
@@ -225,8 +253,15 @@ CompiledFn compile(ir::TensorFn fn, const std::vector<Tensor>& example_inputs,
 }
 
 CompiledFn compile(Module& module, const Tensor& example_input, CompileOptions options) {
+  std::weak_ptr<const bool> alive = module.alive_token();
   return compile(
-      [&module](const std::vector<Tensor>& in) { return std::vector<Tensor>{module(in[0])}; },
+      [&module, alive](const std::vector<Tensor>& in) {
+        KILN_CHECK(!alive.expired(),
+                   "compiled function: the module it was compiled from has been destroyed; "
+                   "compile the new module instead");
+        KILN_CHECK(in.size() == 1, "compiled module: takes one input, got ", in.size());
+        return std::vector<Tensor>{module(in[0])};
+      },
       {example_input}, std::move(options));
 }
 

@@ -6,40 +6,64 @@
 //   }, {x});
 //   Tensor y = f({x})[0];
 //
-// The compiled function is specialised on the input shapes, dtypes and devices of the examples.
-// A call with another signature recompiles (cached per signature, up to max_signatures) or,
-// with recompile = false, throws a kiln::Error naming the input that changed. Inputs may have
-// any strides. The mode switch makes the same program run eagerly or compiled:
-// options.mode, or KILN_COMPILE=0/1 in the environment when mode is kDefault.
+// Signatures. The function is compiled for the input dtypes, devices, ranks and sizes of the
+// first call. With options.dynamic = kAuto (the default, like torch's automatic dynamic shapes) a
+// call whose inputs differ only in some sizes makes those dims symbolic and compiles once more:
+// the new plan serves every size of them (codegen/symbolic.h). kDims names the symbolic dims up
+// front; kNone compiles each signature separately. Other changes recompile (cached per
+// signature, up to max_signatures), or, with recompile = false, throw a kiln::Error naming the
+// input that changed. Inputs may have any strides. compilations() counts the plans built.
+//
+// Semantics (torch's, see DESIGN.md "Round 2"): results equal eager's for the same inputs and
+// state, or the call raises. In-place ops on inputs (and on views of them) are applied to the
+// caller's tensors after the plan runs. Weights (tensors the function reads that are not inputs)
+// are read at call time, so in-place updates of them are seen; with options.freeze_weights they
+// may be folded into the plan (GEMM merge concatenates them) and a later in-place change of a
+// folded weight is detected by its version counter and recompiles. Outputs never share memory
+// with weights or folded constants.
+//
+// Threads: a CompiledFn may be called from several threads at once (the signature cache is
+// guarded; plans keep no per-call state; CUDA-graph replays of one signature are serialised).
+// Copies of a CompiledFn share their compiled plans.
+//
+// The mode switch makes the same program run eagerly or compiled: options.mode, or
+// KILN_COMPILE=0/1 in the environment when mode is kDefault.
 //
 // Dumps: options.dump_dir or KILN_DUMP=dir writes the traced graph and the graph after each pass
-// (.txt and .dot), each fused kernel's .cu source and PTX, the fusion explain log and index.md.
-// CUDA graphs: options.cuda_graphs replays the plan as one CUDA graph from the second call on
-// (codegen/cuda_graph.h says how inputs and outputs are bound).
+// (.txt and .dot), each fused kernel's kernel IR, .cu source and PTX, the fusion explain log and
+// index.md. CUDA graphs: options.cuda_graphs replays the plan as one CUDA graph from the second
+// call on (codegen/cuda_graph.h says how inputs and outputs are bound).
 //
 // KILN_DEBUG=1 prints a compile summary to stderr, 2 adds the explain log, 3 kernel sources,
 // 4 the graph after every pass.
 #pragma once
 
-#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "codegen/cuda_graph.h"
-#include "codegen/executable.h"
 #include "ir/tracer.h"
 #include "ops/modules.h"
 
 namespace kiln {
+namespace codegen {
+class Executable;
+}
 
 struct CompileOptions {
   enum class Mode { kDefault, kEager, kCompiled };
+  enum class Dynamic { kNone, kAuto, kDims };
   Mode mode = Mode::kDefault;
   bool fuse_elementwise = true;
   bool fuse_softmax = true;  // scale/mask before a last-dim softmax and a cast after it: 1 kernel
-  bool merge_gemms = true;
+  bool merge_gemms = true;   // linears sharing an input: one GEMM (needs freeze_weights)
   bool fuse_gemm_epilogues = true;  // linear + relu / tanh GELU -> one GEMM with that epilogue
+  // Fold weights into the plan (constant folding over them, GEMM merge); a later in-place
+  // change of a folded weight recompiles. Off: weights are read at call time.
+  bool freeze_weights = false;
+  Dynamic dynamic = Dynamic::kAuto;
+  std::vector<std::pair<int, int>> dynamic_dims;  // kDims: (input, dim) pairs
   // Replay the plan as a CUDA graph after the first call (CUDA inputs; see cuda_graph.h). Also
   // KILN_CUDA_GRAPHS=1 in the environment.
   bool cuda_graphs = false;
@@ -56,6 +80,7 @@ struct CompileReport {
   double compile_ms = 0, nvrtc_ms = 0;
   int64_t planned_peak_bytes = 0;        // intermediates alive at once under liveness release
   int64_t total_intermediate_bytes = 0;  // all intermediates (no reuse)
+  std::string symbolic_dims = "none";    // "s0 = input0[1] = input1[1]", or why not symbolic
   // "off", "pending (captured after the first call)", "on: N graph nodes", or "off: <why>".
   std::string cuda_graph = "off";
 };
@@ -63,34 +88,24 @@ struct CompileReport {
 class CompiledFn {
  public:
   CompiledFn(ir::TensorFn fn, CompileOptions options);
-  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs);
-  bool compiled() const { return compiled_; }  // false when running eagerly (the switch)
-  // The report of the plan for the most recent signature (compiles it if needed).
-  const CompileReport& report(const std::vector<Tensor>& inputs);
-  const codegen::Executable& executable(const std::vector<Tensor>& inputs);
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs) const;
+  bool compiled() const;  // false when running eagerly (the switch)
+  // The report of the plan serving these inputs (compiles it if needed). The reference stays
+  // valid as long as the CompiledFn.
+  const CompileReport& report(const std::vector<Tensor>& inputs) const;
+  const codegen::Executable& executable(const std::vector<Tensor>& inputs) const;
+  int compilations() const;  // plans built so far
+
+  struct State;  // shared by copies; compile.cc
 
  private:
-  struct Entry {
-    std::vector<TensorType> types;  // the input signature
-    std::unique_ptr<codegen::Executable> exe;
-    CompileReport report;
-    std::unique_ptr<codegen::CudaGraphCache> graphs;  // options.cuda_graphs on CUDA
-  };
-  Entry& EntryFor(const std::vector<Tensor>& inputs);
-
-  ir::TensorFn fn_;
-  CompileOptions options_;
-  bool compiled_;
-  std::vector<Tensor> RunWithCudaGraph(Entry& e, const std::vector<Tensor>& inputs);
-
-  std::map<std::string, Entry> cache_;  // by input signature
-  Entry* last_ = nullptr;               // the entry of the previous call (checked first)
-  std::vector<TensorType> first_types_;
+  std::shared_ptr<State> state_;
 };
 
 CompiledFn compile(ir::TensorFn fn, const std::vector<Tensor>& example_inputs,
                    CompileOptions options = {});
-// A module with one input and one output.
+// A module with one input and one output. The compiled function refers to the module: calling
+// it after the module is destroyed raises an error (a new signature would retrace it).
 CompiledFn compile(Module& module, const Tensor& example_input, CompileOptions options = {});
 
 }  // namespace kiln

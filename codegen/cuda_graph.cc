@@ -186,6 +186,7 @@ CudaGraphCache::Key CudaGraphCache::AddressKey(const std::vector<Tensor>& inputs
   Key key;
   for (const Tensor& t : inputs) {
     key.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.data_ptr())));
+    key.insert(key.end(), t.shape().begin(), t.shape().end());  // symbolic plans: one per shape
     key.insert(key.end(), t.strides().begin(), t.strides().end());
   }
   return key;
@@ -193,14 +194,29 @@ CudaGraphCache::Key CudaGraphCache::AddressKey(const std::vector<Tensor>& inputs
 
 std::vector<Tensor> CudaGraphCache::Run(const std::vector<Tensor>& inputs) {
   if (!off_reason_.empty()) return exe_.Run(inputs);
-  if (copy_in_ != nullptr) return copy_in_->Run(inputs);
+  const bool symbolic = !exe_.symbols().empty();
+  if (copy_in_ != nullptr && (!symbolic || copy_in_shapes_ == ShapeKey(inputs))) {
+    return copy_in_->Run(inputs);
+  }
   const Key key = AddressKey(inputs);
   for (size_t i = 0; i < by_address_.size(); ++i) {
     if (by_address_[i].first != key) continue;
     std::rotate(by_address_.begin(), by_address_.begin() + i, by_address_.begin() + i + 1);
     return by_address_[0].second->Run(inputs);
   }
+  // A symbolic plan sees new shapes all the time (a growing sequence): capture a shape only the
+  // second time it comes, so a loop over ever-new sizes pays no capture per call.
+  if (symbolic && seen_once_.insert(key).second) {
+    if (seen_once_.size() > 64) seen_once_.clear();
+    return exe_.Run(inputs);
+  }
   return CaptureAfterRun(inputs, key);
+}
+
+CudaGraphCache::Key CudaGraphCache::ShapeKey(const std::vector<Tensor>& inputs) {
+  Key key;
+  for (const Tensor& t : inputs) key.insert(key.end(), t.shape().begin(), t.shape().end());
+  return key;
 }
 
 // A call whose input addresses have no graph yet: runs the plan (which also compiles any lazily
@@ -219,6 +235,7 @@ std::vector<Tensor> CudaGraphCache::CaptureAfterRun(const std::vector<Tensor>& i
   if (copy_in) {
     by_address_.clear();
     copy_in_ = std::move(*plan);
+    copy_in_shapes_ = ShapeKey(inputs);
     return out;
   }
   by_address_.insert(by_address_.begin(), {key, std::move(*plan)});

@@ -18,12 +18,17 @@
 //    next launch). If the caller still holds the previous call's outputs, that call runs the
 //    plan without the graph instead (reported in fallbacks()), so a result is never overwritten.
 //
-// Capture refuses (with the reason) graphs whose outputs alias an input or a constant.
+// Capture refuses (with the reason) graphs whose outputs alias an input or a constant. A plan
+// with symbolic dims gets one graph per concrete shape (shapes are part of the key), captured
+// the second time a shape comes.
+//
+// Not thread-safe: CompiledFn serialises calls that replay graphs.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -97,12 +102,15 @@ class CudaGraphCache {
 
  private:
   using Key = std::vector<int64_t>;
-  static Key AddressKey(const std::vector<Tensor>& inputs);
+  static Key AddressKey(const std::vector<Tensor>& inputs);  // addresses, shapes, strides
+  static Key ShapeKey(const std::vector<Tensor>& inputs);
   std::vector<Tensor> CaptureAfterRun(const std::vector<Tensor>& inputs, const Key& key);
 
   const Executable& exe_;
   std::vector<std::pair<Key, std::unique_ptr<CudaGraphPlan>>> by_address_;  // most recent first
   std::unique_ptr<CudaGraphPlan> copy_in_;
+  Key copy_in_shapes_;       // the shapes the copy-in graph was captured for
+  std::set<Key> seen_once_;  // symbolic plans: keys run once without a graph
   int captures_ = 0;
   std::string off_reason_;
 };

@@ -7,9 +7,6 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "codegen/epilogue_choice.h"
-#include "codegen/fused_kernel.h"
-#include "codegen/fused_softmax.h"
 #include "ops/dispatch.h"
 #include "profiler/host.h"
 #include "runtime/status.h"
@@ -20,71 +17,83 @@ using ir::Node;
 using ir::NodeKind;
 using ir::ValueId;
 
-absl::StatusOr<std::unique_ptr<Executable>> Executable::Build(ir::Graph graph) {
-  std::unique_ptr<Executable> e(new Executable(std::move(graph)));
+absl::StatusOr<std::unique_ptr<Executable>> Executable::Build(ir::Graph graph,
+                                                              SymbolicShapes symbols) {
+  std::unique_ptr<Executable> e(new Executable(std::move(graph), std::move(symbols)));
   KILN_RETURN_IF_ERROR(e->Prepare());
   return e;
 }
 
+namespace {
+
+Step::Kind KindOf(const Node& n) {
+  if (n.kind == NodeKind::kResult) return Step::Kind::kResult;
+  if (TemplateFor(n) != nullptr) return Step::Kind::kFamily;
+  if (n.kind == NodeKind::kOp && GetOpDef(n.op).view != nullptr) return Step::Kind::kView;
+  return Step::Kind::kOp;
+}
+
+}  // namespace
+
 absl::Status Executable::Prepare() {
-  std::vector<size_t> fusions;
+  std::vector<int> step_of(graph_.num_values(), -1);
   for (ValueId v = 0; v < graph_.num_values(); ++v) {
     const Node& n = graph_.node(v);
     if (n.kind == NodeKind::kInput || n.kind == NodeKind::kConstant) continue;
-    const bool view = n.kind == NodeKind::kOp && GetOpDef(n.op).view != nullptr;
-    steps_.push_back({v, !view, {}});
-    steps_.back().softmax_fusion = n.kind == NodeKind::kFusion && SoftmaxOfFusion(*n.body) >= 0;
-    if (n.kind == NodeKind::kOp && n.op == OpId::kLinear && n.attrs.epilogue != Epilogue::kNone) {
-      const EpilogueChoice c = ChooseEpilogue(graph_, n);
-      steps_.back().split_epilogue = !c.fused;
-      if (!c.explain.empty()) epilogue_choices_.push_back(c.explain);
+    Step s{v, KindOf(n)};
+    if (n.kind == NodeKind::kFusion) s.results.assign(n.body->outputs().size() - 1, -1);
+    if (n.kind == NodeKind::kResult) {
+      steps_[step_of[n.inputs[0]]].results[n.index - 1] = v;
     }
-    if (n.kind == NodeKind::kFusion && n.type.device.is_cuda())
-      fusions.push_back(steps_.size() - 1);
+    step_of[v] = static_cast<int>(steps_.size());
+    steps_.push_back(std::move(s));
   }
-  // Liveness: the last step reading each intermediate releases it (never inputs, constants or
-  // graph outputs).
+  PlanLiveness();
+  PlanMemory();
+  return LowerFamilies();
+}
+
+// The last step reading each intermediate releases it (never inputs, constants or graph
+// outputs); a view keeps its base alive as long as itself.
+void Executable::PlanLiveness() {
   std::vector<int> last(graph_.num_values(), -1);
   for (size_t i = 0; i < steps_.size(); ++i) {
     for (ValueId in : graph_.node(steps_[i].value).inputs) last[in] = static_cast<int>(i);
   }
-  // A view keeps its base's storage alive: the base lives as long as its last view.
-  std::vector<bool>& pinned = pinned_;  // outputs and what they view
-  pinned.assign(graph_.num_values(), false);
-  for (ValueId v : graph_.outputs()) pinned[v] = true;
+  pinned_.assign(graph_.num_values(), false);
+  for (ValueId v : graph_.outputs()) pinned_[v] = true;
   for (ValueId v = graph_.num_values() - 1; v >= 0; --v) {
     const Node& n = graph_.node(v);
     if (n.kind != NodeKind::kOp || GetOpDef(n.op).view == nullptr) continue;
     last[n.inputs[0]] = std::max(last[n.inputs[0]], last[v]);
-    pinned[n.inputs[0]] = pinned[n.inputs[0]] || pinned[v];
-  }
-  for (ValueId v = 0; v < graph_.num_values(); ++v) {
-    if (pinned[v]) last[v] = -1;
+    pinned_[n.inputs[0]] = pinned_[n.inputs[0]] || pinned_[v];
   }
   for (ValueId v = 0; v < graph_.num_values(); ++v) {
     const NodeKind k = graph_.node(v).kind;
-    if (last[v] >= 0 && k != NodeKind::kInput && k != NodeKind::kConstant) {
-      steps_[last[v]].last_uses.push_back(v);
-    }
+    if (pinned_[v] || last[v] < 0 || k == NodeKind::kInput || k == NodeKind::kConstant) continue;
+    steps_[last[v]].last_uses.push_back(v);
   }
-  PlanMemory();
-  // Compile the distinct fused kernels in parallel threads.
+}
+
+// Lowers the nodes kernel families own: their CUDA kernels compile in parallel threads.
+absl::Status Executable::LowerFamilies() {
+  std::vector<size_t> family;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    if (steps_[i].kind == Step::Kind::kFamily) family.push_back(i);
+  }
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<absl::Status> status(fusions.size());
+  std::vector<absl::Status> status(family.size());
   std::vector<std::thread> threads;
-  for (size_t i = 0; i < fusions.size(); ++i) {
+  for (size_t i = 0; i < family.size(); ++i) {
     threads.emplace_back([&, i] {
-      Step& s = steps_[fusions[i]];
+      Step& s = steps_[family[i]];
       const Node& n = graph_.node(s.value);
       try {
-        if (s.softmax_fusion) {
-          s.softmax = CompileSoftmaxFusion(n);
-        } else {
-          s.cuda = cuda_ops::CompileElementwiseKernels(n.name, FusionExpression(*n.body),
-                                                       FusionInputTypes(*n.body), n.type.dtype);
-        }
+        s.kernel = TemplateFor(n)->Lower(graph_, n);
       } catch (const Error& e) {
-        status[i] = e.status();
+        status[i] = absl::Status(
+            e.code(), absl::StrCat(n.name.empty() ? "%" : n.name, " ",
+                                   n.name.empty() ? absl::StrCat(s.value) : "", ": ", e.what()));
       }
     });
   }
@@ -92,6 +101,11 @@ absl::Status Executable::Prepare() {
   nvrtc_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   for (const absl::Status& s : status) KILN_RETURN_IF_ERROR(s);
+  for (size_t i : family) {
+    if (std::string note = steps_[i].kernel->explain(); !note.empty()) {
+      lowering_notes_.push_back(std::move(note));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -113,16 +127,39 @@ void Executable::PlanMemory() {
 
 namespace {
 
-void RunSoftmaxFusion(const Step& s, const Node& n, absl::Span<const Tensor> args,
-                      const Tensor& out) {
-  if (n.type.device.is_cuda()) {
-    cuda_ops::LaunchFusedSoftmax(s.softmax, args, out);
-  } else {
-    EvaluateSoftmaxFusionOnCpu(*n.body, args, out);
-  }
+// The broadcast shape of a fused node's operands: its iteration shape at the call's sizes.
+Shape BroadcastOf(absl::Span<const Tensor> args) {
+  Shape shape;
+  for (const Tensor& t : args) shape = ValueOrThrow(BroadcastShapes(shape, t.shape()));
+  return shape;
 }
 
 }  // namespace
+
+void Executable::RunFamily(const Step& s, absl::Span<const Tensor> args,
+                           std::vector<Tensor>& env) const {
+  const Node& n = graph_.node(s.value);
+  std::optional<profiler::OpRange> range;  // a fused kernel is one op to the profiler
+  if (KILN_PREDICT_FALSE(profiler::IsActive()) && n.kind == NodeKind::kFusion) {
+    range.emplace(profiler::Intern(n.name), args);
+  }
+  absl::InlinedVector<Tensor, 2> outs;
+  if (n.kind == NodeKind::kFusion) {
+    const bool sized = symbols_.empty();
+    const Shape shape = sized ? n.type.shape : BroadcastOf(args);
+    for (ValueId o : n.body->outputs()) {
+      outs.push_back(Tensor::Empty(shape, n.body->type(o).dtype, n.type.device));
+    }
+  } else {
+    outs.push_back(
+        Tensor::Empty(symbols_.empty() ? n.type : InferOrThrow(GetOpDef(n.op), args, n.attrs)));
+  }
+  if (outs[0].numel() > 0) s.kernel->Run(args, outs);
+  env[s.value] = outs[0];
+  for (size_t k = 0; k < s.results.size(); ++k) {
+    if (s.results[k] >= 0) env[s.results[k]] = outs[k + 1];
+  }
+}
 
 std::vector<Tensor> Executable::Run(const std::vector<Tensor>& inputs) const {
   std::vector<Tensor> env(graph_.num_values());
@@ -130,37 +167,27 @@ std::vector<Tensor> Executable::Run(const std::vector<Tensor>& inputs) const {
   for (ValueId v = 0; v < graph_.num_values(); ++v) {
     if (graph_.node(v).kind == NodeKind::kConstant) env[v] = graph_.node(v).constant;
   }
+  std::vector<int64_t> symbol_values;
+  if (!symbols_.empty()) symbol_values = symbols_.Values(inputs);
   absl::InlinedVector<Tensor, 8> args;
   for (const Step& s : steps_) {
     const Node& n = graph_.node(s.value);
     args.clear();
     for (ValueId in : n.inputs) args.push_back(env[in]);
-    if (s.split_epilogue) {  // measured: GEMM, then the activation kernel
-      OpAttrs plain = n.attrs, act_attrs;
-      plain.epilogue = Epilogue::kNone;
-      const OpDef* act = EpilogueActivation(n.attrs.epilogue, &act_attrs);
-      env[s.value] = Dispatch(act->id, {Dispatch(n.op, args, plain)}, act_attrs);
-      for (ValueId dead : s.last_uses) env[dead] = Tensor();
-      continue;
+    switch (s.kind) {
+      case Step::Kind::kOp:
+        env[s.value] = Dispatch(n.op, args, n.attrs);
+        break;
+      case Step::Kind::kView:
+        env[s.value] = Dispatch(
+            n.op, args, symbol_values.empty() ? n.attrs : InstantiateAttrs(n, symbol_values));
+        break;
+      case Step::Kind::kFamily:
+        RunFamily(s, args, env);
+        break;
+      case Step::Kind::kResult:
+        break;  // bound by its fusion's step
     }
-    if (n.kind == NodeKind::kOp) {
-      env[s.value] = Dispatch(n.op, args, n.attrs);
-      for (ValueId dead : s.last_uses) env[dead] = Tensor();
-      continue;
-    }
-    std::optional<profiler::OpRange> range;  // a fused kernel is one op to the profiler
-    if (KILN_PREDICT_FALSE(profiler::IsActive())) range.emplace(profiler::Intern(n.name), args);
-    Tensor out = Tensor::Empty(n.type);
-    if (out.numel() > 0) {
-      if (s.softmax_fusion) {
-        RunSoftmaxFusion(s, n, args, out);
-      } else if (n.type.device.is_cuda()) {
-        cuda_ops::LaunchElementwise(s.cuda, args, out);
-      } else {
-        EvaluateFusionOnCpu(*n.body, args, out);
-      }
-    }
-    env[s.value] = std::move(out);
     for (ValueId dead : s.last_uses) env[dead] = Tensor();
   }
   std::vector<Tensor> outs;
@@ -180,7 +207,10 @@ bool Executable::on_cuda() const {
 
 int Executable::kernels_per_step() const {
   int k = 0;
-  for (const Step& s : steps_) k += s.launches_kernel + s.split_epilogue;
+  for (const Step& s : steps_) {
+    if (s.kind == Step::Kind::kOp) ++k;
+    if (s.kind == Step::Kind::kFamily) k += s.kernel->kernel_launches();
+  }
   return k;
 }
 

@@ -1,10 +1,17 @@
-// The executable plan of a compiled graph: a flat list of steps (fused kernels, library ops
-// through the eager kernels, views) replayed over the graph's values. Each intermediate is
-// released right after its last use (liveness), so the caching allocator hands its block to the
-// next step that needs one: peak memory follows the live set, not the sum of all values. Fused
-// kernels (elementwise, or a softmax with its prologue) are compiled for the graph's device when
-// the plan is built (NVRTC, in parallel threads; cached on disk), or evaluated on the CPU for CPU
-// graphs.
+// The executable plan of a compiled graph: a flat list of steps (nodes a kernel family lowered —
+// fused kernels, GEMMs with epilogues —, library ops through the eager kernels, views) replayed
+// over the graph's values. Each intermediate is released right after its last use (liveness),
+// so the caching allocator hands its block to the next step that needs one: peak memory follows
+// the live set, not the sum of all values. Family nodes are lowered when the plan is built
+// (CUDA kernels compiled with NVRTC in parallel threads and cached on disk; CPU graphs evaluate
+// the same kernel IR).
+//
+// A plan built with symbolic dims (codegen/symbolic.h) reads every size from the call's inputs:
+// ops infer their output types from the actual operands as in eager mode, fused kernels
+// allocate outputs of the broadcast input shape, and the size attributes of views are evaluated
+// from the call's symbol values.
+//
+// Run() is const and keeps no state between calls: one plan may run from several threads.
 #pragma once
 
 #include <memory>
@@ -12,51 +19,59 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "codegen/fusion_template.h"
+#include "codegen/symbolic.h"
 #include "ir/graph.h"
-#include "ops/cuda/elementwise_cuda.h"
-#include "ops/cuda/fused_softmax_cuda.h"
 
 namespace kiln::codegen {
 
 struct Step {
+  enum class Kind { kOp, kView, kFamily, kResult };
   ir::ValueId value;
-  bool launches_kernel;                // views and constants do not
-  cuda_ops::ElementwiseKernels cuda;   // fusion steps on CUDA
-  std::vector<ir::ValueId> last_uses;  // values dead after this step: released to the allocator
-  bool split_epilogue = false;  // linear + activation measured faster than the fused epilogue
-  bool softmax_fusion = false;  // a fusion ending in a softmax (codegen/fused_softmax.h)
-  cuda_ops::FusedSoftmaxKernels softmax;  // its kernels on CUDA
+  Kind kind = Kind::kOp;
+  std::shared_ptr<const FusedKernel> kernel;  // kFamily
+  std::vector<ir::ValueId> results;           // kFamily fusions: result node of output k + 1
+  std::vector<ir::ValueId> last_uses;         // values dead after this step: released
 };
 
 class Executable {
  public:
-  static absl::StatusOr<std::unique_ptr<Executable>> Build(ir::Graph graph);
+  // `symbols` describes the graph's symbolic dims (none: a plan for the graph's exact types).
+  static absl::StatusOr<std::unique_ptr<Executable>> Build(ir::Graph graph,
+                                                           SymbolicShapes symbols = {});
 
-  // Runs the plan on inputs matching the graph's input types (any strides).
+  // Runs the plan on inputs matching the graph's input types (any strides; with symbolic dims,
+  // any sizes of those dims).
   std::vector<Tensor> Run(const std::vector<Tensor>& inputs) const;
 
   const ir::Graph& graph() const { return graph_; }
+  const SymbolicShapes& symbols() const { return symbols_; }
   bool on_cuda() const;          // every input and output is a CUDA tensor
-  int kernels_per_step() const;  // steps that launch at least one kernel
+  int kernels_per_step() const;  // kernels the steps launch (a lowered node may launch several)
   int fused_kernels() const;
   double nvrtc_ms() const { return nvrtc_ms_; }
-  // The measured GEMM-epilogue choices (codegen/epilogue_choice.h), one line each.
-  const std::vector<std::string>& epilogue_choices() const { return epilogue_choices_; }
+  // Decisions the lowerings made (GEMM-epilogue timings, codegen/epilogue_choice.h), one a line.
+  const std::vector<std::string>& lowering_notes() const { return lowering_notes_; }
   // Peak bytes of intermediates alive at once under the liveness release (views own nothing;
   // inputs, constants and outputs are not counted), and the sum of all intermediates (what a
-  // plan that kept every value would hold).
+  // plan that kept every value would hold), at the traced sizes.
   int64_t planned_peak_bytes() const { return planned_peak_bytes_; }
   int64_t total_intermediate_bytes() const { return total_intermediate_bytes_; }
 
  private:
-  explicit Executable(ir::Graph graph) : graph_(std::move(graph)) {}
+  Executable(ir::Graph graph, SymbolicShapes symbols)
+      : graph_(std::move(graph)), symbols_(std::move(symbols)) {}
   absl::Status Prepare();
+  absl::Status LowerFamilies();
+  void PlanLiveness();
   void PlanMemory();
+  void RunFamily(const Step& s, absl::Span<const Tensor> args, std::vector<Tensor>& env) const;
 
   ir::Graph graph_;
+  SymbolicShapes symbols_;
   std::vector<Step> steps_;
   double nvrtc_ms_ = 0;
-  std::vector<std::string> epilogue_choices_;
+  std::vector<std::string> lowering_notes_;
   int64_t planned_peak_bytes_ = 0, total_intermediate_bytes_ = 0;
   std::vector<bool> pinned_;  // graph outputs and the values they are views of
 };

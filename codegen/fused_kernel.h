@@ -1,29 +1,30 @@
-// Code generation for fusion nodes: the CUDA program of a fusion body (rendered by the one
-// elementwise skeleton in ops/cuda/elementwise_cuda.h, from each registry row's expression) and
-// the CPU evaluation of the same body in one pass over the output's elements (the registry's
-// scalar functions), so compiled mode also runs, and is tested, without a GPU.
+// Lowering fusion bodies to the kernel IR (ops/kernel_ir.h), and the CPU evaluation of it.
+//
+// A body's inputs become the kernel's inputs (one load each, shared by every use), each op one
+// instruction (identical ones are one value), each returned value a store. The CUDA skeletons of
+// the kernel families print the program (ops/cuda/kernel_render.h); the CPU evaluator runs the
+// same program in one pass over the iteration space with the registry's scalar functions, so
+// compiled mode also runs, and is tested, without a GPU.
+//
+//   kir::Program p = codegen::LowerFusionBody(*node.body);
+//   std::cout << p.ToString();   // the kernel IR, as the dumps show it beside the .cu
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "ir/graph.h"
-#include "ops/cuda/elementwise_cuda.h"
+#include "ops/kernel_ir.h"
 
 namespace kiln::codegen {
 
-// The fused CUDA expression of a body: its ops' registry expressions inlined into one tree over
-// $0..$n (the body inputs, each loaded once), float32 math, explicit casts rounding.
-std::string FusionExpression(const ir::Graph& body);
-// The same for any elementwise value of the body (a softmax fusion's prologue).
-std::string ValueExpression(const ir::Graph& body, ir::ValueId value);
-std::vector<DType> FusionInputTypes(const ir::Graph& body);
-// The full CUDA source of the fusion node's kernels (what the dumps show); softmax fusions get
-// theirs from codegen/fused_softmax.h.
-std::string FusionSource(const ir::Node& fusion);
-// How the node's kernel is launched, for the dump's header ("launch: ...").
-std::string FusionLaunchNote(const ir::Node& fusion);
-// Evaluates a fusion on the CPU into `out` (inputs may broadcast and have any strides).
-void EvaluateFusionOnCpu(const ir::Graph& body, absl::Span<const Tensor> inputs, const Tensor& out);
+// Every value the body returns, stored in its own dtype.
+kir::Program LowerFusionBody(const ir::Graph& body);
+// Only `value` of the body (and what it needs), stored as float32: a softmax fusion's prologue.
+kir::Program LowerBodyValue(const ir::Graph& body, ir::ValueId value);
+// Evaluates `program` on the CPU: outputs[o] = program's store o over the outputs' (common)
+// shape; inputs may broadcast and have any strides.
+void EvaluateProgramOnCpu(const kir::Program& program, absl::Span<const Tensor> inputs,
+                          absl::Span<const Tensor> outputs);
 
 }  // namespace kiln::codegen

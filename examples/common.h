@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "codegen/compile.h"
+#include "codegen/executable.h"
 #include "ir/graph.h"
 #include "ops/factories.h"
 #include "ops/ops.h"

@@ -46,6 +46,16 @@ ValueId Graph::AddOpWithType(OpId op, absl::Span<const ValueId> inputs, const Op
   return AddNode(std::move(n));
 }
 
+ValueId Graph::AddResult(ValueId fusion, int index) {
+  Node n;
+  n.kind = NodeKind::kResult;
+  n.inputs = {fusion};
+  n.index = index;
+  const Graph& body = *nodes_[fusion].body;
+  n.type = body.type(body.outputs()[index]);
+  return AddNode(std::move(n));
+}
+
 std::vector<std::vector<ValueId>> Graph::Users() const {
   std::vector<std::vector<ValueId>> users(nodes_.size());
   for (ValueId v = 0; v < num_values(); ++v) {

@@ -2,9 +2,11 @@
 //
 // Every node defines exactly one value; a value's id is its node's index, and nodes are kept in
 // topological order (a node only uses values defined before it). Besides op nodes there are
-// graph inputs, constants (existing tensors such as weights, referred to, not copied) and fusion
-// nodes, whose body is a subgraph that codegen turns into one kernel: elementwise ops, or
-// elementwise ops ending in a last-dim softmax and at most one cast after it (a softmax fusion).
+// graph inputs, constants (existing tensors such as weights, referred to, not copied), fusion
+// nodes, whose body is a subgraph that codegen turns into one kernel (which bodies a kernel family
+// accepts is the family's business: codegen/fusion_template.h), and results: a fusion whose body
+// returns several values defines the first itself and each further one through a result node
+// (`%7 = result %5 #1 : ...`, multi-output fusion).
 //
 // Text form (prints and parses back, see printer.h):
 //   graph(%0: bfloat16[8192, 768]) {
@@ -26,9 +28,23 @@ namespace kiln::ir {
 
 using ValueId = int32_t;
 
-enum class NodeKind : uint8_t { kInput, kConstant, kOp, kFusion };
+enum class NodeKind : uint8_t { kInput, kConstant, kOp, kFusion, kResult };
 
 class Graph;
+
+// An integer of the graph as a function of its symbolic dims (codegen/symbolic.h): offset +
+// scale·s[a] (·s[b] when b >= 0), or just offset when a < 0. Views whose size attributes follow a
+// symbolic dim carry one per size attribute.
+struct SymInt {
+  int64_t offset = 0, scale = 0;
+  int a = -1, b = -1;
+  bool is_constant() const { return a < 0; }
+  int64_t Eval(absl::Span<const int64_t> symbols) const {
+    if (a < 0) return offset;
+    return offset + scale * symbols[a] * (b < 0 ? 1 : symbols[b]);
+  }
+  friend bool operator==(const SymInt&, const SymInt&) = default;
+};
 
 struct Node {
   NodeKind kind = NodeKind::kOp;
@@ -36,10 +52,17 @@ struct Node {
   absl::InlinedVector<ValueId, 3> inputs;
   OpAttrs attrs;
   TensorType type;
-  std::string name;             // inputs/constants: a label; fusions: the kernel name
-  Tensor constant;              // kConstant: the referenced tensor
-  std::shared_ptr<Graph> body;  // kFusion: the body's inputs are this node's inputs in order,
-                                // its single output is this node's value
+  std::string name;               // inputs/constants: a label; fusions: the kernel name
+  Tensor constant;                // kConstant: the referenced tensor
+  bool local = false;             // kConstant: made while tracing and held by nothing else (a
+                                  // mask built inside the function): safe to fold; others are
+                                  // the user's (weights) and are read at call time
+  std::shared_ptr<Graph> body;    // kFusion: the body's inputs are this node's inputs in order,
+                                  // its first output is this node's value
+  int index = 0;                  // kResult: which output of its fusion (inputs[0]), >= 1
+  uint32_t sym_dims = 0;          // bit d: dim d of `type` is symbolic (sizes read at run time)
+  std::vector<SymInt> sym_attrs;  // views with symbolic sizes: their size attributes (dims list,
+                                  // or slice start and end), evaluated per call
 };
 
 class Graph {
@@ -68,6 +91,8 @@ class Graph {
   std::vector<int> UseCounts() const;
   // The nodes using each value, in node order (graph outputs not included).
   std::vector<std::vector<ValueId>> Users() const;
+  // Adds `%r = result %fusion #index` typed as the body's output `index`.
+  ValueId AddResult(ValueId fusion, int index);
   // True when `v` is an op node of kind `op`.
   bool IsOp(ValueId v, OpId op) const {
     return nodes_[v].kind == NodeKind::kOp && nodes_[v].op == op;

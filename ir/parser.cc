@@ -121,6 +121,7 @@ class Parser {
   absl::Status Statement(Graph* g, Scope* scope);
   absl::StatusOr<ValueId> Constant(Graph* g);
   absl::StatusOr<ValueId> Fusion(Graph* g, const Scope& scope);
+  absl::StatusOr<ValueId> Result(Graph* g, const Scope& scope);
   absl::StatusOr<ValueId> OpCall(Graph* g, const Scope& scope);
   absl::Status Attrs(const OpDef& def, OpAttrs* attrs);
   absl::Status Attr(const OpDef& def, uint32_t* seen, OpAttrs* attrs);
@@ -378,6 +379,8 @@ absl::Status Parser::Statement(Graph* g, Scope* scope) {
     id = Constant(g);
   } else if (word == "fusion") {
     id = Fusion(g, *scope);
+  } else if (word == "result") {
+    id = Result(g, *scope);
   } else {
     id = OpCall(g, *scope);
   }
@@ -415,6 +418,22 @@ absl::StatusOr<ValueId> Parser::Fusion(Graph* g, const Scope& scope) {
   KILN_RETURN_IF_ERROR(ParseBody(body.get()));
   KILN_RETURN_IF_ERROR(Expect('}', "after the fusion body"));
   node.body = std::move(body);
+  return g->AddNode(std::move(node));
+}
+
+// 'result' %fusion '#' index ':' type; the verifier checks it against the fusion's body.
+absl::StatusOr<ValueId> Parser::Result(Graph* g, const Scope& scope) {
+  Word();  // "result"
+  SkipSpace();
+  KILN_ASSIGN_OR_RETURN(ValueId fusion, Use(scope));
+  KILN_RETURN_IF_ERROR(Expect('#', "before the result's index"));
+  KILN_ASSIGN_OR_RETURN(int64_t index, Integer("after '#'"));
+  KILN_RETURN_IF_ERROR(Expect(':', "after the result's index"));
+  Node node;
+  node.kind = NodeKind::kResult;
+  node.inputs = {fusion};
+  node.index = static_cast<int>(index);
+  KILN_ASSIGN_OR_RETURN(node.type, Type("after ':'"));
   return g->AddNode(std::move(node));
 }
 

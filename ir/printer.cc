@@ -48,6 +48,10 @@ void PrintNode(const Graph& g, ValueId v, int indent, std::string* out) {
       PrintBody(*n.body, indent + 2, out);
       absl::StrAppend(out, pad, "}\n");
       return;
+    case NodeKind::kResult:
+      absl::StrAppend(out, pad, Ref(v), " = result ", Ref(n.inputs[0]), " #", n.index, " : ",
+                      PrintType(n.type), "\n");
+      return;
   }
 }
 
@@ -120,6 +124,9 @@ std::string ToDot(const Graph& g, const std::string& name) {
         break;
       case NodeKind::kFusion:
         label = n.name;
+        break;
+      case NodeKind::kResult:
+        label = absl::StrCat("result #", n.index);
         break;
     }
     absl::StrAppend(&out, "  v", v, " [label=\"%", v, " ", label, "\\n", PrintType(n.type), "\"",

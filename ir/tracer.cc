@@ -23,9 +23,9 @@ class Tracer final : public DispatchHook {
  public:
   explicit Tracer(Graph* graph) : graph_(graph) {}
 
-  Tensor AddInput(const Tensor& example, int index) {
-    const ValueId v = graph_->AddInput(example.type(), absl::StrCat("input", index));
-    Tensor p = MakePlaceholder(example.type());
+  Tensor AddInput(const TensorType& type, int index) {
+    const ValueId v = graph_->AddInput(type, absl::StrCat("input", index));
+    Tensor p = MakePlaceholder(type);
     values_[p.storage().get()] = v;
     return p;
   }
@@ -65,6 +65,20 @@ class Tracer final : public DispatchHook {
   std::map<std::tuple<const Storage*, int64_t, Shape, Strides>, ValueId> constants_;
 };
 
+// Constants only the graph holds now that the function returned (each node's tensor object is
+// its own, and every holder of the storage is such a node) were made while tracing.
+void MarkLocalConstants(Graph& graph) {
+  std::unordered_map<const Storage*, long> holders;
+  for (const Node& n : graph.nodes()) {
+    if (n.kind == NodeKind::kConstant) ++holders[n.constant.storage().get()];
+  }
+  for (Node& n : graph.mutable_nodes()) {
+    if (n.kind != NodeKind::kConstant) continue;
+    const Storage* s = n.constant.storage().get();
+    n.local = n.constant.handle_count() == 1 && n.constant.storage().use_count() == holders[s];
+  }
+}
+
 }  // namespace
 
 bool IsPlaceholder(const Tensor& t) {
@@ -73,6 +87,17 @@ bool IsPlaceholder(const Tensor& t) {
 }
 
 absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<Tensor>& examples) {
+  std::vector<TensorType> types;
+  for (size_t i = 0; i < examples.size(); ++i) {
+    if (!examples[i].defined()) {
+      return absl::InvalidArgumentError(absl::StrCat("trace: example input ", i, " is undefined"));
+    }
+    types.push_back(examples[i].type());
+  }
+  return Trace(fn, types);
+}
+
+absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<TensorType>& examples) {
   Graph graph;
   Tracer tracer(&graph);
   try {
@@ -91,6 +116,7 @@ absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<Tensor>& examp
   } catch (const Error& e) {
     return absl::Status(e.code(), absl::StrCat("while tracing: ", e.what()));
   }
+  MarkLocalConstants(graph);
   return graph;
 }
 

@@ -22,6 +22,8 @@ using TensorFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 // Traces `fn` on placeholders shaped like `examples`; kiln::Error thrown inside `fn` (bad
 // shapes, using data while tracing) becomes the returned status.
 absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<Tensor>& examples);
+// The same from the input types alone (symbolic compiles trace at probe sizes).
+absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<TensorType>& input_types);
 
 // True for a tracing placeholder (a tensor without memory that is not a Meta tensor).
 bool IsPlaceholder(const Tensor& t);

@@ -27,6 +27,8 @@ std::string Describe(const Graph& g, ValueId v) {
       return absl::StrCat("%", v, " (", GetOpDef(n.op).name, ")");
     case NodeKind::kFusion:
       return absl::StrCat("%", v, " (fusion ", n.name, ")");
+    case NodeKind::kResult:
+      return absl::StrCat("%", v, " (result #", n.index, ")");
   }
   return absl::StrCat("%", v);
 }
@@ -35,7 +37,7 @@ absl::Status Fail(const std::string& where, absl::string_view message) {
   return absl::InternalError(absl::StrCat(where, message));
 }
 
-absl::Status VerifyGraph(const Graph& g, const std::string& where);
+absl::Status VerifyGraph(const Graph& g, const std::string& where, const FusionBodyCheck& check);
 
 absl::Status CheckOperandsDefined(const Graph& g, ValueId v, const std::string& where) {
   for (ValueId in : g.node(v).inputs) {
@@ -119,10 +121,8 @@ absl::Status CheckFusionInterface(const Graph& g, ValueId v, const std::string& 
                                " but operand %", n.inputs[i], " has ", PrintType(want)));
     }
   }
-  if (body.outputs().size() != 1) {
-    return Fail(where, absl::StrCat(Describe(g, v), ": body returns ", body.outputs().size(),
-                                    " values, expected 1"));
-  }
+  if (body.outputs().empty())
+    return Fail(where, absl::StrCat(Describe(g, v), ": body returns nothing"));
   const TensorType& out = body.type(body.outputs()[0]);
   if (!(out == n.type)) {
     return Fail(where, absl::StrCat(Describe(g, v), ": body returns ", PrintType(out),
@@ -131,45 +131,54 @@ absl::Status CheckFusionInterface(const Graph& g, ValueId v, const std::string& 
   return absl::OkStatus();
 }
 
-// Elementwise ops, optionally ending in a softmax fusion's tail: a last-dim softmax, then at most
-// one cast of it; the tail's last value is the body's output.
-absl::Status CheckFusionBodyOps(const Graph& g, ValueId v, const std::string& where) {
+// A body holds ops only (no constants, no nested fusions); which ops is the kernel family's rule
+// (`check`, from codegen/fusion_template.h).
+absl::Status CheckFusionBodyOps(const Graph& g, ValueId v, const std::string& where,
+                                const FusionBodyCheck& check) {
   const Graph& body = *g.node(v).body;
-  ValueId softmax = -1;
   for (ValueId b = 0; b < body.num_values(); ++b) {
-    const Node& bn = body.node(b);
-    if (bn.kind == NodeKind::kInput) continue;
-    if (softmax < 0 && IsLastDimSoftmax(bn)) {
-      softmax = b;
-      continue;
-    }
-    if (bn.kind != NodeKind::kOp || !GetOpDef(bn.op).is_elementwise()) {
+    const NodeKind k = body.node(b).kind;
+    if (k != NodeKind::kInput && k != NodeKind::kOp) {
       return Fail(where, absl::StrCat(Describe(g, v), ": body value ", Describe(body, b),
-                                      " is not an elementwise op; a fusion body holds elementwise "
-                                      "ops, optionally ending in a softmax over the last dim"));
-    }
-    if (softmax >= 0 && (bn.op != OpId::kCast || bn.inputs[0] != softmax || b != softmax + 1)) {
-      return Fail(where, absl::StrCat(Describe(g, v), ": body value ", Describe(body, b),
-                                      " follows the softmax ", Describe(body, softmax),
-                                      "; only one cast of the softmax may"));
+                                      " is not an op; fusion bodies hold ops only"));
     }
   }
-  if (softmax >= 0 && body.outputs()[0] != body.num_values() - 1) {
-    return Fail(where, absl::StrCat(Describe(g, v), ": body returns %", body.outputs()[0],
-                                    ", not its last value (the softmax or its cast)"));
+  if (!check) return absl::OkStatus();
+  const absl::Status s = check(body);
+  if (s.ok()) return s;
+  return Fail(where, absl::StrCat(Describe(g, v), ": ", s.message()));
+}
+
+// A result names a further output of the fusion before it, with that output's type.
+absl::Status CheckResult(const Graph& g, ValueId v, const std::string& where) {
+  const Node& n = g.node(v);
+  if (n.inputs.size() != 1 || g.node(n.inputs[0]).kind != NodeKind::kFusion) {
+    return Fail(where, absl::StrCat(Describe(g, v), ": a result takes one fusion operand"));
+  }
+  const Graph& body = *g.node(n.inputs[0]).body;
+  if (n.index < 1 || n.index >= static_cast<int>(body.outputs().size())) {
+    return Fail(where, absl::StrCat(Describe(g, v), ": index ", n.index, " but the fusion %",
+                                    n.inputs[0], " returns ", body.outputs().size(), " values"));
+  }
+  const TensorType& want = body.type(body.outputs()[n.index]);
+  if (!(want == n.type)) {
+    return Fail(where, absl::StrCat(Describe(g, v), ": type ", PrintType(n.type), " but output #",
+                                    n.index, " of %", n.inputs[0], " is ", PrintType(want)));
   }
   return absl::OkStatus();
 }
 
-absl::Status CheckFusion(const Graph& g, ValueId v, const std::string& where) {
+absl::Status CheckFusion(const Graph& g, ValueId v, const std::string& where,
+                         const FusionBodyCheck& check) {
   if (g.node(v).body == nullptr) return Fail(where, absl::StrCat(Describe(g, v), ": no body"));
-  KILN_RETURN_IF_ERROR(
-      VerifyGraph(*g.node(v).body, absl::StrCat(where, "in the body of ", Describe(g, v), ": ")));
+  KILN_RETURN_IF_ERROR(VerifyGraph(
+      *g.node(v).body, absl::StrCat(where, "in the body of ", Describe(g, v), ": "), check));
   KILN_RETURN_IF_ERROR(CheckFusionInterface(g, v, where));
-  return CheckFusionBodyOps(g, v, where);
+  return CheckFusionBodyOps(g, v, where, check);
 }
 
-absl::Status CheckNode(const Graph& g, ValueId v, const std::string& where) {
+absl::Status CheckNode(const Graph& g, ValueId v, const std::string& where,
+                       const FusionBodyCheck& check) {
   const Node& n = g.node(v);
   KILN_RETURN_IF_ERROR(CheckOperandsDefined(g, v, where));
   switch (n.kind) {
@@ -187,19 +196,25 @@ absl::Status CheckNode(const Graph& g, ValueId v, const std::string& where) {
     case NodeKind::kOp:
       return CheckOp(g, v, where);
     case NodeKind::kFusion:
-      return CheckFusion(g, v, where);
+      return CheckFusion(g, v, where, check);
+    case NodeKind::kResult:
+      return CheckResult(g, v, where);
   }
   return Fail(where, absl::StrCat("%", v, ": unknown node kind"));
 }
 
-absl::Status VerifyGraph(const Graph& g, const std::string& where) {
+absl::Status VerifyGraph(const Graph& g, const std::string& where, const FusionBodyCheck& check) {
   KILN_RETURN_IF_ERROR(CheckInputsAndOutputs(g, where));
-  for (ValueId v = 0; v < g.num_values(); ++v) KILN_RETURN_IF_ERROR(CheckNode(g, v, where));
+  for (ValueId v = 0; v < g.num_values(); ++v) {
+    KILN_RETURN_IF_ERROR(CheckNode(g, v, where, check));
+  }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::Status Verify(const Graph& graph) { return VerifyGraph(graph, ""); }
+absl::Status Verify(const Graph& graph, const FusionBodyCheck& check) {
+  return VerifyGraph(graph, "", check);
+}
 
 }  // namespace kiln::ir

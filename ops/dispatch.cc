@@ -161,6 +161,27 @@ const Tensor& DispatchInPlace(OpId id, absl::Span<const Tensor> inputs, const Op
   return RunOpInPlace(def, inputs, attrs);
 }
 
+void DispatchOut(OpId id, absl::Span<const Tensor> inputs, const OpAttrs& attrs,
+                 const Tensor& out) {
+  const OpDef& def = GetOpDef(id);
+  if (g_hook != nullptr || def.view != nullptr || !out.defined()) {
+    Fail(def, inputs, absl::StatusCode::kInvalidArgument,
+         "an out= call needs a defined output, a non-view op and no active trace");
+  }
+  const TensorType type = InferOrThrow(def, inputs, attrs);
+  if (!(type == out.type())) {
+    Fail(def, inputs, absl::StatusCode::kInvalidArgument,
+         absl::StrCat("out= tensor is ", Describe(out.type()), " but the result is ",
+                      Describe(type)));
+  }
+  if (KILN_PREDICT_FALSE(profiler::IsActive())) {
+    profiler::OpRange range(def.name, inputs);
+    RunKernel(def, inputs, out, attrs);
+    return;
+  }
+  RunKernel(def, inputs, out, attrs);
+}
+
 DispatchHook* CurrentDispatchHook() { return g_hook; }
 
 DispatchHook* SetDispatchHook(DispatchHook* hook) {

@@ -18,6 +18,10 @@ Tensor Dispatch(OpId id, absl::Span<const Tensor> inputs, const OpAttrs& attrs =
 // cannot be written into an integer tensor. Returns inputs[0].
 const Tensor& DispatchInPlace(OpId id, absl::Span<const Tensor> inputs, const OpAttrs& attrs = {});
 
+// Runs op(inputs) into `out`, whose type must be the inferred one (torch's out= argument; the
+// compiled plans use it to write into buffers they allocated). Not for views; not while tracing.
+void DispatchOut(OpId id, absl::Span<const Tensor> inputs, const OpAttrs& attrs, const Tensor& out);
+
 // Infers the output type of an op call, throwing kiln::Error naming the op and operands.
 TensorType InferOrThrow(const OpDef& def, absl::Span<const Tensor> inputs, const OpAttrs& attrs);
 // The same over types alone (graphs): arity, one device, then the row's Infer.

@@ -33,11 +33,17 @@ class Module {
   virtual Tensor forward(const Tensor& x) = 0;
   Tensor operator()(const Tensor& x) { return forward(x); }
 
+  // Expires when the module is destroyed (compiled functions refer to their module through it).
+  std::weak_ptr<const bool> alive_token() const { return alive_; }
+
   // Parameters of this module and its submodules, named "child.param" recursively.
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   // Moves/converts every parameter (in place of the old handles).
   void to(Device device);
   void to(DType dtype);
+
+ private:
+  std::shared_ptr<const bool> alive_ = std::make_shared<const bool>(true);
 
  protected:
   // The returned reference stays valid for the module's lifetime.

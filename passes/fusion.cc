@@ -17,8 +17,8 @@ using ir::ValueId;
 
 namespace {
 
-// The CUDA elementwise skeleton reads at most this many inputs per kernel.
-constexpr int kMaxGroupInputs = cuda_ops::kMaxElementwiseInputs;
+// The generated skeletons take at most this many inputs plus outputs per kernel.
+constexpr int kMaxGroupOperands = cuda_ops::kMaxKernelOperands;
 
 bool FloatOrBool(DType t) { return IsFloatingPoint(t) || t == DType::kBool; }
 
@@ -33,7 +33,7 @@ std::string Unfusable(const Graph& g, ValueId v) {
   for (ValueId in : n.inputs) {
     if (!FloatOrBool(g.type(in).dtype)) return "integer operand";
   }
-  if (n.type.rank() > 8) return "rank above 8";
+  if (n.type.rank() > cuda_ops::kMaxKernelRank) return "rank above 8";
   return "";
 }
 
@@ -58,6 +58,63 @@ std::vector<ValueId> ExternalInputs(const Graph& g, const std::vector<ValueId>& 
   return ext;
 }
 
+// Members other than the root that the group must store: used outside it, or graph outputs.
+std::vector<ValueId> ExtraOutputs(const std::vector<ValueId>& members, const FusionGroups& grp,
+                                  int gid) {
+  std::vector<ValueId> extra;
+  for (ValueId m : members) {
+    if (m == members.back()) continue;
+    bool outside = grp.is_output[m];
+    for (ValueId u : grp.users[m]) outside |= grp.group_of[u] != gid;
+    if (outside) extra.push_back(m);
+  }
+  return extra;
+}
+
+int OperandCount(const Graph& g, const std::vector<ValueId>& members, const FusionGroups& grp,
+                 int gid) {
+  return static_cast<int>(ExternalInputs(g, members, grp.group_of, gid).size() +
+                          ExtraOutputs(members, grp, gid).size()) +
+         1;
+}
+
+// Whether `to` can be reached from `from` along uses (ids only grow along a path).
+bool Reaches(const FusionGroups& grp, ValueId from, ValueId to) {
+  std::vector<ValueId> stack = {from};
+  std::set<ValueId> seen;
+  while (!stack.empty()) {
+    const ValueId v = stack.back();
+    stack.pop_back();
+    if (v == to) return true;
+    if (v > to || !seen.insert(v).second) continue;
+    for (ValueId u : grp.users[v]) stack.push_back(u);
+  }
+  return false;
+}
+
+// Why producer `in` may not join the group of `root` ("" if it may).
+std::string Refusal(const Graph& g, ValueId in, ValueId root, const FusionGroups& grp, int gid) {
+  std::string why = Unfusable(g, in);
+  if (!why.empty()) return why;
+  if (g.type(in).shape != g.type(root).shape) {
+    return absl::StrCat("shape ", ShapeString(g.type(in).shape), " differs from the group's ",
+                        ShapeString(g.type(root).shape));
+  }
+  if (!grp.multi_output && grp.is_output[in]) return "graph output (materialised)";
+  for (ValueId u : grp.users[in]) {
+    if (grp.group_of[u] == gid) continue;
+    if (!grp.multi_output) return absl::StrCat("fan-out: also used by %", u);
+    if (Reaches(grp, u, root)) {
+      return absl::StrCat("also used by %", u, ", which leads back into the group");
+    }
+  }
+  return "";
+}
+
+std::string OpName(const Graph& g, ValueId v) {
+  return g.node(v).kind == NodeKind::kOp ? GetOpDef(g.node(v).op).name : "value";
+}
+
 }  // namespace
 
 void GrowFusionGroup(const Graph& g, ValueId root, FusionGroups& grp, PassContext& ctx) {
@@ -68,36 +125,32 @@ void GrowFusionGroup(const Graph& g, ValueId root, FusionGroups& grp, PassContex
     grew = false;
     for (ValueId in : ExternalInputs(g, members, grp.group_of, gid)) {
       if (grp.group_of[in] != -1 || g.node(in).kind != NodeKind::kOp) continue;
-      std::string why = Unfusable(g, in);
-      if (why.empty() && g.type(in).shape != g.type(root).shape) {
-        why = absl::StrCat("shape ", ShapeString(g.type(in).shape), " differs from the group's ",
-                           ShapeString(g.type(root).shape));
-      }
-      if (why.empty() && grp.is_output[in]) why = "graph output (materialised)";
-      for (ValueId u : grp.users[in]) {
-        if (why.empty() && grp.group_of[u] != gid) why = absl::StrCat("fan-out: also used by %", u);
-      }
+      std::string why = Refusal(g, in, root, grp, gid);
       if (why.empty()) {
         grp.group_of[in] = gid;
         members.push_back(in);
-        if (static_cast<int>(ExternalInputs(g, members, grp.group_of, gid).size()) <=
-            kMaxGroupInputs) {
+        std::sort(members.begin(), members.end());
+        if (OperandCount(g, members, grp, gid) <= kMaxGroupOperands) {
           grew = true;
           continue;
         }
-        members.pop_back();
+        members.erase(std::find(members.begin(), members.end(), in));
         grp.group_of[in] = -1;
-        why = absl::StrCat("group would read more than ", kMaxGroupInputs, " inputs");
+        why = absl::StrCat("the kernel would have more than ", kMaxGroupOperands,
+                           " inputs and outputs");
       }
       if (logged.insert({in, root}).second) {
-        ctx.explain.push_back(
-            absl::StrCat(grp.log_prefix, "not fused: %", in, " (",
-                         g.node(in).kind == NodeKind::kOp ? GetOpDef(g.node(in).op).name : "value",
-                         ") into the group of %", root, ": ", why));
+        ctx.explain.push_back(absl::StrCat(grp.log_prefix, "not fused: %", in, " (", OpName(g, in),
+                                           ") into the group of %", root, ": ", why));
       }
     }
   }
   std::sort(members.begin(), members.end());
+  for (ValueId m : ExtraOutputs(members, grp, gid)) {
+    ctx.explain.push_back(absl::StrCat(grp.log_prefix, "multi-output: %", m, " (", OpName(g, m),
+                                       ") is also used outside the group of %", root,
+                                       ": the fused kernel stores it"));
+  }
 }
 
 namespace {
@@ -121,9 +174,11 @@ std::string KernelName(const Graph& g, const std::vector<ValueId>& members, int 
   return absl::StrCat("kiln_fused_", absl::StrJoin(names, "_"), "_", index);
 }
 
-// The body graph of a group: its external inputs, then the members in order.
+// The body graph of a group: its external inputs, then the members in order; it returns the
+// root, then the further outputs.
 std::shared_ptr<Graph> BuildBody(const Graph& g, const std::vector<ValueId>& members,
-                                 const std::vector<ValueId>& ext) {
+                                 const std::vector<ValueId>& ext,
+                                 const std::vector<ValueId>& extra) {
   auto body = std::make_shared<Graph>();
   std::vector<ValueId> map(g.num_values(), -1);
   for (ValueId e : ext) map[e] = body->AddInput(g.type(e));
@@ -133,9 +188,98 @@ std::shared_ptr<Graph> BuildBody(const Graph& g, const std::vector<ValueId>& mem
     for (ValueId in : n.inputs) ins.push_back(map[in]);
     map[m] = body->AddOpWithType(n.op, ins, n.attrs, n.type);
   }
-  body->SetOutputs({map[members.back()]});
+  std::vector<ValueId> outs = {map[members.back()]};
+  for (ValueId x : extra) outs.push_back(map[x]);
+  body->SetOutputs(std::move(outs));
   return body;
 }
+
+// One unit of the rewritten graph: a node kept as it is, or a whole group.
+struct Unit {
+  ValueId first;  // the node, or the group's root
+  int gid = -1;   // the group, for group units
+  bool done = false;
+};
+
+class Rewriter {
+ public:
+  Rewriter(const Graph& graph, const FusionGroups& grp)
+      : g_(graph), grp_(grp), map_(graph.num_values(), -1) {}
+
+  Graph Run() {
+    std::vector<Unit> units;
+    for (ValueId v = 0; v < g_.num_values(); ++v) {
+      const int gid = grp_.group_of[v];
+      const bool grouped = gid >= 0 && grp_.groups[gid].size() > 1;
+      if (!grouped) units.push_back({v});
+      if (grouped && grp_.groups[gid].back() == v) units.push_back({v, gid});
+    }
+    // Emit units in their original order, each as soon as what it reads exists: a node that
+    // reads a group's further output waits for the group (fusion.h: never a cycle).
+    for (size_t emitted = 0; emitted < units.size();) {
+      for (Unit& u : units) {
+        if (u.done || !Ready(u)) continue;
+        Emit(u);
+        u.done = true;
+        ++emitted;
+        break;
+      }
+    }
+    std::vector<ValueId> outs;
+    for (ValueId v : g_.outputs()) outs.push_back(map_[v]);
+    out_.SetOutputs(std::move(outs));
+    return std::move(out_);
+  }
+
+ private:
+  bool Ready(const Unit& u) const {
+    if (u.gid < 0) {
+      for (ValueId in : g_.node(u.first).inputs) {
+        if (map_[in] < 0) return false;
+      }
+      return true;
+    }
+    for (ValueId in : ExternalInputs(g_, grp_.groups[u.gid], grp_.group_of, u.gid)) {
+      if (map_[in] < 0) return false;
+    }
+    return true;
+  }
+
+  void Emit(const Unit& u) {
+    const Node& n = g_.node(u.first);
+    if (u.gid < 0) {
+      if (n.kind == NodeKind::kInput) {
+        map_[u.first] = out_.AddInput(n.type, n.name);
+        return;
+      }
+      Node copy = n;
+      for (ValueId& in : copy.inputs) in = map_[in];
+      map_[u.first] = out_.AddNode(std::move(copy));
+      return;
+    }
+    const std::vector<ValueId>& members = grp_.groups[u.gid];
+    const std::vector<ValueId> ext = ExternalInputs(g_, members, grp_.group_of, u.gid);
+    const std::vector<ValueId> extra = ExtraOutputs(members, grp_, u.gid);
+    Node f;
+    f.kind = NodeKind::kFusion;
+    for (ValueId e : ext) f.inputs.push_back(map_[e]);
+    f.type = n.type;
+    f.sym_dims = n.sym_dims;
+    f.name = KernelName(g_, members, fused_++);
+    f.body = BuildBody(g_, members, ext, extra);
+    const ValueId fusion = out_.AddNode(std::move(f));
+    map_[members.back()] = fusion;
+    for (size_t k = 0; k < extra.size(); ++k) {
+      map_[extra[k]] = out_.AddResult(fusion, static_cast<int>(k) + 1);
+    }
+  }
+
+  const Graph& g_;
+  const FusionGroups& grp_;
+  std::vector<ValueId> map_;
+  Graph out_;
+  int fused_ = 0;
+};
 
 }  // namespace
 
@@ -143,37 +287,7 @@ bool RewriteFusionGroups(Graph& graph, const FusionGroups& grp) {
   bool any = false;
   for (const auto& m : grp.groups) any |= m.size() > 1;
   if (!any) return false;
-  Graph out;
-  std::vector<ValueId> map(graph.num_values(), -1);
-  int fused = 0;
-  for (ValueId v = 0; v < graph.num_values(); ++v) {
-    const Node& n = graph.node(v);
-    const int gid = grp.group_of[v];
-    const bool in_group = gid >= 0 && grp.groups[gid].size() > 1;
-    if (n.kind == NodeKind::kInput) {
-      map[v] = out.AddInput(n.type, n.name);
-    } else if (in_group && grp.groups[gid].back() != v) {
-      continue;  // a member: lives in the root's body
-    } else if (in_group) {
-      const auto& members = grp.groups[gid];
-      const auto ext = ExternalInputs(graph, members, grp.group_of, gid);
-      Node f;
-      f.kind = NodeKind::kFusion;
-      for (ValueId e : ext) f.inputs.push_back(map[e]);
-      f.type = n.type;
-      f.name = KernelName(graph, members, fused++);
-      f.body = BuildBody(graph, members, ext);
-      map[v] = out.AddNode(std::move(f));
-    } else {
-      Node copy = n;
-      for (ValueId& in : copy.inputs) in = map[in];
-      map[v] = out.AddNode(std::move(copy));
-    }
-  }
-  std::vector<ValueId> outs;
-  for (ValueId v : graph.outputs()) outs.push_back(map[v]);
-  out.SetOutputs(std::move(outs));
-  graph = std::move(out);
+  graph = Rewriter(graph, grp).Run();
   return true;
 }
 

@@ -3,11 +3,17 @@
 //
 // Rules (each refusal is written to the explain log with its reason):
 // - a group grows from its last op backwards through producers that are elementwise, produce
-//   the group's output shape, have floating/bool dtypes and are used only inside the group
-//   (a producer with outside users or that is a graph output materialises: no recompute);
-// - a group reads at most 3 distinct external values (the CUDA skeleton's limit);
+//   the group's output shape and have floating/bool dtypes;
+// - a producer that is also used outside the group, or is a graph output, joins the group as a
+//   further output (multi-output fusion: the kernel stores it once, `result` nodes hand it to
+//   its other users) unless one of those users leads back into the group (a cycle); it is
+//   neither materialised by a kernel of its own nor recomputed;
+// - a group has at most cuda_ops::kMaxKernelOperands inputs plus outputs (the kernel-parameter
+//   budget of the generated skeletons);
 // - groups of one op stay plain ops (their eager kernel is the same kernel).
-// Requires a verified graph; guarantees every fusion body holds elementwise ops only.
+// Requires a verified graph; guarantees every fusion body holds elementwise ops only, returns
+// the group's root first and then its further outputs, and keeps the graph topologically
+// ordered (a group's other users move after it).
 #pragma once
 
 #include <string>
@@ -42,6 +48,7 @@ struct FusionGroups {
   std::vector<std::vector<ir::ValueId>> users;   // value -> its consumers
   std::vector<bool> is_output;                   // graph outputs
   std::string log_prefix;                        // prefixes this pass's explain lines
+  bool multi_output = true;  // producers used outside join as further outputs (else refused)
 };
 
 // Why `v` cannot be an elementwise fusion member at all ("" if it can).
@@ -49,9 +56,10 @@ std::string Unfusable(const ir::Graph& g, ir::ValueId v);
 // Grows the group of `root` (already in groups) backwards to a fixed point by the rules above;
 // logs each refusal once.
 void GrowFusionGroup(const ir::Graph& g, ir::ValueId root, FusionGroups& groups, PassContext& ctx);
-// Replaces each group of two or more members by one kFusion node at its root (body: the
-// external inputs, then the members), named kiln_fused_<ops>_<n>. Returns whether it changed
-// the graph.
+// Replaces each group of two or more members by one kFusion node (body: the external inputs,
+// then the members; outputs: the root, then each member used outside the group, reached through
+// result nodes), named kiln_fused_<ops>_<n>, placed where its inputs are ready; nodes that use
+// its further outputs follow it. Returns whether it changed the graph.
 bool RewriteFusionGroups(ir::Graph& graph, const FusionGroups& groups);
 
 }  // namespace kiln::passes

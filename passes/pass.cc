@@ -19,7 +19,7 @@ absl::Status Pipeline::Run(ir::Graph& graph, PassContext& ctx) const {
       return absl::Status(changed.status().code(),
                           absl::StrCat("pass ", pass->name(), ": ", changed.status().message()));
     }
-    const absl::Status verified = ir::Verify(graph);
+    const absl::Status verified = ir::Verify(graph, ctx.check_fusion_body);
     if (!verified.ok()) {
       return absl::InternalError(
           absl::StrCat("graph invalid after pass ", pass->name(), ": ", verified.message()));

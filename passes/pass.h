@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "ir/graph.h"
+#include "ir/verifier.h"
 
 namespace kiln::passes {
 
@@ -24,10 +25,14 @@ struct PassContext {
   bool fuse_elementwise = true;
   bool fuse_softmax = true;  // scale/mask prologues and a cast into the softmax kernel
   bool merge_gemms = true;
+  bool fold_constants = true;        // evaluate ops over constants (weights) at compile time
   bool fuse_gemm_epilogues = true;   // linear + relu / tanh GELU -> linear{epilogue}
   std::vector<std::string> explain;  // one line per fusion decision
   // Called with (pass name, graph) after each pass, e.g. to write dumps.
   std::function<void(const std::string&, const ir::Graph&)> after_pass;
+  // The kernel families' rules for fusion bodies, checked by the verifier after every pass
+  // (codegen/fusion_template.h provides them).
+  ir::FusionBodyCheck check_fusion_body;
 };
 
 class Pass {

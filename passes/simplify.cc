@@ -62,7 +62,7 @@ absl::StatusOr<bool> CommonSubexpressionElimination::Run(Graph& graph, PassConte
   return changed;
 }
 
-absl::StatusOr<bool> ConstantFolding::Run(Graph& graph, PassContext&) {
+absl::StatusOr<bool> ConstantFolding::Run(Graph& graph, PassContext& ctx) {
   bool changed = false;
   for (ValueId v = 0; v < graph.num_values(); ++v) {
     Node& n = graph.mutable_node(v);
@@ -71,6 +71,7 @@ absl::StatusOr<bool> ConstantFolding::Run(Graph& graph, PassContext&) {
     for (ValueId in : n.inputs) {
       const Node& p = graph.node(in);
       if (p.kind != NodeKind::kConstant || !p.constant.defined()) break;
+      if (!p.local && !ctx.fold_constants) break;  // the user's tensor: read at call time
       args.push_back(p.constant);
     }
     if (args.size() != n.inputs.size()) continue;
@@ -78,6 +79,7 @@ absl::StatusOr<bool> ConstantFolding::Run(Graph& graph, PassContext&) {
       Tensor value = Dispatch(n.op, args, n.attrs);
       n.kind = NodeKind::kConstant;
       n.constant = value;
+      n.local = true;  // the folded value is the plan's own
       n.name = absl::StrCat("folded_", GetOpDef(n.op).name, "_", v);
       n.inputs.clear();
       changed = true;

@@ -5,7 +5,9 @@
 // CommonSubexpressionElimination: op nodes with the same op, inputs and attributes become one;
 //   requires topological order (always true), keeps it.
 // ConstantFolding: op nodes whose inputs are all constants (and cheap: not matmul/linear) are
-//   evaluated once at compile time and become constants (e.g. a causal mask built in forward).
+//   evaluated once at compile time and become constants (e.g. a causal mask built in forward),
+//   when those constants are the trace's own (Node::local) or the weights are frozen
+//   (PassContext::fold_constants); otherwise the user's tensors are read at call time.
 #pragma once
 
 #include "passes/pass.h"

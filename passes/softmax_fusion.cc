@@ -63,6 +63,7 @@ absl::StatusOr<bool> SoftmaxFusion::Run(Graph& graph, PassContext& ctx) {
   if (!ctx.fuse_softmax) return false;
   FusionGroups grp(graph);
   grp.log_prefix = kLog;
+  grp.multi_output = false;  // the softmax skeleton stores the softmax only
   for (ValueId v = 0; v < graph.num_values(); ++v) {
     const Node& n = graph.node(v);
     if (n.kind != NodeKind::kOp || n.op != OpId::kSoftmax) continue;

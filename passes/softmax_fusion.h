@@ -14,8 +14,9 @@
 // Rules (refusals go to the explain log, prefixed "softmax fusion: "):
 // - only a softmax over the last dim (rank 1..8) is a root; others stay plain ops;
 // - its prologue grows backwards by the elementwise fusion's rules (passes/fusion.h): producers
-//   of the softmax's shape, floating/bool, used only by the chain, not graph outputs, at most 3
-//   external inputs (which may broadcast, like a [S, S] mask against [B, H, S, S] scores);
+//   of the softmax's shape, floating/bool, used only by the chain, not graph outputs (the
+//   softmax skeleton stores one value), within the kernel operand budget; inputs may broadcast,
+//   like a [S, S] mask against [B, H, S, S] scores;
 // - the softmax's single consumer is absorbed when it is a cast to a floating dtype (and the
 //   softmax is not a graph output);
 // - a softmax with nothing to absorb stays a plain op (its eager kernel is as good).

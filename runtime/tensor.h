@@ -53,6 +53,9 @@ class Tensor {
 
   // A view over the same storage; the caller guarantees the view stays inside it.
   Tensor as_strided(IntList shape, IntList strides, int64_t offset) const;
+  // How many handles share this tensor object (copies of this Tensor), and how many tensor
+  // objects share its storage: the tracer tells tensors only it holds from the user's.
+  long handle_count() const { return impl_.use_count(); }
   // True if both handles refer to the same tensor object (not merely the same storage).
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
   bool shares_storage(const Tensor& other) const;

@@ -13,11 +13,14 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/executable.h"
+#include "codegen/fusion_template.h"
 #include "ir/printer.h"
 #include "ir/tracer.h"
 #include "ops/factories.h"
 #include "ops/modules.h"
 #include "ops/ops.h"
+#include "runtime/nvrtc.h"
 #include "runtime/status.h"
 #include "tests/filecheck.h"
 #include "tests/test_util.h"
@@ -46,7 +49,9 @@ TEST(Compile, GeGLUMlpFusesToThreeKernels) {
   Generator gen(0);
   GeGLUMLP mlp(32, 64, gen);
   const Tensor x = randn({16, 32}, gen);
-  CompiledFn f = compile(mlp, x);
+  CompileOptions frozen;
+  frozen.freeze_weights = true;  // GEMM merge concatenates the gate/up weights
+  CompiledFn f = compile(mlp, x, frozen);
   const CompileReport& r = f.report({x});
   EXPECT_EQ(r.kernels_per_step, 3) << r.final_graph;  // merged gate/up GEMM, gelu*mul, down
   EXPECT_EQ(r.fused_kernels, 1);
@@ -108,7 +113,9 @@ TEST(Compile, ElementwiseChainIsOneKernel) {
   ExpectSame(f({x, u}), fn({x, u}), "chain");
 }
 
-TEST(Compile, FanOutProducerMaterialises) {
+// A producer used inside a group and outside it (by a reduction) is one more output of the
+// fused kernel: 2 kernels (the fusion, the sum), not 3.
+TEST(Compile, FanOutProducerIsAFurtherOutputOfTheFusedKernel) {
   Fn fn = [](const std::vector<Tensor>& in) {
     Tensor h = tanh(in[0] + 1.0);
     return std::vector<Tensor>{exp(h) * 2.0, sum(h, {1})};
@@ -118,8 +125,16 @@ TEST(Compile, FanOutProducerMaterialises) {
   CompiledFn f = compile(fn, {x});
   const CompileReport& r = f.report({x});
   bool logged = false;
-  for (const std::string& line : r.explain) logged |= line.find("fan-out") != std::string::npos;
+  for (const std::string& line : r.explain)
+    logged |= line.find("multi-output") != std::string::npos;
   EXPECT_TRUE(logged) << r.final_graph;
+  EXPECT_EQ(r.kernels_per_step, 2) << r.final_graph;
+  EXPECT_TRUE(FileCheck(r.final_graph, R"(
+    CHECK: %[[F:[0-9]+]] = fusion kiln_fused_add_scalar_tanh_exp_mul_scalar_0(
+    CHECK: return %[[ROOT:[0-9]+]], %[[H:[0-9]+]]
+    CHECK: %[[R:[0-9]+]] = result %[[F]] #1
+    CHECK-NEXT: sum(%[[R]])
+  )"));
   EXPECT_LE(r.planned_peak_bytes, r.total_intermediate_bytes);
   ExpectSame(f({x}), fn({x}), "fan-out");
 }
@@ -344,33 +359,203 @@ TEST(Compile, DumpsTheFusedSoftmaxKernel) {
   )"));
 }
 
+// ---- The kernel IR: reuse, many inputs and outputs, symbolic dims -----------------------------
+
+// The CUDA source of the plan's one fusion.
+std::string FusedSource(const CompiledFn& f, const std::vector<Tensor>& in) {
+  for (const ir::Node& n : f.executable(in).graph().nodes()) {
+    if (n.kind == ir::NodeKind::kFusion) return codegen::TemplateFor(n)->Source(n);
+  }
+  return "";
+}
+
+// Every fused kernel of the plan compiles with NVRTC (to PTX: no GPU needed), so a CPU run
+// checks the CUDA code the same plan would launch.
+void ExpectFusedSourcesCompile(const CompiledFn& f, const std::vector<Tensor>& in) {
+  for (const ir::Node& n : f.executable(in).graph().nodes()) {
+    if (n.kind != ir::NodeKind::kFusion) continue;
+    auto ptx = cuda::CompileSource(codegen::TemplateFor(n)->Source(n), n.name, "compute_90",
+                                   /*cubin=*/false);
+    EXPECT_TRUE(ptx.ok()) << n.name << ": " << ptx.status().message();
+  }
+}
+
+// `h = h + tanh(h) * 0.1` uses h twice per level: pasted expressions doubled per level; the
+// kernel IR prints each value once, so the source grows by the same bytes per level.
+TEST(KernelIr, ReusedValuesKeepTheSourceLinear) {
+  for (const bool square : {false, true}) {
+    auto chain = [square](int levels) -> Fn {
+      return [square, levels](const std::vector<Tensor>& in) {
+        Tensor h = in[0];
+        for (int i = 0; i < levels; ++i) h = square ? h * h : h + tanh(h) * 0.1;
+        return std::vector<Tensor>{h};
+      };
+    };
+    const std::vector<int> levels =
+        square ? std::vector<int>{4, 8, 12, 16} : std::vector<int>{15, 30, 45, 60};
+    Generator gen(11);
+    // x*x: values near 1 (2^16 squarings); eager rounds every square to f32, the fused kernel
+    // keeps its intermediates unrounded, so the relative error grows as 2^levels·eps.
+    const std::vector<Tensor> x = {square ? rand({8, 16}, gen) * 2e-4 + 0.9999
+                                          : rand({8, 16}, gen) + 0.5};
+    std::vector<size_t> bytes;
+    for (int l : levels) {
+      CompiledFn f = compile(chain(l), x);
+      EXPECT_EQ(f.report(x).kernels_per_step, 1);
+      bytes.push_back(FusedSource(f, x).size());
+      if (l == levels.back()) ExpectFusedSourcesCompile(f, x);
+      const std::string what = absl::StrCat(square ? "x*x" : "h+tanh(h)", " x", l);
+      if (square) {
+        ExpectClose(to_vector(f(x)[0]), to_vector(chain(l)(x)[0]), {1e-6, 1e-2}, what);
+      } else {
+        ExpectSame(f(x), chain(l)(x), what);
+      }
+    }
+    const double step1 = double(bytes[1] - bytes[0]), step3 = double(bytes[3] - bytes[2]);
+    EXPECT_GT(step1, 0);
+    EXPECT_LT(step3, 1.25 * step1) << "source grows faster than the level count";
+    EXPECT_GT(step3, 0.8 * step1);
+    EXPECT_LT(bytes.back(), 64u << 10);  // 60 levels: tens of KiB, not megabytes
+  }
+}
+
+// One fused kernel reading 12 inputs (several broadcast) and writing 3 outputs.
+Fn TwelveInThreeOut() {
+  return [](const std::vector<Tensor>& in) {
+    Tensor a = in[0] * in[1] + in[2];  // in[1]: a row, broadcast over the rows
+    Tensor b = tanh(a) * in[3] - in[4];
+    Tensor c = b * in[5] + in[6] * in[7];
+    Tensor d = c - in[8] * 0.5 + in[9];  // in[9]: a column, broadcast over the columns
+    Tensor e = sigmoid(d) * in[10] + in[11];
+    return std::vector<Tensor>{e, b, d};
+  };
+}
+
+void RunTwelveInThreeOut(Device device) {
+  Generator gen(12);
+  std::vector<Tensor> in;
+  for (int i = 0; i < 12; ++i) {
+    const Shape shape = i == 1 ? Shape{48} : i == 9 ? Shape{32, 1} : Shape{32, 48};
+    in.push_back(to(randn(shape, gen), device));
+  }
+  CompiledFn f = compile(TwelveInThreeOut(), in);
+  const CompileReport& r = f.report(in);
+  EXPECT_EQ(r.kernels_per_step, 1) << r.final_graph;
+  EXPECT_EQ(r.fused_kernels, 1);
+  EXPECT_TRUE(FileCheck(r.final_graph, R"(
+    CHECK: %[[F:[0-9]+]] = fusion kiln_fused_
+    CHECK: result %[[F]] #1
+    CHECK-NEXT: result %[[F]] #2
+  )"));
+  for (const ir::Node& n : f.executable(in).graph().nodes()) {
+    if (n.kind == ir::NodeKind::kFusion) EXPECT_EQ(n.inputs.size(), 12u);
+  }
+  ExpectFusedSourcesCompile(f, in);
+  ExpectSame(f(in), TwelveInThreeOut()(in), "12 inputs, 3 outputs");
+}
+
+TEST(KernelIr, TwelveInputsThreeOutputsOnCpu) { RunTwelveInThreeOut(kCPU); }
+TEST(KernelIr, TwelveInputsThreeOutputsOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  RunTwelveInThreeOut(CUDA(0));
+}
+
+// A decode-like step whose sequence dim grows every call: scores of one query against T keys,
+// a softmax over T, the weighted sum, a reshape that names T. Auto-dynamic compiles twice (the
+// first size, then once symbolic) for 300 sizes, with and without CUDA graphs.
+Fn GrowingStep() {
+  return [](const std::vector<Tensor>& in) {
+    const Tensor& q = in[0];  // [2, 1, 8]
+    const Tensor& k = in[1];  // [2, T, 8]
+    const int64_t t = k.size(1);
+    Tensor s = softmax(matmul(q, transpose(k, 1, 2)) * 0.35, -1);  // [2, 1, T]
+    Tensor o = matmul(s, k);                                       // [2, 1, 8]
+    Tensor flat = reshape(k, {2 * t, 8});                          // names T in an attribute
+    return std::vector<Tensor>{gelu(o) + 1.0, sum(flat * flat, {0})};
+  };
+}
+
+void RunGrowingSequence(Device device, bool graphs) {
+  Generator gen(13);
+  const Tensor q = to(randn({2, 1, 8}, gen), device);
+  CompileOptions o;
+  o.cuda_graphs = graphs;
+  CompiledFn f(GrowingStep(), o);
+  for (int64_t t = 1; t <= 300; ++t) {
+    const Tensor k = to(randn({2, t, 8}, gen), device);
+    ExpectSame(f({q, k}), GrowingStep()({q, k}), absl::StrCat("sequence length ", t));
+    if (::testing::Test::HasFailure()) return;
+  }
+  EXPECT_EQ(f.compilations(), 2);
+  const Tensor k = to(randn({2, 17, 8}, gen), device);
+  EXPECT_EQ(f.report({q, k}).symbolic_dims, "s0 = input1[1]");
+  ExpectFusedSourcesCompile(f, {q, k});  // the softmax with a run-time row length
+}
+
+TEST(KernelIr, GrowingSequenceCompilesTwiceOnCpu) { RunGrowingSequence(kCPU, false); }
+TEST(KernelIr, GrowingSequenceCompilesTwiceOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  RunGrowingSequence(CUDA(0), false);
+  RunGrowingSequence(CUDA(0), true);
+}
+
+// A function whose ops depend on the size is not made symbolic: it compiles per size, and says
+// why in the report.
+TEST(KernelIr, SizeDependentProgramsStayStatic) {
+  Fn fn = [](const std::vector<Tensor>& in) {
+    Tensor x = in[0];
+    for (int64_t i = 0; i < x.size(0); ++i) x = x + 1.0;  // one op per row
+    return std::vector<Tensor>{x};
+  };
+  Generator gen(14);
+  CompiledFn f(fn, {});
+  for (int64_t rows : {2, 3, 4}) {
+    const Tensor x = randn({rows, 4}, gen);
+    ExpectSame(f({x}), fn({x}), absl::StrCat(rows, " rows"));
+  }
+  EXPECT_EQ(f.compilations(), 3);
+  const std::string why = f.report({randn({3, 4}, gen)}).symbolic_dims;
+  EXPECT_NE(why.find("not symbolic: the traced program changes with the sizes"), std::string::npos)
+      << why;
+}
+
 // ---- Differential testing on seeded random graphs --------------------------------------------
 
 // A random program: a list of steps over a growing pool of values, replayable on any inputs.
+// It reads 3 + extra inputs (up to 12: full-shape, a row [n] and a column [b, 1] that
+// broadcast), reuses values (x * x, h + tanh(h)), returns three values (intermediates often:
+// multi-output fusions), and its structure does not depend on the row count b, so a second call
+// at another b exercises symbolic dims.
 class RandomProgram {
  public:
   RandomProgram(uint64_t seed, DType dtype, Device device)
       : gen_(seed), dtype_(dtype), device_(device) {
     const int64_t b = 2 + Pick(4), n = 3 + Pick(6);
     shape_ = {b, n};
+    extra_inputs_ = Pick(10);
     weight_ = to(cast(randn({n, n}, gen_), dtype_), device_);  // a constant of the graph
     mask_ = to(from_vector(RandomBits(n), {n}, DType::kBool), device_);
-    steps_ = 3 + Pick(8);
-    for (int i = 0; i < steps_; ++i) ops_.push_back({Pick(17), Pick(1000), Pick(1000)});
+    steps_ = 3 + Pick(10);
+    for (int i = 0; i < steps_; ++i) ops_.push_back({Pick(20), Pick(1000), Pick(1000)});
+    outputs_ = {Pick(1000), Pick(1000)};
   }
 
-  std::vector<Tensor> Inputs() {
-    std::vector<Tensor> in = {cast(randn(shape_, gen_), dtype_),
-                              cast(randn({shape_[1]}, gen_), dtype_),
-                              cast(randn({shape_[0], 1}, gen_), dtype_)};
+  std::vector<Tensor> Inputs(int64_t rows = 0) {
+    const int64_t b = rows > 0 ? rows : shape_[0], n = shape_[1];
+    std::vector<Tensor> in = {cast(randn({b, n}, gen_), dtype_), cast(randn({n}, gen_), dtype_),
+                              cast(randn({b, 1}, gen_), dtype_)};
+    for (int i = 0; i < extra_inputs_; ++i) in.push_back(cast(randn({b, n}, gen_), dtype_));
     for (Tensor& x : in) x = to(x, device_);
     return in;
   }
+  int64_t rows() const { return shape_[0]; }
 
   std::vector<Tensor> operator()(const std::vector<Tensor>& in) const {
     std::vector<Tensor> pool(in.begin(), in.end());
     for (const Op& op : ops_) pool.push_back(Apply(op, pool));
-    return {pool.back(), pool[pool.size() / 2 + 1]};  // two outputs, one often an intermediate
+    const int first = static_cast<int>(in.size());
+    const int made = static_cast<int>(pool.size()) - first;
+    return {pool.back(), pool[first + outputs_[0] % made], pool[first + outputs_[1] % made]};
   }
 
  private:
@@ -383,11 +568,11 @@ class RandomProgram {
     for (double& x : v) x = gen_.Uniform() < 0.3;
     return v;
   }
-  // Picks an operand; full-shape values for most ops so results keep the base shape.
-  const Tensor& Full(const std::vector<Tensor>& pool, int r) const {
+  // Picks an operand of the full shape (input 0's) for most ops so results keep it.
+  static const Tensor& Full(const std::vector<Tensor>& pool, int r) {
     for (int i = 0; i < static_cast<int>(pool.size()); ++i) {
       const Tensor& t = pool[(r + i) % pool.size()];
-      if (t.shape() == Shape(shape_.begin(), shape_.end())) return t;
+      if (t.shape() == pool[0].shape()) return t;
     }
     return pool[0];
   }
@@ -427,6 +612,12 @@ class RandomProgram {
         return softmax(masked_fill(x * 0.5, mask_, -INFINITY) + y, -1);
       case 16:  // casts around a softmax (both fused into it)
         return cast(softmax(cast(x, DType::kFloat32) / 2.0, -1), dtype_);
+      case 17:  // reuse: one value, two uses in one expression
+        return tanh(x * x) * 0.5;
+      case 18:
+        return x + tanh(x) * 0.1;
+      case 19:  // many inputs into one expression
+        return (x + Full(pool, op.b)) * (Full(pool, op.b + 1) - Full(pool, op.b + 2)) * 0.5;
       default:
         return rsqrt(x * x + 1.0);
     }
@@ -436,44 +627,75 @@ class RandomProgram {
   DType dtype_;
   Device device_;
   std::vector<int64_t> shape_;
+  int extra_inputs_ = 0;
   Tensor weight_, mask_;
   int steps_;
   std::vector<Op> ops_;
+  std::vector<int> outputs_;
 };
 
+struct DifferentialStats {
+  int graphs = 0, fused = 0, softmax = 0, multi_output = 0, many_inputs = 0, symbolic = 0;
+};
+
+// Compiles one random program, checks it against eager at its size, then at two other row
+// counts (the second call makes the rows symbolic; the third reuses that plan).
+void CheckRandomProgram(int seed, DType t, Device device, DifferentialStats& stats) {
+  RandomProgram prog(1000 + seed, t, device);
+  std::vector<Tensor> in = prog.Inputs();
+  Fn fn = [&prog](const std::vector<Tensor>& i) { return prog(i); };
+  const std::string what = absl::StrCat("random graph seed ", seed, " ", DTypeName(t));
+  std::string stage = "eager";
+  try {  // an error names the graph and the stage it came from
+    const std::vector<Tensor> want = fn(in);
+    stage = "compile";
+    CompiledFn f = compile(fn, in);
+    const CompileReport& r = f.report(in);
+    stats.graphs += 1;
+    stats.fused += r.fused_kernels > 0;
+    stats.softmax += r.final_graph.find("_softmax_") != std::string::npos;
+    stats.multi_output += r.final_graph.find(" = result ") != std::string::npos;
+    stats.many_inputs += in.size() >= 8 && r.fused_kernels > 0;
+    stage = "compiled run";
+    ExpectSame(f(in), want, absl::StrCat(what, "\n", r.final_graph));
+    for (int64_t rows : {prog.rows() + 3, prog.rows() + 7}) {
+      stage = absl::StrCat("compiled run at ", rows, " rows");
+      const std::vector<Tensor> other = prog.Inputs(rows);
+      ExpectSame(f(other), fn(other),
+                 absl::StrCat(what, " at ", rows, " rows\n", f.report(other).final_graph));
+    }
+    const std::vector<Tensor> later = prog.Inputs(prog.rows() + 7);
+    stats.symbolic += f.report(later).symbolic_dims.find("s0") == 0;
+    if (seed % 25 == 0) ExpectFusedSourcesCompile(f, later);
+    EXPECT_LE(f.compilations(), 2) << what;
+  } catch (const Error& e) {
+    ADD_FAILURE() << what << ": " << stage << " threw: " << e.what() << "\ntraced:\n"
+                  << ir::PrintGraph(ValueOrThrow(ir::Trace(fn, in)));
+  }
+}
+
 void RunDifferential(int count, Device device) {
-  int fused_graphs = 0, softmax_graphs = 0;
+  DifferentialStats stats;
   for (int seed = 0; seed < count; ++seed) {
     for (DType t : {DType::kFloat32, DType::kBFloat16}) {
-      RandomProgram prog(1000 + seed, t, device);
-      std::vector<Tensor> in = prog.Inputs();
-      Fn fn = [&prog](const std::vector<Tensor>& i) { return prog(i); };
-      const std::string what = absl::StrCat("random graph seed ", seed, " ", DTypeName(t));
-      std::string stage = "eager";
-      try {  // an error names the graph and the stage it came from
-        const std::vector<Tensor> want = fn(in);
-        stage = "compile";
-        CompiledFn f = compile(fn, in);
-        fused_graphs += f.report(in).fused_kernels > 0;
-        softmax_graphs += f.report(in).final_graph.find("_softmax_") != std::string::npos;
-        stage = "compiled run";
-        ExpectSame(f(in), want, absl::StrCat(what, "\n", f.report(in).final_graph));
-      } catch (const Error& e) {
-        ADD_FAILURE() << what << ": " << stage << " threw: " << e.what() << "\ntraced:\n"
-                      << ir::PrintGraph(ValueOrThrow(ir::Trace(fn, in)));
-      }
+      CheckRandomProgram(seed, t, device, stats);
       if (::testing::Test::HasFailure()) return;
     }
   }
-  EXPECT_GT(fused_graphs, count / 2);  // the generator does exercise fusion
-  EXPECT_GT(softmax_graphs, count / 4) << "softmax fusions";
+  // The generator does exercise what the differential is for.
+  EXPECT_EQ(stats.graphs, 2 * count);
+  EXPECT_GT(stats.fused, count);
+  EXPECT_GT(stats.softmax, count / 4) << "softmax fusions";
+  EXPECT_GT(stats.multi_output, count / 4) << "multi-output fusions";
+  EXPECT_GT(stats.many_inputs, count / 8) << "fusions over 8 or more inputs";
+  EXPECT_GT(stats.symbolic, count) << "plans with symbolic rows";
 }
 
 TEST(CompileDifferential, RandomGraphsOnCpu) { RunDifferential(300, kCPU); }
 
 TEST(CompileDifferential, RandomGraphsOnCuda) {
   KILN_SKIP_WITHOUT_GPU();
-  RunDifferential(600, CUDA(0));
+  RunDifferential(1000, CUDA(0));
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // that keep moving switch to the copy-in graph, outputs the caller still holds are never
 // overwritten, strided inputs work, plans that cannot be captured say why and still run, and
 // the option is harmless on the CPU.
+#include "codegen/cuda_graph.h"
+
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"

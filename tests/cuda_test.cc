@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -38,12 +39,12 @@ TEST(NvrtcCodegen, EveryElementwiseVariantCompiles) {
     const OpDef& def = GetOpDef(static_cast<OpId>(i));
     if (!def.is_elementwise()) continue;
     for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kInt64}) {
-      std::string expr(def.cuda_expr);
-      expr = absl::StrCat(expr.find("$approximate") != std::string::npos ? "" : "", expr);
-      size_t pos = expr.find("$approximate");
-      if (pos != std::string::npos) expr.replace(pos, 12, "1");
+      OpAttrs attrs;
+      attrs.approximate = GeluApprox::kTanh;
+      attrs.dtype = t;
       const std::string name = absl::StrCat("kiln_", def.name, "_", DTypeName(t));
-      const std::string src = cuda_ops::RenderElementwiseSource(name, expr, InputTypes(def, t), t);
+      const std::string src = cuda_ops::RenderElementwiseSource(
+          name, cuda_ops::RowProgram(def, InputTypes(def, t), t, attrs));
       auto ptx = cuda::CompileSource(src, name, "compute_90", /*cubin=*/false);
       ASSERT_TRUE(ptx.ok()) << ptx.status().message();
       EXPECT_NE(ptx->find(name + "_contig"), std::string::npos);
@@ -55,38 +56,55 @@ TEST(NvrtcCodegen, EveryElementwiseVariantCompiles) {
   EXPECT_GT(compiled, 80);
 }
 
-// The fused softmax renderer over the layouts (sub-warp, warp, block, loop), both variants, and
-// the dtype mixes of attention (bf16 scores, bool mask) and of a trailing cast.
+// Prologue programs of the fused softmax tests: attention's scale and mask (bf16 scores, bool
+// mask), a mixed-dtype add, a cast, a where over three inputs.
+std::vector<kir::Program> SoftmaxPrologues() {
+  std::vector<kir::Program> out;
+  OpAttrs scale, fill, cast;
+  scale.scalar = 0.125;
+  fill.scalar = -INFINITY;
+  cast.dtype = DType::kBFloat16;
+  kir::Program attention({DType::kBFloat16, DType::kBool});
+  const int s = attention.Apply(OpId::kMulScalar, {attention.Load(0)}, scale, DType::kBFloat16);
+  attention.Store(
+      attention.Apply(OpId::kMaskedFill, {s, attention.Load(1)}, fill, DType::kBFloat16),
+      DType::kFloat32);
+  out.push_back(attention);
+  kir::Program add({DType::kFloat32, DType::kFloat16});
+  add.Store(add.Apply(OpId::kAdd, {add.Load(0), add.Load(1)}, {}, DType::kFloat32),
+            DType::kFloat32);
+  out.push_back(add);
+  kir::Program round({DType::kFloat32});
+  round.Store(round.Apply(OpId::kCast, {round.Load(0)}, cast, DType::kBFloat16), DType::kFloat32);
+  out.push_back(round);
+  kir::Program where({DType::kFloat16, DType::kFloat16, DType::kBool});
+  where.Store(
+      where.Apply(OpId::kWhere, {where.Load(2), where.Load(0), where.Load(1)}, {}, DType::kFloat16),
+      DType::kFloat32);
+  out.push_back(where);
+  return out;
+}
+
+// The fused softmax renderer over the layouts (sub-warp, warp, block, loop, run-time row
+// length), both variants, and the dtype mixes of attention and of a trailing cast.
 TEST(NvrtcCodegen, FusedSoftmaxVariantsCompile) {
-  struct Case {
-    std::string expr;
-    std::vector<DType> in;
-    DType out;
-  };
-  const Case cases[] = {
-      {"(($1) != 0.f ? __int_as_float(0xff800000) : (($0) * 0.125f))",
-       {DType::kBFloat16, DType::kBool},
-       DType::kBFloat16},
-      {"(($0) + ($1))", {DType::kFloat32, DType::kFloat16}, DType::kFloat32},
-      {"kiln_bf16_to_f(kiln_f_to_bf16($0))", {DType::kFloat32}, DType::kBFloat16},
-      {"(($2) != 0.f ? ($0) : ($1))",
-       {DType::kFloat16, DType::kFloat16, DType::kBool},
-       DType::kFloat16},
-  };
+  const DType outs[] = {DType::kBFloat16, DType::kFloat32, DType::kBFloat16, DType::kFloat16};
+  const std::vector<kir::Program> prologues = SoftmaxPrologues();
   int compiled = 0;
-  for (const Case& c : cases) {
-    for (int64_t n : {1, 7, 33, 1024, 4099, 8192, 20000}) {
+  for (size_t c = 0; c < prologues.size(); ++c) {
+    for (int64_t n : {0, 1, 7, 33, 1024, 4099, 8192, 20000}) {
       const std::string name = absl::StrCat("kiln_fused_test_softmax_", compiled);
-      const std::string src = cuda_ops::RenderFusedSoftmaxSource(name, c.expr, c.in, c.out, n);
+      const std::string src = cuda_ops::RenderFusedSoftmaxSource(name, prologues[c], outs[c], n);
       auto ptx = cuda::CompileSource(src, name, "compute_90", /*cubin=*/false);
       ASSERT_TRUE(ptx.ok()) << ptx.status().message();
       EXPECT_NE(ptx->find(name + "_strided"), std::string::npos);
-      const bool vec = cuda_ops::FusedSoftmaxVectorWidth(c.in, c.out, n) > 0;
+      const bool vec =
+          cuda_ops::FusedSoftmaxVectorWidth(prologues[c].input_types(), outs[c], n) > 0;
       EXPECT_EQ(ptx->find(name + "_vec") != std::string::npos, vec) << name << " row " << n;
       ++compiled;
     }
   }
-  EXPECT_EQ(compiled, 28);
+  EXPECT_EQ(compiled, 32);
 }
 
 TEST(NvrtcCodegen, FusedSoftmaxLayoutsKeepRowsInRegisters) {
@@ -241,8 +259,11 @@ TEST(KernelCache, UnwritableDirectoryTurnsTheDiskCacheOff) {
   cuda::WriteCacheFile(key, "payload");  // silently skipped
   std::string got;
   EXPECT_FALSE(cuda::ReadCacheFile(key, &got));
-  const std::string src = cuda_ops::RenderElementwiseSource("kiln_cache_off", "$0 + 1.f",
-                                                            {DType::kFloat32}, DType::kFloat32);
+  OpAttrs one;
+  one.scalar = 1;
+  const std::string src = cuda_ops::RenderElementwiseSource(
+      "kiln_cache_off",
+      cuda_ops::RowProgram(GetOpDef(OpId::kAddScalar), {DType::kFloat32}, DType::kFloat32, one));
   auto ptx = cuda::CompileSource(src, "kiln_cache_off", "compute_90", /*cubin=*/false);
   ASSERT_TRUE(ptx.ok()) << ptx.status().message();
   if (cuda::IsAvailable()) {  // the whole path: compile, load, no disk

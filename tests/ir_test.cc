@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "codegen/fusion_template.h"
 #include "ir/graph.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
@@ -92,6 +94,23 @@ TEST(FileCheckTest, CheckNotFailsBetweenMatchesAndAtTheEnd) {
   EXPECT_NE(std::string(between.message()).find("output line 2"), std::string::npos);
   EXPECT_FALSE(FileCheck(kFileCheckText, "CHECK: gamma\nCHECK-NOT: four"));
   EXPECT_TRUE(FileCheck(kFileCheckText, "CHECK: gamma\nCHECK-NOT: two"));
+}
+
+TEST(FileCheckTest, CapturesBindAndMatchValueNames) {
+  const std::string ir = "%4 = mul(%2, %3)\n%5 = neg(%4)\n%6 = add(%5, %2)\n";
+  EXPECT_TRUE(FileCheck(ir, R"(
+    CHECK: %[[MUL:[0-9]+]] = mul(%[[X:[0-9]+]],
+    CHECK-NEXT: %[[NEG:[0-9]+]] = neg(%[[MUL]])
+    CHECK-NEXT: add(%[[NEG]], %[[X]])
+  )"));
+  EXPECT_FALSE(FileCheck(ir, R"(
+    CHECK: %[[MUL:[0-9]+]] = mul(
+    CHECK: add(%[[MUL]],
+  )"));  // add reads %5, not the mul
+  EXPECT_FALSE(FileCheck(ir, "CHECK: add(%[[UNDEFINED]]"));
+  // A CHECK-NOT after the last match covers the rest of the output, captures included.
+  EXPECT_FALSE(FileCheck(ir, "CHECK: %[[M:[0-9]+]] = mul\nCHECK-NOT: neg(%[[M]])"));
+  EXPECT_TRUE(FileCheck(ir, "CHECK: %[[M:[0-9]+]] = mul\nCHECK-NOT: neg(%2)"));
 }
 
 TEST(FileCheckTest, FailsOnMissingOrOutOfOrderMatches) {
@@ -481,34 +500,73 @@ TEST(VerifierTest, AcceptsASoftmaxFusionBody) {
   EXPECT_TRUE(Verify(cast).ok()) << Verify(cast);
 }
 
-TEST(VerifierTest, RejectsANonElementwiseOpInAFusionBody) {
-  const std::string other_dim = VerifyError(SoftmaxFusionGraph(R"(
+// The kernel families' body rules (codegen/fusion_template.h), given to the verifier as it is
+// given in the compile pipeline.
+std::string FamilyError(const Graph& g) {
+  const absl::Status s = Verify(g, codegen::CheckFusionBody);
+  EXPECT_FALSE(s.ok());
+  return std::string(s.message());
+}
+
+TEST(VerifierTest, RejectsBodiesNoKernelFamilyAccepts) {
+  const std::string other_dim = FamilyError(SoftmaxFusionGraph(R"(
           %3 = softmax(%2) {dim=0} : f32[4, 4]@meta
           return %3)"));
-  EXPECT_NE(other_dim.find("%2 (fusion k): body value %3 (softmax) is not an elementwise op; a "
-                           "fusion body holds elementwise ops, optionally ending in a softmax "
-                           "over the last dim"),
-            std::string::npos)
+  EXPECT_NE(other_dim.find("%2 (fusion k): no kernel family accepts this body"), std::string::npos)
       << other_dim;
-  const std::string after = VerifyError(SoftmaxFusionGraph(R"(
+  const std::string after = FamilyError(SoftmaxFusionGraph(R"(
           %3 = softmax(%2) {dim=-1} : f32[4, 4]@meta
           %4 = neg(%3) : f32[4, 4]@meta
           return %4)"));
-  EXPECT_NE(after.find("body value %4 (neg) follows the softmax %3 (softmax); only one cast of "
+  EXPECT_NE(after.find("softmax body value %4 (neg) follows the softmax %3; only one cast of "
                        "the softmax may"),
             std::string::npos)
       << after;
-  const std::string not_last = VerifyError(SoftmaxFusionGraph(R"(
+  const std::string not_last = FamilyError(SoftmaxFusionGraph(R"(
           %3 = softmax(%2) {dim=-1} : f32[4, 4]@meta
           %4 = cast(%3) {dtype=f32} : f32[4, 4]@meta
           return %3)"));
-  EXPECT_NE(not_last.find("body returns %3, not its last value"), std::string::npos) << not_last;
-  const std::string reduction = VerifyError(SoftmaxFusionGraph(R"(
+  EXPECT_NE(not_last.find("softmax body must return exactly its last value"), std::string::npos)
+      << not_last;
+  const std::string reduction = FamilyError(SoftmaxFusionGraph(R"(
           %3 = layer_norm(%2) {eps=1e-05} : f32[4, 4]@meta
           return %3)"));
-  EXPECT_NE(reduction.find("body value %3 (layer_norm) is not an elementwise op"),
+  EXPECT_NE(reduction.find("no kernel family accepts this body"), std::string::npos) << reduction;
+  // Without the families' rules the verifier checks only what every body must be.
+  EXPECT_TRUE(Verify(SoftmaxFusionGraph(R"(
+          %3 = layer_norm(%2) {eps=1e-05} : f32[4, 4]@meta
+          return %3)"))
+                  .ok());
+}
+
+// A fusion returning two values: the second reached through a result node.
+TEST(VerifierTest, ResultNodesNameFurtherOutputsOfAFusion) {
+  const std::string text = R"(
+    graph(%0: f32[4]@meta) {
+      %1 = fusion k(%0) : f32[4]@meta {
+        graph(%0: f32[4]@meta) {
+          %1 = tanh(%0) : f32[4]@meta
+          %2 = neg(%1) : f32[4]@meta
+          return %2, %1
+        }
+      }
+      %2 = result %1 #1 : f32[4]@meta
+      %3 = sum(%2) {dims=[], keepdim=false} : f32[]@meta
+      return %1, %3
+    })";
+  const Graph g = Parse(text);
+  EXPECT_TRUE(Verify(g, codegen::CheckFusionBody).ok()) << Verify(g, codegen::CheckFusionBody);
+  ExpectRoundTrip(g);
+  const Graph bad_index = Parse(absl::StrReplaceAll(text, {{"result %1 #1", "result %1 #2"}}));
+  EXPECT_NE(VerifyError(bad_index).find("index 2 but the fusion %1 returns 2 values"),
+            std::string::npos);
+  const Graph bad_type = Parse(absl::StrReplaceAll(
+      text, {{"%2 = result %1 #1 : f32[4]@meta", "%2 = result %1 #1 : f16[4]@meta"},
+             {"%3 = sum(%2) {dims=[], keepdim=false} : f32[]@meta",
+              "%3 = sum(%2) {dims=[], keepdim=false} : f16[]@meta"}}));
+  EXPECT_NE(VerifyError(bad_type).find("type f16[4]@meta but output #1 of %1 is f32[4]@meta"),
             std::string::npos)
-      << reduction;
+      << VerifyError(bad_type);
 }
 
 TEST(VerifierTest, RejectsAFusionWhoseBodyDoesNotMatchTheNode) {

@@ -1,6 +1,7 @@
 // Pass tests written as IR text in -> pass -> CHECK lines out (MLIR/XLA FileCheck style).
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
@@ -90,15 +91,45 @@ TEST(ElementwiseFusion, ChainAndFanOut) {
       return %15, %16
     })",
                                   &ctx);
-  // %b has a user outside the chain (the sum), so it materialises: two groups.
+  // %13 has a user outside the chain (the sum): the one fused kernel stores it too, and a
+  // result node hands it to the sum.
   EXPECT_TRUE(FileCheck(out, R"(
-    CHECK: fusion kiln_fused_mul_scalar_add_scalar_0(%0) : f32[4, 8]
-    CHECK: fusion kiln_fused_gelu_mul_1(
-    CHECK: sum(
+    CHECK: %[[F:[0-9]+]] = fusion kiln_fused_mul_scalar_add_scalar_gelu_mul_0(%0, %1) : f32[4, 8]
+    CHECK: %[[ADD:[0-9]+]] = add_scalar(
+    CHECK: return %[[ROOT:[0-9]+]], %[[ADD]]
+    CHECK: %[[R:[0-9]+]] = result %[[F]] #1 : f32[4, 8]
+    CHECK-NEXT: sum(%[[R]])
+    CHECK-NOT: fusion
   )"));
-  bool fan_out_logged = false;
-  for (const auto& line : ctx.explain) fan_out_logged |= line.find("fan-out") != std::string::npos;
-  EXPECT_TRUE(fan_out_logged);
+  bool logged = false;
+  for (const auto& line : ctx.explain) logged |= line.find("multi-output: %3") != std::string::npos;
+  EXPECT_TRUE(logged) << absl::StrJoin(ctx.explain, "\n");
+}
+
+// A producer whose outside user leads back into the group stays out of it (the kernel could not
+// run before that user, nor after it).
+TEST(ElementwiseFusion, AFanOutThatLeadsBackIntoTheGroupMaterialises) {
+  ElementwiseFusion pass;
+  PassContext ctx;
+  const std::string out = RunPass(pass, R"(
+    graph(%10: f32[4, 4], %11: f32[4, 4]) {
+      %12 = tanh(%10) : f32[4, 4]
+      %13 = matmul(%12, %11) : f32[4, 4]
+      %14 = add(%12, %13) : f32[4, 4]
+      %15 = neg(%14) : f32[4, 4]
+      return %15
+    })",
+                                  &ctx);
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %[[T:[0-9]+]] = tanh(%0)
+    CHECK-NEXT: %[[M:[0-9]+]] = matmul(%[[T]], %1)
+    CHECK-NEXT: fusion kiln_fused_add_neg_0(%[[T]], %[[M]])
+    CHECK-NOT: result
+  )"));
+  bool logged = false;
+  for (const auto& line : ctx.explain)
+    logged |= line.find("leads back into the group") != std::string::npos;
+  EXPECT_TRUE(logged) << absl::StrJoin(ctx.explain, "\n");
 }
 
 TEST(ElementwiseFusion, StopsAtReductionsAndShapeChanges) {
@@ -301,25 +332,40 @@ TEST(SoftmaxFusion, FanOutAndOtherDimsAreNotAbsorbed) {
       << absl::StrJoin(ctx.explain, "\n");
 }
 
-TEST(SoftmaxFusion, InputLimitAndSwitch) {
-  const std::string ir = R"(
-    graph(%10: f32[4, 8], %11: f32[4, 8], %12: f32[4, 8], %13: f32[4, 8]) {
-      %14 = add(%10, %11) : f32[4, 8]
-      %15 = mul(%14, %12) : f32[4, 8]
-      %16 = sub(%15, %13) : f32[4, 8]
-      %17 = softmax(%16) {dim=1} : f32[4, 8]
-      return %17
-    })";
+// A chain over 40 inputs: the group stops at the kernel's operand budget (32), the producers
+// beyond it stay plain ops.
+std::string AddChainIr(int inputs, const std::string& tail) {
+  std::string ir = "graph(";
+  for (int i = 0; i < inputs; ++i) absl::StrAppend(&ir, i ? ", " : "", "%", i, ": f32[4, 8]");
+  absl::StrAppend(&ir, ") {\n  %", inputs, " = add(%0, %1) : f32[4, 8]\n");
+  for (int i = 2; i < inputs; ++i) {
+    absl::StrAppend(&ir, "  %", inputs + i - 1, " = add(%", inputs + i - 2, ", %", i,
+                    ") : f32[4, 8]\n");
+  }
+  return absl::StrCat(ir, tail);
+}
+
+TEST(SoftmaxFusion, OperandBudgetAndSwitch) {
+  const std::string ir =
+      AddChainIr(40, "  %79 = softmax(%78) {dim=1} : f32[4, 8]\n  return %79\n}");
   SoftmaxFusion pass;
   PassContext ctx;
   const std::string out = RunPass(pass, ir, &ctx);
-  // sub and mul fit (3 inputs: %14, %12, %13); the add would make 4.
   EXPECT_TRUE(FileCheck(out, R"(
-    CHECK: %4 = add(%0, %1)
-    CHECK-NEXT: fusion kiln_fused_mul_sub_softmax_0(%4, %2, %3)
+    CHECK: %[[LAST:[0-9]+]] = add(%[[P:[0-9]+]], %9)
+    CHECK-NEXT: fusion kiln_fused_add_softmax_0(%[[LAST]], %10, %11,
+    CHECK-SAME: %39)
+    CHECK: softmax(
+    CHECK-NEXT: return
+    CHECK-NOT: add(
   )"));
-  EXPECT_TRUE(Logged(ctx, "group would read more than 3 inputs"))
+  EXPECT_TRUE(Logged(ctx, "the kernel would have more than 32 inputs and outputs"))
       << absl::StrJoin(ctx.explain, "\n");
+  absl::StatusOr<ir::Graph> fused = ir::ParseGraph(out);
+  ASSERT_TRUE(fused.ok());
+  for (const ir::Node& n : fused->nodes()) {
+    if (n.kind == ir::NodeKind::kFusion) EXPECT_EQ(n.inputs.size(), 31u);  // + the output: 32
+  }
   // Off: nothing changes.
   absl::StatusOr<ir::Graph> g = ir::ParseGraph(ir);
   ASSERT_TRUE(g.ok());

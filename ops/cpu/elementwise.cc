@@ -1,9 +1,14 @@
 // CPU kernels for elementwise ops (one generic loop driven by the row's scalar function),
 // strided copies, and the triangular masks.
+#include <array>
+
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/loops.h"
 
 namespace kiln::cpu {
+namespace {
+constexpr int kMaxOperands = 9;  // an output and the inputs of any elementwise row
+}  // namespace
 
 void Elementwise(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
                  const OpAttrs& a) {

@@ -1,22 +1,20 @@
 // Strided, broadcasting iteration for the CPU kernels.
 //
 // ForEachElement walks every index of `shape` in row-major order and hands the callback the
-// element offset of each operand (index · strides). Broadcast operands use stride 0 in the dims
-// they repeat (see BroadcastStrides). The innermost dim is a tight loop.
+// element offset of each operand (index · strides), for any number of operands. Broadcast operands
+// use stride 0 in the dims they repeat (see BroadcastStrides). The innermost dim is a tight loop.
 //
 //   Strides s[] = {out.strides(), BroadcastStrides(a, out.shape())};
 //   ForEachElement(out.shape(), s, [&](const int64_t* off) { ... off[0] ... off[1] ... });
 #pragma once
 
-#include <array>
 #include <cstdint>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/types/span.h"
 #include "runtime/tensor.h"
 
 namespace kiln::cpu {
-
-inline constexpr int kMaxOperands = 9;  // an output and up to 8 inputs (fusions)
 
 // Strides of `t` viewed as `shape` under numpy broadcasting (0 where t repeats).
 inline Strides BroadcastStrides(const Tensor& t, IntList shape) {
@@ -33,17 +31,17 @@ void ForEachElement(IntList shape, absl::Span<const Strides> strides, F&& fn) {
   const int64_t rank = static_cast<int64_t>(shape.size());
   const int n = static_cast<int>(strides.size());
   if (NumElements(shape) == 0) return;
-  std::array<int64_t, kMaxOperands> off{};
+  absl::InlinedVector<int64_t, 9> off(n, 0);
   if (rank == 0) {
     fn(off.data());
     return;
   }
   Shape index(rank, 0);
   const int64_t inner = shape[rank - 1];
-  std::array<int64_t, kMaxOperands> inner_stride{};
+  absl::InlinedVector<int64_t, 9> inner_stride(n, 0);
   for (int k = 0; k < n; ++k) inner_stride[k] = strides[k][rank - 1];
   while (true) {
-    std::array<int64_t, kMaxOperands> cur = off;
+    absl::InlinedVector<int64_t, 9> cur = off;
     for (int64_t i = 0; i < inner; ++i) {
       fn(cur.data());
       for (int k = 0; k < n; ++k) cur[k] += inner_stride[k];

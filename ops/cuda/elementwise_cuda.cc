@@ -1,13 +1,15 @@
 // Generated elementwise CUDA kernels (see elementwise_cuda.h).
 #include "ops/cuda/elementwise_cuda.h"
 
+#include <algorithm>
+#include <array>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
+#include "ops/cuda/kernel_render.h"
 #include "runtime/cuda.h"
 #include "runtime/nvrtc.h"
 #include "runtime/status.h"
@@ -15,330 +17,288 @@
 namespace kiln::cuda_ops {
 namespace {
 
-constexpr int kMaxRank = 8;
-constexpr int kMaxOperands = 4;  // out + 3 inputs
+constexpr int kMaxRank = kMaxKernelRank;
 
-// Device helpers shared by every generated kernel: storage types, conversions, math.
-constexpr char kPrelude[] = R"(
-typedef unsigned short kiln_u16;
-typedef unsigned char kiln_bool;
-__device__ __forceinline__ float kiln_bf16_to_f(kiln_u16 b) { return __uint_as_float(((unsigned)b) << 16); }
-__device__ __forceinline__ kiln_u16 kiln_f_to_bf16(float f) {
-  unsigned u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (kiln_u16)((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (kiln_u16)(u >> 16);
-}
-__device__ __forceinline__ float kiln_f16_to_f(kiln_u16 h) {
-  float f; asm("{ cvt.f32.f16 %0, %1; }" : "=f"(f) : "h"(h)); return f;
-}
-__device__ __forceinline__ kiln_u16 kiln_f_to_f16(float f) {
-  kiln_u16 h; asm("{ cvt.rn.f16.f32 %0, %1; }" : "=h"(h) : "f"(f)); return h;
-}
-template <typename T> __device__ __forceinline__ T kiln_relu(T x) { return x > T(0) || x != x ? x : T(0); }
-__device__ __forceinline__ float kiln_sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
-__device__ __forceinline__ float kiln_silu(float x) { return x / (1.f + expf(-x)); }
-__device__ __forceinline__ float kiln_gelu(float x, int approx_tanh) {
-  if (approx_tanh) return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-  return 0.5f * x * (1.f + erff(x * 0.7071067811865476f));
-}
-struct KilnIndexer { int rank; long long sizes[8]; long long strides[4][8]; };
-struct KilnRows { long long rows, cols; long long row_stride[4]; int broadcast[4]; };
-template <int N> struct alignas(N) KilnRaw { unsigned char b[N]; };
-)";
-
-struct TypeInfo {
-  const char* storage;  // C type of an element in memory
-  const char* load;     // expression turning `v` (storage) into the compute type
-  const char* store;    // expression turning `v` (compute) into storage
+// Operands of a kernel: outputs first (0..M-1), then inputs (M..M+N-1), as in the indexers.
+struct Operands {
+  int in, out;
+  int total() const { return in + out; }
 };
 
-TypeInfo Info(DType t) {
-  switch (t) {
-    case DType::kFloat32:
-      return {"float", "v", "(float)(v)"};
-    case DType::kFloat16:
-      return {"kiln_u16", "kiln_f16_to_f(v)", "kiln_f_to_f16((float)(v))"};
-    case DType::kBFloat16:
-      return {"kiln_u16", "kiln_bf16_to_f(v)", "kiln_f_to_bf16((float)(v))"};
-    case DType::kBool:
-      return {"kiln_bool", "(v != 0)", "(kiln_bool)((v) != 0)"};
-    case DType::kInt32:
-      return {"int", "v", "(int)(v)"};
-    case DType::kInt64:
-      return {"long long", "v", "(long long)(v)"};
-  }
-  return {"float", "v", "v"};
-}
-
-std::string Load(DType t, const std::string& v) {
-  return absl::StrReplaceAll(Info(t).load, {{"v", v}});
-}
-
-std::string Store(DType t, const std::string& v) {
-  return absl::StrReplaceAll(Info(t).store, {{"v", v}});
-}
-
-// The operand list of the kernel signatures.
-std::string Params(const std::vector<DType>& in, DType out) {
-  std::string s = absl::StrCat(Info(out).storage, "* __restrict__ out");
-  for (size_t i = 0; i < in.size(); ++i) {
-    absl::StrAppend(&s, ", const ", Info(in[i]).storage, "* __restrict__ in", i);
-  }
-  return s + ", float scalar, long long n";
-}
-
-// Computes result `r` for element reads in{i}[off_i] and stores it at out[off_out].
-std::string Body(const std::string& expr, const std::vector<DType>& in, DType out,
-                 const std::string& out_idx, const std::vector<std::string>& in_idx) {
-  bool all_float = true;
-  for (DType t : in) all_float &= IsFloatingPoint(t) || t == DType::kBool;
-  const char* acc = all_float ? "float" : "double";
-  std::string s;
-  for (size_t i = 0; i < in.size(); ++i) {
-    absl::StrAppend(&s, "    const ", acc, " a", i, " = (", acc, ")",
-                    Load(in[i], absl::StrCat("in", i, "[", in_idx[i], "]")), ";\n");
-  }
-  absl::StrAppend(&s, "    out[", out_idx, "] = ", Store(out, expr), ";\n");
-  return s;
-}
-
-int VectorWidth(const std::vector<DType>& in, DType out) {
-  int64_t widest = DTypeSize(out);
-  for (DType t : in) widest = std::max(widest, DTypeSize(t));
-  return static_cast<int>(16 / widest);
-}
-
-}  // namespace
-
-const char* KernelPrelude() { return kPrelude; }
-std::string StorageType(DType t) { return Info(t).storage; }
-std::string LoadExpr(DType t, const std::string& v) { return Load(t, v); }
-std::string StoreExpr(DType t, const std::string& v) { return Store(t, v); }
-
-namespace {
-
-std::string SubstituteOperands(const std::string& expr_template, size_t inputs) {
-  std::string expr = expr_template;
-  for (size_t i = 0; i < inputs; ++i) {
-    expr = absl::StrReplaceAll(expr, {{absl::StrCat("$", i), absl::StrCat("a", i)}});
-  }
-  return absl::StrReplaceAll(expr, {{"$scalar", "scalar"}});
-}
+Operands OperandsOf(const kir::Program& p) { return {p.num_inputs(), p.num_outputs()}; }
 
 std::string Raw(const std::string& storage, int vec) {
   return absl::StrCat("KilnRaw<sizeof(", storage, ") * ", vec, ">");
 }
 
-// The per-vector body: r{i}[j] hold the loaded inputs, w[j] the results.
-std::string VectorBody(const std::string& expr, const std::vector<DType>& in, DType out, int vec) {
-  std::string s = absl::StrCat("    ", Info(out).storage, " w[", vec, "];\n",
-                               "    #pragma unroll\n    for (int j = 0; j < ", vec, "; ++j) {\n");
-  std::vector<std::string> reg_idx(in.size(), "j");
-  std::string body = Body(expr, in, out, "j", reg_idx);
-  for (size_t i = 0; i < in.size(); ++i) {
-    body = absl::StrReplaceAll(body, {{absl::StrCat("in", i, "[j]"), absl::StrCat("r", i, "[j]")}});
+int VectorWidth(const kir::Program& p) {
+  int64_t widest = 1;
+  for (DType t : p.input_types()) widest = std::max(widest, DTypeSize(t));
+  for (DType t : p.output_types()) widest = std::max(widest, DTypeSize(t));
+  return static_cast<int>(16 / widest);
+}
+
+// The kernel parameters: one pointer per output and input, the scalar, the element count.
+std::string Params(const kir::Program& p) {
+  std::string s;
+  for (int o = 0; o < p.num_outputs(); ++o) {
+    absl::StrAppend(&s, o ? ", " : "", StorageType(p.output_types()[o]), "* __restrict__ out", o);
   }
-  return s + absl::StrReplaceAll(body, {{"out[j]", "w[j]"}}) + "    }\n";
+  for (int i = 0; i < p.num_inputs(); ++i) {
+    absl::StrAppend(&s, ", const ", StorageType(p.input_types()[i]), "* __restrict__ in", i);
+  }
+  return s + ", float scalar, long long n";
+}
+
+// The values of the program at one position, then "<store target(o)> = <value>;" per output.
+template <typename Load, typename Target>
+std::string Element(const kir::Program& p, Load&& load, Target&& target, const std::string& pad) {
+  std::string s = RenderValues(p, load, pad);
+  for (int o = 0; o < p.num_outputs(); ++o) {
+    absl::StrAppend(&s, pad, target(o), " = ", RenderStoreValue(p, o), ";\n");
+  }
+  return s;
+}
+
+// Register arrays r<i>[vec] / w<o>[vec] and the per-lane body over them.
+std::string VectorBody(const kir::Program& p, int vec) {
+  std::string s;
+  for (int o = 0; o < p.num_outputs(); ++o) {
+    absl::StrAppend(&s, "    ", StorageType(p.output_types()[o]), " w", o, "[", vec, "];\n");
+  }
+  absl::StrAppend(&s, "    #pragma unroll\n    for (int j = 0; j < ", vec, "; ++j) {\n");
+  absl::StrAppend(&s,
+                  Element(
+                      p, [](int i) { return absl::StrCat("r", i, "[j]"); },
+                      [](int o) { return absl::StrCat("w", o, "[j]"); }, "      "),
+                  "    }\n");
+  return s;
 }
 
 // Contiguous kernel: each thread handles `vec` consecutive elements with 16-byte loads/stores.
-std::string ContigKernel(const std::string& base, const std::string& expr,
-                         const std::vector<DType>& in, DType out, int vec) {
+std::string ContigKernel(const std::string& base, const kir::Program& p, int vec) {
   std::string src = absl::StrCat(
-      "extern \"C\" __global__ void ", base, "_contig(", Params(in, out), ") {\n",
+      "extern \"C\" __global__ void ", base, "_contig(", Params(p), ") {\n",
       "  const long long groups = n / ", vec, ";\n",
       "  for (long long g = blockIdx.x * (long long)blockDim.x + threadIdx.x; g < groups;",
       " g += (long long)gridDim.x * blockDim.x) {\n");
-  for (size_t i = 0; i < in.size(); ++i) {
-    const std::string st = Info(in[i]).storage;
+  for (int i = 0; i < p.num_inputs(); ++i) {
+    const std::string st = StorageType(p.input_types()[i]);
     absl::StrAppend(&src, "    ", st, " r", i, "[", vec, "]; *(", Raw(st, vec), "*)r", i,
                     " = ((const ", Raw(st, vec), "*)in", i, ")[g];\n");
   }
-  absl::StrAppend(&src, VectorBody(expr, in, out, vec), "    ((", Raw(Info(out).storage, vec),
-                  "*)out)[g] = *(", Raw(Info(out).storage, vec), "*)w;\n  }\n");
+  absl::StrAppend(&src, VectorBody(p, vec));
+  for (int o = 0; o < p.num_outputs(); ++o) {
+    const std::string raw = Raw(StorageType(p.output_types()[o]), vec);
+    absl::StrAppend(&src, "    ((", raw, "*)out", o, ")[g] = *(", raw, "*)w", o, ";\n");
+  }
   // Tail elements after the last full group.
-  std::vector<std::string> tail_idx(in.size(), "i");
-  absl::StrAppend(&src, "  for (long long i = groups * ", vec,
-                  " + blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;",
-                  " i += (long long)gridDim.x * blockDim.x) {\n",
-                  Body(expr, in, out, "i", tail_idx), "  }\n}\n");
+  absl::StrAppend(&src, "  }\n  for (long long e = groups * ", vec,
+                  " + blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;",
+                  " e += (long long)gridDim.x * blockDim.x) {\n",
+                  Element(
+                      p, [](int i) { return absl::StrCat("in", i, "[e]"); },
+                      [](int o) { return absl::StrCat("out", o, "[e]"); }, "    "),
+                  "  }\n}\n");
   return src;
 }
 
-// Rows kernel: operands collapsed to [rows, cols] with unit (or, for an input broadcast along
-// the row, zero) inner stride and any row stride: slices of a merged GEMM's output, a bias or
-// mask broadcast over leading dims. blockIdx.y walks rows, so there is no div/mod per element.
-std::string RowsKernel(const std::string& base, const std::string& expr,
-                       const std::vector<DType>& in, DType out, int vec) {
+// Rows kernel: operands collapsed to [rows, cols] with unit (or, for an input broadcast along the
+// row, zero) inner stride and any row stride. blockIdx.y walks rows: no div/mod per element.
+std::string RowsKernel(const std::string& base, const kir::Program& p, int vec) {
+  const Operands ops = OperandsOf(p);
   std::string src = absl::StrCat(
-      "extern \"C\" __global__ void ", base, "_rows(", Params(in, out), ", KilnRows rw) {\n",
-      "  const long long groups = rw.cols / ", vec, ";\n",
-      "  for (long long r = blockIdx.y; r < rw.rows; r += gridDim.y) {\n",
+      "struct KilnRows { long long rows, cols; long long row_stride[", ops.total(),
+      "]; long long broadcast[", ops.total(), "]; };\n", "extern \"C\" __global__ void ", base,
+      "_rows(", Params(p), ", KilnRows rw) {\n", "  const long long groups = rw.cols / ", vec,
+      ";\n", "  for (long long r = blockIdx.y; r < rw.rows; r += gridDim.y) {\n",
       "  for (long long g = blockIdx.x * (long long)blockDim.x + threadIdx.x; g < groups;",
       " g += (long long)gridDim.x * blockDim.x) {\n");
-  for (size_t i = 0; i < in.size(); ++i) {
-    const std::string st = Info(in[i]).storage;
-    const std::string row = absl::StrCat("in", i, " + r * rw.row_stride[", i + 1, "]");
-    absl::StrAppend(&src, "    ", st, " r", i, "[", vec, "];\n", "    if (rw.broadcast[", i + 1,
-                    "]) {\n      const ", st, " v = *(", row, ");\n",
+  for (int i = 0; i < p.num_inputs(); ++i) {
+    const int k = ops.out + i;
+    const std::string st = StorageType(p.input_types()[i]);
+    const std::string row = absl::StrCat("in", i, " + r * rw.row_stride[", k, "]");
+    absl::StrAppend(&src, "    ", st, " r", i, "[", vec, "];\n", "    if (rw.broadcast[", k,
+                    "]) {\n      const ", st, " b = *(", row, ");\n",
                     "      #pragma unroll\n      for (int j = 0; j < ", vec, "; ++j) r", i,
-                    "[j] = v;\n    } else {\n      *(", Raw(st, vec), "*)r", i, " = *(const ",
+                    "[j] = b;\n    } else {\n      *(", Raw(st, vec), "*)r", i, " = *(const ",
                     Raw(st, vec), "*)(", row, " + g * ", vec, ");\n    }\n");
   }
-  const std::string raw_out = Raw(Info(out).storage, vec);
-  absl::StrAppend(&src, VectorBody(expr, in, out, vec), "    *(", raw_out,
-                  "*)(out + r * rw.row_stride[0] + g * ", vec, ") = *(", raw_out, "*)w;\n",
-                  "  }\n  }\n}\n");
-  return src;
+  absl::StrAppend(&src, VectorBody(p, vec));
+  for (int o = 0; o < p.num_outputs(); ++o) {
+    const std::string raw = Raw(StorageType(p.output_types()[o]), vec);
+    absl::StrAppend(&src, "    *(", raw, "*)(out", o, " + r * rw.row_stride[", o, "] + g * ", vec,
+                    ") = *(", raw, "*)w", o, ";\n");
+  }
+  return src + "  }\n  }\n}\n";
 }
 
-// Strided kernels with broadcasting (stride 0 on repeated dims): 64-bit index math, and a
-// 32-bit variant (cheaper div/mod) for tensors under 2^31 elements. The rank loop is unrolled
-// so the indexer's arrays are read with constant indices (no local-memory copy).
-std::string StridedKernels(const std::string& base, const std::string& expr,
-                           const std::vector<DType>& in, DType out) {
-  std::vector<std::string> off_idx;
-  for (size_t i = 0; i < in.size(); ++i) off_idx.push_back(absl::StrCat("o", i + 1));
-  std::string src;
+// Strided kernels with broadcasting (stride 0 on repeated dims): 64-bit index math, and a 32-bit
+// variant (cheaper div/mod) for iteration spaces under 2^31 elements. The rank loop is unrolled so
+// the indexer's arrays are read with constant indices (no local-memory copy).
+std::string StridedKernels(const std::string& base, const kir::Program& p) {
+  const Operands ops = OperandsOf(p);
+  std::string offsets, accumulate;
+  for (int k = 0; k < ops.total(); ++k) {
+    absl::StrAppend(&offsets, k ? ", " : "", "o", k, " = 0");
+    absl::StrAppend(&accumulate, "      o", k, " += c * ix.strides[", k, "][d];\n");
+  }
+  std::string src = absl::StrCat("struct KilnIndexer { long long rank; long long sizes[", kMaxRank,
+                                 "]; long long strides[", ops.total(), "][", kMaxRank, "]; };\n");
+  const std::string element = Element(
+      p, [&](int i) { return absl::StrCat("in", i, "[o", ops.out + i, "]"); },
+      [](int o) { return absl::StrCat("out", o, "[o", o, "]"); }, "    ");
   for (const char* idx : {"long long", "unsigned"}) {
     const bool narrow = std::string(idx) == "unsigned";
     absl::StrAppend(&src, "extern \"C\" __global__ void ", base,
-                    narrow ? "_strided32(" : "_strided(", Params(in, out), ", KilnIndexer ix) {\n",
-                    "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;",
-                    " i += (long long)gridDim.x * blockDim.x) {\n", "    ", idx, " rem = (", idx,
-                    ")i; long long o0 = 0, o1 = 0, o2 = 0, o3 = 0;\n",
-                    "    #pragma unroll\n    for (int d = 7; d >= 0; --d) {\n",
+                    narrow ? "_strided32(" : "_strided(", Params(p), ", KilnIndexer ix) {\n",
+                    "  for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;",
+                    " e += (long long)gridDim.x * blockDim.x) {\n", "    ", idx, " rem = (", idx,
+                    ")e;\n    long long ", offsets, ";\n",
+                    "    #pragma unroll\n    for (int d = ", kMaxRank - 1, "; d >= 0; --d) {\n",
                     "      if (d >= ix.rank) continue;\n", "      const ", idx, " size = (", idx,
                     ")ix.sizes[d];\n", "      const long long c = rem % size; rem /= size;\n",
-                    "      o0 += c * ix.strides[0][d]; o1 += c * ix.strides[1][d];\n",
-                    "      o2 += c * ix.strides[2][d]; o3 += c * ix.strides[3][d];\n", "    }\n",
-                    Body(expr, in, out, "o0", off_idx), "  }\n}\n");
+                    accumulate, "    }\n", element, "  }\n}\n");
   }
   return src;
 }
 
 }  // namespace
 
-std::string RenderElementwiseSource(const std::string& base, const std::string& expr_template,
-                                    const std::vector<DType>& in, DType out,
+std::string RenderElementwiseSource(const std::string& base, const kir::Program& p,
                                     ElementwiseVariants variants) {
-  const std::string expr = SubstituteOperands(expr_template, in.size());
-  const int vec = VectorWidth(in, out);
-  std::string src = kPrelude;
-  if (variants & kFastVariants) {
-    src += ContigKernel(base, expr, in, out, vec) + RowsKernel(base, expr, in, out, vec);
-  }
-  if (variants & kGeneralVariants) src += StridedKernels(base, expr, in, out);
+  KILN_CHECK(p.num_outputs() >= 1 && p.num_inputs() + p.num_outputs() <= kMaxKernelOperands,
+             "elementwise kernel ", base, ": needs 1..", kMaxKernelOperands,
+             " operands with at least one output, got ", p.num_inputs(), " inputs and ",
+             p.num_outputs(), " outputs");
+  const int vec = VectorWidth(p);
+  std::string src = KernelPrelude();
+  if (variants & kFastVariants) src += ContigKernel(base, p, vec) + RowsKernel(base, p, vec);
+  if (variants & kGeneralVariants) src += StridedKernels(base, p);
   return src;
+}
+
+kir::Program RowProgram(const OpDef& def, const std::vector<DType>& in_types, DType out_type,
+                        const OpAttrs& attrs) {
+  kir::Program p(in_types);
+  p.set_scalar_param(true);
+  absl::InlinedVector<int, 3> args;
+  for (int i = 0; i < p.num_inputs(); ++i) args.push_back(p.Load(i));
+  const int v = def.id == OpId::kContiguous ? args[0] : p.Apply(def.id, args, attrs, out_type);
+  p.Store(v, out_type);
+  return p;
+}
+
+ElementwiseKernels CompileElementwiseKernels(const std::string& base, const kir::Program& p) {
+  const std::string src = RenderElementwiseSource(base, p, kFastVariants);
+  ElementwiseKernels k;
+  k.contig = ValueOrThrow(cuda::GetKernel(src, base + "_contig"));
+  k.rows = ValueOrThrow(cuda::GetKernel(src, base + "_rows"));
+  k.vec = VectorWidth(p);
+  k.num_inputs = p.num_inputs();
+  k.num_outputs = p.num_outputs();
+  k.general = std::make_shared<ElementwiseKernels::General>();
+  k.general->source = RenderElementwiseSource(base, p, kGeneralVariants);
+  k.general->base = base;
+  return k;
 }
 
 namespace {
 
-using KernelPair = ElementwiseKernels;
-
-// Compiled kernels per (op, dtypes, approximate); the hot path is one locked map lookup.
-KernelPair& KernelsFor(const OpDef& def, const std::string& expr_template,
-                       absl::Span<const Tensor> in, DType out, const OpAttrs& a) {
-  uint64_t key = static_cast<uint64_t>(def.id) | (static_cast<uint64_t>(out) << 16) |
-                 (static_cast<uint64_t>(a.approximate) << 20);
-  std::vector<DType> types;
-  for (size_t i = 0; i < in.size(); ++i) {
-    types.push_back(in[i].dtype());
-    key |= (static_cast<uint64_t>(in[i].dtype()) + 1) << (24 + 4 * i);
-  }
-  static std::mutex mu;
-  static std::unordered_map<uint64_t, KernelPair> kernels;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = kernels.find(key);
-  if (it != kernels.end()) return it->second;
-  const std::string expr = absl::StrReplaceAll(
-      expr_template, {{"$approximate", a.approximate == GeluApprox::kTanh ? "1" : "0"}});
-  std::string base = absl::StrCat("kiln_", def.name);
-  for (DType t : types) absl::StrAppend(&base, "_", DTypeName(t));
-  absl::StrAppend(&base, "_to_", DTypeName(out));
-  return kernels.emplace(key, CompileElementwiseKernels(base, expr, types, out)).first->second;
-}
-
-struct Indexer {  // KilnIndexer of the generated source
-  int rank;
-  long long sizes[kMaxRank];
-  long long strides[kMaxOperands][kMaxRank];
+// Each operand's strides over the iteration shape (outputs first), size-1 dims dropped and dims
+// merged wherever every operand is contiguous across them (a bias over [8,16,1024,1024] becomes
+// rank 2), so the kernel does as few div/mods per element as possible.
+struct Indexer {
+  int rank = 0;
+  long long sizes[kMaxRank] = {};
+  absl::InlinedVector<std::array<long long, kMaxRank>, 8> strides;  // per operand
 };
 
-struct KilnRowsArgs {  // KilnRows of the generated source
-  long long rows, cols;
-  long long row_stride[kMaxOperands];
-  int broadcast[kMaxOperands];
-};
-
-// Operand strides over the output's shape with size-1 dims dropped and dims merged wherever
-// every operand is contiguous across them (a bias over [8,16,1024,1024] becomes rank 2), so the
-// kernel does as few div/mods per element as possible.
-Indexer CollapsedIndexer(absl::Span<const Tensor> in, const Tensor& out) {
-  const int rank = static_cast<int>(out.dim()), ops = static_cast<int>(in.size()) + 1;
-  long long st[kMaxOperands][kMaxRank] = {};
-  for (int d = 0; d < rank; ++d) st[0][d] = out.strides()[d];
-  for (int i = 0; i + 1 < ops; ++i) {
-    const int lead = rank - static_cast<int>(in[i].dim());
-    for (int d = 0; d < in[i].dim(); ++d) {
-      st[i + 1][lead + d] = in[i].shape()[d] == 1 ? 0 : in[i].strides()[d];
-    }
+Indexer CollapsedIndexer(absl::Span<const Tensor> in, absl::Span<const Tensor> out) {
+  const Shape& shape = out[0].shape();
+  const int rank = static_cast<int>(shape.size());
+  const int n_ops = static_cast<int>(in.size() + out.size());
+  absl::InlinedVector<std::array<long long, kMaxRank>, 8> st(n_ops);
+  for (int k = 0; k < n_ops; ++k) {
+    const Tensor& t = k < static_cast<int>(out.size()) ? out[k] : in[k - out.size()];
+    st[k].fill(0);
+    const int lead = rank - static_cast<int>(t.dim());
+    for (int d = 0; d < t.dim(); ++d) st[k][lead + d] = t.shape()[d] == 1 ? 0 : t.strides()[d];
   }
-  Indexer ix{};
+  Indexer ix;
+  ix.strides.resize(n_ops);
+  for (auto& s : ix.strides) s.fill(0);
   for (int d = 0; d < rank; ++d) {
-    const long long size = out.shape()[d];
+    const long long size = shape[d];
     if (size == 1) continue;
     bool merge = ix.rank > 0;
-    for (int i = 0; i < ops && merge; ++i) {
-      merge = st[i][d] * size == ix.strides[i][ix.rank - 1] ||
-              (st[i][d] == 0 && ix.strides[i][ix.rank - 1] == 0);
+    for (int k = 0; k < n_ops && merge; ++k) {
+      merge = st[k][d] * size == ix.strides[k][ix.rank - 1] ||
+              (st[k][d] == 0 && ix.strides[k][ix.rank - 1] == 0);
     }
     if (merge) {  // fold dim d into the previous kept dim: it becomes the faster one
       ix.sizes[ix.rank - 1] *= size;
-      for (int i = 0; i < ops; ++i) ix.strides[i][ix.rank - 1] = st[i][d];
+      for (int k = 0; k < n_ops; ++k) ix.strides[k][ix.rank - 1] = st[k][d];
     } else {
       ix.sizes[ix.rank] = size;
-      for (int i = 0; i < ops; ++i) ix.strides[i][ix.rank] = st[i][d];
+      for (int k = 0; k < n_ops; ++k) ix.strides[k][ix.rank] = st[k][d];
       ++ix.rank;
     }
   }
   return ix;
 }
 
+// The KilnIndexer parameter block: rank, sizes[8], strides[operands][8].
+std::vector<long long> IndexerParams(const Indexer& ix) {
+  std::vector<long long> p = {ix.rank};
+  p.insert(p.end(), ix.sizes, ix.sizes + kMaxRank);
+  for (const auto& s : ix.strides) p.insert(p.end(), s.begin(), s.end());
+  return p;
+}
+
 bool Aligned(const void* p, int64_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
-bool ContigApplies(absl::Span<const Tensor> in, const Tensor& out) {
-  if (!out.is_contiguous() || !Aligned(out.data_ptr(), 16)) return false;
+bool ContigApplies(absl::Span<const Tensor> in, absl::Span<const Tensor> out) {
+  for (const Tensor& t : out) {
+    if (t.shape() != out[0].shape() || !t.is_contiguous() || !Aligned(t.data_ptr(), 16)) {
+      return false;
+    }
+  }
   for (const Tensor& t : in) {
-    if (t.shape() != out.shape() || !t.is_contiguous() || !Aligned(t.data_ptr(), 16)) return false;
+    if (t.shape() != out[0].shape() || !t.is_contiguous() || !Aligned(t.data_ptr(), 16)) {
+      return false;
+    }
   }
   return true;
 }
 
-// The rows kernel's arguments when the collapsed operands are at most 2-D, the output and every
-// vector-loaded input have unit inner stride, rows split into whole aligned vectors, and a row
-// holds enough vectors to fill a block; nullopt otherwise.
-std::optional<KilnRowsArgs> RowsArgs(const Indexer& ix, absl::Span<const Tensor> in,
-                                     const Tensor& out, int vec) {
+// The KilnRows parameter block (rows, cols, row_stride[ops], broadcast[ops]) when the collapsed
+// operands are at most 2-D, every vector-loaded operand has unit inner stride, rows split into
+// whole aligned vectors, and a row holds enough vectors to fill a block; nullopt otherwise.
+std::optional<std::vector<long long>> RowsParams(const Indexer& ix, absl::Span<const Tensor> in,
+                                                 absl::Span<const Tensor> out, int vec) {
   if (ix.rank < 1 || ix.rank > 2) return std::nullopt;
   const int inner = ix.rank - 1;
-  KilnRowsArgs rw{};
-  rw.rows = ix.rank == 2 ? ix.sizes[0] : 1;
-  rw.cols = ix.sizes[inner];
-  if (rw.cols % vec != 0 || rw.cols / vec < 32) return std::nullopt;
-  for (size_t i = 0; i <= in.size(); ++i) {
-    const Tensor& t = i == 0 ? out : in[i - 1];
-    const long long inner_stride = ix.strides[i][inner];
-    rw.row_stride[i] = ix.rank == 2 ? ix.strides[i][0] : 0;
-    rw.broadcast[i] = inner_stride == 0 && i > 0;
-    if (rw.broadcast[i]) continue;
-    if (inner_stride != 1 || rw.row_stride[i] % vec != 0 ||
+  const long long cols = ix.sizes[inner];
+  if (cols % vec != 0 || cols / vec < 32) return std::nullopt;
+  const size_t n_ops = in.size() + out.size();
+  std::vector<long long> p(2 + 2 * n_ops, 0);
+  p[0] = ix.rank == 2 ? ix.sizes[0] : 1;
+  p[1] = cols;
+  for (size_t k = 0; k < n_ops; ++k) {
+    const bool is_out = k < out.size();
+    const Tensor& t = is_out ? out[k] : in[k - out.size()];
+    const long long inner_stride = ix.strides[k][inner];
+    const long long row_stride = ix.rank == 2 ? ix.strides[k][0] : 0;
+    p[2 + k] = row_stride;
+    p[2 + n_ops + k] = inner_stride == 0 && !is_out;
+    if (p[2 + n_ops + k]) continue;
+    if (inner_stride != 1 || row_stride % vec != 0 ||
         !Aligned(t.data_ptr(), vec * DTypeSize(t.dtype()))) {
       return std::nullopt;
     }
   }
-  return rw;
+  return p;
 }
 
 void Launch(cudaKernel_t k, void** args, int64_t work) {
@@ -349,31 +309,18 @@ void Launch(cudaKernel_t k, void** args, int64_t work) {
                                    0, cuda::CurrentStream()));
 }
 
-void Run(const OpDef& def, const std::string& expr, absl::Span<const Tensor> in, const Tensor& out,
-         const OpAttrs& a) {
-  KILN_CHECK(out.dim() <= kMaxRank && in.size() + 1 <= kMaxOperands, def.name,
-             ": CUDA elementwise kernels support up to rank ", kMaxRank, ", got ",
-             out.shape_string());
-  LaunchElementwise(KernelsFor(def, expr, in, out.dtype(), a), in, out,
-                    static_cast<float>(a.scalar));
+void LaunchRows(cudaKernel_t k, void** args, long long rows, long long cols, int vec) {
+  // Blocks sized so each x-block covers an equal share of a row's vectors (a 3072-wide bf16 row
+  // is 384 vectors: two blocks of 192 threads, not one of 256 and one half idle).
+  const int64_t groups = cols / vec;
+  const int64_t blocks_x = std::min<int64_t>((groups + 255) / 256, 1024);
+  const int64_t per_block = (groups + blocks_x - 1) / blocks_x;
+  const int block = static_cast<int>(std::min<int64_t>(256, (per_block + 31) / 32 * 32));
+  const dim3 grid(static_cast<unsigned>(blocks_x),
+                  static_cast<unsigned>(std::min<long long>(rows, 65535)));
+  KILN_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, dim3(block), args, 0,
+                                   cuda::CurrentStream()));
 }
-
-}  // namespace
-
-ElementwiseKernels CompileElementwiseKernels(const std::string& base, const std::string& expr,
-                                             const std::vector<DType>& in, DType out) {
-  const std::string src = RenderElementwiseSource(base, expr, in, out, kFastVariants);
-  ElementwiseKernels k;
-  k.contig = ValueOrThrow(cuda::GetKernel(src, base + "_contig"));
-  k.rows = ValueOrThrow(cuda::GetKernel(src, base + "_rows"));
-  k.vec = VectorWidth(in, out);
-  k.general = std::make_shared<ElementwiseKernels::General>();
-  k.general->source = RenderElementwiseSource(base, expr, in, out, kGeneralVariants);
-  k.general->base = base;
-  return k;
-}
-
-namespace {
 
 // The strided kernels, compiled on first use: most operands take the contiguous or rows path.
 const ElementwiseKernels::General& GeneralKernels(const ElementwiseKernels& k) {
@@ -385,56 +332,89 @@ const ElementwiseKernels::General& GeneralKernels(const ElementwiseKernels& k) {
   return g;
 }
 
-void LaunchRows(cudaKernel_t k, void** args, const KilnRowsArgs& rw, int vec) {
-  // Blocks sized so each x-block covers an equal share of a row's vectors (a 3072-wide bf16
-  // row is 384 vectors: two blocks of 192 threads, not one of 256 and one half idle).
-  const int64_t groups = rw.cols / vec;
-  const int64_t blocks_x = std::min<int64_t>((groups + 255) / 256, 1024);
-  const int64_t per_block = (groups + blocks_x - 1) / blocks_x;
-  const int block = static_cast<int>(std::min<int64_t>(256, (per_block + 31) / 32 * 32));
-  const dim3 grid(static_cast<unsigned>(blocks_x),
-                  static_cast<unsigned>(std::min<int64_t>(rw.rows, 65535)));
-  KILN_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, dim3(block), args, 0,
-                                   cuda::CurrentStream()));
-}
-
 }  // namespace
 
-void LaunchElementwise(const ElementwiseKernels& k, absl::Span<const Tensor> in, const Tensor& out,
-                       float scalar) {
-  KILN_CHECK(out.dim() <= kMaxRank && in.size() + 1 <= kMaxOperands,
-             "elementwise kernel: supports rank <= ", kMaxRank, " and <= ", kMaxOperands - 1,
-             " inputs, got ", out.shape_string(), " with ", in.size(), " inputs");
-  void* out_ptr = out.data_ptr();
-  const void* ptrs[3] = {nullptr, nullptr, nullptr};
-  for (size_t i = 0; i < in.size(); ++i) ptrs[i] = in[i].data_ptr();
-  long long n = out.numel();
-  absl::InlinedVector<void*, 8> args = {&out_ptr};
-  for (size_t i = 0; i < in.size(); ++i) args.push_back(&ptrs[i]);
+void LaunchElementwise(const ElementwiseKernels& k, absl::Span<const Tensor> in,
+                       absl::Span<const Tensor> out, float scalar) {
+  KILN_CHECK(static_cast<int>(in.size()) == k.num_inputs &&
+                 static_cast<int>(out.size()) == k.num_outputs && out[0].dim() <= kMaxRank,
+             "elementwise kernel: compiled for ", k.num_inputs, " inputs and ", k.num_outputs,
+             " outputs of rank <= ", kMaxRank, ", got ", in.size(), " and ", out.size(),
+             " outputs of shape ", out.empty() ? "-" : out[0].shape_string());
+  absl::InlinedVector<void*, 16> ptrs;
+  for (const Tensor& t : out) ptrs.push_back(t.data_ptr());
+  for (const Tensor& t : in) ptrs.push_back(const_cast<void*>(t.data_ptr()));
+  long long n = out[0].numel();
+  absl::InlinedVector<void*, 20> args;
+  for (void*& p : ptrs) args.push_back(&p);
   args.push_back(&scalar);
   args.push_back(&n);
   if (ContigApplies(in, out)) {
     Launch(k.contig, args.data(), std::max<int64_t>(n / k.vec, n % k.vec));
     return;
   }
-  Indexer ix = CollapsedIndexer(in, out);
-  if (std::optional<KilnRowsArgs> rw = RowsArgs(ix, in, out, k.vec)) {
-    args.push_back(&*rw);
-    LaunchRows(k.rows, args.data(), *rw, k.vec);
+  const Indexer ix = CollapsedIndexer(in, out);
+  if (std::optional<std::vector<long long>> rw = RowsParams(ix, in, out, k.vec)) {
+    args.push_back(rw->data());
+    LaunchRows(k.rows, args.data(), (*rw)[0], (*rw)[1], k.vec);
     return;
   }
-  args.push_back(&ix);
+  std::vector<long long> params = IndexerParams(ix);
+  args.push_back(params.data());
   const auto& g = GeneralKernels(k);
   Launch(n < (int64_t{1} << 31) ? g.strided32 : g.strided, args.data(), n);
 }
 
+namespace {
+
+// Bit-exact key of everything a row's rendered source depends on: the op, the dtypes and every
+// attribute but the scalar (a kernel parameter).
+std::string RowKey(const OpDef& def, absl::Span<const Tensor> in, DType out, const OpAttrs& a) {
+  std::string key;
+  key.push_back(static_cast<char>(def.id));
+  key.push_back(static_cast<char>(static_cast<int>(def.id) >> 8));
+  key.push_back(static_cast<char>(out));
+  for (const Tensor& t : in) key.push_back(static_cast<char>(t.dtype()));
+  OpAttrs attrs = a;
+  attrs.scalar = 0;
+  kir::AppendAttrKey(attrs, &key);
+  return key;
+}
+
+// Compiled kernels per row key; the hot path is one locked map lookup.
+const ElementwiseKernels& KernelsFor(const OpDef& def, absl::Span<const Tensor> in, DType out,
+                                     const OpAttrs& a) {
+  static std::mutex mu;
+  static auto& kernels = *new std::unordered_map<std::string, ElementwiseKernels>();
+  const std::string key = RowKey(def, in, out, a);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = kernels.find(key); it != kernels.end()) return it->second;
+  }
+  std::vector<DType> types;
+  std::string base = absl::StrCat("kiln_", def.name);
+  for (const Tensor& t : in) {
+    types.push_back(t.dtype());
+    absl::StrAppend(&base, "_", DTypeName(t.dtype()));
+  }
+  absl::StrAppend(&base, "_to_", DTypeName(out));
+  ElementwiseKernels k = CompileElementwiseKernels(base, RowProgram(def, types, out, a));
+  std::lock_guard<std::mutex> lock(mu);
+  return kernels.emplace(key, std::move(k)).first->second;  // a racing compile's result is kept
+}
+
+}  // namespace
+
 void Elementwise(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
                  const OpAttrs& a) {
-  Run(def, std::string(def.cuda_expr), in, out, a);
+  KILN_CHECK(out.dim() <= kMaxRank && static_cast<int>(in.size()) < kMaxKernelOperands, def.name,
+             ": CUDA elementwise kernels support up to rank ", kMaxRank, ", got ",
+             out.shape_string());
+  LaunchElementwise(KernelsFor(def, in, out.dtype(), a), in, {out}, static_cast<float>(a.scalar));
 }
 
 void Copy(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
-  Run(def, "$0", in, out, a);
+  Elementwise(def, in, out, a);
 }
 
 }  // namespace kiln::cuda_ops

@@ -1,13 +1,19 @@
-// CUDA kernels for the elementwise rows of the registry, generated from each row's CUDA
-// expression and compiled with NVRTC on first use (then cached in memory and on disk, see
-// runtime/nvrtc.h). Three kernel variants per expression:
-//   _contig    16-byte vectorised loads/stores, operands contiguous and of the output's shape;
+// The elementwise kernel family on CUDA: kernels generated from a kernel-IR program
+// (ops/kernel_ir.h) over any number of inputs and outputs, compiled with NVRTC on first use (then
+// cached in memory and on disk, see runtime/nvrtc.h). Eager elementwise ops are one-instruction
+// programs; the compiler's fused groups are longer ones. Three skeletons per program:
+//   _contig    16-byte vectorised loads/stores, every operand contiguous, of the iteration shape;
 //   _rows      operands collapsed to [rows, cols] with unit inner stride (or broadcast along the
-//              row) and any row stride, still vectorised: slices of a merged GEMM output, a
-//              bias or a mask broadcast over leading dims;
+//              row) and any row stride, still vectorised: slices of a merged GEMM output, a bias or
+//              a mask broadcast over leading dims;
 //   _strided   any strides/broadcasts, div/mod per element (64- and 32-bit index variants),
 //              compiled only when first needed.
-// The same renderer serves the contiguous() copy (expression "$0").
+// Kernel parameters are generated per program (one pointer per operand; the rows and strided
+// indexers sized to the operand count), so the index arithmetic is unrolled over the operands the
+// kernel really has. The same renderer serves the contiguous() copy (a load stored as is).
+//
+//   ElementwiseKernels k = CompileElementwiseKernels("kiln_fused_gelu_mul_0", program);
+//   LaunchElementwise(k, {x, u}, {out});
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -17,21 +23,25 @@
 #include <string>
 #include <vector>
 
-#include "ops/op_def.h"
+#include "ops/kernel_ir.h"
 
 namespace kiln::cuda_ops {
 
-// KernelFn for every elementwise row (and kContiguous): out = expr(inputs), any strides.
+// KernelFn for every elementwise row (and kContiguous): out = row(inputs), any strides.
 void Elementwise(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
                  const OpAttrs& a);
 void Copy(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 
-// An elementwise expression over at most this many inputs ($0..$2, float operands, `$scalar`).
-inline constexpr int kMaxElementwiseInputs = 3;
+// Inputs plus outputs of one generated elementwise kernel, at most (its parameters stay well
+// under the 4 KiB kernel-parameter limit). The fusion pass cuts groups at this size.
+inline constexpr int kMaxKernelOperands = 32;
+// Rank of the iteration space, at most (after collapsing contiguous dims).
+inline constexpr int kMaxKernelRank = 8;
 
 struct ElementwiseKernels {
   cudaKernel_t contig = nullptr, rows = nullptr;
-  int vec = 1;      // elements per thread in the vectorised kernels
+  int vec = 1;  // elements per thread in the vectorised kernels
+  int num_inputs = 0, num_outputs = 0;
   struct General {  // the strided kernels, compiled on first use
     std::once_flag once;
     std::string source, base;
@@ -39,29 +49,22 @@ struct ElementwiseKernels {
   };
   std::shared_ptr<General> general;
 };
-// Compiles (or fetches from the caches) the kernels of `expr`; throws kiln::Error with the NVRTC
-// log on failure. The fusion codegen passes a whole fused expression tree here.
+// Compiles (or fetches from the caches) the kernels of `program`; throws kiln::Error with the
+// NVRTC log on failure.
 ElementwiseKernels CompileElementwiseKernels(const std::string& kernel_base,
-                                             const std::string& expr,
-                                             const std::vector<DType>& in_types, DType out_type);
-// Launches on the current stream: out = expr(in) for any strides/broadcasts of the inputs.
-void LaunchElementwise(const ElementwiseKernels& k, absl::Span<const Tensor> in, const Tensor& out,
-                       float scalar = 0);
+                                             const kir::Program& program);
+// Launches on the current stream: outputs = program(inputs) for any strides/broadcasts of the
+// inputs; every output has the iteration shape (out[0]'s) and any strides.
+void LaunchElementwise(const ElementwiseKernels& k, absl::Span<const Tensor> in,
+                       absl::Span<const Tensor> out, float scalar = 0);
 
-// The CUDA source for one elementwise expression over operands of the given dtypes (exposed so
-// tests can compile every variant with NVRTC without a GPU, and for the compiler's dumps).
+// The CUDA source for a program (exposed so tests can compile every variant with NVRTC without a
+// GPU, and for the compiler's dumps).
 enum ElementwiseVariants { kFastVariants = 1, kGeneralVariants = 2, kAllVariants = 3 };
-std::string RenderElementwiseSource(const std::string& kernel_base, const std::string& expr,
-                                    const std::vector<DType>& in_types, DType out_type,
+std::string RenderElementwiseSource(const std::string& kernel_base, const kir::Program& program,
                                     ElementwiseVariants variants = kAllVariants);
-
-// Pieces of every generated source, shared with the fused softmax kernels
-// (ops/cuda/fused_softmax_cuda.h): the device prelude (storage types, bf16/f16 conversions, math
-// helpers), and per dtype the C type of an element in memory and the expressions converting an
-// element `v` to the float compute type and back.
-const char* KernelPrelude();
-std::string StorageType(DType t);
-std::string LoadExpr(DType t, const std::string& v);
-std::string StoreExpr(DType t, const std::string& v);
+// The one-instruction program of an eager elementwise row (scalar as a kernel parameter).
+kir::Program RowProgram(const OpDef& def, const std::vector<DType>& in_types, DType out_type,
+                        const OpAttrs& attrs);
 
 }  // namespace kiln::cuda_ops

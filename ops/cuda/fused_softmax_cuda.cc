@@ -2,10 +2,12 @@
 #include "ops/cuda/fused_softmax_cuda.h"
 
 #include <algorithm>
+#include <array>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "ops/cuda/elementwise_cuda.h"
+#include "ops/cuda/kernel_render.h"
 #include "runtime/cuda.h"
 #include "runtime/nvrtc.h"
 #include "runtime/status.h"
@@ -20,31 +22,12 @@ constexpr int kMaxPerThread = 32;        // row values a thread keeps in registe
 constexpr int64_t kWarpRowMax = 1024;    // longest row a warp holds
 constexpr int kLoopThreads = 512;        // the three-pass loop kernel
 constexpr int kMaxRank = 8;              // of the output
-constexpr int kMaxInputs = 3;            // like the elementwise skeleton
+constexpr int kMaxInputs = 31;           // like the elementwise skeleton (32 operands)
 constexpr int64_t kMaxBlocks = 1 << 20;  // grids stop here; kernels loop over the rest
 
-// Device helpers of the fused softmax sources (after the shared prelude). The indexer gives each
-// input's offset of a row's first element (broadcast inputs have stride 0) and its stride along
-// the row; it must match RowIndexer below.
+// Device helpers of the fused softmax sources (after the shared prelude).
 constexpr char kSoftmaxHelpers[] = R"(
-struct KilnRowIndexer { int rank; long long sizes[7]; long long strides[3][7]; long long inner[3]; };
 __device__ __forceinline__ float kiln_neg_inf() { return __int_as_float(0xff800000); }
-// 32-bit div/mod (much cheaper) while row indices fit: `narrow` is rows < 2^32.
-__device__ __forceinline__ void kiln_row_offsets(const KilnRowIndexer& ix, long long row, bool narrow,
-                                                 long long (&o)[3]) {
-  o[0] = 0; o[1] = 0; o[2] = 0;
-  for (int d = ix.rank - 1; d >= 0; --d) {
-    long long c;
-    if (narrow) {
-      c = (unsigned)row % (unsigned)ix.sizes[d];
-      row = (unsigned)row / (unsigned)ix.sizes[d];
-    } else {
-      c = row % ix.sizes[d];
-      row /= ix.sizes[d];
-    }
-    o[0] += c * ix.strides[0][d]; o[1] += c * ix.strides[1][d]; o[2] += c * ix.strides[2][d];
-  }
-}
 // Max (ignoring NaN, like the eager softmax) or sum over the kGroup threads of a row: aligned
 // lanes of a warp, or the whole block (every thread of it must call).
 template <int kGroup, bool kMax>
@@ -100,12 +83,41 @@ __device__ __forceinline__ void kiln_softmax_row(float (&v)[kIters][kVec]) {
 }
 )";
 
-struct RowIndexer {  // KilnRowIndexer
-  int rank;
-  long long sizes[kMaxRank - 1];
-  long long strides[kMaxInputs][kMaxRank - 1];
-  long long inner[kMaxInputs];
+// The host side of KilnRowIndexer: each input's offset of a row's first element comes from
+// the row index over `sizes` (the leading dims, merged where possible); `inner` is its stride
+// along the row.
+struct RowIndexer {
+  int rank = 0;
+  long long sizes[kMaxRank - 1] = {};
+  absl::InlinedVector<std::array<long long, kMaxRank - 1>, 4> strides;  // per input
+  absl::InlinedVector<long long, 4> inner;                              // per input
+  std::vector<long long> Params() const {
+    std::vector<long long> p = {rank};
+    p.insert(p.end(), sizes, sizes + kMaxRank - 1);
+    for (const auto& s : strides) p.insert(p.end(), s.begin(), s.end());
+    p.insert(p.end(), inner.begin(), inner.end());
+    return p;
+  }
 };
+
+// KilnRowIndexer and kiln_row_offsets for `n` inputs (must match RowIndexer::Params): 32-bit
+// div/mod (much cheaper) while row indices fit (`narrow` is rows < 2^32).
+std::string RowIndexerSource(int n) {
+  std::string zero, add;
+  for (int i = 0; i < n; ++i) {
+    absl::StrAppend(&zero, "o[", i, "] = 0; ");
+    absl::StrAppend(&add, "    o[", i, "] += c * ix.strides[", i, "][d];\n");
+  }
+  return absl::StrCat(
+      "struct KilnRowIndexer { long long rank; long long sizes[", kMaxRank - 1,
+      "]; long long strides[", n, "][", kMaxRank - 1, "]; long long inner[", n, "]; };\n",
+      "__device__ __forceinline__ void kiln_row_offsets(const KilnRowIndexer& ix, long long row,",
+      " bool narrow, long long (&o)[", n, "]) {\n  ", zero, "\n",
+      "  for (int d = (int)ix.rank - 1; d >= 0; --d) {\n    long long c;\n",
+      "    if (narrow) {\n      c = (unsigned)row % (unsigned)ix.sizes[d];\n",
+      "      row = (unsigned)row / (unsigned)ix.sizes[d];\n    } else {\n",
+      "      c = row % ix.sizes[d];\n      row /= ix.sizes[d];\n    }\n", add, "  }\n}\n");
+}
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -122,17 +134,16 @@ std::string Params(const std::vector<DType>& in, DType out) {
   for (size_t i = 0; i < in.size(); ++i) {
     absl::StrAppend(&s, ", const ", StorageType(in[i]), "* __restrict__ in", i);
   }
-  return s + ", long long rows, KilnRowIndexer ix";
+  return s + ", long long rows, long long row_len, KilnRowIndexer ix";
 }
 
-// "const float a<i> = <input i's element>;" for every input; `element(i)` is its storage value.
+// The prologue's values at one element (`element(i)`: input i's stored element there), then
+// "<target> = <the softmax input>;".
 template <typename F>
-std::string Operands(const std::vector<DType>& in, F&& element) {
-  std::string s;
-  for (size_t i = 0; i < in.size(); ++i) {
-    absl::StrAppend(&s, "const float a", i, " = ", LoadExpr(in[i], element(i)), "; ");
-  }
-  return s;
+std::string Prologue(const kir::Program& p, F&& element, const std::string& target,
+                     const std::string& pad) {
+  return absl::StrCat(RenderValues(p, element, pad), pad, target, "(float)",
+                      ValueRef(p, p.outputs()[0]), ";\n");
 }
 
 // The loop over a thread's slots of its row: slot `it` holds vector (or element) it * kGroup +
@@ -146,9 +157,9 @@ constexpr char kSlotLoop[] =
 // v[it][j] (-inf past the row's end). With more than four slots every load is issued before any
 // is used, as in the eager row kernels (reduce_kernels.cu); with fewer, one loop needs fewer
 // registers.
-std::string RowLoads(const SoftmaxRowLayout& l, const std::vector<DType>& in,
-                     const std::string& expr) {
+std::string RowLoads(const SoftmaxRowLayout& l, const kir::Program& p) {
   const bool vec = l.vec > 1;
+  const std::vector<DType>& in = p.input_types();
   std::string decls, load;
   for (size_t i = 0; i < in.size(); ++i) {
     const std::string r =
@@ -161,16 +172,25 @@ std::string RowLoads(const SoftmaxRowLayout& l, const std::vector<DType>& in,
             : absl::StrCat("in", i, "[o[", i, "] + c * ix.inner[", i, "]]");
     absl::StrAppend(&load, "      r", i, "[it] = ok ? ", at, " : ", r, "{};\n");
   }
-  const std::string operands = Operands(in, [&](size_t i) {
-    return vec ? absl::StrCat("((const ", StorageType(in[i]), "*)&r", i, "[it])[j]")
-               : absl::StrCat("r", i, "[it]");
-  });
+  const std::string prologue = Prologue(
+      p,
+      [&](int i) {
+        return vec ? absl::StrCat("((const ", StorageType(in[i]), "*)&r", i, "[it])[j]")
+                   : absl::StrCat("r", i, "[it]");
+      },
+      "const float x = ", "        ");
   const std::string compute =
-      absl::StrCat("      #pragma unroll\n      for (int j = 0; j < kVec; ++j) {\n        ",
-                   operands, "\n        v[it][j] = ok ? (", expr, ") : kiln_neg_inf();\n      }\n");
+      absl::StrCat("      #pragma unroll\n      for (int j = 0; j < kVec; ++j) {\n", prologue,
+                   "        v[it][j] = ok ? x : kiln_neg_inf();\n      }\n");
   if (l.iters > 4)
     return absl::StrCat(decls, kSlotLoop, load, "    }\n", kSlotLoop, compute, "    }\n");
   return absl::StrCat(decls, kSlotLoop, load, compute, "    }\n");
+}
+
+// The row length: baked into the source (n > 0) or read at run time (n == 0, a symbolic dim).
+std::string RowLength(int64_t n) {
+  return n > 0 ? absl::StrCat("  constexpr long long kN = ", n, ";\n")
+               : "  const long long kN = row_len;\n";
 }
 
 // Stores v[it] (the probabilities) as the output dtype, a 16-byte vector or one element a slot.
@@ -190,44 +210,40 @@ std::string RowStores(const SoftmaxRowLayout& l, DType out) {
 // past the last row still takes part in its group's shuffles), load and transform them, run the
 // softmax in registers and store.
 std::string RegisterKernel(const std::string& name, const SoftmaxRowLayout& l,
-                           const std::vector<DType>& in, DType out, const std::string& expr,
-                           int64_t n) {
+                           const kir::Program& p, DType out, int64_t n) {
   return absl::StrCat(
       "extern \"C\" __global__ void __launch_bounds__(", l.threads, ") ", name, "(",
-      Params(in, out), ") {\n", "  constexpr long long kN = ", n, ";\n",
-      "  constexpr int kVec = ", l.vec, ", kGroup = ", l.group, ", kIters = ", l.iters,
-      ", kRows = ", l.rows_per_block(), ";\n", "  const int lane = threadIdx.x % kGroup;\n",
+      Params(p.input_types(), out), ") {\n", RowLength(n), "  constexpr int kVec = ", l.vec,
+      ", kGroup = ", l.group, ", kIters = ", l.iters, ", kRows = ", l.rows_per_block(), ";\n",
+      "  const int lane = threadIdx.x % kGroup;\n",
       "  for (long long first = (long long)blockIdx.x * kRows; first < rows;",
       " first += (long long)gridDim.x * kRows) {\n",
       "    const long long row = first + threadIdx.x / kGroup;\n",
-      "    const bool live = row < rows;\n", "    long long o[3];\n",
+      "    const bool live = row < rows;\n", "    long long o[", p.num_inputs(), "];\n",
       "    kiln_row_offsets(ix, live ? row : 0, rows < (1ll << 32), o);\n",
-      "    float v[kIters][kVec];\n", RowLoads(l, in, expr),
+      "    float v[kIters][kVec];\n", RowLoads(l, p),
       "    kiln_softmax_row<kGroup, kIters, kVec>(v);\n", RowStores(l, out), "  }\n}\n");
 }
 
-// The three-pass loop kernel for rows too long for registers: max, sum, write, each pass
-// re-reading the inputs and evaluating the prologue.
-std::string LoopKernel(const std::string& name, const std::vector<DType>& in, DType out,
-                       const std::string& expr, int64_t n) {
-  const std::string x = absl::StrCat(
-      Operands(
-          in,
-          [](size_t i) { return absl::StrCat("in", i, "[o[", i, "] + c * ix.inner[", i, "]]"); }),
-      "const float x = (", expr, ");");
-  const std::string each = "    for (long long c = threadIdx.x; c < kN; c += kThreads) {\n      ";
+// The three-pass loop kernel for rows too long for registers (or of a length known only at run
+// time): max, sum, write, each pass re-reading the inputs and evaluating the prologue.
+std::string LoopKernel(const std::string& name, const kir::Program& p, DType out, int64_t n) {
+  const std::string x = Prologue(
+      p, [](int i) { return absl::StrCat("in", i, "[o[", i, "] + c * ix.inner[", i, "]]"); },
+      "const float x = ", "      ");
+  const std::string each = "    for (long long c = threadIdx.x; c < kN; c += kThreads) {\n";
   return absl::StrCat(
       "extern \"C\" __global__ void __launch_bounds__(", kLoopThreads, ") ", name, "(",
-      Params(in, out), ") {\n", "  constexpr long long kN = ", n, ";\n",
+      Params(p.input_types(), out), ") {\n", RowLength(n),
       "  constexpr int kThreads = ", kLoopThreads, ";\n",
-      "  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {\n",
-      "    long long o[3];\n    kiln_row_offsets(ix, row, rows < (1ll << 32), o);\n",
-      "    float mx = kiln_neg_inf();\n", each, x, "\n      mx = fmaxf(mx, x);\n    }\n",
+      "  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {\n", "    long long o[",
+      p.num_inputs(), "];\n", "    kiln_row_offsets(ix, row, rows < (1ll << 32), o);\n",
+      "    float mx = kiln_neg_inf();\n", each, x, "      mx = fmaxf(mx, x);\n    }\n",
       "    mx = kiln_row_reduce<kThreads, true>(mx);\n",
       "    if (mx == kiln_neg_inf()) mx = 0.f;  // a row of all -inf gives NaN, like eager\n",
-      "    float sum = 0.f;\n", each, x, "\n      sum += expf(x - mx);\n    }\n",
+      "    float sum = 0.f;\n", each, x, "      sum += expf(x - mx);\n    }\n",
       "    const float scale = 1.f / kiln_row_reduce<kThreads, false>(sum);\n", each, x,
-      "\n      out[row * kN + c] = ", StoreExpr(out, "expf(x - mx) * scale"), ";\n    }\n",
+      "      out[row * kN + c] = ", StoreExpr(out, "expf(x - mx) * scale"), ";\n    }\n",
       "  }\n}\n");
 }
 
@@ -238,9 +254,13 @@ std::string LoopKernel(const std::string& name, const std::vector<DType>& in, DT
 // contiguous across them (the [B*H*S] rows of contiguous scores with a [S, S] mask: rank 2).
 RowIndexer BuildRowIndexer(absl::Span<const Tensor> in, const Tensor& out) {
   const int rank = static_cast<int>(out.dim());
-  long long st[kMaxInputs][kMaxRank] = {};
-  RowIndexer ix{};
+  absl::InlinedVector<std::array<long long, kMaxRank>, 4> st(in.size());
+  RowIndexer ix;
+  ix.strides.resize(in.size());
+  ix.inner.resize(in.size());
   for (size_t i = 0; i < in.size(); ++i) {
+    st[i].fill(0);
+    ix.strides[i].fill(0);
     const int lead = rank - static_cast<int>(in[i].dim());
     for (int d = 0; d < in[i].dim(); ++d) {
       st[i][lead + d] = in[i].shape()[d] == 1 ? 0 : in[i].strides()[d];
@@ -303,37 +323,36 @@ int FusedSoftmaxVectorWidth(const std::vector<DType>& in, DType out, int64_t n) 
   int64_t widest = DTypeSize(out);
   for (DType t : in) widest = std::max(widest, DTypeSize(t));
   const int vec = static_cast<int>(16 / widest);
-  return vec > 1 && n % vec == 0 && PlanSoftmaxRows(n, vec).iters > 0 ? vec : 0;
+  return vec > 1 && n > 0 && n % vec == 0 && PlanSoftmaxRows(n, vec).iters > 0 ? vec : 0;
 }
 
-std::string RenderFusedSoftmaxSource(const std::string& base, const std::string& expr_template,
-                                     const std::vector<DType>& in, DType out, int64_t n) {
-  KILN_CHECK(!in.empty() && in.size() <= kMaxInputs && n > 0, "fused softmax ", base, ": needs 1..",
-             kMaxInputs, " inputs and a row length > 0, got ", in.size(), " inputs, row length ",
-             n);
-  std::string expr = expr_template;
-  for (size_t i = 0; i < in.size(); ++i) {
-    expr = absl::StrReplaceAll(expr, {{absl::StrCat("$", i), absl::StrCat("a", i)}});
-  }
-  std::string src = absl::StrCat(KernelPrelude(), kSoftmaxHelpers);
-  const SoftmaxRowLayout strided = PlanSoftmaxRows(n, 1);
-  absl::StrAppend(&src, strided.iters == 0
-                            ? LoopKernel(base + "_strided", in, out, expr, n)
-                            : RegisterKernel(base + "_strided", strided, in, out, expr, n));
-  if (const int vec = FusedSoftmaxVectorWidth(in, out, n); vec > 0) {
-    absl::StrAppend(&src, RegisterKernel(base + "_vec", PlanSoftmaxRows(n, vec), in, out, expr, n));
+std::string RenderFusedSoftmaxSource(const std::string& base, const kir::Program& p, DType out,
+                                     int64_t n) {
+  KILN_CHECK(p.num_inputs() >= 1 && p.num_inputs() <= kMaxInputs && p.num_outputs() == 1 && n >= 0,
+             "fused softmax ", base, ": needs 1..", kMaxInputs,
+             " inputs, one prologue value and a row length >= 0 (0: known at run time), got ",
+             p.num_inputs(), " inputs, ", p.num_outputs(), " values, row length ", n);
+  std::string src =
+      absl::StrCat(KernelPrelude(), kSoftmaxHelpers, RowIndexerSource(p.num_inputs()));
+  const SoftmaxRowLayout strided = n > 0 ? PlanSoftmaxRows(n, 1) : SoftmaxRowLayout{1, 0, 0, 0};
+  absl::StrAppend(&src, strided.iters == 0 ? LoopKernel(base + "_strided", p, out, n)
+                                           : RegisterKernel(base + "_strided", strided, p, out, n));
+  if (const int vec = FusedSoftmaxVectorWidth(p.input_types(), out, n); vec > 0) {
+    absl::StrAppend(&src, RegisterKernel(base + "_vec", PlanSoftmaxRows(n, vec), p, out, n));
   }
   return src;
 }
 
-FusedSoftmaxKernels CompileFusedSoftmaxKernels(const std::string& base, const std::string& expr,
-                                               const std::vector<DType>& in, DType out, int64_t n) {
-  const std::string src = RenderFusedSoftmaxSource(base, expr, in, out, n);
+FusedSoftmaxKernels CompileFusedSoftmaxKernels(const std::string& base, const kir::Program& p,
+                                               DType out, int64_t n) {
+  const std::string src = RenderFusedSoftmaxSource(base, p, out, n);
   FusedSoftmaxKernels k;
   k.row_len = n;
-  k.strided_layout = PlanSoftmaxRows(n, 1);
+  k.num_inputs = p.num_inputs();
+  k.strided_layout =
+      n > 0 ? PlanSoftmaxRows(n, 1) : SoftmaxRowLayout{1, kLoopThreads, 0, kLoopThreads};
   k.strided = ValueOrThrow(cuda::GetKernel(src, base + "_strided"));
-  if (const int vec = FusedSoftmaxVectorWidth(in, out, n); vec > 0) {
+  if (const int vec = FusedSoftmaxVectorWidth(p.input_types(), out, n); vec > 0) {
     k.vec_layout = PlanSoftmaxRows(n, vec);
     k.vec = ValueOrThrow(cuda::GetKernel(src, base + "_vec"));
   }
@@ -342,28 +361,30 @@ FusedSoftmaxKernels CompileFusedSoftmaxKernels(const std::string& base, const st
 
 void LaunchFusedSoftmax(const FusedSoftmaxKernels& k, absl::Span<const Tensor> in,
                         const Tensor& out) {
-  KILN_CHECK(k.strided != nullptr && !in.empty() && in.size() <= kMaxInputs && out.dim() >= 1 &&
-                 out.dim() <= kMaxRank && out.size(-1) == k.row_len && out.is_contiguous(),
-             "fused softmax: needs 1..", kMaxInputs,
-             " inputs and a contiguous output of rank <= ", kMaxRank, " with rows of ", k.row_len,
-             ", got ", in.size(), " inputs and ", Describe(out.type()),
+  KILN_CHECK(k.strided != nullptr && static_cast<int>(in.size()) == k.num_inputs &&
+                 out.dim() >= 1 && out.dim() <= kMaxRank &&
+                 (k.row_len == 0 || out.size(-1) == k.row_len) && out.is_contiguous(),
+             "fused softmax: compiled for ", k.num_inputs,
+             " inputs and a contiguous output of rank <= ", kMaxRank, " with rows of ",
+             k.row_len == 0 ? std::string("any length") : absl::StrCat(k.row_len), ", got ",
+             in.size(), " inputs and ", Describe(out.type()),
              out.is_contiguous() ? "" : " (not contiguous)");
-  const int64_t rows = out.numel() / k.row_len;
-  if (rows == 0) return;
-  RowIndexer ix = BuildRowIndexer(in, out);
+  long long row_len = out.size(-1);
+  if (row_len == 0) return;
+  long long n_rows = out.numel() / row_len;
+  if (n_rows == 0) return;
+  const RowIndexer ix = BuildRowIndexer(in, out);
+  std::vector<long long> params = ix.Params();
   const bool vec = k.vec != nullptr && VectorPathApplies(in, out, ix, k.vec_layout.vec);
   const SoftmaxRowLayout& l = vec ? k.vec_layout : k.strided_layout;
-  void* out_ptr = out.data_ptr();
-  const void* ptrs[kMaxInputs] = {};
-  long long n_rows = rows;
-  std::vector<void*> args = {&out_ptr};
-  for (size_t i = 0; i < in.size(); ++i) {
-    ptrs[i] = in[i].data_ptr();
-    args.push_back(&ptrs[i]);
-  }
+  absl::InlinedVector<void*, 8> ptrs = {out.data_ptr()};
+  for (const Tensor& t : in) ptrs.push_back(const_cast<void*>(t.data_ptr()));
+  absl::InlinedVector<void*, 12> args;
+  for (void*& p : ptrs) args.push_back(&p);
   args.push_back(&n_rows);
-  args.push_back(&ix);
-  const int64_t grid = std::min(CeilDiv(rows, l.rows_per_block()), kMaxBlocks);
+  args.push_back(&row_len);
+  args.push_back(params.data());
+  const int64_t grid = std::min(CeilDiv(n_rows, l.rows_per_block()), kMaxBlocks);
   KILN_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(vec ? k.vec : k.strided),
                                    dim3(static_cast<unsigned>(grid)), dim3(l.threads), args.data(),
                                    0, cuda::CurrentStream()));

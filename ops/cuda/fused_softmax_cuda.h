@@ -1,12 +1,12 @@
 // Generated softmax kernels with an elementwise prologue: out[r, :] = softmax(expr(in...)[r, :])
 // over the last dim, the prologue evaluated on load. The softmax fusion codegen
-// (codegen/fused_softmax.h) passes the prologue as an expression over $0..$2 (float operands),
-// as the elementwise skeleton takes it; the inputs broadcast to the output's shape (a [S, S] mask
-// against [B, H, S, S] scores) and may have any strides; the output is contiguous.
+// (codegen/fused_softmax.h) passes the prologue as a kernel-IR program (ops/kernel_ir.h) over
+// any number of inputs, rendered as the elementwise skeleton renders its body; the inputs broadcast
+// to the output's shape (a [S, S] mask against [B, H, S, S] scores) and may have any strides; the
+// output is contiguous.
 //
 //   FusedSoftmaxKernels k = CompileFusedSoftmaxKernels("kiln_fused_mul_scalar_softmax_0",
-//                                                      "(($0) * 0.125f)", {kBFloat16}, kBFloat16,
-//                                                      /*row_len=*/1024);
+//                                                      prologue, kBFloat16, /*row_len=*/1024);
 //   LaunchFusedSoftmax(k, {scores}, out);
 //
 // The row length is baked into the source, which picks the layout (PlanSoftmaxRows): each row
@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/op_def.h"
+#include "ops/kernel_ir.h"
 
 namespace kiln::cuda_ops {
 
@@ -53,17 +53,18 @@ struct FusedSoftmaxKernels {
   cudaKernel_t vec = nullptr;      // 16-byte loads; null when the row length does not allow it
   cudaKernel_t strided = nullptr;  // element loads, any strides
   SoftmaxRowLayout vec_layout, strided_layout;
-  int64_t row_len = 0;
+  int64_t row_len = 0;  // 0: any row length (read at run time; the three-pass loop kernel)
+  int num_inputs = 0;
 };
 
-// The CUDA source of both variants (exposed so tests compile it with NVRTC without a GPU).
-std::string RenderFusedSoftmaxSource(const std::string& kernel_base, const std::string& expr,
-                                     const std::vector<DType>& in_types, DType out_type,
-                                     int64_t row_len);
+// The CUDA source of both variants for a prologue program over the kernel's inputs whose single
+// stored value is the softmax's input (exposed so tests compile it with NVRTC without a GPU).
+// `row_len` 0 makes the row length a run-time parameter.
+std::string RenderFusedSoftmaxSource(const std::string& kernel_base, const kir::Program& prologue,
+                                     DType out_type, int64_t row_len);
 // Compiles (or fetches from the caches) the kernels; throws kiln::Error with the NVRTC log.
 FusedSoftmaxKernels CompileFusedSoftmaxKernels(const std::string& kernel_base,
-                                               const std::string& expr,
-                                               const std::vector<DType>& in_types, DType out_type,
+                                               const kir::Program& prologue, DType out_type,
                                                int64_t row_len);
 // Launches on the current stream; `out` is contiguous with the compiled row length as last dim.
 void LaunchFusedSoftmax(const FusedSoftmaxKernels& k, absl::Span<const Tensor> in,

@@ -1,0 +1,67 @@
+// Symbolic dims: one compiled plan for every size of the dims that vary between calls (a decode
+// loop's sequence length, a batch size), like torch's automatic dynamic shapes.
+//
+// kiln's model code reads sizes as plain integers (x.size(1)), so a symbol cannot be followed
+// through the user's arithmetic. Instead the function is traced three times: at the real sizes
+// of the call and at two probe assignments (distinct primes) of the symbols. The three graphs
+// must be the same program: same ops, operands, dtypes, devices, constants and attributes, where
+// only sizes may differ. A node's type dims that differ are symbolic (Node::sym_dims); the size
+// attributes of views that differ (reshape/expand sizes, slice bounds) must each be one formula
+// offset + scale·s (or scale·s·t) that predicts all three traces (Node::sym_attrs). Anything else
+// — a constant built from a size, an op that appears only at some sizes, an attribute no formula
+// explains — makes the function not symbolic in those dims, and the caller compiles per size.
+//
+// Guards at call time check what stays static: the rank, dtype and device of every input, every
+// static dim, and that the dims of one symbol agree. Limitation (stated, not checked): control
+// flow that depends on a symbolic size between the traced sizes is not detected, as the traces
+// agree at those sizes (torch guards such branches; kiln's model API has no symbolic integers).
+//
+//   std::optional<SymbolicShapes> s = SymbolsBetween(first_types, new_types);
+//   absl::StatusOr<ir::Graph> g = TraceSymbolic(fn, new_types, *s);
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ir/tracer.h"
+
+namespace kiln::codegen {
+
+struct SymbolicShapes {
+  struct Symbol {
+    std::vector<std::pair<int, int>> dims;  // (input, dim) pairs that carry it
+  };
+  std::vector<Symbol> symbols;
+
+  bool empty() const { return symbols.empty(); }
+  // The call's value of each symbol.
+  std::vector<int64_t> Values(absl::Span<const Tensor> inputs) const;
+  // Whether `inputs` fit `traced` under these symbols (the guard).
+  bool Admits(const std::vector<TensorType>& traced, absl::Span<const Tensor> inputs) const;
+  // "s0 = input0[1] = input1[1]; s1 = input0[0]" (the report).
+  std::string Describe() const;
+};
+
+// Symbols for the dims where two signatures of equal rank, dtype and device differ, one per group
+// of dims whose values agree in both; nullopt when they differ in more than sizes.
+std::optional<SymbolicShapes> SymbolsBetween(const std::vector<TensorType>& a,
+                                             const std::vector<TensorType>& b);
+// Symbols for dims the user named ((input, dim) pairs); dims with equal sizes in `types` share a
+// symbol. Errors name a dim that does not exist.
+absl::StatusOr<SymbolicShapes> NamedSymbols(const std::vector<TensorType>& types,
+                                            const std::vector<std::pair<int, int>>& dims);
+
+// Traces `fn` at `types` and at two probe sizes of `symbols`, checks the traces are one program,
+// and returns the graph at `types` with sym_dims and sym_attrs set; an error says why the
+// function is not symbolic in those dims.
+absl::StatusOr<ir::Graph> TraceSymbolic(const ir::TensorFn& fn,
+                                        const std::vector<TensorType>& types,
+                                        const SymbolicShapes& symbols);
+
+// The attributes of view node `n` at the given symbol values (its sym_attrs evaluated).
+OpAttrs InstantiateAttrs(const ir::Node& n, absl::Span<const int64_t> symbol_values);
+
+}  // namespace kiln::codegen

@@ -1,0 +1,174 @@
+// Rendering the kernel IR as CUDA C++ (see kernel_render.h).
+#include "ops/cuda/kernel_render.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+
+namespace kiln::cuda_ops {
+namespace {
+
+// Device helpers shared by every generated kernel: storage types, conversions, math.
+constexpr char kPrelude[] = R"(
+typedef unsigned short kiln_u16;
+typedef unsigned char kiln_bool;
+__device__ __forceinline__ float kiln_bf16_to_f(kiln_u16 b) { return __uint_as_float(((unsigned)b) << 16); }
+__device__ __forceinline__ kiln_u16 kiln_f_to_bf16(float f) {
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (kiln_u16)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (kiln_u16)(u >> 16);
+}
+__device__ __forceinline__ float kiln_f16_to_f(kiln_u16 h) {
+  float f; asm("{ cvt.f32.f16 %0, %1; }" : "=f"(f) : "h"(h)); return f;
+}
+__device__ __forceinline__ kiln_u16 kiln_f_to_f16(float f) {
+  kiln_u16 h; asm("{ cvt.rn.f16.f32 %0, %1; }" : "=h"(h) : "f"(f)); return h;
+}
+template <typename T> __device__ __forceinline__ T kiln_relu(T x) { return x > T(0) || x != x ? x : T(0); }
+__device__ __forceinline__ float kiln_sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+__device__ __forceinline__ float kiln_silu(float x) { return x / (1.f + expf(-x)); }
+__device__ __forceinline__ float kiln_gelu(float x, int approx_tanh) {
+  if (approx_tanh) return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+  return 0.5f * x * (1.f + erff(x * 0.7071067811865476f));
+}
+template <int N> struct alignas(N) KilnRaw { unsigned char b[N]; };
+)";
+
+struct TypeInfo {
+  const char* storage;  // C type of an element in memory
+  const char* load;     // expression turning `v` (storage) into the compute type
+  const char* store;    // expression turning `v` (compute) into storage
+};
+
+TypeInfo Info(DType t) {
+  switch (t) {
+    case DType::kFloat32:
+      return {"float", "v", "(float)(v)"};
+    case DType::kFloat16:
+      return {"kiln_u16", "kiln_f16_to_f(v)", "kiln_f_to_f16((float)(v))"};
+    case DType::kBFloat16:
+      return {"kiln_u16", "kiln_bf16_to_f(v)", "kiln_f_to_bf16((float)(v))"};
+    case DType::kBool:
+      return {"kiln_bool", "(v != 0 ? 1.f : 0.f)", "(kiln_bool)((v) != 0)"};
+    case DType::kInt32:
+      return {"int", "(long long)(v)", "(int)(v)"};
+    case DType::kInt64:
+      return {"long long", "v", "(long long)(v)"};
+  }
+  return {"float", "v", "v"};
+}
+
+bool IsIntegerValue(DType t) { return t == DType::kInt32 || t == DType::kInt64; }
+
+// Rounds a computed value through a narrower dtype, as an explicit cast does in eager mode.
+std::string RoundTo(DType t, const std::string& v) {
+  switch (t) {
+    case DType::kBFloat16:
+      return absl::StrCat("kiln_bf16_to_f(kiln_f_to_bf16(", v, "))");
+    case DType::kFloat16:
+      return absl::StrCat("kiln_f16_to_f(kiln_f_to_f16(", v, "))");
+    case DType::kBool:
+      return absl::StrCat("((", v, ") != 0 ? 1.f : 0.f)");
+    default:
+      return v;
+  }
+}
+
+// Whether instruction `in` computes in long long: integer (or bool) operands and an integer or
+// bool result, with at least one integer among them.
+bool ComputesInIntegers(const kir::Program& p, const kir::Instr& in) {
+  bool any_int = IsIntegerValue(in.dtype);
+  if (IsFloatingPoint(in.dtype)) return false;
+  for (int a : in.args) {
+    const DType t = p.value(a).dtype;
+    if (IsFloatingPoint(t)) return false;
+    any_int |= IsIntegerValue(t);
+  }
+  return any_int;
+}
+
+// The registry expression of op instruction `in` with its operands and attributes substituted.
+std::string OpExpression(const kir::Program& p, const kir::Instr& in, const std::string& prefix) {
+  const OpDef& def = GetOpDef(in.op);
+  const char* want = ComputesInIntegers(p, in) ? "long long" : "float";
+  const std::string_view e = def.cuda_expr;
+  std::string out;
+  for (size_t c = 0; c < e.size(); ++c) {
+    if (e[c] != '$') {
+      out.push_back(e[c]);
+      continue;
+    }
+    const std::string_view rest = e.substr(c + 1);
+    if (!rest.empty() && std::isdigit(static_cast<unsigned char>(rest[0]))) {
+      size_t len = 0;
+      int k = 0;
+      while (len < rest.size() && std::isdigit(static_cast<unsigned char>(rest[len]))) {
+        k = k * 10 + (rest[len++] - '0');
+      }
+      const int arg = in.args[k];
+      const std::string ref = absl::StrCat(prefix, arg);
+      out += ComputeType(p.value(arg).dtype) == std::string(want)
+                 ? ref
+                 : absl::StrCat("((", want, ")", ref, ")");
+      c += len;
+    } else if (rest.substr(0, 6) == "scalar") {
+      out += p.scalar_param() ? "scalar" : FloatLiteral(in.attrs.scalar);
+      c += 6;
+    } else if (rest.substr(0, 11) == "approximate") {
+      out += in.attrs.approximate == GeluApprox::kTanh ? "1" : "0";
+      c += 11;
+    } else {
+      out.push_back('$');
+    }
+  }
+  if (in.op == OpId::kCast || in.dtype == DType::kBool) return RoundTo(in.dtype, out);
+  return out;
+}
+
+}  // namespace
+
+const char* KernelPrelude() { return kPrelude; }
+std::string StorageType(DType t) { return Info(t).storage; }
+std::string LoadExpr(DType t, const std::string& v) {
+  return absl::StrReplaceAll(Info(t).load, {{"v", v}});
+}
+std::string StoreExpr(DType t, const std::string& v) {
+  return absl::StrReplaceAll(Info(t).store, {{"v", v}});
+}
+const char* ComputeType(DType t) { return IsIntegerValue(t) ? "long long" : "float"; }
+
+std::string FloatLiteral(double v) {
+  if (std::isnan(v)) return "__int_as_float(0x7fc00000)";
+  if (std::isinf(v)) return v > 0 ? "__int_as_float(0x7f800000)" : "__int_as_float(0xff800000)";
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%.9gf", v);
+  std::string s = buf;
+  if (s.find_first_of(".e") == std::string::npos) s.insert(s.size() - 1, ".0");
+  return s;
+}
+
+std::string RenderValues(const kir::Program& p, const std::function<std::string(int)>& load,
+                         const std::string& indent, const std::string& prefix) {
+  std::string s;
+  for (size_t v = 0; v < p.values().size(); ++v) {
+    const kir::Instr& in = p.value(static_cast<int>(v));
+    const std::string rhs = in.kind == kir::Instr::Kind::kLoad ? LoadExpr(in.dtype, load(in.input))
+                                                               : OpExpression(p, in, prefix);
+    absl::StrAppend(&s, indent, "const ", ComputeType(in.dtype), " ", prefix, v, " = ", rhs, ";\n");
+  }
+  return s;
+}
+
+std::string RenderStoreValue(const kir::Program& p, int o, const std::string& prefix) {
+  return StoreExpr(p.output_types()[o], absl::StrCat(prefix, p.outputs()[o]));
+}
+
+std::string ValueRef(const kir::Program& p, int v, const std::string& prefix) {
+  return absl::StrCat(prefix, v);
+}
+
+}  // namespace kiln::cuda_ops
