@@ -10,7 +10,9 @@
 #include "codegen/epilogue_choice.h"
 #include "codegen/fused_kernel.h"
 #include "codegen/fused_softmax.h"
+#include "codegen/launch_count.h"
 #include "ops/dispatch.h"
+#include "ops/views.h"
 #include "profiler/host.h"
 #include "runtime/status.h"
 
@@ -42,6 +44,7 @@ absl::Status Executable::Prepare() {
     if (n.kind == NodeKind::kFusion && n.type.device.is_cuda())
       fusions.push_back(steps_.size() - 1);
   }
+  CountLaunches();
   // Liveness: the last step reading each intermediate releases it (never inputs, constants or
   // graph outputs).
   std::vector<int> last(graph_.num_values(), -1);
@@ -93,6 +96,67 @@ absl::Status Executable::Prepare() {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   for (const absl::Status& s : status) KILN_RETURN_IF_ERROR(s);
   return absl::OkStatus();
+}
+
+namespace {
+
+// Strides each value has when the plan runs on contiguous inputs, as Meta tensors (no memory):
+// op and fusion outputs are fresh contiguous tensors, constants keep their own strides, views
+// follow their input. A reshape whose input cannot be viewed that way is a copy: `copies`.
+std::vector<Tensor> PlanLayouts(const ir::Graph& g, std::vector<bool>* copies) {
+  std::vector<Tensor> layout(g.num_values());
+  copies->assign(g.num_values(), false);
+  for (ValueId v = 0; v < g.num_values(); ++v) {
+    const Node& n = g.node(v);
+    const Tensor fresh = Tensor::Empty(n.type.shape, n.type.dtype, kMeta);
+    layout[v] = fresh;
+    if (n.kind == NodeKind::kConstant) {
+      layout[v] = fresh.as_strided(n.constant.shape(), n.constant.strides(), 0);
+    } else if (n.kind == NodeKind::kOp && GetOpDef(n.op).view != nullptr) {
+      const Tensor& in = layout[n.inputs[0]];
+      if (n.op != OpId::kReshape) {
+        layout[v] = GetOpDef(n.op).view(in, n.type, n.attrs);
+      } else if (auto s = views::ViewStrides(in, n.type.shape)) {
+        layout[v] = in.as_strided(n.type.shape, *s, in.offset());
+      } else {
+        (*copies)[v] = true;
+      }
+    }
+  }
+  return layout;
+}
+
+// A CUDA tensor with `layout`'s shape and strides (contents undefined), or the constant itself.
+Tensor Placeholder(const Node& n, const Tensor& layout) {
+  if (n.kind == NodeKind::kConstant) return n.constant;
+  int64_t extent = 1;
+  for (int64_t d = 0; d < layout.dim(); ++d)
+    extent += (layout.shape()[d] - 1) * layout.strides()[d];
+  if (layout.numel() == 0) extent = 0;
+  const Tensor base = Tensor::Empty({layout.offset() + extent}, n.type.dtype, n.type.device);
+  return base.as_strided(layout.shape(), layout.strides(), layout.offset());
+}
+
+}  // namespace
+
+// Copying reshapes launch a kernel; on CUDA each cuBLASLt call is captured once to count what it
+// launches besides the GEMM (launch_count.h).
+void Executable::CountLaunches() {
+  std::vector<bool> copies;
+  const std::vector<Tensor> layout = PlanLayouts(graph_, &copies);
+  for (Step& s : steps_) {
+    const Node& n = graph_.node(s.value);
+    if (copies[s.value]) s.launches_kernel = true;
+    const bool gemm = n.kind == NodeKind::kOp && (n.op == OpId::kMatmul || n.op == OpId::kLinear);
+    if (!gemm || !n.type.device.is_cuda()) continue;
+    std::vector<Tensor> args;
+    for (ValueId in : n.inputs) args.push_back(Placeholder(graph_.node(in), layout[in]));
+    OpAttrs attrs = n.attrs;
+    if (s.split_epilogue) attrs.epilogue = Epilogue::kNone;
+    const LaunchCount c = CountLaunchesOnce(n.op, args, attrs);
+    s.extra_kernels = c.kernels - 1;
+    s.memsets = c.memsets;
+  }
 }
 
 void Executable::PlanMemory() {
@@ -180,7 +244,13 @@ bool Executable::on_cuda() const {
 
 int Executable::kernels_per_step() const {
   int k = 0;
-  for (const Step& s : steps_) k += s.launches_kernel + s.split_epilogue;
+  for (const Step& s : steps_) k += s.launches_kernel + s.split_epilogue + s.extra_kernels;
+  return k;
+}
+
+int Executable::memsets_per_step() const {
+  int k = 0;
+  for (const Step& s : steps_) k += s.memsets;
   return k;
 }
 

@@ -20,12 +20,16 @@ namespace kiln::codegen {
 
 struct Step {
   ir::ValueId value;
-  bool launches_kernel;                // views and constants do not
+  bool launches_kernel;                // views and constants do not (a reshape that copies does)
   cuda_ops::ElementwiseKernels cuda;   // fusion steps on CUDA
   std::vector<ir::ValueId> last_uses;  // values dead after this step: released to the allocator
   bool split_epilogue = false;  // linear + activation measured faster than the fused epilogue
   bool softmax_fusion = false;  // a fusion ending in a softmax (codegen/fused_softmax.h)
   cuda_ops::FusedSoftmaxKernels softmax;  // its kernels on CUDA
+  // Launches a library call adds on CUDA (codegen/launch_count.h): cuBLASLt's split-K reduction
+  // kernels and memsets, operand copies inside matmul. Found by capturing the call once.
+  int extra_kernels = 0;
+  int memsets = 0;
 };
 
 class Executable {
@@ -36,8 +40,12 @@ class Executable {
   std::vector<Tensor> Run(const std::vector<Tensor>& inputs) const;
 
   const ir::Graph& graph() const { return graph_; }
-  bool on_cuda() const;          // every input and output is a CUDA tensor
-  int kernels_per_step() const;  // steps that launch at least one kernel
+  bool on_cuda() const;  // every input and output is a CUDA tensor
+  // Kernels one Run launches (for inputs with contiguous strides): one per fused kernel and op
+  // step, one per reshape whose input's strides force a copy, two for a split epilogue, plus what
+  // each cuBLASLt call launches besides its GEMM (measured on CUDA, see launch_count.h).
+  int kernels_per_step() const;
+  int memsets_per_step() const;  // memsets one Run issues (cuBLASLt split-K workspaces)
   int fused_kernels() const;
   double nvrtc_ms() const { return nvrtc_ms_; }
   // The measured GEMM-epilogue choices (codegen/epilogue_choice.h), one line each.
@@ -51,6 +59,7 @@ class Executable {
  private:
   explicit Executable(ir::Graph graph) : graph_(std::move(graph)) {}
   absl::Status Prepare();
+  void CountLaunches();
   void PlanMemory();
 
   ir::Graph graph_;
