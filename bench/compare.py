@@ -154,6 +154,56 @@ def kiln_gate(entries):
     return "not ranked: kiln check " + ("/".join(statuses) if statuses else "errors")
 
 
+# What addresses kiln's gap on each workload (the published claims name it where kiln is behind).
+ISSUES = [
+    ("attention", "#12 (attention: a fused flash kernel instead of GEMM + softmax + GEMM)"),
+    ("block_", "#12 (its attention) and a GEMM with the gelu·mul epilogue (not an issue yet)"),
+    ("decode_", "#12 (attention over the cache) and a GEMV path for M = 1 (not an issue yet)"),
+    ("mlp_1tok", "a GEMV with the gelu·mul fused, for M = 1 (not an issue yet)"),
+    ("mlp", "a GEMM with the gelu·mul epilogue (not an issue yet)"),
+    ("elementwise", "#11 (kernel IR: generated kernels as fast as Inductor's)"),
+    ("softmax", "#11 (kernel IR)"),
+    ("linear", "the GEMM itself (cuBLASLt on both sides)"),
+    ("tiny_add", "#11 (kernel IR) for the kernel; host cost is the dispatcher's"),
+]
+PAR = 0.03  # within ±3 %: on par
+
+
+def issue_for(workload):
+    for prefix, issue in ISSUES:
+        if workload == prefix or (prefix.endswith("_") and workload.startswith(prefix)):
+            return issue
+    return "no issue named yet"
+
+
+def standings(by_workload, other="pytorch"):
+    """One sentence per workload: where kiln's best stands against the other side's best, by
+    device time and by latency, naming the issue that addresses a gap."""
+    out = []
+    for workload, entries in by_workload.items():
+        if not any(e.side == other for e in entries):
+            continue
+        gate = kiln_gate(entries)
+        if gate:
+            out.append(f"- `{workload}`: {gate}; no claim.")
+            continue
+        parts, behind = [], False
+        for fig, label in FIGURES[:2]:
+            k, kmode = best(entries, "kiln", fig)
+            o, omode = best(entries, other, fig)
+            if k is None or o is None:
+                continue
+            r = k / o
+            word = "on par" if abs(r - 1) <= PAR else ("faster" if r < 1 else "behind")
+            behind = behind or word == "behind"
+            parts.append(f"{label.split()[0]} {word} ({r:.2f}×: kiln {kmode} {k:.1f} µs, "
+                         f"{SIDES[other]} {omode} {o:.1f} µs)")
+        if parts:
+            tail = f"; addressed by {issue_for(workload)}" if behind else ""
+            out.append(f"- `{workload}`: " + "; ".join(parts) + tail + ".")
+    return out
+
+
 def headline(by_workload, other):
     """Rows of [workload, gate, then per figure: kiln (mode), other (mode), ratio]."""
     out = []
@@ -290,6 +340,11 @@ def markdown(docs, by_workload, gpu_lines):
         out += [f"### kiln against {SIDES[other]}", ""]
         head = ["workload", "check"] + [h.replace("{other}", SIDES[other]) for h in head_fig]
         out += md_table(head, rows) + [""]
+    stand = standings(by_workload)
+    if stand:
+        out += ["### Where kiln stands against PyTorch's best", "",
+                "Generated from the table above (ratio kiln / PyTorch, within ±3 % counted as on "
+                "par); where kiln is behind, the work that addresses it.", ""] + stand + [""]
     out += ["## Every row", "",
             "Median [min–max] over repetitions, µs. *kernels*: launches per step measured with "
             "CUPTI (kiln's profiler, torch.profiler, Kineto), memsets apart; for kiln's compiled "

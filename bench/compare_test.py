@@ -100,6 +100,15 @@ class GateTest(unittest.TestCase):
         self.assertTrue(line[1].startswith("not ranked"), line[1])
         self.assertEqual([line[4], line[7], line[10]], ["-", "-", "-"])
 
+    def test_standings_name_the_issue_where_kiln_is_behind(self):
+        by = compare.collect(self.docs({"mlp/eager": ok(), "mlp/compiled": ok(),
+                                        "mlp/compiled+graph": failed()}))
+        line = compare.standings(by)[0]
+        self.assertIn("device behind (1.33×: kiln compiled 200.0 µs, PyTorch frozen+graph", line)
+        self.assertIn("gelu·mul epilogue", line)
+        by = compare.collect(self.docs({}))
+        self.assertIn("not ranked", compare.standings(by)[0])
+
     def test_no_checks_at_all_ranks_nothing(self):
         by = compare.collect(self.docs(None))
         self.assertEqual(compare.best(by["mlp"], "kiln", "device_us"), (None, None))

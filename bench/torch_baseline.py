@@ -704,7 +704,7 @@ def write_json(path, meta, rows, checks):
     doc["checks"] = checks
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1)
+        json.dump(doc, f, indent=1, default=str)  # never lose a run to one odd value
     os.replace(tmp, path)
 
 
@@ -746,14 +746,14 @@ def parse_args():
 def configure_torch():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    import torch._dynamo
+    import torch._dynamo as dynamo  # (a plain "import torch._dynamo" would make torch local here)
     # Every row stays compiled for the whole run: never fall back to eager for too many
     # recompiles of one code object (each block size is one compile of the same function).
     for name, value in (("cache_size_limit", 256), ("recompile_limit", 256),
                         ("accumulated_cache_size_limit", 4096),
                         ("accumulated_recompile_limit", 4096)):
-        if hasattr(torch._dynamo.config, name):
-            setattr(torch._dynamo.config, name, value)
+        if hasattr(dynamo.config, name):
+            setattr(dynamo.config, name, value)
 
 
 def run_repetitions(rows, cfg, args, meta, checks):
