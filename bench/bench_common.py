@@ -175,7 +175,7 @@ def summary(values):
     return statistics.median(xs), min(xs), max(xs)
 
 
-GEMM_MARKERS = ("gemm", "nvjet", "cutlass", "xmma", "cublas", "matmul", "mma")
+GEMM_MARKERS = ("gemm", "nvjet", "cutlass", "xmma", "cublas", "matmul", "triton_tem", "_mm_")
 
 
 def gemm_kernels(kernel_names):

@@ -68,7 +68,7 @@ void InitCupti();
 // MiB kiln's allocator handed out during one step on top of what was allocated before it.
 double PeakExtraMiB(const Step& step);
 
-// Correctness files for bench/torch_baseline.py (format in bench/check_files.py): per workload a
+// Correctness files for bench/torch_baseline.py (format in bench/bench_common.py): per workload a
 // folder with manifest.txt, the inputs (raw little-endian; bf16 as its 16 bits, bool as bytes)
 // and each mode's outputs.
 class CheckWriter {

@@ -1,7 +1,7 @@
 // kiln_bench's workloads (bench/kiln_bench.cc): how one input set is built, the step as a function
 // of activations and weights, and which modes a workload has. Keys, shapes, input order and the
 // meaning of each input are shared with bench/torch_baseline.py and bench/libtorch_baseline.cc;
-// torch_baseline.py reads kiln's input set and outputs (bench/check_files.py) to check kiln.
+// torch_baseline.py reads kiln's input set and outputs (bench/bench_common.py) to check kiln.
 //
 //   for (const Workload& w : MakeWorkloads()) {
 //     InputSet set = w.build();

@@ -267,7 +267,8 @@ def metric_cell(e):
 
 
 def read_gpu_state(path):
-    """Summary lines of gpu-run's gpu_state.csv (clocks, power, pstate, temperature)."""
+    """Summary lines of gpu-run's gpu_state.csv (clocks, power, pstate, temperature) over the
+    samples taken around the repetitions (not the idle ones at the start and end)."""
     if not path or not os.path.exists(path):
         return []
     values = {"clocks.sm": [], "clocks.mem": [], "power.draw": [], "temperature.gpu": []}
@@ -277,6 +278,8 @@ def read_gpu_state(path):
         header = [h.strip() for h in next(reader, [])]
         for rec in reader:
             cells = dict(zip(header, (c.strip() for c in rec)))
+            if " rep " not in f" {cells.get('label', '')} ":
+                continue
             n += 1
             for k in values:
                 try:

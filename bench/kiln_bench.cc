@@ -20,7 +20,7 @@
 // end so repetitions never recompile.
 //
 // Per row, at set-up: warm-up (compiles, captures), the outputs written for the correctness check
-// (--check-dir: bench/check_files.py's format; torch_baseline.py compares them with PyTorch), the
+// (--check-dir: bench/bench_common.py's format; torch_baseline.py compares them with PyTorch), the
 // kernel count (CUPTI, bench_harness.h), the plan's own count for compiled rows (plan_kernels,
 // plan_memsets: must agree with the measured one), and the MiB a step allocates. Then
 // --reps repetitions of the figures (bench_harness.h: device_us, latency_us, throughput_us,
@@ -325,7 +325,7 @@ int CompileLatency() {
   return 0;
 }
 
-// A known sample in the correctness-file format, on the CPU (bench/check_files_test.py reads it
+// A known sample in the correctness-file format, on the CPU (bench/compare_test.py reads it
 // back): inputs x bf16 [2, 3], mask bool [2, 2], w f32 [3]; mode "eager" outputs x and w * 2,
 // mode "compiled+graph" outputs x.
 int WriteCheckSample(const std::string& dir) {
