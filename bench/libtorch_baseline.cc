@@ -1,38 +1,35 @@
-// libtorch_baseline.cc - libtorch (PyTorch C++ API) baselines for the kiln benchmark.
+// libtorch_baseline.cc - libtorch (PyTorch C++ API) side of the kiln benchmark.
 //
 // What it is for
-//   Times the workloads of bench/torch_baseline.py through libtorch's C++ API
-//   (no Python, no torch.compile), so kiln's C++ numbers can be compared with
-//   PyTorch without the Python interpreter's per-call cost. Rows:
-//   tiny_add, tiny_add_out, elementwise, softmax, linear, mlp, mlp_1tok,
-//   mlp_1tok_cudagraph (the 5 kernels of one 1-token forward captured with
-//   at::cuda::CUDAGraph and replayed), attention, attention_inplace,
-//   attention_sdpa. empty_launch is not measured here.
+//   Times the workloads of bench/kiln_bench.cc through libtorch's C++ API (no Python, no
+//   torch.compile), eager and captured in a CUDA graph, so kiln's C++ numbers have a PyTorch
+//   reference without the interpreter's per-call cost. bench/torch_baseline.py is the Python
+//   twin (it has the compiled, frozen and SDPA-backend modes); the method is the one of
+//   bench/bench_harness.h.
 //
 // How to build and run (on the GPU machine)
 //   bash bench/build_libtorch_baseline.sh /tmp/libtorch_baseline
-//   /tmp/libtorch_baseline --json /tmp/libtorch_baseline.json [--quick]
-//       [--only mlp,mlp_1tok] [--no-prequeue]
+//   /tmp/libtorch_baseline --json libtorch.json [--quick] [--reps 3] [--only mlp,attention]
+//       [--sync-dir DIR] [--no-prequeue] [--no-kernels]
 //
-// Method (the same as torch_baseline.py; see its header for the details)
-//   InferenceMode on, TF32 matmul off. Inputs are randn with a fixed seed per
-//   input set; sets smaller than L2 rotate over
-//   nsets = clamp(ceil(1.5 * L2 / set_bytes), 2, 8). Warm-up >= 10 steps.
-//   host_us: median steady_clock time of the enqueueing call alone (after a
-//   sync, no sync inside); tiny ops: (1000 calls, then sync) / 1000.
-//   wall_us: median of (sync; t0; step; sync; t1).
-//   device_us: median of per-step cudaEvent time, events around each single
-//   step; unless --no-prequeue, each chunk of steps waits behind a GPU spin
-//   kernel (at::cuda::sleep) so the events see GPU time, not launch rate.
-//   peak_mib: caching-allocator peak of allocated bytes over one step with one
-//   input set alive (torch.cuda.max_memory_allocated's number);
-//   peak_extra_mib subtracts what was allocated just before the step.
+// Modes (rows "<workload>/<mode>"): eager; eager+graph (at::cuda::CUDAGraph captured once on
+// the row's inputs, replayed); attention also eager_inplace, and sdpa / sdpa+graph for
+// attention, block_* and decode_* (at::scaled_dot_product_attention, default backend); tiny_add
+// also out (at::add_out).
 //
-// JSON (--json PATH), the same shape as the Python script's:
-//   {"source": "libtorch", "torch_version", "gpu", "date", "cuda_version",
-//    "quick", "method": {...}, "results": {key: {"device_us", "host_us",
-//    "wall_us", "tbps" | "tflops", "peak_mib", "peak_extra_mib", "nsets",
-//    "reps", "error" (only on failure)}}}   missing values are null.
+// Method (bench_harness.h): InferenceMode, TF32 off, one input set per workload (randn, seed
+// 1234; block weights randn / sqrt(fan_in)), every row set up once (warm-up, capture, a check of
+// its output against the eager row: relative L2, bf16 < 2e-2, fp32 < 1e-5), kernels counted with
+// Kineto (CUPTI) over N steps / N (built with -DKILN_NO_KINETO: not counted), then --reps
+// repetitions of device_us / latency_us / throughput_us / host_us over every row, each sample
+// after a kernel that reads a 256 MiB buffer (cold L2). With --sync-dir each repetition waits
+// for scripts/gpu-run's go (files go.libtorch.R / done.libtorch.R).
+//
+// JSON (--json PATH): the shape of kiln_bench's ("source": "libtorch", "torch_version", ...,
+//   "results": {"<workload>/<mode>": {"workload", "mode", "metric", "amount", "device_us":
+//   [per repetition], "latency_us", "throughput_us", "host_us", "kernels", "memsets",
+//   "memcpys", "kernel_names", "kernels_error", "check": {"ok", "rel_l2", "tol"},
+//   "peak_extra_mib", "error"}}).
 
 #include <ATen/cuda/CUDAGraph.h>
 #include <ATen/cuda/Sleep.h>
@@ -41,27 +38,42 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #include <torch/torch.h>
+#ifndef KILN_NO_KINETO
+#include <torch/csrc/autograd/profiler_kineto.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
+#include <cstdlib>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
 
+using Tensor = at::Tensor;
+using Tensors = std::vector<Tensor>;
+using Fn = std::function<Tensors(const Tensors& args)>;  // args = activations, then weights
+using Step = std::function<Tensors()>;
+using Clock = std::chrono::steady_clock;
+
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kCyclesPerUs = 2000.0;  // spin-kernel cycles per microsecond (~1.98 GHz boost)
+constexpr int64_t kHeadDim = 64, kKvLength = 1024;
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
+const double kNegInf = -std::numeric_limits<double>::infinity();
 
 #define CUDA_CHECK(expr)                                                              \
   do {                                                                                \
@@ -71,152 +83,212 @@ const double kNaN = std::numeric_limits<double>::quiet_NaN();
   } while (0)
 
 // ---------------------------------------------------------------------------
-// Workloads. build(seed) makes one input set; fn(set) runs one step.
+// Workloads (the same keys, shapes and input order as bench/bench_workloads.cc)
 // ---------------------------------------------------------------------------
 
-using Set = std::vector<at::Tensor>;
-using Fn = std::function<at::Tensor(Set&)>;
-
-struct Workload {
-  std::string key;
-  std::function<Set(int)> build;
-  Fn fn;
-  std::string metric;   // "tbps", "tflops" or "" (none)
-  double amount = 0.0;  // bytes for tbps, flops for tflops
-  bool tiny = false;
-  bool cudagraph = false;
-};
-
-at::Tensor randn(at::IntArrayRef shape, at::ScalarType dtype = at::kBFloat16) {
+Tensor randn(at::IntArrayRef shape, at::ScalarType dtype = at::kBFloat16) {
   return torch::randn(shape, torch::TensorOptions().device(torch::kCUDA).dtype(dtype));
 }
 
-void seed(int s) { torch::manual_seed(static_cast<uint64_t>(1234 + s)); }
+Tensor weight(int64_t out, int64_t in) { return randn({out, in}) * (1.0 / std::sqrt(double(in))); }
 
-constexpr int64_t kEwRows = 8192, kEwCols = 12288;
-constexpr int64_t kSmRows = 131072, kSmCols = 1024;
-constexpr int64_t kLinM = 8192, kLinN = 3072, kLinK = 768;
-constexpr int64_t kDModel = 768, kDFF = 3072;
-constexpr int64_t kAttB = 8, kAttH = 16, kAttS = 1024, kAttD = 64;
-
-at::Tensor mlp(Set& s) {  // s = {x, wg, wu, wd}
-  at::Tensor gate = at::matmul(s[0], s[1].t());
-  at::Tensor up = at::matmul(s[0], s[2].t());
-  at::Tensor h = at::gelu(gate, "tanh") * up;
-  return at::matmul(h, s[3].t());
+Tensor causal_mask(int64_t t) {
+  auto o = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBool);
+  return at::triu(torch::ones({t, t}, o), 1);
 }
 
-std::function<Set(int)> build_mlp(int64_t tokens) {
-  return [tokens](int s) {
-    seed(s);
-    return Set{randn({tokens, kDModel}), randn({kDFF, kDModel}), randn({kDFF, kDModel}),
-               randn({kDModel, kDFF})};
+Tensor geglu(const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& down) {
+  return at::linear(at::gelu(at::linear(x, gate), "tanh") * at::linear(x, up), down);
+}
+
+Tensor naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                       bool inplace) {
+  Tensor s = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(q.size(-1))));
+  if (inplace) {
+    s.masked_fill_(mask, kNegInf);
+  } else {
+    s = s.masked_fill(mask, kNegInf);
+  }
+  return at::matmul(at::softmax(s, -1), v);
+}
+
+Tensor sdpa_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&) {
+  return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+}
+
+using Attend = Tensor (*)(const Tensor&, const Tensor&, const Tensor&, const Tensor&);
+Tensor attend_naive(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& m) {
+  return naive_attention(q, k, v, m, false);
+}
+
+// ln1.weight, ln1.bias, wq, wk, wv, wo, rms.weight, w_gate, w_up, w_down.
+Tensors block_weights(int64_t d) {
+  Tensors w{1.0 + randn({d}) * 0.1, randn({d}) * 0.1};
+  for (int i = 0; i < 4; ++i) w.push_back(weight(d, d));
+  w.push_back(1.0 + randn({d}) * 0.1);
+  w.push_back(weight(4 * d, d));
+  w.push_back(weight(4 * d, d));
+  w.push_back(weight(d, 4 * d));
+  return w;
+}
+
+Tensor split_heads(const Tensor& y, int64_t b, int64_t t) {
+  return y.view({b, t, y.size(-1) / kHeadDim, kHeadDim}).transpose(1, 2);
+}
+
+Tensor merge_heads(const Tensor& o, int64_t b, int64_t t) {
+  return o.transpose(1, 2).reshape({b, t, o.size(1) * kHeadDim});
+}
+
+// a = {x, mask, w...}.
+Tensor block(const Tensors& a, Attend attend) {
+  const Tensor& x = a[0];
+  const int64_t b = x.size(0), t = x.size(1), d = x.size(2);
+  const Tensor ln = at::layer_norm(x, {d}, a[2], a[3], 1e-5);
+  const Tensor o =
+      attend(split_heads(at::linear(ln, a[4]), b, t), split_heads(at::linear(ln, a[5]), b, t),
+             split_heads(at::linear(ln, a[6]), b, t), a[1]);
+  const Tensor h = x + at::linear(merge_heads(o, b, t), a[7]);
+  return h + geglu(at::rms_norm(h, {d}, a[8], 1e-6), a[9], a[10], a[11]);
+}
+
+// a = {x, k_cache, v_cache, w...}.
+Tensors decode(const Tensors& a, bool sdpa) {
+  const Tensor& x = a[0];
+  const int64_t d = x.size(-1);
+  const Tensor ln = at::layer_norm(x, {d}, a[3], a[4], 1e-5);
+  const Tensor q = split_heads(at::linear(ln, a[5]), 1, 1);
+  const Tensor k_new = at::linear(ln, a[6]), v_new = at::linear(ln, a[7]);
+  Tensor o;
+  if (sdpa) {
+    o = at::scaled_dot_product_attention(q, a[1], a[2]);
+  } else {
+    const Tensor s = at::matmul(q, a[1].transpose(-2, -1)) * (1.0 / std::sqrt(double(kHeadDim)));
+    o = at::matmul(at::softmax(s, -1), a[2]);
+  }
+  const Tensor h = x + at::linear(merge_heads(o, 1, 1), a[8]);
+  return {h + geglu(at::rms_norm(h, {d}, a[9], 1e-6), a[10], a[11], a[12]), k_new, v_new};
+}
+
+struct Workload {
+  std::string key;
+  std::function<Tensors()> build;                 // activations, then weights
+  std::vector<std::pair<std::string, Fn>> modes;  // mode -> step function ("+graph" added)
+  std::string metric;
+  double amount = 0.0;
+};
+
+Fn one(std::function<Tensor(const Tensors&)> f) {
+  return [f](const Tensors& a) { return Tensors{f(a)}; };
+}
+
+std::function<Tensors()> acts(std::vector<std::vector<int64_t>> shapes,
+                              at::ScalarType dtype = at::kBFloat16) {
+  return [shapes, dtype] {
+    Tensors set;
+    for (const auto& s : shapes) set.push_back(randn(s, dtype));
+    return set;
   };
 }
 
-double mlp_flops(int64_t tokens) { return 2.0 * tokens * kDModel * kDFF * 3; }
-
-Set build_attention(int s) {
-  seed(s);
-  at::Tensor q = randn({kAttB, kAttH, kAttS, kAttD});
-  at::Tensor k = randn({kAttB, kAttH, kAttS, kAttD});
-  at::Tensor v = randn({kAttB, kAttH, kAttS, kAttD});
-  at::Tensor mask = at::triu(
-      torch::ones({kAttS, kAttS}, torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBool)),
-      1);
-  return Set{q, k, v, mask};
+Workload block_workload(int64_t b, int64_t t, int64_t d) {
+  Workload w{"block_" + std::to_string(b) + "x" + std::to_string(t) + "_d" + std::to_string(d),
+             [b, t, d] {
+               Tensors set{randn({b, t, d}), causal_mask(t)};
+               for (const Tensor& x : block_weights(d)) set.push_back(x);
+               return set;
+             },
+             {{"eager", one([](const Tensors& a) { return block(a, attend_naive); })},
+              {"sdpa", one([](const Tensors& a) { return block(a, sdpa_attention); })}},
+             "tflops",
+             2.0 * b * t * 16.0 * d * d + 4.0 * b * t * t * d};
+  return w;
 }
 
-const double kAttScale = 1.0 / std::sqrt(static_cast<double>(kAttD));
-const double kNegInf = -std::numeric_limits<double>::infinity();
-
-at::Tensor attention(Set& t) {  // t = {q, k, v, mask}
-  at::Tensor s = at::matmul(t[0], t[1].transpose(-2, -1)) * kAttScale;
-  s = s.masked_fill(t[3], kNegInf);
-  at::Tensor p = at::softmax(s, -1);
-  return at::matmul(p, t[2]);
-}
-
-at::Tensor attention_inplace(Set& t) {
-  at::Tensor s = at::matmul(t[0], t[1].transpose(-2, -1)) * kAttScale;
-  s.masked_fill_(t[3], kNegInf);
-  at::Tensor p = at::softmax(s, -1);
-  return at::matmul(p, t[2]);
-}
-
-at::Tensor attention_sdpa(Set& t) {  // the mask is unused: is_causal applies it
-  return at::scaled_dot_product_attention(t[0], t[1], t[2], {}, 0.0, /*is_causal=*/true);
+Workload decode_workload(int64_t d) {
+  const int64_t h = d / kHeadDim;
+  return {"decode_d" + std::to_string(d),
+          [d, h] {
+            Tensors set{randn({1, 1, d}), randn({1, h, kKvLength, kHeadDim}),
+                        randn({1, h, kKvLength, kHeadDim})};
+            for (const Tensor& x : block_weights(d)) set.push_back(x);
+            return set;
+          },
+          {{"eager", [](const Tensors& a) { return decode(a, false); }},
+           {"sdpa", [](const Tensors& a) { return decode(a, true); }}},
+          "tbps",
+          2.0 * (16.0 * d * d + 2.0 * kKvLength * d)};
 }
 
 std::vector<Workload> make_workloads() {
   std::vector<Workload> w;
-  auto build_tiny = [](int n_tensors) {
-    return [n_tensors](int s) {
-      seed(s);
-      Set set;
-      for (int i = 0; i < n_tensors; ++i) set.push_back(randn({16}, at::kFloat));
-      return set;
-    };
-  };
-  w.push_back({"tiny_add", build_tiny(2), [](Set& s) { return s[0] + s[1]; }, "", 0.0, true});
-  w.push_back({"tiny_add_out", build_tiny(3), [](Set& s) { return at::add_out(s[2], s[0], s[1]); },
-               "", 0.0, true});
-  w.push_back({"elementwise",
-               [](int s) {
-                 seed(s);
-                 return Set{randn({kEwRows, kEwCols}), randn({kEwRows, kEwCols})};
-               },
-               [](Set& s) { return at::gelu(s[0] * 1.5 + 0.5, "tanh") * s[1]; }, "tbps",
-               3.0 * kEwRows * kEwCols * 2});
+  auto tiny_out = std::make_shared<Tensor>();
+  w.push_back({"tiny_add",
+               acts({{16}, {16}}, at::kFloat),
+               {{"eager", one([](const Tensors& a) { return a[0] + a[1]; })},
+                {"out", one([tiny_out](const Tensors& a) {
+                   if (!tiny_out->defined()) *tiny_out = at::empty_like(a[0]);
+                   return at::add_out(*tiny_out, a[0], a[1]);
+                 })}},
+               "",
+               0.0});
+  w.push_back(
+      {"elementwise",
+       acts({{8192, 12288}, {8192, 12288}}),
+       {{"eager", one([](const Tensors& a) { return at::gelu(a[0] * 1.5 + 0.5, "tanh") * a[1]; })}},
+       "tbps",
+       3.0 * 8192 * 12288 * 2});
   w.push_back({"softmax",
-               [](int s) {
-                 seed(s);
-                 return Set{randn({kSmRows, kSmCols})};
-               },
-               [](Set& s) { return at::softmax(s[0], -1); }, "tbps", 2.0 * kSmRows * kSmCols * 2});
+               acts({{131072, 1024}}),
+               {{"eager", one([](const Tensors& a) { return at::softmax(a[0], -1); })}},
+               "tbps",
+               2.0 * 131072 * 1024 * 2});
   w.push_back({"linear",
-               [](int s) {
-                 seed(s);
-                 return Set{randn({kLinM, kLinK}), randn({kLinN, kLinK}), randn({kLinN})};
-               },
-               [](Set& s) { return at::linear(s[0], s[1], s[2]); }, "tflops",
-               2.0 * kLinM * kLinN * kLinK});
-  w.push_back({"mlp", build_mlp(8192), mlp, "tflops", mlp_flops(8192)});
-  w.push_back({"mlp_1tok", build_mlp(1), mlp, "tflops", mlp_flops(1)});
-  w.push_back({"mlp_1tok_cudagraph", build_mlp(1), mlp, "tflops", mlp_flops(1), false, true});
-  w.push_back({"attention", build_attention, attention, "", 0.0});
-  w.push_back({"attention_inplace", build_attention, attention_inplace, "", 0.0});
-  w.push_back({"attention_sdpa", build_attention, attention_sdpa, "", 0.0});
+               acts({{8192, 768}, {3072, 768}, {3072}}),
+               {{"eager", one([](const Tensors& a) { return at::linear(a[0], a[1], a[2]); })}},
+               "tflops",
+               2.0 * 8192 * 3072 * 768});
+  for (int64_t tokens : {int64_t{8192}, int64_t{1}}) {
+    w.push_back({tokens == 1 ? "mlp_1tok" : "mlp",
+                 acts({{tokens, 768}, {3072, 768}, {3072, 768}, {768, 3072}}),
+                 {{"eager", one([](const Tensors& a) { return geglu(a[0], a[1], a[2], a[3]); })}},
+                 "tflops",
+                 2.0 * tokens * 768 * 3072 * 3});
+  }
+  w.push_back(
+      {"attention",
+       [] {
+         Tensors set = acts({{8, 16, 1024, 64}, {8, 16, 1024, 64}, {8, 16, 1024, 64}})();
+         set.push_back(causal_mask(1024));
+         return set;
+       },
+       {{"eager",
+         one([](const Tensors& a) { return naive_attention(a[0], a[1], a[2], a[3], false); })},
+        {"eager_inplace",
+         one([](const Tensors& a) { return naive_attention(a[0], a[1], a[2], a[3], true); })},
+        {"sdpa", one([](const Tensors& a) { return sdpa_attention(a[0], a[1], a[2], a[3]); })}},
+       "tflops",
+       4.0 * 8 * 16 * 1024.0 * 1024 * 64});
+  for (int64_t d : {512, 1024}) w.push_back(block_workload(2, 256, d));
+  for (int64_t d : {512, 1024}) w.push_back(block_workload(8, 1024, d));
+  for (int64_t d : {512, 1024}) w.push_back(decode_workload(d));
   return w;
 }
 
 // ---------------------------------------------------------------------------
-// Timing
+// Measuring (bench_harness.h has the method)
 // ---------------------------------------------------------------------------
 
 struct Config {
-  bool quick = false;
-  bool prequeue = true;
-  int warmup = 20;
-  int reps = 200;
-  int tiny_loop_reps = 30;
-  int tiny_loop_n = 1000;
-  int chunk = 50;  // steps enqueued behind one spin kernel
+  bool quick = false, prequeue = true, count_kernels = true;
+  int reps = 3, warmup = 5, latency_samples = 25, device_samples = 40, throughput_steps = 40;
+  int count_steps = 5;
+  int64_t flush_bytes = int64_t{256} << 20;
 };
 
-struct Row {
-  double device_us = kNaN, host_us = kNaN, wall_us = kNaN;
-  std::string metric;
-  double metric_value = kNaN;
-  double peak_mib = kNaN, peak_extra_mib = kNaN;
-  int nsets = 0;
-  int reps = 0;
-  bool failed = false;
-  std::string error;
+struct Figures {
+  double device_us, latency_us, throughput_us, host_us;
 };
-
-using Step = std::function<at::Tensor(int)>;
-using Clock = std::chrono::steady_clock;
 
 void sync() { CUDA_CHECK(cudaDeviceSynchronize()); }
 
@@ -227,35 +299,18 @@ double us_between(Clock::time_point a, Clock::time_point b) {
 double median(std::vector<double> v) {
   if (v.empty()) return kNaN;
   std::sort(v.begin(), v.end());
-  size_t m = v.size() / 2;
+  const size_t m = v.size() / 2;
   return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
-size_t set_bytes(const Set& s) {
-  size_t b = 0;
-  for (const auto& t : s) b += t.numel() * t.element_size();
-  return b;
-}
-
-int choose_nsets(size_t bytes, size_t l2) {
-  if (bytes >= l2) return 1;
-  double want =
-      std::ceil(1.5 * static_cast<double>(l2) / static_cast<double>(std::max<size_t>(bytes, 1)));
-  return static_cast<int>(std::max(2.0, std::min(8.0, want)));
-}
-
-const c10::DeviceIndex kDev = 0;
-
-int64_t allocated_bytes() {
-  return c10::cuda::CUDACachingAllocator::getDeviceStats(kDev).allocated_bytes[0].current;
-}
-int64_t peak_allocated_bytes() {
-  return c10::cuda::CUDACachingAllocator::getDeviceStats(kDev).allocated_bytes[0].peak;
-}
-
-void free_memory() {
-  sync();
-  c10::cuda::CUDACachingAllocator::emptyCache();
+// A reduction that reads a 256 MiB buffer: the next step finds none of its inputs in L2.
+void flush_l2(const Config& cfg) {
+  static Tensor buf;
+  if (!buf.defined()) {
+    buf = torch::zeros({cfg.flush_bytes / 4},
+                       torch::TensorOptions().device(torch::kCUDA).dtype(torch::kInt));
+  }
+  buf.sum();
 }
 
 void spin(double us) {
@@ -263,54 +318,41 @@ void spin(double us) {
   at::cuda::sleep(static_cast<int64_t>(us * kCyclesPerUs));
 }
 
-void time_host_and_wall(const Step& step, int n, int reps, double* host_us, double* wall_us) {
-  std::vector<double> host, wall;
-  for (int r = 0; r < reps; ++r) {
+double host_and_latency(const Step& step, const Config& cfg, double* host_us) {
+  std::vector<double> host, latency;
+  for (int i = 0; i < cfg.latency_samples; ++i) {
+    flush_l2(cfg);
     sync();
-    auto t0 = Clock::now();
-    at::Tensor out = step(r % n);
-    auto t1 = Clock::now();
+    const auto t0 = Clock::now();
+    Tensors out = step();
+    const auto t1 = Clock::now();
     sync();
-    auto t2 = Clock::now();
-    out.reset();
+    const auto t2 = Clock::now();
+    out.clear();
     host.push_back(us_between(t0, t1));
-    wall.push_back(us_between(t0, t2));
+    latency.push_back(us_between(t0, t2));
   }
   *host_us = median(host);
-  *wall_us = median(wall);
+  return median(latency);
 }
 
-double time_host_loop(const Step& step, int n, int reps, int inner) {
-  std::vector<double> samples;
-  for (int r = 0; r < reps; ++r) {
-    sync();
-    auto t0 = Clock::now();
-    for (int i = 0; i < inner; ++i) step(i % n);
-    sync();
-    samples.push_back(us_between(t0, Clock::now()) / inner);
-  }
-  return median(samples);
-}
-
-double time_device(const Step& step, int n, const Config& cfg, double host_us_est) {
-  const int reps = cfg.reps;
-  std::vector<cudaEvent_t> ev(2 * reps, nullptr);
+double device_time(const Step& step, const Config& cfg, double host_us) {
+  const int n = cfg.device_samples;
+  std::vector<cudaEvent_t> ev(2 * n, nullptr);
   for (auto& e : ev) CUDA_CHECK(cudaEventCreate(&e));
   std::vector<double> samples;
   try {
-    cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
     sync();
-    for (int c0 = 0; c0 < reps; c0 += cfg.chunk) {
-      int c1 = std::min(reps, c0 + cfg.chunk);
-      if (cfg.prequeue) spin(2.0 * (c1 - c0) * (host_us_est + 5.0));
-      for (int i = c0; i < c1; ++i) {
-        CUDA_CHECK(cudaEventRecord(ev[2 * i], stream));
-        step(i % n);
-        CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], stream));
-      }
+    if (cfg.prequeue) spin(2.0 * n * (host_us + 15.0));
+    for (int i = 0; i < n; ++i) {
+      flush_l2(cfg);
+      CUDA_CHECK(cudaEventRecord(ev[2 * i], stream));
+      step();
+      CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], stream));
     }
     sync();
-    for (int i = 0; i < reps; ++i) {
+    for (int i = 0; i < n; ++i) {
       float ms = 0.f;
       CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
       samples.push_back(ms * 1000.0);
@@ -323,77 +365,231 @@ double time_device(const Step& step, int n, const Config& cfg, double host_us_es
   return median(samples);
 }
 
-Row measure(const Workload& w, const Config& cfg, size_t l2) {
-  Row row;
-  row.metric = w.metric;
-  row.reps = cfg.reps;
-  free_memory();
+double throughput(const Step& step, const Config& cfg) {
+  flush_l2(cfg);
+  sync();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < cfg.throughput_steps; ++i) step();
+  sync();
+  return us_between(t0, Clock::now()) / cfg.throughput_steps;
+}
 
-  std::vector<Set> sets;
-  sets.push_back(w.build(0));
-  const int n = choose_nsets(set_bytes(sets[0]), l2);
-  for (int i = 1; i < n; ++i) sets.push_back(w.build(i));
-  row.nsets = n;
+Figures measure(const Step& step, const Config& cfg) {
+  for (int i = 0; i < cfg.warmup; ++i) step();
+  sync();
+  Figures f{};
+  f.latency_us = host_and_latency(step, cfg, &f.host_us);
+  f.device_us = device_time(step, cfg, f.host_us);
+  f.throughput_us = throughput(step, cfg);
+  return f;
+}
 
-  // For the CUDA-graph row: one graph per input set, captured on a side
-  // stream after a warm-up there (cuBLAS handle and workspace), replayed on
-  // the current stream.
-  std::vector<std::unique_ptr<at::cuda::CUDAGraph>> graphs;
-  std::vector<at::Tensor> graph_out;
-  Step step;
-  if (w.cudagraph) {
+struct KernelCount {
+  double kernels = -1, memsets = -1, memcpys = -1;
+  std::map<std::string, double> names;
+  std::string error;
+};
+
+#ifndef KILN_NO_KINETO
+namespace prof = torch::autograd::profiler;
+namespace prof_impl = torch::profiler::impl;
+
+// Kineto (CUPTI) records of `steps` steps: kernels, memsets and memcpys by name.
+KernelCount count_kernels(const Step& step, int steps) {
+  KernelCount k;
+  const prof_impl::ProfilerConfig config(prof_impl::ProfilerState::KINETO);
+  const std::set<prof_impl::ActivityType> activities{prof_impl::ActivityType::CUDA};
+  sync();
+  prof::prepareProfiler(config, activities);
+  prof::enableProfiler(config, activities);
+  try {
+    for (int i = 0; i < steps; ++i) step();
     sync();
-    c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false);
-    {
-      c10::cuda::CUDAStreamGuard guard(side);
-      for (int i = 0; i < n; ++i)
-        for (int r = 0; r < 3; ++r) w.fn(sets[i]);
-      CUDA_CHECK(cudaStreamSynchronize(side.stream()));
-      for (int i = 0; i < n; ++i) {
-        auto g = std::make_unique<at::cuda::CUDAGraph>();
-        g->capture_begin();
-        graph_out.push_back(w.fn(sets[i]));
-        g->capture_end();
-        graphs.push_back(std::move(g));
+  } catch (...) {
+    prof::disableProfiler();
+    throw;
+  }
+  const std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
+  int kernels = 0, memsets = 0, memcpys = 0;
+  for (const prof::KinetoEvent& e : result->events()) {
+    if (e.deviceType() != c10::DeviceType::CUDA) continue;
+    const std::string name = e.name();
+    if (name.rfind("Memset", 0) == 0) {
+      ++memsets;
+    } else if (name.rfind("Memcpy", 0) == 0) {
+      ++memcpys;
+    } else {
+      ++kernels;
+      k.names[name.substr(0, 300)] += 1.0 / steps;
+    }
+  }
+  k.kernels = double(kernels) / steps;
+  k.memsets = double(memsets) / steps;
+  k.memcpys = double(memcpys) / steps;
+  return k;
+}
+
+// Starts and stops the profiler once before any capture (graph replays then traced node by node).
+void init_profiler() {
+  try {
+    count_kernels([] { return Tensors{}; }, 1);
+  } catch (const std::exception& e) {
+    std::printf("warning: profiler init failed: %s\n", e.what());
+  }
+}
+#else
+KernelCount count_kernels(const Step&, int) {
+  KernelCount k;
+  k.error = "built without Kineto (KILN_NO_KINETO)";
+  return k;
+}
+void init_profiler() {}
+#endif
+
+double peak_extra_mib(const Step& step) {
+  sync();
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+  const double base = double(stats.allocated_bytes[0].current);
+  c10::cuda::CUDACachingAllocator::resetPeakStats(0);
+  Tensors out = step();
+  sync();
+  const double peak =
+      double(c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].peak);
+  return (peak - base) / kMiB;
+}
+
+// Largest relative L2 error over the outputs (float64), inf on a NaN/inf or shape mismatch.
+double rel_l2(const Tensors& got, const Tensors& want) {
+  if (got.size() != want.size()) return INFINITY;
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i].sizes() != want[i].sizes()) return INFINITY;
+    const Tensor g = got[i].to(at::kDouble), w = want[i].to(at::kDouble);
+    if (!at::isfinite(g).all().item<bool>() || !at::isfinite(w).all().item<bool>()) return INFINITY;
+    const double den = at::linalg_vector_norm(w).item<double>();
+    const double num = at::linalg_vector_norm(g - w).item<double>();
+    worst = std::max(worst, den > 0 ? num / den : num);
+  }
+  return worst;
+}
+
+// ---------------------------------------------------------------------------
+// Rows
+// ---------------------------------------------------------------------------
+
+struct Row {
+  std::string workload, mode, metric;
+  double amount = 0.0;
+  Step step;
+  std::shared_ptr<at::cuda::CUDAGraph> graph;
+  std::vector<Figures> reps;
+  KernelCount count;
+  double peak_extra = kNaN, check = kNaN, tol = 0.0;
+  std::string error;
+};
+
+// fn(args) captured once in a CUDA graph after a warm-up on a side stream.
+Step capture(const Fn& fn, const Tensors& args, Row* row) {
+  sync();
+  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false);
+  auto outputs = std::make_shared<Tensors>();
+  {
+    c10::cuda::CUDAStreamGuard guard(side);
+    for (int r = 0; r < 3; ++r) fn(args);
+    CUDA_CHECK(cudaStreamSynchronize(side.stream()));
+    row->graph = std::make_shared<at::cuda::CUDAGraph>();
+    row->graph->capture_begin();
+    *outputs = fn(args);
+    row->graph->capture_end();
+  }
+  sync();
+  std::shared_ptr<at::cuda::CUDAGraph> g = row->graph;
+  return [g, outputs] {
+    g->replay();
+    return *outputs;
+  };
+}
+
+void set_up_row(Row& row, const Fn& fn, const Tensors& args, const Tensors& reference,
+                const Config& cfg) {
+  const bool graph = row.mode.find("+graph") != std::string::npos;
+  row.step = graph ? capture(fn, args, &row) : Step([fn, args] { return fn(args); });
+  Tensors out;
+  for (int i = 0; i < cfg.warmup; ++i) out = row.step();
+  sync();
+  if (row.mode != "eager") {
+    row.check = rel_l2(out, reference);
+    row.tol = reference[0].scalar_type() == at::kFloat ? 1e-5 : 2e-2;
+  }
+  out.clear();
+  if (cfg.count_kernels) {
+    try {
+      row.count = count_kernels(row.step, cfg.count_steps);
+    } catch (const std::exception& e) {
+      row.count = KernelCount{};
+      row.count.error = e.what();
+    }
+  }
+  if (!graph) row.peak_extra = peak_extra_mib(row.step);
+}
+
+bool selected(const std::set<std::string>& only, const std::string& workload,
+              const std::string& mode) {
+  if (only.empty() || only.count(workload)) return true;
+  if (!mode.empty()) return only.count(workload + "/" + mode) > 0;
+  for (const std::string& k : only) {
+    if (k.rfind(workload + "/", 0) == 0) return true;
+  }
+  return false;
+}
+
+template <typename F>
+void guarded(Row& row, F&& what) {
+  try {
+    what();
+  } catch (const c10::Error& e) {
+    row.error = std::string("c10::Error: ") + e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    row.error = std::string("exception: ") + e.what();
+  }
+  if (!row.error.empty()) {
+    row.step = nullptr;
+    std::printf("  %s/%s FAILED: %s\n", row.workload.c_str(), row.mode.c_str(),
+                row.error.substr(0, 300).c_str());
+    cudaGetLastError();
+  }
+}
+
+std::vector<Row> set_up(const std::vector<Workload>& workloads, const std::set<std::string>& only,
+                        const Config& cfg) {
+  std::vector<Row> rows;
+  for (const Workload& w : workloads) {
+    if (!selected(only, w.key, "")) continue;
+    const auto t0 = Clock::now();
+    torch::manual_seed(1234);
+    Tensors args;
+    Tensors reference;
+    try {
+      args = w.build();
+      reference = w.modes[0].second(args);
+      sync();
+    } catch (const std::exception& e) {
+      std::printf("%s: building the inputs failed: %s\n", w.key.c_str(), e.what());
+      continue;
+    }
+    for (const auto& [mode, fn] : w.modes) {
+      for (const std::string& m : {mode, mode + "+graph"}) {
+        if (m == "out+graph" || m == "eager_inplace+graph" || !selected(only, w.key, m)) continue;
+        Row row{w.key, m, w.metric, w.amount};
+        const Fn f = fn;
+        guarded(row, [&] { set_up_row(row, f, args, reference, cfg); });
+        rows.push_back(std::move(row));
       }
     }
-    sync();
-    step = [&](int i) {
-      graphs[i]->replay();
-      return graph_out[i];
-    };
-  } else {
-    step = [&](int i) { return w.fn(sets[i]); };
+    std::printf("set up %s (%.1f s)\n", w.key.c_str(), us_between(t0, Clock::now()) / 1e6);
+    std::fflush(stdout);
   }
-
-  for (int i = 0; i < cfg.warmup; ++i) step(i % n);
-  sync();
-
-  time_host_and_wall(step, n, cfg.reps, &row.host_us, &row.wall_us);
-  if (w.tiny) row.host_us = time_host_loop(step, n, cfg.tiny_loop_reps, cfg.tiny_loop_n);
-  row.device_us = time_device(step, n, cfg, row.host_us);
-  if (!w.metric.empty()) row.metric_value = w.amount / (row.device_us * 1e-6) / 1e12;
-
-  // Peak memory of one step with one input set alive.
-  if (graphs.size() > 1) graphs.resize(1);
-  if (graph_out.size() > 1) graph_out.resize(1);
-  sets.resize(1);
-  sync();
-  int64_t base = allocated_bytes();
-  c10::cuda::CUDACachingAllocator::resetPeakStats(kDev);
-  {
-    at::Tensor out = step(0);  // kept alive while the peak is read
-    sync();
-    int64_t peak = peak_allocated_bytes();
-    row.peak_mib = peak / kMiB;
-    row.peak_extra_mib = (peak - base) / kMiB;
-    out.reset();
-  }
-  graphs.clear();
-  graph_out.clear();
-  sets.clear();
-  free_memory();
-  return row;
+  return rows;
 }
 
 // ---------------------------------------------------------------------------
@@ -410,67 +606,55 @@ std::string num(double v) {
 std::string json_str(const std::string& s) {
   std::string o = "\"";
   for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        o += "\\\"";
-        break;
-      case '\\':
-        o += "\\\\";
-        break;
-      case '\n':
-        o += "\\n";
-        break;
-      case '\t':
-        o += "\\t";
-        break;
-      case '\r':
-        o += "\\r";
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          o += buf;
-        } else {
-          o += static_cast<char>(c);
-        }
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += static_cast<char>(c);
+    } else if (c == '\n') {
+      o += "\\n";
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      o += buf;
+    } else {
+      o += static_cast<char>(c);
     }
   }
   return o + "\"";
 }
 
-std::string cell(double v, int width, int prec) {
-  char buf[64];
-  if (std::isnan(v))
-    std::snprintf(buf, sizeof buf, "%*s", width, "-");
-  else
-    std::snprintf(buf, sizeof buf, "%*.*f", width, prec, v);
-  return buf;
+std::string list(const std::vector<Figures>& reps, double Figures::*field) {
+  std::string o = "[";
+  for (size_t i = 0; i < reps.size(); ++i) o += (i ? ", " : "") + num(reps[i].*field);
+  return o + "]";
 }
 
-void print_table(const std::vector<std::pair<std::string, Row>>& results) {
-  std::printf("\n%-22s %11s %10s %11s %16s %10s\n", "workload", "device_us", "host_us", "wall_us",
-              "metric", "peak_mib");
-  std::printf("%s\n", std::string(85, '-').c_str());
-  for (const auto& kv : results) {
-    const Row& r = kv.second;
-    if (r.failed) {
-      std::string first = r.error.substr(0, r.error.find('\n')).substr(0, 100);
-      std::printf("%-22s ERROR: %s\n", kv.first.c_str(), first.c_str());
-      continue;
+std::string row_json(const Row& r) {
+  std::ostringstream o;
+  o << "{\"workload\": " << json_str(r.workload) << ", \"mode\": " << json_str(r.mode)
+    << ", \"metric\": " << (r.metric.empty() ? "null" : json_str(r.metric))
+    << ", \"amount\": " << num(r.amount) << ", \"device_us\": " << list(r.reps, &Figures::device_us)
+    << ", \"latency_us\": " << list(r.reps, &Figures::latency_us)
+    << ", \"throughput_us\": " << list(r.reps, &Figures::throughput_us)
+    << ", \"host_us\": " << list(r.reps, &Figures::host_us);
+  if (r.count.kernels >= 0) {
+    o << ", \"kernels\": " << num(r.count.kernels) << ", \"memsets\": " << num(r.count.memsets)
+      << ", \"memcpys\": " << num(r.count.memcpys) << ", \"kernel_names\": {";
+    bool first = true;
+    for (const auto& [name, n] : r.count.names) {
+      o << (first ? "" : ", ") << json_str(name) << ": " << num(n);
+      first = false;
     }
-    std::string metric = "-";
-    if (!r.metric.empty() && !std::isnan(r.metric_value)) {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%.3f %s", r.metric_value,
-                    r.metric == "tbps" ? "TB/s" : "TFLOP/s");
-      metric = buf;
-    }
-    std::printf("%-22s %s %s %s %16s %s\n", kv.first.c_str(), cell(r.device_us, 11, 2).c_str(),
-                cell(r.host_us, 10, 2).c_str(), cell(r.wall_us, 11, 2).c_str(), metric.c_str(),
-                cell(r.peak_mib, 10, 1).c_str());
+    o << "}";
   }
-  std::fflush(stdout);
+  if (!r.count.error.empty()) o << ", \"kernels_error\": " << json_str(r.count.error);
+  if (r.mode != "eager" && r.error.empty()) {
+    const bool ok = std::isfinite(r.check) && r.check < r.tol;
+    o << ", \"check\": {\"ok\": " << (ok ? "true" : "false") << ", \"rel_l2\": " << num(r.check)
+      << ", \"tol\": " << num(r.tol) << "}";
+  }
+  o << ", \"peak_extra_mib\": " << num(r.peak_extra);
+  if (!r.error.empty()) o << ", \"error\": " << json_str(r.error.substr(0, 4000));
+  return o.str() + "}";
 }
 
 std::string iso_now() {
@@ -490,162 +674,176 @@ std::string torch_version() {
 #endif
 }
 
-bool write_json(const std::string& path, const std::string& gpu, const std::string& cuda_version,
-                const Config& cfg, size_t l2,
-                const std::vector<std::pair<std::string, Row>>& results) {
+struct RunInfo {
+  std::string gpu, cuda_version;
+  size_t l2 = 0;
+};
+
+bool write_json(const std::string& path, const RunInfo& info, const Config& cfg,
+                const std::vector<Row>& rows) {
   std::ostringstream o;
-  o << "{\n  \"source\": \"libtorch\",\n"
-    << "  \"torch_version\": " << json_str(torch_version()) << ",\n"
-    << "  \"gpu\": " << json_str(gpu) << ",\n"
-    << "  \"date\": " << json_str(iso_now()) << ",\n"
-    << "  \"cuda_version\": " << json_str(cuda_version) << ",\n"
-    << "  \"quick\": " << (cfg.quick ? "true" : "false") << ",\n"
-    << "  \"method\": {\"device_us\": "
-    << json_str(std::string("median per-step CUDA event time") +
-                (cfg.prequeue ? ", GPU pre-queued behind a spin kernel" : ""))
-    << ", \"host_us\": \"median per-call enqueue time; tiny ops: (1000 calls + sync) / 1000\""
-    << ", \"wall_us\": \"median of sync; t0; step; sync; t1\""
-    << ", \"prequeue\": " << (cfg.prequeue ? "true" : "false") << ", \"warmup\": " << cfg.warmup
-    << ", \"reps\": " << cfg.reps << ", \"inference_mode\": true, \"allow_tf32\": false"
-    << ", \"l2_bytes\": " << l2 << "},\n"
-    << "  \"results\": {";
-  bool first = true;
-  for (const auto& kv : results) {
-    const Row& r = kv.second;
-    o << (first ? "\n" : ",\n") << "    " << json_str(kv.first) << ": {"
-      << "\"device_us\": " << num(r.device_us) << ", \"host_us\": " << num(r.host_us)
-      << ", \"wall_us\": " << num(r.wall_us);
-    if (!r.metric.empty()) o << ", \"" << r.metric << "\": " << num(r.metric_value);
-    o << ", \"peak_mib\": " << num(r.peak_mib) << ", \"peak_extra_mib\": " << num(r.peak_extra_mib)
-      << ", \"nsets\": " << (r.nsets ? std::to_string(r.nsets) : std::string("null"))
-      << ", \"reps\": " << r.reps;
-    if (r.failed) o << ", \"error\": " << json_str(r.error);
-    o << "}";
-    first = false;
+  o << "{\n  \"source\": \"libtorch\",\n  \"torch_version\": " << json_str(torch_version())
+    << ",\n  \"gpu\": " << json_str(info.gpu) << ",\n  \"date\": " << json_str(iso_now())
+    << ",\n  \"cuda_version\": " << json_str(info.cuda_version)
+    << ",\n  \"quick\": " << (cfg.quick ? "true" : "false") << ",\n  \"repetitions\": " << cfg.reps
+    << ",\n  \"l2_bytes\": " << info.l2
+    << ",\n  \"method\": {\"device_us\": \"median CUDA-event time of single steps, L2 flushed "
+       "before each"
+    << (cfg.prequeue ? ", GPU kept busy (steps queued behind at::cuda::sleep)" : "")
+    << "\", \"latency_us\": \"median of (L2 flush; sync; t0; step; sync; t1)\", "
+       "\"throughput_us\": \"(t1 - t0) / N over N back-to-back steps, one sync\", "
+       "\"kernels\": \"Kineto (CUPTI) kernel records of N steps / N\", \"inference_mode\": "
+       "true, \"allow_tf32\": false, \"latency_samples\": "
+    << cfg.latency_samples << ", \"device_samples\": " << cfg.device_samples
+    << ", \"throughput_steps\": " << cfg.throughput_steps << "},\n  \"results\": {";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    o << (i ? ",\n" : "\n") << "    " << json_str(rows[i].workload + "/" + rows[i].mode) << ": "
+      << row_json(rows[i]);
   }
   o << "\n  }\n}\n";
-  FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) return false;
-  std::string s = o.str();
-  bool ok = std::fwrite(s.data(), 1, s.size(), f) == s.size();
-  return std::fclose(f) == 0 && ok;
+  std::ofstream f(path, std::ios::trunc);
+  f << o.str();
+  return f.good();
 }
+
+// ---------------------------------------------------------------------------
+// Driver
+// ---------------------------------------------------------------------------
+
+bool wait_for(const std::string& path) {
+  const auto deadline = Clock::now() + std::chrono::minutes(30);
+  while (!std::filesystem::exists(path)) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+void touch(const std::string& path) { std::ofstream(path) << "ok\n"; }
 
 void usage(const char* argv0) {
   std::printf(
-      "usage: %s [--json PATH] [--quick] [--only KEY,KEY...] [--no-prequeue]\n"
-      "  libtorch baselines for the kiln benchmark (see the header of libtorch_baseline.cc)\n",
+      "usage: %s [--json PATH] [--quick] [--reps N] [--only KEY,...] [--sync-dir DIR]\n"
+      "          [--no-prequeue] [--no-kernels]\n"
+      "  libtorch side of the kiln benchmark (see the header of libtorch_baseline.cc)\n",
       argv0);
+}
+
+struct Args {
+  std::string json, only, sync_dir;
+  Config cfg;
+};
+
+bool parse(int argc, char** argv, Args* a) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string s = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (s == "--json" && has_value) {
+      a->json = argv[++i];
+    } else if (s == "--only" && has_value) {
+      a->only = argv[++i];
+    } else if (s == "--sync-dir" && has_value) {
+      a->sync_dir = argv[++i];
+    } else if (s == "--reps" && has_value) {
+      a->cfg.reps = std::max(1, std::atoi(argv[++i]));
+    } else if (s == "--quick") {
+      a->cfg.quick = true;
+      a->cfg.latency_samples = 10;
+      a->cfg.device_samples = 20;
+      a->cfg.throughput_steps = 20;
+    } else if (s == "--no-prequeue") {
+      a->cfg.prequeue = false;
+    } else if (s == "--no-kernels") {
+      a->cfg.count_kernels = false;
+    } else if (s == "-h" || s == "--help") {
+      usage(argv[0]);
+      std::exit(0);
+    } else {
+      std::fprintf(stderr, "unknown or incomplete argument: %s\n", s.c_str());
+      usage(argv[0]);
+      return false;
+    }
+  }
+  return true;
+}
+
+void run_repetitions(const Args& args, const RunInfo& info, std::vector<Row>& rows) {
+  for (int rep = 0; rep < args.cfg.reps; ++rep) {
+    if (!args.sync_dir.empty() &&
+        !wait_for(args.sync_dir + "/go.libtorch." + std::to_string(rep))) {
+      std::printf("no go for repetition %d: stopping\n", rep);
+      break;
+    }
+    const auto t0 = Clock::now();
+    for (Row& row : rows) {
+      if (row.step) guarded(row, [&] { row.reps.push_back(measure(row.step, args.cfg)); });
+    }
+    std::printf("repetition %d: %zu rows in %.1f s\n", rep, rows.size(),
+                us_between(t0, Clock::now()) / 1e6);
+    std::fflush(stdout);
+    if (!args.json.empty()) write_json(args.json, info, args.cfg, rows);
+    if (!args.sync_dir.empty()) touch(args.sync_dir + "/done.libtorch." + std::to_string(rep));
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string json_path, only;
-  Config cfg;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--json" && i + 1 < argc) {
-      json_path = argv[++i];
-    } else if (a == "--quick") {
-      cfg.quick = true;
-    } else if (a == "--only" && i + 1 < argc) {
-      only = argv[++i];
-    } else if (a == "--no-prequeue") {
-      cfg.prequeue = false;
-    } else if (a == "-h" || a == "--help") {
-      usage(argv[0]);
-      return 0;
-    } else {
-      std::fprintf(stderr, "unknown or incomplete argument: %s\n", a.c_str());
-      usage(argv[0]);
+  Args args;
+  if (!parse(argc, argv, &args)) return 2;
+  std::set<std::string> only;
+  std::stringstream ss(args.only);
+  for (std::string k; std::getline(ss, k, ',');) {
+    if (!k.empty()) only.insert(k);
+  }
+  const std::vector<Workload> workloads = make_workloads();
+  for (const std::string& k : only) {
+    const std::string key = k.substr(0, k.find('/'));
+    if (std::none_of(workloads.begin(), workloads.end(),
+                     [&](const Workload& w) { return w.key == key; })) {
+      std::fprintf(stderr, "error: unknown workload: %s\n", k.c_str());
       return 2;
     }
   }
-  if (cfg.quick) {
-    cfg.warmup = 10;
-    cfg.reps = 50;
-    cfg.tiny_loop_reps = 10;
-  }
-
   if (!torch::cuda::is_available()) {
     std::fprintf(stderr, "error: libtorch sees no CUDA device\n");
     return 2;
   }
   at::globalContext().setAllowTF32CuBLAS(false);
-
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  size_t l2 = prop.l2CacheSize > 0 ? static_cast<size_t>(prop.l2CacheSize) : (60u << 20);
+  RunInfo info;
+  info.gpu = prop.name;
+  info.l2 = prop.l2CacheSize > 0 ? static_cast<size_t>(prop.l2CacheSize) : 0;
   int rt = 0;
   CUDA_CHECK(cudaRuntimeGetVersion(&rt));
-  std::string cuda_version = std::to_string(rt / 1000) + "." + std::to_string((rt % 1000) / 10);
-  std::string gpu = prop.name;
-  std::printf("libtorch %s (CUDA runtime %s) on %s, L2 %.0f MiB, %s run, prequeue=%s\n",
-              torch_version().c_str(), cuda_version.c_str(), gpu.c_str(), l2 / kMiB,
-              cfg.quick ? "quick" : "full", cfg.prequeue ? "on" : "off");
+  info.cuda_version = std::to_string(rt / 1000) + "." + std::to_string((rt % 1000) / 10);
+  std::printf("libtorch %s (CUDA runtime %s) on %s, %d repetitions%s, prequeue=%s\n",
+              torch_version().c_str(), info.cuda_version.c_str(), info.gpu.c_str(), args.cfg.reps,
+              args.cfg.quick ? " (quick)" : "", args.cfg.prequeue ? "on" : "off");
   std::fflush(stdout);
 
-  std::vector<Workload> workloads = make_workloads();
-  if (!only.empty()) {
-    std::set<std::string> keys;
-    std::stringstream ss(only);
-    std::string k;
-    while (std::getline(ss, k, ','))
-      if (!k.empty()) keys.insert(k);
-    std::vector<Workload> picked;
-    for (const auto& w : workloads)
-      if (keys.count(w.key)) picked.push_back(w), keys.erase(w.key);
-    if (!keys.empty()) {
-      std::fprintf(stderr, "error: unknown workload(s):");
-      for (const auto& key : keys) std::fprintf(stderr, " %s", key.c_str());
-      std::fprintf(stderr, "\n");
-      return 2;
-    }
-    workloads = picked;
-  }
-
   c10::InferenceMode inference_guard;
-  std::vector<std::pair<std::string, Row>> results;
-  for (const auto& w : workloads) {
-    std::printf("running %s ...\n", w.key.c_str());
-    std::fflush(stdout);
-    Row row;
-    try {
-      row = measure(w, cfg, l2);
-      std::printf("  device %.2f us, host %.2f us, wall %.2f us, peak %.1f MiB, nsets %d\n",
-                  row.device_us, row.host_us, row.wall_us, row.peak_mib, row.nsets);
-    } catch (const c10::Error& e) {
-      row = Row{};
-      row.metric = w.metric;
-      row.reps = cfg.reps;
-      row.failed = true;
-      row.error = std::string("c10::Error: ") + e.what_without_backtrace();
-    } catch (const std::exception& e) {
-      row = Row{};
-      row.metric = w.metric;
-      row.reps = cfg.reps;
-      row.failed = true;
-      row.error = std::string("exception: ") + e.what();
+  init_profiler();
+  std::vector<Row> rows = set_up(workloads, only, args.cfg);
+  if (!args.json.empty()) write_json(args.json, info, args.cfg, rows);
+  if (!args.sync_dir.empty()) touch(args.sync_dir + "/ready.libtorch");
+  run_repetitions(args, info, rows);
+  std::printf("\n%-40s %11s %11s %11s %8s\n", "workload/mode", "device_us", "latency_us",
+              "thruput_us", "kernels");
+  for (const Row& r : rows) {
+    std::vector<double> d, l, t;
+    for (const Figures& f : r.reps) {
+      d.push_back(f.device_us);
+      l.push_back(f.latency_us);
+      t.push_back(f.throughput_us);
     }
-    if (row.failed) {
-      std::printf("  FAILED: %s\n", row.error.c_str());
-      try {
-        free_memory();
-      } catch (...) {
-      }
-    }
-    std::fflush(stdout);
-    results.emplace_back(w.key, row);
+    std::printf("%-40s %11.2f %11.2f %11.2f %8.2f%s\n", (r.workload + "/" + r.mode).c_str(),
+                median(d), median(l), median(t), r.count.kernels, r.error.empty() ? "" : "  ERROR");
   }
-
-  print_table(results);
-  if (!json_path.empty()) {
-    if (!write_json(json_path, gpu, cuda_version, cfg, l2, results)) {
-      std::fprintf(stderr, "error: could not write %s\n", json_path.c_str());
-      return 1;
-    }
-    std::printf("wrote %s\n", json_path.c_str());
+  if (!args.json.empty()) {
+    if (!write_json(args.json, info, args.cfg, rows)) return 1;
+    std::printf("wrote %s\n", args.json.c_str());
   }
   return 0;
 }

@@ -76,7 +76,9 @@ struct CompileOptions {
 struct CompileReport {
   std::string traced_graph, final_graph;
   std::vector<std::string> explain;
-  int kernels_per_step = 0, fused_kernels = 0;
+  // Kernels and memsets one step launches, as they run (a reshape that copies counts; on CUDA so
+  // do cuBLASLt's split-K kernels and memsets, measured on the first report() of a plan).
+  int kernels_per_step = 0, memsets_per_step = 0, fused_kernels = 0;
   double compile_ms = 0, nvrtc_ms = 0;
   int64_t planned_peak_bytes = 0;        // intermediates alive at once under liveness release
   int64_t total_intermediate_bytes = 0;  // all intermediates (no reuse)
@@ -99,6 +101,7 @@ class CompiledFn {
   struct State;  // shared by copies; compile.cc
 
  private:
+  friend CompiledFn compile(ir::TensorFn, const std::vector<Tensor>&, CompileOptions);
   std::shared_ptr<State> state_;
 };
 

@@ -1,6 +1,8 @@
 // Per-shape epilogue choice (see epilogue_choice.h).
 #include "codegen/epilogue_choice.h"
 
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -9,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "ops/dispatch.h"
+#include "ops/factories.h"
 #include "runtime/cuda.h"
 
 namespace kiln::codegen {
@@ -31,14 +34,32 @@ double MedianUs(F&& step) {
   return us[us.size() / 2];
 }
 
-EpilogueChoice Measure(const ir::Graph& graph, const ir::Node& n) {
-  std::vector<Tensor> args;
-  for (ir::ValueId in : n.inputs) {
-    Tensor t = Tensor::Empty(graph.type(in));
-    KILN_CUDA_CHECK(
-        cudaMemsetAsync(t.data_ptr(), 0, t.numel() * t.element_size(), cuda::CurrentStream()));
-    args.push_back(std::move(t));
+// A tensor of `type` filled with normal values, never zeros: a GEMM on zeros draws less power and
+// may run at other clocks than on real data, which would bias the comparison. 64Ki values are
+// drawn on the host and tiled by device copies (drawing all of a large operand would cost more
+// than the measurement).
+Tensor RandomOperand(const TensorType& type, Generator& gen) {
+  Tensor out = Tensor::Empty(type);
+  const int64_t n = out.numel();
+  if (n == 0) return out;
+  const int64_t first = std::min<int64_t>(n, int64_t{1} << 16);
+  const Tensor seed = randn({first}, gen, type.dtype, type.device);
+  char* base = static_cast<char*>(out.data_ptr());
+  const size_t esize = out.element_size();
+  KILN_CUDA_CHECK(cudaMemcpyAsync(base, seed.data_ptr(), first * esize, cudaMemcpyDeviceToDevice,
+                                  cuda::CurrentStream()));
+  for (int64_t filled = first; filled < n; filled *= 2) {  // doubling copies of the filled prefix
+    const int64_t count = std::min(filled, n - filled);
+    KILN_CUDA_CHECK(cudaMemcpyAsync(base + filled * esize, base, count * esize,
+                                    cudaMemcpyDeviceToDevice, cuda::CurrentStream()));
   }
+  return out;
+}
+
+EpilogueChoice Measure(const ir::Graph& graph, const ir::Node& n) {
+  Generator gen(0x6b696c6e);
+  std::vector<Tensor> args;
+  for (ir::ValueId in : n.inputs) args.push_back(RandomOperand(graph.type(in), gen));
   OpAttrs plain = n.attrs, act_attrs;
   plain.epilogue = Epilogue::kNone;
   const OpDef* act = EpilogueActivation(n.attrs.epilogue, &act_attrs);

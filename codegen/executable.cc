@@ -7,7 +7,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/launch_count.h"
 #include "ops/dispatch.h"
+#include "ops/views.h"
 #include "profiler/host.h"
 #include "runtime/status.h"
 
@@ -205,13 +207,78 @@ bool Executable::on_cuda() const {
   return !graph_.outputs().empty();
 }
 
-int Executable::kernels_per_step() const {
-  int k = 0;
-  for (const Step& s : steps_) {
-    if (s.kind == Step::Kind::kOp) ++k;
-    if (s.kind == Step::Kind::kFamily) k += s.kernel->kernel_launches();
+namespace {
+
+// Strides each value has when the plan runs on contiguous inputs, as Meta tensors (no memory):
+// op and fusion outputs are fresh contiguous tensors, constants keep their own strides, views
+// follow their input. A reshape whose input cannot be viewed that way is a copy: `copies`.
+std::vector<Tensor> PlanLayouts(const ir::Graph& g, std::vector<bool>* copies) {
+  std::vector<Tensor> layout(g.num_values());
+  copies->assign(g.num_values(), false);
+  for (ValueId v = 0; v < g.num_values(); ++v) {
+    const Node& n = g.node(v);
+    const Tensor fresh = Tensor::Empty(n.type.shape, n.type.dtype, kMeta);
+    layout[v] = fresh;
+    if (n.kind == NodeKind::kConstant) {
+      layout[v] = fresh.as_strided(n.constant.shape(), n.constant.strides(), 0);
+    } else if (n.kind == NodeKind::kOp && GetOpDef(n.op).view != nullptr) {
+      const Tensor& in = layout[n.inputs[0]];
+      if (n.op != OpId::kReshape) {
+        layout[v] = GetOpDef(n.op).view(in, n.type, n.attrs);
+      } else if (auto s = views::ViewStrides(in, n.type.shape)) {
+        layout[v] = in.as_strided(n.type.shape, *s, in.offset());
+      } else {
+        (*copies)[v] = true;
+      }
+    }
   }
-  return k;
+  return layout;
+}
+
+// A CUDA tensor with `layout`'s shape and strides (contents undefined), or the constant itself.
+Tensor Placeholder(const Node& n, const Tensor& layout) {
+  if (n.kind == NodeKind::kConstant) return n.constant;
+  int64_t extent = 1;
+  for (int64_t d = 0; d < layout.dim(); ++d) {
+    extent += (layout.shape()[d] - 1) * layout.strides()[d];
+  }
+  if (layout.numel() == 0) extent = 0;
+  const Tensor base = Tensor::Empty({layout.offset() + extent}, n.type.dtype, n.type.device);
+  return base.as_strided(layout.shape(), layout.strides(), layout.offset());
+}
+
+bool IsGemm(const Node& n) {
+  return n.kind == NodeKind::kOp && (n.op == OpId::kMatmul || n.op == OpId::kLinear);
+}
+
+}  // namespace
+
+const LaunchTally& Executable::Tally() const {
+  std::call_once(tally_once_, [this] { tally_ = CountLaunches(); });
+  return tally_;
+}
+
+LaunchTally Executable::CountLaunches() const {
+  std::vector<bool> copies;
+  const std::vector<Tensor> layout = PlanLayouts(graph_, &copies);
+  LaunchTally t;
+  for (const Step& s : steps_) {
+    const Node& n = graph_.node(s.value);
+    if (s.kind == Step::Kind::kOp) ++t.kernels;
+    if (s.kind == Step::Kind::kFamily) t.kernels += s.kernel->kernel_launches();
+    if (s.kind == Step::Kind::kView && copies[s.value]) ++t.kernels;
+    if (!IsGemm(n) || !n.type.device.is_cuda()) continue;
+    std::vector<Tensor> args;
+    for (ValueId in : n.inputs) args.push_back(Placeholder(graph_.node(in), layout[in]));
+    OpAttrs attrs = n.attrs;
+    if (s.kind == Step::Kind::kFamily && s.kernel->kernel_launches() > 1) {
+      attrs.epilogue = Epilogue::kNone;  // split: the GEMM runs without its epilogue
+    }
+    const LaunchCount c = CountLaunchesOnce(n.op, args, attrs);
+    t.kernels += c.kernels - 1;
+    t.memsets += c.memsets;
+  }
+  return t;
 }
 
 int Executable::fused_kernels() const {

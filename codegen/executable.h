@@ -15,6 +15,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,13 @@ struct Step {
   std::vector<ir::ValueId> last_uses;         // values dead after this step: released
 };
 
+// What one Run launches, for inputs of contiguous strides at the traced sizes: kernels of fused
+// nodes and ops, a kernel per reshape whose input forces a copy, and what each cuBLASLt call adds
+// on CUDA (split-K reductions and memsets, found by capturing it once: launch_count.h).
+struct LaunchTally {
+  int kernels = 0, memsets = 0;
+};
+
 class Executable {
  public:
   // `symbols` describes the graph's symbolic dims (none: a plan for the graph's exact types).
@@ -46,8 +54,11 @@ class Executable {
 
   const ir::Graph& graph() const { return graph_; }
   const SymbolicShapes& symbols() const { return symbols_; }
-  bool on_cuda() const;          // every input and output is a CUDA tensor
-  int kernels_per_step() const;  // kernels the steps launch (a lowered node may launch several)
+  bool on_cuda() const;  // every input and output is a CUDA tensor
+  // Kernels and memsets one Run launches (LaunchTally; measured on first use, which on CUDA runs
+  // each GEMM once under capture).
+  int kernels_per_step() const { return Tally().kernels; }
+  int memsets_per_step() const { return Tally().memsets; }
   int fused_kernels() const;
   double nvrtc_ms() const { return nvrtc_ms_; }
   // Decisions the lowerings made (GEMM-epilogue timings, codegen/epilogue_choice.h), one a line.
@@ -66,6 +77,8 @@ class Executable {
   void PlanLiveness();
   void PlanMemory();
   void RunFamily(const Step& s, absl::Span<const Tensor> args, std::vector<Tensor>& env) const;
+  const LaunchTally& Tally() const;
+  LaunchTally CountLaunches() const;
 
   ir::Graph graph_;
   SymbolicShapes symbols_;
@@ -74,6 +87,8 @@ class Executable {
   std::vector<std::string> lowering_notes_;
   int64_t planned_peak_bytes_ = 0, total_intermediate_bytes_ = 0;
   std::vector<bool> pinned_;  // graph outputs and the values they are views of
+  mutable std::once_flag tally_once_;
+  mutable LaunchTally tally_;
 };
 
 }  // namespace kiln::codegen
