@@ -2,6 +2,7 @@
 // mode switch and the signature cache.
 #include "codegen/compile.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
@@ -16,6 +17,7 @@
 #include "codegen/fusion_template.h"
 #include "codegen/symbolic.h"
 #include "ir/printer.h"
+#include "ops/dispatch.h"
 #include "runtime/status.h"
 
 namespace kiln {
@@ -67,8 +69,20 @@ struct Entry {
   std::mutex graph_mu;  // serialises CUDA-graph replays (CudaGraphCache is not thread-safe)
   std::unique_ptr<codegen::CudaGraphCache> graphs;
   std::once_flag counted;  // report.kernels/memsets_per_step, filled on the first report()
+  // freeze_weights: the user's tensors the plan read at compile time, with their versions then;
+  // a later write through the op API makes the plan stale (recompiled on the next call).
+  std::vector<std::pair<std::shared_ptr<Storage>, uint64_t>> frozen;
+  std::atomic<bool> stale{false};
+
+  bool FrozenChanged() const {
+    for (const auto& [storage, version] : frozen) {
+      if (storage->version() != version) return true;
+    }
+    return false;
+  }
 
   bool Serves(const std::vector<Tensor>& inputs) const {
+    if (stale) return false;
     return symbols.empty() ? SameTypes(types, inputs) : symbols.Admits(types, inputs);
   }
 };
@@ -96,6 +110,12 @@ void BuildPlan(ir::Graph graph, codegen::SymbolicShapes symbols, const CompileOp
   const auto t0 = std::chrono::steady_clock::now();
   codegen::Dumper dump(o.dump_dir);
   entry.report.traced_graph = ir::PrintGraph(graph);
+  if (o.freeze_weights) {
+    for (const ir::Node& n : graph.nodes()) {
+      if (n.kind != ir::NodeKind::kConstant || n.local) continue;
+      entry.frozen.emplace_back(n.constant.storage(), n.constant.storage()->version());
+    }
+  }
   dump.Graph("traced", graph);
   passes::PassContext ctx;
   ctx.fuse_elementwise = o.fuse_elementwise;
@@ -170,8 +190,9 @@ void CompiledFn::State::CheckRecompileAllowed(const std::vector<TensorType>& typ
                  " but the function was compiled for ", Describe(first[i]), " (recompile is off)");
     }
   }
-  KILN_CHECK(static_cast<int>(entries.size()) < options.max_signatures,
-             "compiled function: more than ", options.max_signatures,
+  int live = 0;
+  for (const auto& e : entries) live += !e->stale;
+  KILN_CHECK(live < options.max_signatures, "compiled function: more than ", options.max_signatures,
              " input signatures (dims that vary are made symbolic only when nothing but sizes "
              "change; set options.dynamic or max_signatures); new one: ",
              Signature(types));
@@ -180,7 +201,9 @@ void CompiledFn::State::CheckRecompileAllowed(const std::vector<TensorType>& typ
 Entry& CompiledFn::State::EntryFor(const std::vector<Tensor>& inputs) {
   std::lock_guard<std::mutex> lock(mu);
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
-    if ((*it)->Serves(inputs)) return **it;
+    if (!(*it)->Serves(inputs)) continue;
+    if (!(*it)->FrozenChanged()) return **it;
+    (*it)->stale = true;  // a frozen weight was written: compile again (the old plan stays, idle)
   }
   const std::vector<TensorType> types = TypesOf(inputs);
   CheckRecompileAllowed(types);
@@ -220,10 +243,31 @@ int CompiledFn::compilations() const {
   return state_->compilations;
 }
 
+namespace {
+
+// Inputs the function wrote in place get their new values (the plan's last outputs), as eager
+// would have left them; the caller sees the function's own outputs.
+std::vector<Tensor> ApplyInputUpdates(const ir::Graph& g, const std::vector<Tensor>& inputs,
+                                      std::vector<Tensor> out) {
+  const std::vector<int>& updates = g.input_updates();
+  if (updates.empty()) return out;
+  const size_t first = out.size() - updates.size();
+  for (size_t k = 0; k < updates.size(); ++k) {
+    DispatchOut(OpId::kContiguous, {out[first + k]}, {}, inputs[updates[k]]);
+  }
+  out.resize(first);
+  return out;
+}
+
+}  // namespace
+
 std::vector<Tensor> CompiledFn::operator()(const std::vector<Tensor>& inputs) const {
   if (!state_->compiled) return state_->fn(inputs);
   Entry& e = state_->EntryFor(inputs);
-  if (!state_->options.cuda_graphs || !e.exe->on_cuda()) return e.exe->Run(inputs);
+  const ir::Graph& g = e.exe->graph();
+  if (!state_->options.cuda_graphs || !e.exe->on_cuda()) {
+    return ApplyInputUpdates(g, inputs, e.exe->Run(inputs));
+  }
   // Replays one of the entry's CUDA graphs (by input address, or copy-in), capturing after a
   // plain run when none fits; the report says which, or why none.
   std::lock_guard<std::mutex> lock(e.graph_mu);
@@ -234,7 +278,7 @@ std::vector<Tensor> CompiledFn::operator()(const std::vector<Tensor>& inputs) co
     if (DebugLevel() >= 1) std::cerr << "kiln: CUDA graph " << state << "\n";
     e.report.cuda_graph = std::move(state);
   }
-  return out;
+  return ApplyInputUpdates(g, inputs, std::move(out));
 }
 
 const CompileReport& CompiledFn::report(const std::vector<Tensor>& inputs) const {

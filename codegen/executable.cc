@@ -51,8 +51,22 @@ absl::Status Executable::Prepare() {
     steps_.push_back(std::move(s));
   }
   PlanLiveness();
+  PlanOutputCopies();
   PlanMemory();
   return LowerFamilies();
+}
+
+// An output that is a constant, or a view of one, would hand the caller the plan's (or the
+// user's weight's) memory: a later in-place op on it would change every later call. Such outputs
+// are returned as copies.
+void Executable::PlanOutputCopies() {
+  for (ValueId v : graph_.outputs()) {
+    ValueId base = v;
+    while (graph_.node(base).kind == NodeKind::kOp && GetOpDef(graph_.node(base).op).view) {
+      base = graph_.node(base).inputs[0];
+    }
+    copy_output_.push_back(graph_.node(base).kind == NodeKind::kConstant);
+  }
 }
 
 // The last step reading each intermediate releases it (never inputs, constants or graph
@@ -193,7 +207,16 @@ std::vector<Tensor> Executable::Run(const std::vector<Tensor>& inputs) const {
     for (ValueId dead : s.last_uses) env[dead] = Tensor();
   }
   std::vector<Tensor> outs;
-  for (ValueId v : graph_.outputs()) outs.push_back(env[v]);
+  for (size_t k = 0; k < graph_.outputs().size(); ++k) {
+    const Tensor& t = env[graph_.outputs()[k]];
+    if (!copy_output_[k]) {
+      outs.push_back(t);
+      continue;
+    }
+    Tensor copy = Tensor::Empty(t.type());
+    DispatchOut(OpId::kContiguous, {t}, {}, copy);
+    outs.push_back(std::move(copy));
+  }
   return outs;
 }
 

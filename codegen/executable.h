@@ -75,6 +75,7 @@ class Executable {
   absl::Status Prepare();
   absl::Status LowerFamilies();
   void PlanLiveness();
+  void PlanOutputCopies();
   void PlanMemory();
   void RunFamily(const Step& s, absl::Span<const Tensor> args, std::vector<Tensor>& env) const;
   const LaunchTally& Tally() const;
@@ -86,7 +87,8 @@ class Executable {
   double nvrtc_ms_ = 0;
   std::vector<std::string> lowering_notes_;
   int64_t planned_peak_bytes_ = 0, total_intermediate_bytes_ = 0;
-  std::vector<bool> pinned_;  // graph outputs and the values they are views of
+  std::vector<bool> pinned_;       // graph outputs and the values they are views of
+  std::vector<bool> copy_output_;  // outputs that are (views of) constants: returned as copies
   mutable std::once_flag tally_once_;
   mutable LaunchTally tally_;
 };

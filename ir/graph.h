@@ -76,6 +76,10 @@ class Graph {
                         TensorType type);
   ValueId AddNode(Node node);
   void SetOutputs(std::vector<ValueId> outputs) { outputs_ = std::move(outputs); }
+  // Inputs the traced function wrote in place: the last input_updates().size() outputs are their
+  // new values, input_updates()[k] naming the input the k-th of them is copied back into.
+  const std::vector<int>& input_updates() const { return input_updates_; }
+  std::vector<int>& mutable_input_updates() { return input_updates_; }
 
   const std::vector<Node>& nodes() const { return nodes_; }
   std::vector<Node>& mutable_nodes() { return nodes_; }
@@ -104,6 +108,7 @@ class Graph {
  private:
   std::vector<Node> nodes_;
   std::vector<ValueId> inputs_, outputs_;
+  std::vector<int> input_updates_;
 };
 
 // A softmax over the last dim of a tensor of rank >= 1: the op a softmax fusion's body ends in

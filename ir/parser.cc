@@ -61,6 +61,8 @@ constexpr AttrKey kAttrKeys[] = {
     {"approximate", kAttrApproximate},
     {"dtype", kAttrDType},
     {"epilogue", kAttrEpilogue},
+    {"strides", kAttrStrided},
+    {"offset", kAttrStrided},
 };
 constexpr int kNumAttrKeys = sizeof(kAttrKeys) / sizeof(kAttrKeys[0]);
 
@@ -492,6 +494,8 @@ absl::Status Parser::AttrValue(absl::string_view key, OpAttrs* a) {
   if (key == "step") return Set(Integer(what), &a->step);
   if (key == "diagonal") return Set(Integer(what), &a->diagonal);
   if (key == "dims") return Set(IntList(what), &a->dims);
+  if (key == "strides") return Set(IntList(what), &a->strides);
+  if (key == "offset") return Set(Integer(what), &a->offset);
   if (key == "keepdim") return Set(Bool(what), &a->keepdim);
   if (key == "all_dims") return Set(Bool(what), &a->all_dims);
   if (key == "transpose_a") return Set(Bool(what), &a->transpose_a);

@@ -95,6 +95,10 @@ std::string PrintAttrs(const OpDef& def, const OpAttrs& a) {
     parts.push_back(a.approximate == GeluApprox::kTanh ? "approximate=tanh" : "approximate=none");
   }
   if (f & kAttrDType) parts.push_back(absl::StrCat("dtype=", ShortDTypeName(a.dtype)));
+  if (f & kAttrStrided) {
+    parts.push_back(
+        absl::StrCat("strides=[", absl::StrJoin(a.strides, ", "), "], offset=", a.offset));
+  }
   if ((f & kAttrEpilogue) && a.epilogue != Epilogue::kNone) {
     parts.push_back(absl::StrCat("epilogue=", EpilogueName(a.epilogue)));
   }

@@ -2,11 +2,13 @@
 #include "ir/tracer.h"
 
 #include <map>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "ops/dispatch.h"
+#include "ops/views.h"
 #include "runtime/status.h"
 
 namespace kiln::ir {
@@ -19,6 +21,31 @@ Tensor MakePlaceholder(const TensorType& type) {
                 type.device);
 }
 
+// Where a tensor lies in its storage.
+struct Layout {
+  int64_t offset;
+  Shape shape;
+  Strides strides;
+  friend bool operator<(const Layout& a, const Layout& b) {
+    return std::tie(a.offset, a.shape, a.strides) < std::tie(b.offset, b.shape, b.strides);
+  }
+};
+
+Layout LayoutOf(const Tensor& t) { return {t.offset(), t.shape(), t.strides()}; }
+
+// A traced storage: the value holding all of it (contiguous, of `shape`), and the values of views
+// of it read since that value was last written.
+struct Alias {
+  ValueId base;
+  Shape shape;
+  std::map<Layout, ValueId> views;
+};
+
+// Records ops into a graph. Views made while tracing share their base's placeholder storage (as
+// eager views share memory), so an in-place op on a view is recorded functionally: the result,
+// then as_strided_scatter of it into the base, which becomes the storage's new value; later reads
+// of any view of that storage are windows (as_strided) of the new base. In-place ops on graph
+// inputs are thus visible at the end of the trace as inputs whose storage holds a new value.
 class Tracer final : public DispatchHook {
  public:
   explicit Tracer(Graph* graph) : graph_(graph) {}
@@ -26,13 +53,16 @@ class Tracer final : public DispatchHook {
   Tensor AddInput(const TensorType& type, int index) {
     const ValueId v = graph_->AddInput(type, absl::StrCat("input", index));
     Tensor p = MakePlaceholder(type);
-    values_[p.storage().get()] = v;
+    aliases_[p.storage().get()] = Alias{v, type.shape, {}};
+    inputs_.push_back(p.storage().get());
     return p;
   }
 
   ValueId ValueOf(const Tensor& t) {
     KILN_CHECK(t.defined(), "trace: an undefined tensor was used as an op input");
-    if (auto it = values_.find(t.storage().get()); it != values_.end()) return it->second;
+    if (auto it = aliases_.find(t.storage().get()); it != aliases_.end()) {
+      return ViewValue(it->second, t);
+    }
     KILN_CHECK(t.data_ptr() != nullptr || t.numel() == 0, "trace: tensor ", Describe(t.type()),
                " holds no data and was not produced inside the traced function");
     const auto key = std::make_tuple(t.storage().get(), t.offset(), t.shape(), t.strides());
@@ -47,21 +77,94 @@ class Tracer final : public DispatchHook {
     absl::InlinedVector<ValueId, 3> ids;
     for (const Tensor& t : inputs) ids.push_back(ValueOf(t));
     const ValueId v = graph_->AddOp(def.id, ids, attrs);
-    if (in_place) {
-      KILN_CHECK(graph_->type(v).shape == inputs[0].shape(), def.name, "_: in-place result shape ",
-                 ShapeString(graph_->type(v).shape), " differs from self's ",
-                 inputs[0].shape_string());
-      values_[inputs[0].storage().get()] = v;
-      return inputs[0];
+    if (in_place) return WriteInPlace(def, inputs[0], v);
+    if (def.view != nullptr) {
+      if (std::optional<Tensor> view = ViewOfPlaceholder(def, inputs[0], v, attrs)) return *view;
     }
     Tensor p = MakePlaceholder(graph_->type(v));
-    values_[p.storage().get()] = v;
+    aliases_[p.storage().get()] = Alias{v, graph_->type(v).shape, {}};
     return p;
   }
 
+  // The value each graph input's storage holds at the end (the input itself if never written).
+  std::vector<ValueId> FinalInputValues() const {
+    std::vector<ValueId> out;
+    for (const Storage* s : inputs_) out.push_back(aliases_.at(s).base);
+    return out;
+  }
+
  private:
+  // The value of `t`, a tensor over a traced storage: the base, a view recorded since the base
+  // was last written, or a window of the base.
+  ValueId ViewValue(Alias& a, const Tensor& t) {
+    if (t.offset() == 0 && t.shape() == a.shape && t.strides() == ContiguousStrides(a.shape)) {
+      return a.base;
+    }
+    const Layout l = LayoutOf(t);
+    if (auto it = a.views.find(l); it != a.views.end()) return it->second;
+    OpAttrs w;
+    w.dims = l.shape;
+    w.strides = l.strides;
+    w.offset = l.offset;
+    const ValueId v = graph_->AddOp(OpId::kAsStrided, {a.base}, w);
+    a.views.emplace(l, v);
+    return v;
+  }
+
+  // A view op over a traced tensor returns a view of the same placeholder storage, remembered as
+  // value `v` (a reshape that must copy is a new tensor instead: nullopt).
+  std::optional<Tensor> ViewOfPlaceholder(const OpDef& def, const Tensor& in, ValueId v,
+                                          const OpAttrs& attrs) {
+    auto it = aliases_.find(in.storage().get());
+    if (it == aliases_.end()) return std::nullopt;  // a view of a constant: a constant's view
+    const TensorType& type = graph_->type(v);
+    Tensor view;
+    if (def.id == OpId::kReshape) {
+      const std::optional<Strides> s = views::ViewStrides(in, type.shape);
+      if (!s) return std::nullopt;
+      view = in.as_strided(type.shape, *s, in.offset());
+    } else {
+      view = def.view(in, type, attrs);
+    }
+    it->second.views.emplace(LayoutOf(view), v);
+    return view;
+  }
+
+  // `self` was written with value `v`: the storage's new base value.
+  const Tensor& WriteInPlace(const OpDef& def, const Tensor& self, ValueId v) {
+    KILN_CHECK(graph_->type(v).shape == self.shape(), def.name, "_: in-place result shape ",
+               ShapeString(graph_->type(v).shape), " differs from self's ", self.shape_string());
+    KILN_CHECK(!IsFloatingPoint(graph_->type(v).dtype) || IsFloatingPoint(self.dtype()), def.name,
+               "_: a ", DTypeName(graph_->type(v).dtype), " result cannot be written into ",
+               DTypeName(self.dtype()), " self");
+    KILN_CHECK(!self.has_internal_overlap(), def.name,
+               "_: self is a broadcast (expanded) view whose elements overlap; call contiguous() "
+               "first");
+    auto it = aliases_.find(self.storage().get());
+    KILN_CHECK(it != aliases_.end(), def.name, "_: an in-place op on ", Describe(self.type()),
+               ", a tensor the traced function did not receive as an input (a weight or a "
+               "captured tensor), is not supported under compile; pass it as an input");
+    Alias& a = it->second;
+    const bool whole = self.offset() == 0 && self.shape() == a.shape &&
+                       self.strides() == ContiguousStrides(a.shape);
+    if (whole) {
+      a.base = v;
+      a.views.clear();
+      return self;
+    }
+    OpAttrs w;
+    w.dims = self.shape();
+    w.strides = self.strides();
+    w.offset = self.offset();
+    a.base = graph_->AddOp(OpId::kAsStridedScatter, {a.base, v}, w);
+    a.views.clear();
+    a.views.emplace(LayoutOf(self), v);
+    return self;
+  }
+
   Graph* graph_;
-  std::unordered_map<const Storage*, ValueId> values_;
+  std::unordered_map<const Storage*, Alias> aliases_;  // traced storages
+  std::vector<const Storage*> inputs_;                 // the graph inputs' storages
   std::map<std::tuple<const Storage*, int64_t, Shape, Strides>, ValueId> constants_;
 };
 
@@ -112,6 +215,13 @@ absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<TensorType>& e
     }
     std::vector<ValueId> out_ids;
     for (const Tensor& t : outs) out_ids.push_back(tracer.ValueOf(t));
+    // Inputs written in place: their new values are further outputs, copied back after a call.
+    const std::vector<ValueId> finals = tracer.FinalInputValues();
+    for (size_t i = 0; i < finals.size(); ++i) {
+      if (finals[i] == graph.inputs()[i]) continue;
+      out_ids.push_back(finals[i]);
+      graph.mutable_input_updates().push_back(static_cast<int>(i));
+    }
     graph.SetOutputs(std::move(out_ids));
   } catch (const Error& e) {
     return absl::Status(e.code(), absl::StrCat("while tracing: ", e.what()));

@@ -4,7 +4,12 @@
 // Placeholders carry the shape, dtype and device of the example inputs but no memory (like
 // torch's FakeTensor), so no device work happens. Real tensors the function touches (weights,
 // masks it builds) become constants that refer to their existing storage. In-place ops are
-// recorded functionally: add_(x, y) becomes x' = add(x, y) and later uses of x read x'.
+// recorded functionally: add_(x, y) becomes x' = add(x, y) and later uses of x read x'; on a view
+// of x (views share their base's placeholder storage, as eager views share memory) the result is
+// scattered into x (as_strided_scatter) and later views of x are read from the new x. An input
+// written in place gets its final value as a further graph output (Graph::input_updates), which
+// the compiled function copies back into the caller's tensor. An in-place op on a tensor that is
+// not an input (a weight, a captured tensor) is refused with an error.
 //
 //   ASSIGN_OR_RETURN(ir::Graph g, ir::Trace(fn, example_inputs));
 #pragma once

@@ -125,6 +125,7 @@ const Tensor& RunOpInPlace(const OpDef& def, absl::Span<const Tensor> inputs,
   }
   if (def.view != nullptr) fail("a view op has no in-place form");
   RunKernel(def, inputs, self, attrs);
+  if (self.storage() != nullptr) self.storage()->BumpVersion();
   return self;
 }
 
@@ -177,9 +178,10 @@ void DispatchOut(OpId id, absl::Span<const Tensor> inputs, const OpAttrs& attrs,
   if (KILN_PREDICT_FALSE(profiler::IsActive())) {
     profiler::OpRange range(def.name, inputs);
     RunKernel(def, inputs, out, attrs);
-    return;
+  } else {
+    RunKernel(def, inputs, out, attrs);
   }
-  RunKernel(def, inputs, out, attrs);
+  if (out.storage() != nullptr) out.storage()->BumpVersion();
 }
 
 DispatchHook* CurrentDispatchHook() { return g_hook; }

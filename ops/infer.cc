@@ -284,6 +284,54 @@ Result Squeeze(Types in, const OpAttrs& a) {
 
 Result Same(Types in, const OpAttrs&) { return in[0]; }
 
+Result Copy(Types in, const OpAttrs&) {
+  KILN_ASSIGN_OR_RETURN(Shape s, BroadcastShapes(in[0].shape, in[1].shape));
+  if (s != in[0].shape) {
+    return Invalid(absl::StrCat("src of shape ", ShapeString(in[1].shape),
+                                " does not broadcast to self's shape ", ShapeString(in[0].shape)));
+  }
+  return in[0];
+}
+
+namespace {
+
+// The window (sizes a.dims, strides a.strides, offset a.offset) lies inside `numel` elements.
+absl::Status CheckWindow(const OpAttrs& a, int64_t numel) {
+  if (a.dims.size() != a.strides.size() || a.offset < 0) {
+    return Invalid(absl::StrCat("a window needs one stride per size and offset >= 0, got sizes ",
+                                ShapeString(a.dims), ", strides ", ShapeString(a.strides),
+                                ", offset ", a.offset));
+  }
+  int64_t last = a.offset;
+  for (size_t d = 0; d < a.dims.size(); ++d) {
+    if (a.dims[d] < 0 || a.strides[d] < 0) return Invalid("window sizes and strides must be >= 0");
+    if (a.dims[d] == 0) return absl::OkStatus();
+    last += (a.dims[d] - 1) * a.strides[d];
+  }
+  if (last >= numel && NumElements(a.dims) > 0) {
+    return Invalid(absl::StrCat("window sizes ", ShapeString(a.dims), ", strides ",
+                                ShapeString(a.strides), ", offset ", a.offset, " reaches element ",
+                                last, " of a tensor of ", numel));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Result AsStrided(Types in, const OpAttrs& a) {
+  KILN_RETURN_IF_ERROR(CheckWindow(a, in[0].numel()));
+  return TensorType{a.dims, in[0].dtype, in[0].device};
+}
+
+Result AsStridedScatter(Types in, const OpAttrs& a) {
+  KILN_RETURN_IF_ERROR(CheckWindow(a, in[0].numel()));
+  if (in[1].shape != a.dims) {
+    return Invalid(absl::StrCat("src of shape ", ShapeString(in[1].shape),
+                                " is not the window's shape ", ShapeString(a.dims)));
+  }
+  return in[0];
+}
+
 Result TriMask(Types in, const OpAttrs&) {
   if (in[0].rank() < 2) {
     return Invalid(absl::StrCat("input must have at least 2 dims, got ", ShapeString(in[0].shape)));

@@ -33,8 +33,11 @@ Result Expand(Types in, const OpAttrs& a);
 Result Slice(Types in, const OpAttrs& a);
 Result Unsqueeze(Types in, const OpAttrs& a);
 Result Squeeze(Types in, const OpAttrs& a);
-Result Same(Types in, const OpAttrs& a);     // contiguous
-Result TriMask(Types in, const OpAttrs& a);  // triu, tril: rank >= 2
+Result Same(Types in, const OpAttrs& a);       // contiguous
+Result TriMask(Types in, const OpAttrs& a);    // triu, tril: rank >= 2
+Result Copy(Types in, const OpAttrs& a);       // copy(self, src): self's type, src broadcasts
+Result AsStrided(Types in, const OpAttrs& a);  // the window's shape, in bounds
+Result AsStridedScatter(Types in, const OpAttrs& a);  // the base's type; src has the window's
 
 // Resolves one -1 in a reshape target against `numel`; error if impossible.
 absl::StatusOr<Shape> InferReshapeSizes(IntList sizes, int64_t numel);

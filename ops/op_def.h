@@ -44,6 +44,7 @@ enum class OpId : uint16_t {
   kDiv,
   kWhere,
   kMaskedFill,
+  kCopy,  // copy(self, src): src broadcast to self's shape, in self's dtype (copy_'s row)
   // reductions and normalisations
   kSum,
   kMean,
@@ -67,7 +68,9 @@ enum class OpId : uint16_t {
   kContiguous,
   kTriu,
   kTril,
-  kNumOps  // must stay last
+  kAsStrided,         // a strided window of a tensor's contiguous layout, as a fresh tensor
+  kAsStridedScatter,  // the base with src written into such a window (functional in-place)
+  kNumOps             // must stay last
 };
 inline constexpr int kNumOps = static_cast<int>(OpId::kNumOps);
 
@@ -99,6 +102,8 @@ struct OpAttrs {
   GeluApprox approximate = GeluApprox::kNone;
   DType dtype = DType::kFloat32;        // cast
   Epilogue epilogue = Epilogue::kNone;  // linear
+  Strides strides;                      // as_strided(_scatter): the window (sizes in dims)
+  int64_t offset = 0;                   //   and its element offset
   friend bool operator==(const OpAttrs&, const OpAttrs&) = default;
 };
 
@@ -117,6 +122,7 @@ enum AttrField : uint32_t {
   kAttrApproximate = 1u << 10,
   kAttrDType = 1u << 11,
   kAttrEpilogue = 1u << 12,
+  kAttrStrided = 1u << 13,  // strides, offset (with kAttrDims: the sizes)
 };
 
 struct OpDef;

@@ -108,6 +108,9 @@ const Tensor& masked_fill_(const Tensor& self, const Tensor& mask, double value)
   a.scalar = value;
   return DispatchInPlace(OpId::kMaskedFill, {self, mask}, a);
 }
+const Tensor& copy_(const Tensor& self, const Tensor& src) {
+  return DispatchInPlace(OpId::kCopy, {self, src});
+}
 
 Tensor sum(const Tensor& x, IntList dims, bool keepdim) {
   return WithDims(OpId::kSum, x, dims, keepdim);

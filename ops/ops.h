@@ -60,6 +60,8 @@ const Tensor& add_(const Tensor& self, double other);
 const Tensor& mul_(const Tensor& self, const Tensor& other);
 const Tensor& mul_(const Tensor& self, double other);
 const Tensor& masked_fill_(const Tensor& self, const Tensor& mask, double value);
+// self = src (src broadcast to self's shape, converted to self's dtype), like Tensor.copy_.
+const Tensor& copy_(const Tensor& self, const Tensor& src);
 
 // Reductions over `dims` (empty = all dims).
 Tensor sum(const Tensor& x, IntList dims = {}, bool keepdim = false);

@@ -9,6 +9,7 @@
 #include "ops/cuda/reduce_cuda.h"
 #include "ops/infer.h"
 #include "ops/op_def.h"
+#include "ops/strided.h"
 #include "ops/views.h"
 
 namespace kiln {
@@ -49,6 +50,7 @@ double FMul(const double* x, A) { return x[0] * x[1]; }
 double FDiv(const double* x, A) { return x[0] / x[1]; }
 double FWhere(const double* x, A) { return x[0] != 0 ? x[1] : x[2]; }
 double FMaskedFill(const double* x, A a) { return x[1] != 0 ? a.scalar : x[0]; }
+double FCopy(const double* x, A) { return x[1]; }
 
 constexpr auto kEw = FusionKind::kElementwise;
 constexpr auto kBc = FusionKind::kBroadcast;
@@ -100,6 +102,7 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   Ew(O::kWhere, "where", 3, kBc, 0, infer::Where,     FWhere, "($0 != 0.f ? $1 : $2)"),
   Ew(O::kMaskedFill, "masked_fill", 2, kBc, kAttrScalar, infer::MaskedFill, FMaskedFill,
      "($1 != 0.f ? $scalar : $0)"),
+  Ew(O::kCopy,  "copy",  2, kBc, 0, infer::Copy,      FCopy,  "$1"),
   Op(O::kSum,  "sum",  1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ReduceSum,  cpu::Sum, cuda_ops::Sum),
   Op(O::kMean, "mean", 1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ReduceMean, cpu::Mean, cuda_ops::Mean),
   Op(O::kMax,  "max",  1, 1, kRed, kAttrDims | kAttrKeepdim, infer::Reduce,     cpu::Max, cuda_ops::Max),
@@ -119,6 +122,10 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   Op(O::kContiguous, "contiguous", 1, 1, kOpq, 0, infer::Same, cpu::Copy, cuda_ops::Copy),
   Op(O::kTriu, "triu", 1, 1, kOpq, kAttrDiagonal, infer::TriMask, cpu::Triu, cuda_ops::Triu),
   Op(O::kTril, "tril", 1, 1, kOpq, kAttrDiagonal, infer::TriMask, cpu::Tril, cuda_ops::Tril),
+  Op(O::kAsStrided, "as_strided", 1, 1, kOpq, kAttrDims | kAttrStrided, infer::AsStrided,
+     strided::AsStrided, strided::AsStrided),
+  Op(O::kAsStridedScatter, "as_strided_scatter", 2, 2, kOpq, kAttrDims | kAttrStrided,
+     infer::AsStridedScatter, strided::AsStridedScatter, strided::AsStridedScatter),
 }};
 // clang-format on
 

@@ -228,6 +228,7 @@ class Rewriter {
     std::vector<ValueId> outs;
     for (ValueId v : g_.outputs()) outs.push_back(map_[v]);
     out_.SetOutputs(std::move(outs));
+    out_.mutable_input_updates() = g_.input_updates();
     return std::move(out_);
   }
 

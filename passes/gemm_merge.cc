@@ -78,6 +78,7 @@ absl::StatusOr<bool> GemmMerge::Run(Graph& graph, PassContext& ctx) {
       absl::StrAppend(&names, names.empty() ? "" : "+", graph.node(graph.node(m).inputs[1]).name);
     }
     const ValueId w = out.AddConstant(ConcatRows(weights), absl::StrCat("merged(", names, ")"));
+    out.mutable_node(w).local = true;  // the plan's own copy
     const ValueId y = out.AddOp(OpId::kLinear, {map[n.inputs[0]], w});
     int64_t at = 0;
     for (ValueId m : *it->second) {
@@ -93,6 +94,7 @@ absl::StatusOr<bool> GemmMerge::Run(Graph& graph, PassContext& ctx) {
   std::vector<ValueId> outs;
   for (ValueId v : graph.outputs()) outs.push_back(map[v]);
   out.SetOutputs(std::move(outs));
+  out.mutable_input_updates() = graph.input_updates();
   graph = std::move(out);
   return true;
 }

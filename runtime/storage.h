@@ -5,7 +5,9 @@
 // allocator registers itself when the CUDA backend is linked. Meta storages hold no memory.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "runtime/device.h"
@@ -46,6 +48,10 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  // Counts writes through the op API (in-place ops, out= calls): a compiled function that froze
+  // this storage's contents into its plan sees a later write (torch's version counter).
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void BumpVersion() { version_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
   Storage(void* data, size_t nbytes, Device device, Allocator* allocator)
@@ -55,6 +61,7 @@ class Storage {
   size_t nbytes_ = 0;
   Device device_;
   Allocator* allocator_ = nullptr;
+  std::atomic<uint64_t> version_{0};
 };
 
 }  // namespace kiln

@@ -88,6 +88,16 @@ RefTensor RefSum(const RefTensor& x, std::vector<int64_t> dims, bool keep) {
       [](double a, int64_t) { return a; });
 }
 
+// The window of the strided-window cases: rows 0..2, every other column from column 1, of a
+// [4, 6] tensor's contiguous layout.
+OpAttrs Window() {
+  OpAttrs a;
+  a.dims = {3, 2};
+  a.strides = {6, 2};
+  a.offset = 1;
+  return a;
+}
+
 // Elementwise unary cases: name, op, input generator, kiln fn, reference fn.
 std::vector<OpCase> UnaryCases() {
   struct U {
@@ -295,6 +305,43 @@ std::vector<OpCase> OtherCases() {
        [](RefIn in) {
          return ref::Map(in, [](const std::vector<double>& x) { return x[0] + x[1]; });
        }},
+      {"copy_inplace_bcast",
+       OpId::kCopy,
+       {T({3, 4}), N({4})},
+       [](KilnIn in) {
+         Tensor x = clone(in[0]);
+         copy_(x, in[1]);
+         return x;
+       },
+       [](RefIn in) { return ref::Map(in, [](const std::vector<double>& x) { return x[1]; }); },
+       /*float_only=*/false},
+      {"as_strided_window",
+       OpId::kAsStrided,
+       {T({4, 6})},
+       [](KilnIn in) { return Dispatch(OpId::kAsStrided, {in[0]}, Window()); },
+       [](RefIn in) {
+         RefTensor out{{3, 2}, {}};
+         const RefTensor x = in[0];
+         for (int64_t i = 0; i < 3; ++i) {
+           for (int64_t j = 0; j < 2; ++j) out.v.push_back(x.v[1 + 6 * i + 2 * j]);
+         }
+         return out;
+       },
+       /*float_only=*/false},
+      {"as_strided_scatter_window",
+       OpId::kAsStridedScatter,
+       {T({4, 6}), N({3, 2})},
+       [](KilnIn in) {
+         return Dispatch(OpId::kAsStridedScatter, {in[0], in[1]}, Window());
+       },
+       [](RefIn in) {
+         RefTensor out = in[0];
+         for (int64_t i = 0; i < 3; ++i) {
+           for (int64_t j = 0; j < 2; ++j) out.v[1 + 6 * i + 2 * j] = in[1].v[2 * i + j];
+         }
+         return out;
+       },
+       /*float_only=*/false},
       {"mul_inplace_scalar",
        OpId::kMulScalar,
        {N({3, 4})},

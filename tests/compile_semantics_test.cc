@@ -1,0 +1,248 @@
+// What a compiled function means (DESIGN.md "Round 2", torch's semantics): in-place writes to
+// views and to inputs are kept and applied to the caller's tensors, weights are read at call time
+// (or frozen and then re-checked), outputs never share memory with weights or folded constants,
+// a destroyed module is an error, and one CompiledFn serves several threads. Each case runs on the
+// CPU here and on CUDA (with and without CUDA graphs) on the GPU machine.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "codegen/compile.h"
+#include "ops/factories.h"
+#include "ops/modules.h"
+#include "ops/ops.h"
+#include "runtime/status.h"
+#include "tests/test_util.h"
+
+namespace kiln {
+namespace {
+
+using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+void ExpectEqualTensors(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  ExpectClose(to_vector(got), to_vector(want), {1e-5, 1e-5}, what);
+}
+
+std::vector<Tensor> Clones(const std::vector<Tensor>& in) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : in) out.push_back(clone(t));
+  return out;
+}
+
+// Runs `fn` eagerly on copies of `inputs` and compiled on other copies, three calls (the graph
+// path captures after the first); outputs and the inputs afterwards (mutations) must agree.
+void ExpectSameAsEager(const Fn& fn, const std::vector<Tensor>& inputs, CompileOptions o,
+                       const std::string& what) {
+  std::vector<Tensor> eager_in = Clones(inputs);
+  const std::vector<Tensor> want = fn(eager_in);
+  CompiledFn f = compile(fn, Clones(inputs), o);
+  for (int call = 0; call < 3; ++call) {
+    std::vector<Tensor> in = Clones(inputs);
+    const std::vector<Tensor> got = f(in);
+    ASSERT_EQ(got.size(), want.size()) << what;
+    for (size_t i = 0; i < got.size(); ++i) {
+      ExpectEqualTensors(got[i], want[i], absl::StrCat(what, ": output ", i, ", call ", call));
+    }
+    for (size_t i = 0; i < in.size(); ++i) {
+      ExpectEqualTensors(in[i], eager_in[i], absl::StrCat(what, ": input ", i, ", call ", call));
+    }
+  }
+}
+
+std::vector<CompileOptions> Modes(Device device) {
+  CompileOptions plain, graphs;
+  graphs.cuda_graphs = true;
+  if (device.is_cuda()) return {plain, graphs};
+  return {plain};
+}
+
+Tensor Mask(Generator& gen, Shape shape, Device device) {
+  std::vector<double> bits;
+  for (int64_t i = 0; i < NumElements(shape); ++i) bits.push_back(gen.Uniform() < 0.4);
+  return to(from_vector(bits, shape, DType::kBool), device);
+}
+
+// Issue #13 item 9: a write through a view of a value made in the function.
+void InPlaceThroughViews(Device device) {
+  Generator gen(1);
+  const Tensor x = to(randn({4, 6}, gen), device), mask = Mask(gen, {4, 6}, device);
+  const Fn slice_write = [](const std::vector<Tensor>& in) {
+    Tensor x = clone(in[0]);
+    Tensor before = slice(x, 1, 2, 5);  // a view taken before the write, read after it
+    add_(slice(x, 0, 0, 1), 100.0);
+    return std::vector<Tensor>{x, before * 2.0};
+  };
+  const Fn transposed_write = [](const std::vector<Tensor>& in) {
+    Tensor x = clone(in[0]);
+    Tensor t = transpose(x, 0, 1);
+    mul_(slice(t, 0, 1, 3), 3.0);                 // columns 1 and 2 of x
+    masked_fill_(x, in[1], -1.0);                 // then the whole tensor
+    copy_(slice(x, 0, 3, 4), slice(x, 0, 0, 1));  // a row copied onto another
+    return std::vector<Tensor>{x, t};
+  };
+  for (const CompileOptions& o : Modes(device)) {
+    ExpectSameAsEager(slice_write, {x}, o, "add_ through a slice");
+    ExpectSameAsEager(transposed_write, {x, mask}, o, "writes through transposed slices");
+  }
+}
+
+TEST(CompileSemantics, InPlaceThroughViewsOnCpu) { InPlaceThroughViews(kCPU); }
+TEST(CompileSemantics, InPlaceThroughViewsOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  InPlaceThroughViews(CUDA(0));
+}
+
+// Issue #13 item 10: the function writes its inputs (whole, and through a view); the caller's
+// tensors change as they would eagerly, including strided ones.
+void InputMutation(Device device) {
+  Generator gen(2);
+  const Tensor a = to(randn({3, 5}, gen), device), b = to(randn({3, 5}, gen), device);
+  const Fn fn = [](const std::vector<Tensor>& in) {
+    add_(in[0], 1.0);
+    mul_(slice(in[1], 1, 0, 2), -2.0);
+    return std::vector<Tensor>{in[0] * 2.0 + sum(in[1], {0}, true)};
+  };
+  for (const CompileOptions& o : Modes(device)) {
+    ExpectSameAsEager(fn, {a, b}, o, "inputs written in place");
+    // A strided (transposed) caller tensor is written through its own strides.
+    std::vector<Tensor> eager_in = {clone(a), contiguous(transpose(clone(b), 0, 1))};
+    eager_in[1] = transpose(eager_in[1], 0, 1);
+    std::vector<Tensor> compiled_in = {clone(a), contiguous(transpose(clone(b), 0, 1))};
+    compiled_in[1] = transpose(compiled_in[1], 0, 1);
+    const std::vector<Tensor> want = fn(eager_in);
+    CompiledFn f = compile(fn, Clones(compiled_in), o);
+    ExpectEqualTensors(f(compiled_in)[0], want[0], "strided input: output");
+    ExpectEqualTensors(compiled_in[1], eager_in[1], "strided input: written back");
+  }
+}
+
+TEST(CompileSemantics, InputMutationReachesTheCallerOnCpu) { InputMutation(kCPU); }
+TEST(CompileSemantics, InputMutationReachesTheCallerOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  InputMutation(CUDA(0));
+}
+
+// Issue #13 item 11: weights changed after compiling are seen, frozen or not.
+void WeightsChangedAfterCompile(Device device) {
+  for (const bool freeze : {false, true}) {
+    Generator gen(3);
+    GeGLUMLP mlp(16, 32, gen, {DType::kFloat32, device});
+    const Tensor x = to(randn({4, 16}, gen), device);
+    CompileOptions o;
+    o.freeze_weights = freeze;
+    CompiledFn f = compile(mlp, x, o);
+    ExpectEqualTensors(f({x})[0], mlp(x), "before the change");
+    for (auto& [name, w] : mlp.named_parameters()) {
+      if (name.find("gate") != std::string::npos) mul_(w, 2.0);
+    }
+    ExpectEqualTensors(f({x})[0], mlp(x),
+                       absl::StrCat("after mul_ on the gate weight, freeze ", freeze));
+    EXPECT_EQ(f.compilations(), freeze ? 2 : 1) << "a frozen plan recompiles once";
+  }
+}
+
+TEST(CompileSemantics, WeightsAreReadAtCallTimeOnCpu) { WeightsChangedAfterCompile(kCPU); }
+TEST(CompileSemantics, WeightsAreReadAtCallTimeOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  WeightsChangedAfterCompile(CUDA(0));
+}
+
+// Issue #13 item 12: an output that is a weight (or a view of one, or a folded constant) is a
+// copy: writing it changes neither the weight nor later results.
+void OutputsDoNotAliasConstants(Device device) {
+  Generator gen(4);
+  const Tensor w = to(randn({3, 4}, gen), device);
+  const Tensor w_before = clone(w);
+  const Fn fn = [w](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{w, transpose(w, 0, 1),
+                               triu(ones({4, 4}, DType::kFloat32, w.device())), in[0] + 1.0};
+  };
+  const Tensor x = to(randn({2}, gen), device);
+  for (const CompileOptions& o : Modes(device)) {
+    CompiledFn f = compile(fn, {x}, o);
+    std::vector<Tensor> first = f({x});
+    for (int i = 0; i < 3; ++i) add_(first[i], 5.0);
+    const std::vector<Tensor> second = f({x});
+    ExpectEqualTensors(w, w_before, "the weight");
+    ExpectEqualTensors(second[0], w_before, "a returned weight, after the first was written");
+    ExpectEqualTensors(second[1], transpose(w_before, 0, 1), "a returned view of the weight");
+    ExpectEqualTensors(second[2], triu(ones({4, 4}, DType::kFloat32, device)), "a folded mask");
+  }
+}
+
+TEST(CompileSemantics, OutputsDoNotAliasConstantsOnCpu) { OutputsDoNotAliasConstants(kCPU); }
+TEST(CompileSemantics, OutputsDoNotAliasConstantsOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  OutputsDoNotAliasConstants(CUDA(0));
+}
+
+// Issue #13 item 2: a compiled module outliving its module raises when it would retrace.
+TEST(CompileSemantics, DestroyedModuleIsAnError) {
+  Generator gen(5);
+  auto mlp = std::make_unique<GeGLUMLP>(8, 16, gen);
+  const Tensor x = randn({2, 8}, gen);
+  CompileOptions o;
+  o.dynamic = CompileOptions::Dynamic::kNone;
+  CompiledFn f = compile(*mlp, x, o);
+  mlp.reset();
+  try {
+    f({randn({3, 8}, gen)});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has been destroyed"), std::string::npos) << e.what();
+  }
+}
+
+// An in-place write to a tensor the function did not receive (a weight) is refused, not lost.
+TEST(CompileSemantics, InPlaceOnAWeightIsRefused) {
+  Generator gen(6);
+  const Tensor w = randn({4}, gen);
+  const Fn fn = [w](const std::vector<Tensor>& in) {
+    add_(w, 1.0);
+    return std::vector<Tensor>{in[0] + w};
+  };
+  try {
+    compile(fn, {randn({4}, gen)});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pass it as an input"), std::string::npos) << e.what();
+  }
+}
+
+// Issue #13 item 7b: one CompiledFn called from several threads with new signatures at once.
+void ThreadedCalls(Device device) {
+  const Fn fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{gelu(in[0] * 1.5 + 0.5, "tanh") * softmax(in[0], -1)};
+  };
+  CompileOptions o;
+  o.dynamic = CompileOptions::Dynamic::kNone;  // every row count its own signature
+  o.max_signatures = 64;
+  CompiledFn f(fn, o);
+  std::vector<std::thread> threads;
+  std::vector<int> bad(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      Generator gen(100 + t);
+      for (int i = 0; i < 25; ++i) {
+        const Tensor x = to(randn({1 + (i + t) % 6, 8}, gen), device);
+        const std::vector<double> got = to_vector(f({x})[0]), want = to_vector(fn({x})[0]);
+        for (size_t k = 0; k < got.size(); ++k) bad[t] += std::abs(got[k] - want[k]) > 1e-4;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(bad[t], 0) << "thread " << t;
+  EXPECT_LE(f.compilations(), 6);
+}
+
+TEST(CompileSemantics, ThreadsShareOneCompiledFnOnCpu) { ThreadedCalls(kCPU); }
+TEST(CompileSemantics, ThreadsShareOneCompiledFnOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  ThreadedCalls(CUDA(0));
+}
+
+}  // namespace
+}  // namespace kiln
