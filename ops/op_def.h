@@ -67,6 +67,7 @@ enum class OpId : uint16_t {
   kContiguous,
   kTriu,
   kTril,
+  kScaledDotProductAttention,
   kNumOps  // must stay last
 };
 inline constexpr int kNumOps = static_cast<int>(OpId::kNumOps);
@@ -99,6 +100,10 @@ struct OpAttrs {
   GeluApprox approximate = GeluApprox::kNone;
   DType dtype = DType::kFloat32;        // cast
   Epilogue epilogue = Epilogue::kNone;  // linear
+
+  // scaled_dot_product_attention: the scale (always resolved; the API's default is 1/sqrt(E))
+  double scale = 0;
+  bool is_causal = false, enable_gqa = false;
   friend bool operator==(const OpAttrs&, const OpAttrs&) = default;
 };
 
@@ -117,6 +122,7 @@ enum AttrField : uint32_t {
   kAttrApproximate = 1u << 10,
   kAttrDType = 1u << 11,
   kAttrEpilogue = 1u << 12,
+  kAttrAttention = 1u << 13,  // scale, is_causal, enable_gqa
 };
 
 struct OpDef;

@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 
+#include "ops/attention.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cuda/elementwise_cuda.h"
 #include "ops/cuda/matmul_cuda.h"
@@ -119,6 +120,8 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   Op(O::kContiguous, "contiguous", 1, 1, kOpq, 0, infer::Same, cpu::Copy, cuda_ops::Copy),
   Op(O::kTriu, "triu", 1, 1, kOpq, kAttrDiagonal, infer::TriMask, cpu::Triu, cuda_ops::Triu),
   Op(O::kTril, "tril", 1, 1, kOpq, kAttrDiagonal, infer::TriMask, cpu::Tril, cuda_ops::Tril),
+  Op(O::kScaledDotProductAttention, "scaled_dot_product_attention", 3, 4, kOpq, kAttrAttention,
+     attention::Infer, attention::CpuKernel, attention::CudaKernel),
 }};
 // clang-format on
 
