@@ -24,6 +24,7 @@
 #include "runtime/status.h"
 #include "tests/attention_reference.h"
 #include "tests/test_util.h"
+#include "tools/flash_attention/fa_lib.h"
 
 namespace kiln {
 namespace {
@@ -583,6 +584,19 @@ TEST(SdpaFlashSource, EveryVariantCompilesWithNvrtc) {
     }
   }
   EXPECT_EQ(compiled, 40);
+}
+
+// The standalone GPU harness (tools/flash_attention) compiles the very source kiln compiles.
+TEST(SdpaFlashSource, HarnessRendersKilnsSource) {
+  for (int d : {64, 128}) {
+    for (bool causal : {false, true}) {
+      const auto c =
+          cuda_ops::PlanFlashAttention(d, DType::kFloat16, causal, cuda_ops::FlashMask::kFloat32);
+      const KfConfig k{c.head_dim,   c.block_m,  c.block_n, c.warps,    c.q_in_regs,
+                       c.min_blocks, /*bf16=*/0, causal,    /*mask=*/2, c.one_sync};
+      EXPECT_EQ(kf::Source(k), cuda_ops::RenderFlashAttentionSource(c));
+    }
+  }
 }
 
 TEST(SdpaFlashSource, NamesSayWhatTheKernelDoes) {

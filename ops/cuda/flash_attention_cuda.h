@@ -27,10 +27,10 @@ struct FlashAttentionConfig {
   DType dtype = DType::kBFloat16;
   bool causal = false;
   FlashMask mask = FlashMask::kNone;
-  // Tiling: query rows per CTA, keys per K/V tile, warps, Q fragments kept in registers, and the
-  // CTAs per SM the register budget is cut for (__launch_bounds__).
+  // Tiling: query rows per CTA, keys per K/V tile, warps, Q fragments kept in registers, the
+  // CTAs per SM the register budget is cut for (__launch_bounds__), one barrier per K/V tile.
   int block_m = 128, block_n = 64, warps = 4, min_blocks = 2;
-  bool q_in_regs = true;
+  bool q_in_regs = true, one_sync = true;
 
   int threads() const { return warps * 32; }
   int shared_bytes() const { return (block_m + 4 * block_n) * head_dim * 2; }  // Q, 2x K, 2x V

@@ -1,24 +1,27 @@
 // The CUDA source of kiln's flash attention forward kernel, as one string that kiln hands NVRTC
 // (ops/cuda/flash_attention_cuda.cc) after a few #defines that specialise it, and that the
-// standalone GPU harness (.lab-flash/) #includes to compile exactly the same text.
+// standalone GPU harness (tools/flash_attention/) #includes to compile exactly the same text.
 //
 // Design (FlashAttention-2's forward pass, written for mma.sync on sm_80+):
 //   * One CTA owns BLOCK_M query rows of one (batch, head); its WARPS warps split them, WM rows
 //     each (MT m16 tiles). K and V tiles of BLOCK_N keys stream through shared memory with
-//     cp.async, double buffered: K(j+1) is fetched while tile j computes S = Q·Kᵀ, V(j+1) while it
-//     computes O += P·V. Rows of 16-byte chunks are XOR-swizzled (chunk ^ row % 8) so ldmatrix
-//     reads are free of bank conflicts.
+//     cp.async, double buffered. With ONE_SYNC, K(j+1) and V(j+1) are fetched together while
+//     tile j computes, one barrier per tile; without, K(j+1) is fetched during S = Q·Kᵀ and V(j+1)
+//     during O += P·V, two barriers per tile. Rows of 16-byte chunks are XOR-swizzled
+//     (chunk ^ row % 8) so ldmatrix reads are free of bank conflicts.
 //   * S = Q·Kᵀ and O += P·V run on tensor cores (mma.sync.m16n8k16, bf16/f16 in, fp32
 //     accumulate); Q and K fragments come from ldmatrix, V's from ldmatrix.trans; P is the S
 //     accumulator converted in registers (the C layout of two n8 tiles is the A layout of one
 //     k16 step). Scores never leave registers.
 //   * Softmax is online, in fp32 and base 2: x = s·scale·log2(e) (+ mask·log2(e)), running row
-//     max m and sum l, exp2 via ex2.approx. A row whose every score is -inf (fully masked) ends
-//     with l = 0 and is written as zeros, as torch's SDPA does (its math backend's _safe_softmax).
+//     max m and sum l, exp2 via ex2.approx; unmasked tiles fold the scale into one FFMA per
+//     score, and O is rescaled only when a row max grows by more than 2^8 (see online_softmax).
+//     A row whose every score is -inf (fully masked) ends with l = 0 and is written as zeros, as
+//     torch's SDPA does (its math backend's _safe_softmax).
 //   * Causal (torch's is_causal: key j attends to query i iff j <= i, aligned top-left): tiles
 //     past a CTA's last row are never loaded, a warp skips tiles past its own last row, and only
 //     tiles crossing the diagonal (or the ragged end of the keys, or any tile when a mask is
-//     given) pay for per-element masking.
+//     given) pay for per-element masking. CTAs with the most tiles are scheduled first.
 //   * Grouped-query attention: query head h reads K/V head h / group.
 //   * Any lengths: Q/K/V rows past the end are zero-filled by cp.async (src-size 0), keys past
 //     the end are masked, rows past the end are not stored. The output is staged through the
@@ -34,6 +37,8 @@
 //   KILN_FA_BF16        1: bfloat16 inputs and output, 0: float16
 //   KILN_FA_CAUSAL      0 or 1
 //   KILN_FA_MASK        0 none, 1 bool (nonzero = keep), 2/3/4 additive float32/float16/bfloat16
+//   KILN_FA_ONE_SYNC    1: one barrier per K/V tile (K and V of tile j+1 fetched together);
+//                       0: two (V(j) waited for after the softmax, FlashAttention-2's order)
 #pragma once
 
 namespace kiln::cuda_ops {
@@ -69,7 +74,7 @@ constexpr int NT = BN / 8;         // n8 tiles of S
 constexpr int DT = D / 8;          // n8 tiles of O
 constexpr int CHUNKS = D / 8;      // 16-byte chunks per row
 constexpr int ROW_BYTES = D * 2;
-constexpr float kLog2e = 1.4426950408889634f;
+[[maybe_unused]] constexpr float kLog2e = 1.4426950408889634f;
 static_assert(WM % 16 == 0 && BN % 16 == 0 && D % 16 == 0, "tile shapes");
 static_assert((BM * CHUNKS) % THREADS == 0 && (BN * CHUNKS) % THREADS == 0, "tile loads");
 
@@ -126,17 +131,34 @@ __device__ __forceinline__ float exp2_approx(float x) {  // ex2.approx(-inf) = +
   return y;
 }
 
-// Copies rows [0, ROWS) of a [rows][D] global tile into swizzled shared memory; rows at or past
-// `valid_rows` are zero-filled.
+// Tile copies: thread `tid` moves 16-byte chunk tid % CHUNKS of rows tid / CHUNKS + i * kPass,
+// so its swizzled column and its pointer step are the same for every row it copies.
+constexpr int kPass = THREADS / CHUNKS;  // rows per pass of the CTA
+static_assert(THREADS % CHUNKS == 0 && kPass % 8 == 0, "tile copy passes keep the swizzle");
+
+struct TileCopy {
+  unsigned smem;      // the thread's first chunk in shared memory, relative to the tile
+  long long offset;   // its first element relative to the tile's first row, and per pass
+  long long pass;
+  int row;            // its first row
+};
+
+__device__ __forceinline__ TileCopy tile_copy(long long row_stride, int tid) {
+  const int row = tid / CHUNKS, chunk = tid % CHUNKS;
+  return {swz(row, chunk), row * row_stride + chunk * 8, kPass * row_stride, row};
+}
+
+// Copies rows [0, ROWS) of the global tile starting at `src` into swizzled shared memory at
+// `smem`; rows at or past `valid_rows` are zero-filled (src-size 0, reading nothing).
 template <int ROWS>
-__device__ __forceinline__ void load_tile(unsigned smem, const kiln_u16* src, long long row_stride,
-                                          int valid_rows, int tid) {
+__device__ __forceinline__ void load_tile(unsigned smem, const kiln_u16* src, const TileCopy& c,
+                                          int valid_rows) {
+  const kiln_u16* from = src + c.offset;
 #pragma unroll
-  for (int it = 0; it < ROWS * CHUNKS / THREADS; ++it) {
-    const int id = it * THREADS + tid;
-    const int row = id / CHUNKS, chunk = id % CHUNKS;
-    const bool valid = row < valid_rows;
-    cp_async16(smem + swz(row, chunk), src + (valid ? row * row_stride + chunk * 8 : 0), valid);
+  for (int i = 0; i < ROWS / kPass; ++i) {
+    const bool valid = c.row + i * kPass < valid_rows;
+    cp_async16(smem + c.smem + i * kPass * ROW_BYTES, valid ? from : src, valid);
+    from += c.pass;
   }
 }
 
@@ -200,7 +222,6 @@ __device__ __forceinline__ void qk(float (&s)[MT][NT][4], const unsigned (&qf)[M
 
 // Scales the scores to base-2 logits and applies the causal rule, the key bound and the mask.
 // `row0` is the warp's first query row, `n0` the tile's first key.
-template <bool kMasked>
 __device__ __forceinline__ void scale_mask(float (&s)[MT][NT][4], const KilnFlashParams& p,
                                            const char* mask, int row0, int n0, int lane) {
   const int g = lane >> 2, t = lane & 3;
@@ -211,60 +232,86 @@ __device__ __forceinline__ void scale_mask(float (&s)[MT][NT][4], const KilnFlas
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float x = s[mt][nt][e] * p.scale_log2;
-        if (kMasked) {
-          const int row = row0 + mt * 16 + g + (e >> 1) * 8;
-          const int col = n0 + nt * 8 + 2 * t + (e & 1);
-          bool keep = col < p.kv_len;
+        [[maybe_unused]] const int row = row0 + mt * 16 + g + (e >> 1) * 8;
+        const int col = n0 + nt * 8 + 2 * t + (e & 1);
+        bool keep = col < p.kv_len;
 #if KILN_FA_CAUSAL
-          keep = keep && col <= row;
+        keep = keep && col <= row;
 #endif
 #if KILN_FA_MASK != 0
-          if (keep && row < p.q_len) {
-            const long long off = row * p.m_row + col * p.m_col;
+        if (keep && row < p.q_len) {
+          const long long off = row * p.m_row + col * p.m_col;
 #if KILN_FA_MASK == 1
-            keep = reinterpret_cast<const unsigned char*>(mask)[off] != 0;
+          keep = reinterpret_cast<const unsigned char*>(mask)[off] != 0;
 #else
-            x += mask_add(mask, off);
+          x += mask_add(mask, off);
 #endif
-          }
-#endif
-          if (!keep) x = neg_inf();
         }
-        s[mt][nt][e] = x;
+#endif
+        s[mt][nt][e] = keep ? x : neg_inf();
       }
 }
 
-// Online softmax over one tile: updates the running max and sum, rescales O, turns s into
-// unnormalised probabilities exp2(x - max).
-__device__ __forceinline__ void online_softmax(float (&s)[MT][NT][4], Rows& r) {
+// Online softmax over one tile, in base-2 logits: turns s into unnormalised probabilities
+// exp2(x - m) and adds them to the row sums. kLogits: s holds the logits already (scale_mask
+// ran); else s holds raw scores and c = scale·log2(e) > 0, so a row's max logit is c times its
+// max score and each probability costs one FFMA and one ex2.
+// The running max m of a row moves only when a tile's max exceeds it by more than kRescale (so
+// probabilities stay below 2^8 and the final division is exact): then the warp reduces the max
+// over each row's quad and rescales O and the sums by exp2(m_old - m_new). After the first tile
+// that almost never happens, and the shuffles and the O rescale are skipped (FlashAttention-4's
+// conditional rescaling).
+template <bool kLogits>
+__device__ __forceinline__ void online_softmax(float (&s)[MT][NT][4], Rows& r, float c) {
+  constexpr float kRescale = 8.f;
+  float mx[MT][2];
+  bool grow = false;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // row g (elements 0, 1) and row g + 8 (elements 2, 3)
-      float mx = neg_inf();
+      float m = neg_inf();
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(r.max[mt][h], mx);
-      const float m_use = m_new == neg_inf() ? 0.f : m_new;  // all -inf so far: p = 0, no NaN
-      const float alpha = exp2_approx(r.max[mt][h] - m_use);
-      r.max[mt][h] = m_new;
+      for (int nt = 0; nt < NT; ++nt) m = fmaxf(m, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+      mx[mt][h] = kLogits ? m : m * c;
+      grow = grow || mx[mt][h] > r.max[mt][h] + kRescale;
+    }
+  if (__any_sync(0xffffffffu, grow)) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float m = mx[mt][h];
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        const float m_new = fmaxf(r.max[mt][h], m);
+        // exp2(-inf - m) = 0 drops a row's empty past; an all -inf row keeps p = 0 (no NaN)
+        const float alpha = exp2_approx(r.max[mt][h] - (m_new == neg_inf() ? 0.f : m_new));
+        r.max[mt][h] = m_new;
+        r.sum[mt][h] *= alpha;
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+          r.o[mt][dt][2 * h] *= alpha;
+          r.o[mt][dt][2 * h + 1] *= alpha;
+        }
+      }
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float m_use = r.max[mt][h] == neg_inf() ? 0.f : r.max[mt][h];
       float sum = 0.f;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float pr = exp2_approx(s[mt][nt][2 * h + e] - m_use);
+          const float x = s[mt][nt][2 * h + e];
+          const float pr = exp2_approx(kLogits ? x - m_use : fmaf(x, c, -m_use));
           s[mt][nt][2 * h + e] = pr;
           sum += pr;
         }
-      r.sum[mt][h] = r.sum[mt][h] * alpha + sum;  // per-thread partial; reduced at the end
-#pragma unroll
-      for (int dt = 0; dt < DT; ++dt) {
-        r.o[mt][dt][2 * h] *= alpha;
-        r.o[mt][dt][2 * h + 1] *= alpha;
-      }
+      r.sum[mt][h] += sum;  // per-thread partial; the quad's are added at the end
     }
 }
 
@@ -361,11 +408,12 @@ KILN_FA_NAME(const KilnFlashParams p) {
 #endif
   const int n_tiles = (n_end + BN - 1) / BN;
 
-  load_tile<BM>(sq, q, p.q_row, p.q_len - m0, tid);
-  if (n_tiles > 0) load_tile<BN>(sk, k, p.k_row, p.kv_len, tid);
+  const TileCopy kc = tile_copy(p.k_row, tid), vc = tile_copy(p.v_row, tid);
+  load_tile<BM>(sq, q, tile_copy(p.q_row, tid), p.q_len - m0);
+  if (n_tiles > 0) load_tile<BN>(sk, k, kc, p.kv_len);
   cp_commit();
-  if (n_tiles > 0) load_tile<BN>(sv, v, p.v_row, p.kv_len, tid);
-  cp_commit();
+  if (n_tiles > 0) load_tile<BN>(sv, v, vc, p.kv_len);
+  cp_commit();  // groups: {Q, K(0)}, {V(0)}
 
   Rows r;
 #pragma unroll
@@ -380,9 +428,23 @@ KILN_FA_NAME(const KilnFlashParams p) {
 
   for (int j = 0; j < n_tiles; ++j) {
     const int n0 = j * BN;
-    const unsigned buf = (j & 1) * BN * ROW_BYTES;
+    const unsigned buf = (j & 1) * BN * ROW_BYTES, next = buf ^ (BN * ROW_BYTES);
+#if KILN_FA_ONE_SYNC
+    // One barrier a tile: K(j) and V(j) have landed and every warp is done with tile j - 1,
+    // whose buffers now receive tile j + 1. The whole tile then computes without a barrier.
+    cp_wait<0>();
+    __syncthreads();
+    if (j + 1 < n_tiles) {
+      load_tile<BN>(sk + next, k + (n0 + BN) * p.k_row, kc, p.kv_len - n0 - BN);
+      load_tile<BN>(sv + next, v + (n0 + BN) * p.v_row, vc, p.kv_len - n0 - BN);
+    }
+    cp_commit();
+#else
     cp_wait<1>();  // Q and K(j) have landed
     __syncthreads();
+    if (j + 1 < n_tiles) load_tile<BN>(sk + next, k + (n0 + BN) * p.k_row, kc, p.kv_len - n0 - BN);
+    cp_commit();
+#endif
 #if KILN_FA_Q_IN_REGS
     if (j == 0) {
 #pragma unroll
@@ -392,32 +454,28 @@ KILN_FA_NAME(const KilnFlashParams p) {
           ldsm_x4(qf[mt][kk], sq_warp + swz(mt * 16 + (lane & 15), kk * 2 + (lane >> 4)));
     }
 #endif
-    if (j + 1 < n_tiles) {
-      load_tile<BN>(sk + (buf ^ (BN * ROW_BYTES)), k + (n0 + BN) * p.k_row, p.k_row,
-                    p.kv_len - n0 - BN, tid);
-    }
-    cp_commit();
     // A warp whose rows all precede the tile's first key (causal) skips the tile.
     const bool live = warp_rows && (!KILN_FA_CAUSAL || n0 <= row0 + WM - 1);
+    // Per-element work only where needed: a mask, the ragged end of the keys, the diagonal, or
+    // a scale that is not positive (the fast path's max of raw scores needs scale > 0).
     const bool masked = KILN_FA_MASK != 0 || n0 + BN > p.kv_len ||
-                        (KILN_FA_CAUSAL && n0 + BN - 1 > row0);
+                        (KILN_FA_CAUSAL && n0 + BN - 1 > row0) || !(p.scale_log2 > 0.f);
     float s[MT][NT][4];
     if (live) {
       qk(s, qf, sq_warp, sk + buf, lane);
       if (masked) {
-        scale_mask<true>(s, p, mask, row0, n0, lane);
+        scale_mask(s, p, mask, row0, n0, lane);
+        online_softmax<true>(s, r, p.scale_log2);
       } else {
-        scale_mask<false>(s, p, mask, row0, n0, lane);
+        online_softmax<false>(s, r, p.scale_log2);
       }
-      online_softmax(s, r);
     }
+#if !KILN_FA_ONE_SYNC
     cp_wait<1>();  // V(j) has landed
     __syncthreads();
-    if (j + 1 < n_tiles) {
-      load_tile<BN>(sv + (buf ^ (BN * ROW_BYTES)), v + (n0 + BN) * p.v_row, p.v_row,
-                    p.kv_len - n0 - BN, tid);
-    }
+    if (j + 1 < n_tiles) load_tile<BN>(sv + next, v + (n0 + BN) * p.v_row, vc, p.kv_len - n0 - BN);
     cp_commit();
+#endif
     if (live) pv(s, r, sv + buf, lane);
   }
 
