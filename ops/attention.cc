@@ -190,9 +190,11 @@ SdpaBackendChoice Choose(absl::Span<const Tensor> in, const OpAttrs& a) {
                       [](std::string* o, const Tensor& t) { o->append(Describe(t.type())); }),
         ")")));
   }
-  return {SdpaBackend::kMath,
-          absl::StrCat("auto: ", why,
-                       cuda ? "; the math form runs" : "; the CPU reference kernel runs")};
+  const Device device = in[0].device();
+  const char* runs = device.is_cuda()  ? "; the math form runs"
+                     : device.is_cpu() ? "; the CPU reference kernel runs"
+                                       : "";  // meta tensors run nothing
+  return {SdpaBackend::kMath, absl::StrCat("auto: ", why, runs)};
 }
 
 Tensor MathForm(absl::Span<const Tensor> in, const OpAttrs& a) {

@@ -105,9 +105,9 @@ Tensor tril(const Tensor& x, int64_t diagonal = 0);
 // (dim -3) with enable_gqa, where k/v heads divide q heads (q head h reads k/v head h / (Hq/Hk)).
 // attn_mask broadcasts to [..., L, S]: bool (true = take part, as torch) or additive (float32
 // or q's dtype). is_causal keeps key j for query i iff j <= i (top-left aligned, torch's
-// tril(ones(L, S))) and excludes attn_mask. A query row with every score -inf (fully masked)
-// gives zeros, as torch's SDPA does. Views of [B, T, H, D] tensors transposed to [B, H, T, D] are
-// read in place. The backend (below) is chosen per call.
+// tril(ones(L, S))); with an attn_mask it is an error, as in torch. A query row with every score
+// -inf (fully masked) gives zeros, as torch's SDPA does. Views of [B, T, H, D] tensors transposed
+// to [B, H, T, D] are read in place. The backend (below) is chosen per call.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& attn_mask = {}, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt,
