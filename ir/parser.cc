@@ -63,6 +63,9 @@ constexpr AttrKey kAttrKeys[] = {
     {"epilogue", kAttrEpilogue},
     {"strides", kAttrStrided},
     {"offset", kAttrStrided},
+    {"scale", kAttrAttention},
+    {"is_causal", kAttrAttention},
+    {"enable_gqa", kAttrAttention},
 };
 constexpr int kNumAttrKeys = sizeof(kAttrKeys) / sizeof(kAttrKeys[0]);
 
@@ -502,6 +505,9 @@ absl::Status Parser::AttrValue(absl::string_view key, OpAttrs* a) {
   if (key == "transpose_b") return Set(Bool(what), &a->transpose_b);
   if (key == "dtype") return Set(ParseDType("for 'dtype'"), &a->dtype);
   if (key == "epilogue") return EpilogueValue(&a->epilogue);
+  if (key == "scale") return Set(Number(what), &a->scale);
+  if (key == "is_causal") return Set(Bool(what), &a->is_causal);
+  if (key == "enable_gqa") return Set(Bool(what), &a->enable_gqa);
   // approximate
   SkipSpace();
   const size_t start = pos_;

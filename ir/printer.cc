@@ -102,6 +102,11 @@ std::string PrintAttrs(const OpDef& def, const OpAttrs& a) {
   if ((f & kAttrEpilogue) && a.epilogue != Epilogue::kNone) {
     parts.push_back(absl::StrCat("epilogue=", EpilogueName(a.epilogue)));
   }
+  if (f & kAttrAttention) {
+    parts.push_back(absl::StrCat("scale=", FormatDouble(a.scale)));
+    if (a.is_causal) parts.push_back("is_causal=true");
+    if (a.enable_gqa) parts.push_back("enable_gqa=true");
+  }
   return parts.empty() ? "" : absl::StrCat("{", absl::StrJoin(parts, ", "), "}");
 }
 

@@ -47,13 +47,19 @@ void AppendAttrKey(const OpAttrs& a, std::string* key) {
   bits(a.diagonal);
   for (int64_t d : a.dims) bits(d);
   bits(static_cast<int64_t>(a.dims.size()));
+  for (int64_t d : a.strides) bits(d);
+  bits(static_cast<int64_t>(a.strides.size()));
+  bits(a.offset);
+  bits(a.scale);
   const uint8_t flags[] = {a.keepdim,
                            a.all_dims,
                            a.transpose_a,
                            a.transpose_b,
                            static_cast<uint8_t>(a.approximate),
                            static_cast<uint8_t>(a.dtype),
-                           static_cast<uint8_t>(a.epilogue)};
+                           static_cast<uint8_t>(a.epilogue),
+                           a.is_causal,
+                           a.enable_gqa};
   key->append(reinterpret_cast<const char*>(flags), sizeof(flags));
 }
 

@@ -70,7 +70,8 @@ enum class OpId : uint16_t {
   kTril,
   kAsStrided,         // a strided window of a tensor's contiguous layout, as a fresh tensor
   kAsStridedScatter,  // the base with src written into such a window (functional in-place)
-  kNumOps             // must stay last
+  kScaledDotProductAttention,
+  kNumOps  // must stay last
 };
 inline constexpr int kNumOps = static_cast<int>(OpId::kNumOps);
 
@@ -104,6 +105,10 @@ struct OpAttrs {
   Epilogue epilogue = Epilogue::kNone;  // linear
   Strides strides;                      // as_strided(_scatter): the window (sizes in dims)
   int64_t offset = 0;                   //   and its element offset
+
+  // scaled_dot_product_attention: the scale (always resolved; the API's default is 1/sqrt(E))
+  double scale = 0;
+  bool is_causal = false, enable_gqa = false;
   friend bool operator==(const OpAttrs&, const OpAttrs&) = default;
 };
 
@@ -122,7 +127,8 @@ enum AttrField : uint32_t {
   kAttrApproximate = 1u << 10,
   kAttrDType = 1u << 11,
   kAttrEpilogue = 1u << 12,
-  kAttrStrided = 1u << 13,  // strides, offset (with kAttrDims: the sizes)
+  kAttrStrided = 1u << 13,    // strides, offset (with kAttrDims: the sizes)
+  kAttrAttention = 1u << 14,  // scale, is_causal, enable_gqa
 };
 
 struct OpDef;

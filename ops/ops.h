@@ -9,6 +9,8 @@
 // op, the operands and the rule broken.
 #pragma once
 
+#include <optional>
+#include <string>
 #include <string_view>
 
 #include "ops/op_def.h"
@@ -98,6 +100,54 @@ Tensor squeeze(const Tensor& x);
 Tensor contiguous(const Tensor& x);  // x itself when already contiguous
 Tensor triu(const Tensor& x, int64_t diagonal = 0);
 Tensor tril(const Tensor& x, int64_t diagonal = 0);
+
+// Attention: torch.nn.functional.scaled_dot_product_attention (without dropout).
+// q [..., L, E], k [..., S, E], v [..., S, Ev] -> [..., L, Ev] = softmax(q·kᵀ·scale + mask)·v,
+// scale defaulting to 1/sqrt(E). The batch dims of q, k and v must be equal, except the heads
+// (dim -3) with enable_gqa, where k/v heads divide q heads (q head h reads k/v head h / (Hq/Hk)).
+// attn_mask broadcasts to [..., L, S]: bool (true = take part, as torch) or additive (float32
+// or q's dtype). is_causal keeps key j for query i iff j <= i (top-left aligned, torch's
+// tril(ones(L, S))); with an attn_mask it is an error, as in torch. A query row with every score
+// -inf (fully masked) gives zeros, as torch's SDPA does. Views of [B, T, H, D] tensors transposed
+// to [B, H, T, D] are read in place. The backend (below) is chosen per call.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& attn_mask = {}, bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt,
+                                    bool enable_gqa = false);
+
+// Attention backends, like torch.nn.attention.SDPBackend:
+//   kMath   the math form composed of kiln ops (matmul, scale, mask, softmax, matmul);
+//   kFlash  kiln's fused flash attention kernel (CUDA; bf16/f16, head dims 64 and 128);
+//   kAuto   flash where it supports the inputs, else math (on CPU: the CPU reference kernel).
+enum class SdpaBackend : uint8_t { kAuto, kMath, kFlash };
+const char* SdpaBackendName(SdpaBackend b);  // "auto", "math", "flash"
+
+// The backend a call with these arguments runs under the current guard, and why; throws
+// kiln::Error for bad input (as the call would) and when the guard demands flash but flash cannot
+// run them (the reason says why).
+struct SdpaBackendChoice {
+  SdpaBackend backend;
+  std::string reason;
+};
+SdpaBackendChoice sdpa_backend_choice(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& attn_mask = {}, bool is_causal = false,
+                                      std::optional<double> scale = std::nullopt,
+                                      bool enable_gqa = false);
+
+// Picks the backend of scaled_dot_product_attention calls on this thread for the guard's
+// lifetime (torch.nn.attention.sdpa_kernel); guards nest. Compiled functions read it when they
+// run, not when they are traced.
+class SdpaBackendGuard {
+ public:
+  explicit SdpaBackendGuard(SdpaBackend backend);
+  ~SdpaBackendGuard();
+  SdpaBackendGuard(const SdpaBackendGuard&) = delete;
+  SdpaBackendGuard& operator=(const SdpaBackendGuard&) = delete;
+
+ private:
+  SdpaBackend prev_;
+};
+SdpaBackend current_sdpa_backend();
 
 // Conversions.
 Tensor to(const Tensor& x, DType dtype);

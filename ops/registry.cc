@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 
+#include "ops/attention.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cuda/elementwise_cuda.h"
 #include "ops/cuda/matmul_cuda.h"
@@ -126,6 +127,8 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
      strided::AsStrided, strided::AsStrided),
   Op(O::kAsStridedScatter, "as_strided_scatter", 2, 2, kOpq, kAttrDims | kAttrStrided,
      infer::AsStridedScatter, strided::AsStridedScatter, strided::AsStridedScatter),
+  Op(O::kScaledDotProductAttention, "scaled_dot_product_attention", 3, 4, kOpq, kAttrAttention,
+     attention::Infer, attention::CpuKernel, attention::CudaKernel),
 }};
 // clang-format on
 

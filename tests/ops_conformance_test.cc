@@ -12,6 +12,7 @@
 #include "ops/dispatch.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
+#include "tests/attention_reference.h"
 #include "tests/reference.h"
 #include "tests/test_util.h"
 
@@ -515,6 +516,22 @@ std::vector<OpCase> LayoutCases() {
        [](KilnIn in) { return tril(in[0], -1); },
        tri(false, -1),
        false},
+      // (tests/attention_test.cc covers attention's shapes, masks and backends in depth)
+      {"sdpa_causal",
+       OpId::kScaledDotProductAttention,
+       {N({2, 3, 5, 8}), N({2, 3, 7, 8}), N({2, 3, 7, 8})},
+       [](KilnIn in) { return scaled_dot_product_attention(in[0], in[1], in[2], {}, true); },
+       [](RefIn in) {
+         return ref::Sdpa(in[0], in[1], in[2], {.causal = true, .scale = 1 / std::sqrt(8.0)});
+       }},
+      {"sdpa_bool_mask",
+       OpId::kScaledDotProductAttention,
+       {N({2, 4, 6}), T({2, 6, 6}), N({2, 6, 6}), M({4, 6})},
+       [](KilnIn in) { return scaled_dot_product_attention(in[0], in[1], in[2], in[3]); },
+       [](RefIn in) {
+         return ref::Sdpa(in[0], in[1], in[2],
+                          {.mask = &in[3], .mask_is_bool = true, .scale = 1 / std::sqrt(6.0)});
+       }},
       {"transpose",
        OpId::kTranspose,
        {N({3, 4})},

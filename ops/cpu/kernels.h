@@ -23,5 +23,9 @@ void Linear(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, co
 void Copy(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 void Triu(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 void Tril(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+// The math form of attention in double (ops/cpu/attention.cc); the row's CPU kernel
+// (ops/attention.h) calls it.
+void ScaledDotProductAttention(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
+                               const OpAttrs& a);
 
 }  // namespace kiln::cpu

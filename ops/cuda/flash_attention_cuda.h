@@ -1,0 +1,60 @@
+// kiln's flash attention kernel on the host side: which inputs it runs, its configurations, the
+// source it hands NVRTC, and the launch. The kernel itself is ops/cuda/flash_attention_source.h.
+//
+//   if (FlashAttentionUnsupportedReason(inputs, attrs).empty())
+//     LaunchFlashAttention(inputs, attrs, out);    // out = sdpa(q, k, v[, mask])
+//
+// The kernel takes q/k/v of rank 2..4 ([B, H, T, D], [H, T, D], [T, D]) in bfloat16 or float16
+// with head dim 64 or 128 (v's equal to q's), each contiguous along D with 16-byte aligned rows
+// (strides in multiples of 8 elements: a [B, T, H, D] tensor transposed to [B, H, T, D] is read
+// in place), any lengths, causal or not, grouped-query heads, and an optional mask (bool or
+// additive float32/float16/bfloat16) broadcast to [B, H, L, S] with any strides. Everything else
+// falls back to the math form (ops/attention.h) with the reason this file gives. One kernel per
+// (head dim, dtype, causal, mask kind), compiled with NVRTC on first use and cached (memory and
+// disk, runtime/nvrtc.h); the tiling per head dim is PlanFlashAttention's.
+#pragma once
+
+#include <string>
+
+#include "ops/op_def.h"
+
+namespace kiln::cuda_ops {
+
+enum class FlashMask : uint8_t { kNone, kBool, kFloat32, kFloat16, kBFloat16 };
+
+struct FlashAttentionConfig {
+  int head_dim = 64;
+  DType dtype = DType::kBFloat16;
+  bool causal = false;
+  FlashMask mask = FlashMask::kNone;
+  // Tiling: query rows per CTA, keys per K/V tile, warps, Q fragments kept in registers, the
+  // CTAs per SM the register budget is cut for (__launch_bounds__), one barrier per K/V tile.
+  int block_m = 128, block_n = 64, warps = 4, min_blocks = 2;
+  bool q_in_regs = true, one_sync = true;
+
+  int threads() const { return warps * 32; }
+  int shared_bytes() const { return (block_m + 4 * block_n) * head_dim * 2; }  // Q, 2x K, 2x V
+};
+
+// The configuration kiln runs for these operands (the tiling measured best on the H200).
+FlashAttentionConfig PlanFlashAttention(int head_dim, DType dtype, bool causal, FlashMask mask);
+FlashMask FlashMaskOf(DType mask_dtype);
+
+// "kiln_flash_attention_d64_bf16_causal_128x64w4": what the profiler's kernel table shows.
+std::string FlashAttentionKernelName(const FlashAttentionConfig& c);
+// The full CUDA source of one configuration: its #defines, then the kernel text.
+std::string RenderFlashAttentionSource(const FlashAttentionConfig& c);
+
+// Why the flash kernel cannot run operands of these types (q, k, v[, mask]): "" when it can.
+// Checks device, dtype, head dims and rank; no data needed (graphs, the pattern pass).
+std::string FlashAttentionTypesUnsupported(absl::Span<const TensorType> in);
+// The same for tensors, plus layout (contiguous head dim, 16-byte aligned rows), the GPU's
+// compute capability and the grid limits.
+std::string FlashAttentionUnsupportedReason(absl::Span<const Tensor> in, const OpAttrs& a);
+
+// out = scaled_dot_product_attention(q, k, v[, mask]) on the current stream; the operands must
+// pass FlashAttentionUnsupportedReason, `out` is contiguous of the inferred type. Throws
+// kiln::Error with the NVRTC log or the CUDA error.
+void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const Tensor& out);
+
+}  // namespace kiln::cuda_ops

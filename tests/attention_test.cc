@@ -1,0 +1,613 @@
+// scaled_dot_product_attention: conformance of every backend against the independent double
+// reference (tests/attention_reference.h), table-driven over shapes (lengths 1 and
+// non-multiples of the kernel's tiles, head dims 64/128 and odd ones, rank 2..4, [B, T, H, D]
+// views), causal or not, bool and additive masks (broadcast, fully masked rows), grouped-query
+// heads, custom scales, and float32/float16/bfloat16; the backend choice and its guard (threads
+// too), bad input, tracing and compiling, the profiler range; and every variant of the flash
+// kernel compiled by NVRTC (no GPU needed). The CUDA cases skip without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "codegen/compile.h"
+#include "ir/parser.h"
+#include "ir/printer.h"
+#include "ir/tracer.h"
+#include "ops/cuda/flash_attention_cuda.h"
+#include "ops/factories.h"
+#include "ops/ops.h"
+#include "profiler/profiler.h"
+#include "runtime/nvrtc.h"
+#include "runtime/status.h"
+#include "tests/attention_reference.h"
+#include "tests/test_util.h"
+#include "tools/flash_attention/fa_lib.h"
+
+namespace kiln {
+namespace {
+
+using Dims = std::vector<int64_t>;
+
+enum class MaskKind { kNone, kBool, kBoolFullRows, kAdditive, kAdditiveInfRows, kAdditiveQDType };
+
+struct SdpaCase {
+  std::string name;
+  Dims q, k, v;
+  MaskKind mask = MaskKind::kNone;
+  Dims mask_shape;  // broadcast to [..., L, S]
+  bool causal = false;
+  bool gqa = false;
+  bool bthd = false;  // q/k/v built as [B, T, H, D] and viewed as [B, H, T, D]
+  std::optional<double> scale;
+};
+
+const std::vector<SdpaCase>& Cases() {
+  using M = MaskKind;
+  static const auto* cases = new std::vector<SdpaCase>{
+      {"basic_d64", {2, 3, 37, 64}, {2, 3, 45, 64}, {2, 3, 45, 64}},
+      {"causal_square", {1, 2, 70, 64}, {1, 2, 70, 64}, {1, 2, 70, 64}, M::kNone, {}, true},
+      {"causal_more_queries", {1, 2, 50, 64}, {1, 2, 20, 64}, {1, 2, 20, 64}, M::kNone, {}, true},
+      {"causal_more_keys", {1, 2, 20, 64}, {1, 2, 83, 64}, {1, 2, 83, 64}, M::kNone, {}, true},
+      {"one_query", {2, 2, 1, 64}, {2, 2, 33, 64}, {2, 2, 33, 64}},
+      {"one_key", {2, 2, 9, 64}, {2, 2, 1, 64}, {2, 2, 1, 64}, M::kNone, {}, true},
+      {"d128_ragged", {1, 2, 65, 128}, {1, 2, 129, 128}, {1, 2, 129, 128}},
+      {"d128_causal", {2, 1, 130, 128}, {2, 1, 130, 128}, {2, 1, 130, 128}, M::kNone, {}, true},
+      {"odd_head_dims", {1, 2, 10, 40}, {1, 2, 12, 40}, {1, 2, 12, 24}},
+      {"rank3", {3, 17, 64}, {3, 23, 64}, {3, 23, 64}},
+      {"rank2", {17, 64}, {23, 64}, {23, 64}, M::kNone, {}, true},
+      {"gqa", {1, 6, 19, 64}, {1, 2, 25, 64}, {1, 2, 25, 64}, M::kNone, {}, false, true},
+      {"gqa_causal_d128",
+       {2, 4, 33, 128},
+       {2, 1, 33, 128},
+       {2, 1, 33, 128},
+       M::kNone,
+       {},
+       true,
+       true},
+      {"bool_mask_2d", {2, 2, 21, 64}, {2, 2, 67, 64}, {2, 2, 67, 64}, M::kBool, {21, 67}},
+      {"bool_mask_full_rows",
+       {2, 2, 21, 64},
+       {2, 2, 30, 64},
+       {2, 2, 30, 64},
+       M::kBoolFullRows,
+       {2, 1, 21, 30}},
+      {"key_padding_mask", {2, 3, 12, 64}, {2, 3, 70, 64}, {2, 3, 70, 64}, M::kBool, {2, 1, 1, 70}},
+      {"additive_mask",
+       {1, 3, 17, 128},
+       {1, 3, 40, 128},
+       {1, 3, 40, 128},
+       M::kAdditive,
+       {1, 3, 17, 40}},
+      {"additive_inf_rows",
+       {2, 2, 16, 64},
+       {2, 2, 72, 64},
+       {2, 2, 72, 64},
+       M::kAdditiveInfRows,
+       {2, 2, 16, 72}},
+      {"additive_q_dtype",
+       {1, 2, 11, 64},
+       {1, 2, 13, 64},
+       {1, 2, 13, 64},
+       M::kAdditiveQDType,
+       {11, 13}},
+      {"additive_column", {1, 2, 11, 64}, {1, 2, 13, 64}, {1, 2, 13, 64}, M::kAdditive, {11, 1}},
+      {"mask_gqa",
+       {1, 4, 9, 64},
+       {1, 2, 77, 64},
+       {1, 2, 77, 64},
+       M::kBool,
+       {1, 4, 9, 77},
+       false,
+       true},
+      {"bthd_view",
+       {2, 3, 29, 64},
+       {2, 3, 31, 64},
+       {2, 3, 31, 64},
+       M::kNone,
+       {},
+       true,
+       false,
+       true},
+      {"bthd_view_d128",
+       {1, 2, 40, 128},
+       {1, 2, 40, 128},
+       {1, 2, 40, 128},
+       M::kNone,
+       {},
+       false,
+       false,
+       true},
+      {"custom_scale",
+       {1, 2, 15, 64},
+       {1, 2, 26, 64},
+       {1, 2, 26, 64},
+       M::kNone,
+       {},
+       false,
+       false,
+       false,
+       0.3},
+      {"negative_scale",
+       {1, 2, 15, 64},
+       {1, 2, 26, 64},
+       {1, 2, 26, 64},
+       M::kNone,
+       {},
+       true,
+       false,
+       false,
+       -0.2},
+      {"no_keys", {1, 2, 5, 64}, {1, 2, 0, 64}, {1, 2, 0, 64}},
+  };
+  return *cases;
+}
+
+// ---- inputs ----------------------------------------------------------------------------------
+
+Tensor Randn(const Dims& shape, DType dtype, Generator& gen) {
+  return cast(randn(shape, gen, DType::kFloat32), dtype);
+}
+
+// [B, H, T, D] as a transposed view of a [B, T, H, D] tensor.
+Tensor BthdView(const Dims& bhtd, DType dtype, Generator& gen) {
+  return transpose(Randn({bhtd[0], bhtd[2], bhtd[1], bhtd[3]}, dtype, gen), 1, 2);
+}
+
+Tensor MakeMask(const SdpaCase& c, DType q_dtype, Generator& gen) {
+  if (c.mask == MaskKind::kNone) return {};
+  const Dims& s = c.mask_shape;
+  std::vector<double> vals(NumElements(s));
+  const int64_t cols = s.back(), rows = vals.size() / std::max<int64_t>(cols, 1);
+  for (int64_t r = 0; r < rows; ++r) {
+    const bool full_row =
+        (c.mask == MaskKind::kBoolFullRows || c.mask == MaskKind::kAdditiveInfRows) && r % 5 == 2;
+    for (int64_t j = 0; j < cols; ++j) {
+      double& v = vals[r * cols + j];
+      if (c.mask == MaskKind::kBool || c.mask == MaskKind::kBoolFullRows) {
+        v = !full_row && gen.Uniform() < 0.7;
+      } else {
+        v = full_row || gen.Uniform() < 0.1 ? -INFINITY : gen.Normal();
+        if (c.mask == MaskKind::kAdditive || c.mask == MaskKind::kAdditiveQDType) v = gen.Normal();
+      }
+    }
+  }
+  const bool is_bool = c.mask == MaskKind::kBool || c.mask == MaskKind::kBoolFullRows;
+  const DType t = is_bool                               ? DType::kBool
+                  : c.mask == MaskKind::kAdditiveQDType ? q_dtype
+                                                        : DType::kFloat32;
+  return from_vector(vals, s, t);
+}
+
+struct Operands {
+  Tensor q, k, v, mask;
+};
+
+Operands MakeOperands(const SdpaCase& c, DType dtype, Device device, uint64_t seed) {
+  Generator gen(seed);
+  Operands o;
+  if (c.bthd) {
+    o.q = BthdView(c.q, dtype, gen), o.k = BthdView(c.k, dtype, gen),
+    o.v = BthdView(c.v, dtype, gen);
+  } else {
+    o.q = Randn(c.q, dtype, gen), o.k = Randn(c.k, dtype, gen), o.v = Randn(c.v, dtype, gen);
+  }
+  o.mask = MakeMask(c, dtype, gen);
+  auto move = [&](const Tensor& t) {
+    if (!t.defined() || device.is_cpu()) return t;
+    // keep the [B, T, H, D] layout of views on the device
+    return c.bthd && t.dim() == 4 ? transpose(to(transpose(t, 1, 2), device), 1, 2) : to(t, device);
+  };
+  o.q = move(o.q), o.k = move(o.k), o.v = move(o.v), o.mask = move(o.mask);
+  return o;
+}
+
+ref::RefTensor Ref(const Tensor& t) {
+  return {Dims(t.shape().begin(), t.shape().end()), to_vector(t)};
+}
+
+ref::RefTensor Expected(const SdpaCase& c, const Operands& o) {
+  const ref::RefTensor mask = o.mask.defined() ? Ref(o.mask) : ref::RefTensor{};
+  ref::SdpaRefArgs a;
+  a.mask = o.mask.defined() ? &mask : nullptr;
+  a.mask_is_bool = o.mask.defined() && o.mask.dtype() == DType::kBool;
+  a.causal = c.causal;
+  a.scale = c.scale.value_or(1.0 / std::sqrt(static_cast<double>(c.q.back())));
+  return ref::Sdpa(Ref(o.q), Ref(o.k), Ref(o.v), a);
+}
+
+Tensor RunSdpa(const SdpaCase& c, const Operands& o) {
+  return scaled_dot_product_attention(o.q, o.k, o.v, o.mask, c.causal, c.scale, c.gqa);
+}
+
+// bf16 math rounds the scores and the probabilities to 8 bits before the second matmul.
+Tolerance AttentionTolerance(DType t) {
+  if (t == DType::kBFloat16) return {2e-2, 2e-2};
+  if (t == DType::kFloat16) return {4e-3, 4e-3};
+  return {2e-5, 2e-5};
+}
+
+// ---- conformance -----------------------------------------------------------------------------
+
+struct Param {
+  size_t case_index;
+  DType dtype;
+  Device device;
+  SdpaBackend backend;
+};
+
+std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
+  const Param& p = info.param;
+  return absl::StrCat(Cases()[p.case_index].name, "_", DTypeName(p.dtype), "_",
+                      SdpaBackendName(p.backend));
+}
+
+class SdpaConformance : public ::testing::TestWithParam<Param> {};
+
+TEST_P(SdpaConformance, MatchesReference) {
+  const Param& p = GetParam();
+  if (p.device.is_cuda()) KILN_SKIP_WITHOUT_GPU();
+  const SdpaCase& c = Cases()[p.case_index];
+  const Operands o = MakeOperands(c, p.dtype, p.device, 77 + p.case_index);
+  SdpaBackendGuard guard(p.backend);
+  if (p.backend == SdpaBackend::kFlash) {
+    // Only where flash applies; elsewhere the guard must refuse with the reason.
+    const SdpaBackendChoice auto_choice = [&] {
+      SdpaBackendGuard a(SdpaBackend::kAuto);
+      return sdpa_backend_choice(o.q, o.k, o.v, o.mask, c.causal, c.scale, c.gqa);
+    }();
+    if (auto_choice.backend != SdpaBackend::kFlash) {
+      try {
+        RunSdpa(c, o);
+        FAIL() << "flash guard ran inputs flash does not support: " << auto_choice.reason;
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), absl::StatusCode::kUnimplemented) << e.what();
+        EXPECT_NE(std::string(e.what()).find("flash backend was selected"), std::string::npos);
+      }
+      return;
+    }
+  }
+  const Tensor out = RunSdpa(c, o);
+  const ref::RefTensor want = Expected(c, o);
+  ASSERT_EQ(Dims(out.shape().begin(), out.shape().end()), want.shape);
+  EXPECT_EQ(out.dtype(), p.dtype);
+  EXPECT_EQ(out.device(), p.device);
+  ExpectClose(to_vector(out), want.v, AttentionTolerance(p.dtype), c.name);
+}
+
+std::vector<Param> AllParams(Device device) {
+  std::vector<Param> out;
+  const SdpaBackend backends[] = {SdpaBackend::kAuto, SdpaBackend::kMath, SdpaBackend::kFlash};
+  for (size_t i = 0; i < Cases().size(); ++i) {
+    for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+      for (SdpaBackend b : backends) out.push_back({i, t, device, b});
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, SdpaConformance, ::testing::ValuesIn(AllParams(kCPU)), ParamName);
+INSTANTIATE_TEST_SUITE_P(Cuda, SdpaConformance, ::testing::ValuesIn(AllParams(CUDA(0))), ParamName);
+
+// Flash on the series' shape and on long ragged sequences (GPU only): the kernel's many tiles.
+TEST(SdpaFlash, LongSequencesMatchMath) {
+  KILN_SKIP_WITHOUT_GPU();
+  struct Long {
+    Dims q, k;
+    bool causal;
+  };
+  for (const Long& l : {Long{{1, 2, 1024, 64}, {1, 2, 1024, 64}, true},
+                        Long{{1, 2, 1000, 128}, {1, 2, 1337, 128}, false},
+                        Long{{1, 1, 2049, 64}, {1, 1, 2049, 64}, true}}) {
+    Generator gen(5);
+    const Tensor q = to(Randn(l.q, DType::kBFloat16, gen), CUDA(0));
+    const Tensor k = to(Randn(l.k, DType::kBFloat16, gen), CUDA(0));
+    const Tensor v = to(Randn(l.k, DType::kBFloat16, gen), CUDA(0));
+    ASSERT_EQ(sdpa_backend_choice(q, k, v, {}, l.causal).backend, SdpaBackend::kFlash);
+    const Tensor flash = scaled_dot_product_attention(q, k, v, {}, l.causal);
+    Tensor math;
+    {
+      SdpaBackendGuard g(SdpaBackend::kMath);
+      math = scaled_dot_product_attention(cast(q, DType::kFloat32), cast(k, DType::kFloat32),
+                                          cast(v, DType::kFloat32), {}, l.causal);
+    }
+    ExpectClose(to_vector(flash), to_vector(math), {2e-2, 2e-2}, ShapeString(l.q));
+  }
+}
+
+// ---- backend choice --------------------------------------------------------------------------
+
+TEST(SdpaBackends, CpuRunsTheReferenceUnderAutoAndRefusesFlash) {
+  const Tensor q = ones({1, 2, 4, 64}, DType::kBFloat16);
+  const SdpaBackendChoice c = sdpa_backend_choice(q, q, q);
+  EXPECT_EQ(c.backend, SdpaBackend::kMath);
+  EXPECT_NE(c.reason.find("on cpu"), std::string::npos) << c.reason;
+  EXPECT_NE(c.reason.find("CPU reference kernel"), std::string::npos) << c.reason;
+  SdpaBackendGuard g(SdpaBackend::kFlash);
+  try {
+    scaled_dot_product_attention(q, q, q);
+    FAIL() << "flash ran on the CPU";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), absl::StatusCode::kUnimplemented);
+    EXPECT_NE(std::string(e.what()).find("runs on CUDA"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SdpaBackends, GuardsNestAndRestore) {
+  EXPECT_EQ(current_sdpa_backend(), SdpaBackend::kAuto);
+  {
+    SdpaBackendGuard a(SdpaBackend::kMath);
+    EXPECT_EQ(current_sdpa_backend(), SdpaBackend::kMath);
+    {
+      SdpaBackendGuard b(SdpaBackend::kFlash);
+      EXPECT_EQ(current_sdpa_backend(), SdpaBackend::kFlash);
+    }
+    EXPECT_EQ(current_sdpa_backend(), SdpaBackend::kMath);
+    const Tensor q = ones({3, 8});
+    EXPECT_EQ(sdpa_backend_choice(q, q, q).reason, "selected by SdpaBackendGuard");
+  }
+  EXPECT_EQ(current_sdpa_backend(), SdpaBackend::kAuto);
+}
+
+// What flash supports, from types alone (no GPU needed).
+TEST(SdpaBackends, FlashSupportByTypes) {
+  auto t = [](Dims s, DType d = DType::kBFloat16, Device dev = CUDA(0)) {
+    return TensorType{Shape(s.begin(), s.end()), d, dev};
+  };
+  using cuda_ops::FlashAttentionTypesUnsupported;
+  const TensorType q64 = t({2, 4, 100, 64});
+  EXPECT_EQ(FlashAttentionTypesUnsupported({q64, q64, q64}), "");
+  EXPECT_EQ(FlashAttentionTypesUnsupported(
+                {t({4, 9, 128}, DType::kFloat16), t({4, 3, 128}, DType::kFloat16),
+                 t({4, 3, 128}, DType::kFloat16), t({9, 3}, DType::kBool)}),
+            "");
+  struct No {
+    std::vector<TensorType> in;
+    std::string says;
+  };
+  const TensorType q96 = t({1, 2, 8, 96}), f32 = t({1, 2, 8, 64}, DType::kFloat32),
+                   cpu = t({1, 2, 8, 64}, DType::kBFloat16, kCPU), r5 = t({1, 1, 2, 8, 64});
+  for (const No& n : {No{{q96, q96, q96}, "head dim 96"}, No{{f32, f32, f32}, "dtype float32"},
+                      No{{cpu, cpu, cpu}, "on cpu"}, No{{r5, r5, r5}, "rank 5"},
+                      No{{q64, q64, t({2, 4, 100, 32})}, "value head dim 32"}}) {
+    const std::string why = FlashAttentionTypesUnsupported(n.in);
+    EXPECT_NE(why.find(n.says), std::string::npos) << why;
+  }
+}
+
+TEST(SdpaBackends, CudaAutoPicksFlashOrSaysWhyNot) {
+  KILN_SKIP_WITHOUT_GPU();
+  Generator gen(3);
+  const Tensor q = to(Randn({1, 2, 64, 64}, DType::kBFloat16, gen), CUDA(0));
+  EXPECT_EQ(sdpa_backend_choice(q, q, q, {}, true).backend, SdpaBackend::kFlash);
+  const Tensor f = cast(q, DType::kFloat32);
+  const SdpaBackendChoice c = sdpa_backend_choice(f, f, f);
+  EXPECT_EQ(c.backend, SdpaBackend::kMath);
+  EXPECT_NE(c.reason.find("dtype float32"), std::string::npos) << c.reason;
+  const Tensor strided = slice(to(Randn({1, 2, 64, 65}, DType::kBFloat16, gen), CUDA(0)), 3, 1, 65);
+  EXPECT_NE(sdpa_backend_choice(strided, strided, strided).reason.find("16-byte"),
+            std::string::npos);
+}
+
+// The guard is per thread: two threads under different guards each run their own backend.
+TEST(SdpaBackends, GuardIsThreadLocal) {
+  const SdpaCase c = Cases()[1];  // causal_square
+  const Operands o = MakeOperands(c, DType::kFloat32, kCPU, 9);
+  const ref::RefTensor want = Expected(c, o);
+  auto worker = [&](SdpaBackend b, std::string* reason, std::vector<double>* got) {
+    SdpaBackendGuard g(b);
+    for (int i = 0; i < 5; ++i) {
+      *reason = sdpa_backend_choice(o.q, o.k, o.v, {}, true).reason;
+      *got = to_vector(RunSdpa(c, o));
+    }
+  };
+  std::string r_math, r_auto;
+  std::vector<double> g_math, g_auto;
+  std::thread t1(worker, SdpaBackend::kMath, &r_math, &g_math);
+  std::thread t2(worker, SdpaBackend::kAuto, &r_auto, &g_auto);
+  t1.join();
+  t2.join();
+  EXPECT_EQ(r_math, "selected by SdpaBackendGuard");
+  EXPECT_NE(r_auto.find("CPU reference kernel"), std::string::npos) << r_auto;
+  ExpectClose(g_math, want.v, AttentionTolerance(DType::kFloat32), "math thread");
+  ExpectClose(g_auto, want.v, AttentionTolerance(DType::kFloat32), "auto thread");
+}
+
+TEST(SdpaBackends, ProfilerRangeNamesTheBackend) {
+  profiler::Profiler prof(profiler::ProfilerOptions{.device = false});
+  prof.Start();
+  const Tensor q = ones({2, 5, 8});
+  {
+    SdpaBackendGuard g(SdpaBackend::kMath);
+    scaled_dot_product_attention(q, q, q);
+  }
+  const profiler::ProfileResult r = prof.Stop();
+  bool op = false, range = false;
+  for (const profiler::HostEvent& e : r.host) {
+    op = op || std::string(e.name) == "scaled_dot_product_attention";
+    range = range || std::string(e.name) == "sdpa backend: math (selected by SdpaBackendGuard)";
+  }
+  EXPECT_TRUE(op);
+  EXPECT_TRUE(range);
+}
+
+// ---- bad input -------------------------------------------------------------------------------
+
+struct BadCase {
+  const char* name;
+  std::function<void()> call;
+  std::vector<std::string> must_mention;
+};
+
+TEST(SdpaBadInput, ThrowsClearErrors) {
+  auto f = [](Dims s, DType t = DType::kFloat32, Device d = kCPU) {
+    return d.is_meta() ? Tensor::Empty(s, t, d) : ones(s, t, d);
+  };
+  auto sdpa = [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& m = {},
+                 bool causal = false, bool gqa = false) {
+    scaled_dot_product_attention(q, k, v, m, causal, std::nullopt, gqa);
+  };
+  const std::vector<BadCase> cases = {
+      {"rank1", [&] { sdpa(f({8}), f({8}), f({8})); }, {"at least 2 dims", "[8]"}},
+      {"rank_mismatch",
+       [&] {
+         sdpa(f({2, 3, 8}), f({3, 8}), f({3, 8}));
+       },
+       {"same number of dims", "[2, 3, 8]", "[3, 8]"}},
+      {"head_dim_mismatch",
+       [&] {
+         sdpa(f({2, 4, 8}), f({2, 5, 16}), f({2, 5, 16}));
+       },
+       {"head dims", "(8)", "(16)"}},
+      {"kv_length_mismatch",
+       [&] {
+         sdpa(f({2, 4, 8}), f({2, 5, 8}), f({2, 6, 8}));
+       },
+       {"different lengths", "5 vs 6"}},
+      {"heads_differ_without_gqa",
+       [&] {
+         sdpa(f({1, 8, 4, 8}), f({1, 2, 4, 8}), f({1, 2, 4, 8}));
+       },
+       {"8 heads", "enable_gqa"}},
+      {"heads_not_dividing",
+       [&] {
+         sdpa(f({1, 8, 4, 8}), f({1, 3, 4, 8}), f({1, 3, 4, 8}), {}, false, true);
+       },
+       {"must divide", "(3)", "(8)"}},
+      {"batch_mismatch",
+       [&] {
+         sdpa(f({2, 1, 4, 8}), f({1, 1, 4, 8}), f({1, 1, 4, 8}));
+       },
+       {"batch dim 0", "does not broadcast"}},
+      {"mask_not_broadcastable",
+       [&] {
+         sdpa(f({2, 4, 8}), f({2, 5, 8}), f({2, 5, 8}), f({4, 4}, DType::kBool));
+       },
+       {"attn_mask", "[4, 4]", "[2, 4, 5]"}},
+      {"mask_dtype",
+       [&] {
+         sdpa(f({2, 4, 8}, DType::kBFloat16), f({2, 5, 8}, DType::kBFloat16),
+              f({2, 5, 8}, DType::kBFloat16), f({4, 5}, DType::kFloat16));
+       },
+       {"attn_mask must be bool, float32", "bfloat16", "float16"}},
+      {"mask_with_causal",
+       [&] {
+         sdpa(f({2, 4, 8}), f({2, 5, 8}), f({2, 5, 8}), f({4, 5}, DType::kBool), true);
+       },
+       {"is_causal"}},
+      {"dtype_mismatch",
+       [&] {
+         sdpa(f({2, 4, 8}), f({2, 5, 8}, DType::kBFloat16), f({2, 5, 8}));
+       },
+       {"one floating-point dtype", "float32", "bfloat16"}},
+      {"integer_dtype",
+       [&] {
+         sdpa(f({2, 4, 8}, DType::kInt32), f({2, 5, 8}, DType::kInt32),
+              f({2, 5, 8}, DType::kInt32));
+       },
+       {"floating-point", "int32"}},
+      {"device_mismatch",
+       [&] {
+         sdpa(f({2, 4, 8}), f({2, 5, 8}, DType::kFloat32, kMeta), f({2, 5, 8}));
+       },
+       {"one device", "cpu", "meta"}},
+  };
+  for (const BadCase& c : cases) {
+    try {
+      c.call();
+      ADD_FAILURE() << c.name << ": no error";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(e.code(), absl::StatusCode::kInvalidArgument) << c.name << ": " << msg;
+      EXPECT_NE(msg.find("scaled_dot_product_attention:"), std::string::npos)
+          << c.name << ": " << msg;
+      for (const std::string& m : c.must_mention) {
+        EXPECT_NE(msg.find(m), std::string::npos) << c.name << ": '" << m << "' not in: " << msg;
+      }
+    }
+  }
+}
+
+// ---- graphs ----------------------------------------------------------------------------------
+
+TEST(SdpaGraph, TracesToOneNodeThatPrintsAndParses) {
+  const Tensor q = ones({1, 4, 16, 64}, DType::kBFloat16),
+               kv = ones({1, 2, 16, 64}, DType::kBFloat16);
+  auto fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{
+        scaled_dot_product_attention(in[0], in[1], in[1], {}, true, std::nullopt, true)};
+  };
+  const ir::Graph g = ValueOrThrow(ir::Trace(fn, {q, kv}));
+  const std::string text = ir::PrintGraph(g);
+  EXPECT_NE(text.find("scaled_dot_product_attention(%0, %1, %1) {scale=0.125, is_causal=true, "
+                      "enable_gqa=true} : bf16[1, 4, 16, 64]"),
+            std::string::npos)
+      << text;
+  const ir::Graph back = ValueOrThrow(ir::ParseGraph(text));
+  EXPECT_EQ(ir::PrintGraph(back), text);
+}
+
+TEST(SdpaGraph, CompiledMatchesEager) {
+  const SdpaCase c = Cases()[13];  // bool_mask_2d
+  const Operands o = MakeOperands(c, DType::kFloat32, kCPU, 4);
+  auto fn = [&](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{scaled_dot_product_attention(in[0], in[1], in[2], o.mask)};
+  };
+  CompiledFn f = compile(fn, {o.q, o.k, o.v});
+  ExpectClose(to_vector(f({o.q, o.k, o.v})[0]), to_vector(fn({o.q, o.k, o.v})[0]), {1e-6, 1e-6},
+              "compiled");
+}
+
+// ---- the kernel's sources --------------------------------------------------------------------
+
+// Every configuration kiln can launch compiles with NVRTC (to PTX: no GPU needed).
+TEST(SdpaFlashSource, EveryVariantCompilesWithNvrtc) {
+  using cuda_ops::FlashMask;
+  int compiled = 0;
+  for (int d : {64, 128}) {
+    for (DType t : {DType::kBFloat16, DType::kFloat16}) {
+      for (bool causal : {false, true}) {
+        for (FlashMask m : {FlashMask::kNone, FlashMask::kBool, FlashMask::kFloat32,
+                            FlashMask::kFloat16, FlashMask::kBFloat16}) {
+          const auto c = cuda_ops::PlanFlashAttention(d, t, causal, m);
+          const std::string name = cuda_ops::FlashAttentionKernelName(c);
+          const std::string src = cuda_ops::RenderFlashAttentionSource(c);
+          auto ptx = cuda::CompileSource(src, name, "compute_90", /*cubin=*/false);
+          ASSERT_TRUE(ptx.ok()) << ptx.status().message();
+          EXPECT_NE(ptx->find(name), std::string::npos) << name;
+          EXPECT_NE(ptx->find("mma.sync.aligned.m16n8k16"), std::string::npos) << name;
+          ++compiled;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compiled, 40);
+}
+
+// The standalone GPU harness (tools/flash_attention) compiles the very source kiln compiles.
+TEST(SdpaFlashSource, HarnessRendersKilnsSource) {
+  for (int d : {64, 128}) {
+    for (bool causal : {false, true}) {
+      const auto c =
+          cuda_ops::PlanFlashAttention(d, DType::kFloat16, causal, cuda_ops::FlashMask::kFloat32);
+      const KfConfig k{c.head_dim,   c.block_m,  c.block_n, c.warps,    c.q_in_regs,
+                       c.min_blocks, /*bf16=*/0, causal,    /*mask=*/2, c.one_sync};
+      EXPECT_EQ(kf::Source(k), cuda_ops::RenderFlashAttentionSource(c));
+    }
+  }
+}
+
+TEST(SdpaFlashSource, NamesSayWhatTheKernelDoes) {
+  const auto c =
+      cuda_ops::PlanFlashAttention(64, DType::kBFloat16, true, cuda_ops::FlashMask::kNone);
+  const std::string name = cuda_ops::FlashAttentionKernelName(c);
+  EXPECT_EQ(name.rfind("kiln_flash_attention_d64_bf16_causal_", 0), 0u) << name;
+  const std::string src = cuda_ops::RenderFlashAttentionSource(c);
+  EXPECT_NE(src.find("#define KILN_FA_CAUSAL 1"), std::string::npos);
+  EXPECT_NE(src.find("#define KILN_FA_HEAD_DIM 64"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln
