@@ -97,10 +97,10 @@ Tensor MergeHeads(const Tensor& o, int64_t b, int64_t t) {
   return reshape(permute(o, {0, 2, 1, 3}), {b, t, o.size(1) * kHeadDim});
 }
 
-// Causal attention of the block. The flash helper is adding kiln::scaled_dot_product_attention
-// (issue #12); when it lands, this is the one line to switch (is_causal=true, mask unused).
-Tensor Attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask) {
-  return causal_attention(q, k, v, mask, /*inplace=*/false);
+// Causal attention of the block: kiln's scaled_dot_product_attention (the mask input is the same
+// causal mask, applied by is_causal), as torch's block uses F.scaled_dot_product_attention.
+Tensor Attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&) {
+  return scaled_dot_product_attention(q, k, v, {}, /*is_causal=*/true);
 }
 
 // h + GeGLU(RMSNorm(h)): the second half of the block.
@@ -221,6 +221,9 @@ std::vector<Workload> MakeWorkloads() {
       "tflops", 4.0 * 8 * 16 * 1024.0 * 1024 * 64};
   att.extra_eager.emplace_back("eager_inplace", [](const auto& a, const auto&) {
     return Outputs{causal_attention(a[0], a[1], a[2], a[3], true)};
+  });
+  att.extra_eager.emplace_back("sdpa", [](const auto& a, const auto&) {  // kiln's flash kernel
+    return Outputs{scaled_dot_product_attention(a[0], a[1], a[2], {}, /*is_causal=*/true)};
   });
   w.push_back(att);
   for (int64_t d : {512, 1024}) w.push_back(MakeBlock(2, 256, d));

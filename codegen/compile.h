@@ -57,6 +57,7 @@ struct CompileOptions {
   Mode mode = Mode::kDefault;
   bool fuse_elementwise = true;
   bool fuse_softmax = true;  // scale/mask before a last-dim softmax and a cast after it: 1 kernel
+  bool fuse_attention = true;  // q·kᵀ -> scale -> mask -> softmax -> ·v: one attention kernel
   bool merge_gemms = true;   // linears sharing an input: one GEMM (needs freeze_weights)
   bool fuse_gemm_epilogues = true;  // linear + relu / tanh GELU -> one GEMM with that epilogue
   // Fold weights into the plan (constant folding over them, GEMM merge); a later in-place

@@ -10,6 +10,7 @@ namespace kiln::codegen {
 
 const std::vector<const FusionTemplate*>& FusionTemplates() {
   static const std::vector<const FusionTemplate*> kTable = {
+      &AttentionTemplate(),     // before softmax: takes the whole scores chain
       &GemmEpilogueTemplate(),  // linear + relu / tanh GELU, after GEMM merge
       &SoftmaxTemplate(),       // before pointwise: takes its prologue producers
       &PointwiseTemplate(),

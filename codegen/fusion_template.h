@@ -71,6 +71,7 @@ absl::Status CheckFusionBody(const ir::Graph& body);
 passes::Pipeline CompilePipeline();
 
 // The families (one file each).
+const FusionTemplate& AttentionTemplate();
 const FusionTemplate& GemmEpilogueTemplate();
 const FusionTemplate& SoftmaxTemplate();
 const FusionTemplate& PointwiseTemplate();

@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "codegen/executable.h"
 #include "codegen/fusion_template.h"
 #include "ir/printer.h"
@@ -145,18 +146,32 @@ Fn Attention() {
   };
 }
 
-// The scale and the folded causal mask run inside the softmax kernel: q·kᵀ GEMM, one fused
-// softmax, ·v GEMM. (matmul has no alpha, so the scale stays in the softmax's prologue.)
-TEST(Compile, AttentionIsThreeKernelsAndMatchesEager) {
+// Naive causal attention (q·kᵀ, scale, the folded causal mask, softmax, ·v) becomes one
+// scaled_dot_product_attention node with is_causal; with attention fusion off, the scale and the
+// mask run inside the softmax kernel: q·kᵀ GEMM, one fused softmax, ·v GEMM.
+TEST(Compile, AttentionIsOneNodeOrThreeKernelsAndMatchesEager) {
   for (DType t : {DType::kFloat32, DType::kBFloat16}) {
     Generator gen(3);
     const Tensor q = randn({2, 2, 8, 4}, gen, t), k = randn({2, 2, 8, 4}, gen, t),
                  v = randn({2, 2, 8, 4}, gen, t);
     CompiledFn f = compile(Attention(), {q, k, v});
     const CompileReport& r = f.report({q, k, v});
-    EXPECT_EQ(r.kernels_per_step, 3) << r.final_graph;
-    EXPECT_EQ(r.fused_kernels, 1);
-    EXPECT_TRUE(FileCheck(r.final_graph, R"(
+    EXPECT_EQ(r.kernels_per_step, 1) << r.final_graph;
+    const std::string dtype = t == DType::kFloat32 ? "f32" : "bf16";
+    EXPECT_TRUE(FileCheck(r.final_graph, absl::StrReplaceAll(R"(
+      CHECK: graph(%[[Q:[0-9]+]]: T[2, 2, 8, 4]@cpu, %[[K:[0-9]+]]: T[2, 2, 8, 4]@cpu, %[[V:[0-9]+]]:
+      CHECK-NEXT: scaled_dot_product_attention(%[[Q]], %[[K]], %[[V]]) {scale=0.5, is_causal=true}
+      CHECK-NOT: softmax
+    )", {{"T[", dtype + "["}})));
+    ExpectSame(f({q, k, v}), Attention()({q, k, v}), absl::StrCat("attention ", DTypeName(t)));
+
+    CompileOptions no_attention;
+    no_attention.fuse_attention = false;
+    CompiledFn g = compile(Attention(), {q, k, v}, no_attention);
+    const CompileReport& r3 = g.report({q, k, v});
+    EXPECT_EQ(r3.kernels_per_step, 3) << r3.final_graph;
+    EXPECT_EQ(r3.fused_kernels, 1);
+    EXPECT_TRUE(FileCheck(r3.final_graph, R"(
       CHECK: constant "folded_triu
       CHECK: matmul(
       CHECK: fusion kiln_fused_mul_scalar_masked_fill_softmax_0(
@@ -166,8 +181,33 @@ TEST(Compile, AttentionIsThreeKernelsAndMatchesEager) {
       CHECK: matmul(
       CHECK-NOT: softmax(
     )"));
-    ExpectSame(f({q, k, v}), Attention()({q, k, v}), absl::StrCat("attention ", DTypeName(t)));
+    ExpectSame(g({q, k, v}), Attention()({q, k, v}), absl::StrCat("attention unfused ", DTypeName(t)));
   }
+}
+
+// The in-place variant (masked_fill_ on the scores) and the attention inside a module (with its
+// head split/merge views) are found too.
+TEST(Compile, AttentionPatternInPlaceAndInsideAModule) {
+  Generator gen(9);
+  const Tensor q = randn({2, 2, 8, 4}, gen), k = randn({2, 2, 8, 4}, gen),
+               v = randn({2, 2, 8, 4}, gen);
+  Fn inplace = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{causal_attention(in[0], in[1], in[2], {}, /*inplace=*/true)};
+  };
+  CompiledFn f = compile(inplace, {q, k, v});
+  EXPECT_TRUE(FileCheck(f.report({q, k, v}).final_graph,
+                        "CHECK: scaled_dot_product_attention(%0, %1, %2) {scale=0.5, "
+                        "is_causal=true}\nCHECK-NOT: softmax"));
+  ExpectSame(f({q, k, v}), inplace({q, k, v}), "in-place attention");
+
+  CausalSelfAttention attn(32, 4, gen);
+  const Tensor x = randn({2, 8, 32}, gen);
+  CompiledFn g = compile(attn, x);
+  EXPECT_TRUE(FileCheck(g.report({x}).final_graph,
+                        "CHECK: scaled_dot_product_attention(\nCHECK-SAME: is_causal=true\n"
+                        "CHECK-NOT: softmax"))
+      << g.report({x}).final_graph;
+  ExpectSame(g({x}), {attn(x)}, "CausalSelfAttention");
 }
 
 TEST(Compile, SoftmaxFusionSwitchKeepsTheSoftmaxApart) {
@@ -176,6 +216,7 @@ TEST(Compile, SoftmaxFusionSwitchKeepsTheSoftmaxApart) {
                v = randn({2, 2, 8, 4}, gen);
   CompileOptions o;
   o.fuse_softmax = false;
+  o.fuse_attention = false;
   CompiledFn f = compile(Attention(), {q, k, v}, o);
   const CompileReport& r = f.report({q, k, v});
   EXPECT_EQ(r.kernels_per_step, 4) << r.final_graph;
@@ -241,9 +282,14 @@ TEST(CompileSoftmaxFusion, AttentionWorkloadOnCuda) {
   std::vector<Tensor> in;
   for (int i = 0; i < 3; ++i)
     in.push_back(randn({8, 16, 1024, 64}, gen, DType::kBFloat16, CUDA(0)));
-  CompiledFn f = compile(Attention(), in);
-  EXPECT_EQ(f.report(in).kernels_per_step, 3) << f.report(in).final_graph;
+  CompiledFn f = compile(Attention(), in);  // one flash attention kernel
+  EXPECT_EQ(f.report(in).kernels_per_step, 1) << f.report(in).final_graph;
   ExpectSame(f(in), Attention()(in), "attention bf16 [8, 16, 1024, 64]");
+  CompileOptions unfused;
+  unfused.fuse_attention = false;  // GEMM, fused softmax, GEMM
+  CompiledFn g = compile(Attention(), in, unfused);
+  EXPECT_EQ(g.report(in).kernels_per_step, 3) << g.report(in).final_graph;
+  ExpectSame(g(in), Attention()(in), "attention bf16 [8, 16, 1024, 64], softmax fusion");
 }
 
 // A traced value cannot change device inside a compiled function (the graph runs on one device),
@@ -344,6 +390,7 @@ TEST(Compile, DumpsTheFusedSoftmaxKernel) {
   o.dump_dir = dir;
   Generator gen(8);
   const Tensor q = randn({1, 2, 16, 8}, gen, DType::kBFloat16);
+  o.fuse_attention = false;  // the softmax kernel, not the attention node
   compile(Attention(), {q, q, q}, o);
   const std::string base = dir + "/kernels/kiln_fused_mul_scalar_masked_fill_softmax_0";
   ASSERT_TRUE(std::filesystem::exists(base + ".cu"));

@@ -6,6 +6,7 @@
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
+#include "passes/attention_fusion.h"
 #include "passes/canonicalize.h"
 #include "passes/epilogue_fusion.h"
 #include "passes/fusion.h"
@@ -372,6 +373,92 @@ TEST(SoftmaxFusion, OperandBudgetAndSwitch) {
   PassContext off;
   off.fuse_softmax = false;
   EXPECT_FALSE(*pass.Run(*g, off));
+}
+
+// ---- Attention fusion ------------------------------------------------------------------------
+
+TEST(AttentionFusion, NaiveAttentionWithAnAdditiveMaskAndTheScaleOnQ) {
+  AttentionFusion pass;
+  PassContext ctx;
+  const std::string out = RunPass(pass, R"(
+    graph(%10: f32[2, 4, 16, 8]@cpu, %11: f32[2, 4, 16, 8]@cpu, %12: f32[2, 4, 16, 8]@cpu,
+          %13: f32[16, 16]@cpu) {
+      %14 = mul_scalar(%10) {scalar=0.5} : f32[2, 4, 16, 8]@cpu
+      %15 = matmul(%14, %11) {transpose_b=true} : f32[2, 4, 16, 16]@cpu
+      %16 = div_scalar(%15) {scalar=2} : f32[2, 4, 16, 16]@cpu
+      %17 = add(%16, %13) : f32[2, 4, 16, 16]@cpu
+      %18 = softmax(%17) {dim=-1} : f32[2, 4, 16, 16]@cpu
+      %19 = matmul(%18, %12) : f32[2, 4, 16, 8]@cpu
+      return %19
+    })",
+                                  &ctx);
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: graph(%[[Q:[0-9]+]]: f32[2, 4, 16, 8]@cpu, %[[K:[0-9]+]]: f32[2, 4, 16, 8]@cpu, %[[V:[0-9]+]]: f32[2, 4, 16, 8]@cpu, %[[M:[0-9]+]]: f32[16, 16]@cpu)
+    CHECK-NEXT: %[[A:[0-9]+]] = scaled_dot_product_attention(%[[Q]], %[[K]], %[[V]], %[[M]]) {scale=0.25}
+    CHECK-NEXT: return %[[A]]
+    CHECK-NOT: softmax
+  )"));
+  EXPECT_TRUE(Logged(ctx, "became one scaled_dot_product_attention (scale 0.25, with a mask)"))
+      << absl::StrJoin(ctx.explain, "\n");
+}
+
+// A bool mask known only at run time (an input) becomes an additive mask computed each call.
+TEST(AttentionFusion, AMaskInputBecomesAnAdditiveMask) {
+  AttentionFusion pass;
+  const std::string out = RunPass(pass, R"(
+    graph(%10: bf16[2, 16, 64]@cpu, %11: bf16[2, 16, 64]@cpu, %12: bf16[2, 16, 64]@cpu,
+          %13: bool[16, 16]@cpu) {
+      %14 = matmul(%10, %11) {transpose_b=true} : bf16[2, 16, 16]@cpu
+      %15 = masked_fill(%14, %13) {scalar=-inf} : bf16[2, 16, 16]@cpu
+      %16 = mul_scalar(%15) {scalar=0.125} : bf16[2, 16, 16]@cpu
+      %17 = softmax(%16) {dim=-1} : bf16[2, 16, 16]@cpu
+      %18 = matmul(%17, %12) : bf16[2, 16, 64]@cpu
+      return %18
+    })");
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %[[Z:[0-9]+]] = constant "zeros_
+    CHECK-NEXT: %[[A:[0-9]+]] = masked_fill(%[[Z]], %3) {scalar=-inf} : bf16[16, 16]@cpu
+    CHECK-NEXT: scaled_dot_product_attention(%0, %1, %2, %[[A]]) {scale=0.125}
+    CHECK-NOT: softmax
+  )"));
+}
+
+TEST(AttentionFusion, NearMissesAreExplained) {
+  struct Case {
+    const char* tail;
+    const char* why;
+  };
+  const Case cases[] = {
+      {R"(%14 = softmax(%13) {dim=-1} : f32[2, 16, 16]@cpu
+          %15 = matmul(%14, %12) : f32[2, 16, 8]@cpu
+          return %15, %13)",
+       "the scores are used elsewhere"},
+      {R"(%14 = softmax(%13) {dim=-1} : f32[2, 16, 16]@cpu
+          %15 = matmul(%14, %12) : f32[2, 16, 8]@cpu
+          return %15, %14)",
+       "the probabilities are used elsewhere"},
+      {R"(%14 = softmax(%13) {dim=1} : f32[2, 16, 16]@cpu
+          %15 = matmul(%14, %12) : f32[2, 16, 8]@cpu
+          return %15)",
+       "the softmax is not over the last dim"},
+      {R"(%20 = masked_fill(%13, %16) {scalar=-100} : f32[2, 16, 16]@cpu
+          %14 = softmax(%20) {dim=-1} : f32[2, 16, 16]@cpu
+          %15 = matmul(%14, %12) : f32[2, 16, 8]@cpu
+          return %15)",
+       "the masked_fill value is not -inf"},
+  };
+  for (const Case& c : cases) {
+    AttentionFusion pass;
+    PassContext ctx;
+    const std::string out = RunPass(pass, absl::StrCat(R"(
+      graph(%10: f32[2, 16, 8]@cpu, %11: f32[2, 16, 8]@cpu, %12: f32[2, 16, 8]@cpu,
+            %16: bool[16, 16]@cpu) {
+        %13 = matmul(%10, %11) {transpose_b=true} : f32[2, 16, 16]@cpu
+        )", c.tail, "\n}"),
+                                    &ctx);
+    EXPECT_TRUE(FileCheck(out, "CHECK: softmax(\nCHECK-NOT: scaled_dot_product_attention")) << c.why;
+    EXPECT_TRUE(Logged(ctx, c.why)) << c.why << "\n" << absl::StrJoin(ctx.explain, "\n");
+  }
 }
 
 TEST(SoftmaxFusion, ALoneSoftmaxStaysAnOpAndElementwiseFusionSkipsTheFusion) {

@@ -1,0 +1,56 @@
+// The attention kernel family: scaled_dot_product_attention nodes, written by the user or found
+// in naive code by the attention fusion pass (passes/attention_fusion.h). Lowering runs the op
+// through its backends (ops/ops.h: kiln's flash kernel on CUDA where it applies, the math form
+// otherwise), chosen at run time like an eager call, so the plan follows the caller's
+// SdpaBackendGuard.
+#include "codegen/fusion_template.h"
+#include "ops/cuda/flash_attention_cuda.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
+#include "passes/attention_fusion.h"
+
+namespace kiln::codegen {
+namespace {
+
+class Sdpa final : public FusedKernel {
+ public:
+  // `one_kernel`: the flash kernel on CUDA, or the CPU kernel.
+  Sdpa(const ir::Node& n, bool one_kernel) : attrs_(n.attrs), one_kernel_(one_kernel) {}
+  void Run(absl::Span<const Tensor> in, absl::Span<const Tensor> out) const override {
+    DispatchOut(OpId::kScaledDotProductAttention, in, attrs_, out[0]);
+  }
+  // The flash kernel is one launch; the math form on CUDA its matmul, scale/mask, softmax and
+  // matmul kernels.
+  int kernel_launches() const override { return one_kernel_ ? 1 : 4; }
+
+ private:
+  OpAttrs attrs_;
+  bool one_kernel_;
+};
+
+class Attention final : public FusionTemplate {
+ public:
+  const char* name() const override { return "attention"; }
+  bool Owns(const ir::Node& n) const override {
+    return n.kind == ir::NodeKind::kOp && n.op == OpId::kScaledDotProductAttention;
+  }
+  std::unique_ptr<passes::Pass> MakePass() const override {
+    return std::make_unique<passes::AttentionFusion>();
+  }
+  std::unique_ptr<FusedKernel> Lower(const ir::Graph& g, const ir::Node& n) const override {
+    std::vector<TensorType> types;
+    for (ir::ValueId in : n.inputs) types.push_back(g.type(in));
+    const bool flash = current_sdpa_backend() != SdpaBackend::kMath &&
+                       cuda_ops::FlashAttentionTypesUnsupported(types).empty();
+    return std::make_unique<Sdpa>(n, flash || !n.type.device.is_cuda());
+  }
+};
+
+}  // namespace
+
+const FusionTemplate& AttentionTemplate() {
+  static const Attention kTemplate;
+  return kTemplate;
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,267 @@
+// Attention fusion (see attention_fusion.h).
+#include "passes/attention_fusion.h"
+
+#include <cmath>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "ops/cuda/flash_attention_cuda.h"
+#include "ops/dispatch.h"
+#include "ops/factories.h"
+#include "ops/ops.h"
+#include "runtime/status.h"
+
+namespace kiln::passes {
+
+using ir::Graph;
+using ir::Node;
+using ir::NodeKind;
+using ir::ValueId;
+
+namespace {
+
+constexpr char kLog[] = "attention fusion: ";
+
+// One naive attention found in the graph.
+struct Match {
+  ValueId root = -1;  // the final matmul, rewritten in place
+  ValueId q = -1, k = -1, v = -1;
+  ValueId mask = -1;        // an additive mask, or a masked_fill's bool mask (true = masked out)
+  bool bool_mask = false;   // masked_fill with `mask`
+  bool known_mask = false;  // the bool mask is a constant whose values may be read now
+  bool causal = false;      // the known bool mask is exactly the causal pattern
+  double scale = 1.0;
+};
+
+bool IsOp(const Graph& g, ValueId v, OpId op) { return g.IsOp(v, op); }
+
+// Whether constant `mask` (bool, true = masked out) is the causal pattern over [L, S] scores:
+// leading dims of size 1, and element (i, j) true exactly when j > i.
+bool IsCausalMask(const Tensor& mask, int64_t l, int64_t s) {
+  if (mask.dim() < 2 || mask.size(-2) != l || mask.size(-1) != s) return false;
+  for (int64_t d = 0; d + 2 < mask.dim(); ++d) {
+    if (mask.size(d) != 1) return false;
+  }
+  const std::vector<double> bits = to_vector(to(mask, kCPU));
+  for (int64_t i = 0; i < l; ++i) {
+    for (int64_t j = 0; j < s; ++j) {
+      if ((bits[i * s + j] != 0) != (j > i)) return false;
+    }
+  }
+  return true;
+}
+
+// The type of the mask operand the attention node gets: a bool keep-mask for a known mask, an
+// additive mask in q's dtype for one computed each call, the additive term itself otherwise.
+TensorType MaskType(const Match& m, const Graph& g) {
+  TensorType t = g.type(m.mask);
+  if (m.bool_mask) t.dtype = m.known_mask ? DType::kBool : g.type(m.q).dtype;
+  return t;
+}
+
+class Matcher {
+ public:
+  Matcher(const Graph& g, PassContext& ctx) : g_(g), ctx_(ctx), uses_(g.UseCounts()) {}
+
+  // Matches the attention ending at matmul `root`; false (with an explain line for near-misses)
+  // when it is none.
+  bool Run(ValueId root, Match* m) {
+    const Node& r = g_.node(root);
+    if (!IsOp(g_, root, OpId::kMatmul) || r.attrs.transpose_a || r.attrs.transpose_b) return false;
+    const ValueId p = r.inputs[0];
+    if (!IsOp(g_, p, OpId::kSoftmax)) return false;
+    m->root = root;
+    m->v = r.inputs[1];
+    if (!ir::IsLastDimSoftmax(g_.node(p))) return Refuse(root, "the softmax is not over the last dim");
+    if (uses_[p] != 1) return Refuse(root, "the probabilities are used elsewhere");
+    ValueId x = g_.node(p).inputs[0];
+    if (!PeelScoreOps(root, &x, m)) return false;
+    if (!IsOp(g_, x, OpId::kMatmul)) return Refuse(root, "the scores are not a matmul");
+    if (uses_[x] != 1) return Refuse(root, "the scores are used elsewhere");
+    const Node& s = g_.node(x);
+    if (s.attrs.transpose_a || !s.attrs.transpose_b) {
+      return Refuse(root, "the scores are not q·kᵀ (the key operand is not transposed)");
+    }
+    m->q = s.inputs[0];
+    m->k = s.inputs[1];
+    PeelQueryScale(m);
+    return CheckOperands(root, m);
+  }
+
+ private:
+  bool Refuse(ValueId root, const std::string& why) {
+    ctx_.explain.push_back(absl::StrCat(kLog, "not fused: the attention ending at %", root, ": ",
+                                        why));
+    return false;
+  }
+
+  // Walks from the softmax input back over the scale, the mask and the additive term.
+  bool PeelScoreOps(ValueId root, ValueId* x, Match* m) {
+    bool scaled = false, masked = false;
+    while (true) {
+      const Node& n = g_.node(*x);
+      if (n.kind != NodeKind::kOp) return true;
+      const bool scale_op = n.op == OpId::kMulScalar || n.op == OpId::kDivScalar;
+      const bool mask_op = n.op == OpId::kMaskedFill || n.op == OpId::kAdd;
+      if (!scale_op && !mask_op) return true;
+      if (uses_[*x] != 1) return Refuse(root, "the scores are used elsewhere");
+      if (scale_op) {
+        if (scaled) return true;
+        scaled = true;
+        m->scale *= n.op == OpId::kMulScalar ? n.attrs.scalar : 1.0 / n.attrs.scalar;
+        *x = n.inputs[0];
+        continue;
+      }
+      if (masked) return Refuse(root, "two masks");
+      masked = true;
+      if (n.op == OpId::kMaskedFill) {
+        if (!(std::isinf(n.attrs.scalar) && n.attrs.scalar < 0)) {
+          return Refuse(root, "the masked_fill value is not -inf");
+        }
+        // A constant made while tracing (or frozen) is read now: a causal pattern becomes
+        // is_causal. Any other mask (an input, the caller's tensor) becomes an additive mask
+        // computed each call.
+        const Node& mask = g_.node(n.inputs[1]);
+        m->known_mask = mask.kind == NodeKind::kConstant && mask.constant.defined() &&
+                        (mask.local || ctx_.fold_constants);
+        m->mask = n.inputs[1];
+        m->bool_mask = true;
+        *x = n.inputs[0];
+        continue;
+      }
+      const bool first_is_chain = g_.node(n.inputs[0]).kind == NodeKind::kOp &&
+                                  g_.node(n.inputs[0]).op != OpId::kExpand;
+      *x = n.inputs[first_is_chain ? 0 : 1];
+      m->mask = n.inputs[first_is_chain ? 1 : 0];
+    }
+  }
+
+  // A scale applied to q before the product.
+  void PeelQueryScale(Match* m) {
+    const Node& q = g_.node(m->q);
+    if (uses_[m->q] != 1 || q.kind != NodeKind::kOp) return;
+    if (q.op != OpId::kMulScalar && q.op != OpId::kDivScalar) return;
+    m->scale *= q.op == OpId::kMulScalar ? q.attrs.scalar : 1.0 / q.attrs.scalar;
+    m->q = q.inputs[0];
+  }
+
+  bool CheckOperands(ValueId root, Match* m) {
+    const TensorType &q = g_.type(m->q), &k = g_.type(m->k), &v = g_.type(m->v);
+    if (q.dtype != k.dtype || q.dtype != v.dtype) return Refuse(root, "q, k and v differ in dtype");
+    if (m->known_mask) {
+      m->causal = IsCausalMask(g_.node(m->mask).constant, q.shape[q.rank() - 2],
+                               k.shape[k.rank() - 2]);
+    }
+    if (q.device.is_cuda()) {
+      std::vector<TensorType> types = {q, k, v};
+      if (m->mask >= 0 && !m->causal) types.push_back(MaskType(*m, g_));
+      if (const std::string why = cuda_ops::FlashAttentionTypesUnsupported(types); !why.empty()) {
+        return Refuse(root, absl::StrCat("kiln's flash kernel does not take these operands: ",
+                                         why));
+      }
+    }
+    return true;
+  }
+
+  const Graph& g_;
+  PassContext& ctx_;
+  std::vector<int> uses_;
+};
+
+// SDPA's bool mask means "take part": the complement of a masked_fill mask.
+Tensor KeepMask(const Tensor& masked_out) {
+  std::vector<double> bits = to_vector(to(masked_out, kCPU));
+  for (double& b : bits) b = b != 0 ? 0.0 : 1.0;
+  return to(from_vector(bits, masked_out.shape(), DType::kBool), masked_out.device());
+}
+
+// The mask operand of match `m` in `out`: a complemented known mask (a new constant), the
+// additive term, or masked_fill(zeros, mask) {-inf}: a bool mask known only at run time as an
+// additive mask (one small elementwise kernel a call).
+ValueId MaskOperand(const Graph& g, const Match& m, const std::vector<ValueId>& map, Graph& out,
+                    ValueId root) {
+  if (!m.bool_mask) return map[m.mask];
+  if (m.known_mask) {
+    const ValueId keep =
+        out.AddConstant(KeepMask(g.node(m.mask).constant), absl::StrCat("keep_mask_", root));
+    out.mutable_node(keep).local = true;
+    return keep;
+  }
+  const TensorType t = MaskType(m, g);
+  const ValueId zeros = out.AddConstant(kiln::zeros(t.shape, t.dtype, t.device),
+                                        absl::StrCat("zeros_", root));
+  out.mutable_node(zeros).local = true;
+  OpAttrs fill;
+  fill.scalar = -INFINITY;
+  return out.AddOp(OpId::kMaskedFill, {zeros, map[m.mask]}, fill);
+}
+
+// Rebuilds the graph with each match's root replaced by one attention node (a new mask operand
+// placed just before it).
+Graph Rewrite(const Graph& g, const std::map<ValueId, Match>& matches) {
+  Graph out;
+  std::vector<ValueId> map(g.num_values(), -1);
+  for (ValueId v = 0; v < g.num_values(); ++v) {
+    const Node& n = g.node(v);
+    if (n.kind == NodeKind::kInput) {
+      map[v] = out.AddInput(n.type, n.name);
+      continue;
+    }
+    auto it = matches.find(v);
+    if (it == matches.end()) {
+      Node copy = n;
+      for (ValueId& in : copy.inputs) in = map[in];
+      map[v] = out.AddNode(std::move(copy));
+      continue;
+    }
+    const Match& m = it->second;
+    absl::InlinedVector<ValueId, 4> ins = {map[m.q], map[m.k], map[m.v]};
+    if (m.mask >= 0 && !m.causal) ins.push_back(MaskOperand(g, m, map, out, v));
+    OpAttrs a;
+    a.scale = m.scale;
+    a.is_causal = m.causal;
+    map[v] = out.AddOpWithType(OpId::kScaledDotProductAttention, ins, a, n.type);
+    out.mutable_node(map[v]).sym_dims = n.sym_dims;
+  }
+  std::vector<ValueId> outs;
+  for (ValueId v : g.outputs()) outs.push_back(map[v]);
+  out.SetOutputs(std::move(outs));
+  out.mutable_input_updates() = g.input_updates();
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> AttentionFusion::Run(Graph& graph, PassContext& ctx) {
+  if (!ctx.fuse_attention) return false;
+  std::map<ValueId, Match> matches;
+  Matcher matcher(graph, ctx);
+  for (ValueId v = 0; v < graph.num_values(); ++v) {
+    Match m;
+    if (!matcher.Run(v, &m)) continue;
+    std::vector<TensorType> types = {graph.type(m.q), graph.type(m.k), graph.type(m.v)};
+    if (m.mask >= 0 && !m.causal) types.push_back(MaskType(m, graph));
+    OpAttrs a;
+    a.scale = m.scale;
+    a.is_causal = m.causal;
+    try {  // the attention op's own rules (shapes, mask broadcast) have the last word
+      const TensorType t =
+          InferTypesOrThrow(GetOpDef(OpId::kScaledDotProductAttention), types, a);
+      if (!(t == graph.type(v))) continue;
+    } catch (const Error& e) {
+      ctx.explain.push_back(absl::StrCat(kLog, "not fused: the attention ending at %", v, ": ",
+                                         e.what()));
+      continue;
+    }
+    ctx.explain.push_back(absl::StrCat(kLog, "%", v, " and its scores chain became one ",
+                                       "scaled_dot_product_attention (scale ", m.scale,
+                                       m.causal ? ", causal" : "",
+                                       m.mask >= 0 && !m.causal ? ", with a mask" : "", ")"));
+    matches.emplace(v, m);
+  }
+  if (matches.empty()) return false;
+  graph = Rewrite(graph, matches);
+  return true;
+}
+
+}  // namespace kiln::passes
