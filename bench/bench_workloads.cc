@@ -222,6 +222,7 @@ std::vector<Workload> MakeWorkloads() {
   att.extra_eager.emplace_back("eager_inplace", [](const auto& a, const auto&) {
     return Outputs{causal_attention(a[0], a[1], a[2], a[3], true)};
   });
+  att.frozen_acts = {3};  // the causal mask: a buffer, frozen with the weights
   att.extra_eager.emplace_back("sdpa", [](const auto& a, const auto&) {  // kiln's flash kernel
     return Outputs{scaled_dot_product_attention(a[0], a[1], a[2], {}, /*is_causal=*/true)};
   });

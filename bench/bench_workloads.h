@@ -51,6 +51,7 @@ struct Workload {
   double amount = 0.0;                                      // bytes for tbps, flops for tflops
   bool compiled = true;                                     // has compiled modes
   std::vector<std::pair<std::string, StepFn>> extra_eager;  // e.g. "eager_inplace"
+  std::vector<int> frozen_acts;  // activations frozen as constants in the frozen compiled rows
 };
 
 std::vector<Workload> MakeWorkloads();

@@ -38,6 +38,7 @@
 //    "error"}}}   (missing values are null or absent)
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -99,7 +100,24 @@ void MakeCompiledStep(const Workload& w, const std::shared_ptr<InputSet>& set, b
   } else {  // frozen weights, like torch.compile with freezing: GEMM merge may fold them
     o.freeze_weights = true;
     const std::vector<Tensor> weights = Tensors(set->weights);
-    traced = [fn, weights](const std::vector<Tensor>& in) { return fn(in, weights); };
+    // Activations that are buffers (attention's causal mask) are frozen too: the compiler reads
+    // the mask at compile time and finds it causal.
+    const std::vector<int> frozen = w.frozen_acts;
+    const std::vector<Tensor> acts = Tensors(set->acts);
+    row->compiled_inputs.clear();
+    for (size_t i = 0; i < acts.size(); ++i) {
+      if (std::find(frozen.begin(), frozen.end(), int(i)) == frozen.end()) {
+        row->compiled_inputs.push_back(acts[i]);
+      }
+    }
+    traced = [fn, weights, frozen, acts](const std::vector<Tensor>& in) {
+      std::vector<Tensor> full;
+      for (size_t i = 0, next = 0; i < acts.size(); ++i) {
+        const bool buffer = std::find(frozen.begin(), frozen.end(), int(i)) != frozen.end();
+        full.push_back(buffer ? acts[i] : in[next++]);
+      }
+      return fn(full, weights);
+    };
   }
   row->compiled =
       std::make_shared<kiln::CompiledFn>(kiln::compile(traced, row->compiled_inputs, o));

@@ -255,11 +255,13 @@ class Frozen(torch.nn.Module):
     def __init__(self, fn, weights):
         super().__init__()
         self.fn = fn
-        self.params = torch.nn.ParameterList(
-            [torch.nn.Parameter(t, requires_grad=False) for t in weights])
+        self.n = len(weights)
+        # Plain named parameters: dynamo cannot unpack a ParameterList with `*` (torch 2.11).
+        for i, t in enumerate(weights):
+            self.register_parameter(f"w{i}", torch.nn.Parameter(t, requires_grad=False))
 
     def forward(self, *acts):
-        return self.fn(*acts, *self.params)
+        return self.fn(*acts, *[getattr(self, f"w{i}") for i in range(self.n)])
 
 
 def capture(fn, args, ctx=contextlib.nullcontext):

@@ -553,7 +553,9 @@ TEST(ProfilerCupti, MlpKernelsMatchTheFusionTests) {
   Generator gen(21);
   GeGLUMLP mlp(768, 3072, gen, ModuleOptions{DType::kBFloat16, CUDA(0)});
   const Tensor x = randn({8192, 768}, gen, DType::kBFloat16, CUDA(0));
-  CompiledFn compiled = compile(mlp, x);
+  CompileOptions frozen;
+  frozen.freeze_weights = true;  // GEMM merge: gate and up in one GEMM
+  CompiledFn compiled = compile(mlp, x, frozen);
   const int steps = 3;
   auto profile = [&](const std::function<void()>& step) {
     step();  // warm: kernels compiled, GEMMs planned
