@@ -61,6 +61,8 @@ constexpr AttrKey kAttrKeys[] = {
     {"approximate", kAttrApproximate},
     {"dtype", kAttrDType},
     {"epilogue", kAttrEpilogue},
+    {"k", kAttrTopK},
+    {"largest", kAttrTopK},
 };
 constexpr int kNumAttrKeys = sizeof(kAttrKeys) / sizeof(kAttrKeys[0]);
 
@@ -479,6 +481,8 @@ absl::Status Parser::AttrValue(absl::string_view key, OpAttrs* a) {
   if (key == "transpose_b") return Set(Bool(what), &a->transpose_b);
   if (key == "dtype") return Set(ParseDType("for 'dtype'"), &a->dtype);
   if (key == "epilogue") return EpilogueValue(&a->epilogue);
+  if (key == "k") return Set(Integer(what), &a->k);
+  if (key == "largest") return Set(Bool(what), &a->largest);
   // approximate
   SkipSpace();
   const size_t start = pos_;

@@ -91,6 +91,9 @@ std::string PrintAttrs(const OpDef& def, const OpAttrs& a) {
     parts.push_back(a.approximate == GeluApprox::kTanh ? "approximate=tanh" : "approximate=none");
   }
   if (f & kAttrDType) parts.push_back(absl::StrCat("dtype=", ShortDTypeName(a.dtype)));
+  if (f & kAttrTopK) {
+    parts.push_back(absl::StrCat("k=", a.k, ", largest=", a.largest ? "true" : "false"));
+  }
   if ((f & kAttrEpilogue) && a.epilogue != Epilogue::kNone) {
     parts.push_back(absl::StrCat("epilogue=", EpilogueName(a.epilogue)));
   }

@@ -67,9 +67,39 @@ enum class OpId : uint16_t {
   kContiguous,
   kTriu,
   kTril,
+  // elementwise math and comparisons (exact on integers: ops/cpu/typed_elementwise.h)
+  kAbs,
+  kSin,
+  kCos,
+  kPowScalar,
+  kClampMin,  // clamp(x, min) = max(x, min) with a scalar bound
+  kClampMax,
+  kEqScalar,
+  kNeScalar,
+  kLtScalar,
+  kLeScalar,
+  kGtScalar,
+  kGeScalar,
+  kPow,
+  kMinimum,
+  kMaximum,
+  kEq,
+  kNe,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  // indexing, joining and selection
+  kEmbedding,
+  kIndexSelect,
+  kGather,
+  kCat,
+  kArgMax,
+  kTopK,   // the indices of the k largest (or smallest); values are a gather of them
   kNumOps  // must stay last
 };
 inline constexpr int kNumOps = static_cast<int>(OpId::kNumOps);
+inline constexpr int kMaxCatInputs = 1024;  // cat's arity limit
 
 // How passes treat an op (TVM's TOpPattern): fusion keys on this alone.
 enum class FusionKind : uint8_t { kElementwise, kBroadcast, kReduction, kMatmul, kView, kOpaque };
@@ -99,6 +129,8 @@ struct OpAttrs {
   GeluApprox approximate = GeluApprox::kNone;
   DType dtype = DType::kFloat32;        // cast
   Epilogue epilogue = Epilogue::kNone;  // linear
+  int64_t k = 0;                        // topk
+  bool largest = true;                  // topk
   friend bool operator==(const OpAttrs&, const OpAttrs&) = default;
 };
 
@@ -117,6 +149,7 @@ enum AttrField : uint32_t {
   kAttrApproximate = 1u << 10,
   kAttrDType = 1u << 11,
   kAttrEpilogue = 1u << 12,
+  kAttrTopK = 1u << 13,  // k and largest
 };
 
 struct OpDef;

@@ -4,7 +4,9 @@
 #include <cmath>
 
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/typed_elementwise.h"
 #include "ops/cuda/elementwise_cuda.h"
+#include "ops/cuda/index_cuda.h"
 #include "ops/cuda/matmul_cuda.h"
 #include "ops/cuda/reduce_cuda.h"
 #include "ops/infer.h"
@@ -49,6 +51,33 @@ double FMul(const double* x, A) { return x[0] * x[1]; }
 double FDiv(const double* x, A) { return x[0] / x[1]; }
 double FWhere(const double* x, A) { return x[0] != 0 ? x[1] : x[2]; }
 double FMaskedFill(const double* x, A a) { return x[1] != 0 ? a.scalar : x[0]; }
+double FAbs(const double* x, A) { return std::fabs(x[0]); }
+double FSin(const double* x, A) { return std::sin(x[0]); }
+double FCos(const double* x, A) { return std::cos(x[0]); }
+double FPow(const double* x, A) { return std::pow(x[0], x[1]); }
+double FPowScalar(const double* x, A a) { return std::pow(x[0], a.scalar); }
+double Minimum(double p, double q) { return std::isnan(p) || p < q ? p : q; }
+double Maximum(double p, double q) { return std::isnan(p) || p > q ? p : q; }
+double FMinimum(const double* x, A) { return Minimum(x[0], x[1]); }
+double FMaximum(const double* x, A) { return Maximum(x[0], x[1]); }
+double FClampMin(const double* x, A a) {
+  return std::isnan(a.scalar) ? a.scalar : Maximum(x[0], a.scalar);
+}
+double FClampMax(const double* x, A a) {
+  return std::isnan(a.scalar) ? a.scalar : Minimum(x[0], a.scalar);
+}
+double FEq(const double* x, A) { return x[0] == x[1]; }
+double FNe(const double* x, A) { return x[0] != x[1]; }
+double FLt(const double* x, A) { return x[0] < x[1]; }
+double FLe(const double* x, A) { return x[0] <= x[1]; }
+double FGt(const double* x, A) { return x[0] > x[1]; }
+double FGe(const double* x, A) { return x[0] >= x[1]; }
+double FEqScalar(const double* x, A a) { return x[0] == a.scalar; }
+double FNeScalar(const double* x, A a) { return x[0] != a.scalar; }
+double FLtScalar(const double* x, A a) { return x[0] < a.scalar; }
+double FLeScalar(const double* x, A a) { return x[0] <= a.scalar; }
+double FGtScalar(const double* x, A a) { return x[0] > a.scalar; }
+double FGeScalar(const double* x, A a) { return x[0] >= a.scalar; }
 
 constexpr auto kEw = FusionKind::kElementwise;
 constexpr auto kBc = FusionKind::kBroadcast;
@@ -64,6 +93,13 @@ constexpr OpDef Ew(OpId id, const char* name, int arity, FusionKind kind, uint32
   return OpDef{id,      name,  arity, arity,
                kind,    attrs, infer, cpu::Elementwise,
                nullptr, fn,    expr,  cuda_ops::Elementwise};
+}
+// An elementwise row whose CPU kernel computes in the operands' common type (integers exactly,
+// ops/cpu/typed_elementwise.h); fusion and the CUDA kernel use `fn` and `expr` as above.
+constexpr OpDef TypedEw(OpId id, const char* name, int arity, FusionKind kind, uint32_t attrs,
+                        InferFn infer, KernelFn cpu, ScalarFn fn, std::string_view expr) {
+  return OpDef{id,    name, arity,   arity, kind, attrs,
+               infer, cpu,  nullptr, fn,    expr, cuda_ops::Elementwise};
 }
 constexpr OpDef Op(OpId id, const char* name, int min_in, int max_in, FusionKind kind,
                    uint32_t attrs, InferFn infer, KernelFn cpu, KernelFn cuda) {
@@ -119,6 +155,46 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   Op(O::kContiguous, "contiguous", 1, 1, kOpq, 0, infer::Same, cpu::Copy, cuda_ops::Copy),
   Op(O::kTriu, "triu", 1, 1, kOpq, kAttrDiagonal, infer::TriMask, cpu::Triu, cuda_ops::Triu),
   Op(O::kTril, "tril", 1, 1, kOpq, kAttrDiagonal, infer::TriMask, cpu::Tril, cuda_ops::Tril),
+  // Typed rows: $0 < 0 etc. keep the expressions valid for integer operands; NaN propagates
+  // through minimum/maximum/clamp; pow rounds integral results (exact integer powers on CUDA) and casts the
+  // exponent to the base's compute type (NVRTC has no pow(double, float)).
+  TypedEw(O::kAbs, "abs", 1, kEw, 0, infer::UnarySame, cpu::TypedElementwise<cpu::AbsOp>, FAbs,
+          "(($0) < 0 ? -($0) : ($0) + 0)"),
+  Ew(O::kSin, "sin", 1, kEw, 0, infer::UnaryFloat, FSin, "sinf($0)"),
+  Ew(O::kCos, "cos", 1, kEw, 0, infer::UnaryFloat, FCos, "cosf($0)"),
+  TypedEw(O::kPowScalar, "pow_scalar", 1, kEw, kAttrScalar, infer::PowScalar,
+          cpu::TypedElementwise<cpu::PowOp>, FPowScalar,
+          "($scalar >= 0 && ($0) == rint($0) && $scalar == rint($scalar) ? rint(pow($0, (decltype(($0) + 0))$scalar)) : pow($0, (decltype(($0) + 0))$scalar))"),
+  TypedEw(O::kClampMin, "clamp_min", 1, kEw, kAttrScalar, infer::ClampScalar,
+          cpu::TypedElementwise<cpu::ClampMinOp>, FClampMin,
+          "(($0) != ($0) ? ($0) : (($0) < $scalar || $scalar != $scalar) ? $scalar : ($0))"),
+  TypedEw(O::kClampMax, "clamp_max", 1, kEw, kAttrScalar, infer::ClampScalar,
+          cpu::TypedElementwise<cpu::ClampMaxOp>, FClampMax,
+          "(($0) != ($0) ? ($0) : (($0) > $scalar || $scalar != $scalar) ? $scalar : ($0))"),
+  TypedEw(O::kEqScalar, "eq_scalar", 1, kEw, kAttrScalar, infer::CompareScalar, cpu::TypedElementwise<cpu::EqOp>, FEqScalar, "(($0) == $scalar)"),
+  TypedEw(O::kNeScalar, "ne_scalar", 1, kEw, kAttrScalar, infer::CompareScalar, cpu::TypedElementwise<cpu::NeOp>, FNeScalar, "(($0) != $scalar)"),
+  TypedEw(O::kLtScalar, "lt_scalar", 1, kEw, kAttrScalar, infer::CompareScalar, cpu::TypedElementwise<cpu::LtOp>, FLtScalar, "(($0) < $scalar)"),
+  TypedEw(O::kLeScalar, "le_scalar", 1, kEw, kAttrScalar, infer::CompareScalar, cpu::TypedElementwise<cpu::LeOp>, FLeScalar, "(($0) <= $scalar)"),
+  TypedEw(O::kGtScalar, "gt_scalar", 1, kEw, kAttrScalar, infer::CompareScalar, cpu::TypedElementwise<cpu::GtOp>, FGtScalar, "(($0) > $scalar)"),
+  TypedEw(O::kGeScalar, "ge_scalar", 1, kEw, kAttrScalar, infer::CompareScalar, cpu::TypedElementwise<cpu::GeOp>, FGeScalar, "(($0) >= $scalar)"),
+  TypedEw(O::kPow, "pow", 2, kBc, 0, infer::Pow, cpu::TypedElementwise<cpu::PowOp>, FPow,
+          "(($1) >= 0 && ($0) == rint($0) && ($1) == rint($1) ? rint(pow($0, (decltype(($0) + 0))($1))) : pow($0, (decltype(($0) + 0))($1)))"),
+  TypedEw(O::kMinimum, "minimum", 2, kBc, 0, infer::MinMax, cpu::TypedElementwise<cpu::MinimumOp>, FMinimum,
+          "(($0) != ($0) || ($0) < ($1) ? ($0) : ($1))"),
+  TypedEw(O::kMaximum, "maximum", 2, kBc, 0, infer::MinMax, cpu::TypedElementwise<cpu::MaximumOp>, FMaximum,
+          "(($0) != ($0) || ($0) > ($1) ? ($0) : ($1))"),
+  TypedEw(O::kEq, "eq", 2, kBc, 0, infer::Compare, cpu::TypedElementwise<cpu::EqOp>, FEq, "(($0) == ($1))"),
+  TypedEw(O::kNe, "ne", 2, kBc, 0, infer::Compare, cpu::TypedElementwise<cpu::NeOp>, FNe, "(($0) != ($1))"),
+  TypedEw(O::kLt, "lt", 2, kBc, 0, infer::Compare, cpu::TypedElementwise<cpu::LtOp>, FLt, "(($0) < ($1))"),
+  TypedEw(O::kLe, "le", 2, kBc, 0, infer::Compare, cpu::TypedElementwise<cpu::LeOp>, FLe, "(($0) <= ($1))"),
+  TypedEw(O::kGt, "gt", 2, kBc, 0, infer::Compare, cpu::TypedElementwise<cpu::GtOp>, FGt, "(($0) > ($1))"),
+  TypedEw(O::kGe, "ge", 2, kBc, 0, infer::Compare, cpu::TypedElementwise<cpu::GeOp>, FGe, "(($0) >= ($1))"),
+  Op(O::kEmbedding, "embedding", 2, 2, kOpq, 0, infer::Embedding, cpu::Embedding, cuda_ops::Embedding),
+  Op(O::kIndexSelect, "index_select", 2, 2, kOpq, kAttrDim, infer::IndexSelect, cpu::IndexSelect, cuda_ops::IndexSelect),
+  Op(O::kGather, "gather", 2, 2, kOpq, kAttrDim, infer::Gather, cpu::Gather, cuda_ops::Gather),
+  Op(O::kCat, "cat", 1, kMaxCatInputs, kOpq, kAttrDim, infer::Cat, cpu::Cat, cuda_ops::Cat),
+  Op(O::kArgMax, "argmax", 1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ArgMax, cpu::ArgMax, cuda_ops::ArgMax),
+  Op(O::kTopK, "topk", 1, 1, kOpq, kAttrDim | kAttrTopK, infer::TopK, cpu::TopK, cuda_ops::TopK),
 }};
 // clang-format on
 
