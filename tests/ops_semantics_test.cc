@@ -9,11 +9,13 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <thread>
 
 #include "absl/strings/str_replace.h"
 #include "codegen/compile.h"
 #include "codegen/fused_kernel.h"
 #include "ir/parser.h"
+#include "ir/printer.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
 #include "runtime/nvrtc.h"
@@ -255,6 +257,66 @@ TEST(OpsSemantics, FusedSourcesCompileWithNvrtc) {
 TEST(OpsSemanticsCuda, ElementwiseRowsFuse) {
   KILN_SKIP_WITHOUT_GPU();
   ElementwiseRowsFuse(CUDA(0));
+}
+
+// topk's attributes print and parse back, and CSE keeps two topk calls with different k apart.
+TEST(OpsSemantics, TopKAttributesInTheIr) {
+  const auto fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{topk(in[0], 2, -1, false).indices, topk(in[0], 3).indices,
+                               argmax(in[0], 0, true), cat({in[0], in[0]}, 1)};
+  };
+  const std::vector<Tensor> in = {from_vector({4, 1, 3, 2, 9, 0}, {2, 3})};
+  CompiledFn f = compile(fn, in);
+  const std::string text = f.report(in).final_graph;
+  EXPECT_NE(text.find("{dim=-1, k=2, largest=false}"), std::string::npos) << text;
+  EXPECT_NE(text.find("{dim=-1, k=3, largest=true}"), std::string::npos) << text;
+  absl::StatusOr<ir::Graph> g = ir::ParseGraph(text);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(ir::PrintGraph(*g), text);
+  const std::vector<Tensor> got = f(in), want = fn(in);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(Vals(got[i]), Vals(want[i])) << i;
+}
+
+TEST(OpsSemantics, ItemOfATracedValueIsAnError) {
+  const auto fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{in[0] * item(sum(in[0]))};
+  };
+  try {
+    compile(fn, {ones({2})});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("item:"), std::string::npos) << e.what();
+  }
+}
+
+// The kernels keep no state between calls (the CUDA index flag is per launch): the same calls
+// from several threads give the single-threaded answers.
+void ThreadsAgree(Device device) {
+  Generator gen(21);
+  const Tensor w = randn({50, 16}, gen, DType::kFloat32, device);
+  const Tensor ids = to(from_vector({3, 49, 0, 7, 7, 12}, {2, 3}, DType::kInt64), device);
+  const auto work = [&] {
+    std::vector<double> out = Vals(embedding(ids, w));
+    for (double v : Vals(topk(w, 5, 0).indices)) out.push_back(v);
+    for (double v : Vals(argmax(w, 1))) out.push_back(v);
+    for (double v : Vals(cat({w, w * 2.0}, 1) > 0.5)) out.push_back(v);
+    return out;
+  };
+  const std::vector<double> want = work();
+  std::vector<std::vector<double>> got(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) got[t] = work();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const auto& g : got) EXPECT_EQ(g, want);
+}
+TEST(OpsSemantics, ThreadsAgreeOnCpu) { ThreadsAgree(kCPU); }
+TEST(OpsSemanticsCuda, ThreadsAgree) {
+  KILN_SKIP_WITHOUT_GPU();
+  ThreadsAgree(CUDA(0));
 }
 
 }  // namespace
