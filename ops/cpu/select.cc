@@ -45,6 +45,15 @@ void ForEachRowOf(const Tensor& x, const Tensor& out, int64_t d, F&& fn) {
   ForEachElement(outer, strides, [&](const int64_t* off) { fn(off[0], off[1]); });
 }
 
+// `out` (a reduction's result without keepdim) viewed with a size-1 dim re-inserted at d.
+Tensor KeepDim(const Tensor& out, int64_t d) {
+  Shape shape = out.shape();
+  Strides strides = out.strides();
+  shape.insert(shape.begin() + d, 1);
+  strides.insert(strides.begin() + d, 0);
+  return out.as_strided(shape, strides, out.offset());
+}
+
 }  // namespace
 
 void ArgMax(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
@@ -63,19 +72,7 @@ void ArgMax(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const 
     return;
   }
   const int64_t d = a.dims[0] < 0 ? a.dims[0] + x.dim() : a.dims[0];
-  const Tensor out_kept = a.keepdim ? out
-                                    : out.as_strided(
-                                          [&] {
-                                            Shape s = out.shape();
-                                            s.insert(s.begin() + d, 1);
-                                            return s;
-                                          }(),
-                                          [&] {
-                                            Strides s = out.strides();
-                                            s.insert(s.begin() + d, 0);
-                                            return s;
-                                          }(),
-                                          out.offset());
+  const Tensor out_kept = a.keepdim ? out : KeepDim(out, d);
   const int64_t n = x.size(d), stride = x.stride(d);
   ForEachRowOf(x, out_kept, d, [&](int64_t in_off, int64_t out_off) {
     Key best = ReadKey(x, in_off);

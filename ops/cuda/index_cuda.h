@@ -2,12 +2,13 @@
 // index_select, gather, cat, argmax and topk, over inputs of any strides.
 //
 // Out-of-range indices. The gather kernel writes zeros for a bad index and raises a flag in a
-// small device buffer; the launcher waits for the stream (one cudaMemcpy of 4 bytes: ~10-20 us
-// of host time, and the host stops running ahead of the GPU at that op) and, if the flag is set,
-// copies the indices to the host and throws the same kiln::Error (kOutOfRange) as the CPU kernel,
-// naming the op, the bad index and its position. Nothing is left in a sticky CUDA error state.
-// While the stream is being captured into a CUDA graph the launcher cannot wait: the kernel then
-// raises a device-global flag instead, which CheckCapturedIndexErrors() reads after a replay.
+// small device buffer; the launcher waits for the stream (a 4-byte copy: the queued work plus
+// ~10 us of host time, estimated, and the host stops running ahead of the GPU at that op) and,
+// if the flag is set, copies the indices to the host and throws the same kiln::Error
+// (kOutOfRange) as the CPU kernel, naming the op, the bad index and its position. Nothing is
+// left in a sticky CUDA error state. While the stream is being captured into a CUDA graph the
+// launcher cannot wait: the kernel then raises a device-global flag instead, which
+// CheckCapturedIndexErrors() reads after a replay.
 //
 //   Tensor e = embedding(ids, wte);   // ids on CUDA with a value >= wte.size(0): kiln::Error
 #pragma once
