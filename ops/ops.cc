@@ -246,7 +246,7 @@ Tensor clamp_max(const Tensor& x, double max) { return WithScalar(OpId::kClampMa
 
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
   KILN_CHECK(min.has_value() || max.has_value(), "clamp: at least one of min and max must be ",
-             "given (operand: ", Describe(x.type()), ")");
+             "given (operand: ", x.defined() ? Describe(x.type()) : "undefined", ")");
   Tensor y = min ? clamp_min(x, *min) : x;
   return max ? clamp_max(y, *max) : y;
 }

@@ -293,6 +293,18 @@ const std::vector<BadCase>& Cases() {
        },
        {"item:", "4 elements", "[2, 2]"}},
       {"item_meta", [] { item(F({1}, DType::kFloat32, kMeta)); }, {"item:", "meta"}},
+      {"undefined_new_ops",
+       [] { clamp(Tensor(), std::nullopt, std::nullopt); },
+       {"clamp:", "undefined"}},
+      {"undefined_cat",
+       [] {
+         cat({F({2}), Tensor()});
+       },
+       {"cat:", "undefined"}},
+      {"undefined_stack", [] { stack({Tensor()}); }, {"stack:", "undefined"}},
+      {"undefined_split", [] { split(Tensor(), 1); }, {"split:", "undefined"}},
+      {"undefined_topk", [] { topk(Tensor(), 1); }, {"topk:", "undefined"}},
+      {"undefined_item", [] { item(Tensor()); }, {"item:", "undefined"}},
       {"item_nan_to_int", [] { item<int64_t>(full({}, NAN)); }, {"item:", "nan", "integer"}},
   };
   return *cases;
