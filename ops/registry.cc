@@ -109,6 +109,16 @@ constexpr OpDef View(OpId id, const char* name, uint32_t attrs, InferFn infer, V
   return OpDef{id, name, 1, 1, kView, attrs, infer, nullptr, view};
 }
 
+// pow's CUDA expression over any operand type (float, double, or long long where the renderer
+// computes integers in integers): in double, rounded when base and exponent are integral, so
+// that integer powers are exact while they fit in 2^53 (beyond, and for 0 ** negative, the
+// conversion back to an integer saturates where torch wraps). An exact integer kernel needs a
+// helper in the kernel prelude (kiln_pow); NVRTC compiles no lambdas here.
+#define KILN_POW_EXPR(base, exponent)                                                            \
+  "((" exponent ") >= 0 && (double)(" base ") == rint((double)(" base ")) && (double)(" exponent \
+  ") == rint((double)(" exponent ")) ? rint(pow((double)(" base "), (double)(" exponent          \
+  "))) : pow((double)(" base "), (double)(" exponent ")))"
+
 using O = OpId;
 // clang-format off
 constexpr std::array<OpDef, kNumOps> kRows = {{
@@ -155,22 +165,21 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   Op(O::kContiguous, "contiguous", 1, 1, kOpq, 0, infer::Same, cpu::Copy, cuda_ops::Copy),
   Op(O::kTriu, "triu", 1, 1, kOpq, kAttrDiagonal, infer::TriMask, cpu::Triu, cuda_ops::Triu),
   Op(O::kTril, "tril", 1, 1, kOpq, kAttrDiagonal, infer::TriMask, cpu::Tril, cuda_ops::Tril),
-  // Typed rows: $0 < 0 etc. keep the expressions valid for integer operands; NaN propagates
-  // through minimum/maximum/clamp; pow rounds integral results (exact integer powers on CUDA) and casts the
-  // exponent to the base's compute type (NVRTC has no pow(double, float)).
+  // Typed rows: the expressions stay valid whatever the operands' compute type (float, double,
+  // or long long where the renderer computes integers in integers): NaN propagates through
+  // minimum/maximum/clamp, clamp's scalar takes the operand's type, pow is KILN_POW_EXPR.
   TypedEw(O::kAbs, "abs", 1, kEw, 0, infer::UnarySame, cpu::TypedElementwise<cpu::AbsOp>, FAbs,
           "(($0) < 0 ? -($0) : ($0) + 0)"),
   Ew(O::kSin, "sin", 1, kEw, 0, infer::UnaryFloat, FSin, "sinf($0)"),
   Ew(O::kCos, "cos", 1, kEw, 0, infer::UnaryFloat, FCos, "cosf($0)"),
   TypedEw(O::kPowScalar, "pow_scalar", 1, kEw, kAttrScalar, infer::PowScalar,
-          cpu::TypedElementwise<cpu::PowOp>, FPowScalar,
-          "($scalar >= 0 && ($0) == rint($0) && $scalar == rint($scalar) ? rint(pow($0, (decltype(($0) + 0))$scalar)) : pow($0, (decltype(($0) + 0))$scalar))"),
+          cpu::TypedElementwise<cpu::PowOp>, FPowScalar, KILN_POW_EXPR("$0", "$scalar")),
   TypedEw(O::kClampMin, "clamp_min", 1, kEw, kAttrScalar, infer::ClampScalar,
           cpu::TypedElementwise<cpu::ClampMinOp>, FClampMin,
-          "(($0) != ($0) ? ($0) : (($0) < $scalar || $scalar != $scalar) ? $scalar : ($0))"),
+          "(($0) != ($0) ? ($0) : (($0) < $scalar || $scalar != $scalar) ? (decltype(($0) + 0))$scalar : ($0))"),
   TypedEw(O::kClampMax, "clamp_max", 1, kEw, kAttrScalar, infer::ClampScalar,
           cpu::TypedElementwise<cpu::ClampMaxOp>, FClampMax,
-          "(($0) != ($0) ? ($0) : (($0) > $scalar || $scalar != $scalar) ? $scalar : ($0))"),
+          "(($0) != ($0) ? ($0) : (($0) > $scalar || $scalar != $scalar) ? (decltype(($0) + 0))$scalar : ($0))"),
   TypedEw(O::kEqScalar, "eq_scalar", 1, kEw, kAttrScalar, infer::CompareScalar, cpu::TypedElementwise<cpu::EqOp>, FEqScalar, "(($0) == $scalar)"),
   TypedEw(O::kNeScalar, "ne_scalar", 1, kEw, kAttrScalar, infer::CompareScalar, cpu::TypedElementwise<cpu::NeOp>, FNeScalar, "(($0) != $scalar)"),
   TypedEw(O::kLtScalar, "lt_scalar", 1, kEw, kAttrScalar, infer::CompareScalar, cpu::TypedElementwise<cpu::LtOp>, FLtScalar, "(($0) < $scalar)"),
@@ -178,7 +187,7 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   TypedEw(O::kGtScalar, "gt_scalar", 1, kEw, kAttrScalar, infer::CompareScalar, cpu::TypedElementwise<cpu::GtOp>, FGtScalar, "(($0) > $scalar)"),
   TypedEw(O::kGeScalar, "ge_scalar", 1, kEw, kAttrScalar, infer::CompareScalar, cpu::TypedElementwise<cpu::GeOp>, FGeScalar, "(($0) >= $scalar)"),
   TypedEw(O::kPow, "pow", 2, kBc, 0, infer::Pow, cpu::TypedElementwise<cpu::PowOp>, FPow,
-          "(($1) >= 0 && ($0) == rint($0) && ($1) == rint($1) ? rint(pow($0, (decltype(($0) + 0))($1))) : pow($0, (decltype(($0) + 0))($1)))"),
+          KILN_POW_EXPR("$0", "$1")),
   TypedEw(O::kMinimum, "minimum", 2, kBc, 0, infer::MinMax, cpu::TypedElementwise<cpu::MinimumOp>, FMinimum,
           "(($0) != ($0) || ($0) < ($1) ? ($0) : ($1))"),
   TypedEw(O::kMaximum, "maximum", 2, kBc, 0, infer::MinMax, cpu::TypedElementwise<cpu::MaximumOp>, FMaximum,

@@ -289,6 +289,26 @@ TEST(OpsSemantics, ItemOfATracedValueIsAnError) {
   }
 }
 
+// The kernel-IR renderer computes integer instructions in long long: every elementwise row that
+// takes integers must compile with long long operands (and a float scalar) too, and pow's
+// expression must give exact integer powers there. Compiled with NVRTC; no GPU needed.
+TEST(OpsSemantics, IntegerCapableExpressionsCompileWithLongLongOperands) {
+  std::string body;
+  int rows = 0;
+  for (OpId id : {OpId::kAbs, OpId::kPowScalar, OpId::kClampMin, OpId::kClampMax, OpId::kEqScalar,
+                  OpId::kLtScalar, OpId::kPow, OpId::kMinimum, OpId::kMaximum, OpId::kEq, OpId::kNe,
+                  OpId::kLt, OpId::kLe, OpId::kGt, OpId::kGe}) {
+    const std::string expr = absl::StrReplaceAll(
+        std::string(GetOpDef(id).cuda_expr), {{"$0", "a0"}, {"$1", "a1"}, {"$scalar", "scalar"}});
+    absl::StrAppend(&body, "  out[", rows++, "] = (long long)(", expr, ");\n");
+  }
+  const std::string src = absl::StrCat(
+      "extern \"C\" __global__ void k(long long* out, const long long* in, float scalar) {\n",
+      "  const long long a0 = in[0], a1 = in[1];\n", body, "}\n");
+  absl::StatusOr<std::string> ptx = cuda::CompileSource(src, "long_long_rows", "compute_90", false);
+  EXPECT_TRUE(ptx.ok()) << ptx.status().message() << "\n" << src;
+}
+
 // The kernels keep no state between calls (the CUDA index flag is per launch): the same calls
 // from several threads give the single-threaded answers.
 void ThreadsAgree(Device device) {
