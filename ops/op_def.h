@@ -149,7 +149,7 @@ enum AttrField : uint32_t {
   kAttrApproximate = 1u << 10,
   kAttrDType = 1u << 11,
   kAttrEpilogue = 1u << 12,
-  kAttrTopK = 1u << 13,  // k and largest
+  kAttrTopK = 1u << 15,  // k and largest (13 and 14 are taken on main: strided, attention)
 };
 
 struct OpDef;
