@@ -18,7 +18,8 @@
 // agree except with a probability of about 1e-8 per sample.
 #pragma once
 
-#include <cmath>
+#include <math.h>  // ::sqrt, ::log, ::cos, ::sin on host and device
+
 #include <cstdint>
 
 #if defined(__CUDACC__)
@@ -91,8 +92,8 @@ KILN_PHILOX_FN Normal2 BoxMuller(uint32_t u_bits, uint32_t angle_bits) {
   const double two_pow_m32 = 1.0 / 4294967296.0;
   const double u = (static_cast<double>(u_bits) + 0.5) * two_pow_m32;
   const double theta = 6.283185307179586 * (static_cast<double>(angle_bits) * two_pow_m32);
-  const double r = sqrt(-2.0 * log(u));
-  return {static_cast<float>(r * cos(theta)), static_cast<float>(r * sin(theta))};
+  const double r = ::sqrt(-2.0 * ::log(u));  // global: kiln::log is the tensor op
+  return {static_cast<float>(r * ::cos(theta)), static_cast<float>(r * ::sin(theta))};
 }
 
 // Sample i of a normal draw starting at block `base`: lanes (x, y) give samples 0 and 1 of a
