@@ -66,6 +66,8 @@ constexpr AttrKey kAttrKeys[] = {
     {"scale", kAttrAttention},
     {"is_causal", kAttrAttention},
     {"enable_gqa", kAttrAttention},
+    {"k", kAttrTopK},
+    {"largest", kAttrTopK},
 };
 constexpr int kNumAttrKeys = sizeof(kAttrKeys) / sizeof(kAttrKeys[0]);
 
@@ -508,6 +510,8 @@ absl::Status Parser::AttrValue(absl::string_view key, OpAttrs* a) {
   if (key == "scale") return Set(Number(what), &a->scale);
   if (key == "is_causal") return Set(Bool(what), &a->is_causal);
   if (key == "enable_gqa") return Set(Bool(what), &a->enable_gqa);
+  if (key == "k") return Set(Integer(what), &a->k);
+  if (key == "largest") return Set(Bool(what), &a->largest);
   // approximate
   SkipSpace();
   const size_t start = pos_;

@@ -99,6 +99,9 @@ std::string PrintAttrs(const OpDef& def, const OpAttrs& a) {
     parts.push_back(
         absl::StrCat("strides=[", absl::StrJoin(a.strides, ", "), "], offset=", a.offset));
   }
+  if (f & kAttrTopK) {
+    parts.push_back(absl::StrCat("k=", a.k, ", largest=", a.largest ? "true" : "false"));
+  }
   if ((f & kAttrEpilogue) && a.epilogue != Epilogue::kNone) {
     parts.push_back(absl::StrCat("epilogue=", EpilogueName(a.epilogue)));
   }

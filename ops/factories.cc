@@ -5,7 +5,9 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "ops/cuda/random_kernels.h"
 #include "ops/ops.h"
+#include "runtime/cuda.h"
 #include "runtime/status.h"
 
 namespace kiln {
@@ -44,14 +46,49 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
 
 Tensor arange(int64_t end, DType dtype, Device device) { return arange(0, end, 1, dtype, device); }
 
+namespace {
+
+// A Philox draw of numel(shape) samples (uniform or normal) from `gen`: on CUDA filled by the
+// device kernel, elsewhere on the host, with the same numbers (runtime/philox.h).
+Tensor RandomDraw(IntList shape, Generator& gen, DType dtype, Device device, bool normal) {
+  KILN_CHECK(IsFloatingPoint(dtype), normal ? "randn" : "rand",
+             ": dtype must be floating point, got ", DTypeName(dtype));
+  Tensor out = Tensor::Empty(shape, dtype, device);
+  const int64_t n = out.numel();
+  const uint64_t base = gen.Reserve(static_cast<uint64_t>((n + 3) / 4));
+  if (device.is_meta() || n == 0) return out;
+  if (device.is_cuda()) {
+    const auto t = dtype == DType::kFloat32   ? cuda_kernels::ElemType::kF32
+                   : dtype == DType::kFloat16 ? cuda_kernels::ElemType::kF16
+                                              : cuda_kernels::ElemType::kBF16;
+    KILN_CUDA_CHECK(cuda_kernels::FillRandom(out.data_ptr(), n, t, gen.key(), base, normal,
+                                             cuda::CurrentStream()));
+    return out;
+  }
+  const StoreFn store = StorerFor(dtype);
+  for (int64_t b = 0; 4 * b < n; ++b) {
+    const philox::Uint4 r = philox::Block(gen.key(), base + static_cast<uint64_t>(b));
+    float v[4];
+    if (normal) {
+      const philox::Normal2 z0 = philox::BoxMuller(r.x, r.y), z1 = philox::BoxMuller(r.z, r.w);
+      v[0] = z0.a, v[1] = z0.b, v[2] = z1.a, v[3] = z1.b;
+    } else {
+      for (int lane = 0; lane < 4; ++lane) v[lane] = philox::ToUniform(philox::Lane(r, lane));
+    }
+    for (int lane = 0; lane < 4 && 4 * b + lane < n; ++lane)
+      store(out.data_ptr(), 4 * b + lane, v[lane]);
+  }
+  return out;
+}
+
+}  // namespace
+
 Tensor randn(IntList shape, Generator& gen, DType dtype, Device device) {
-  KILN_CHECK(IsFloatingPoint(dtype), "randn: dtype must be floating point, got ", DTypeName(dtype));
-  return FillOnHost(shape, dtype, device, [&gen](int64_t) { return gen.Normal(); });
+  return RandomDraw(shape, gen, dtype, device, /*normal=*/true);
 }
 
 Tensor rand(IntList shape, Generator& gen, DType dtype, Device device) {
-  KILN_CHECK(IsFloatingPoint(dtype), "rand: dtype must be floating point, got ", DTypeName(dtype));
-  return FillOnHost(shape, dtype, device, [&gen](int64_t) { return gen.Uniform(); });
+  return RandomDraw(shape, gen, dtype, device, /*normal=*/false);
 }
 
 Tensor from_vector(const std::vector<double>& values, IntList shape, DType dtype, Device device) {

@@ -4,7 +4,7 @@
 //   Generator gen(0);
 //   Tensor x = randn({64, 128}, gen, DType::kBFloat16, CUDA());
 //   Tensor m = triu(ones({T, T}, DType::kBool), 1);   // causal mask
-//   std::vector<float> v = to_vector<float>(x);
+//   std::vector<double> v = to_vector(x);
 //   std::cout << x;   // tensor([[...]], dtype=bfloat16, device=cuda:0)
 #pragma once
 
@@ -25,7 +25,8 @@ Tensor ones(IntList shape, DType dtype = DType::kFloat32, Device device = kCPU);
 Tensor arange(double start, double end, double step = 1, DType dtype = DType::kInt64,
               Device device = kCPU);
 Tensor arange(int64_t end, DType dtype = DType::kInt64, Device device = kCPU);
-// Standard normal / uniform [0, 1) samples drawn from `gen` (on the CPU, then moved).
+// Standard normal / uniform [0, 1) samples drawn from `gen`'s Philox stream: the same numbers on
+// CPU and CUDA (a CUDA draw is filled on the device), with any compiler (runtime/random.h).
 Tensor randn(IntList shape, Generator& gen, DType dtype = DType::kFloat32, Device device = kCPU);
 Tensor rand(IntList shape, Generator& gen, DType dtype = DType::kFloat32, Device device = kCPU);
 

@@ -339,4 +339,41 @@ Result TriMask(Types in, const OpAttrs&) {
   return in[0];
 }
 
+DType ScalarResultType(DType t, double scalar) {
+  if (IsFloatingPoint(t)) return t;
+  if (!IsIntegral(scalar) || std::fabs(scalar) >= 9223372036854775808.0) return DType::kFloat32;
+  return t == DType::kBool ? DType::kInt64 : t;
+}
+
+Result Compare(Types in, const OpAttrs& a) {
+  KILN_ASSIGN_OR_RETURN(TensorType t, Binary(in, a));
+  t.dtype = DType::kBool;
+  return t;
+}
+
+Result CompareScalar(Types in, const OpAttrs&) {
+  return TensorType{in[0].shape, DType::kBool, in[0].device};
+}
+
+Result MinMax(Types in, const OpAttrs& a) { return Binary(in, a); }
+
+Result Pow(Types in, const OpAttrs& a) {
+  KILN_ASSIGN_OR_RETURN(TensorType t, Binary(in, a));
+  if (t.dtype == DType::kBool) return Invalid("bool tensors are not supported; cast first");
+  return t;
+}
+
+Result PowScalar(Types in, const OpAttrs& a) {
+  const DType t = ScalarResultType(in[0].dtype, a.scalar);
+  if (!IsFloatingPoint(t) && a.scalar < 0) {
+    return Invalid(absl::StrCat("integers to negative integer powers are not allowed (",
+                                DTypeName(in[0].dtype), " tensor ** ", a.scalar, ")"));
+  }
+  return TensorType{in[0].shape, t, in[0].device};
+}
+
+Result ClampScalar(Types in, const OpAttrs& a) {
+  return TensorType{in[0].shape, ScalarResultType(in[0].dtype, a.scalar), in[0].device};
+}
+
 }  // namespace kiln::infer

@@ -39,6 +39,25 @@ Result Copy(Types in, const OpAttrs& a);       // copy(self, src): self's type, 
 Result AsStrided(Types in, const OpAttrs& a);  // the window's shape, in bounds
 Result AsStridedScatter(Types in, const OpAttrs& a);  // the base's type; src has the window's
 
+// The common dtype of a tensor and a scalar operand (torch's result_type with a Python number):
+// bool becomes int64; an integer type stays unless the scalar is fractional, non-finite or
+// beyond int64, which makes it float32; a floating type stays.
+DType ScalarResultType(DType t, double scalar);
+Result Compare(Types in, const OpAttrs& a);        // eq, ne, lt, le, gt, ge: broadcast, bool
+Result CompareScalar(Types in, const OpAttrs& a);  // x (cmp) scalar: bool
+Result MinMax(Types in, const OpAttrs& a);         // minimum, maximum: broadcast + promote
+Result Pow(Types in, const OpAttrs& a);            // pow(x, y): broadcast + promote, not bool
+Result PowScalar(Types in, const OpAttrs& a);      // pow(x, scalar)
+Result ClampScalar(Types in, const OpAttrs& a);    // clamp_min / clamp_max(x, scalar)
+
+// Indexing, joining and selection (infer_indexing.cc).
+Result Embedding(Types in, const OpAttrs& a);    // weight [V, D], indices [*] -> [*, D]
+Result IndexSelect(Types in, const OpAttrs& a);  // x, 1-D index along a.dim
+Result Gather(Types in, const OpAttrs& a);       // x, index of x's rank along a.dim
+Result Cat(Types in, const OpAttrs& a);          // any number of tensors along a.dim
+Result ArgMax(Types in, const OpAttrs& a);       // along a.dims (none or one), keepdim: int64
+Result TopK(Types in, const OpAttrs& a);         // indices of the k largest along a.dim: int64
+
 // Resolves one -1 in a reshape target against `numel`; error if impossible.
 absl::StatusOr<Shape> InferReshapeSizes(IntList sizes, int64_t numel);
 

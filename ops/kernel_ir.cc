@@ -51,6 +51,7 @@ void AppendAttrKey(const OpAttrs& a, std::string* key) {
   bits(static_cast<int64_t>(a.strides.size()));
   bits(a.offset);
   bits(a.scale);
+  bits(a.k);
   const uint8_t flags[] = {a.keepdim,
                            a.all_dims,
                            a.transpose_a,
@@ -59,7 +60,8 @@ void AppendAttrKey(const OpAttrs& a, std::string* key) {
                            static_cast<uint8_t>(a.dtype),
                            static_cast<uint8_t>(a.epilogue),
                            a.is_causal,
-                           a.enable_gqa};
+                           a.enable_gqa,
+                           a.largest};
   key->append(reinterpret_cast<const char*>(flags), sizeof(flags));
 }
 

@@ -11,22 +11,68 @@
 
 namespace kiln {
 
+namespace {
+
+// Marks a module as inside one of the default forwards, so that a module overriding neither
+// gets an error instead of endless recursion.
+class DefaultForwardGuard {
+ public:
+  DefaultForwardGuard(bool& flag, const char* type) : flag_(flag) {
+    KILN_CHECK(!flag_, type, ": a module must override forward or forward_many");
+    flag_ = true;
+  }
+  ~DefaultForwardGuard() { flag_ = false; }
+
+ private:
+  bool& flag_;
+};
+
+}  // namespace
+
+Tensor Module::forward(const Tensor& x) {
+  std::vector<Tensor> out;
+  {
+    DefaultForwardGuard guard(in_default_forward_, type_name());
+    out = forward_many({x});
+  }
+  KILN_CHECK(out.size() == 1, type_name(), ": forward(x) needs exactly one output, the module ",
+             "returns ", out.size(), "; call forward_many");
+  return out[0];
+}
+
+std::vector<Tensor> Module::forward_many(const std::vector<Tensor>& inputs) {
+  KILN_CHECK(inputs.size() == 1, type_name(), " takes one input, got ", inputs.size());
+  DefaultForwardGuard guard(in_default_forward_, type_name());
+  return {forward(inputs[0])};
+}
+
+void Module::CollectNamed(bool buffers, const std::string& prefix,
+                          std::vector<std::pair<std::string, Tensor>>* out) const {
+  for (const auto& [name, t] : buffers ? buffers_ : params_) {
+    if (t.defined()) out->emplace_back(prefix + name, t);
+  }
+  for (const auto& [name, child] : children_) {
+    child->CollectNamed(buffers, absl::StrCat(prefix, name, "."), out);
+  }
+}
+
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
   std::vector<std::pair<std::string, Tensor>> out;
-  for (const auto& [name, p] : params_) {
-    if (p.defined()) out.emplace_back(name, p);
-  }
-  for (const auto& [prefix, child] : children_) {
-    for (auto& [name, p] : child->named_parameters()) {
-      out.emplace_back(absl::StrCat(prefix, ".", name), std::move(p));
-    }
-  }
+  CollectNamed(/*buffers=*/false, "", &out);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  CollectNamed(/*buffers=*/true, "", &out);
   return out;
 }
 
 void Module::to(Device device) {
-  for (auto& [name, p] : params_) {
-    if (p.defined()) p = kiln::to(p, device);
+  for (auto* list : {&params_, &buffers_}) {
+    for (auto& [name, t] : *list) {
+      if (t.defined()) t = kiln::to(t, device);
+    }
   }
   for (auto& [name, child] : children_) child->to(device);
 }
@@ -41,6 +87,17 @@ void Module::to(DType dtype) {
 Tensor& Module::RegisterParameter(std::string name, Tensor value) {
   params_.emplace_back(std::move(name), std::move(value));
   return params_.back().second;
+}
+
+Tensor& Module::RegisterBuffer(std::string name, Tensor value) {
+  buffers_.emplace_back(std::move(name), std::move(value));
+  return buffers_.back().second;
+}
+
+Tensor ModuleList::forward(const Tensor& x) {
+  Tensor h = x;
+  for (Module* m : modules_) h = (*m)(h);
+  return h;
 }
 
 namespace {
@@ -114,18 +171,18 @@ CausalSelfAttention::CausalSelfAttention(int64_t dim, int64_t heads, Generator& 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   KILN_CHECK(x.dim() == 3, "CausalSelfAttention: expected x [B, T, dim], got ", x.shape_string());
   const int64_t b = x.size(0), t_len = x.size(1), dim = x.size(2), hd = dim / heads_;
-  // Eagerly the mask is built once per length and cached; while tracing it is built inside the
-  // traced function (the compiler folds it), never cached: a traced value must not outlive the
-  // trace.
+  // The mask of the last length is cached, but never one built while tracing: that is a traced
+  // value, and an eager call reading it after compile() crashed.
   const bool tracing = CurrentDispatchHook() != nullptr;
-  if (!tracing &&
-      (!mask_.defined() || mask_.size(0) != t_len || mask_.device() != x.device())) {
-    mask_ = triu(ones({t_len, t_len}, DType::kBool, x.device()), 1);
+  Tensor mask = mask_;
+  if (tracing || !mask.defined() || mask.size(0) != t_len || mask.device() != x.device()) {
+    mask = triu(ones({t_len, t_len}, DType::kBool, x.device()), 1);
+    if (!tracing) mask_ = mask;
   }
   // [B, T, 3, H, hd] -> [3, B, H, T, hd]
   const Tensor qkv = permute(reshape(qkv_(x), {b, t_len, 3, heads_, hd}), {2, 0, 3, 1, 4});
   auto part = [&](int64_t i) { return squeeze(slice(qkv, 0, i, i + 1), 0); };
-  const Tensor y = causal_attention(part(0), part(1), part(2), tracing ? Tensor() : mask_, inplace_);
+  const Tensor y = causal_attention(part(0), part(1), part(2), mask, inplace_);
   return proj_(reshape(permute(y, {0, 2, 1, 3}), {b, t_len, dim}));
 }
 

@@ -71,9 +71,39 @@ enum class OpId : uint16_t {
   kAsStrided,         // a strided window of a tensor's contiguous layout, as a fresh tensor
   kAsStridedScatter,  // the base with src written into such a window (functional in-place)
   kScaledDotProductAttention,
+  // elementwise math and comparisons (exact on integers: ops/cpu/typed_elementwise.h)
+  kAbs,
+  kSin,
+  kCos,
+  kPowScalar,
+  kClampMin,  // clamp(x, min) = max(x, min) with a scalar bound
+  kClampMax,
+  kEqScalar,
+  kNeScalar,
+  kLtScalar,
+  kLeScalar,
+  kGtScalar,
+  kGeScalar,
+  kPow,
+  kMinimum,
+  kMaximum,
+  kEq,
+  kNe,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  // indexing, joining and selection
+  kEmbedding,
+  kIndexSelect,
+  kGather,
+  kCat,
+  kArgMax,
+  kTopK,   // the indices of the k largest (or smallest); values are a gather of them
   kNumOps  // must stay last
 };
 inline constexpr int kNumOps = static_cast<int>(OpId::kNumOps);
+inline constexpr int kMaxCatInputs = 1024;  // cat's arity limit
 
 // How passes treat an op (TVM's TOpPattern): fusion keys on this alone.
 enum class FusionKind : uint8_t { kElementwise, kBroadcast, kReduction, kMatmul, kView, kOpaque };
@@ -109,6 +139,8 @@ struct OpAttrs {
   // scaled_dot_product_attention: the scale (always resolved; the API's default is 1/sqrt(E))
   double scale = 0;
   bool is_causal = false, enable_gqa = false;
+  int64_t k = 0;                        // topk
+  bool largest = true;                  // topk
   friend bool operator==(const OpAttrs&, const OpAttrs&) = default;
 };
 
@@ -129,6 +161,7 @@ enum AttrField : uint32_t {
   kAttrEpilogue = 1u << 12,
   kAttrStrided = 1u << 13,    // strides, offset (with kAttrDims: the sizes)
   kAttrAttention = 1u << 14,  // scale, is_causal, enable_gqa
+  kAttrTopK = 1u << 15,  // k and largest (13 and 14 are taken on main: strided, attention)
 };
 
 struct OpDef;

@@ -237,4 +237,66 @@ Tensor to(const Tensor& x, Device device) {
 
 Tensor clone(const Tensor& x) { return Dispatch(OpId::kContiguous, {x}); }
 
+Tensor abs(const Tensor& x) { return Unary(OpId::kAbs, x); }
+Tensor sin(const Tensor& x) { return Unary(OpId::kSin, x); }
+Tensor cos(const Tensor& x) { return Unary(OpId::kCos, x); }
+Tensor pow(const Tensor& x, const Tensor& exponent) { return Dispatch(OpId::kPow, {x, exponent}); }
+Tensor pow(const Tensor& x, double exponent) { return WithScalar(OpId::kPowScalar, x, exponent); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kMinimum, {a, b}); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kMaximum, {a, b}); }
+Tensor clamp_min(const Tensor& x, double min) { return WithScalar(OpId::kClampMin, x, min); }
+Tensor clamp_max(const Tensor& x, double max) { return WithScalar(OpId::kClampMax, x, max); }
+
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
+  KILN_CHECK(min.has_value() || max.has_value(), "clamp: at least one of min and max must be ",
+             "given (operand: ", x.defined() ? Describe(x.type()) : "undefined", ")");
+  Tensor y = min ? clamp_min(x, *min) : x;
+  return max ? clamp_max(y, *max) : y;
+}
+
+Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max) {
+  KILN_CHECK(min.defined() || max.defined(), "clamp: at least one of min and max must be given");
+  Tensor y = min.defined() ? maximum(x, min) : x;
+  return max.defined() ? minimum(y, max) : y;
+}
+
+namespace {
+
+// torch converts a Python number to a floating tensor's dtype before comparing.
+Tensor CompareScalar(OpId id, const Tensor& x, double s) {
+  if (x.defined() && IsFloatingPoint(x.dtype())) {
+    uint64_t scratch = 0;
+    StorerFor(x.dtype())(&scratch, 0, s);
+    s = LoaderFor(x.dtype())(&scratch, 0);
+  }
+  return WithScalar(id, x, s);
+}
+
+}  // namespace
+
+Tensor eq(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kEq, {a, b}); }
+Tensor ne(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kNe, {a, b}); }
+Tensor lt(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kLt, {a, b}); }
+Tensor le(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kLe, {a, b}); }
+Tensor gt(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kGt, {a, b}); }
+Tensor ge(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kGe, {a, b}); }
+Tensor eq(const Tensor& a, double b) { return CompareScalar(OpId::kEqScalar, a, b); }
+Tensor ne(const Tensor& a, double b) { return CompareScalar(OpId::kNeScalar, a, b); }
+Tensor lt(const Tensor& a, double b) { return CompareScalar(OpId::kLtScalar, a, b); }
+Tensor le(const Tensor& a, double b) { return CompareScalar(OpId::kLeScalar, a, b); }
+Tensor gt(const Tensor& a, double b) { return CompareScalar(OpId::kGtScalar, a, b); }
+Tensor ge(const Tensor& a, double b) { return CompareScalar(OpId::kGeScalar, a, b); }
+Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
+Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }
+Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
+Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
+Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
+Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
+Tensor operator==(const Tensor& a, double b) { return eq(a, b); }
+Tensor operator!=(const Tensor& a, double b) { return ne(a, b); }
+Tensor operator<(const Tensor& a, double b) { return lt(a, b); }
+Tensor operator<=(const Tensor& a, double b) { return le(a, b); }
+Tensor operator>(const Tensor& a, double b) { return gt(a, b); }
+Tensor operator>=(const Tensor& a, double b) { return ge(a, b); }
+
 }  // namespace kiln

@@ -12,8 +12,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ops/op_def.h"
+#include "runtime/status.h"  // kiln::Error, thrown by every op on bad input
 
 namespace kiln {
 
@@ -148,6 +150,77 @@ class SdpaBackendGuard {
   SdpaBackend prev_;
 };
 SdpaBackend current_sdpa_backend();
+// More math (torch semantics; integer operands compute exactly in integers on the CPU).
+Tensor abs(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor pow(const Tensor& x, const Tensor& exponent);  // broadcasting; int ** negative int: 0, ±1
+Tensor pow(const Tensor& x, double exponent);         // an int tensor ** negative int: an error
+Tensor minimum(const Tensor& a, const Tensor& b);     // NaN propagates
+Tensor maximum(const Tensor& a, const Tensor& b);
+// clamp with either bound (std::nullopt: none); a NaN bound or value gives NaN, min > max gives
+// max, like torch. Tensor bounds broadcast (maximum, then minimum).
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max = std::nullopt);
+Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max);
+Tensor clamp_min(const Tensor& x, double min);
+Tensor clamp_max(const Tensor& x, double max);
+
+// Comparisons: bool results, broadcasting, compared in torch's common dtype (a scalar is first
+// rounded to a floating tensor's dtype, so bf16 x == 0.1 compares with bf16(0.1)).
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, double b);
+Tensor ne(const Tensor& a, double b);
+Tensor lt(const Tensor& a, double b);
+Tensor le(const Tensor& a, double b);
+Tensor gt(const Tensor& a, double b);
+Tensor ge(const Tensor& a, double b);
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, double b);
+Tensor operator!=(const Tensor& a, double b);
+Tensor operator<(const Tensor& a, double b);
+Tensor operator<=(const Tensor& a, double b);
+Tensor operator>(const Tensor& a, double b);
+Tensor operator>=(const Tensor& a, double b);
+
+// Indexing with int64 or int32 indices (ops/indexing_ops.cc). An index outside the indexed dim
+// throws kiln::Error naming the op, the index and its position, on CUDA too (the CUDA kernels
+// then wait for the stream: see ops/cuda/index_cuda.h). Negative indices are out of range.
+Tensor embedding(const Tensor& indices, const Tensor& weight);           // weight [V, D] -> [*, D]
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);  // index 1-D
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);  // out[i][j] = x[index[i][j]][j]
+
+// Joining copies (types promote); splitting returns views (slices of x), like torch.
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);  // cat of unsqueezed views
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+std::vector<Tensor> split_with_sizes(const Tensor& x, IntList sizes, int64_t dim = 0);
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+
+// Selection. NaN counts as the largest value; ties go to the lowest index.
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+struct ValuesIndices {
+  Tensor values, indices;  // indices are int64
+};
+// torch.max(x, dim): values (the `max` row) and indices (the `argmax` row), two dispatches.
+ValuesIndices max_with_indices(const Tensor& x, int64_t dim, bool keepdim = false);
+// The k largest (smallest) along dim, sorted: indices from the `topk` row, values gathered.
+ValuesIndices topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true);
+
+// The value of a one-element tensor (torch's .item()), copied to the host: double, float,
+// int64_t (exact for int64 tensors), int32_t or bool. Throws for other sizes, meta tensors and
+// traced values.
+template <typename T = double>
+T item(const Tensor& x);
 
 // Conversions.
 Tensor to(const Tensor& x, DType dtype);

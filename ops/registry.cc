@@ -5,7 +5,9 @@
 
 #include "ops/attention.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/typed_elementwise.h"
 #include "ops/cuda/elementwise_cuda.h"
+#include "ops/cuda/index_cuda.h"
 #include "ops/cuda/matmul_cuda.h"
 #include "ops/cuda/reduce_cuda.h"
 #include "ops/infer.h"
@@ -52,6 +54,33 @@ double FDiv(const double* x, A) { return x[0] / x[1]; }
 double FWhere(const double* x, A) { return x[0] != 0 ? x[1] : x[2]; }
 double FMaskedFill(const double* x, A a) { return x[1] != 0 ? a.scalar : x[0]; }
 double FCopy(const double* x, A) { return x[1]; }
+double FAbs(const double* x, A) { return std::fabs(x[0]); }
+double FSin(const double* x, A) { return std::sin(x[0]); }
+double FCos(const double* x, A) { return std::cos(x[0]); }
+double FPow(const double* x, A) { return std::pow(x[0], x[1]); }
+double FPowScalar(const double* x, A a) { return std::pow(x[0], a.scalar); }
+double Minimum(double p, double q) { return std::isnan(p) || p < q ? p : q; }
+double Maximum(double p, double q) { return std::isnan(p) || p > q ? p : q; }
+double FMinimum(const double* x, A) { return Minimum(x[0], x[1]); }
+double FMaximum(const double* x, A) { return Maximum(x[0], x[1]); }
+double FClampMin(const double* x, A a) {
+  return std::isnan(a.scalar) ? a.scalar : Maximum(x[0], a.scalar);
+}
+double FClampMax(const double* x, A a) {
+  return std::isnan(a.scalar) ? a.scalar : Minimum(x[0], a.scalar);
+}
+double FEq(const double* x, A) { return x[0] == x[1]; }
+double FNe(const double* x, A) { return x[0] != x[1]; }
+double FLt(const double* x, A) { return x[0] < x[1]; }
+double FLe(const double* x, A) { return x[0] <= x[1]; }
+double FGt(const double* x, A) { return x[0] > x[1]; }
+double FGe(const double* x, A) { return x[0] >= x[1]; }
+double FEqScalar(const double* x, A a) { return x[0] == a.scalar; }
+double FNeScalar(const double* x, A a) { return x[0] != a.scalar; }
+double FLtScalar(const double* x, A a) { return x[0] < a.scalar; }
+double FLeScalar(const double* x, A a) { return x[0] <= a.scalar; }
+double FGtScalar(const double* x, A a) { return x[0] > a.scalar; }
+double FGeScalar(const double* x, A a) { return x[0] >= a.scalar; }
 
 constexpr auto kEw = FusionKind::kElementwise;
 constexpr auto kBc = FusionKind::kBroadcast;
@@ -68,6 +97,13 @@ constexpr OpDef Ew(OpId id, const char* name, int arity, FusionKind kind, uint32
                kind,    attrs, infer, cpu::Elementwise,
                nullptr, fn,    expr,  cuda_ops::Elementwise};
 }
+// An elementwise row whose CPU kernel computes in the operands' common type (integers exactly,
+// ops/cpu/typed_elementwise.h); fusion and the CUDA kernel use `fn` and `expr` as above.
+constexpr OpDef TypedEw(OpId id, const char* name, int arity, FusionKind kind, uint32_t attrs,
+                        InferFn infer, KernelFn cpu, ScalarFn fn, std::string_view expr) {
+  return OpDef{id,    name, arity,   arity, kind, attrs,
+               infer, cpu,  nullptr, fn,    expr, cuda_ops::Elementwise};
+}
 constexpr OpDef Op(OpId id, const char* name, int min_in, int max_in, FusionKind kind,
                    uint32_t attrs, InferFn infer, KernelFn cpu, KernelFn cuda) {
   return OpDef{id, name, min_in, max_in, kind, attrs, infer, cpu, nullptr, nullptr, {}, cuda};
@@ -75,6 +111,16 @@ constexpr OpDef Op(OpId id, const char* name, int min_in, int max_in, FusionKind
 constexpr OpDef View(OpId id, const char* name, uint32_t attrs, InferFn infer, ViewFn view) {
   return OpDef{id, name, 1, 1, kView, attrs, infer, nullptr, view};
 }
+
+// pow's CUDA expression over any operand type (float, double, or long long where the renderer
+// computes integers in integers): in double, rounded when base and exponent are integral, so
+// that integer powers are exact while they fit in 2^53 (beyond, and for 0 ** negative, the
+// conversion back to an integer saturates where torch wraps). An exact integer kernel needs a
+// helper in the kernel prelude (kiln_pow); NVRTC compiles no lambdas here.
+#define KILN_POW_EXPR(base, exponent)                                                            \
+  "((" exponent ") >= 0 && (double)(" base ") == rint((double)(" base ")) && (double)(" exponent \
+  ") == rint((double)(" exponent ")) ? rint(pow((double)(" base "), (double)(" exponent          \
+  "))) : pow((double)(" base "), (double)(" exponent ")))"
 
 using O = OpId;
 // clang-format off
@@ -129,6 +175,45 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
      infer::AsStridedScatter, strided::AsStridedScatter, strided::AsStridedScatter),
   Op(O::kScaledDotProductAttention, "scaled_dot_product_attention", 3, 4, kOpq, kAttrAttention,
      attention::Infer, attention::CpuKernel, attention::CudaKernel),
+  // Typed rows: the expressions stay valid whatever the operands' compute type (float, double,
+  // or long long where the renderer computes integers in integers): NaN propagates through
+  // minimum/maximum/clamp, clamp's scalar takes the operand's type, pow is KILN_POW_EXPR.
+  TypedEw(O::kAbs, "abs", 1, kEw, 0, infer::UnarySame, cpu::TypedElementwise<cpu::AbsOp>, FAbs,
+          "(($0) < 0 ? -($0) : ($0) + 0)"),
+  Ew(O::kSin, "sin", 1, kEw, 0, infer::UnaryFloat, FSin, "sinf($0)"),
+  Ew(O::kCos, "cos", 1, kEw, 0, infer::UnaryFloat, FCos, "cosf($0)"),
+  TypedEw(O::kPowScalar, "pow_scalar", 1, kEw, kAttrScalar, infer::PowScalar,
+          cpu::TypedElementwise<cpu::PowOp>, FPowScalar, KILN_POW_EXPR("$0", "$scalar")),
+  TypedEw(O::kClampMin, "clamp_min", 1, kEw, kAttrScalar, infer::ClampScalar,
+          cpu::TypedElementwise<cpu::ClampMinOp>, FClampMin,
+          "(($0) != ($0) ? ($0) : (($0) < $scalar || $scalar != $scalar) ? (decltype(($0) + 0))$scalar : ($0))"),
+  TypedEw(O::kClampMax, "clamp_max", 1, kEw, kAttrScalar, infer::ClampScalar,
+          cpu::TypedElementwise<cpu::ClampMaxOp>, FClampMax,
+          "(($0) != ($0) ? ($0) : (($0) > $scalar || $scalar != $scalar) ? (decltype(($0) + 0))$scalar : ($0))"),
+  TypedEw(O::kEqScalar, "eq_scalar", 1, kEw, kAttrScalar, infer::CompareScalar, cpu::TypedElementwise<cpu::EqOp>, FEqScalar, "(($0) == $scalar)"),
+  TypedEw(O::kNeScalar, "ne_scalar", 1, kEw, kAttrScalar, infer::CompareScalar, cpu::TypedElementwise<cpu::NeOp>, FNeScalar, "(($0) != $scalar)"),
+  TypedEw(O::kLtScalar, "lt_scalar", 1, kEw, kAttrScalar, infer::CompareScalar, cpu::TypedElementwise<cpu::LtOp>, FLtScalar, "(($0) < $scalar)"),
+  TypedEw(O::kLeScalar, "le_scalar", 1, kEw, kAttrScalar, infer::CompareScalar, cpu::TypedElementwise<cpu::LeOp>, FLeScalar, "(($0) <= $scalar)"),
+  TypedEw(O::kGtScalar, "gt_scalar", 1, kEw, kAttrScalar, infer::CompareScalar, cpu::TypedElementwise<cpu::GtOp>, FGtScalar, "(($0) > $scalar)"),
+  TypedEw(O::kGeScalar, "ge_scalar", 1, kEw, kAttrScalar, infer::CompareScalar, cpu::TypedElementwise<cpu::GeOp>, FGeScalar, "(($0) >= $scalar)"),
+  TypedEw(O::kPow, "pow", 2, kBc, 0, infer::Pow, cpu::TypedElementwise<cpu::PowOp>, FPow,
+          KILN_POW_EXPR("$0", "$1")),
+  TypedEw(O::kMinimum, "minimum", 2, kBc, 0, infer::MinMax, cpu::TypedElementwise<cpu::MinimumOp>, FMinimum,
+          "(($0) != ($0) || ($0) < ($1) ? ($0) : ($1))"),
+  TypedEw(O::kMaximum, "maximum", 2, kBc, 0, infer::MinMax, cpu::TypedElementwise<cpu::MaximumOp>, FMaximum,
+          "(($0) != ($0) || ($0) > ($1) ? ($0) : ($1))"),
+  TypedEw(O::kEq, "eq", 2, kBc, 0, infer::Compare, cpu::TypedElementwise<cpu::EqOp>, FEq, "(($0) == ($1))"),
+  TypedEw(O::kNe, "ne", 2, kBc, 0, infer::Compare, cpu::TypedElementwise<cpu::NeOp>, FNe, "(($0) != ($1))"),
+  TypedEw(O::kLt, "lt", 2, kBc, 0, infer::Compare, cpu::TypedElementwise<cpu::LtOp>, FLt, "(($0) < ($1))"),
+  TypedEw(O::kLe, "le", 2, kBc, 0, infer::Compare, cpu::TypedElementwise<cpu::LeOp>, FLe, "(($0) <= ($1))"),
+  TypedEw(O::kGt, "gt", 2, kBc, 0, infer::Compare, cpu::TypedElementwise<cpu::GtOp>, FGt, "(($0) > ($1))"),
+  TypedEw(O::kGe, "ge", 2, kBc, 0, infer::Compare, cpu::TypedElementwise<cpu::GeOp>, FGe, "(($0) >= ($1))"),
+  Op(O::kEmbedding, "embedding", 2, 2, kOpq, 0, infer::Embedding, cpu::Embedding, cuda_ops::Embedding),
+  Op(O::kIndexSelect, "index_select", 2, 2, kOpq, kAttrDim, infer::IndexSelect, cpu::IndexSelect, cuda_ops::IndexSelect),
+  Op(O::kGather, "gather", 2, 2, kOpq, kAttrDim, infer::Gather, cpu::Gather, cuda_ops::Gather),
+  Op(O::kCat, "cat", 1, kMaxCatInputs, kOpq, kAttrDim, infer::Cat, cpu::Cat, cuda_ops::Cat),
+  Op(O::kArgMax, "argmax", 1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ArgMax, cpu::ArgMax, cuda_ops::ArgMax),
+  Op(O::kTopK, "topk", 1, 1, kOpq, kAttrDim | kAttrTopK, infer::TopK, cpu::TopK, cuda_ops::TopK),
 }};
 // clang-format on
 

@@ -2,7 +2,9 @@
 // operand shapes and the rule broken.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
+#include <optional>
 
 #include "ops/factories.h"
 #include "ops/modules.h"
@@ -171,6 +173,139 @@ const std::vector<BadCase>& Cases() {
       {"attention_rank",
        [] { causal_attention(F({4}), F({4}), F({4})); },
        {"causal_attention", "[4]"}},
+      // Issue 14's ops.
+      {"compare_broadcast",
+       [] {
+         lt(F({2, 3}), F({4}));
+       },
+       {"lt:", "[2, 3]", "[4]"}},
+      {"abs_bool", [] { abs(F({2}, DType::kBool)); }, {"abs:", "bool"}},
+      {"pow_int_negative_exponent",
+       [] { pow(F({2}, DType::kInt64), -1.0); },
+       {"pow_scalar:", "negative", "int64"}},
+      {"pow_bool", [] { pow(F({2}, DType::kBool), F({2}, DType::kBool)); }, {"pow:", "bool"}},
+      {"clamp_no_bounds", [] { clamp(F({2}), std::nullopt, std::nullopt); }, {"clamp:", "min"}},
+      {"minimum_shapes", [] { minimum(F({3}), F({2})); }, {"minimum:", "[3]", "[2]"}},
+      {"embedding_index_dtype",
+       [] {
+         embedding(F({3}), F({5, 4}));
+       },
+       {"embedding:", "indices must be int64 or int32", "float32"}},
+      {"embedding_weight_rank",
+       [] { embedding(F({3}, DType::kInt64), F({5})); },
+       {"embedding:", "weight must be 2-D", "[5]"}},
+      {"embedding_out_of_range",
+       [] {
+         embedding(from_vector({1, 5, 2}, {3}, DType::kInt64), F({5, 4}));
+       },
+       {"embedding:", "index 5", "out of range", "size 5", "position [1]", "int64[3]"},
+       absl::StatusCode::kOutOfRange},
+      {"embedding_negative_index",
+       [] {
+         embedding(from_vector({0, -1}, {1, 2}, DType::kInt32), F({5, 4}));
+       },
+       {"embedding:", "index -1", "position [0, 1]"},
+       absl::StatusCode::kOutOfRange},
+      {"index_select_2d_index",
+       [] {
+         index_select(F({4, 3}), 0, F({2, 2}, DType::kInt64));
+       },
+       {"index_select:", "1-D", "[2, 2]"}},
+      {"index_select_out_of_range",
+       [] {
+         index_select(F({4, 3}), 1, from_vector({0, 3}, {2}, DType::kInt64));
+       },
+       {"index_select:", "index 3", "dim 1", "size 3"},
+       absl::StatusCode::kOutOfRange},
+      {"index_select_dim",
+       [] {
+         index_select(F({4, 3}), 2, F({1}, DType::kInt64));
+       },
+       {"index_select:", "dim 2"}},
+      {"gather_rank",
+       [] {
+         gather(F({4, 3}), 0, F({4}, DType::kInt64));
+       },
+       {"gather:", "[4]", "as many dims", "[4, 3]"}},
+      {"gather_index_too_large",
+       [] {
+         gather(F({4, 3}), 0, F({2, 5}, DType::kInt64));
+       },
+       {"gather:", "[2, 5]", "dim 1"}},
+      {"gather_out_of_range",
+       [] {
+         gather(F({2, 3}), 1, from_vector({0, 1, 7, 2}, {2, 2}, DType::kInt64));
+       },
+       {"gather:", "index 7", "position [1, 0]", "size 3"},
+       absl::StatusCode::kOutOfRange},
+      {"cat_shapes",
+       [] {
+         cat({F({2, 3}), F({2, 4})}, 0);
+       },
+       {"cat:", "tensor 1", "[2, 4]", "dim 0"}},
+      {"cat_0d",
+       [] {
+         cat({F({}), F({})});
+       },
+       {"cat:", "zero-dimensional"}},
+      {"cat_empty_list", [] { cat({}); }, {"cat:", "inputs, got 0"}},
+      {"cat_dim",
+       [] {
+         cat({F({2}), F({2})}, 1);
+       },
+       {"cat:", "dim 1"}},
+      {"stack_shapes",
+       [] {
+         stack({F({2, 3}), F({3, 2})});
+       },
+       {"stack:", "tensor 1", "[3, 2]"}},
+      {"split_size", [] { split(F({4}), 0); }, {"split:", "positive", "[4]"}},
+      {"split_with_sizes_sum",
+       [] {
+         split_with_sizes(F({2, 5}), {2, 2}, 1);
+       },
+       {"split_with_sizes:", "sum to 4", "size 5"}},
+      {"chunk_zero", [] { chunk(F({4}), 0); }, {"chunk:", "positive"}},
+      {"argmax_empty",
+       [] {
+         argmax(F({0, 3}));
+       },
+       {"argmax:", "empty", "[0, 3]"}},
+      {"argmax_empty_dim",
+       [] {
+         argmax(F({0, 3}), 0);
+       },
+       {"argmax:", "dim 0", "size 0"}},
+      {"argmax_bool", [] { argmax(F({2}, DType::kBool)); }, {"argmax:", "bool"}},
+      {"topk_k",
+       [] {
+         topk(F({2, 3}), 4);
+       },
+       {"topk:", "k = 4", "size 3"}},
+      {"topk_dim",
+       [] {
+         topk(F({2, 3}), 1, 2);
+       },
+       {"topk:", "dim 2"}},
+      {"item_many",
+       [] {
+         item(F({2, 2}));
+       },
+       {"item:", "4 elements", "[2, 2]"}},
+      {"item_meta", [] { item(F({1}, DType::kFloat32, kMeta)); }, {"item:", "meta"}},
+      {"undefined_new_ops",
+       [] { clamp(Tensor(), std::nullopt, std::nullopt); },
+       {"clamp:", "undefined"}},
+      {"undefined_cat",
+       [] {
+         cat({F({2}), Tensor()});
+       },
+       {"cat:", "undefined"}},
+      {"undefined_stack", [] { stack({Tensor()}); }, {"stack:", "undefined"}},
+      {"undefined_split", [] { split(Tensor(), 1); }, {"split:", "undefined"}},
+      {"undefined_topk", [] { topk(Tensor(), 1); }, {"topk:", "undefined"}},
+      {"undefined_item", [] { item(Tensor()); }, {"item:", "undefined"}},
+      {"item_nan_to_int", [] { item<int64_t>(full({}, NAN)); }, {"item:", "nan", "integer"}},
   };
   return *cases;
 }

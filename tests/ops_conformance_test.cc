@@ -4,7 +4,10 @@
 // A new op adds rows to kCases; the RegistryCoverage test fails until it does.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -23,11 +26,15 @@ using ref::RefTensor;
 using RefIn = const std::vector<RefTensor>&;
 using KilnIn = const std::vector<Tensor>&;
 
-enum class Gen { kNormal, kPositive, kMask };
+// kInts: small integers (ties for comparisons and selection) in any dtype; kExponent: [0, 3)
+// (integers 0..2 for integer dtypes); kIndex: integers in [0, bound) of the spec's own dtype.
+enum class Gen { kNormal, kPositive, kMask, kInts, kExponent, kIndex };
 struct InputSpec {
   std::vector<int64_t> shape;
   Gen gen = Gen::kNormal;
   bool transposed = false;  // build as a transposed (non-contiguous) view of the last two dims
+  int64_t bound = 0;        // kIndex
+  std::optional<DType> dtype = std::nullopt;  // fixed, else the case's dtype (bool for masks)
 };
 
 struct OpCase {
@@ -36,7 +43,8 @@ struct OpCase {
   std::vector<InputSpec> inputs;
   std::function<Tensor(KilnIn)> run;
   std::function<RefTensor(RefIn)> ref;
-  bool float_only = true;  // else also int32/int64 inputs
+  bool float_only = true;     // else also int64 inputs
+  std::vector<DType> dtypes;  // when set: exactly these dtypes (instead of float_only's rule)
 };
 
 InputSpec N(std::vector<int64_t> s) { return {std::move(s)}; }
@@ -618,10 +626,13 @@ std::vector<OpCase> LayoutCases() {
   return c;
 }
 
+#include "tests/ops_conformance_cases.inc"
+
 const std::vector<OpCase>& AllCases() {
   static const auto* cases = [] {
     auto* v = new std::vector<OpCase>();
-    for (auto& part : {UnaryCases(), BinaryCases(), OtherCases(), LayoutCases()}) {
+    for (auto& part : {UnaryCases(), BinaryCases(), OtherCases(), LayoutCases(), MathCases(),
+                       CompareCases(), IndexingCases(), JoinCases(), SelectionCases()}) {
       v->insert(v->end(), part.begin(), part.end());
     }
     return v;
@@ -632,11 +643,21 @@ const std::vector<OpCase>& AllCases() {
 Tensor MakeInput(const InputSpec& s, DType dtype, Device device, Generator& gen) {
   std::vector<int64_t> shape = s.shape;
   if (s.transposed) std::swap(shape[shape.size() - 1], shape[shape.size() - 2]);
+  const int64_t n = NumElements(shape);
   Tensor t;
   if (s.gen == Gen::kMask) {
-    std::vector<double> bits(NumElements(shape));
+    std::vector<double> bits(n);
     for (double& b : bits) b = gen.Uniform() < 0.5;
     t = from_vector(bits, shape, DType::kBool);
+  } else if (s.gen == Gen::kInts || s.gen == Gen::kExponent || s.gen == Gen::kIndex) {
+    std::vector<double> v(n);
+    for (double& x : v) {
+      if (s.gen == Gen::kInts) x = std::round(gen.Normal() * 2);
+      if (s.gen == Gen::kExponent) x = gen.Uniform() * 3;
+      if (s.gen == Gen::kIndex) x = std::floor(gen.Uniform() * s.bound);
+      if (s.gen == Gen::kExponent && !IsFloatingPoint(dtype)) x = std::floor(x);
+    }
+    t = from_vector(v, shape, dtype);
   } else {
     t = randn(shape, gen, DType::kFloat32);
     if (s.gen == Gen::kPositive) t = exp(t * 0.5) + 0.1;
@@ -667,7 +688,8 @@ TEST_P(OpConformance, MatchesReference) {
   std::vector<Tensor> inputs;
   std::vector<RefTensor> refs;
   for (const InputSpec& s : c.inputs) {
-    inputs.push_back(MakeInput(s, s.gen == Gen::kMask ? DType::kBool : p.dtype, p.device, gen));
+    const DType dtype = s.dtype ? *s.dtype : s.gen == Gen::kMask ? DType::kBool : p.dtype;
+    inputs.push_back(MakeInput(s, dtype, p.device, gen));
     refs.push_back({s.shape, to_vector(inputs.back())});
   }
   const Tensor out = c.run(inputs);
@@ -680,6 +702,10 @@ TEST_P(OpConformance, MatchesReference) {
 std::vector<Param> AllParams(Device device) {
   std::vector<Param> out;
   for (size_t i = 0; i < AllCases().size(); ++i) {
+    if (!AllCases()[i].dtypes.empty()) {
+      for (DType t : AllCases()[i].dtypes) out.push_back({i, t, device});
+      continue;
+    }
     for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16})
       out.push_back({i, t, device});
     if (!AllCases()[i].float_only) out.push_back({i, DType::kInt64, device});

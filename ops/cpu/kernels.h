@@ -27,5 +27,14 @@ void Tril(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, cons
 // (ops/attention.h) calls it.
 void ScaledDotProductAttention(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
                                const OpAttrs& a);
+// Indexing and joining (indexing.cc): out-of-range indices throw kiln::Error (kOutOfRange).
+void Embedding(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+void IndexSelect(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
+                 const OpAttrs& a);
+void Gather(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+void Cat(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+// Selection (select.cc): NaN is the largest value, ties go to the lowest index.
+void ArgMax(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+void TopK(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 
 }  // namespace kiln::cpu

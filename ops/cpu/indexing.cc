@@ -1,0 +1,48 @@
+// CPU reference kernels of the gather family (embedding, index_select, gather) and cat: indices
+// are checked first (a clear kiln::Error naming the bad index), then the plan of ops/gather.h
+// copies elements bit for bit, so int64 values of any size survive.
+#include "ops/cpu/kernels.h"
+#include "ops/gather.h"
+
+namespace kiln::cpu {
+
+void Embedding(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs&) {
+  const Tensor &indices = in[0], &weight = in[1];
+  gather::CheckIndices(def, indices, weight.size(0), 0, in);
+  gather::RunOnCpu(gather::PlanEmbedding(def, indices, weight, out), out.data_ptr(),
+                   weight.data_ptr(), indices.data_ptr());
+}
+
+void IndexSelect(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
+                 const OpAttrs& a) {
+  const IndexPlan plan = gather::PlanIndexSelect(def, in[0], a.dim, in[1], out);
+  gather::CheckIndices(def, in[1], plan.bound, a.dim, in);
+  gather::RunOnCpu(plan, out.data_ptr(), in[0].data_ptr(), in[1].data_ptr());
+}
+
+void Gather(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
+  const IndexPlan plan = gather::PlanGather(def, in[0], a.dim, in[1], out);
+  gather::CheckIndices(def, in[1], plan.bound, a.dim, in);
+  gather::RunOnCpu(plan, out.data_ptr(), in[0].data_ptr(), in[1].data_ptr());
+}
+
+void Cat(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
+  const int64_t d = a.dim < 0 ? a.dim + out.dim() : a.dim;
+  int64_t start = 0;
+  for (const Tensor& t : in) {
+    if (t.numel() == 0) {
+      if (t.dim() == out.dim()) start += t.size(d);
+      continue;
+    }
+    const Tensor slice =
+        out.as_strided(t.shape(), out.strides(), out.offset() + start * out.stride(d));
+    start += t.size(d);
+    if (t.dtype() == out.dtype()) {
+      gather::RunOnCpu(gather::PlanCopy(def, t, slice), slice.data_ptr(), t.data_ptr(), nullptr);
+    } else {
+      Copy(def, {t}, slice, a);  // a converting copy (through double)
+    }
+  }
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,67 @@
+// Helpers of the typed elementwise CPU kernels (see typed_elementwise.h).
+#include "ops/cpu/typed_elementwise.h"
+
+#include <limits>
+
+#include "ops/infer.h"
+
+namespace kiln::cpu {
+namespace {
+
+double RoundTo(DType t, double v) {
+  uint64_t scratch = 0;  // room for any element
+  StorerFor(t)(&scratch, 0, v);
+  return LoaderFor(t)(&scratch, 0);
+}
+
+}  // namespace
+
+DType CommonDType(absl::Span<const Tensor> in, const OpAttrs& a) {
+  if (in.size() > 1) return PromoteTypes(in[0].dtype(), in[1].dtype());
+  return infer::ScalarResultType(in[0].dtype(), a.scalar);
+}
+
+int64_t ReadInt(DType t, const void* base, int64_t i) {
+  switch (t) {
+    case DType::kBool:
+      return static_cast<const uint8_t*>(base)[i] != 0;
+    case DType::kInt32:
+      return static_cast<const int32_t*>(base)[i];
+    case DType::kInt64:
+      return static_cast<const int64_t*>(base)[i];
+    default:  // a floating operand never meets an integer common type (promotion)
+      return static_cast<int64_t>(LoaderFor(t)(base, i));
+  }
+}
+
+double ReadFloat(DType t, DType common, const void* base, int64_t i) {
+  const double v = LoaderFor(t)(base, i);
+  return t == common ? v : RoundTo(common, v);
+}
+
+void WriteInt(DType t, void* base, int64_t i, int64_t v) {
+  switch (t) {
+    case DType::kBool:
+      static_cast<uint8_t*>(base)[i] = v != 0;
+      return;
+    case DType::kInt32:
+      static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v);  // modulo 2^32, like torch
+      return;
+    case DType::kInt64:
+      static_cast<int64_t*>(base)[i] = v;
+      return;
+    default:
+      StorerFor(t)(base, i, static_cast<double>(v));
+  }
+}
+
+int64_t ScalarInt(double s) {
+  constexpr double kLimit = 9223372036854775808.0;  // 2^63
+  if (!(s > -kLimit)) return std::numeric_limits<int64_t>::min();
+  if (!(s < kLimit)) return std::numeric_limits<int64_t>::max();
+  return static_cast<int64_t>(s);
+}
+
+double ScalarFloat(double s, DType common) { return RoundTo(common, s); }
+
+}  // namespace kiln::cpu

@@ -1,0 +1,213 @@
+// CUDA registry kernels of the indexing, joining and selection rows (see index_cuda.h).
+#include "ops/cuda/index_cuda.h"
+
+#include <numeric>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "ops/cpu/kernels.h"
+#include "ops/cuda/index_kernels.h"
+#include "ops/gather.h"
+#include "runtime/cuda.h"
+#include "runtime/status.h"
+
+namespace kiln::cuda_ops {
+namespace {
+
+using cuda_kernels::KeyType;
+
+// Runs the registry's CUDA kernel of `id` (a copy or a cast) from `in` into `out`.
+void RunRegistryKernel(OpId id, const Tensor& in, const Tensor& out, const OpAttrs& a = {}) {
+  const OpDef& def = GetOpDef(id);
+  def.cuda(def, {in}, out, a);
+}
+
+Tensor Contiguous(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  Tensor copy = Tensor::Empty(t.type());
+  RunRegistryKernel(OpId::kContiguous, t, copy);
+  return copy;
+}
+
+// A contiguous host copy of a CUDA tensor (the error path of the index check).
+Tensor ToHost(const Tensor& t) {
+  const Tensor src = Contiguous(t);
+  Tensor host = Tensor::Empty(t.shape(), t.dtype(), kCPU);
+  cuda::Copy(host.data_ptr(), kCPU, src.data_ptr(), src.device(),
+             static_cast<size_t>(src.numel() * src.element_size()));
+  return host;
+}
+
+bool Capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  KILN_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// Runs a gather-family plan and reports a bad index as kiln::Error (see index_cuda.h).
+void RunChecked(const OpDef& def, const IndexPlan& plan, const Tensor& out, const Tensor& src,
+                const Tensor& index, int64_t dim, absl::Span<const Tensor> operands) {
+  const cudaStream_t stream = cuda::CurrentStream();
+  if (Capturing(stream)) {
+    KILN_CUDA_CHECK(cuda_kernels::RunIndexPlan(plan, out.numel(), out.data_ptr(), src.data_ptr(),
+                                               index.data_ptr(), nullptr, stream));
+    return;
+  }
+  const Tensor flag = Tensor::Empty({1}, DType::kInt32, out.device());
+  KILN_CUDA_CHECK(cudaMemsetAsync(flag.data_ptr(), 0, sizeof(unsigned), stream));
+  KILN_CUDA_CHECK(cuda_kernels::RunIndexPlan(plan, out.numel(), out.data_ptr(), src.data_ptr(),
+                                             index.data_ptr(), flag.data<unsigned>(), stream));
+  unsigned bad = 0;
+  cuda::Copy(&bad, kCPU, flag.data_ptr(), flag.device(), sizeof(bad));  // waits for the stream
+  if (bad == 0) return;
+  gather::CheckIndices(def, ToHost(index), plan.bound, dim, operands);
+  throw Error(absl::InternalError(absl::StrCat(
+      def.name,
+      ": the CUDA kernel flagged an out-of-range index that the host check did not find")));
+}
+
+KeyType KeyTypeOf(const OpDef& def, DType t) {
+  switch (t) {
+    case DType::kFloat32:
+      return KeyType::kF32;
+    case DType::kFloat16:
+      return KeyType::kF16;
+    case DType::kBFloat16:
+      return KeyType::kBF16;
+    case DType::kInt32:
+      return KeyType::kI32;
+    case DType::kInt64:
+      return KeyType::kI64;
+    default:
+      throw Error(absl::UnimplementedError(
+          absl::StrCat(def.name, ": dtype ", DTypeName(t), " is not supported on CUDA")));
+  }
+}
+
+// A view of `t` whose dim i is dim order[i] of `t` (metadata only).
+Tensor Permuted(const Tensor& t, const std::vector<int64_t>& order) {
+  Shape shape;
+  Strides strides;
+  for (int64_t d : order) {
+    shape.push_back(t.size(d));
+    strides.push_back(t.stride(d));
+  }
+  return t.as_strided(shape, strides, t.offset());
+}
+
+// The dims of a rank-`rank` tensor with `dim` moved last (its own inverse is not needed: the
+// same order applied to the output view writes back in place).
+std::vector<int64_t> DimLast(int64_t rank, int64_t dim) {
+  std::vector<int64_t> order(rank);
+  std::iota(order.begin(), order.end(), 0);
+  order.erase(order.begin() + dim);
+  order.push_back(dim);
+  return order;
+}
+
+// Runs write(dst) on a contiguous tensor of `dst`'s type whose contents end up in `dst`.
+template <typename F>
+void WriteContiguous(const Tensor& dst, F&& write) {
+  if (dst.is_contiguous()) {
+    write(dst);
+    return;
+  }
+  const Tensor tmp = Tensor::Empty(dst.type());
+  write(tmp);
+  RunRegistryKernel(OpId::kContiguous, tmp, dst);
+}
+
+}  // namespace
+
+void Embedding(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs&) {
+  const IndexPlan plan = gather::PlanEmbedding(def, in[0], in[1], out);
+  RunChecked(def, plan, out, in[1], in[0], 0, in);
+}
+
+void IndexSelect(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
+                 const OpAttrs& a) {
+  const IndexPlan plan = gather::PlanIndexSelect(def, in[0], a.dim, in[1], out);
+  RunChecked(def, plan, out, in[0], in[1], a.dim, in);
+}
+
+void Gather(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
+  const IndexPlan plan = gather::PlanGather(def, in[0], a.dim, in[1], out);
+  RunChecked(def, plan, out, in[0], in[1], a.dim, in);
+}
+
+void Cat(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
+  const int64_t d = a.dim < 0 ? a.dim + out.dim() : a.dim;
+  int64_t start = 0;
+  for (const Tensor& t : in) {
+    if (t.numel() == 0) {
+      if (t.dim() == out.dim()) start += t.size(d);
+      continue;
+    }
+    const Tensor slice =
+        out.as_strided(t.shape(), out.strides(), out.offset() + start * out.stride(d));
+    start += t.size(d);
+    if (t.dtype() != out.dtype()) {
+      OpAttrs cast;
+      cast.dtype = out.dtype();
+      RunRegistryKernel(OpId::kCast, t, slice, cast);
+      continue;
+    }
+    KILN_CUDA_CHECK(cuda_kernels::RunIndexPlan(gather::PlanCopy(def, t, slice), t.numel(),
+                                               slice.data_ptr(), t.data_ptr(), nullptr, nullptr,
+                                               cuda::CurrentStream()));
+  }
+}
+
+void ArgMax(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
+  const Tensor& x = in[0];
+  const KeyType t = KeyTypeOf(def, x.dtype());
+  if (a.dims.empty() || x.dim() == 0) {  // one row: the flattened input
+    const Tensor src = Contiguous(x);
+    KILN_CUDA_CHECK(cuda_kernels::ArgMaxRows(src.data_ptr(), out.data<int64_t>(), 1, x.numel(), t,
+                                             cuda::CurrentStream()));
+    return;
+  }
+  const int64_t d = a.dims[0] < 0 ? a.dims[0] + x.dim() : a.dims[0];
+  const int64_t n = x.size(d), rows = x.numel() / n;
+  const Tensor src = Contiguous(Permuted(x, DimLast(x.dim(), d)));
+  // out's elements in the order of the kept dims: out itself (keepdim or not: the reduced dim
+  // has size 1 or is absent).
+  WriteContiguous(out, [&](const Tensor& dst) {
+    KILN_CUDA_CHECK(cuda_kernels::ArgMaxRows(src.data_ptr(), dst.data<int64_t>(), rows, n, t,
+                                             cuda::CurrentStream()));
+  });
+}
+
+void TopK(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
+  const Tensor& x = in[0];
+  const KeyType t = KeyTypeOf(def, x.dtype());
+  if (x.dim() == 0 || a.k > cuda_kernels::kTopKMaxK) {  // on a host copy
+    const Tensor host_out = Tensor::Empty(out.shape(), DType::kInt64, kCPU);
+    cpu::TopK(def, {ToHost(x)}, host_out, a);
+    WriteContiguous(out, [&](const Tensor& dst) {
+      cuda::Copy(dst.data_ptr(), dst.device(), host_out.data_ptr(), kCPU,
+                 static_cast<size_t>(host_out.numel() * 8));
+    });
+    return;
+  }
+  const int64_t d = a.dim < 0 ? a.dim + x.dim() : a.dim;
+  const int64_t n = x.size(d), rows = x.numel() / n;
+  const std::vector<int64_t> order = DimLast(x.dim(), d);
+  const Tensor src = Contiguous(Permuted(x, order));
+  WriteContiguous(Permuted(out, order), [&](const Tensor& dst) {
+    KILN_CUDA_CHECK(cuda_kernels::TopKRows(src.data_ptr(), dst.data<int64_t>(), rows, n, a.k,
+                                           a.largest, t, cuda::CurrentStream()));
+  });
+}
+
+void CheckCapturedIndexErrors() {
+  bool seen = false;
+  KILN_CUDA_CHECK(cuda_kernels::TakeGlobalIndexError(&seen, cuda::CurrentStream()));
+  if (seen) {
+    throw Error(absl::OutOfRangeError(
+        "an embedding/index_select/gather kernel replayed from a CUDA graph met an index out of "
+        "range (its output rows are zeros); run the function eagerly to see which"));
+  }
+}
+
+}  // namespace kiln::cuda_ops

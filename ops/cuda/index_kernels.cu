@@ -1,0 +1,324 @@
+// CUDA kernels of the indexing and selection rows (see index_kernels.h).
+//
+// RunIndexPlan: one thread per output element (grid-stride), div/mod over at most 8 dims.
+// ArgMaxRows: a block per row; each thread keeps its best (key, index), then a warp-shuffle and
+// shared-memory reduction. TopKRows: a block per row; radix select on order-preserving integer
+// keys finds the k-th key in 4 (32-bit keys) or 8 (int64) passes over the row, one more pass
+// collects the winners (those equal to the k-th key in index order, through a block scan), and a
+// bitonic sort in shared memory orders them by (key descending, index ascending).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cub/block/block_scan.cuh>
+#include <type_traits>
+
+#include "ops/cuda/index_kernels.h"
+
+namespace kiln::cuda_kernels {
+namespace {
+
+__device__ unsigned g_index_error = 0;
+
+constexpr int kThreads = 256;
+constexpr int kTopKThreads = 512;
+constexpr int64_t kMaxGrid = 65535;
+
+// ---- The gather family ------------------------------------------------------------------
+
+template <typename W>
+__device__ __forceinline__ void CopyElement(char* out, int64_t o, const char* src, int64_t s) {
+  reinterpret_cast<W*>(out)[o] = reinterpret_cast<const W*>(src)[s];
+}
+
+__global__ void IndexPlanKernel(IndexPlan p, int64_t n, char* out, const char* src,
+                                const void* index, unsigned* bad) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t rem = i, o = 0, s = 0, x = 0;
+#pragma unroll
+    for (int d = kIndexPlanMaxRank - 1; d >= 0; --d) {
+      if (d >= p.rank) continue;
+      const int64_t c = rem % p.sizes[d];
+      rem /= p.sizes[d];
+      o += c * p.out_strides[d];
+      s += c * p.src_strides[d];
+      x += c * p.idx_strides[d];
+    }
+    bool ok = true;
+    if (p.has_index) {
+      const int64_t v = p.index_is_int64 ? static_cast<const int64_t*>(index)[x]
+                                         : static_cast<const int32_t*>(index)[x];
+      ok = v >= 0 && v < p.bound;
+      if (!ok) *(bad != nullptr ? bad : &g_index_error) = 1u;
+      s += v * p.select_stride;
+    }
+    switch (p.elem_size) {
+      case 1:
+        ok ? CopyElement<uint8_t>(out, o, src, s) : void(reinterpret_cast<uint8_t*>(out)[o] = 0);
+        break;
+      case 2:
+        ok ? CopyElement<uint16_t>(out, o, src, s) : void(reinterpret_cast<uint16_t*>(out)[o] = 0);
+        break;
+      case 4:
+        ok ? CopyElement<uint32_t>(out, o, src, s) : void(reinterpret_cast<uint32_t*>(out)[o] = 0);
+        break;
+      default:
+        ok ? CopyElement<uint64_t>(out, o, src, s) : void(reinterpret_cast<uint64_t*>(out)[o] = 0);
+    }
+  }
+}
+
+// ---- Order-preserving keys ----------------------------------------------------------------
+
+// A float as an unsigned key whose integer order is the value order: NaN above +inf, -0 == +0.
+__device__ __forceinline__ uint32_t FloatKey(float f) {
+  if (f != f) return 0xFFFFFFFFu;
+  if (f == 0.f) f = 0.f;
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+template <typename T>
+__device__ __forceinline__ auto KeyOf(T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return FloatKey(v);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return FloatKey(__half2float(v));
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return FloatKey(__bfloat162float(v));
+  } else if constexpr (std::is_same_v<T, int32_t>) {
+    return static_cast<uint32_t>(v) ^ 0x80000000u;
+  } else {
+    return static_cast<unsigned long long>(v) ^ 0x8000000000000000ull;
+  }
+}
+
+template <typename T>
+using KeyType_t = decltype(KeyOf(T{}));
+
+// (key, index) ranks above (other_key, other_index): the larger key, or the lower index.
+template <typename K>
+__device__ __forceinline__ bool Before(K key, int64_t i, K other_key, int64_t other_i) {
+  return key > other_key || (key == other_key && i < other_i);
+}
+
+// ---- argmax -------------------------------------------------------------------------------
+
+template <typename T>
+__global__ void ArgMaxKernel(const T* x, int64_t* out, int64_t rows, int64_t n) {
+  using K = KeyType_t<T>;
+  __shared__ K warp_key[kThreads / 32];
+  __shared__ int64_t warp_idx[kThreads / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* row = x + r * n;
+    K best = 0;
+    int64_t best_i = LLONG_MAX;  // none yet: every real index ranks above it on equal keys
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const K key = KeyOf(row[i]);
+      if (best_i == LLONG_MAX || key > best) best = key, best_i = i;
+    }
+    for (int off = 16; off > 0; off /= 2) {
+      const K k2 = __shfl_down_sync(0xFFFFFFFFu, best, off);
+      const int64_t i2 = __shfl_down_sync(0xFFFFFFFFu, best_i, off);
+      if (i2 != LLONG_MAX && (best_i == LLONG_MAX || Before(k2, i2, best, best_i))) {
+        best = k2, best_i = i2;
+      }
+    }
+    if (lane == 0) warp_key[warp] = best, warp_idx[warp] = best_i;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) {
+        if (warp_idx[w] != LLONG_MAX &&
+            (best_i == LLONG_MAX || Before(warp_key[w], warp_idx[w], best, best_i))) {
+          best = warp_key[w], best_i = warp_idx[w];
+        }
+      }
+      out[r] = best_i;
+    }
+    __syncthreads();
+  }
+}
+
+// ---- topk ---------------------------------------------------------------------------------
+
+// The k-th largest key of the row among keys (flipped for smallest-first), and how many of the
+// keys equal to it belong to the top k. Radix select over 8-bit digits, most significant first.
+template <typename T, typename K>
+__device__ void RadixSelect(const T* row, int64_t n, int64_t k, bool flip, unsigned* hist, K* kth,
+                            int64_t* take_equal) {
+  __shared__ K s_prefix;
+  __shared__ int64_t s_remaining;
+  K prefix = 0, mask = 0;
+  int64_t remaining = k;
+  for (int shift = static_cast<int>(sizeof(K)) * 8 - 8; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const K key = flip ? static_cast<K>(~KeyOf(row[i])) : KeyOf(row[i]);
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xFF], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int64_t above = 0;
+      int b = 255;
+      for (; b > 0 && above + hist[b] < remaining; --b) above += hist[b];
+      s_prefix = prefix | (static_cast<K>(b) << shift);
+      s_remaining = remaining - above;
+    }
+    __syncthreads();
+    prefix = s_prefix;
+    remaining = s_remaining;
+    mask |= static_cast<K>(0xFF) << shift;
+  }
+  *kth = prefix;
+  *take_equal = remaining;
+}
+
+// Sorts p (a power of two) (key, index) pairs in shared memory: Before-order first.
+template <typename K>
+__device__ void BitonicSort(K* keys, int64_t* idx, int p) {
+  for (int size = 2; size <= p; size <<= 1) {
+    for (int stride = size / 2; stride > 0; stride >>= 1) {
+      __syncthreads();
+      for (int t = threadIdx.x; t < p / 2; t += blockDim.x) {
+        const int lo = 2 * t - (t & (stride - 1)), hi = lo + stride;
+        const bool up = (lo & size) == 0;
+        const bool swap = up ? Before(keys[hi], idx[hi], keys[lo], idx[lo])
+                             : Before(keys[lo], idx[lo], keys[hi], idx[hi]);
+        if (swap) {
+          const K k = keys[lo];
+          keys[lo] = keys[hi], keys[hi] = k;
+          const int64_t i = idx[lo];
+          idx[lo] = idx[hi], idx[hi] = i;
+        }
+      }
+    }
+  }
+  __syncthreads();
+}
+
+template <typename T>
+__global__ void TopKKernel(const T* x, int64_t* out, int64_t rows, int64_t n, int64_t k,
+                           bool largest) {
+  using K = KeyType_t<T>;
+  using Scan = cub::BlockScan<int, kTopKThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ unsigned hist[256];
+  __shared__ K sel_key[kTopKMaxK];
+  __shared__ int64_t sel_idx[kTopKMaxK];
+  __shared__ unsigned s_count;
+  int p = 1;
+  while (p < k) p <<= 1;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* row = x + r * n;
+    K kth;
+    int64_t take_equal;
+    RadixSelect<T, K>(row, n, k, !largest, hist, &kth, &take_equal);
+    if (threadIdx.x == 0) s_count = 0;
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {  // keys above the k-th: any order
+      const K key = largest ? KeyOf(row[i]) : static_cast<K>(~KeyOf(row[i]));
+      if (key > kth) {
+        const unsigned slot = atomicAdd(&s_count, 1u);
+        sel_key[slot] = key, sel_idx[slot] = i;
+      }
+    }
+    __syncthreads();
+    const int64_t above = k - take_equal;
+    int64_t taken = 0;  // keys equal to the k-th, in index order (uniform across the block)
+    for (int64_t base = 0; base < n && taken < take_equal; base += blockDim.x) {
+      const int64_t i = base + threadIdx.x;
+      const K key = i < n ? (largest ? KeyOf(row[i]) : static_cast<K>(~KeyOf(row[i]))) : K{0};
+      const int eq = i < n && key == kth ? 1 : 0;
+      int rank = 0, total = 0;
+      Scan(scan).ExclusiveSum(eq, rank, total);
+      if (eq && taken + rank < take_equal) {
+        sel_key[above + taken + rank] = kth, sel_idx[above + taken + rank] = i;
+      }
+      taken += total;
+      __syncthreads();
+    }
+    for (int j = threadIdx.x; j < p; j += blockDim.x) {
+      if (j >= k) sel_key[j] = 0, sel_idx[j] = LLONG_MAX;  // padding sorts last
+    }
+    BitonicSort(sel_key, sel_idx, p);
+    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) out[r * k + j] = sel_idx[j];
+    __syncthreads();
+  }
+}
+
+// Calls f(T{}) with the device type of a key type.
+template <typename F>
+cudaError_t WithType(KeyType t, F&& f) {
+  switch (t) {
+    case KeyType::kF32:
+      return f(float{});
+    case KeyType::kF16:
+      return f(__half{});
+    case KeyType::kBF16:
+      return f(__nv_bfloat16{});
+    case KeyType::kI32:
+      return f(int32_t{});
+    case KeyType::kI64:
+      return f(int64_t{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+cudaError_t RunIndexPlan(const IndexPlan& plan, int64_t n, void* out, const void* src,
+                         const void* index, unsigned* bad, cudaStream_t stream) {
+  if (n < 0 || plan.rank > kIndexPlanMaxRank) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  const int64_t grid = std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxGrid);
+  IndexPlanKernel<<<static_cast<int>(grid), kThreads, 0, stream>>>(
+      plan, n, static_cast<char*>(out), static_cast<const char*>(src), index, bad);
+  return cudaGetLastError();
+}
+
+cudaError_t TakeGlobalIndexError(bool* seen, cudaStream_t stream) {
+  unsigned flag = 0;
+  const unsigned zero = 0;
+  cudaError_t err = cudaMemcpyFromSymbolAsync(&flag, g_index_error, sizeof(flag), 0,
+                                              cudaMemcpyDeviceToHost, stream);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+  if (err == cudaSuccess && flag != 0) {
+    err = cudaMemcpyToSymbolAsync(g_index_error, &zero, sizeof(zero), 0, cudaMemcpyHostToDevice,
+                                  stream);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+  }
+  *seen = flag != 0;
+  return err;
+}
+
+cudaError_t ArgMaxRows(const void* x, int64_t* out, int64_t rows, int64_t n, KeyType t,
+                       cudaStream_t stream) {
+  if (rows < 0 || n < 1) return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  return WithType(t, [&](auto tag) {
+    using T = decltype(tag);
+    const int grid = static_cast<int>(std::min<int64_t>(rows, kMaxGrid));
+    ArgMaxKernel<T><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(x), out, rows, n);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t TopKRows(const void* x, int64_t* out, int64_t rows, int64_t n, int64_t k, bool largest,
+                     KeyType t, cudaStream_t stream) {
+  if (rows < 0 || k < 1 || k > n || k > kTopKMaxK) return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  return WithType(t, [&](auto tag) {
+    using T = decltype(tag);
+    const int grid = static_cast<int>(std::min<int64_t>(rows, kMaxGrid));
+    TopKKernel<T>
+        <<<grid, kTopKThreads, 0, stream>>>(static_cast<const T*>(x), out, rows, n, k, largest);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace kiln::cuda_kernels

@@ -1,0 +1,44 @@
+// CUDA kernels of the indexing and selection rows over raw device pointers: the gather family's
+// IndexPlan (embedding, index_select, gather, cat's copies), argmax over rows, and topk over
+// rows by radix select. They know nothing of kiln tensors (ops/cuda/index_cuda.cc adapts them).
+// Each launcher launches on `stream` and returns the launch's error.
+//
+//   unsigned* bad = ...;                 // a zeroed device word
+//   RunIndexPlan(plan, n, out, weight, indices, bad, stream);
+//   // after a stream sync: *bad != 0 if some index was outside [0, plan.bound)
+//
+// Ordering (argmax, topk): values compare as torch does, NaN above everything and -0.0 equal to
+// +0.0, ties going to the lowest index; topk's result is sorted (largest first, or smallest
+// first), so it equals the CPU reference's stable sort element for element.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "ops/index_plan.h"
+
+namespace kiln::cuda_kernels {
+
+enum class KeyType { kF32, kF16, kBF16, kI32, kI64 };
+
+// Copies elem_size bytes per output element as the plan says (n = the output's numel). An
+// index outside [0, bound) writes zero bytes for that element and sets *bad to 1; with
+// bad == nullptr the flag is a device global instead, read by TakeGlobalIndexError (for work
+// captured into a CUDA graph, where the launcher cannot wait for the kernel).
+cudaError_t RunIndexPlan(const IndexPlan& plan, int64_t n, void* out, const void* src,
+                         const void* index, unsigned* bad, cudaStream_t stream);
+// Reads and clears the device-global flag; waits for `stream`.
+cudaError_t TakeGlobalIndexError(bool* seen, cudaStream_t stream);
+
+// out[r] = the index of the largest value of x[r, 0..n) for a contiguous [rows, n] x, n >= 1.
+cudaError_t ArgMaxRows(const void* x, int64_t* out, int64_t rows, int64_t n, KeyType t,
+                       cudaStream_t stream);
+
+// out[r, 0..k) = the indices of the k largest (or smallest) values of x[r, 0..n), sorted, for a
+// contiguous [rows, n] x and contiguous [rows, k] out; 1 <= k <= min(n, kTopKMaxK).
+inline constexpr int64_t kTopKMaxK = 1024;
+cudaError_t TopKRows(const void* x, int64_t* out, int64_t rows, int64_t n, int64_t k, bool largest,
+                     KeyType t, cudaStream_t stream);
+
+}  // namespace kiln::cuda_kernels

@@ -1,0 +1,36 @@
+// The gather family's shared half (embedding, index_select, gather, and cat's copies): building
+// the IndexPlan (ops/index_plan.h) of a call, checking its indices, and running a plan on the
+// CPU. The CPU kernels (ops/cpu/indexing.cc) and the CUDA ones (ops/cuda/index_cuda.cc) both
+// use the plans and the check, so they agree on the element mapping and on the error message.
+//
+//   IndexPlan p = gather::PlanGather(def, x, dim, index, out);
+//   gather::CheckIndices(def, index, p.bound, dim, {x, index});   // throws on a bad index
+//   gather::RunOnCpu(p, out.data_ptr(), x.data_ptr(), index.data_ptr());
+#pragma once
+
+#include "ops/index_plan.h"
+#include "ops/op_def.h"
+
+namespace kiln::gather {
+
+// Plans over tensors that passed the row's Infer; `out` has the inferred type (any strides).
+// Throw kiln::Error (kUnimplemented) beyond kIndexPlanMaxRank output dims.
+IndexPlan PlanEmbedding(const OpDef& def, const Tensor& indices, const Tensor& weight,
+                        const Tensor& out);
+IndexPlan PlanIndexSelect(const OpDef& def, const Tensor& x, int64_t dim, const Tensor& index,
+                          const Tensor& out);
+IndexPlan PlanGather(const OpDef& def, const Tensor& x, int64_t dim, const Tensor& index,
+                     const Tensor& out);
+// A strided copy of `src` into `out` (same shape and dtype): cat's per-input copy.
+IndexPlan PlanCopy(const OpDef& def, const Tensor& src, const Tensor& out);
+
+// Throws kiln::Error (kOutOfRange) naming the op, the first index of `index` (a CPU tensor, in
+// row-major order) outside [0, bound), its position, `dim` and the operands; returns otherwise.
+void CheckIndices(const OpDef& def, const Tensor& index, int64_t bound, int64_t dim,
+                  absl::Span<const Tensor> operands);
+
+// out[o] = src[...] for every output element (a bitwise copy of elem_size bytes). The caller has
+// checked the indices.
+void RunOnCpu(const IndexPlan& plan, void* out, const void* src, const void* index);
+
+}  // namespace kiln::gather

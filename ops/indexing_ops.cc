@@ -1,0 +1,169 @@
+// The public API of indexing, joining, splitting and selection (see ops.h): thin wrappers that
+// fill OpAttrs and dispatch through the registry. stack, split and chunk are compositions (views
+// and cat); max_with_indices and topk are two dispatches each, so that every registry row keeps
+// one output.
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "absl/strings/str_cat.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
+#include "runtime/cuda.h"
+#include "runtime/status.h"
+
+namespace kiln {
+
+Tensor embedding(const Tensor& indices, const Tensor& weight) {
+  return Dispatch(OpId::kEmbedding, {indices, weight});
+}
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  OpAttrs a;
+  a.dim = dim;
+  return Dispatch(OpId::kIndexSelect, {x, index}, a);
+}
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  OpAttrs a;
+  a.dim = dim;
+  return Dispatch(OpId::kGather, {x, index}, a);
+}
+
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  OpAttrs a;
+  a.dim = dim;
+  return Dispatch(OpId::kCat, tensors, a);
+}
+
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  KILN_CHECK(!tensors.empty(), "stack: expects a non-empty list of tensors");
+  std::vector<Tensor> parts;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    KILN_CHECK(tensors[i].defined(), "stack: tensor ", i, " is undefined");
+    KILN_CHECK(tensors[i].shape() == tensors[0].shape(), "stack: tensor ", i, " has shape ",
+               tensors[i].shape_string(), " but tensor 0 has ", tensors[0].shape_string(),
+               " (all must be equal)");
+    parts.push_back(unsqueeze(tensors[i], dim));
+  }
+  return cat(parts, dim);
+}
+
+namespace {
+
+int64_t SplitDim(const char* op, const Tensor& x, int64_t dim) {
+  KILN_CHECK(x.defined(), op, ": undefined input");
+  KILN_CHECK(x.dim() > 0, op, ": cannot split a 0-d tensor");
+  KILN_CHECK(dim >= -x.dim() && dim < x.dim(), op, ": dim ", dim,
+             " is out of range for a tensor of rank ", x.dim(), " (", x.shape_string(), ")");
+  return dim < 0 ? dim + x.dim() : dim;
+}
+
+}  // namespace
+
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
+  const int64_t d = SplitDim("split", x, dim), n = x.size(d);
+  KILN_CHECK(split_size > 0 || (split_size == 0 && n == 0), "split: split_size must be positive, ",
+             "got ", split_size, " for dim ", dim, " of ", x.shape_string());
+  std::vector<Tensor> out;
+  for (int64_t start = 0; start < n || (n == 0 && out.empty()); start += split_size) {
+    out.push_back(slice(x, d, start, std::min(start + split_size, n)));
+    if (split_size == 0) break;
+  }
+  return out;
+}
+
+std::vector<Tensor> split_with_sizes(const Tensor& x, IntList sizes, int64_t dim) {
+  const int64_t d = SplitDim("split_with_sizes", x, dim);
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    KILN_CHECK(s >= 0, "split_with_sizes: sizes must be non-negative, got ", ShapeString(sizes));
+    total += s;
+  }
+  KILN_CHECK(total == x.size(d), "split_with_sizes: sizes ", ShapeString(sizes), " sum to ", total,
+             ", but dim ", dim, " of ", x.shape_string(), " has size ", x.size(d));
+  std::vector<Tensor> out;
+  int64_t start = 0;
+  for (int64_t s : sizes) {
+    out.push_back(slice(x, d, start, start + s));
+    start += s;
+  }
+  return out;
+}
+
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  const int64_t d = SplitDim("chunk", x, dim);
+  KILN_CHECK(chunks > 0, "chunk: chunks must be positive, got ", chunks);
+  const int64_t n = x.size(d);
+  return split(x, std::max<int64_t>((n + chunks - 1) / chunks, n == 0 ? 0 : 1), d);
+}
+
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  OpAttrs a;
+  if (dim) a.dims = {*dim};
+  a.keepdim = keepdim;
+  return Dispatch(OpId::kArgMax, {x}, a);
+}
+
+ValuesIndices max_with_indices(const Tensor& x, int64_t dim, bool keepdim) {
+  Tensor indices = argmax(x, dim, keepdim);  // first: its Infer rejects empty dims
+  return {max(x, {dim}, keepdim), std::move(indices)};
+}
+
+ValuesIndices topk(const Tensor& x, int64_t k, int64_t dim, bool largest) {
+  OpAttrs a;
+  a.dim = dim;
+  a.k = k;
+  a.largest = largest;
+  Tensor indices = Dispatch(OpId::kTopK, {x}, a);
+  return {gather(x, dim, indices), std::move(indices)};
+}
+
+namespace {
+
+// The raw bytes of x's one element, on the host.
+void ReadOneElement(const Tensor& x, void* dst) {
+  KILN_CHECK(x.defined(), "item: undefined tensor");
+  KILN_CHECK(x.numel() == 1, "item: a tensor with ", x.numel(), " elements (", Describe(x.type()),
+             ") cannot be converted to a scalar; it must have one element");
+  KILN_CHECK(!x.device().is_meta(), "item: a meta tensor ", Describe(x.type()), " holds no data");
+  KILN_CHECK(
+      x.storage() != nullptr && !x.storage()->device().is_meta(), "item: ", Describe(x.type()),
+      " is a traced value inside a compiled function: its data does ", "not exist while tracing");
+  const size_t bytes = static_cast<size_t>(x.element_size());
+  if (x.device().is_cuda()) {
+    cuda::Copy(dst, kCPU, x.data_ptr(), x.device(), bytes);
+  } else {
+    std::memcpy(dst, x.data_ptr(), bytes);
+  }
+}
+
+}  // namespace
+
+template <typename T>
+T item(const Tensor& x) {
+  uint64_t raw = 0;
+  ReadOneElement(x, &raw);
+  if constexpr (std::is_integral_v<T>) {
+    if (x.dtype() == DType::kInt64) return static_cast<T>(*reinterpret_cast<int64_t*>(&raw));
+    const double v = LoaderFor(x.dtype())(&raw, 0);
+    KILN_CHECK(std::isfinite(v), "item: ", v, " (", Describe(x.type()),
+               ") cannot be converted to an integer");
+    if constexpr (std::is_same_v<T, bool>) {
+      return v != 0;
+    } else {
+      return static_cast<T>(v);
+    }
+  } else {
+    if (x.dtype() == DType::kInt64) return static_cast<T>(*reinterpret_cast<int64_t*>(&raw));
+    return static_cast<T>(LoaderFor(x.dtype())(&raw, 0));
+  }
+}
+
+template double item<double>(const Tensor&);
+template float item<float>(const Tensor&);
+template int64_t item<int64_t>(const Tensor&);
+template int32_t item<int32_t>(const Tensor&);
+template bool item<bool>(const Tensor&);
+
+}  // namespace kiln

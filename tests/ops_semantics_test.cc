@@ -1,0 +1,351 @@
+// torch semantics of the math, comparison, indexing, joining and selection ops beyond the
+// conformance table: int64 values beyond 2^53 stay exact, NaN ordering, scalar rounding in
+// comparisons, integer powers, views from split/chunk, item(), out-of-range indices reported as
+// kiln::Error on CUDA too (and the device usable afterwards), and the elementwise rows fusing
+// into one kernel under kiln::compile. Device-parametrised bodies run on the CPU here and on
+// CUDA on the GPU machine.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <thread>
+
+#include "absl/strings/str_replace.h"
+#include "codegen/compile.h"
+#include "ir/parser.h"
+#include "ir/printer.h"
+#include "ops/factories.h"
+#include "ops/ops.h"
+#include "runtime/nvrtc.h"
+#include "runtime/status.h"
+#include "tests/test_util.h"
+
+namespace kiln {
+namespace {
+
+constexpr int64_t kBig = (int64_t{1} << 53) + 1;  // not a double
+
+// An int64 tensor holding exactly `values` (from_vector would round them through double).
+Tensor Int64s(const std::vector<int64_t>& values, Device device = kCPU) {
+  Tensor t = Tensor::Empty({static_cast<int64_t>(values.size())}, DType::kInt64, kCPU);
+  for (size_t i = 0; i < values.size(); ++i) t.data<int64_t>()[i] = values[i];
+  return to(t, device);
+}
+
+std::vector<int64_t> AsInt64s(const Tensor& x) {
+  const Tensor h = contiguous(to(x, kCPU));
+  return std::vector<int64_t>(h.data<int64_t>(), h.data<int64_t>() + h.numel());
+}
+
+std::vector<double> Vals(const Tensor& x) { return to_vector(x); }
+
+TEST(OpsSemantics, Int64BeyondDoubleIsExactOnCpu) {
+  const Tensor a = Int64s({kBig, kBig - 1, -kBig}), b = Int64s({kBig - 1, kBig - 1, -kBig});
+  EXPECT_EQ(Vals(eq(a, b)), (std::vector<double>{0, 1, 1}));
+  EXPECT_EQ(Vals(gt(a, b)), (std::vector<double>{1, 0, 0}));
+  EXPECT_EQ(AsInt64s(maximum(a, b)), (std::vector<int64_t>{kBig, kBig - 1, -kBig}));
+  EXPECT_EQ(AsInt64s(minimum(a, b)), (std::vector<int64_t>{kBig - 1, kBig - 1, -kBig}));
+  EXPECT_EQ(AsInt64s(abs(a)), (std::vector<int64_t>{kBig, kBig - 1, kBig}));
+  EXPECT_EQ(AsInt64s(clamp(a, b, b)), AsInt64s(b));
+  EXPECT_EQ(AsInt64s(pow(Int64s({3}), 39.0)), (std::vector<int64_t>{4052555153018976267}));
+  EXPECT_EQ(item<int64_t>(slice(a, 0, 0, 1)), kBig);
+}
+
+// Copies and selection never go through double, on either device.
+void Int64IndexingIsExact(Device device) {
+  const Tensor a = Int64s({kBig, kBig - 1, kBig + 2, -kBig}, device);
+  const Tensor w = reshape(a, {2, 2});
+  EXPECT_EQ(AsInt64s(embedding(Int64s({1, 0}, device), w)),
+            (std::vector<int64_t>{kBig + 2, -kBig, kBig, kBig - 1}));
+  EXPECT_EQ(AsInt64s(index_select(a, 0, Int64s({2, 0}, device))),
+            (std::vector<int64_t>{kBig + 2, kBig}));
+  EXPECT_EQ(AsInt64s(gather(a, 0, Int64s({3, 1}, device))),
+            (std::vector<int64_t>{-kBig, kBig - 1}));
+  EXPECT_EQ(AsInt64s(cat({a, slice(a, 0, 1, 2)})),
+            (std::vector<int64_t>{kBig, kBig - 1, kBig + 2, -kBig, kBig - 1}));
+  EXPECT_EQ(item<int64_t>(argmax(a)), 2);
+  const ValuesIndices top = topk(a, 3);
+  EXPECT_EQ(AsInt64s(top.indices), (std::vector<int64_t>{2, 0, 1}));
+  EXPECT_EQ(AsInt64s(top.values), (std::vector<int64_t>{kBig + 2, kBig, kBig - 1}));
+}
+TEST(OpsSemantics, Int64IndexingIsExactOnCpu) { Int64IndexingIsExact(kCPU); }
+TEST(OpsSemanticsCuda, Int64IndexingIsExact) {
+  KILN_SKIP_WITHOUT_GPU();
+  Int64IndexingIsExact(CUDA(0));
+}
+
+// NaN: propagates through minimum/maximum/clamp, is the largest value for argmax/topk (the first
+// NaN wins), compares unequal to everything; -0.0 equals +0.0 (ties go to the lower index).
+void NanAndZeroOrdering(Device device) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor x = to(from_vector({1, nan, 3, nan, -0.0, 0.0}, {6}), device);
+  const Tensor y = to(from_vector({2, 2, nan, 1, 0.0, -0.0}, {6}), device);
+  const std::vector<double> mx = Vals(maximum(x, y));
+  EXPECT_EQ(mx[0], 2);
+  EXPECT_TRUE(std::isnan(mx[1]) && std::isnan(mx[2]) && std::isnan(mx[3]));
+  EXPECT_TRUE(std::isnan(Vals(minimum(y, x))[1]));
+  EXPECT_TRUE(std::isnan(Vals(clamp(x, 0.0, 2.0))[1]));
+  EXPECT_TRUE(std::isnan(Vals(clamp_min(y, nan))[0]));
+  EXPECT_EQ(Vals(eq(x, x)), (std::vector<double>{1, 0, 1, 0, 1, 1}));
+  EXPECT_EQ(Vals(ne(x, y)), (std::vector<double>{1, 1, 1, 1, 0, 0}));
+  EXPECT_EQ(item<int64_t>(argmax(x)), 1);
+  EXPECT_EQ(AsInt64s(topk(x, 4).indices), (std::vector<int64_t>{1, 3, 2, 0}));
+  EXPECT_EQ(AsInt64s(topk(x, 3, 0, /*largest=*/false).indices), (std::vector<int64_t>{4, 5, 0}));
+  const Tensor zeros_only = to(from_vector({-0.0, 0.0, -0.0}, {3}), device);
+  EXPECT_EQ(item<int64_t>(argmax(zeros_only)), 0);
+  EXPECT_EQ(AsInt64s(topk(zeros_only, 3).indices), (std::vector<int64_t>{0, 1, 2}));
+}
+TEST(OpsSemantics, NanAndZeroOrderingOnCpu) { NanAndZeroOrdering(kCPU); }
+TEST(OpsSemanticsCuda, NanAndZeroOrdering) {
+  KILN_SKIP_WITHOUT_GPU();
+  NanAndZeroOrdering(CUDA(0));
+}
+
+// torch converts the Python number to the tensor's dtype first: bf16(0.1) == 0.1.
+TEST(OpsSemantics, ScalarComparisonsRoundTheScalarToTheTensorDtype) {
+  for (DType t : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
+    const Tensor x = full({2}, 0.1, t);
+    EXPECT_EQ(Vals(x == 0.1), (std::vector<double>{1, 1})) << DTypeName(t);
+    EXPECT_EQ(Vals(x < 0.1), (std::vector<double>{0, 0})) << DTypeName(t);
+  }
+  // An integer tensor against a fractional scalar compares in float32.
+  EXPECT_EQ(Vals(from_vector({0, 1}, {2}, DType::kInt64) > 0.5), (std::vector<double>{0, 1}));
+  EXPECT_EQ((arange(3) == 1.0).dtype(), DType::kBool);
+}
+
+TEST(OpsSemantics, IntegerPowers) {
+  // Negative integer exponents of integer tensors: torch's CUDA rule (1, ±1, else 0).
+  const Tensor base = from_vector({2, -1, 1, -1, 3}, {5}, DType::kInt64);
+  const Tensor exp = from_vector({-1, -1, -3, -2, 0}, {5}, DType::kInt64);
+  EXPECT_EQ(AsInt64s(pow(base, exp)), (std::vector<int64_t>{0, -1, 1, 1, 1}));
+  // int32 wraps like torch: 3^21 = 10460353203 = 1870418611 mod 2^32.
+  EXPECT_EQ(Vals(pow(from_vector({3}, {1}, DType::kInt32), 21.0))[0], 1870418611);
+  EXPECT_EQ(pow(from_vector({2}, {1}, DType::kInt32), 0.5).dtype(), DType::kFloat32);
+  EXPECT_EQ(pow(ones({2}, DType::kBool), 2.0).dtype(), DType::kInt64);
+}
+
+TEST(OpsSemantics, ClampWithMinAboveMaxGivesMax) {
+  EXPECT_EQ(Vals(clamp(from_vector({-1, 0.5, 3}, {3}), 2.0, 1.0)), (std::vector<double>{1, 1, 1}));
+  EXPECT_EQ(Vals(clamp(arange(5), 1.0, 3.0)), (std::vector<double>{1, 1, 2, 3, 3}));
+  EXPECT_EQ(clamp(arange(5), 1.0, 3.0).dtype(), DType::kInt64);
+  EXPECT_EQ(clamp_min(arange(5), 0.5).dtype(), DType::kFloat32);
+}
+
+TEST(OpsSemantics, SplitAndChunkAreViews) {
+  const Tensor x = reshape(arange(12, DType::kFloat32), {2, 6});
+  const std::vector<Tensor> parts = split(x, 4, 1);
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[1].shape(), (Shape{2, 2}));
+  EXPECT_TRUE(parts[1].shares_storage(x));
+  EXPECT_EQ(Vals(parts[1]), (std::vector<double>{4, 5, 10, 11}));
+  // torch.chunk: ceil(6 / 4) = 2 per chunk, so 3 chunks; 5 into 3 gives 2, 2, 1.
+  EXPECT_EQ(chunk(x, 4, 1).size(), 3u);
+  const std::vector<Tensor> c = chunk(arange(5), 3);
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_EQ(c[2].numel(), 1);
+  const std::vector<Tensor> s = split_with_sizes(x, {1, 1}, 0);
+  EXPECT_EQ(Vals(s[1]), (std::vector<double>{6, 7, 8, 9, 10, 11}));
+  masked_fill_(s[0], ones({6}, DType::kBool), -1);  // writes through to x
+  EXPECT_EQ(Vals(x)[0], -1);
+}
+
+TEST(OpsSemantics, CatAndStack) {
+  const Tensor a = ones({2, 3}, DType::kInt32), b = zeros({1, 3});
+  const Tensor c = cat({a, b, zeros({0})});  // promotes; the legacy [0] tensor is skipped
+  EXPECT_EQ(c.dtype(), DType::kFloat32);
+  EXPECT_EQ(c.shape(), (Shape{3, 3}));
+  EXPECT_EQ(stack({a, a}, -1).shape(), (Shape{2, 3, 2}));
+  EXPECT_EQ(stack({arange(3), arange(3)}).shape(), (Shape{2, 3}));
+}
+
+TEST(OpsSemantics, MaxWithIndices) {
+  const Tensor x = from_vector({1, 7, 7, 2, 0, -3}, {2, 3});
+  const ValuesIndices m = max_with_indices(x, 1);
+  EXPECT_EQ(Vals(m.values), (std::vector<double>{7, 2}));
+  EXPECT_EQ(AsInt64s(m.indices), (std::vector<int64_t>{1, 0}));  // the first of the tied 7s
+  const ValuesIndices k = max_with_indices(x, 0, /*keepdim=*/true);
+  EXPECT_EQ(k.indices.shape(), (Shape{1, 3}));
+  EXPECT_EQ(AsInt64s(k.indices), (std::vector<int64_t>{1, 0, 0}));
+}
+
+void ItemReadsOneElement(Device device) {
+  EXPECT_EQ(item(to(full({}, 2.5, DType::kBFloat16), device)), 2.5);
+  EXPECT_EQ(item<int32_t>(to(full({1, 1}, -7, DType::kInt32), device)), -7);
+  EXPECT_EQ(item<bool>(to(ones({1}, DType::kBool), device)), true);
+  EXPECT_EQ(item<float>(slice(to(arange(3, DType::kFloat32), device) * 0.5, 0, 1, 2)), 0.5f);
+}
+TEST(OpsSemantics, ItemOnCpu) { ItemReadsOneElement(kCPU); }
+TEST(OpsSemanticsCuda, Item) {
+  KILN_SKIP_WITHOUT_GPU();
+  ItemReadsOneElement(CUDA(0));
+}
+
+// The CUDA kernels report a bad index as the CPU kernel does (code, op, index, position), leave
+// the output untouched by out-of-bounds reads, and leave the device usable.
+TEST(OpsSemanticsCuda, OutOfRangeIndicesAreErrors) {
+  KILN_SKIP_WITHOUT_GPU();
+  const Tensor w = ones({5, 4});
+  const Tensor bad = from_vector({1, 5, 2, -1}, {2, 2}, DType::kInt64);
+  std::string cpu_message;
+  try {
+    embedding(bad, w);
+  } catch (const Error& e) {
+    cpu_message = e.what();
+  }
+  ASSERT_FALSE(cpu_message.empty());
+  try {
+    embedding(to(bad, CUDA(0)), to(w, CUDA(0)));
+    FAIL() << "no error for an out-of-range index on CUDA";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), absl::StatusCode::kOutOfRange);
+    EXPECT_EQ(std::string(e.what()), absl::StrReplaceAll(cpu_message, {{"on cpu", "on cuda:0"}}));
+  }
+  for (DType t : {DType::kInt64, DType::kInt32}) {
+    const Tensor idx = to(from_vector({0, 3}, {2}, t), CUDA(0));
+    EXPECT_THROW(index_select(to(w, CUDA(0)), 1, idx + 1), Error);
+    EXPECT_THROW(gather(to(w, CUDA(0)), 0, reshape(idx * 2, {1, 2})), Error);
+  }
+  // The device still works and a good call gives the right rows.
+  const Tensor good = embedding(to(from_vector({4, 0}, {2}, DType::kInt64), CUDA(0)),
+                                to(reshape(arange(20, DType::kFloat32), {5, 4}), CUDA(0)));
+  EXPECT_EQ(Vals(good), (std::vector<double>{16, 17, 18, 19, 0, 1, 2, 3}));
+}
+
+// Comparisons, clamp, pow, minimum and where fuse into elementwise kernels, equal to eager.
+void ElementwiseRowsFuse(Device device) {
+  const auto fn = [](const std::vector<Tensor>& in) {
+    const Tensor& x = in[0];
+    return std::vector<Tensor>{clamp(where(x > in[1], x, pow(x, 2.0)), -0.5, 0.5),
+                               cast(minimum(abs(x), in[1]) <= 0.25, DType::kFloat32)};
+  };
+  Generator gen(3);
+  const std::vector<Tensor> in = {randn({16, 32}, gen, DType::kFloat32, device),
+                                  randn({32}, gen, DType::kFloat32, device)};
+  CompiledFn f = compile(fn, in);
+  // One kernel per output at most (one for both where the fusion emits several outputs).
+  EXPECT_LE(f.report(in).kernels_per_step, 2) << f.report(in).final_graph;
+  const std::vector<Tensor> got = f(in), want = fn(in);
+  for (int i = 0; i < 2; ++i) ExpectClose(Vals(got[i]), Vals(want[i]), {1e-6, 1e-6}, "fused");
+}
+TEST(OpsSemantics, ElementwiseRowsFuseOnCpu) { ElementwiseRowsFuse(kCPU); }
+
+// The fused CUDA sources of the rows above (scalars as literals, operands as subexpressions)
+// compile with NVRTC; no GPU needed. The PTX is read back from the compile dump (an interface
+// that outlives changes of the code generator).
+TEST(OpsSemantics, FusedSourcesCompileWithNvrtc) {
+  const auto fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{
+        clamp(where(in[0] > in[1], pow(in[0], in[1]), pow(abs(in[0]), 2.5)), -0.5, 0.5),
+        cast(maximum(in[0], in[1]) != 3.0, DType::kFloat32)};
+  };
+  Generator gen(4);
+  const std::vector<Tensor> in = {randn({4, 8}, gen), rand({8}, gen)};
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / absl::StrCat("kiln_ops_semantics_", getpid());
+  CompileOptions options;
+  options.dump_dir = dir.string();
+  CompiledFn f = compile(fn, in, options);
+  ExpectClose(Vals(f(in)[0]), Vals(fn(in)[0]), {1e-6, 1e-6}, "compiled");
+  int compiled = 0;  // the dump holds each kernel's PTX, or NVRTC's log where it failed
+  for (const auto& entry : std::filesystem::directory_iterator(dir / "kernels")) {
+    if (entry.path().extension() != ".ptx") continue;
+    std::ifstream file(entry.path());
+    const std::string ptx((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    EXPECT_NE(ptx.find(".entry"), std::string::npos) << entry.path() << ":\n" << ptx;
+    ++compiled;
+  }
+  std::filesystem::remove_all(dir);
+  EXPECT_GE(compiled, 1) << f.report(in).final_graph;
+}
+
+TEST(OpsSemanticsCuda, ElementwiseRowsFuse) {
+  KILN_SKIP_WITHOUT_GPU();
+  ElementwiseRowsFuse(CUDA(0));
+}
+
+// topk's attributes print and parse back, and CSE keeps two topk calls with different k apart.
+TEST(OpsSemantics, TopKAttributesInTheIr) {
+  const auto fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{topk(in[0], 2, -1, false).indices, topk(in[0], 3).indices,
+                               argmax(in[0], 0, true), cat({in[0], in[0]}, 1)};
+  };
+  const std::vector<Tensor> in = {from_vector({4, 1, 3, 2, 9, 0}, {2, 3})};
+  CompiledFn f = compile(fn, in);
+  const std::string text = f.report(in).final_graph;
+  EXPECT_NE(text.find("{dim=-1, k=2, largest=false}"), std::string::npos) << text;
+  EXPECT_NE(text.find("{dim=-1, k=3, largest=true}"), std::string::npos) << text;
+  absl::StatusOr<ir::Graph> g = ir::ParseGraph(text);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(ir::PrintGraph(*g), text);
+  const std::vector<Tensor> got = f(in), want = fn(in);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(Vals(got[i]), Vals(want[i])) << i;
+}
+
+TEST(OpsSemantics, ItemOfATracedValueIsAnError) {
+  const auto fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{in[0] * item(sum(in[0]))};
+  };
+  try {
+    compile(fn, {ones({2})});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("item:"), std::string::npos) << e.what();
+  }
+}
+
+// The kernel-IR renderer computes integer instructions in long long: every elementwise row that
+// takes integers must compile with long long operands (and a float scalar) too, and pow's
+// expression must give exact integer powers there. Compiled with NVRTC; no GPU needed.
+TEST(OpsSemantics, IntegerCapableExpressionsCompileWithLongLongOperands) {
+  std::string body;
+  int rows = 0;
+  for (OpId id : {OpId::kAbs, OpId::kPowScalar, OpId::kClampMin, OpId::kClampMax, OpId::kEqScalar,
+                  OpId::kLtScalar, OpId::kPow, OpId::kMinimum, OpId::kMaximum, OpId::kEq, OpId::kNe,
+                  OpId::kLt, OpId::kLe, OpId::kGt, OpId::kGe}) {
+    const std::string expr = absl::StrReplaceAll(
+        std::string(GetOpDef(id).cuda_expr), {{"$0", "a0"}, {"$1", "a1"}, {"$scalar", "scalar"}});
+    absl::StrAppend(&body, "  out[", rows++, "] = (long long)(", expr, ");\n");
+  }
+  const std::string src = absl::StrCat(
+      "extern \"C\" __global__ void k(long long* out, const long long* in, float scalar) {\n",
+      "  const long long a0 = in[0], a1 = in[1];\n", body, "}\n");
+  absl::StatusOr<std::string> ptx = cuda::CompileSource(src, "long_long_rows", "compute_90", false);
+  EXPECT_TRUE(ptx.ok()) << ptx.status().message() << "\n" << src;
+}
+
+// The kernels keep no state between calls (the CUDA index flag is per launch): the same calls
+// from several threads give the single-threaded answers.
+void ThreadsAgree(Device device) {
+  Generator gen(21);
+  const Tensor w = randn({50, 16}, gen, DType::kFloat32, device);
+  const Tensor ids = to(from_vector({3, 49, 0, 7, 7, 12}, {2, 3}, DType::kInt64), device);
+  const auto work = [&] {
+    std::vector<double> out = Vals(embedding(ids, w));
+    for (double v : Vals(topk(w, 5, 0).indices)) out.push_back(v);
+    for (double v : Vals(argmax(w, 1))) out.push_back(v);
+    for (double v : Vals(cat({w, w * 2.0}, 1) > 0.5)) out.push_back(v);
+    return out;
+  };
+  const std::vector<double> want = work();
+  std::vector<std::vector<double>> got(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) got[t] = work();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const auto& g : got) EXPECT_EQ(g, want);
+}
+TEST(OpsSemantics, ThreadsAgreeOnCpu) { ThreadsAgree(kCPU); }
+TEST(OpsSemanticsCuda, ThreadsAgree) {
+  KILN_SKIP_WITHOUT_GPU();
+  ThreadsAgree(CUDA(0));
+}
+
+}  // namespace
+}  // namespace kiln
