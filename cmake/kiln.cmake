@@ -4,8 +4,8 @@
 #   kiln_cc_test(ops_test SRCS tests/ops_test.cc DEPS kiln_ops)
 #
 # kiln's own code includes headers by their path in the source tree ("ops/ops.h"); that include
-# directory is private to kiln's targets (each library and binary adds it for itself), so that
-# it does not leak to a project that links kiln.
+# directory is private to kiln's targets. Users of the kiln::kiln target see the same headers as
+# <kiln/ops/ops.h> instead (cmake/kiln_package.cmake), so no folder of kiln's clashes with theirs.
 # DEPS are linked publicly; LINK_ONLY libraries are linked, but their headers (CUDA's) are not
 # passed on: kiln's public headers do not need them.
 
