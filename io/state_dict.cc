@@ -121,6 +121,7 @@ void CopyInto(const Source& source, const Assignment& a) {
   if (src.data_ptr() == a.param.data_ptr() && src.device() == a.param.device()) return;
   CopyBytes(a.param.data_ptr(), a.param.device(), src.data_ptr(), src.device(),
             static_cast<size_t>(a.param.numel() * a.param.element_size()));
+  a.param.storage()->BumpVersion();  // a write, as an in-place op's: frozen plans recompile
 }
 
 LoadReport LoadFrom(Module& module, const Source& source, const LoadOptions& options) {

@@ -13,7 +13,8 @@
 //
 // Loading copies each checkpoint tensor into the module's existing parameter memory (torch's
 // param.copy_(t)): handles to the parameters, and functions compiled over them, see the new
-// values; devices may differ (a file is read straight from its mapping, one tensor at a time);
+// values (a write bumps the storage's version, so plans that froze the weights recompile);
+// devices may differ (a file is read straight from its mapping, one tensor at a time);
 // dtypes are converted unless LoadOptions::convert_dtype is false. Every key is matched and every
 // shape checked before the first byte is copied, so an error leaves the module as it was. Errors
 // (kiln::Error) name the module key, the checkpoint key, the expected and the found

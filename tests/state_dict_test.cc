@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "codegen/compile.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
 #include "runtime/status.h"
@@ -47,6 +48,27 @@ TEST(StateDict, SaveThenLoadIntoAnotherModule) {
   EXPECT_EQ(to_vector(a(x)), to_vector(b(x)));
   EXPECT_EQ(SafetensorsFile::Open(path).metadata().at("format"), "pt");
   std::remove(path.c_str());
+}
+
+// Compiled functions see loaded weights, also when they froze them (merged gate/up GEMM).
+TEST(StateDict, CompiledFunctionsSeeLoadedWeights) {
+  Generator g0(11), g1(12);
+  GeGLUMLP a(8, 16, g0), b(8, 16, g1);
+  const Tensor x = randn({3, 8}, g0);
+  for (bool freeze : {false, true}) {
+    CompileOptions o;
+    o.freeze_weights = freeze;
+    CompiledFn f = compile(b, x, o);
+    const std::vector<double> before = to_vector(f({x})[0]);
+    load_state_dict(b, state_dict(a));
+    const std::vector<double> want = to_vector(a(x));
+    const std::vector<double> got = to_vector(f({x})[0]);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << freeze;
+    EXPECT_NE(got, before);
+    GeGLUMLP fresh(8, 16, g1);
+    load_state_dict(b, state_dict(fresh));  // back to other weights for the next round
+  }
 }
 
 TEST(StateDict, StrictNamesMissingAndUnexpectedKeysAndChangesNothing) {
