@@ -13,7 +13,8 @@
 // the storage's start as `data` and the tensor's offset as `byte_offset`, so `data` keeps the
 // allocation's alignment; from_dlpack keeps a byte offset that is a multiple of the element
 // size as the tensor's offset). Nothing synchronizes: CUDA work kiln queued on the tensor runs
-// on kiln's current stream (runtime/cuda.h); the consumer must order itself after it.
+// on kiln's current stream (runtime/cuda.h); the consumer must order itself after it. Writes by
+// the other library are invisible to kiln's version counters (see from_blob.h).
 #pragma once
 
 #include "runtime/tensor.h"

@@ -7,7 +7,10 @@
 //
 // The tensor's storage spans exactly the elements the shape and strides reach; views of it keep
 // the memory alive, and `deleter(data)` runs once, when the last of them goes away (never when
-// there is no deleter). Not checked: that the memory is as large as the shape says.
+// there is no deleter); it must not throw. Not checked: that the memory is as large as the shape
+// says. When from_blob throws, the deleter is not called: the memory stays the caller's.
+// Writes made outside kiln's ops do not bump the storage's version: a function compiled with
+// freeze_weights over such a tensor does not see them.
 #pragma once
 
 #include <functional>

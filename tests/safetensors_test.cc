@@ -243,9 +243,7 @@ TEST(Safetensors, LoadErrorsNameTheFileAndTheTensor) {
               SafetensorsFile::Open("/nonexistent/w.safetensors");
             }).find("'/nonexistent/w.safetensors': cannot open: No such file"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([] {
-              SafetensorsFile::Open(::testing::TempDir());
-            }).find("not a regular file"),
+  EXPECT_NE(ErrorOf([] { SafetensorsFile::Open(::testing::TempDir()); }).find("not a regular file"),
             std::string::npos);
 }
 
@@ -346,7 +344,7 @@ TEST(SafetensorsFuzz, MutatedHeadersAreRejectedOrLoadCleanly) {
   };
   std::mt19937 rng(20240611);
   int accepted = 0, rejected = 0;
-  for (int i = 0; i < 4000; ++i) {
+  for (int i = 0; i < 20000; ++i) {
     std::string image = seeds[i % seeds.size()];
     for (int k = 1 + rng() % 3; k > 0; --k) image = Mutate(std::move(image), rng);
     std::optional<SafetensorsFile> f;
@@ -371,7 +369,7 @@ TEST(SafetensorsFuzz, MutatedHeadersAreRejectedOrLoadCleanly) {
       }
     }
   }
-  EXPECT_GT(rejected, 1000) << "the mutations should break most files";
+  EXPECT_GT(rejected, 10000) << "the mutations should break most files";
   EXPECT_GT(accepted, 10) << "some mutations (metadata, shapes of the same size) stay valid";
 }
 
