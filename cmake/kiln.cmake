@@ -1,19 +1,29 @@
 # CMake helpers that keep target declarations to a line or two (like Abseil's absl_cc_library).
 #
-#   kiln_cc_library(kiln_ops SRCS ops/ops.cc ... DEPS kiln_runtime)
+#   kiln_cc_library(kiln_ops SRCS ops/ops.cc ... DEPS kiln_runtime LINK_ONLY kiln::cuda_cublasLt)
 #   kiln_cc_test(ops_test SRCS tests/ops_test.cc DEPS kiln_ops)
+#
+# kiln's own code includes headers by their path in the source tree ("ops/ops.h"); that include
+# directory is private to kiln's targets. Users of the kiln::kiln target see the same headers as
+# <kiln/ops/ops.h> instead (cmake/kiln_package.cmake), so no folder of kiln's clashes with theirs.
+# DEPS are linked publicly; LINK_ONLY libraries are linked, but their headers (CUDA's) are not
+# passed on: kiln's public headers do not need them.
 
 function(kiln_cc_library name)
-  cmake_parse_arguments(ARG "" "" "SRCS;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS;LINK_ONLY" ${ARGN})
   add_library(${name} STATIC ${ARG_SRCS})
-  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR})
-  target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_LINK_ONLY})
   target_compile_options(${name} PRIVATE ${KILN_WARNINGS})
+  string(REGEX REPLACE "^kiln_" "" export_name ${name})
+  set_target_properties(${name} PROPERTIES EXPORT_NAME ${export_name})  # kiln::ops, ...
+  set_property(GLOBAL APPEND PROPERTY KILN_LIBRARIES ${name})
 endfunction()
 
 function(kiln_cc_binary name)
   cmake_parse_arguments(ARG "" "" "SRCS;DEPS" ${ARGN})
   add_executable(${name} ${ARG_SRCS})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
   target_compile_options(${name} PRIVATE ${KILN_WARNINGS})
 endfunction()

@@ -35,6 +35,12 @@ Tensor from_vector(const std::vector<double>& values, IntList shape, DType dtype
                    Device device = kCPU);
 // All elements in row-major order, converted to double (any dtype, device or strides).
 std::vector<double> to_vector(const Tensor& x);
+// The same converted to T: to_vector<float>(x), to_vector<int64_t>(i).
+template <typename T>
+std::vector<T> to_vector(const Tensor& x) {
+  const std::vector<double> values = to_vector(x);
+  return std::vector<T>(values.begin(), values.end());
+}
 
 // torch-style text: values (summarised with "..." beyond 1000 elements), dtype, device.
 std::string ToString(const Tensor& x);

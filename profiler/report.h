@@ -21,7 +21,7 @@
 
 #include "absl/status/status.h"
 #include "profiler/profiler.h"
-#include "runtime/nvrtc.h"
+#include "runtime/kernel_cache_stats.h"
 
 namespace kiln::profiler {
 

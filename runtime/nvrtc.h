@@ -19,6 +19,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "runtime/kernel_cache_stats.h"
 
 namespace kiln::cuda {
 
@@ -30,10 +31,6 @@ absl::StatusOr<std::string> CompileSource(const std::string& source, const std::
 // The kernel `kernel_name` of `source`, compiled for the current device and loaded (cached).
 absl::StatusOr<cudaKernel_t> GetKernel(const std::string& source, const std::string& kernel_name);
 
-struct KernelCacheStats {
-  int64_t memory_hits = 0, disk_hits = 0, compiles = 0;
-  double compile_ms = 0;
-};
 KernelCacheStats GetKernelCacheStats();
 
 // The disk cache directory in use ("" when disabled).

@@ -89,15 +89,27 @@ std::shared_ptr<Storage> Storage::Adopt(void* data, size_t nbytes, Device device
   return std::shared_ptr<Storage>(new Storage(data, nbytes, device, allocator));
 }
 
+std::shared_ptr<Storage> Storage::FromBlob(void* data, size_t nbytes, Device device,
+                                           std::function<void(void*)> deleter) {
+  auto storage = std::shared_ptr<Storage>(new Storage(data, nbytes, device, nullptr));
+  storage->deleter_ = std::move(deleter);
+  return storage;
+}
+
 void* Storage::Release() {
   void* data = data_;
   if (allocator_ != nullptr && data_ != nullptr) allocator_->Released(nbytes_, device_);
   data_ = nullptr;
+  deleter_ = nullptr;
   return data;
 }
 
 Storage::~Storage() {
-  if (allocator_ != nullptr && data_ != nullptr) allocator_->Free(data_, nbytes_, device_);
+  if (deleter_) {
+    deleter_(data_);
+  } else if (allocator_ != nullptr && data_ != nullptr) {
+    allocator_->Free(data_, nbytes_, device_);
+  }
 }
 
 }  // namespace kiln

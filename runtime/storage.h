@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "runtime/device.h"
@@ -42,6 +43,11 @@ class Storage {
   // Takes ownership of `nbytes` at `data` on `device`, which that device's allocator frees
   // (memory a CUDA graph allocates each time it is replayed).
   static std::shared_ptr<Storage> Adopt(void* data, size_t nbytes, Device device);
+  // Wraps memory kiln did not allocate (from_blob, DLPack): `deleter(data)` runs when the last
+  // tensor on it goes away (none: the caller keeps the memory alive and frees it). No allocator
+  // is involved.
+  static std::shared_ptr<Storage> FromBlob(void* data, size_t nbytes, Device device,
+                                           std::function<void(void*)> deleter);
   // Gives the memory up without freeing it; the storage is empty afterwards.
   void* Release();
 
@@ -62,6 +68,7 @@ class Storage {
   Device device_;
   Allocator* allocator_ = nullptr;
   std::atomic<uint64_t> version_{0};
+  std::function<void(void*)> deleter_;  // FromBlob's; runs instead of the allocator's Free
 };
 
 }  // namespace kiln

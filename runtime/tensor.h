@@ -13,6 +13,7 @@
 #include <string>
 
 #include "runtime/shape.h"
+#include "runtime/status.h"  // kiln::Error, which the tensor API throws
 #include "runtime/storage.h"
 
 namespace kiln {

@@ -1,0 +1,75 @@
+# kiln as a package: the kiln::kiln target, the public headers as <kiln/...>, install rules and
+# kilnConfig.cmake, so that a project uses kiln through find_package(kiln) or add_subdirectory
+# and links one target:
+#
+#   find_package(kiln 0.1 REQUIRED)      # or add_subdirectory(path/to/kiln)
+#   target_link_libraries(app PRIVATE kiln::kiln)
+#   #include <kiln/kiln.h>
+#
+# Headers. kiln's sources include each other by their path in the source tree ("ops/ops.h").
+# Rather than rewrite every include of the tree (and of every branch in flight), each header is
+# copied at build time to ${PROJECT_BINARY_DIR}/include/kiln/<layer>/<file>.h with its kiln
+# includes rewritten to "kiln/<layer>/<file>.h" (cmake/kiln_rewrite_header.cmake, a regex on
+# '#include "<layer>/'). That tree is the only include directory kiln::kiln gives its users,
+# from the build tree (add_subdirectory) and installed (find_package) alike: a user sees
+# <kiln/...> only, and no ops/ or io/ folder of kiln's clashes with one of theirs. The source
+# tree stays private to kiln's own targets (cmake/kiln.cmake). The copies are made at build
+# time, from a glob checked at every build, so new and edited headers need no list kept here.
+#
+# Dependencies: kiln's libraries are static; the package finds what they need at link time
+# (Abseil, Threads, the CUDA toolkit's cudart, NVRTC, cuBLASLt, CUPTI: kilnConfig.cmake). Public
+# headers need Abseil's, never CUDA's (the CUDA libraries are linked but their include directory
+# is not passed on), so a CPU-only user compiles without CUDA headers and needs no nvcc. The JSON
+# parser (nlohmann_json) and DLPack's header are private to libkiln_io and not required.
+
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(KILN_LAYERS runtime profiler ops ir passes codegen io)
+set(KILN_HEADER_ROOT ${PROJECT_BINARY_DIR}/include)
+set(KILN_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/kiln)
+
+# The public header tree: every layer's headers plus the umbrella kiln.h.
+set(kiln_headers kiln.h)
+foreach(layer ${KILN_LAYERS})
+  file(GLOB_RECURSE layer_headers CONFIGURE_DEPENDS RELATIVE ${PROJECT_SOURCE_DIR}
+       ${PROJECT_SOURCE_DIR}/${layer}/*.h)
+  list(APPEND kiln_headers ${layer_headers})
+endforeach()
+string(REPLACE ";" "," kiln_layer_list "${KILN_LAYERS}")
+set(kiln_generated_headers)
+foreach(header ${kiln_headers})
+  set(out ${KILN_HEADER_ROOT}/kiln/${header})
+  add_custom_command(OUTPUT ${out}
+    COMMAND ${CMAKE_COMMAND} -DIN=${PROJECT_SOURCE_DIR}/${header} -DOUT=${out}
+            -DLAYERS=${kiln_layer_list} -P ${PROJECT_SOURCE_DIR}/cmake/kiln_rewrite_header.cmake
+    DEPENDS ${PROJECT_SOURCE_DIR}/${header} ${PROJECT_SOURCE_DIR}/cmake/kiln_rewrite_header.cmake
+    VERBATIM)
+  list(APPEND kiln_generated_headers ${out})
+  get_filename_component(dir ${header} DIRECTORY)
+  install(FILES ${out} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln/${dir})
+endforeach()
+add_custom_target(kiln_headers ALL DEPENDS ${kiln_generated_headers})
+
+# kiln::kiln: every layer, and the <kiln/...> headers.
+add_library(kiln INTERFACE)
+add_library(kiln::kiln ALIAS kiln)
+target_link_libraries(kiln INTERFACE kiln_codegen kiln_io)
+target_include_directories(kiln INTERFACE $<BUILD_INTERFACE:${KILN_HEADER_ROOT}>
+                                          $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+target_compile_features(kiln INTERFACE cxx_std_20)
+add_dependencies(kiln kiln_headers)  # followed by users of the interface target
+set_target_properties(kiln_absl PROPERTIES EXPORT_NAME absl_deps)
+
+get_property(kiln_libraries GLOBAL PROPERTY KILN_LIBRARIES)
+install(TARGETS kiln kiln_absl ${kiln_libraries} EXPORT kilnTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(EXPORT kilnTargets NAMESPACE kiln:: DESTINATION ${KILN_INSTALL_CMAKEDIR})
+configure_package_config_file(cmake/kilnConfig.cmake.in ${PROJECT_BINARY_DIR}/kilnConfig.cmake
+                              INSTALL_DESTINATION ${KILN_INSTALL_CMAKEDIR})
+# 0.x: a minor version may break the API, so only the same minor version is compatible.
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/kilnConfigVersion.cmake
+                                 COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/kilnConfig.cmake ${PROJECT_BINARY_DIR}/kilnConfigVersion.cmake
+              ${PROJECT_SOURCE_DIR}/cmake/kiln_cuda_libs.cmake
+        DESTINATION ${KILN_INSTALL_CMAKEDIR})

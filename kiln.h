@@ -1,0 +1,33 @@
+// kiln's user-facing API in one include, installed as <kiln/kiln.h>: tensors and dtypes, errors
+// (kiln::Error), factories, ops, modules, compile, the profiler and its reports, weights in and
+// out (safetensors, state dicts), DLPack and from_blob.
+//
+//   #include <kiln/kiln.h>
+//   kiln::Generator gen(0);
+//   kiln::GeGLUMLP mlp(64, 256, gen);
+//   kiln::Tensor x = kiln::randn({8, 64}, gen);
+//   kiln::CompiledFn f = kiln::compile(mlp, x);
+//   kiln::save_state_dict(mlp, "mlp.safetensors");
+//
+// It needs no CUDA header (a CPU-only user compiles without the CUDA include directory). What
+// talks to CUDA directly (streams, NVRTC, CUDA graphs: runtime/cuda.h, runtime/nvrtc.h,
+// codegen/cuda_graph.h) is installed too but not included here. kiln's own sources include the
+// headers they need one by one, by their path in the tree ("ops/ops.h").
+#pragma once
+
+#include "codegen/compile.h"
+#include "io/dlpack.h"
+#include "io/from_blob.h"
+#include "io/safetensors.h"
+#include "io/state_dict.h"
+#include "ops/factories.h"
+#include "ops/modules.h"
+#include "ops/ops.h"
+#include "profiler/profiler.h"
+#include "profiler/report.h"
+#include "runtime/device.h"
+#include "runtime/dtype.h"
+#include "runtime/random.h"
+#include "runtime/shape.h"
+#include "runtime/status.h"
+#include "runtime/tensor.h"

@@ -1,0 +1,14 @@
+// Counters of the NVRTC kernel cache (runtime/nvrtc.h: cuda::GetKernelCacheStats()), in a header
+// of their own so that reports (profiler/report.h) carry them without CUDA's headers.
+#pragma once
+
+#include <cstdint>
+
+namespace kiln::cuda {
+
+struct KernelCacheStats {
+  int64_t memory_hits = 0, disk_hits = 0, compiles = 0;
+  double compile_ms = 0;
+};
+
+}  // namespace kiln::cuda
