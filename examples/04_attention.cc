@@ -1,12 +1,17 @@
-// 04_attention: naive causal attention on q, k, v [8, 16, 1024, 64]: softmax(mask(q kᵀ / 8)) v,
-// (a) with an out-of-place masked_fill, (b) with the in-place masked_fill_, (c) compiled (scale,
-// mask and softmax in one kernel, the mask constant-folded: 3 kernels per step). Prints the peak
-// device memory of each, which the series does not give.
+// 04_attention: causal attention on q, k, v [8, 16, 1024, 64], the series' part 3:
+//   --variant naive    softmax(masked_fill(q kᵀ / 8)) v, out of place (5 kernels eagerly);
+//   --variant inplace  the same with masked_fill_;
+//   --variant sdpa     scaled_dot_product_attention(q, k, v, is_causal) with --backend math
+//                      (kiln ops composed), flash (kiln's tensor-core kernel) or auto;
+//   --variant all      (default) each of them.
+// Compiled, the naive and in-place code become one attention node (the attention fusion pass
+// finds the pattern; the report's explain log says so): one flash kernel per step on a GPU.
+// Prints the peak device memory of each and the backend chosen, with the reason.
 //
-//   04_attention [--device cpu|cuda] [--dtype ...] [--batch B] [--heads H] [--seq T] [--head-dim D]
+//   04_attention [--variant naive|inplace|sdpa|all] [--backend math|flash|auto]
+//                [--device cpu|cuda] [--dtype ...] [--batch B] [--heads H] [--seq T] [--head-dim D]
 //                [--compile] [--cuda-graphs] [--profile] [--sort KEY] [--trace FILE] [--compare]
-//                [--dump DIR]
-//                [--warmup W] [--iters I]
+//                [--dump DIR] [--warmup W] [--iters I]
 // --profile prints the op table (sorted by --sort, torch's keys accepted) and, on a GPU, the kernel
 // table of 3 profiled steps (wait 1, warm-up 1); --trace FILE writes a Perfetto/Chrome trace;
 // --compare prints the eager-vs-compiled report.
@@ -17,7 +22,8 @@ int main(int argc, char** argv) {
   using namespace kiln;
   examples::Flags f(
       "04_attention",
-      "[--device cpu|cuda] [--dtype float32|float16|bfloat16] [--batch B] [--heads H] "
+      "[--variant naive|inplace|sdpa|all] [--backend math|flash|auto] [--device cpu|cuda] [--dtype "
+      "float32|float16|bfloat16] [--batch B] [--heads H] "
       "[--seq T] [--head-dim D] [--compile] [--cuda-graphs] [--profile] [--sort KEY] [--trace "
       "FILE] [--compare] "
       "[--dump DIR] [--warmup W] [--iters I]");
@@ -26,6 +32,8 @@ int main(int argc, char** argv) {
   f.Define("heads", "");
   f.Define("seq", "");
   f.Define("head-dim", "64");
+  f.Define("variant", "all");
+  f.Define("backend", "auto");
   f.Parse(argc, argv);
   const auto [device, dtype] = examples::DeviceAndDType(f);
   const bool gpu = device.is_cuda();
@@ -43,25 +51,49 @@ int main(int argc, char** argv) {
     const std::vector<Tensor> qkv = {randn({b, h, t, d}, gen, dtype, device),
                                      randn({b, h, t, d}, gen, dtype, device),
                                      randn({b, h, t, d}, gen, dtype, device)};
-    double peak[2] = {0, 0};
-    for (bool inplace : {false, true}) {
+    const std::string variant = f.Str("variant"), backend_name = f.Str("backend");
+    KILN_CHECK(variant == "all" || variant == "naive" || variant == "inplace" || variant == "sdpa",
+               "04_attention: --variant is naive, inplace, sdpa or all, got ", variant);
+    KILN_CHECK(backend_name == "auto" || backend_name == "math" || backend_name == "flash",
+               "04_attention: --backend is math, flash or auto, got ", backend_name);
+    const SdpaBackend backend = backend_name == "math"    ? SdpaBackend::kMath
+                                : backend_name == "flash" ? SdpaBackend::kFlash
+                                                          : SdpaBackend::kAuto;
+    SdpaBackendGuard guard(backend);
+    const std::string shape = "[" + std::to_string(b) + ", " + std::to_string(h) + ", " +
+                              std::to_string(t) + ", " + std::to_string(d) + "] " +
+                              DTypeName(dtype) + " on " + device.str();
+    std::vector<std::pair<std::string, double>> peaks;
+    for (const char* v : {"naive", "inplace", "sdpa"}) {
+      if (variant != "all" && variant != v) continue;
+      const std::string name = v;
       examples::Example ex;
-      ex.title = std::string("causal attention, ") +
-                 (inplace ? "in-place masked_fill_" : "out-of-place masked_fill") + ", [" +
-                 std::to_string(b) + ", " + std::to_string(h) + ", " + std::to_string(t) + ", " +
-                 std::to_string(d) + "] " + DTypeName(dtype) + " on " + device.str();
       ex.inputs = qkv;
-      ex.fn = [mask, inplace](const std::vector<Tensor>& in) {
-        return std::vector<Tensor>{causal_attention(in[0], in[1], in[2], mask, inplace)};
-      };
+      if (name == "sdpa") {
+        const SdpaBackendChoice c = sdpa_backend_choice(qkv[0], qkv[1], qkv[2], {}, true);
+        std::printf("sdpa backend: %s (%s)\n", SdpaBackendName(c.backend), c.reason.c_str());
+        ex.title =
+            "causal attention, scaled_dot_product_attention (" + backend_name + "), " + shape;
+        ex.fn = [](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{scaled_dot_product_attention(in[0], in[1], in[2], {}, true)};
+        };
+      } else {
+        const bool inplace = name == "inplace";
+        ex.title = std::string("causal attention, ") +
+                   (inplace ? "in-place masked_fill_" : "out-of-place masked_fill") + ", " + shape;
+        ex.fn = [mask, inplace](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{causal_attention(in[0], in[1], in[2], mask, inplace)};
+        };
+      }
       examples::Results r;
       rc |= examples::RunExample(f, ex, &r);
-      peak[inplace] = r.eager.peak_mib;
+      peaks.emplace_back(name, r.eager.peak_mib);
       std::printf("lesson: the compiled plan runs %d kernels per step\n", r.compiled.kernels);
     }
     if (gpu) {
-      std::printf("lesson: peak memory out-of-place %.1f MiB vs in-place %.1f MiB\n", peak[0],
-                  peak[1]);
+      for (const auto& [name, mib] : peaks) {
+        std::printf("lesson: peak memory, %s: %.1f MiB\n", name.c_str(), mib);
+      }
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
