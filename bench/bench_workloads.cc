@@ -230,6 +230,20 @@ std::vector<Workload> MakeWorkloads() {
   for (int64_t d : {512, 1024}) w.push_back(MakeBlock(2, 256, d));
   for (int64_t d : {512, 1024}) w.push_back(MakeBlock(8, 1024, d));
   for (int64_t d : {512, 1024}) w.push_back(MakeDecode(d));
+  // kiln only: a value used inside a fused group and by a reduction outside it, stored by the
+  // fused kernel (multi-output) or materialised by a kernel of its own (the rule measured).
+  for (const bool materialize : {false, true}) {
+    Workload f{materialize ? "fanout_materialized" : "fanout_multi_output",
+               Acts({{"x", {4096, 8192}}}),
+               [](const auto& a, const auto&) {
+                 const Tensor h = tanh(a[0] * 1.5 + 0.5);
+                 return Outputs{exp(h) * 2.0, sum(h, {1})};
+               },
+               "tbps", (1.0 + 1.0 + 1.0) * 4096 * 8192 * 2};  // x read, y and h written
+    f.kiln_only = true;
+    f.materialize_fanout = materialize;
+    w.push_back(f);
+  }
   return w;
 }
 

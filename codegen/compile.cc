@@ -121,6 +121,7 @@ void BuildPlan(ir::Graph graph, codegen::SymbolicShapes symbols, const CompileOp
   ctx.fuse_elementwise = o.fuse_elementwise;
   ctx.fuse_softmax = o.fuse_softmax;
   ctx.fuse_attention = o.fuse_attention;
+  ctx.multi_output = o.multi_output_fusion;
   ctx.merge_gemms = o.merge_gemms && o.freeze_weights;
   ctx.fold_constants = o.freeze_weights;
   ctx.fuse_gemm_epilogues = o.fuse_gemm_epilogues;

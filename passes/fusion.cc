@@ -295,6 +295,7 @@ bool RewriteFusionGroups(Graph& graph, const FusionGroups& grp) {
 absl::StatusOr<bool> ElementwiseFusion::Run(Graph& graph, PassContext& ctx) {
   if (!ctx.fuse_elementwise) return false;
   FusionGroups grp(graph);
+  grp.multi_output = ctx.multi_output;
   FindGroups(graph, grp, ctx);
   return RewriteFusionGroups(graph, grp);
 }
