@@ -171,6 +171,9 @@ Run Generate(const StepFn& prefill, const StepFn& decode, Session& s, int64_t ne
 Run Measure(const StepFn& prefill, const StepFn& decode, Session& s, int64_t new_tokens, bool gpu,
             int warmup, int iters) {
   Run first = Generate(prefill, decode, s, new_tokens, gpu);
+  // Copies: a CUDA-graph call whose previous outputs are still held runs without its graph.
+  first.prefill_logits = kiln::clone(first.prefill_logits);
+  first.last_logits = kiln::clone(first.last_logits);
   for (int i = 1; i < warmup; ++i) Generate(prefill, decode, s, new_tokens, gpu);
   std::vector<double> pre, dec, host, peak;
   for (int i = 0; i < iters; ++i) {
