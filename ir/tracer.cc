@@ -2,6 +2,7 @@
 #include "ir/tracer.h"
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <tuple>
 #include <unordered_map>
@@ -39,6 +40,10 @@ struct Alias {
   ValueId base;
   Shape shape;
   std::map<Layout, ValueId> views;
+  // Pins the placeholder storage for the trace: aliases are keyed by its address, and a storage
+  // freed mid-trace could come back at that address as a real tensor the function makes (a
+  // constant from full()), which would then read as a window of an unrelated traced value.
+  std::shared_ptr<const Storage> pin;
 };
 
 // Records ops into a graph. Views made while tracing share their base's placeholder storage (as
@@ -53,7 +58,7 @@ class Tracer final : public DispatchHook {
   Tensor AddInput(const TensorType& type, int index) {
     const ValueId v = graph_->AddInput(type, absl::StrCat("input", index));
     Tensor p = MakePlaceholder(type);
-    aliases_[p.storage().get()] = Alias{v, type.shape, {}};
+    aliases_[p.storage().get()] = Alias{v, type.shape, {}, p.storage()};
     inputs_.push_back(p.storage().get());
     return p;
   }
@@ -82,7 +87,7 @@ class Tracer final : public DispatchHook {
       if (std::optional<Tensor> view = ViewOfPlaceholder(def, inputs[0], v, attrs)) return *view;
     }
     Tensor p = MakePlaceholder(graph_->type(v));
-    aliases_[p.storage().get()] = Alias{v, graph_->type(v).shape, {}};
+    aliases_[p.storage().get()] = Alias{v, graph_->type(v).shape, {}, p.storage()};
     return p;
   }
 

@@ -1,0 +1,368 @@
+#!/usr/bin/env python3
+"""PyTorch twin of examples/05_gpt.cc: the same GPT-2-class model from the same safetensors file,
+prefill + greedy decode with a static KV cache, timed the same way, and the gate on kiln's ids.
+
+What it is for
+    kiln's 05_gpt writes seeded weights in Hugging Face GPT-2's layout (--write-weights) and,
+    with --out, the prompt, the generated ids and the prefill logits of a run. This script loads
+    the same weights into a plain torch implementation of the model (Conv1D weights used as HF
+    stores them, [in, out]; tanh GELU; tied logits), checks kiln's answers, and reports prefill
+    ms, decode ms/token and tokens/s in the modes a performance-minded PyTorch user would try:
+        eager      the model's torch ops, attention through F.scaled_dot_product_attention
+        compiled   torch.compile(mode="reduce-overhead") (CUDA graphs via cudagraph trees) with
+                   torch._inductor.config.freezing = True, prefill and decode step each compiled
+                   once (static shapes)
+    When transformers is importable, GPT2LMHeadModel loaded from the same file cross-checks the
+    plain model's fp32 prefill logits (so the layout is read as HF reads it).
+
+The KV cache (as in gpt-fast): module buffers [B, H, ctx, Dh], written with index_copy_ at a
+position tensor, attention over all ctx slots with a bool mask (slot <= pos) — one graph for every
+position, the same shape discipline as kiln's blend (kiln writes by a one-hot where instead).
+
+How to run (GPU machine: torch with CUDA, safetensors; scripts/gpu-run's gpt mode does this)
+    05_gpt --write-weights w.safetensors
+    05_gpt --weights w.safetensors --dtype f32 --compile --out kiln_f32.safetensors
+    05_gpt --weights w.safetensors --dtype bf16 --compile --out kiln_bf16.safetensors
+    python3 bench/gpt_baseline.py --weights w.safetensors --kiln-f32 kiln_f32.safetensors \
+        --kiln-bf16 kiln_bf16.safetensors --batch 1 8 --json torch_gpt.json
+    python3 bench/gpt_baseline.py --table kiln_b1.json kiln_b8.json torch_gpt.json \
+        --markdown gpt.md          # the comparison table (kiln's RESULT lines saved as JSON)
+
+Checks (recorded under "checks"; the exit code is 1 when one fails)
+    fp32_ids     torch's fp32 greedy ids from kiln's prompt equal kiln's fp32 ids, all new tokens
+    bf16_logits  torch's bf16 prefill logits (last position) vs kiln's: relative L2 < 2e-2
+    hf_logits    (transformers present) the plain model vs GPT2LMHeadModel, fp32, rel L2 < 1e-5
+
+JSON (--json PATH)
+    {"source": "pytorch-gpt", "torch_version", "gpu", "config": {...}, "prompt_len",
+     "new_tokens", "results": {"b<B>": {"<mode>": {"prefill_ms", "decode_ms_per_token",
+     "tokens_per_s", "error"}}}, "checks": {"<name>": {"ok", ...}}}
+"""
+import argparse
+import json
+import math
+import sys
+import time
+
+
+def load_file(path):
+    """The tensors (CPU) and the metadata of a safetensors file."""
+    from safetensors import safe_open
+
+    with safe_open(path, framework="pt", device="cpu") as f:
+        meta = f.metadata() or {}
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    return tensors, meta
+
+
+def config_of(meta, args):
+    keys = ["n_layer", "n_embd", "n_head", "vocab_size", "n_positions"]
+    cfg = {}
+    for k in keys:
+        v = getattr(args, k)
+        if v is None:
+            if k not in meta:
+                sys.exit("gpt_baseline: %s is not in the file's metadata; pass --%s" % (k, k))
+            v = int(meta[k])
+        cfg[k] = v
+    return cfg
+
+
+def build_model(torch, sd, cfg, dtype, device, batch):
+    """The plain torch GPT-2 with its static KV cache for `batch` rows."""
+    nn = torch.nn
+    F = torch.nn.functional
+    strip = {k[len("transformer."):] if k.startswith("transformer.") else k: v for k, v in sd.items()}
+    L, D, H, V, C = (cfg["n_layer"], cfg["n_embd"], cfg["n_head"], cfg["vocab_size"],
+                     cfg["n_positions"])
+    Dh = D // H
+
+    def param(name):
+        return nn.Parameter(strip[name].to(device=device, dtype=dtype), requires_grad=False)
+
+    class Gpt(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = param("wte.weight")
+            self.wpe = param("wpe.weight")
+            self.ln_f_w, self.ln_f_b = param("ln_f.weight"), param("ln_f.bias")
+            self.p = nn.ParameterDict()
+            for i in range(L):
+                for n in ["ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                          "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                          "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight",
+                          "mlp.c_proj.bias"]:
+                    self.p[("h.%d.%s" % (i, n)).replace(".", "_")] = param("h.%d.%s" % (i, n))
+            for i in range(L):
+                self.register_buffer("k%d" % i, torch.zeros(batch, H, C, Dh, dtype=dtype,
+                                                            device=device))
+                self.register_buffer("v%d" % i, torch.zeros(batch, H, C, Dh, dtype=dtype,
+                                                            device=device))
+            self.register_buffer("slots", torch.arange(C, device=device))
+
+        def w(self, i, n):
+            return self.p[("h.%d.%s" % (i, n)).replace(".", "_")]
+
+        def conv1d(self, x, i, n):  # HF's Conv1D: x @ W[in, out] + b
+            return torch.addmm(self.w(i, n + ".bias"), x.reshape(-1, x.shape[-1]),
+                               self.w(i, n + ".weight")).view(*x.shape[:-1], -1)
+
+        def block(self, i, x, pos, mask, causal):
+            B, T, _ = x.shape
+            a = F.layer_norm(x, (D,), self.w(i, "ln_1.weight"), self.w(i, "ln_1.bias"), 1e-5)
+            q, k, v = self.conv1d(a, i, "attn.c_attn").view(B, T, 3, H, Dh).permute(2, 0, 3, 1, 4)
+            kc, vc = getattr(self, "k%d" % i), getattr(self, "v%d" % i)
+            kc.index_copy_(2, pos, k)
+            vc.index_copy_(2, pos, v)
+            if causal:  # prefill: attention over the prompt itself
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                y = F.scaled_dot_product_attention(q, kc, vc, attn_mask=mask)
+            x = x + self.conv1d(y.transpose(1, 2).reshape(B, T, D), i, "attn.c_proj")
+            m = F.layer_norm(x, (D,), self.w(i, "ln_2.weight"), self.w(i, "ln_2.bias"), 1e-5)
+            m = F.gelu(self.conv1d(m, i, "mlp.c_fc"), approximate="tanh")
+            return x + self.conv1d(m, i, "mlp.c_proj")
+
+        def run(self, tokens, pos, causal):
+            """Logits [B, vocab] of the last of `tokens` [B, T] at positions `pos` [T]."""
+            x = F.embedding(tokens, self.wte) + F.embedding(pos, self.wpe)
+            mask = None if causal else (self.slots <= pos[-1]).view(1, 1, 1, C)
+            for i in range(L):
+                x = self.block(i, x, pos, mask, causal)
+            x = F.layer_norm(x[:, -1], (D,), self.ln_f_w, self.ln_f_b, 1e-5)
+            return x @ self.wte.t()
+
+        def prefill(self, tokens):
+            return self.run(tokens, self.slots[: tokens.shape[1]], True)
+
+        def decode(self, token, pos):
+            return self.run(token, pos, False)
+
+    return Gpt().eval()
+
+
+def generate(torch, prefill, decode, prompt, new_tokens, sync):
+    """Greedy ids [B, T + N], prefill logits, prefill ms and decode ms/token."""
+    dev = prompt.device
+    sync()
+    t0 = time.perf_counter()
+    logits = prefill(prompt)
+    first = logits.float().clone()
+    tok = logits.argmax(-1, keepdim=True)
+    sync()
+    t1 = time.perf_counter()
+    out = [tok]
+    pos = torch.full((1,), prompt.shape[1], dtype=torch.long, device=dev)
+    for _ in range(new_tokens - 1):
+        if hasattr(torch.compiler, "cudagraph_mark_step_begin"):
+            torch.compiler.cudagraph_mark_step_begin()
+        logits = decode(tok, pos)
+        tok = logits.argmax(-1, keepdim=True)
+        out.append(tok)
+        pos += 1
+    sync()
+    t2 = time.perf_counter()
+    ids = torch.cat([prompt] + out, dim=1)
+    return ids, first, (t1 - t0) * 1e3, (t2 - t1) * 1e3 / max(1, new_tokens - 1)
+
+
+def mode_fns(torch, model, mode):
+    if mode == "eager":
+        return model.prefill, model.decode
+    import torch._inductor.config as inductor_config
+
+    inductor_config.freezing = True
+    return (torch.compile(model.prefill, mode="reduce-overhead", dynamic=False),
+            torch.compile(model.decode, mode="reduce-overhead", dynamic=False))
+
+
+def measure(torch, model, mode, prompt, new_tokens, iters, sync):
+    prefill, decode = mode_fns(torch, model, mode)
+    with torch.inference_mode():
+        for _ in range(2):  # warm-up: compiles and captures
+            generate(torch, prefill, decode, prompt, new_tokens, sync)
+        runs = [generate(torch, prefill, decode, prompt, new_tokens, sync) for _ in range(iters)]
+    med = lambda xs: sorted(xs)[len(xs) // 2]
+    pre, dec = med([r[2] for r in runs]), med([r[3] for r in runs])
+    return {"prefill_ms": pre, "decode_ms_per_token": dec,
+            "tokens_per_s": prompt.shape[0] * 1e3 / dec}
+
+
+def rel_l2(torch, a, b):
+    a, b = a.double().cpu(), b.double().cpu()
+    return float(torch.linalg.vector_norm(a - b) / max(float(torch.linalg.vector_norm(b)), 1e-30))
+
+
+def check_f32_ids(torch, sd, cfg, path, device):
+    kiln, _ = load_file(path)
+    prompt, ids = kiln["prompt"].to(device), kiln["ids"]
+    n = ids.shape[1] - prompt.shape[1]
+    model = build_model(torch, sd, cfg, torch.float32, device, prompt.shape[0])
+    with torch.inference_mode():
+        mine, logits, _, _ = generate(torch, model.prefill, model.decode, prompt, n, lambda: None)
+    mine = mine.cpu()
+    diff = (mine != ids).nonzero()
+    first = int(diff[:, 1].min()) - prompt.shape[1] if diff.numel() else -1
+    return {"ok": first < 0, "new_tokens": n, "batch": prompt.shape[0], "first_mismatch": first,
+            "prefill_logits_rel_l2": rel_l2(torch, kiln["prefill_logits"], logits)}
+
+
+def check_bf16_logits(torch, sd, cfg, path, device, tol=2e-2):
+    kiln, _ = load_file(path)
+    prompt = kiln["prompt"].to(device)
+    model = build_model(torch, sd, cfg, torch.bfloat16, device, prompt.shape[0])
+    with torch.inference_mode():
+        logits = model.prefill(prompt).float()
+    err = rel_l2(torch, kiln["prefill_logits"], logits)
+    return {"ok": err < tol, "rel_l2": err, "tol": tol}
+
+
+def check_hf(torch, sd, cfg, device, prompt_len=32):
+    try:
+        from transformers import GPT2Config, GPT2LMHeadModel
+    except ImportError as e:
+        return {"ok": True, "skipped": "transformers not importable: %s" % e}
+    hc = GPT2Config(n_layer=cfg["n_layer"], n_embd=cfg["n_embd"], n_head=cfg["n_head"],
+                    vocab_size=cfg["vocab_size"], n_positions=cfg["n_positions"],
+                    activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
+                    attn_pdrop=0.0, layer_norm_epsilon=1e-5, tie_word_embeddings=True)
+    hf = GPT2LMHeadModel(hc)
+    strip = {k[len("transformer."):] if k.startswith("transformer.") else k: v for k, v in sd.items()}
+    missing, unexpected = hf.transformer.load_state_dict(strip, strict=False)
+    missing = [k for k in missing if not k.endswith("attn.bias") and not k.endswith("masked_bias")]
+    hf.tie_weights()
+    hf = hf.to(device).eval()
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, cfg["vocab_size"], (1, prompt_len), generator=g).to(device)
+    model = build_model(torch, sd, cfg, torch.float32, device, 1)
+    with torch.inference_mode():
+        ref = hf(tokens).logits[:, -1].float()
+        mine = model.prefill(tokens)
+    err = rel_l2(torch, mine, ref)
+    return {"ok": err < 1e-5 and not missing and not unexpected, "rel_l2": err,
+            "missing": missing, "unexpected": list(unexpected)}
+
+
+def run(args):
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sd, meta = load_file(args.weights)
+    cfg = config_of(meta, args)
+    out = {"source": "pytorch-gpt", "torch_version": torch.__version__,
+           "gpu": torch.cuda.get_device_name() if device == "cuda" else "cpu", "config": cfg,
+           "prompt_len": args.prompt_len, "new_tokens": args.new_tokens, "dtype": args.dtype,
+           "results": {}, "checks": {}}
+    checks = [("hf_logits", lambda: check_hf(torch, sd, cfg, device))]
+    if args.kiln_f32:
+        checks.append(("fp32_ids", lambda: check_f32_ids(torch, sd, cfg, args.kiln_f32, device)))
+    if args.kiln_bf16:
+        checks.append(("bf16_logits",
+                       lambda: check_bf16_logits(torch, sd, cfg, args.kiln_bf16, device)))
+    for name, fn in checks:
+        try:
+            out["checks"][name] = fn()
+        except Exception as e:  # recorded, and a failed check
+            out["checks"][name] = {"ok": False, "error": "%s: %s" % (type(e).__name__, e)}
+        print("check %s: %s" % (name, json.dumps(out["checks"][name])), flush=True)
+    dtype = {"bf16": torch.bfloat16, "f32": torch.float32}[args.dtype]
+    for b in args.batch:
+        g = torch.Generator().manual_seed(1)
+        prompt = torch.randint(0, cfg["vocab_size"], (b, args.prompt_len), generator=g).to(device)
+        row = out["results"]["b%d" % b] = {}
+        for mode in args.modes:
+            try:
+                model = build_model(torch, sd, cfg, dtype, device, b)
+                row[mode] = measure(torch, model, mode, prompt, args.new_tokens, args.iters, sync)
+            except Exception as e:
+                row[mode] = {"error": "%s: %s" % (type(e).__name__, str(e)[:500])}
+            print("b%d %s: %s" % (b, mode, json.dumps(row[mode])), flush=True)
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump(out, f, indent=1)
+    return 0 if all(c.get("ok") for c in out["checks"].values()) else 1
+
+
+def table(paths, markdown):
+    """Markdown: kiln's RESULT JSON files (one per batch) beside the twin's JSON."""
+    kiln, torch_json = [], None
+    for p in paths:
+        with open(p) as f:
+            d = json.load(f)
+        if d.get("source") == "pytorch-gpt":
+            torch_json = d
+        else:
+            kiln.append(d)
+    lines = ["## GPT-2 small end to end (examples/05_gpt.cc vs bench/gpt_baseline.py)", "",
+             "| batch | side | mode | prefill ms | decode ms/token | tokens/s |",
+             "|---:|---|---|---:|---:|---:|"]
+    best = {}
+    for k in sorted(kiln, key=lambda d: d["batch"]):
+        for mode, r in k["modes"].items():
+            lines.append("| %d | kiln | %s | %.2f | %.3f | %.0f |" % (
+                k["batch"], mode, r["prefill_ms"], r["decode_ms_per_token"], r["tokens_per_s"]))
+            _best(best, ("kiln", k["batch"]), r)
+        lines.append("| %d | kiln | (decode step: %d kernels) | | | |" % (k["batch"],
+                                                                         k["decode_kernels"]))
+    if torch_json:
+        for key, modes in sorted(torch_json["results"].items(), key=lambda kv: int(kv[0][1:])):
+            b = int(key[1:])
+            for mode, r in modes.items():
+                if "error" in r:
+                    lines.append("| %d | torch | %s | error: %s | | |" % (b, mode, r["error"][:80]))
+                    continue
+                lines.append("| %d | torch | %s | %.2f | %.3f | %.0f |" % (
+                    b, mode, r["prefill_ms"], r["decode_ms_per_token"], r["tokens_per_s"]))
+                _best(best, ("torch", b), r)
+    lines += ["", "| batch | best kiln tokens/s | best torch tokens/s | ratio | best kiln prefill ms"
+              " | best torch prefill ms |", "|---:|---:|---:|---:|---:|---:|"]
+    for b in sorted({b for _, b in best}):
+        k, t = best.get(("kiln", b)), best.get(("torch", b))
+        if k and t:
+            lines.append("| %d | %.0f | %.0f | %.2fx | %.2f | %.2f |" % (
+                b, k["tps"], t["tps"], k["tps"] / t["tps"], k["pre"], t["pre"]))
+    if torch_json:
+        lines += ["", "Checks: " + ", ".join("%s %s" % (n, "OK" if c.get("ok") else "FAILED")
+                                            for n, c in torch_json["checks"].items())]
+    text = "\n".join(lines) + "\n"
+    with open(markdown, "w") as f:
+        f.write(text)
+    print(text)
+    return 0
+
+
+def _best(best, key, r):
+    cur = best.setdefault(key, {"tps": 0.0, "pre": math.inf})
+    cur["tps"] = max(cur["tps"], r["tokens_per_s"])
+    cur["pre"] = min(cur["pre"], r["prefill_ms"])
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--weights")
+    p.add_argument("--kiln-f32", help="05_gpt --dtype f32 --out FILE: ids to match")
+    p.add_argument("--kiln-bf16", help="05_gpt --dtype bf16 --out FILE: prefill logits to match")
+    p.add_argument("--batch", type=int, nargs="+", default=[1, 8])
+    p.add_argument("--prompt-len", type=int, default=512)
+    p.add_argument("--new-tokens", type=int, default=64)
+    p.add_argument("--dtype", choices=["bf16", "f32"], default="bf16")
+    p.add_argument("--modes", nargs="+", default=["eager", "compiled"])
+    p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--json")
+    p.add_argument("--table", nargs="+", help="JSON files to tabulate (no run)")
+    p.add_argument("--markdown", default="gpt.md")
+    for k in ["n_layer", "n_embd", "n_head", "vocab_size", "n_positions"]:
+        p.add_argument("--" + k, type=int, help="overrides the file's metadata")
+    args = p.parse_args()
+    if args.table:
+        return table(args.table, args.markdown)
+    if not args.weights:
+        p.error("--weights is required (or --table)")
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
