@@ -245,31 +245,10 @@ int CompiledFn::compilations() const {
   return state_->compilations;
 }
 
-namespace {
-
-// Inputs the function wrote in place get their new values (the plan's last outputs), as eager
-// would have left them; the caller sees the function's own outputs.
-std::vector<Tensor> ApplyInputUpdates(const ir::Graph& g, const std::vector<Tensor>& inputs,
-                                      std::vector<Tensor> out) {
-  const std::vector<int>& updates = g.input_updates();
-  if (updates.empty()) return out;
-  const size_t first = out.size() - updates.size();
-  for (size_t k = 0; k < updates.size(); ++k) {
-    DispatchOut(OpId::kContiguous, {out[first + k]}, {}, inputs[updates[k]]);
-  }
-  out.resize(first);
-  return out;
-}
-
-}  // namespace
-
 std::vector<Tensor> CompiledFn::operator()(const std::vector<Tensor>& inputs) const {
   if (!state_->compiled) return state_->fn(inputs);
   Entry& e = state_->EntryFor(inputs);
-  const ir::Graph& g = e.exe->graph();
-  if (!state_->options.cuda_graphs || !e.exe->on_cuda()) {
-    return ApplyInputUpdates(g, inputs, e.exe->Run(inputs));
-  }
+  if (!state_->options.cuda_graphs || !e.exe->on_cuda()) return e.exe->Run(inputs);
   // Replays one of the entry's CUDA graphs (by input address, or copy-in), capturing after a
   // plain run when none fits; the report says which, or why none.
   std::lock_guard<std::mutex> lock(e.graph_mu);
@@ -280,7 +259,7 @@ std::vector<Tensor> CompiledFn::operator()(const std::vector<Tensor>& inputs) co
     if (DebugLevel() >= 1) std::cerr << "kiln: CUDA graph " << state << "\n";
     e.report.cuda_graph = std::move(state);
   }
-  return ApplyInputUpdates(g, inputs, std::move(out));
+  return out;
 }
 
 const CompileReport& CompiledFn::report(const std::vector<Tensor>& inputs) const {

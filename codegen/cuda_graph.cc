@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "ops/dispatch.h"
 #include "ops/ops.h"
 #include "profiler/host.h"
 #include "runtime/status.h"
@@ -165,6 +166,11 @@ std::vector<Tensor> CudaGraphPlan::Run(const std::vector<Tensor>& inputs) {
   }
   KILN_CUDA_CHECK(cudaGraphLaunch(exec_, cuda::CurrentStream()));
   ++replays_;
+  if (binding_ == Binding::kCopyIn) {  // the plan wrote the graph's copies of written inputs
+    for (int i : exe_.graph().input_updates()) {
+      DispatchOut(OpId::kContiguous, {static_inputs_[i]}, {}, inputs[i]);
+    }
+  }
   std::vector<Tensor> outs;
   handed_out_.clear();
   for (size_t i = 0; i < outputs_.size(); ++i) {

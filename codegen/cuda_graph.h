@@ -18,6 +18,10 @@
 //    next launch). If the caller still holds the previous call's outputs, that call runs the
 //    plan without the graph instead (reported in fallbacks()), so a result is never overwritten.
 //
+// Inputs the function writes in place are written by the plan's last steps, inside the graph
+// (by address: the caller's tensors themselves; copy-in: the graph's copies, copied back after
+// each replay).
+//
 // Capture refuses (with the reason) graphs whose outputs alias an input or a constant. A plan
 // with symbolic dims gets one graph per concrete shape (shapes are part of the key), captured
 // the second time a shape comes.

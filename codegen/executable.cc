@@ -206,8 +206,16 @@ std::vector<Tensor> Executable::Run(const std::vector<Tensor>& inputs) const {
     }
     for (ValueId dead : s.last_uses) env[dead] = Tensor();
   }
+  // Inputs the function wrote in place get their new values, last (every read of their old
+  // values is enqueued before): inside a captured CUDA graph these copies are graph nodes too.
+  const std::vector<int>& updates = graph_.input_updates();
+  const size_t user_outputs = graph_.outputs().size() - updates.size();
+  for (size_t k = 0; k < updates.size(); ++k) {
+    DispatchOut(OpId::kContiguous, {env[graph_.outputs()[user_outputs + k]]}, {},
+                inputs[updates[k]]);
+  }
   std::vector<Tensor> outs;
-  for (size_t k = 0; k < graph_.outputs().size(); ++k) {
+  for (size_t k = 0; k < user_outputs; ++k) {
     const Tensor& t = env[graph_.outputs()[k]];
     if (!copy_output_[k]) {
       outs.push_back(t);

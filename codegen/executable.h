@@ -49,7 +49,8 @@ class Executable {
                                                            SymbolicShapes symbols = {});
 
   // Runs the plan on inputs matching the graph's input types (any strides; with symbolic dims,
-  // any sizes of those dims).
+  // any sizes of those dims); returns the function's outputs. Inputs the function writes in
+  // place (Graph::input_updates) are written, as the plan's last steps.
   std::vector<Tensor> Run(const std::vector<Tensor>& inputs) const;
 
   const ir::Graph& graph() const { return graph_; }
