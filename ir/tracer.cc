@@ -24,6 +24,8 @@ class Tracer final : public DispatchHook {
   explicit Tracer(Graph* graph) : graph_(graph) {}
 
   Tensor AddInput(const Tensor& example, int index) {
+    KILN_CHECK(example.defined(), "compiled function: input ", index,
+               " is an undefined tensor (Tensor())");
     const ValueId v = graph_->AddInput(example.type(), absl::StrCat("input", index));
     Tensor p = MakePlaceholder(example.type());
     values_[p.storage().get()] = v;

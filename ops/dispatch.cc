@@ -41,14 +41,36 @@ void CheckOperands(const OpDef& def, absl::Span<const Tensor> inputs) {
                       def.min_inputs == def.max_inputs ? "" : absl::StrCat("..", def.max_inputs),
                       " inputs, got ", n));
   }
-  for (const Tensor& t : inputs) {
-    if (!t.defined()) Fail(def, inputs, absl::StatusCode::kInvalidArgument, "undefined input");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (!t.defined()) {
+      Fail(def, inputs, absl::StatusCode::kInvalidArgument,
+           absl::StrCat("input ", i, " is an undefined tensor (Tensor())"));
+    }
+    if (t.is_placeholder()) {  // only reached when no trace records this call
+      Fail(def, inputs, absl::StatusCode::kFailedPrecondition,
+           absl::StrCat("input ", i, " is a placeholder of a function traced by kiln::compile ",
+                        "that escaped its trace; it holds no data and cannot run eagerly"));
+    }
     if (t.device() != inputs[0].device()) {
       Fail(def, inputs, absl::StatusCode::kInvalidArgument,
            absl::StrCat("all operands must be on one device, got ", inputs[0].device().str(),
                         " and ", t.device().str()));
     }
   }
+}
+
+// The inferred type, unless its element count or byte size overflows (broadcasting [2^40, 1]
+// with [1, 2^40], or a batch of matmuls, can ask for more than int64 counts).
+absl::StatusOr<TensorType> CheckResultSize(TensorType type) {
+  absl::StatusOr<int64_t> numel = CheckedNumElements(type.shape);
+  int64_t bytes = 0;
+  if (!numel.ok() || __builtin_mul_overflow(*numel, DTypeSize(type.dtype), &bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("the result shape ", ShapeString(type.shape),
+                                                   " has more elements or bytes than fit in "
+                                                   "int64"));
+  }
+  return type;
 }
 
 void RunKernel(const OpDef& def, absl::Span<const Tensor> inputs, const Tensor& out,
@@ -71,6 +93,7 @@ TensorType InferOrThrow(const OpDef& def, absl::Span<const Tensor> inputs, const
   absl::InlinedVector<TensorType, 3> types;
   for (const Tensor& t : inputs) types.push_back(t.type());
   absl::StatusOr<TensorType> type = def.infer(types, attrs);
+  if (type.ok()) type = CheckResultSize(std::move(type).value());
   if (!type.ok()) Fail(def, inputs, type.status().code(), std::string(type.status().message()));
   return *std::move(type);
 }
@@ -89,6 +112,7 @@ TensorType InferTypesOrThrow(const OpDef& def, absl::Span<const TensorType> type
     }
   }
   absl::StatusOr<TensorType> type = def.infer(types, attrs);
+  if (type.ok()) type = CheckResultSize(std::move(type).value());
   if (!type.ok()) {
     FailWith(def, DescribeTypes(types), type.status().code(), std::string(type.status().message()));
   }
@@ -159,6 +183,10 @@ const Tensor& DispatchInPlace(OpId id, absl::Span<const Tensor> inputs, const Op
   }
   if (KILN_PREDICT_FALSE(profiler::IsActive())) return RunOpInPlaceProfiled(def, inputs, attrs);
   return RunOpInPlace(def, inputs, attrs);
+}
+
+void CheckDefined(const char* op, const Tensor& x) {
+  KILN_CHECK(x.defined(), op, ": the input is an undefined tensor (Tensor())");
 }
 
 DispatchHook* CurrentDispatchHook() { return g_hook; }

@@ -5,11 +5,21 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "ops/dispatch.h"
 #include "ops/ops.h"
 #include "runtime/status.h"
 
 namespace kiln {
 namespace {
+
+// Reading a placeholder's data while tracing raises (ir/tracer.h): it has none.
+void CheckReadable(const char* what, const Tensor& x) {
+  if (!x.is_placeholder()) return;
+  throw Error(absl::FailedPreconditionError(absl::StrCat(
+      what, ": cannot read the data of ", Describe(x.type()),
+      " while tracing: it is a placeholder of a function being traced by kiln::compile; return "
+      "it from the function and read the compiled function's output instead")));
+}
 
 // Fills a new contiguous CPU tensor element by element, then moves it to `device`.
 template <typename F>
@@ -38,7 +48,10 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
   KILN_CHECK(step != 0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
              "arange: step must be non-zero and bounds finite, got start=", start, " end=", end,
              " step=", step);
-  const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((end - start) / step)));
+  const double count = std::ceil((end - start) / step);
+  KILN_CHECK(std::isfinite(count) && count < 0x1p63, "arange: [", start, ", ", end, ") with step ",
+             step, " has ", count, " elements, more than fit in int64");
+  const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(count));
   return FillOnHost({n}, dtype, device, [&](int64_t i) { return start + i * step; });
 }
 
@@ -55,15 +68,18 @@ Tensor rand(IntList shape, Generator& gen, DType dtype, Device device) {
 }
 
 Tensor from_vector(const std::vector<double>& values, IntList shape, DType dtype, Device device) {
-  KILN_CHECK(static_cast<int64_t>(values.size()) == NumElements(shape),
-             "from_vector: ", values.size(), " values do not fill shape ", ShapeString(shape), " (",
-             NumElements(shape), " elements)");
+  const absl::StatusOr<int64_t> numel = CheckedNumElements(shape);
+  KILN_CHECK(numel.ok(), "from_vector: ", numel.status().message());
+  KILN_CHECK(static_cast<int64_t>(values.size()) == *numel, "from_vector: ", values.size(),
+             " values do not fill shape ", ShapeString(shape), " (", *numel, " elements)");
   return FillOnHost(shape, dtype, device, [&values](int64_t i) { return values[i]; });
 }
 
 std::vector<double> to_vector(const Tensor& x) {
+  CheckDefined("to_vector", x);
   KILN_CHECK(!x.device().is_meta(), "to_vector: a meta tensor ", Describe(x.type()),
              " holds no data");
+  CheckReadable("to_vector", x);
   const Tensor host = contiguous(to(x, kCPU));
   std::vector<double> out(static_cast<size_t>(host.numel()));
   const LoadFn load = LoaderFor(host.dtype());
@@ -121,6 +137,7 @@ void FormatDim(const std::vector<double>& values, IntList shape, int64_t dim, in
 
 std::string ToString(const Tensor& x) {
   if (!x.defined()) return "tensor(undefined)";
+  CheckReadable("print", x);
   std::string out = "tensor(";
   if (x.device().is_meta()) {
     absl::StrAppend(&out, "..., size=", x.shape_string());

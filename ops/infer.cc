@@ -209,20 +209,24 @@ Result Permute(Types in, const OpAttrs& a) {
 absl::StatusOr<Shape> InferReshapeSizes(IntList sizes, int64_t numel) {
   Shape out(sizes.begin(), sizes.end());
   int64_t known = 1, infer_at = -1;
+  bool overflow = false;
   for (size_t i = 0; i < out.size(); ++i) {
     if (out[i] == -1 && infer_at < 0) {
       infer_at = static_cast<int64_t>(i);
     } else if (out[i] < 0) {
       return Invalid(absl::StrCat("invalid target shape ", ShapeString(sizes)));
     } else {
-      known *= out[i];
+      overflow |= __builtin_mul_overflow(known, out[i], &known);
     }
   }
-  if (infer_at >= 0 && known != 0 && numel % known == 0) out[infer_at] = numel / known;
-  if (NumElements(out) != numel || (infer_at >= 0 && known == 0)) {
+  const bool zero = std::find(out.begin(), out.end(), 0) != out.end();
+  const bool fits = zero ? numel == 0 && infer_at < 0
+                         : !overflow && (infer_at >= 0 ? numel % known == 0 : known == numel);
+  if (!fits) {
     return Invalid(
         absl::StrCat("shape ", ShapeString(sizes), " is invalid for ", numel, " elements"));
   }
+  if (infer_at >= 0) out[infer_at] = numel / known;
   return out;
 }
 
@@ -258,9 +262,13 @@ Result Slice(Types in, const OpAttrs& a) {
   KILN_ASSIGN_OR_RETURN(int64_t d, WrapDim(a.dim, t.rank()));
   if (a.step <= 0) return Invalid(absl::StrCat("slice step must be positive, got ", a.step));
   const int64_t n = t.shape[d];
-  auto clamp = [n](int64_t v) { return std::clamp(v < 0 ? v + n : v, int64_t{0}, n); };
-  const int64_t start = clamp(a.start), end = std::max(clamp(a.end), start);
-  t.shape[d] = (end - start + a.step - 1) / a.step;
+  // Bounds clamp like Python's; no intermediate can overflow, whatever start, end and step are.
+  auto clamp = [n](int64_t v) {
+    if (v < 0) v = v < -n ? 0 : v + n;
+    return std::min(v, n);
+  };
+  const int64_t start = clamp(a.start), end = clamp(a.end);
+  t.shape[d] = end > start ? 1 + (end - start - 1) / a.step : 0;
   return t;
 }
 

@@ -110,10 +110,13 @@ void Matmul(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const 
   o_shape.push_back(m);
   o_shape.push_back(n);
   Tensor o = out.as_strided(o_shape, ContiguousStrides(o_shape), out.offset());
-  auto batch_strides = [&](const Tensor& t) {
-    Tensor head = t.as_strided(IntList(t.shape()).subspan(0, t.dim() - 2),
-                               IntList(t.strides()).subspan(0, t.dim() - 2), t.offset());
-    return BroadcastStrides(head, batch);
+  auto batch_strides = [&](const Tensor& t) {  // of t's batch dims broadcast to `batch`
+    Strides s(batch.size(), 0);
+    const int64_t lead = static_cast<int64_t>(batch.size()) - (t.dim() - 2);
+    for (int64_t i = 0; i + 2 < t.dim(); ++i) {
+      s[lead + i] = t.shape()[i] == 1 ? 0 : t.strides()[i];
+    }
+    return s;
   };
   const Strides strides[] = {batch_strides(a), batch_strides(b), batch_strides(o)};
   ForEachElement(batch, strides,
