@@ -129,27 +129,56 @@ Tensor RunOp(const OpDef& def, absl::Span<const Tensor> inputs, const OpAttrs& a
   return out;
 }
 
-const Tensor& RunOpInPlace(const OpDef& def, absl::Span<const Tensor> inputs,
-                           const OpAttrs& attrs) {
-  const TensorType type = InferOrThrow(def, inputs, attrs);
+// torch's canCast: a result may be written into self unless that turns a floating value into an
+// integer, or a number into a bool.
+bool CanCast(DType from, DType to) {
+  if (IsFloatingPoint(from) && !IsFloatingPoint(to)) return false;
+  return from == DType::kBool || to != DType::kBool;
+}
+
+// The inputs an in-place op reads, after torch's checks on self: the result keeps self's shape,
+// casts to self's dtype, self has no element twice, and no input partially overlaps self (an
+// input whose overlap is too hard to classify is copied first, so the result never depends on
+// the order elements are written in).
+absl::InlinedVector<Tensor, 3> CheckInPlace(const OpDef& def, absl::Span<const Tensor> inputs,
+                                            const TensorType& type) {
   const Tensor& self = inputs[0];
   auto fail = [&](const std::string& why) {
     Fail(def, inputs, absl::StatusCode::kInvalidArgument, absl::StrCat("in-place: ", why));
   };
+  if (def.view != nullptr) fail("a view op has no in-place form");
   if (type.shape != self.shape()) {
     fail(absl::StrCat("the result shape ", ShapeString(type.shape), " differs from self's ",
                       self.shape_string(), " (an in-place op cannot broadcast self)"));
   }
-  if (self.has_internal_overlap()) {
-    fail("self is a broadcast (expanded) view whose elements overlap; call contiguous() first");
-  }
-  if (IsFloatingPoint(type.dtype) && !IsFloatingPoint(self.dtype())) {
+  if (!CanCast(type.dtype, self.dtype())) {
     fail(absl::StrCat("a ", DTypeName(type.dtype), " result cannot be written into ",
-                      DTypeName(self.dtype()), " self"));
+                      DTypeName(self.dtype()), " self (torch's casting rule)"));
   }
-  if (def.view != nullptr) fail("a view op has no in-place form");
-  RunKernel(def, inputs, self, attrs);
-  return self;
+  if (self.has_internal_overlap()) {
+    fail(
+        "self is an expanded (broadcast) or overlapping view: more than one of its elements "
+        "refers to a single memory location; call clone() or contiguous() first");
+  }
+  absl::InlinedVector<Tensor, 3> reads(inputs.begin(), inputs.end());
+  for (size_t i = 1; i < reads.size(); ++i) {
+    const MemOverlap overlap = GetMemOverlap(self, reads[i]);
+    if (overlap == MemOverlap::kPartial) {
+      fail(absl::StrCat("some elements of input ", i, " and of self (the written-to tensor) ",
+                        "refer to the same memory location; clone() the input first"));
+    }
+    if (overlap == MemOverlap::kTooHard)
+      reads[i] = RunOp(GetOpDef(OpId::kContiguous), {reads[i]}, {});
+  }
+  return reads;
+}
+
+const Tensor& RunOpInPlace(const OpDef& def, absl::Span<const Tensor> inputs,
+                           const OpAttrs& attrs) {
+  const TensorType type = InferOrThrow(def, inputs, attrs);
+  const absl::InlinedVector<Tensor, 3> reads = CheckInPlace(def, inputs, type);
+  RunKernel(def, reads, inputs[0], attrs);
+  return inputs[0];
 }
 
 // The profiled paths, out of line so the common path keeps one branch on the profiler flag.

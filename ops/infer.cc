@@ -22,6 +22,15 @@ absl::Status RequireFloat(const TensorType& t, const char* what) {
 
 bool IsIntegral(double v) { return std::floor(v) == v && std::isfinite(v); }
 
+// Whether `v` truncates to an int64 (torch's "cannot be converted without overflow" otherwise).
+bool FitsInt64(double v) { return v >= -0x1p63 && v < 0x1p63; }
+
+// Whether `v` truncates to a value of the integer dtype `t`.
+bool FitsIntegerDType(double v, DType t) {
+  if (t == DType::kInt32) return v > -0x1p31 - 1 && v < 0x1p31;
+  return FitsInt64(v);
+}
+
 // Wraps each dim of `dims` (empty means all dims) and checks for duplicates.
 absl::StatusOr<std::vector<bool>> ReducedMask(IntList dims, int64_t rank) {
   std::vector<bool> mask(rank, dims.empty());
@@ -46,9 +55,16 @@ Result UnarySame(Types in, const OpAttrs&) {
 }
 
 Result ScalarArith(Types in, const OpAttrs& a) {
+  // An integral scalar acts like a Python int: an integer tensor stays integer (int32 * 3e9 wraps
+  // in int32, like torch), a bool tensor becomes int64; any other scalar makes the result float.
   DType t = in[0].dtype;
   if (t == DType::kBool) t = DType::kInt64;
   if (!IsFloatingPoint(t) && !IsIntegral(a.scalar)) t = DType::kFloat32;
+  if (!IsFloatingPoint(t) && !FitsInt64(a.scalar)) {
+    return Invalid(absl::StrCat("the scalar ", a.scalar, " cannot be converted to int64 without ",
+                                "overflow (the ", DTypeName(in[0].dtype), " operand keeps ",
+                                "integer math)"));
+  }
   return TensorType{in[0].shape, t, in[0].device};
 }
 
@@ -77,16 +93,23 @@ Result Where(Types in, const OpAttrs&) {
   return TensorType{std::move(s), PromoteTypes(in[1].dtype, in[2].dtype), in[0].device};
 }
 
-Result MaskedFill(Types in, const OpAttrs&) {
+Result MaskedFill(Types in, const OpAttrs& a) {
   if (in[1].dtype != DType::kBool) {
     return Invalid(absl::StrCat("mask must be bool, got ", DTypeName(in[1].dtype)));
+  }
+  const DType t = in[0].dtype;
+  if (!IsFloatingPoint(t) && t != DType::kBool && !FitsIntegerDType(a.scalar, t)) {
+    return Invalid(absl::StrCat("the value ", a.scalar, " cannot be converted to ", DTypeName(t),
+                                " without overflow"));
   }
   KILN_ASSIGN_OR_RETURN(Shape s, BroadcastShapes(in[0].shape, in[1].shape));
   return TensorType{std::move(s), in[0].dtype, in[0].device};
 }
 
-Result Reduce(Types in, const OpAttrs& a) {
-  const TensorType& x = in[0];
+namespace {
+
+// The shape of reducing x over a.dims (empty: all dims), with or without keepdim.
+Result ReduceShape(const TensorType& x, const OpAttrs& a) {
   KILN_ASSIGN_OR_RETURN(std::vector<bool> mask, ReducedMask(a.dims, x.rank()));
   Shape out;
   for (int64_t i = 0; i < x.rank(); ++i) {
@@ -99,15 +122,32 @@ Result Reduce(Types in, const OpAttrs& a) {
   return TensorType{std::move(out), x.dtype, x.device};
 }
 
+}  // namespace
+
+Result Reduce(Types in, const OpAttrs& a) {
+  // max has no identity: like torch, reducing over an empty dim is an error, not -inf.
+  const TensorType& x = in[0];
+  KILN_ASSIGN_OR_RETURN(std::vector<bool> mask, ReducedMask(a.dims, x.rank()));
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    if (!mask[i] || x.shape[i] != 0) continue;
+    return Invalid(absl::StrCat("cannot reduce over dim ", i, " of size 0 of ",
+                                ShapeString(x.shape),
+                                ": max has no identity (torch: expected "
+                                "reduction dim ",
+                                i, " to have non-zero size)"));
+  }
+  return ReduceShape(x, a);
+}
+
 Result ReduceSum(Types in, const OpAttrs& a) {
-  KILN_ASSIGN_OR_RETURN(TensorType t, Reduce(in, a));
+  KILN_ASSIGN_OR_RETURN(TensorType t, ReduceShape(in[0], a));
   if (!IsFloatingPoint(t.dtype)) t.dtype = DType::kInt64;  // like torch: integer sums widen
   return t;
 }
 
 Result ReduceMean(Types in, const OpAttrs& a) {
   KILN_RETURN_IF_ERROR(RequireFloat(in[0], "input"));
-  return Reduce(in, a);
+  return ReduceShape(in[0], a);
 }
 
 Result Softmax(Types in, const OpAttrs& a) {
@@ -116,7 +156,11 @@ Result Softmax(Types in, const OpAttrs& a) {
   return in[0];
 }
 
-Result Norm(Types in, const OpAttrs&) {
+namespace {
+
+// The checks layer_norm and rms_norm share: a floating input of rank >= 1 normalised over its
+// last dim, parameters of shape [d]. The result has the input's type.
+Result NormShape(Types in) {
   const TensorType& x = in[0];
   KILN_RETURN_IF_ERROR(RequireFloat(x, "input"));
   if (x.rank() < 1) return Invalid("input must have at least one dim");
@@ -128,6 +172,35 @@ Result Norm(Types in, const OpAttrs&) {
     }
   }
   return x;
+}
+
+}  // namespace
+
+Result LayerNorm(Types in, const OpAttrs&) {
+  // torch 2.11: weight and bias have the input's dtype, or (mixed precision) are float32 under
+  // a bfloat16/float16 input; the result keeps the input's dtype, computed in float32.
+  KILN_ASSIGN_OR_RETURN(TensorType out, NormShape(in));
+  const DType x = in[0].dtype;
+  const bool reduced = x == DType::kBFloat16 || x == DType::kFloat16;
+  bool same = true, all_f32 = true;
+  for (size_t i = 1; i < in.size(); ++i) {
+    same &= in[i].dtype == x;
+    all_f32 &= in[i].dtype == DType::kFloat32;
+  }
+  if (same || (reduced && all_f32)) return out;
+  std::string params;
+  for (size_t i = 1; i < in.size(); ++i) {
+    absl::StrAppend(&params, i == 1 ? "weight " : ", bias ", DTypeName(in[i].dtype));
+  }
+  return Invalid(absl::StrCat(
+      "input ", DTypeName(x), " with ", params, ": weight and bias must have the input's dtype",
+      reduced ? ", or all be float32 (mixed precision)" : "", " (torch's rule)"));
+}
+
+Result RmsNorm(Types in, const OpAttrs&) {
+  // torch 2.11 (rms_norm_composite): any weight dtype; the normalised input is multiplied by the
+  // weight in float32 and the result cast back to the input's dtype.
+  return NormShape(in);
 }
 
 Result Matmul(Types in, const OpAttrs& a) {

@@ -1,9 +1,12 @@
 // Tensor handle: construction, metadata queries, raw views and byte copies between devices.
 #include "runtime/tensor.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/cuda.h"
 #include "runtime/status.h"
@@ -97,10 +100,38 @@ bool Tensor::is_contiguous() const {
 
 bool Tensor::has_internal_overlap() const {
   const Impl& t = impl();
+  absl::InlinedVector<std::pair<int64_t, int64_t>, 6> dims;  // (|stride|, size) of dims > 1
   for (int64_t i = 0; i < dim(); ++i) {
-    if (t.strides[i] == 0 && t.shape[i] > 1) return true;
+    if (t.shape[i] <= 1) continue;
+    if (t.strides[i] == 0) return true;
+    dims.emplace_back(t.strides[i] < 0 ? -t.strides[i] : t.strides[i], t.shape[i]);
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 0;  // the largest element distance spanned by the dims sorted so far
+  for (const auto& [stride, size] : dims) {
+    if (stride <= reach) return true;
+    int64_t span = 0;
+    if (__builtin_mul_overflow(stride, size - 1, &span) ||
+        __builtin_add_overflow(reach, span, &reach)) {
+      return true;
+    }
   }
   return false;
+}
+
+bool Tensor::is_non_overlapping_and_dense() const {
+  const Impl& t = impl();
+  absl::InlinedVector<std::pair<int64_t, int64_t>, 6> dims;  // (stride, size) of dims > 1
+  for (int64_t i = 0; i < dim(); ++i) {
+    if (t.shape[i] > 1) dims.emplace_back(t.strides[i], t.shape[i]);
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t expected = 1;
+  for (const auto& [stride, size] : dims) {
+    if (stride != expected) return false;
+    expected *= size;
+  }
+  return true;
 }
 
 bool Tensor::is_placeholder() const {
@@ -128,6 +159,35 @@ Tensor Tensor::as_strided(IntList shape, IntList strides, int64_t offset) const 
 
 bool Tensor::shares_storage(const Tensor& other) const {
   return defined() && other.defined() && impl_->storage == other.impl_->storage;
+}
+
+namespace {
+
+// The lowest and highest element index a non-empty tensor reaches in its storage.
+std::pair<int64_t, int64_t> ElementExtent(const Tensor& t) {
+  int64_t lo = t.offset(), hi = t.offset();
+  for (int64_t i = 0; i < t.dim(); ++i) {
+    const int64_t reach = (t.shape()[i] - 1) * t.strides()[i];  // bounded by as_strided
+    (reach < 0 ? lo : hi) += reach;
+  }
+  return {lo, hi};
+}
+
+}  // namespace
+
+MemOverlap GetMemOverlap(const Tensor& a, const Tensor& b) {
+  if (!a.shares_storage(b) || a.numel() == 0 || b.numel() == 0) return MemOverlap::kNo;
+  if (a.storage() == nullptr || a.storage()->device().is_meta()) return MemOverlap::kNo;
+  const auto [a_lo, a_hi] = ElementExtent(a);
+  const auto [b_lo, b_hi] = ElementExtent(b);
+  if (a_hi < b_lo || b_hi < a_lo) return MemOverlap::kNo;
+  if (a.offset() == b.offset() && a.shape() == b.shape() && a.strides() == b.strides()) {
+    return MemOverlap::kFull;
+  }
+  if (a.is_non_overlapping_and_dense() && b.is_non_overlapping_and_dense()) {
+    return MemOverlap::kPartial;
+  }
+  return MemOverlap::kTooHard;
 }
 
 void CopyBytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {

@@ -43,8 +43,13 @@ class Tensor {
   std::string shape_string() const { return ShapeString(impl().shape); }
 
   bool is_contiguous() const;
-  // True if some element is reachable by two indices (a stride-0 dim of size > 1).
+  // True if some element may be reachable by two indices: a stride-0 dim of size > 1 (an
+  // expanded view), or strides that do not nest (as_strided views like [2, 2] over strides
+  // [1, 1]). Conservative: a layout it cannot prove non-overlapping counts as overlapping.
   bool has_internal_overlap() const;
+  // True if some permutation of the dims makes the tensor contiguous (torch's
+  // is_non_overlapping_and_dense): contiguous tensors, transposes and permutations of them.
+  bool is_non_overlapping_and_dense() const;
   const std::shared_ptr<Storage>& storage() const { return impl().storage; }
   // True for a tensor on a real device (CPU, CUDA) whose storage holds no memory: a placeholder
   // standing for a value while a function is traced (ir/tracer.h). Its data cannot be read.
@@ -83,6 +88,12 @@ class Tensor {
   };
   std::shared_ptr<Impl> impl_;
 };
+
+// How the memory of two tensors overlaps (torch's MemOverlapStatus): not at all, fully (the same
+// elements in the same layout), partially (both dense, some elements shared), or in a way too hard
+// to tell without enumerating elements (strided views whose element ranges intersect).
+enum class MemOverlap { kNo, kFull, kPartial, kTooHard };
+MemOverlap GetMemOverlap(const Tensor& a, const Tensor& b);
 
 // Copies `nbytes` between two buffers on any devices (CUDA copies go through runtime/cuda.h).
 // Throws kiln::Error if the transfer is impossible (meta tensors, no GPU).

@@ -85,7 +85,18 @@ std::string Params(const std::vector<DType>& in, DType out) {
   for (size_t i = 0; i < in.size(); ++i) {
     absl::StrAppend(&s, ", const ", Info(in[i]).storage, "* __restrict__ in", i);
   }
-  return s + ", float scalar, long long n";
+  return s + ", float scalar, long long iscalar, long long n";
+}
+
+// Integer mode (issue #13): when the output and every operand are integer or bool, the kernel
+// computes in long long with the integral scalar `iscalar`, exactly like the CPU integer path
+// (every elementwise row with such types has an integer form, ops/op_def.h IntScalarFn).
+bool IntegerMode(const std::vector<DType>& in, DType out) {
+  if (IsFloatingPoint(out)) return false;
+  for (DType t : in) {
+    if (IsFloatingPoint(t)) return false;
+  }
+  return true;
 }
 
 // Computes result `r` for element reads in{i}[off_i] and stores it at out[off_out].
@@ -93,7 +104,7 @@ std::string Body(const std::string& expr, const std::vector<DType>& in, DType ou
                  const std::string& out_idx, const std::vector<std::string>& in_idx) {
   bool all_float = true;
   for (DType t : in) all_float &= IsFloatingPoint(t) || t == DType::kBool;
-  const char* acc = all_float ? "float" : "double";
+  const char* acc = IntegerMode(in, out) ? "long long" : all_float ? "float" : "double";
   std::string s;
   for (size_t i = 0; i < in.size(); ++i) {
     absl::StrAppend(&s, "    const ", acc, " a", i, " = (", acc, ")",
@@ -118,12 +129,12 @@ std::string StoreExpr(DType t, const std::string& v) { return Store(t, v); }
 
 namespace {
 
-std::string SubstituteOperands(const std::string& expr_template, size_t inputs) {
+std::string SubstituteOperands(const std::string& expr_template, size_t inputs, bool integer) {
   std::string expr = expr_template;
   for (size_t i = 0; i < inputs; ++i) {
     expr = absl::StrReplaceAll(expr, {{absl::StrCat("$", i), absl::StrCat("a", i)}});
   }
-  return absl::StrReplaceAll(expr, {{"$scalar", "scalar"}});
+  return absl::StrReplaceAll(expr, {{"$scalar", integer ? "iscalar" : "scalar"}});
 }
 
 std::string Raw(const std::string& storage, int vec) {
@@ -223,7 +234,7 @@ std::string StridedKernels(const std::string& base, const std::string& expr,
 std::string RenderElementwiseSource(const std::string& base, const std::string& expr_template,
                                     const std::vector<DType>& in, DType out,
                                     ElementwiseVariants variants) {
-  const std::string expr = SubstituteOperands(expr_template, in.size());
+  const std::string expr = SubstituteOperands(expr_template, in.size(), IntegerMode(in, out));
   const int vec = VectorWidth(in, out);
   std::string src = kPrelude;
   if (variants & kFastVariants) {
@@ -355,7 +366,7 @@ void Run(const OpDef& def, const std::string& expr, absl::Span<const Tensor> in,
              ": CUDA elementwise kernels support up to rank ", kMaxRank, ", got ",
              out.shape_string());
   LaunchElementwise(KernelsFor(def, expr, in, out.dtype(), a), in, out,
-                    static_cast<float>(a.scalar));
+                    static_cast<float>(a.scalar), ScalarAsInt64(a));
 }
 
 }  // namespace
@@ -401,7 +412,7 @@ void LaunchRows(cudaKernel_t k, void** args, const KilnRowsArgs& rw, int vec) {
 }  // namespace
 
 void LaunchElementwise(const ElementwiseKernels& k, absl::Span<const Tensor> in, const Tensor& out,
-                       float scalar) {
+                       float scalar, int64_t iscalar) {
   KILN_CHECK(out.dim() <= kMaxRank && in.size() + 1 <= kMaxOperands,
              "elementwise kernel: supports rank <= ", kMaxRank, " and <= ", kMaxOperands - 1,
              " inputs, got ", out.shape_string(), " with ", in.size(), " inputs");
@@ -409,9 +420,11 @@ void LaunchElementwise(const ElementwiseKernels& k, absl::Span<const Tensor> in,
   const void* ptrs[3] = {nullptr, nullptr, nullptr};
   for (size_t i = 0; i < in.size(); ++i) ptrs[i] = in[i].data_ptr();
   long long n = out.numel();
+  long long int_scalar = iscalar;
   absl::InlinedVector<void*, 8> args = {&out_ptr};
   for (size_t i = 0; i < in.size(); ++i) args.push_back(&ptrs[i]);
   args.push_back(&scalar);
+  args.push_back(&int_scalar);
   args.push_back(&n);
   if (ContigApplies(in, out)) {
     Launch(k.contig, args.data(), std::max<int64_t>(n / k.vec, n % k.vec));

@@ -26,7 +26,8 @@ void Elementwise(const OpDef& def, absl::Span<const Tensor> in, const Tensor& ou
                  const OpAttrs& a);
 void Copy(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 
-// An elementwise expression over at most this many inputs ($0..$2, float operands, `$scalar`).
+// An elementwise expression over at most this many inputs ($0..$2, float operands, `$scalar`;
+// long long operands and scalar when every operand and the output are integer or bool).
 inline constexpr int kMaxElementwiseInputs = 3;
 
 struct ElementwiseKernels {
@@ -45,8 +46,10 @@ ElementwiseKernels CompileElementwiseKernels(const std::string& kernel_base,
                                              const std::string& expr,
                                              const std::vector<DType>& in_types, DType out_type);
 // Launches on the current stream: out = expr(in) for any strides/broadcasts of the inputs.
+// `scalar` is $scalar of a float kernel, `iscalar` of an integer one (every operand and the output
+// integer or bool: the kernel computes in long long, like the CPU integer path).
 void LaunchElementwise(const ElementwiseKernels& k, absl::Span<const Tensor> in, const Tensor& out,
-                       float scalar = 0);
+                       float scalar = 0, int64_t iscalar = 0);
 
 // The CUDA source for one elementwise expression over operands of the given dtypes (exposed so
 // tests can compile every variant with NVRTC without a GPU, and for the compiler's dumps).
