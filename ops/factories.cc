@@ -1,4 +1,4 @@
-// Factories, host conversion and printing (see factories.h).
+// Factories and host conversion (see factories.h; printing is in ops/print.cc).
 #include "ops/factories.h"
 
 #include <cmath>
@@ -10,9 +10,7 @@
 #include "runtime/status.h"
 
 namespace kiln {
-namespace {
 
-// Reading a placeholder's data while tracing raises (ir/tracer.h): it has none.
 void CheckReadable(const char* what, const Tensor& x) {
   if (!x.is_placeholder()) return;
   throw Error(absl::FailedPreconditionError(absl::StrCat(
@@ -20,6 +18,8 @@ void CheckReadable(const char* what, const Tensor& x) {
       " while tracing: it is a placeholder of a function being traced by kiln::compile; return "
       "it from the function and read the compiled function's output instead")));
 }
+
+namespace {
 
 // Fills a new contiguous CPU tensor element by element, then moves it to `device`.
 template <typename F>
@@ -80,75 +80,12 @@ std::vector<double> to_vector(const Tensor& x) {
   KILN_CHECK(!x.device().is_meta(), "to_vector: a meta tensor ", Describe(x.type()),
              " holds no data");
   CheckReadable("to_vector", x);
+  ScopedDispatchHook eager(nullptr);  // a real tensor read while tracing: nothing to record
   const Tensor host = contiguous(to(x, kCPU));
   std::vector<double> out(static_cast<size_t>(host.numel()));
   const LoadFn load = LoaderFor(host.dtype());
   for (size_t i = 0; i < out.size(); ++i) out[i] = load(host.data_ptr(), static_cast<int64_t>(i));
   return out;
 }
-
-namespace {
-
-constexpr int64_t kSummarizeAbove = 1000;
-constexpr int64_t kEdgeItems = 3;
-
-std::string FormatValue(double v, DType dtype) {
-  if (dtype == DType::kBool) return v != 0 ? "True" : "False";
-  if (!IsFloatingPoint(dtype)) return absl::StrCat(static_cast<int64_t>(v));
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[32];
-  std::snprintf(buf, sizeof(buf),
-                std::fabs(v) >= 1e5 || (v != 0 && std::fabs(v) < 1e-4) ? "%.4e" : "%.4f", v);
-  return buf;
-}
-
-void FormatDim(const std::vector<double>& values, IntList shape, int64_t dim, int64_t offset,
-               bool summarize, DType dtype, std::string* out) {
-  const int64_t rank = static_cast<int64_t>(shape.size());
-  if (rank == 0) {
-    absl::StrAppend(out, FormatValue(values[0], dtype));
-    return;
-  }
-  const int64_t n = shape[dim];
-  int64_t inner = 1;
-  for (int64_t d = dim + 1; d < rank; ++d) inner *= shape[d];
-  absl::StrAppend(out, "[");
-  for (int64_t i = 0; i < n; ++i) {
-    if (summarize && n > 2 * kEdgeItems && i == kEdgeItems) {
-      absl::StrAppend(out, dim == rank - 1 ? "..., " : "...,\n" + std::string(8 + dim, ' '));
-      i = n - kEdgeItems;
-    }
-    if (dim == rank - 1) {
-      absl::StrAppend(out, FormatValue(values[offset + i], dtype));
-    } else {
-      FormatDim(values, shape, dim + 1, offset + i * inner, summarize, dtype, out);
-    }
-    if (i + 1 < n) {
-      absl::StrAppend(out, dim == rank - 1 ? ", "
-                                           : ",\n" + std::string(rank - dim - 2, '\n') +
-                                                 std::string(8 + dim, ' '));
-    }
-  }
-  absl::StrAppend(out, "]");
-}
-
-}  // namespace
-
-std::string ToString(const Tensor& x) {
-  if (!x.defined()) return "tensor(undefined)";
-  CheckReadable("print", x);
-  std::string out = "tensor(";
-  if (x.device().is_meta()) {
-    absl::StrAppend(&out, "..., size=", x.shape_string());
-  } else {
-    FormatDim(to_vector(x), x.shape(), 0, 0, x.numel() > kSummarizeAbove, x.dtype(), &out);
-    if (x.numel() > kSummarizeAbove) absl::StrAppend(&out, ", size=", x.shape_string());
-  }
-  absl::StrAppend(&out, ", dtype=", DTypeName(x.dtype()), ", device=", x.device().str(), ")");
-  return out;
-}
-
-std::ostream& operator<<(std::ostream& os, const Tensor& x) { return os << ToString(x); }
 
 }  // namespace kiln

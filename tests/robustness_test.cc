@@ -9,6 +9,7 @@
 //   - meta tensors run every registry row as shape inference only.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <climits>
 #include <functional>
 #include <sstream>
@@ -417,6 +418,71 @@ TEST(Meta, ApiFunctionsModulesAndCompiledFunctionsOnMeta) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("meta"), std::string::npos) << e.what();
   }
+}
+
+// ---- Printing. ------------------------------------------------------------------------------
+
+int Count(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST_P(OnDevice, PrintingReadsOnlyThePrintedEdges) {
+  // 2^40 elements (an expanded view): reading them all could not even be allocated.
+  const Tensor huge = expand(X({1}), {int64_t{1} << 40});
+  const std::string s = ToString(huge);
+  EXPECT_NE(s.find("size=[1099511627776]"), std::string::npos) << s;
+  EXPECT_EQ(Count(s, "..."), 1) << s;
+  const Tensor wide = expand(reshape(X({1}), {1, 1}), {int64_t{1} << 30, int64_t{1} << 30});
+  EXPECT_EQ(Count(ToString(wide), "..."), 7);  // 1 between rows, 6 within the printed rows
+}
+
+TEST_P(OnDevice, PrintingSummarisesEveryDimLikeTorch) {
+  // [10]^6 bfloat16: every dim shows 3 + 3 entries, so 6^6 values and one "..." per dim level.
+  const Tensor x = X({10, 10, 10, 10, 10, 10}, DType::kBFloat16);
+  const std::string s = ToString(x);
+  int64_t values = 0;
+  for (size_t i = 0; i + 1 < s.size(); ++i) values += s[i] == '.' && std::isdigit(s[i + 1]);
+  EXPECT_EQ(values, 6 * 6 * 6 * 6 * 6 * 6);
+  // "..." count: 1 (dim 0) + 6 (dim 1) + 36 + 216 + 1296 + 7776 (innermost rows).
+  EXPECT_EQ(Count(s, "..."), 1 + 6 + 36 + 216 + 1296 + 7776);
+  // An int tensor of 11^3: the edges in order, with exact values.
+  std::vector<double> v(1331);
+  for (int i = 0; i < 1331; ++i) v[i] = i;
+  const std::string ints = ToString(to(from_vector(v, {11, 11, 11}, DType::kInt64), GetParam()));
+  EXPECT_EQ(ints.substr(0, 34), "tensor([[[0, 1, 2, ..., 8, 9, 10],") << ints;
+  EXPECT_NE(ints.find("[1320, 1321, 1322, ..., 1328, 1329, 1330]]], size=[11, 11, 11]"),
+            std::string::npos)
+      << ints;
+  EXPECT_NE(ints.find("         ...,\n         [88, 89, 90, ..., 96, 97, 98],"), std::string::npos)
+      << ints;
+  EXPECT_NE(ints.find("120]],\n\n        [[121, 122, 123, ..., 129, 130, 131],"), std::string::npos)
+      << ints;
+  EXPECT_NE(ints.find("]],\n\n        ...,\n\n        [[968, 969, 970, ..., 976, 977, 978],"),
+            std::string::npos)
+      << ints;
+}
+
+TEST_P(OnDevice, PrintingIsExactForInt64AndSafeWhileTracing) {
+  Tensor big = empty({2}, DType::kInt64);
+  big.data<int64_t>()[0] = (int64_t{1} << 53) + 1;
+  big.data<int64_t>()[1] = INT64_MIN;
+  EXPECT_EQ(ToString(to(big, GetParam())).substr(0, 47),
+            "tensor([9007199254740993, -9223372036854775808]");
+  // Printing a real tensor (a weight) inside a traced function records nothing.
+  const Tensor w = X({40, 40});  // summarised: printing slices it, which must not be recorded
+  std::string printed;
+  CompiledFn f = compile(
+      [&](const std::vector<Tensor>& in) {
+        printed = ToString(w);
+        return std::vector<Tensor>{in[0] + w};
+      },
+      {w});
+  EXPECT_NE(printed.find("tensor([["), std::string::npos) << printed;
+  const std::string graph = f.report({w}).traced_graph;
+  EXPECT_EQ(graph.find("slice"), std::string::npos) << graph;
+  EXPECT_EQ(graph.find("contiguous"), std::string::npos) << graph;
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, OnDevice, ::testing::Values(kCPU, CUDA(0)), DeviceName);
