@@ -19,7 +19,9 @@ void ForEachReduction(const Tensor& in, const Tensor& out, const OpAttrs& a, F&&
                       Load load = nullptr) {
   const int64_t rank = in.dim();
   std::vector<bool> reduced(rank, a.dims.empty());
-  for (int64_t d : a.dims) reduced[d < 0 ? d + rank : d] = true;
+  for (int64_t d : a.dims) {
+    if (rank > 0) reduced[d < 0 ? d + rank : d] = true;  // a 0-d tensor reduces over nothing
+  }
   Shape kept_shape, red_shape;
   Strides kept_in, red_in;
   for (int64_t i = 0; i < rank; ++i) {
