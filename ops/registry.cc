@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cuda/elementwise_cuda.h"
 #include "ops/cuda/matmul_cuda.h"
@@ -10,6 +11,8 @@
 #include "ops/infer.h"
 #include "ops/op_def.h"
 #include "ops/views.h"
+#include "profiler/host.h"
+#include "runtime/status.h"
 
 namespace kiln {
 namespace {
@@ -157,7 +160,14 @@ static_assert(RowsInEnumOrder(), "registry rows must follow the OpId enum, one r
 
 }  // namespace
 
-const OpDef& GetOpDef(OpId id) { return kRows[static_cast<int>(id)]; }
+const OpDef& GetOpDef(OpId id) {
+  const int i = static_cast<int>(id);
+  if (KILN_PREDICT_FALSE(i < 0 || i >= kNumOps)) {
+    throw Error(absl::InvalidArgumentError(
+        absl::StrCat("no op with id ", i, " (the registry has ", kNumOps, " ops)")));
+  }
+  return kRows[i];
+}
 
 bool UsesIntegerPath(const OpDef& def, absl::Span<const DType> inputs, DType out) {
   if (def.int_scalar == nullptr || IsFloatingPoint(out)) return false;

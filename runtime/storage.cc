@@ -85,13 +85,13 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
 
 std::shared_ptr<Storage> Storage::Adopt(void* data, size_t nbytes, Device device) {
   Allocator* allocator = GetAllocator(device.type);
-  allocator->Adopted(nbytes, device);
+  allocator->Adopted(data, nbytes, device);
   return std::shared_ptr<Storage>(new Storage(data, nbytes, device, allocator));
 }
 
 void* Storage::Release() {
   void* data = data_;
-  if (allocator_ != nullptr && data_ != nullptr) allocator_->Released(nbytes_, device_);
+  if (allocator_ != nullptr && data_ != nullptr) allocator_->Released(data_, nbytes_, device_);
   data_ = nullptr;
   return data;
 }
