@@ -21,14 +21,20 @@ void CheckReadable(const char* what, const Tensor& x) {
 
 namespace {
 
-// Fills a new contiguous CPU tensor element by element, then moves it to `device`.
+// Fills a new contiguous CPU tensor element by element, then moves it to `device`. A value an
+// integer dtype cannot hold raises (torch: "value cannot be converted ... without overflow").
 template <typename F>
-Tensor FillOnHost(IntList shape, DType dtype, Device device, F&& value_at) {
+Tensor FillOnHost(const char* what, IntList shape, DType dtype, Device device, F&& value_at) {
   Tensor host = Tensor::Empty(shape, dtype, device.is_meta() ? kMeta : kCPU);
   if (device.is_meta()) return host;
   const StoreFn store = StorerFor(dtype);
   const int64_t n = host.numel();
-  for (int64_t i = 0; i < n; ++i) store(host.data_ptr(), i, value_at(i));
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = value_at(i);
+    KILN_CHECK(FitsDType(v, dtype), what, ": the value ", v, " cannot be converted to ",
+               DTypeName(dtype), " without overflow");
+    store(host.data_ptr(), i, v);
+  }
   return to(host, device);
 }
 
@@ -39,7 +45,7 @@ Tensor empty(IntList shape, DType dtype, Device device) {
 }
 
 Tensor full(IntList shape, double value, DType dtype, Device device) {
-  return FillOnHost(shape, dtype, device, [value](int64_t) { return value; });
+  return FillOnHost("full", shape, dtype, device, [value](int64_t) { return value; });
 }
 Tensor zeros(IntList shape, DType dtype, Device device) { return full(shape, 0, dtype, device); }
 Tensor ones(IntList shape, DType dtype, Device device) { return full(shape, 1, dtype, device); }
@@ -52,19 +58,19 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
   KILN_CHECK(std::isfinite(count) && count < 0x1p63, "arange: [", start, ", ", end, ") with step ",
              step, " has ", count, " elements, more than fit in int64");
   const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(count));
-  return FillOnHost({n}, dtype, device, [&](int64_t i) { return start + i * step; });
+  return FillOnHost("arange", {n}, dtype, device, [&](int64_t i) { return start + i * step; });
 }
 
 Tensor arange(int64_t end, DType dtype, Device device) { return arange(0, end, 1, dtype, device); }
 
 Tensor randn(IntList shape, Generator& gen, DType dtype, Device device) {
   KILN_CHECK(IsFloatingPoint(dtype), "randn: dtype must be floating point, got ", DTypeName(dtype));
-  return FillOnHost(shape, dtype, device, [&gen](int64_t) { return gen.Normal(); });
+  return FillOnHost("randn", shape, dtype, device, [&gen](int64_t) { return gen.Normal(); });
 }
 
 Tensor rand(IntList shape, Generator& gen, DType dtype, Device device) {
   KILN_CHECK(IsFloatingPoint(dtype), "rand: dtype must be floating point, got ", DTypeName(dtype));
-  return FillOnHost(shape, dtype, device, [&gen](int64_t) { return gen.Uniform(); });
+  return FillOnHost("rand", shape, dtype, device, [&gen](int64_t) { return gen.Uniform(); });
 }
 
 Tensor from_vector(const std::vector<double>& values, IntList shape, DType dtype, Device device) {
@@ -72,7 +78,8 @@ Tensor from_vector(const std::vector<double>& values, IntList shape, DType dtype
   KILN_CHECK(numel.ok(), "from_vector: ", numel.status().message());
   KILN_CHECK(static_cast<int64_t>(values.size()) == *numel, "from_vector: ", values.size(),
              " values do not fill shape ", ShapeString(shape), " (", *numel, " elements)");
-  return FillOnHost(shape, dtype, device, [&values](int64_t i) { return values[i]; });
+  return FillOnHost("from_vector", shape, dtype, device,
+                    [&values](int64_t i) { return values[i]; });
 }
 
 std::vector<double> to_vector(const Tensor& x) {

@@ -22,15 +22,6 @@ absl::Status RequireFloat(const TensorType& t, const char* what) {
 
 bool IsIntegral(double v) { return std::floor(v) == v && std::isfinite(v); }
 
-// Whether `v` truncates to an int64 (torch's "cannot be converted without overflow" otherwise).
-bool FitsInt64(double v) { return v >= -0x1p63 && v < 0x1p63; }
-
-// Whether `v` truncates to a value of the integer dtype `t`.
-bool FitsIntegerDType(double v, DType t) {
-  if (t == DType::kInt32) return v > -0x1p31 - 1 && v < 0x1p31;
-  return FitsInt64(v);
-}
-
 // Wraps each dim of `dims` (empty means all dims) and checks for duplicates.
 absl::StatusOr<std::vector<bool>> ReducedMask(IntList dims, int64_t rank) {
   std::vector<bool> mask(rank, dims.empty());
@@ -60,7 +51,7 @@ Result ScalarArith(Types in, const OpAttrs& a) {
   DType t = in[0].dtype;
   if (t == DType::kBool) t = DType::kInt64;
   if (!IsFloatingPoint(t) && !IsIntegral(a.scalar)) t = DType::kFloat32;
-  if (!IsFloatingPoint(t) && !FitsInt64(a.scalar)) {
+  if (!IsFloatingPoint(t) && !FitsDType(a.scalar, DType::kInt64)) {
     return Invalid(absl::StrCat("the scalar ", a.scalar, " cannot be converted to int64 without ",
                                 "overflow (the ", DTypeName(in[0].dtype), " operand keeps ",
                                 "integer math)"));
@@ -70,7 +61,12 @@ Result ScalarArith(Types in, const OpAttrs& a) {
 
 Result ScalarDiv(Types in, const OpAttrs&) { return UnaryFloat(in, {}); }
 
-Result Cast(Types in, const OpAttrs& a) { return TensorType{in[0].shape, a.dtype, in[0].device}; }
+Result Cast(Types in, const OpAttrs& a) {
+  if (static_cast<int>(a.dtype) >= kNumDTypes) {
+    return Invalid(absl::StrCat("unknown dtype ", static_cast<int>(a.dtype)));
+  }
+  return TensorType{in[0].shape, a.dtype, in[0].device};
+}
 
 Result Binary(Types in, const OpAttrs&) {
   KILN_ASSIGN_OR_RETURN(Shape shape, BroadcastShapes(in[0].shape, in[1].shape));
@@ -98,7 +94,7 @@ Result MaskedFill(Types in, const OpAttrs& a) {
     return Invalid(absl::StrCat("mask must be bool, got ", DTypeName(in[1].dtype)));
   }
   const DType t = in[0].dtype;
-  if (!IsFloatingPoint(t) && t != DType::kBool && !FitsIntegerDType(a.scalar, t)) {
+  if (!FitsDType(a.scalar, t)) {
     return Invalid(absl::StrCat("the value ", a.scalar, " cannot be converted to ", DTypeName(t),
                                 " without overflow"));
   }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "ops/dispatch.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
 #include "runtime/status.h"
@@ -110,16 +111,24 @@ CausalSelfAttention::CausalSelfAttention(int64_t dim, int64_t heads, Generator& 
              " must be a positive multiple of heads ", heads);
 }
 
+Tensor CausalSelfAttention::CausalMask(const Tensor& x) {
+  const int64_t t_len = x.size(1);
+  std::lock_guard<std::mutex> lock(mask_mu_);
+  if (!mask_.defined() || mask_.size(0) != t_len || mask_.device() != x.device()) {
+    ScopedDispatchHook eager(nullptr);  // a constant of any graph being traced
+    mask_ = triu(ones({t_len, t_len}, DType::kBool, x.device()), 1);
+  }
+  return mask_;
+}
+
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   KILN_CHECK(x.dim() == 3, "CausalSelfAttention: expected x [B, T, dim], got ", x.shape_string());
   const int64_t b = x.size(0), t_len = x.size(1), dim = x.size(2), hd = dim / heads_;
-  if (!mask_.defined() || mask_.size(0) != t_len || mask_.device() != x.device()) {
-    mask_ = triu(ones({t_len, t_len}, DType::kBool, x.device()), 1);
-  }
+  const Tensor mask = CausalMask(x);
   // [B, T, 3, H, hd] -> [3, B, H, T, hd]
   const Tensor qkv = permute(reshape(qkv_(x), {b, t_len, 3, heads_, hd}), {2, 0, 3, 1, 4});
   auto part = [&](int64_t i) { return squeeze(slice(qkv, 0, i, i + 1), 0); };
-  const Tensor y = causal_attention(part(0), part(1), part(2), mask_, inplace_);
+  const Tensor y = causal_attention(part(0), part(1), part(2), mask, inplace_);
   return proj_(reshape(permute(y, {0, 2, 1, 3}), {b, t_len, dim}));
 }
 

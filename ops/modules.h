@@ -8,6 +8,7 @@
 
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -107,11 +108,16 @@ class CausalSelfAttention : public Module {
   Tensor forward(const Tensor& x) override;
 
  private:
+  // The causal mask for x's sequence length and device: a real tensor (built eagerly even while
+  // a trace is recording, so it becomes a constant and never a placeholder), cached.
+  Tensor CausalMask(const Tensor& x);
+
   int64_t heads_;
   bool inplace_;
   Linear& qkv_;
   Linear& proj_;
-  Tensor mask_;  // cached causal mask for the last sequence length
+  std::mutex mask_mu_;  // forward may run in several threads at once
+  Tensor mask_;         // cached causal mask for the last sequence length; guarded by mask_mu_
 };
 
 }  // namespace kiln

@@ -132,6 +132,17 @@ StoreFn StorerFor(DType t) { return kStorers[static_cast<int>(t)]; }
 IntLoadFn IntLoaderFor(DType t) { return kIntLoaders[static_cast<int>(t)]; }
 IntStoreFn IntStorerFor(DType t) { return kIntStorers[static_cast<int>(t)]; }
 
+bool FitsDType(double v, DType t) {
+  switch (t) {
+    case DType::kInt32:
+      return v > -0x1p31 - 1 && v < 0x1p31;
+    case DType::kInt64:
+      return v >= -0x1p63 && v < 0x1p63;  // NaN fails both
+    default:
+      return true;
+  }
+}
+
 int64_t DoubleToInt64(double v) {
   // [-2^63, 2^63): every double in it converts exactly after truncation.
   if (!(v >= -0x1p63 && v < 0x1p63)) return 0;

@@ -64,5 +64,9 @@ IntStoreFn IntStorerFor(DType t);
 
 // `v` as int64, truncated toward zero; 0 when it is NaN, infinite or outside int64.
 int64_t DoubleToInt64(double v);
+// Whether `v` converts to dtype `t` without overflow (torch's "value cannot be converted to type
+// ... without overflow"): integer dtypes need a finite value whose truncation fits; floating
+// dtypes and bool take any value.
+bool FitsDType(double v, DType t);
 
 }  // namespace kiln

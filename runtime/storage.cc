@@ -62,6 +62,10 @@ Device ParseDevice(const std::string& s) {
 }
 
 Allocator* GetAllocator(DeviceType type) {
+  if (static_cast<int>(type) >= kNumDeviceTypes) {
+    throw Error(
+        absl::InvalidArgumentError(absl::StrCat("unknown device type ", static_cast<int>(type))));
+  }
   Allocator* a = Allocators()[static_cast<int>(type)];
   if (a == nullptr) {
     throw Error(absl::FailedPreconditionError(

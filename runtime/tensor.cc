@@ -70,6 +70,8 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, int64_t offset, Shape shape, St
           Impl{std::move(storage), offset, std::move(shape), std::move(strides), dtype, device})) {}
 
 Tensor Tensor::Empty(IntList shape, DType dtype, Device device) {
+  KILN_CHECK(static_cast<int>(dtype) < kNumDTypes, "empty: unknown dtype ",
+             static_cast<int>(dtype));
   for (int64_t d : shape) {
     KILN_CHECK(d >= 0, "empty: negative dimension in shape ", ShapeString(shape));
   }

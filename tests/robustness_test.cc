@@ -233,6 +233,17 @@ TEST_P(OnDevice, OpsFromAnotherThreadOfATracedFunctionDoNotCrash) {
   ExpectClose(to_vector(f({x})[0]), to_vector(x * 2.0), {0, 0}, "compiled");
 }
 
+TEST_P(OnDevice, ModulesDoNotCachePlaceholdersWhileTraced) {
+  // CausalSelfAttention caches its mask: built while tracing, it must still be a real tensor,
+  // or the eager calls after compile would read a placeholder.
+  Generator gen(2);
+  CausalSelfAttention att(8, 2, gen, {DType::kFloat32, GetParam()});
+  const Tensor x = to(randn({2, 5, 8}, gen), GetParam());
+  CompiledFn f = compile(att, x);
+  const std::vector<double> compiled = to_vector(f({x})[0]);
+  ExpectClose(to_vector(att(x)), compiled, {1e-4, 1e-4}, "eager after compile");
+}
+
 TEST_P(OnDevice, ReadingDataWhileTracingRaises) {
   const Tensor x = X();
   const std::vector<std::pair<const char*, std::function<void(const Tensor&)>>> reads = {
@@ -355,6 +366,28 @@ TEST_P(OnDevice, AsStridedRefusesViewsOutsideTheStorage) {
   EXPECT_EQ(x.as_strided({0, 99}, {99, 1}, 99).numel(), 0);
   EXPECT_EQ(to_vector(x.as_strided({2}, {5}, 0)),
             (std::vector<double>{to_vector(x)[0], to_vector(x)[5]}));
+}
+
+TEST_P(OnDevice, FactoryValuesAndEnumsOutsideTheirRangeRaise) {
+  const Device d = GetParam();
+  ExpectError([&] { full({2}, 1e30, DType::kInt64, d); }, {"full:", "1e+30", "int64", "overflow"},
+              "full int64");
+  ExpectError([&] { full({2}, 3e9, DType::kInt32, d); }, {"full:", "int32"}, "full int32");
+  ExpectError(
+      [&] {
+        from_vector({1, NAN}, {2}, DType::kInt64, d);
+      },
+      {"from_vector:", "nan"}, "from_vector nan");
+  ExpectError([&] { arange(0, 1e10, 1e9, DType::kInt32, d); }, {"arange:", "int32"},
+              "arange int32");
+  EXPECT_EQ(to_vector(full({1}, -0x1p63, DType::kInt64, d))[0], -0x1p63);
+  EXPECT_EQ(to_vector(full({1}, 2.5, DType::kBool, d))[0], 1);
+  const DType bad_dtype = static_cast<DType>(42);
+  ExpectError([&] { empty({2}, bad_dtype, d); }, {"unknown dtype"}, "empty");
+  ExpectError([&] { cast(X(), bad_dtype); }, {"cast:", "unknown dtype"}, "cast");
+  ExpectError([&] { empty({2}, DType::kFloat32, Device(static_cast<DeviceType>(7))); },
+              {"unknown device type"}, "device type");
+  ExpectError([&] { Dispatch(static_cast<OpId>(9999), {X()}); }, {"no op with id 9999"}, "op id");
 }
 
 // ---- Meta tensors: every registry row infers shapes and runs nothing. ------------------------

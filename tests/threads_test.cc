@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "codegen/compile.h"
 #include "ops/factories.h"
+#include "ops/modules.h"
 #include "ops/ops.h"
 #include "profiler/profiler.h"
 #include "runtime/cuda.h"
@@ -174,6 +175,23 @@ TEST(ThreadsCuda, MemoryFreedByAnotherThreadIsNotReusedEarly) {
     worker.join();
     ExpectClose(to_vector(result), want, {1e-3, 1e-4}, absl::StrCat("round ", round));
   }
+}
+
+TEST_P(Threads, OneModuleRunFromThreads) {
+  // A module shared by threads (CausalSelfAttention caches its mask in forward).
+  Generator gen(13);
+  CausalSelfAttention att(16, 4, gen, {DType::kFloat32, GetParam()});
+  std::vector<Tensor> inputs;
+  std::vector<std::vector<double>> want;
+  for (int t = 0; t < kThreads; ++t) {
+    inputs.push_back(to(randn({2, 3 + t, 16}, gen), GetParam()));  // a sequence length each
+    want.push_back(to_vector(att(inputs.back())));
+  }
+  RunThreads([&](int t) {
+    for (int i = 0; i < 10; ++i) {
+      ExpectClose(to_vector(att(inputs[t])), want[t], {1e-5, 1e-5}, absl::StrCat("thread ", t));
+    }
+  });
 }
 
 // ---- Kernel caches. ---------------------------------------------------------------------------
