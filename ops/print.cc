@@ -143,6 +143,8 @@ std::string ToString(const Tensor& x) {
   std::string out = "tensor(";
   if (x.device().is_meta()) {
     absl::StrAppend(&out, "..., size=", x.shape_string());
+  } else if (x.numel() == 0) {  // like torch: "[]", and the size unless the tensor is 1-D
+    absl::StrAppend(&out, "[]", x.dim() != 1 ? absl::StrCat(", size=", x.shape_string()) : "");
   } else {
     const bool summarize = x.numel() > kSummarizeAbove;
     FormatDim(ReadPrinted(x, summarize), 0, 0, x.dtype(), &out);

@@ -66,9 +66,10 @@ Tensor Expand(const Tensor& in, const TensorType& out, const OpAttrs&) {
 }
 
 Tensor Slice(const Tensor& in, const TensorType& out, const OpAttrs& a) {
+  // No elements: any layout will do, and the strides of the other dims may be huge (saturated).
+  if (NumElements(out.shape) == 0) return in.as_strided(out.shape, in.strides(), in.offset());
   const int64_t d = Wrap(a.dim, in.dim()), n = in.size(d);
-  int64_t start = a.start < 0 ? (a.start < -n ? 0 : a.start + n) : std::min(a.start, n);
-  if (out.shape[d] == 0) start = 0;  // an empty slice may start anywhere: keep the offset sane
+  const int64_t start = a.start < 0 ? (a.start < -n ? 0 : a.start + n) : std::min(a.start, n);
   Strides s = in.strides();
   // A dim of one element never moves by its stride: keep the input's rather than multiply a huge
   // step into an overflow.

@@ -37,6 +37,7 @@ absl::Status CheckViewBounds(IntList shape, IntList strides, int64_t offset, con
         " and offset ", offset, " of a ", DTypeName(dtype), " storage ", why));
   };
   if (shape.size() != strides.size()) return fail("needs as many strides as dims");
+  if (offset < 0) return fail("has a negative offset");
   KILN_ASSIGN_OR_RETURN(const int64_t numel, CheckedNumElements(shape));
   if (numel == 0) return absl::OkStatus();
   int64_t lo = offset, hi = offset;
@@ -91,17 +92,19 @@ int64_t Tensor::stride(int64_t d) const { return impl().strides[WrapOrThrow(d, d
 
 bool Tensor::is_contiguous() const {
   const Impl& t = impl();
+  if (NumElements(t.shape) == 0) return true;  // like torch; other dims may be huge then
   int64_t expected = 1;
   for (int64_t i = dim() - 1; i >= 0; --i) {
     if (t.shape[i] == 1) continue;
     if (t.strides[i] != expected) return false;
-    expected *= t.shape[i];
+    expected *= t.shape[i];  // at most numel
   }
   return true;
 }
 
 bool Tensor::has_internal_overlap() const {
   const Impl& t = impl();
+  if (NumElements(t.shape) == 0) return false;
   absl::InlinedVector<std::pair<int64_t, int64_t>, 6> dims;  // (|stride|, size) of dims > 1
   for (int64_t i = 0; i < dim(); ++i) {
     if (t.shape[i] <= 1) continue;
@@ -130,8 +133,7 @@ bool Tensor::is_non_overlapping_and_dense() const {
   std::sort(dims.begin(), dims.end());
   int64_t expected = 1;
   for (const auto& [stride, size] : dims) {
-    if (stride != expected) return false;
-    expected *= size;
+    if (stride != expected || __builtin_mul_overflow(expected, size, &expected)) return false;
   }
   return true;
 }
@@ -143,9 +145,9 @@ bool Tensor::is_placeholder() const {
 
 void* Tensor::data_ptr() const {
   const Impl& t = impl();
+  if (NumElements(t.shape) == 0) return nullptr;  // nothing to address (the offset may be any)
   void* base = t.storage == nullptr ? nullptr : t.storage->data();
   if (base == nullptr) {
-    if (NumElements(t.shape) == 0) return nullptr;
     throw Error(absl::FailedPreconditionError(
         absl::StrCat("cannot read the data of ", Describe(type()), ": ", NoDataReason(*this))));
   }

@@ -56,7 +56,7 @@ class Tensor {
   bool is_placeholder() const;
   // The address of element 0. Throws kiln::Error for a tensor with elements but no memory (a
   // meta tensor, a tracing placeholder) instead of handing out a null pointer; nullptr when the
-  // tensor has no elements.
+  // tensor has no elements (an empty view may have any offset).
   void* data_ptr() const;
   template <typename T>
   T* data() const {

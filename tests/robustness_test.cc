@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "codegen/compile.h"
 #include "ops/dispatch.h"
 #include "ops/factories.h"
@@ -469,6 +470,18 @@ TEST_P(OnDevice, PrintingReadsOnlyThePrintedEdges) {
   EXPECT_EQ(Count(s, "..."), 1) << s;
   const Tensor wide = expand(reshape(X({1}), {1, 1}), {int64_t{1} << 30, int64_t{1} << 30});
   EXPECT_EQ(Count(ToString(wide), "..."), 7);  // 1 between rows, 6 within the printed rows
+}
+
+TEST_P(OnDevice, PrintingEmptyTensorsLikeTorch) {
+  // No elements: "[]" and the size (torch), not one "[]" per entry of the other dims.
+  const Device d = GetParam();
+  EXPECT_EQ(ToString(empty({0}, DType::kFloat32, d)),
+            absl::StrCat("tensor([], dtype=float32, device=", d.str(), ")"));
+  EXPECT_EQ(
+      ToString(empty({int64_t{1} << 62, 0}, DType::kInt64, d)),
+      absl::StrCat("tensor([], size=[4611686018427387904, 0], dtype=int64, device=", d.str(), ")"));
+  EXPECT_EQ(ToString(X({1}).as_strided({0, INT64_MAX}, {1, 1}, 0)).substr(0, 40),
+            "tensor([], size=[0, 9223372036854775807]");
 }
 
 TEST_P(OnDevice, PrintingSummarisesEveryDimLikeTorch) {
