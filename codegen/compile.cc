@@ -63,6 +63,8 @@ bool SameTypes(const std::vector<TensorType>& types, const std::vector<Tensor>& 
 // One compiled plan and what it serves.
 struct Entry {
   std::vector<TensorType> types;    // the traced signature
+  std::vector<bool> contiguous;     // and whether each input was contiguous (the trace relies on
+                                    // it: contiguous() of a contiguous input is that input)
   codegen::SymbolicShapes symbols;  // empty: exactly `types`
   std::unique_ptr<codegen::Executable> exe;
   CompileReport report;
@@ -83,7 +85,11 @@ struct Entry {
 
   bool Serves(const std::vector<Tensor>& inputs) const {
     if (stale) return false;
-    return symbols.empty() ? SameTypes(types, inputs) : symbols.Admits(types, inputs);
+    if (!(symbols.empty() ? SameTypes(types, inputs) : symbols.Admits(types, inputs))) return false;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (inputs[i].is_contiguous() != contiguous[i]) return false;
+    }
+    return true;
   }
 };
 
@@ -210,6 +216,7 @@ Entry& CompiledFn::State::EntryFor(const std::vector<Tensor>& inputs) {
   const std::vector<TensorType> types = TypesOf(inputs);
   CheckRecompileAllowed(types);
   std::unique_ptr<Entry> entry = Compile(types);
+  for (const Tensor& t : inputs) entry->contiguous.push_back(t.is_contiguous());
   ++compilations;
   if (DebugLevel() >= 1) {
     std::cerr << "kiln: compiled " << Signature(types) << " in " << entry->report.compile_ms

@@ -41,14 +41,36 @@ void CheckOperands(const OpDef& def, absl::Span<const Tensor> inputs) {
                       def.min_inputs == def.max_inputs ? "" : absl::StrCat("..", def.max_inputs),
                       " inputs, got ", n));
   }
-  for (const Tensor& t : inputs) {
-    if (!t.defined()) Fail(def, inputs, absl::StatusCode::kInvalidArgument, "undefined input");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (!t.defined()) {
+      Fail(def, inputs, absl::StatusCode::kInvalidArgument,
+           absl::StrCat("input ", i, " is an undefined tensor (Tensor())"));
+    }
+    if (t.is_placeholder()) {  // only reached when no trace records this call
+      Fail(def, inputs, absl::StatusCode::kFailedPrecondition,
+           absl::StrCat("input ", i, " is a placeholder of a function traced by kiln::compile ",
+                        "that escaped its trace; it holds no data and cannot run eagerly"));
+    }
     if (t.device() != inputs[0].device()) {
       Fail(def, inputs, absl::StatusCode::kInvalidArgument,
            absl::StrCat("all operands must be on one device, got ", inputs[0].device().str(),
                         " and ", t.device().str()));
     }
   }
+}
+
+// The inferred type, unless its element count or byte size overflows (broadcasting [2^40, 1]
+// with [1, 2^40], or a batch of matmuls, can ask for more than int64 counts).
+absl::StatusOr<TensorType> CheckResultSize(TensorType type) {
+  absl::StatusOr<int64_t> numel = CheckedNumElements(type.shape);
+  int64_t bytes = 0;
+  if (!numel.ok() || __builtin_mul_overflow(*numel, DTypeSize(type.dtype), &bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("the result shape ", ShapeString(type.shape),
+                                                   " has more elements or bytes than fit in "
+                                                   "int64"));
+  }
+  return type;
 }
 
 void RunKernel(const OpDef& def, absl::Span<const Tensor> inputs, const Tensor& out,
@@ -71,6 +93,7 @@ TensorType InferOrThrow(const OpDef& def, absl::Span<const Tensor> inputs, const
   absl::InlinedVector<TensorType, 3> types;
   for (const Tensor& t : inputs) types.push_back(t.type());
   absl::StatusOr<TensorType> type = def.infer(types, attrs);
+  if (type.ok()) type = CheckResultSize(std::move(type).value());
   if (!type.ok()) Fail(def, inputs, type.status().code(), std::string(type.status().message()));
   return *std::move(type);
 }
@@ -89,6 +112,7 @@ TensorType InferTypesOrThrow(const OpDef& def, absl::Span<const TensorType> type
     }
   }
   absl::StatusOr<TensorType> type = def.infer(types, attrs);
+  if (type.ok()) type = CheckResultSize(std::move(type).value());
   if (!type.ok()) {
     FailWith(def, DescribeTypes(types), type.status().code(), std::string(type.status().message()));
   }
@@ -105,28 +129,57 @@ Tensor RunOp(const OpDef& def, absl::Span<const Tensor> inputs, const OpAttrs& a
   return out;
 }
 
-const Tensor& RunOpInPlace(const OpDef& def, absl::Span<const Tensor> inputs,
-                           const OpAttrs& attrs) {
-  const TensorType type = InferOrThrow(def, inputs, attrs);
+// torch's canCast: a result may be written into self unless that turns a floating value into an
+// integer, or a number into a bool.
+bool CanCast(DType from, DType to) {
+  if (IsFloatingPoint(from) && !IsFloatingPoint(to)) return false;
+  return from == DType::kBool || to != DType::kBool;
+}
+
+// The inputs an in-place op reads, after torch's checks on self: the result keeps self's shape,
+// casts to self's dtype, self has no element twice, and no input partially overlaps self (an
+// input whose overlap is too hard to classify is copied first, so the result never depends on
+// the order elements are written in).
+absl::InlinedVector<Tensor, 3> CheckInPlace(const OpDef& def, absl::Span<const Tensor> inputs,
+                                            const TensorType& type) {
   const Tensor& self = inputs[0];
   auto fail = [&](const std::string& why) {
     Fail(def, inputs, absl::StatusCode::kInvalidArgument, absl::StrCat("in-place: ", why));
   };
+  if (def.view != nullptr) fail("a view op has no in-place form");
   if (type.shape != self.shape()) {
     fail(absl::StrCat("the result shape ", ShapeString(type.shape), " differs from self's ",
                       self.shape_string(), " (an in-place op cannot broadcast self)"));
   }
-  if (self.has_internal_overlap()) {
-    fail("self is a broadcast (expanded) view whose elements overlap; call contiguous() first");
-  }
-  if (IsFloatingPoint(type.dtype) && !IsFloatingPoint(self.dtype())) {
+  if (!CanCast(type.dtype, self.dtype())) {
     fail(absl::StrCat("a ", DTypeName(type.dtype), " result cannot be written into ",
-                      DTypeName(self.dtype()), " self"));
+                      DTypeName(self.dtype()), " self (torch's casting rule)"));
   }
-  if (def.view != nullptr) fail("a view op has no in-place form");
-  RunKernel(def, inputs, self, attrs);
-  if (self.storage() != nullptr) self.storage()->BumpVersion();
-  return self;
+  if (self.has_internal_overlap()) {
+    fail(
+        "self is an expanded (broadcast) or overlapping view: more than one of its elements "
+        "refers to a single memory location; call clone() or contiguous() first");
+  }
+  absl::InlinedVector<Tensor, 3> reads(inputs.begin(), inputs.end());
+  for (size_t i = 1; i < reads.size(); ++i) {
+    const MemOverlap overlap = GetMemOverlap(self, reads[i]);
+    if (overlap == MemOverlap::kPartial) {
+      fail(absl::StrCat("some elements of input ", i, " and of self (the written-to tensor) ",
+                        "refer to the same memory location; clone() the input first"));
+    }
+    if (overlap == MemOverlap::kTooHard)
+      reads[i] = RunOp(GetOpDef(OpId::kContiguous), {reads[i]}, {});
+  }
+  return reads;
+}
+
+const Tensor& RunOpInPlace(const OpDef& def, absl::Span<const Tensor> inputs,
+                           const OpAttrs& attrs) {
+  const TensorType type = InferOrThrow(def, inputs, attrs);
+  const absl::InlinedVector<Tensor, 3> reads = CheckInPlace(def, inputs, type);
+  RunKernel(def, reads, inputs[0], attrs);
+  if (inputs[0].storage() != nullptr) inputs[0].storage()->BumpVersion();
+  return inputs[0];
 }
 
 // The profiled paths, out of line so the common path keeps one branch on the profiler flag.
@@ -182,6 +235,10 @@ void DispatchOut(OpId id, absl::Span<const Tensor> inputs, const OpAttrs& attrs,
     RunKernel(def, inputs, out, attrs);
   }
   if (out.storage() != nullptr) out.storage()->BumpVersion();
+}
+
+void CheckDefined(const char* op, const Tensor& x) {
+  KILN_CHECK(x.defined(), op, ": the input is an undefined tensor (Tensor())");
 }
 
 DispatchHook* CurrentDispatchHook() { return g_hook; }

@@ -28,6 +28,10 @@ TensorType InferOrThrow(const OpDef& def, absl::Span<const Tensor> inputs, const
 TensorType InferTypesOrThrow(const OpDef& def, absl::Span<const TensorType> types,
                              const OpAttrs& attrs);
 
+// Throws kiln::Error naming `op` when `x` is undefined (Tensor()): for API functions that read
+// a tensor's metadata before dispatching it.
+void CheckDefined(const char* op, const Tensor& x);
+
 // Interface for layers above ops that intercept dispatch (the tracer). Thread-local.
 class DispatchHook {
  public:

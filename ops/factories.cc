@@ -1,4 +1,4 @@
-// Factories, host conversion and printing (see factories.h).
+// Factories and host conversion (see factories.h; printing is in ops/print.cc).
 #include "ops/factories.h"
 
 #include <cmath>
@@ -6,21 +6,37 @@
 
 #include "absl/strings/str_cat.h"
 #include "ops/cuda/random_kernels.h"
+#include "ops/dispatch.h"
 #include "ops/ops.h"
 #include "runtime/cuda.h"
 #include "runtime/status.h"
 
 namespace kiln {
+
+void CheckReadable(const char* what, const Tensor& x) {
+  if (!x.is_placeholder()) return;
+  throw Error(absl::FailedPreconditionError(absl::StrCat(
+      what, ": cannot read the data of ", Describe(x.type()),
+      " while tracing: it is a placeholder of a function being traced by kiln::compile; return "
+      "it from the function and read the compiled function's output instead")));
+}
+
 namespace {
 
-// Fills a new contiguous CPU tensor element by element, then moves it to `device`.
+// Fills a new contiguous CPU tensor element by element, then moves it to `device`. A value an
+// integer dtype cannot hold raises (torch: "value cannot be converted ... without overflow").
 template <typename F>
-Tensor FillOnHost(IntList shape, DType dtype, Device device, F&& value_at) {
+Tensor FillOnHost(const char* what, IntList shape, DType dtype, Device device, F&& value_at) {
   Tensor host = Tensor::Empty(shape, dtype, device.is_meta() ? kMeta : kCPU);
   if (device.is_meta()) return host;
   const StoreFn store = StorerFor(dtype);
   const int64_t n = host.numel();
-  for (int64_t i = 0; i < n; ++i) store(host.data_ptr(), i, value_at(i));
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = value_at(i);
+    KILN_CHECK(FitsDType(v, dtype), what, ": the value ", v, " cannot be converted to ",
+               DTypeName(dtype), " without overflow");
+    store(host.data_ptr(), i, v);
+  }
   return to(host, device);
 }
 
@@ -31,7 +47,7 @@ Tensor empty(IntList shape, DType dtype, Device device) {
 }
 
 Tensor full(IntList shape, double value, DType dtype, Device device) {
-  return FillOnHost(shape, dtype, device, [value](int64_t) { return value; });
+  return FillOnHost("full", shape, dtype, device, [value](int64_t) { return value; });
 }
 Tensor zeros(IntList shape, DType dtype, Device device) { return full(shape, 0, dtype, device); }
 Tensor ones(IntList shape, DType dtype, Device device) { return full(shape, 1, dtype, device); }
@@ -40,8 +56,11 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
   KILN_CHECK(step != 0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
              "arange: step must be non-zero and bounds finite, got start=", start, " end=", end,
              " step=", step);
-  const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((end - start) / step)));
-  return FillOnHost({n}, dtype, device, [&](int64_t i) { return start + i * step; });
+  const double count = std::ceil((end - start) / step);
+  KILN_CHECK(std::isfinite(count) && count < 0x1p63, "arange: [", start, ", ", end, ") with step ",
+             step, " has ", count, " elements, more than fit in int64");
+  const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(count));
+  return FillOnHost("arange", {n}, dtype, device, [&](int64_t i) { return start + i * step; });
 }
 
 Tensor arange(int64_t end, DType dtype, Device device) { return arange(0, end, 1, dtype, device); }
@@ -92,83 +111,25 @@ Tensor rand(IntList shape, Generator& gen, DType dtype, Device device) {
 }
 
 Tensor from_vector(const std::vector<double>& values, IntList shape, DType dtype, Device device) {
-  KILN_CHECK(static_cast<int64_t>(values.size()) == NumElements(shape),
-             "from_vector: ", values.size(), " values do not fill shape ", ShapeString(shape), " (",
-             NumElements(shape), " elements)");
-  return FillOnHost(shape, dtype, device, [&values](int64_t i) { return values[i]; });
+  const absl::StatusOr<int64_t> numel = CheckedNumElements(shape);
+  KILN_CHECK(numel.ok(), "from_vector: ", numel.status().message());
+  KILN_CHECK(static_cast<int64_t>(values.size()) == *numel, "from_vector: ", values.size(),
+             " values do not fill shape ", ShapeString(shape), " (", *numel, " elements)");
+  return FillOnHost("from_vector", shape, dtype, device,
+                    [&values](int64_t i) { return values[i]; });
 }
 
 std::vector<double> to_vector(const Tensor& x) {
+  CheckDefined("to_vector", x);
   KILN_CHECK(!x.device().is_meta(), "to_vector: a meta tensor ", Describe(x.type()),
              " holds no data");
+  CheckReadable("to_vector", x);
+  ScopedDispatchHook eager(nullptr);  // a real tensor read while tracing: nothing to record
   const Tensor host = contiguous(to(x, kCPU));
   std::vector<double> out(static_cast<size_t>(host.numel()));
   const LoadFn load = LoaderFor(host.dtype());
   for (size_t i = 0; i < out.size(); ++i) out[i] = load(host.data_ptr(), static_cast<int64_t>(i));
   return out;
 }
-
-namespace {
-
-constexpr int64_t kSummarizeAbove = 1000;
-constexpr int64_t kEdgeItems = 3;
-
-std::string FormatValue(double v, DType dtype) {
-  if (dtype == DType::kBool) return v != 0 ? "True" : "False";
-  if (!IsFloatingPoint(dtype)) return absl::StrCat(static_cast<int64_t>(v));
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[32];
-  std::snprintf(buf, sizeof(buf),
-                std::fabs(v) >= 1e5 || (v != 0 && std::fabs(v) < 1e-4) ? "%.4e" : "%.4f", v);
-  return buf;
-}
-
-void FormatDim(const std::vector<double>& values, IntList shape, int64_t dim, int64_t offset,
-               bool summarize, DType dtype, std::string* out) {
-  const int64_t rank = static_cast<int64_t>(shape.size());
-  if (rank == 0) {
-    absl::StrAppend(out, FormatValue(values[0], dtype));
-    return;
-  }
-  const int64_t n = shape[dim];
-  int64_t inner = 1;
-  for (int64_t d = dim + 1; d < rank; ++d) inner *= shape[d];
-  absl::StrAppend(out, "[");
-  for (int64_t i = 0; i < n; ++i) {
-    if (summarize && n > 2 * kEdgeItems && i == kEdgeItems) {
-      absl::StrAppend(out, dim == rank - 1 ? "..., " : "...,\n" + std::string(8 + dim, ' '));
-      i = n - kEdgeItems;
-    }
-    if (dim == rank - 1) {
-      absl::StrAppend(out, FormatValue(values[offset + i], dtype));
-    } else {
-      FormatDim(values, shape, dim + 1, offset + i * inner, summarize, dtype, out);
-    }
-    if (i + 1 < n) {
-      absl::StrAppend(out, dim == rank - 1 ? ", "
-                                           : ",\n" + std::string(rank - dim - 2, '\n') +
-                                                 std::string(8 + dim, ' '));
-    }
-  }
-  absl::StrAppend(out, "]");
-}
-
-}  // namespace
-
-std::string ToString(const Tensor& x) {
-  if (!x.defined()) return "tensor(undefined)";
-  std::string out = "tensor(";
-  if (x.device().is_meta()) {
-    absl::StrAppend(&out, "..., size=", x.shape_string());
-  } else {
-    FormatDim(to_vector(x), x.shape(), 0, 0, x.numel() > kSummarizeAbove, x.dtype(), &out);
-    if (x.numel() > kSummarizeAbove) absl::StrAppend(&out, ", size=", x.shape_string());
-  }
-  absl::StrAppend(&out, ", dtype=", DTypeName(x.dtype()), ", device=", x.device().str(), ")");
-  return out;
-}
-
-std::ostream& operator<<(std::ostream& os, const Tensor& x) { return os << ToString(x); }
 
 }  // namespace kiln

@@ -42,8 +42,14 @@ std::vector<T> to_vector(const Tensor& x) {
   return std::vector<T>(values.begin(), values.end());
 }
 
-// torch-style text: values (summarised with "..." beyond 1000 elements), dtype, device.
+// torch-style text: values, dtype, device. Beyond 1000 elements every dim longer than 6 is
+// summarised to its first and last 3 entries ("..."), like torch, and only those elements are
+// read (a few small copies, however large the tensor).
 std::string ToString(const Tensor& x);
 std::ostream& operator<<(std::ostream& os, const Tensor& x);
+
+// Throws kiln::Error naming `what` when x is a tracing placeholder, whose data cannot be read
+// (ir/tracer.h promises this error to code that reads data while tracing).
+void CheckReadable(const char* what, const Tensor& x);
 
 }  // namespace kiln

@@ -46,15 +46,27 @@ Result UnarySame(Types in, const OpAttrs&) {
 }
 
 Result ScalarArith(Types in, const OpAttrs& a) {
+  // An integral scalar acts like a Python int: an integer tensor stays integer (int32 * 3e9 wraps
+  // in int32, like torch), a bool tensor becomes int64; any other scalar makes the result float.
   DType t = in[0].dtype;
   if (t == DType::kBool) t = DType::kInt64;
   if (!IsFloatingPoint(t) && !IsIntegral(a.scalar)) t = DType::kFloat32;
+  if (!IsFloatingPoint(t) && !FitsDType(a.scalar, DType::kInt64)) {
+    return Invalid(absl::StrCat("the scalar ", a.scalar, " cannot be converted to int64 without ",
+                                "overflow (the ", DTypeName(in[0].dtype), " operand keeps ",
+                                "integer math)"));
+  }
   return TensorType{in[0].shape, t, in[0].device};
 }
 
 Result ScalarDiv(Types in, const OpAttrs&) { return UnaryFloat(in, {}); }
 
-Result Cast(Types in, const OpAttrs& a) { return TensorType{in[0].shape, a.dtype, in[0].device}; }
+Result Cast(Types in, const OpAttrs& a) {
+  if (static_cast<int>(a.dtype) >= kNumDTypes) {
+    return Invalid(absl::StrCat("unknown dtype ", static_cast<int>(a.dtype)));
+  }
+  return TensorType{in[0].shape, a.dtype, in[0].device};
+}
 
 Result Binary(Types in, const OpAttrs&) {
   KILN_ASSIGN_OR_RETURN(Shape shape, BroadcastShapes(in[0].shape, in[1].shape));
@@ -77,16 +89,23 @@ Result Where(Types in, const OpAttrs&) {
   return TensorType{std::move(s), PromoteTypes(in[1].dtype, in[2].dtype), in[0].device};
 }
 
-Result MaskedFill(Types in, const OpAttrs&) {
+Result MaskedFill(Types in, const OpAttrs& a) {
   if (in[1].dtype != DType::kBool) {
     return Invalid(absl::StrCat("mask must be bool, got ", DTypeName(in[1].dtype)));
+  }
+  const DType t = in[0].dtype;
+  if (!FitsDType(a.scalar, t)) {
+    return Invalid(absl::StrCat("the value ", a.scalar, " cannot be converted to ", DTypeName(t),
+                                " without overflow"));
   }
   KILN_ASSIGN_OR_RETURN(Shape s, BroadcastShapes(in[0].shape, in[1].shape));
   return TensorType{std::move(s), in[0].dtype, in[0].device};
 }
 
-Result Reduce(Types in, const OpAttrs& a) {
-  const TensorType& x = in[0];
+namespace {
+
+// The shape of reducing x over a.dims (empty: all dims), with or without keepdim.
+Result ReduceShape(const TensorType& x, const OpAttrs& a) {
   KILN_ASSIGN_OR_RETURN(std::vector<bool> mask, ReducedMask(a.dims, x.rank()));
   Shape out;
   for (int64_t i = 0; i < x.rank(); ++i) {
@@ -99,15 +118,32 @@ Result Reduce(Types in, const OpAttrs& a) {
   return TensorType{std::move(out), x.dtype, x.device};
 }
 
+}  // namespace
+
+Result Reduce(Types in, const OpAttrs& a) {
+  // max has no identity: like torch, reducing over an empty dim is an error, not -inf.
+  const TensorType& x = in[0];
+  KILN_ASSIGN_OR_RETURN(std::vector<bool> mask, ReducedMask(a.dims, x.rank()));
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    if (!mask[i] || x.shape[i] != 0) continue;
+    return Invalid(absl::StrCat("cannot reduce over dim ", i, " of size 0 of ",
+                                ShapeString(x.shape),
+                                ": max has no identity (torch: expected "
+                                "reduction dim ",
+                                i, " to have non-zero size)"));
+  }
+  return ReduceShape(x, a);
+}
+
 Result ReduceSum(Types in, const OpAttrs& a) {
-  KILN_ASSIGN_OR_RETURN(TensorType t, Reduce(in, a));
+  KILN_ASSIGN_OR_RETURN(TensorType t, ReduceShape(in[0], a));
   if (!IsFloatingPoint(t.dtype)) t.dtype = DType::kInt64;  // like torch: integer sums widen
   return t;
 }
 
 Result ReduceMean(Types in, const OpAttrs& a) {
   KILN_RETURN_IF_ERROR(RequireFloat(in[0], "input"));
-  return Reduce(in, a);
+  return ReduceShape(in[0], a);
 }
 
 Result Softmax(Types in, const OpAttrs& a) {
@@ -116,7 +152,11 @@ Result Softmax(Types in, const OpAttrs& a) {
   return in[0];
 }
 
-Result Norm(Types in, const OpAttrs&) {
+namespace {
+
+// The checks layer_norm and rms_norm share: a floating input of rank >= 1 normalised over its
+// last dim, parameters of shape [d]. The result has the input's type.
+Result NormShape(Types in) {
   const TensorType& x = in[0];
   KILN_RETURN_IF_ERROR(RequireFloat(x, "input"));
   if (x.rank() < 1) return Invalid("input must have at least one dim");
@@ -128,6 +168,35 @@ Result Norm(Types in, const OpAttrs&) {
     }
   }
   return x;
+}
+
+}  // namespace
+
+Result LayerNorm(Types in, const OpAttrs&) {
+  // torch 2.11: weight and bias have the input's dtype, or (mixed precision) are float32 under
+  // a bfloat16/float16 input; the result keeps the input's dtype, computed in float32.
+  KILN_ASSIGN_OR_RETURN(TensorType out, NormShape(in));
+  const DType x = in[0].dtype;
+  const bool reduced = x == DType::kBFloat16 || x == DType::kFloat16;
+  bool same = true, all_f32 = true;
+  for (size_t i = 1; i < in.size(); ++i) {
+    same &= in[i].dtype == x;
+    all_f32 &= in[i].dtype == DType::kFloat32;
+  }
+  if (same || (reduced && all_f32)) return out;
+  std::string params;
+  for (size_t i = 1; i < in.size(); ++i) {
+    absl::StrAppend(&params, i == 1 ? "weight " : ", bias ", DTypeName(in[i].dtype));
+  }
+  return Invalid(absl::StrCat(
+      "input ", DTypeName(x), " with ", params, ": weight and bias must have the input's dtype",
+      reduced ? ", or all be float32 (mixed precision)" : "", " (torch's rule)"));
+}
+
+Result RmsNorm(Types in, const OpAttrs&) {
+  // torch 2.11 (rms_norm_composite): any weight dtype; the normalised input is multiplied by the
+  // weight in float32 and the result cast back to the input's dtype.
+  return NormShape(in);
 }
 
 Result Matmul(Types in, const OpAttrs& a) {
@@ -209,20 +278,24 @@ Result Permute(Types in, const OpAttrs& a) {
 absl::StatusOr<Shape> InferReshapeSizes(IntList sizes, int64_t numel) {
   Shape out(sizes.begin(), sizes.end());
   int64_t known = 1, infer_at = -1;
+  bool overflow = false;
   for (size_t i = 0; i < out.size(); ++i) {
     if (out[i] == -1 && infer_at < 0) {
       infer_at = static_cast<int64_t>(i);
     } else if (out[i] < 0) {
       return Invalid(absl::StrCat("invalid target shape ", ShapeString(sizes)));
     } else {
-      known *= out[i];
+      overflow |= __builtin_mul_overflow(known, out[i], &known);
     }
   }
-  if (infer_at >= 0 && known != 0 && numel % known == 0) out[infer_at] = numel / known;
-  if (NumElements(out) != numel || (infer_at >= 0 && known == 0)) {
+  const bool zero = std::find(out.begin(), out.end(), 0) != out.end();
+  const bool fits = zero ? numel == 0 && infer_at < 0
+                         : !overflow && (infer_at >= 0 ? numel % known == 0 : known == numel);
+  if (!fits) {
     return Invalid(
         absl::StrCat("shape ", ShapeString(sizes), " is invalid for ", numel, " elements"));
   }
+  if (infer_at >= 0) out[infer_at] = numel / known;
   return out;
 }
 
@@ -258,9 +331,13 @@ Result Slice(Types in, const OpAttrs& a) {
   KILN_ASSIGN_OR_RETURN(int64_t d, WrapDim(a.dim, t.rank()));
   if (a.step <= 0) return Invalid(absl::StrCat("slice step must be positive, got ", a.step));
   const int64_t n = t.shape[d];
-  auto clamp = [n](int64_t v) { return std::clamp(v < 0 ? v + n : v, int64_t{0}, n); };
-  const int64_t start = clamp(a.start), end = std::max(clamp(a.end), start);
-  t.shape[d] = (end - start + a.step - 1) / a.step;
+  // Bounds clamp like Python's; no intermediate can overflow, whatever start, end and step are.
+  auto clamp = [n](int64_t v) {
+    if (v < 0) v = v < -n ? 0 : v + n;
+    return std::min(v, n);
+  };
+  const int64_t start = clamp(a.start), end = clamp(a.end);
+  t.shape[d] = end > start ? 1 + (end - start - 1) / a.step : 0;
   return t;
 }
 

@@ -23,7 +23,10 @@ Result Reduce(Types in, const OpAttrs& a);     // max: dtype kept
 Result ReduceSum(Types in, const OpAttrs& a);  // sum: integers widen to int64
 Result ReduceMean(Types in, const OpAttrs& a);
 Result Softmax(Types in, const OpAttrs& a);
-Result Norm(Types in, const OpAttrs& a);  // layer_norm, rms_norm
+// Normalisations over the last dim; the result keeps the input's dtype. layer_norm: parameters
+// of the input's dtype, or float32 under a half input; rms_norm: a weight of any dtype.
+Result LayerNorm(Types in, const OpAttrs& a);
+Result RmsNorm(Types in, const OpAttrs& a);
 Result Matmul(Types in, const OpAttrs& a);
 Result Linear(Types in, const OpAttrs& a);
 Result Transpose(Types in, const OpAttrs& a);

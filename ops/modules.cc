@@ -168,17 +168,24 @@ CausalSelfAttention::CausalSelfAttention(int64_t dim, int64_t heads, Generator& 
              " must be a positive multiple of heads ", heads);
 }
 
+Tensor CausalSelfAttention::CausalMask(const Tensor& x) {
+  const int64_t t_len = x.size(1);
+  std::lock_guard<std::mutex> lock(mask_mu_);
+  if (!mask_.defined() || mask_.size(0) != t_len || mask_.device() != x.device()) {
+    mask_ = triu(ones({t_len, t_len}, DType::kBool, x.device()), 1);
+  }
+  return mask_;
+}
+
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   KILN_CHECK(x.dim() == 3, "CausalSelfAttention: expected x [B, T, dim], got ", x.shape_string());
   const int64_t b = x.size(0), t_len = x.size(1), dim = x.size(2), hd = dim / heads_;
-  // The mask of the last length is cached, but never one built while tracing: that is a traced
-  // value, and an eager call reading it after compile() crashed.
+  // While tracing the mask is built inside the traced function (the compiler folds it and finds
+  // it causal), never cached: a traced value must not outlive the trace. Eagerly the mask of the
+  // last length is cached (under a lock: forward may run in several threads).
   const bool tracing = CurrentDispatchHook() != nullptr;
-  Tensor mask = mask_;
-  if (tracing || !mask.defined() || mask.size(0) != t_len || mask.device() != x.device()) {
-    mask = triu(ones({t_len, t_len}, DType::kBool, x.device()), 1);
-    if (!tracing) mask_ = mask;
-  }
+  const Tensor mask =
+      tracing ? triu(ones({t_len, t_len}, DType::kBool, x.device()), 1) : CausalMask(x);
   // [B, T, 3, H, hd] -> [3, B, H, T, hd]
   const Tensor qkv = permute(reshape(qkv_(x), {b, t_len, 3, heads_, hd}), {2, 0, 3, 1, 4});
   auto part = [&](int64_t i) { return squeeze(slice(qkv, 0, i, i + 1), 0); };

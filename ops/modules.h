@@ -18,6 +18,7 @@
 
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -157,11 +158,15 @@ class CausalSelfAttention : public Module {
   Tensor forward(const Tensor& x) override;
 
  private:
+  // The cached causal mask for x's sequence length and device (eager calls only).
+  Tensor CausalMask(const Tensor& x);
+
   int64_t heads_;
   bool inplace_;
   Linear& qkv_;
   Linear& proj_;
-  Tensor mask_;  // cached causal mask for the last sequence length
+  std::mutex mask_mu_;  // forward may run in several threads at once
+  Tensor mask_;         // cached causal mask for the last sequence length; guarded by mask_mu_
 };
 
 // A lookup table: weight [num_embeddings, dim], init N(0, 1) like torch; forward(indices).
@@ -271,7 +276,6 @@ class SelfAttention : public Module {
   Linear& c_attn_;
   Linear& c_proj_;
   RotaryEmbedding* rotary_ = nullptr;
-  Tensor mask_;  // the causal mask of the last sequence length
 };
 
 // A pre-norm transformer decoder block: h = x + attn(ln_1(x)); y = h + mlp(ln_2(h)). Children

@@ -140,14 +140,6 @@ SelfAttention::SelfAttention(const DecoderBlockConfig& c, Generator& gen, Module
 Tensor SelfAttention::Attend(const Tensor& x, const Tensor& positions) {
   KILN_CHECK(x.dim() == 3, "SelfAttention: expected x [B, T, dim], got ", x.shape_string());
   const int64_t b = x.size(0), t_len = x.size(1), dim = x.size(2), hd = dim / heads_;
-  // The causal mask of the last length is cached, but never one built while tracing (a traced
-  // value that an eager call could not read).
-  const bool tracing = CurrentDispatchHook() != nullptr;
-  Tensor mask = mask_;
-  if (tracing || !mask.defined() || mask.size(0) != t_len || mask.device() != x.device()) {
-    mask = triu(ones({t_len, t_len}, DType::kBool, x.device()), 1);
-    if (!tracing) mask_ = mask;
-  }
   // [B, T, 3, H, hd] -> [3, B, H, T, hd]
   const Tensor qkv = permute(reshape(c_attn_(x), {b, t_len, 3, heads_, hd}), {2, 0, 3, 1, 4});
   auto part = [&](int64_t i) { return squeeze(slice(qkv, 0, i, i + 1), 0); };
@@ -156,9 +148,8 @@ Tensor SelfAttention::Attend(const Tensor& x, const Tensor& positions) {
     q = rotary_->Rotate(q, positions);
     k = rotary_->Rotate(k, positions);
   }
-  // The attention call site. TODO(flash): switch to scaled_dot_product_attention(q, k, v, {},
-  // /*is_causal=*/true) once that op lands; the composition below is its math backend.
-  const Tensor y = causal_attention(q, k, part(2), mask);
+  // Causal attention: kiln's flash kernel on CUDA where it applies, the math form elsewhere.
+  const Tensor y = scaled_dot_product_attention(q, k, part(2), {}, /*is_causal=*/true);
   return c_proj_(reshape(permute(y, {0, 2, 1, 3}), {b, t_len, dim}));
 }
 

@@ -139,8 +139,8 @@ struct OpAttrs {
   // scaled_dot_product_attention: the scale (always resolved; the API's default is 1/sqrt(E))
   double scale = 0;
   bool is_causal = false, enable_gqa = false;
-  int64_t k = 0;                        // topk
-  bool largest = true;                  // topk
+  int64_t k = 0;        // topk
+  bool largest = true;  // topk
   friend bool operator==(const OpAttrs&, const OpAttrs&) = default;
 };
 
@@ -161,7 +161,7 @@ enum AttrField : uint32_t {
   kAttrEpilogue = 1u << 12,
   kAttrStrided = 1u << 13,    // strides, offset (with kAttrDims: the sizes)
   kAttrAttention = 1u << 14,  // scale, is_causal, enable_gqa
-  kAttrTopK = 1u << 15,  // k and largest (13 and 14 are taken on main: strided, attention)
+  kAttrTopK = 1u << 15,       // k and largest (13 and 14 are taken on main: strided, attention)
 };
 
 struct OpDef;
@@ -174,6 +174,11 @@ using KernelFn = void (*)(const OpDef& def, absl::Span<const Tensor> inputs, con
 using ViewFn = Tensor (*)(const Tensor& input, const TensorType& out, const OpAttrs& attrs);
 // The scalar function of an elementwise op, on values already read as double.
 using ScalarFn = double (*)(const double* args, const OpAttrs& attrs);
+// The same on integers, for rows that keep integer dtypes (add, mul, neg, where, ...): when the
+// output and every operand are integer or bool, kernels compute in int64 with two's-complement
+// wrap-around (torch's integer semantics) instead of through double. The scalar attribute is
+// the integral value of attrs.scalar (ScalarAsInt64).
+using IntScalarFn = int64_t (*)(const int64_t* args, const OpAttrs& attrs);
 
 struct OpDef {
   OpId id;
@@ -182,16 +187,24 @@ struct OpDef {
   FusionKind kind;
   uint32_t attr_fields;
   InferFn infer;
-  KernelFn cpu = nullptr;      // CPU reference kernel (nullptr for views)
-  ViewFn view = nullptr;       // views only
-  ScalarFn scalar = nullptr;   // elementwise only
-  std::string_view cuda_expr;  // elementwise only: CUDA expression over $0, $1, ... (floats)
-  KernelFn cuda = nullptr;     // the CUDA kernel (nullptr: none)
+  KernelFn cpu = nullptr;            // CPU reference kernel (nullptr for views)
+  ViewFn view = nullptr;             // views only
+  ScalarFn scalar = nullptr;         // elementwise only
+  std::string_view cuda_expr;        // elementwise only: CUDA expression over $0, $1, ... (floats)
+  KernelFn cuda = nullptr;           // the CUDA kernel (nullptr: none)
+  IntScalarFn int_scalar = nullptr;  // elementwise rows with an exact integer form
 
   bool is_elementwise() const {
     return kind == FusionKind::kElementwise || kind == FusionKind::kBroadcast;
   }
 };
+
+// True when an elementwise call computes on the integer path: the row has an integer form and
+// the output and every input are integer or bool.
+bool UsesIntegerPath(const OpDef& def, absl::Span<const DType> inputs, DType out);
+// attrs.scalar as the int64 the integer path uses (truncated toward zero; the inference rules
+// refuse values outside int64 for integer results).
+inline int64_t ScalarAsInt64(const OpAttrs& attrs) { return DoubleToInt64(attrs.scalar); }
 
 const OpDef& GetOpDef(OpId id);
 // Looks an op up by name (IR parsing, tests); nullptr if unknown. Not for the dispatch path.

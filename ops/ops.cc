@@ -50,6 +50,7 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
 }
 
 Tensor cast(const Tensor& x, DType dtype) {
+  CheckDefined("cast", x);
   if (x.dtype() == dtype) return x;
   OpAttrs a;
   a.dtype = dtype;
@@ -159,6 +160,7 @@ Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
 }
 
 Tensor t(const Tensor& x) {
+  CheckDefined("t", x);
   KILN_CHECK(x.dim() <= 2, "t: expects a tensor with <= 2 dims, got ", x.shape_string(),
              " (use transpose(x, d0, d1))");
   return x.dim() < 2 ? x : transpose(x, 0, 1);
@@ -170,7 +172,10 @@ Tensor expand(const Tensor& x, IntList shape) { return WithDims(OpId::kExpand, x
 Tensor broadcast_to(const Tensor& x, IntList shape) { return expand(x, shape); }
 
 Tensor view(const Tensor& x, IntList shape) {
-  Shape target = ValueOrThrow(infer::InferReshapeSizes(shape, x.numel()));
+  CheckDefined("view", x);
+  absl::StatusOr<Shape> sizes = infer::InferReshapeSizes(shape, x.numel());
+  KILN_CHECK(sizes.ok(), "view: ", sizes.status().message());
+  const Shape& target = *sizes;
   KILN_CHECK(views::ViewStrides(x, target).has_value(), "view: a tensor of shape ",
              x.shape_string(), " and strides ", ShapeString(x.strides()), " cannot be viewed as ",
              ShapeString(target), "; use reshape() (which copies)");
@@ -195,7 +200,10 @@ Tensor squeeze(const Tensor& x) {
 }
 
 Tensor contiguous(const Tensor& x) {
-  if (x.is_contiguous() && CurrentDispatchHook() == nullptr) return x;
+  CheckDefined("contiguous", x);
+  // x itself when contiguous, while tracing too (writes through the result reach x, as eagerly;
+  // compiled functions guard on their inputs' contiguity, codegen/compile.h).
+  if (x.is_contiguous()) return x;
   return Dispatch(OpId::kContiguous, {x});
 }
 
@@ -210,9 +218,13 @@ Tensor tril(const Tensor& x, int64_t diagonal) {
   return Dispatch(OpId::kTril, {x}, a);
 }
 
-Tensor to(const Tensor& x, DType dtype) { return cast(x, dtype); }
+Tensor to(const Tensor& x, DType dtype) {
+  CheckDefined("to", x);
+  return cast(x, dtype);
+}
 
 Tensor to(const Tensor& x, Device device) {
+  CheckDefined("to", x);
   if (x.device() == device) return x;
   KILN_CHECK(!x.device().is_meta(), "to: cannot move a meta tensor ", Describe(x.type()), " to ",
              device.str(), ": it holds no data");

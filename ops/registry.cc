@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "ops/attention.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/typed_elementwise.h"
@@ -14,6 +15,8 @@
 #include "ops/op_def.h"
 #include "ops/strided.h"
 #include "ops/views.h"
+#include "profiler/host.h"
+#include "runtime/status.h"
 
 namespace kiln {
 namespace {
@@ -82,6 +85,24 @@ double FLeScalar(const double* x, A a) { return x[0] <= a.scalar; }
 double FGtScalar(const double* x, A a) { return x[0] > a.scalar; }
 double FGeScalar(const double* x, A a) { return x[0] >= a.scalar; }
 
+// Integer forms: two's-complement wrap-around (computed unsigned, so overflow is defined).
+using I = const int64_t*;
+int64_t Wrap(uint64_t v) { return static_cast<int64_t>(v); }
+uint64_t U(int64_t v) { return static_cast<uint64_t>(v); }
+uint64_t S(A a) { return U(ScalarAsInt64(a)); }
+int64_t INeg(I x, A) { return Wrap(0 - U(x[0])); }
+int64_t IRelu(I x, A) { return x[0] > 0 ? x[0] : 0; }
+int64_t IIdentity(I x, A) { return x[0]; }
+int64_t IAddScalar(I x, A a) { return Wrap(U(x[0]) + S(a)); }
+int64_t ISubScalar(I x, A a) { return Wrap(U(x[0]) - S(a)); }
+int64_t IRsubScalar(I x, A a) { return Wrap(S(a) - U(x[0])); }
+int64_t IMulScalar(I x, A a) { return Wrap(U(x[0]) * S(a)); }
+int64_t IAdd(I x, A) { return Wrap(U(x[0]) + U(x[1])); }
+int64_t ISub(I x, A) { return Wrap(U(x[0]) - U(x[1])); }
+int64_t IMul(I x, A) { return Wrap(U(x[0]) * U(x[1])); }
+int64_t IWhere(I x, A) { return x[0] != 0 ? x[1] : x[2]; }
+int64_t IMaskedFill(I x, A a) { return x[1] != 0 ? ScalarAsInt64(a) : x[0]; }
+
 constexpr auto kEw = FusionKind::kElementwise;
 constexpr auto kBc = FusionKind::kBroadcast;
 constexpr auto kRed = FusionKind::kReduction;
@@ -104,6 +125,14 @@ constexpr OpDef TypedEw(OpId id, const char* name, int arity, FusionKind kind, u
   return OpDef{id,    name, arity,   arity, kind, attrs,
                infer, cpu,  nullptr, fn,    expr, cuda_ops::Elementwise};
 }
+
+// An elementwise row that also computes exactly on integers (IntScalarFn).
+constexpr OpDef EwInt(OpId id, const char* name, int arity, FusionKind kind, uint32_t attrs,
+                      InferFn infer, ScalarFn fn, IntScalarFn int_fn, std::string_view expr) {
+  OpDef def = Ew(id, name, arity, kind, attrs, infer, fn, expr);
+  def.int_scalar = int_fn;
+  return def;
+}
 constexpr OpDef Op(OpId id, const char* name, int min_in, int max_in, FusionKind kind,
                    uint32_t attrs, InferFn infer, KernelFn cpu, KernelFn cuda) {
   return OpDef{id, name, min_in, max_in, kind, attrs, infer, cpu, nullptr, nullptr, {}, cuda};
@@ -125,38 +154,38 @@ constexpr OpDef View(OpId id, const char* name, uint32_t attrs, InferFn infer, V
 using O = OpId;
 // clang-format off
 constexpr std::array<OpDef, kNumOps> kRows = {{
-  Ew(O::kNeg,     "neg",     1, kEw, 0, infer::UnarySame,  FNeg,     "(-$0)"),
+  EwInt(O::kNeg,  "neg",     1, kEw, 0, infer::UnarySame,  FNeg, INeg, "(-$0)"),
   Ew(O::kExp,     "exp",     1, kEw, 0, infer::UnaryFloat, FExp,     "expf($0)"),
   Ew(O::kLog,     "log",     1, kEw, 0, infer::UnaryFloat, FLog,     "logf($0)"),
   Ew(O::kSqrt,    "sqrt",    1, kEw, 0, infer::UnaryFloat, FSqrt,    "sqrtf($0)"),
   Ew(O::kRsqrt,   "rsqrt",   1, kEw, 0, infer::UnaryFloat, FRsqrt,   "rsqrtf($0)"),
   Ew(O::kTanh,    "tanh",    1, kEw, 0, infer::UnaryFloat, FTanh,    "tanhf($0)"),
   Ew(O::kSigmoid, "sigmoid", 1, kEw, 0, infer::UnaryFloat, FSigmoid, "kiln_sigmoid($0)"),
-  Ew(O::kRelu,    "relu",    1, kEw, 0, infer::UnarySame,  FRelu,    "kiln_relu($0)"),
+  EwInt(O::kRelu, "relu",    1, kEw, 0, infer::UnarySame,  FRelu, IRelu, "kiln_relu($0)"),
   Ew(O::kGelu,    "gelu",    1, kEw, kAttrApproximate, infer::UnaryFloat, FGelu,
      "kiln_gelu($0, $approximate)"),
   Ew(O::kSilu,    "silu",    1, kEw, 0, infer::UnaryFloat, FSilu,    "kiln_silu($0)"),
-  Ew(O::kCast,    "cast",    1, kEw, kAttrDType, infer::Cast, FIdentity, "$0"),
-  Ew(O::kAddScalar,  "add_scalar",  1, kEw, kAttrScalar, infer::ScalarArith, FAddScalar,  "($0 + $scalar)"),
-  Ew(O::kSubScalar,  "sub_scalar",  1, kEw, kAttrScalar, infer::ScalarArith, FSubScalar,  "($0 - $scalar)"),
-  Ew(O::kRsubScalar, "rsub_scalar", 1, kEw, kAttrScalar, infer::ScalarArith, FRsubScalar, "($scalar - $0)"),
-  Ew(O::kMulScalar,  "mul_scalar",  1, kEw, kAttrScalar, infer::ScalarArith, FMulScalar,  "($0 * $scalar)"),
+  EwInt(O::kCast, "cast",    1, kEw, kAttrDType, infer::Cast, FIdentity, IIdentity, "$0"),
+  EwInt(O::kAddScalar,  "add_scalar",  1, kEw, kAttrScalar, infer::ScalarArith, FAddScalar,  IAddScalar,  "($0 + $scalar)"),
+  EwInt(O::kSubScalar,  "sub_scalar",  1, kEw, kAttrScalar, infer::ScalarArith, FSubScalar,  ISubScalar,  "($0 - $scalar)"),
+  EwInt(O::kRsubScalar, "rsub_scalar", 1, kEw, kAttrScalar, infer::ScalarArith, FRsubScalar, IRsubScalar, "($scalar - $0)"),
+  EwInt(O::kMulScalar,  "mul_scalar",  1, kEw, kAttrScalar, infer::ScalarArith, FMulScalar,  IMulScalar,  "($0 * $scalar)"),
   Ew(O::kDivScalar,  "div_scalar",  1, kEw, kAttrScalar, infer::ScalarDiv,   FDivScalar,  "($0 / $scalar)"),
-  Ew(O::kAdd,   "add",   2, kBc, 0, infer::Binary,    FAdd,   "($0 + $1)"),
-  Ew(O::kSub,   "sub",   2, kBc, 0, infer::Binary,    FSub,   "($0 - $1)"),
-  Ew(O::kMul,   "mul",   2, kBc, 0, infer::Binary,    FMul,   "($0 * $1)"),
+  EwInt(O::kAdd, "add",   2, kBc, 0, infer::Binary,    FAdd, IAdd, "($0 + $1)"),
+  EwInt(O::kSub, "sub",   2, kBc, 0, infer::Binary,    FSub, ISub, "($0 - $1)"),
+  EwInt(O::kMul, "mul",   2, kBc, 0, infer::Binary,    FMul, IMul, "($0 * $1)"),
   Ew(O::kDiv,   "div",   2, kBc, 0, infer::BinaryDiv, FDiv,   "($0 / $1)"),
-  Ew(O::kWhere, "where", 3, kBc, 0, infer::Where,     FWhere, "($0 != 0.f ? $1 : $2)"),
-  Ew(O::kMaskedFill, "masked_fill", 2, kBc, kAttrScalar, infer::MaskedFill, FMaskedFill,
-     "($1 != 0.f ? $scalar : $0)"),
+  EwInt(O::kWhere, "where", 3, kBc, 0, infer::Where, FWhere, IWhere, "($0 != 0.f ? $1 : $2)"),
+  EwInt(O::kMaskedFill, "masked_fill", 2, kBc, kAttrScalar, infer::MaskedFill, FMaskedFill,
+        IMaskedFill, "($1 != 0.f ? $scalar : $0)"),
   Ew(O::kCopy,  "copy",  2, kBc, 0, infer::Copy,      FCopy,  "$1"),
   Op(O::kSum,  "sum",  1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ReduceSum,  cpu::Sum, cuda_ops::Sum),
   Op(O::kMean, "mean", 1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ReduceMean, cpu::Mean, cuda_ops::Mean),
   Op(O::kMax,  "max",  1, 1, kRed, kAttrDims | kAttrKeepdim, infer::Reduce,     cpu::Max, cuda_ops::Max),
   Op(O::kSoftmax,    "softmax",     1, 1, kRed, kAttrDim, infer::Softmax, cpu::Softmax, cuda_ops::Softmax),
   Op(O::kLogSoftmax, "log_softmax", 1, 1, kRed, kAttrDim, infer::Softmax, cpu::LogSoftmax, cuda_ops::LogSoftmax),
-  Op(O::kLayerNorm,  "layer_norm",  1, 3, kRed, kAttrEps, infer::Norm,    cpu::LayerNorm, cuda_ops::LayerNorm),
-  Op(O::kRmsNorm,    "rms_norm",    1, 2, kRed, kAttrEps, infer::Norm,    cpu::RmsNorm, cuda_ops::RmsNorm),
+  Op(O::kLayerNorm,  "layer_norm",  1, 3, kRed, kAttrEps, infer::LayerNorm, cpu::LayerNorm, cuda_ops::LayerNorm),
+  Op(O::kRmsNorm,    "rms_norm",    1, 2, kRed, kAttrEps, infer::RmsNorm, cpu::RmsNorm, cuda_ops::RmsNorm),
   Op(O::kMatmul, "matmul", 2, 2, kMm, kAttrTranspose, infer::Matmul, cpu::Matmul, cuda_ops::Matmul),
   Op(O::kLinear, "linear", 2, 3, kMm, kAttrEpilogue,  infer::Linear, cpu::Linear, cuda_ops::Linear),
   View(O::kTranspose, "transpose", kAttrDim | kAttrDim2, infer::Transpose, views::Transpose),
@@ -227,7 +256,22 @@ static_assert(RowsInEnumOrder(), "registry rows must follow the OpId enum, one r
 
 }  // namespace
 
-const OpDef& GetOpDef(OpId id) { return kRows[static_cast<int>(id)]; }
+const OpDef& GetOpDef(OpId id) {
+  const int i = static_cast<int>(id);
+  if (KILN_PREDICT_FALSE(i < 0 || i >= kNumOps)) {
+    throw Error(absl::InvalidArgumentError(
+        absl::StrCat("no op with id ", i, " (the registry has ", kNumOps, " ops)")));
+  }
+  return kRows[i];
+}
+
+bool UsesIntegerPath(const OpDef& def, absl::Span<const DType> inputs, DType out) {
+  if (def.int_scalar == nullptr || IsFloatingPoint(out)) return false;
+  for (DType t : inputs) {
+    if (IsFloatingPoint(t)) return false;
+  }
+  return true;
+}
 
 const OpDef* FindOpDef(std::string_view name) {
   for (const OpDef& def : kRows) {

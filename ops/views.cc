@@ -66,17 +66,23 @@ Tensor Expand(const Tensor& in, const TensorType& out, const OpAttrs&) {
 }
 
 Tensor Slice(const Tensor& in, const TensorType& out, const OpAttrs& a) {
+  // No elements: any layout will do, and the strides of the other dims may be huge (saturated).
+  if (NumElements(out.shape) == 0) return in.as_strided(out.shape, in.strides(), in.offset());
   const int64_t d = Wrap(a.dim, in.dim()), n = in.size(d);
-  const int64_t start = std::clamp(a.start < 0 ? a.start + n : a.start, int64_t{0}, n);
+  const int64_t start = a.start < 0 ? (a.start < -n ? 0 : a.start + n) : std::min(a.start, n);
   Strides s = in.strides();
-  s[d] *= a.step;
+  // A dim of one element never moves by its stride: keep the input's rather than multiply a huge
+  // step into an overflow.
+  if (out.shape[d] > 1) s[d] *= a.step;
   return in.as_strided(out.shape, s, in.offset() + start * in.strides()[d]);
 }
 
 Tensor Unsqueeze(const Tensor& in, const TensorType& out, const OpAttrs& a) {
   const int64_t d = Wrap(a.dim, in.dim() + 1);
   Strides s = in.strides();
-  s.insert(s.begin() + d, d < in.dim() ? in.strides()[d] * in.shape()[d] : 1);
+  int64_t outer = 1;  // the stride of the new size-1 dim is never used; avoid an overflow
+  if (d < in.dim() && __builtin_mul_overflow(in.strides()[d], in.shape()[d], &outer)) outer = 1;
+  s.insert(s.begin() + d, d < in.dim() ? outer : 1);
   return in.as_strided(out.shape, s, in.offset());
 }
 

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -22,13 +23,19 @@ std::string Bytes(size_t n) {
   return absl::StrCat(n, " bytes");
 }
 
+// cudaMallocAsync from the device's pool on the allocating thread's current stream. A block is
+// freed on the stream it was allocated on (torch's rule), whichever thread drops it: the pool
+// reuses it in that stream's order, after every kernel queued there has read it. A block handed
+// to another stream's work without synchronisation is the caller's to order, as in torch.
 class CachingAllocator final : public Allocator {
  public:
   void* Allocate(size_t nbytes, Device device) override {
     if (nbytes == 0) return nullptr;
+    CheckDevice(device);
     EnsurePool(device.index);
     void* p = nullptr;
-    const cudaError_t err = cudaMallocAsync(&p, nbytes, CurrentStream());
+    const cudaStream_t stream = CurrentStream();
+    const cudaError_t err = cudaMallocAsync(&p, nbytes, stream);
     if (err == cudaErrorMemoryAllocation) {
       cudaGetLastError();  // clear the sticky-free error state
       const MemoryStats s = GetMemoryStats();
@@ -38,22 +45,45 @@ class CachingAllocator final : public Allocator {
           ", the device has ", Bytes(Props(device.index).total_memory), " in total")));
     }
     Check(err, "cudaMallocAsync", __FILE__, __LINE__);
-    Adopted(nbytes, device);
+    Count(nbytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    streams_[p] = stream;
     return p;
   }
 
-  void Adopted(size_t nbytes, Device) override {
-    const size_t now = allocated_.fetch_add(nbytes) + nbytes;
-    size_t peak = peak_.load();
-    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
-    }
+  void Adopted(void* ptr, size_t nbytes, Device) override {
+    Count(nbytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    streams_[ptr] = CurrentStream();  // a CUDA graph's output: freed where the graph ran
   }
-  void Released(size_t nbytes, Device) override { allocated_.fetch_sub(nbytes); }
+  void Released(void* ptr, size_t nbytes, Device) override {
+    allocated_.fetch_sub(nbytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    streams_.erase(ptr);
+  }
 
   void Free(void* ptr, size_t nbytes, Device) override {
     if (ptr == nullptr) return;
     allocated_.fetch_sub(nbytes);
-    cudaFreeAsync(ptr, CurrentStream());  // errors at exit (driver shutting down) are ignored
+    cudaStream_t stream = CurrentStream();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = streams_.find(ptr); it != streams_.end()) {
+        stream = it->second;
+        streams_.erase(it);
+      }
+    }
+    cudaFreeAsync(ptr, stream);  // errors at exit (driver shutting down) are ignored
+  }
+
+  // `stream` is about to be destroyed: waits for its work, then frees its blocks on the legacy
+  // default stream from now on.
+  void ForgetStream(cudaStream_t stream) {
+    cudaStreamSynchronize(stream);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [ptr, s] : streams_) {
+      if (s == stream) s = nullptr;
+    }
   }
 
   size_t allocated() const { return allocated_.load(); }
@@ -61,6 +91,24 @@ class CachingAllocator final : public Allocator {
   void ResetPeak() { peak_.store(allocated_.load()); }
 
  private:
+  void Count(size_t nbytes) {
+    const size_t now = allocated_.fetch_add(nbytes) + nbytes;
+    size_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    }
+  }
+
+  // Memory comes from the current device's pool on its current stream: a tensor must not claim
+  // another device than the one it really lives on.
+  static void CheckDevice(Device device) {
+    KILN_CHECK(device.index >= 0 && device.index < DeviceCount(), "cuda: no device ", device.str(),
+               " (", DeviceCount(), " present)");
+    int current = 0;
+    KILN_CUDA_CHECK(cudaGetDevice(&current));
+    KILN_CHECK(device.index == current, "cuda: cannot allocate on ", device.str(),
+               " while cuda:", current, " is the current device (cudaSetDevice first)");
+  }
+
   void EnsurePool(int device) {
     std::call_once(pool_once_, [device] {
       cudaMemPool_t pool;
@@ -72,6 +120,8 @@ class CachingAllocator final : public Allocator {
 
   std::once_flag pool_once_;
   std::atomic<size_t> allocated_{0}, peak_{0};
+  std::mutex mu_;
+  std::unordered_map<void*, cudaStream_t> streams_;  // live block -> its allocation stream
 };
 
 CachingAllocator& TheAllocator() {
@@ -170,6 +220,9 @@ float Event::ElapsedMs(const Event& since) const {
 }
 
 Stream::Stream() { KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
-Stream::~Stream() { cudaStreamDestroy(stream_); }
+Stream::~Stream() {
+  TheAllocator().ForgetStream(stream_);  // blocks allocated on it must not be freed on a dead one
+  cudaStreamDestroy(stream_);
+}
 
 }  // namespace kiln::cuda

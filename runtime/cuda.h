@@ -38,6 +38,12 @@ const DeviceProps& Props(int device = 0);
 
 // The stream kiln launches on for this thread (default: the legacy default stream 0, like
 // torch). Set it with SetCurrentStream or a StreamGuard.
+//
+// Threads (torch's rules): any thread may issue ops; work several threads issue on one stream
+// runs in issue order; the caching allocator, the cuBLASLt handle and plan cache and the NVRTC
+// kernel cache are thread-safe; memory is freed on the stream it was allocated on, so it is not
+// reused while work queued there may still read it. Handing a tensor to work on another stream
+// without synchronising (an event, or cudaStreamSynchronize) is the caller's to order.
 cudaStream_t CurrentStream();
 void SetCurrentStream(cudaStream_t stream);
 void Synchronize();  // the current device
@@ -83,8 +89,8 @@ class Event {
 
 class Stream {
  public:
-  Stream();  // a new non-blocking stream
-  ~Stream();
+  Stream();   // a new non-blocking stream
+  ~Stream();  // waits for the stream's work (the allocator frees its blocks elsewhere afterwards)
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
   cudaStream_t get() const { return stream_; }

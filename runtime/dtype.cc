@@ -47,15 +47,45 @@ void StoreBF16(void* base, int64_t i, double v) {
 void StoreBool(void* base, int64_t i, double v) { static_cast<uint8_t*>(base)[i] = v != 0; }
 template <typename T>
 void StoreInt(void* base, int64_t i, double v) {
-  // Float to int conversion truncates toward zero like torch; NaN/inf become 0 to stay defined.
-  static_cast<T*>(base)[i] = std::isfinite(v) ? static_cast<T>(v) : T{0};
+  // Float to int conversion truncates toward zero like torch; NaN, inf and values outside int64
+  // become 0 to stay defined, and int32 keeps the low 32 bits of the int64.
+  static_cast<T*>(base)[i] = static_cast<T>(DoubleToInt64(v));
+}
+
+template <typename T>
+int64_t IntLoadAs(const void* base, int64_t i) {
+  return static_cast<int64_t>(static_cast<const T*>(base)[i]);
+}
+int64_t IntLoadBool(const void* base, int64_t i) {
+  return static_cast<const uint8_t*>(base)[i] != 0;
+}
+template <LoadFn kLoad>
+int64_t IntLoadFloat(const void* base, int64_t i) {
+  return DoubleToInt64(kLoad(base, i));
+}
+template <typename T>
+void IntStoreAs(void* base, int64_t i, int64_t v) {
+  static_cast<T*>(base)[i] = static_cast<T>(v);  // modular since C++20: int32 wraps like torch
+}
+void IntStoreBool(void* base, int64_t i, int64_t v) { static_cast<uint8_t*>(base)[i] = v != 0; }
+template <StoreFn kStore>
+void IntStoreFloat(void* base, int64_t i, int64_t v) {
+  kStore(base, i, static_cast<double>(v));
 }
 
 constexpr LoadFn kLoaders[] = {LoadAs<float>, LoadHalf,        LoadBF16,
                                LoadBool,      LoadAs<int32_t>, LoadAs<int64_t>};
 constexpr StoreFn kStorers[] = {StoreF32,  StoreHalf,         StoreBF16,
                                 StoreBool, StoreInt<int32_t>, StoreInt<int64_t>};
+constexpr IntLoadFn kIntLoaders[] = {IntLoadFloat<LoadAs<float>>, IntLoadFloat<LoadHalf>,
+                                     IntLoadFloat<LoadBF16>,      IntLoadBool,
+                                     IntLoadAs<int32_t>,          IntLoadAs<int64_t>};
+constexpr IntStoreFn kIntStorers[] = {IntStoreFloat<StoreF32>,  IntStoreFloat<StoreHalf>,
+                                      IntStoreFloat<StoreBF16>, IntStoreBool,
+                                      IntStoreAs<int32_t>,      IntStoreAs<int64_t>};
 static_assert(sizeof(kLoaders) / sizeof(kLoaders[0]) == kNumDTypes);
+static_assert(sizeof(kIntLoaders) / sizeof(kIntLoaders[0]) == kNumDTypes);
+static_assert(sizeof(kIntStorers) / sizeof(kIntStorers[0]) == kNumDTypes);
 static_assert(sizeof(kStorers) / sizeof(kStorers[0]) == kNumDTypes);
 
 }  // namespace
@@ -99,5 +129,24 @@ uint16_t FloatToHalf(float f) {
 
 LoadFn LoaderFor(DType t) { return kLoaders[static_cast<int>(t)]; }
 StoreFn StorerFor(DType t) { return kStorers[static_cast<int>(t)]; }
+IntLoadFn IntLoaderFor(DType t) { return kIntLoaders[static_cast<int>(t)]; }
+IntStoreFn IntStorerFor(DType t) { return kIntStorers[static_cast<int>(t)]; }
+
+bool FitsDType(double v, DType t) {
+  switch (t) {
+    case DType::kInt32:
+      return v > -0x1p31 - 1 && v < 0x1p31;
+    case DType::kInt64:
+      return v >= -0x1p63 && v < 0x1p63;  // NaN fails both
+    default:
+      return true;
+  }
+}
+
+int64_t DoubleToInt64(double v) {
+  // [-2^63, 2^63): every double in it converts exactly after truncation.
+  if (!(v >= -0x1p63 && v < 0x1p63)) return 0;
+  return static_cast<int64_t>(v);
+}
 
 }  // namespace kiln

@@ -53,4 +53,20 @@ using StoreFn = void (*)(void* base, int64_t i, double v);
 LoadFn LoaderFor(DType t);
 StoreFn StorerFor(DType t);
 
+// The exact integer path of the same (integer and bool operands compute in int64, like torch):
+// element `i` read as int64 / an int64 written with the dtype's wrap-around (int32 keeps the low
+// 32 bits, bool is v != 0). Floating dtypes convert by truncation toward zero, 0 for NaN/inf
+// and out-of-range values.
+using IntLoadFn = int64_t (*)(const void* base, int64_t i);
+using IntStoreFn = void (*)(void* base, int64_t i, int64_t v);
+IntLoadFn IntLoaderFor(DType t);
+IntStoreFn IntStorerFor(DType t);
+
+// `v` as int64, truncated toward zero; 0 when it is NaN, infinite or outside int64.
+int64_t DoubleToInt64(double v);
+// Whether `v` converts to dtype `t` without overflow (torch's "value cannot be converted to type
+// ... without overflow"): integer dtypes need a finite value whose truncation fits; floating
+// dtypes and bool take any value.
+bool FitsDType(double v, DType t);
+
 }  // namespace kiln

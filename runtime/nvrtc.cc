@@ -4,6 +4,7 @@
 #include <nvrtc.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -92,7 +93,9 @@ bool ReadCacheFile(uint64_t key, std::string* payload) {
 void WriteCacheFile(uint64_t key, const std::string& payload) {
   const std::string path = CachePath(key);
   if (path.empty()) return;
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid(), ".", std::rand());
+  // Unique per process and per write (threads of one process may write the same key at once).
+  static std::atomic<uint64_t> writes{0};
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid(), ".", writes.fetch_add(1));
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) return;  // unwritable directory: the memory cache still works

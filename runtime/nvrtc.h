@@ -7,7 +7,9 @@
 // architecture and the NVRTC version. A cache file carries a header with its length and a
 // checksum; a corrupt or truncated one is ignored and rebuilt. Writes go to a temporary file that
 // is renamed into place, so processes sharing the directory never see half a file. An unwritable
-// cache directory only disables the disk cache.
+// cache directory only disables the disk cache. Thread-safe: threads (and processes sharing the
+// directory) may compile and load at once; two threads racing on one new source both compile it
+// and the first to load keeps its library.
 //
 //   ASSIGN_OR_RETURN(cudaKernel_t k, cuda::GetKernel(source, "kiln_add_f32"));
 //   cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, block, args, 0, stream);

@@ -2,15 +2,38 @@
 #include "runtime/shape.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/status.h"
 
 namespace kiln {
 
 int64_t NumElements(IntList shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    if (__builtin_mul_overflow(n, d, &n)) return ValueOrThrow(CheckedNumElements(shape));
+  }
+  return n;
+}
+
+absl::StatusOr<int64_t> CheckedNumElements(IntList shape) {
+  int64_t n = 1;
+  bool overflow = false, zero = false;
+  for (int64_t d : shape) {
+    if (d < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shape ", ShapeString(shape), " has a negative dimension"));
+    }
+    zero |= d == 0;
+    overflow |= __builtin_mul_overflow(n, d, &n);
+  }
+  if (zero) return 0;
+  if (overflow) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shape ", ShapeString(shape), " has more elements than fit in int64 (2^63 - 1)"));
+  }
   return n;
 }
 
@@ -19,7 +42,7 @@ Strides ContiguousStrides(IntList shape) {
   int64_t s = 1;
   for (int64_t i = static_cast<int64_t>(shape.size()) - 1; i >= 0; --i) {
     strides[i] = s;
-    s *= std::max<int64_t>(shape[i], 1);
+    if (__builtin_mul_overflow(s, std::max<int64_t>(shape[i], 1), &s)) s = INT64_MAX;
   }
   return strides;
 }

@@ -18,7 +18,14 @@ using Shape = absl::InlinedVector<int64_t, 6>;
 using Strides = absl::InlinedVector<int64_t, 6>;
 using IntList = absl::Span<const int64_t>;
 
+// The element count of a shape. Throws kiln::Error when it does not fit in int64: shapes that
+// reach tensors are checked when they are made (CheckedNumElements), so this is a last guard.
 int64_t NumElements(IntList shape);
+// The element count, or an error naming the shape when a dim is negative or the count does not
+// fit in int64 (2^32 x 2^32 is not 0).
+absl::StatusOr<int64_t> CheckedNumElements(IntList shape);
+// Row-major strides; a stride that would overflow (only possible next to a size-0 dim, where no
+// element uses it) saturates at INT64_MAX.
 Strides ContiguousStrides(IntList shape);
 std::string ShapeString(IntList shape);  // "[8, 16, 1024]"
 

@@ -62,6 +62,10 @@ Device ParseDevice(const std::string& s) {
 }
 
 Allocator* GetAllocator(DeviceType type) {
+  if (static_cast<int>(type) >= kNumDeviceTypes) {
+    throw Error(
+        absl::InvalidArgumentError(absl::StrCat("unknown device type ", static_cast<int>(type))));
+  }
   Allocator* a = Allocators()[static_cast<int>(type)];
   if (a == nullptr) {
     throw Error(absl::FailedPreconditionError(
@@ -85,7 +89,7 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
 
 std::shared_ptr<Storage> Storage::Adopt(void* data, size_t nbytes, Device device) {
   Allocator* allocator = GetAllocator(device.type);
-  allocator->Adopted(nbytes, device);
+  allocator->Adopted(data, nbytes, device);
   return std::shared_ptr<Storage>(new Storage(data, nbytes, device, allocator));
 }
 
@@ -98,7 +102,7 @@ std::shared_ptr<Storage> Storage::FromBlob(void* data, size_t nbytes, Device dev
 
 void* Storage::Release() {
   void* data = data_;
-  if (allocator_ != nullptr && data_ != nullptr) allocator_->Released(nbytes_, device_);
+  if (allocator_ != nullptr && data_ != nullptr) allocator_->Released(data_, nbytes_, device_);
   data_ = nullptr;
   deleter_ = nullptr;
   return data;

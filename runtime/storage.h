@@ -15,6 +15,8 @@
 
 namespace kiln {
 
+// Allocators are thread-safe: any thread may allocate, and any thread may free memory that
+// another allocated.
 class Allocator {
  public:
   virtual ~Allocator() = default;
@@ -23,8 +25,8 @@ class Allocator {
   virtual void Free(void* ptr, size_t nbytes, Device device) = 0;
   // Accounting for memory that entered or left the allocator's books without Allocate/Free
   // (Storage::Adopt / Storage::Release).
-  virtual void Adopted(size_t nbytes, Device device) {}
-  virtual void Released(size_t nbytes, Device device) {}
+  virtual void Adopted(void* ptr, size_t nbytes, Device device) {}
+  virtual void Released(void* ptr, size_t nbytes, Device device) {}
 };
 
 // The allocator for a device type; throws kiln::Error if none is registered (e.g. CUDA when the

@@ -29,30 +29,43 @@ class Tensor {
   static Tensor Empty(const TensorType& type) { return Empty(type.shape, type.dtype, type.device); }
 
   bool defined() const { return impl_ != nullptr; }
-  const Shape& shape() const { return impl_->shape; }
-  const Strides& strides() const { return impl_->strides; }
-  int64_t dim() const { return static_cast<int64_t>(impl_->shape.size()); }
+  // Every accessor below throws kiln::Error on an undefined tensor (Tensor()).
+  const Shape& shape() const { return impl().shape; }
+  const Strides& strides() const { return impl().strides; }
+  int64_t dim() const { return static_cast<int64_t>(impl().shape.size()); }
   int64_t size(int64_t d) const;    // negative d counts from the end
   int64_t stride(int64_t d) const;  // likewise
-  int64_t numel() const { return NumElements(impl_->shape); }
-  DType dtype() const { return impl_->dtype; }
-  Device device() const { return impl_->device; }
-  int64_t offset() const { return impl_->offset; }
-  int64_t element_size() const { return DTypeSize(impl_->dtype); }
-  TensorType type() const { return TensorType{impl_->shape, impl_->dtype, impl_->device}; }
-  std::string shape_string() const { return ShapeString(impl_->shape); }
+  int64_t numel() const { return NumElements(impl().shape); }
+  DType dtype() const { return impl().dtype; }
+  Device device() const { return impl().device; }
+  int64_t offset() const { return impl().offset; }
+  int64_t element_size() const { return DTypeSize(impl().dtype); }
+  TensorType type() const { return TensorType{impl().shape, impl().dtype, impl().device}; }
+  std::string shape_string() const { return ShapeString(impl().shape); }
 
   bool is_contiguous() const;
-  // True if some element is reachable by two indices (a stride-0 dim of size > 1).
+  // True if some element may be reachable by two indices: a stride-0 dim of size > 1 (an
+  // expanded view), or strides that do not nest (as_strided views like [2, 2] over strides
+  // [1, 1]). Conservative: a layout it cannot prove non-overlapping counts as overlapping.
   bool has_internal_overlap() const;
-  const std::shared_ptr<Storage>& storage() const { return impl_->storage; }
+  // True if some permutation of the dims makes the tensor contiguous (torch's
+  // is_non_overlapping_and_dense): contiguous tensors, transposes and permutations of them.
+  bool is_non_overlapping_and_dense() const;
+  const std::shared_ptr<Storage>& storage() const { return impl().storage; }
+  // True for a tensor on a real device (CPU, CUDA) whose storage holds no memory: a placeholder
+  // standing for a value while a function is traced (ir/tracer.h). Its data cannot be read.
+  bool is_placeholder() const;
+  // The address of element 0. Throws kiln::Error for a tensor with elements but no memory (a
+  // meta tensor, a tracing placeholder) instead of handing out a null pointer; nullptr when the
+  // tensor has no elements (an empty view may have any offset).
   void* data_ptr() const;
   template <typename T>
   T* data() const {
     return static_cast<T*>(data_ptr());
   }
 
-  // A view over the same storage; the caller guarantees the view stays inside it.
+  // A view over the same storage. Throws kiln::Error when an element of the view would lie
+  // outside the storage (or the view's size overflows).
   Tensor as_strided(IntList shape, IntList strides, int64_t offset) const;
   // How many handles share this tensor object (copies of this Tensor), and how many tensor
   // objects share its storage: the tracer tells tensors only it holds from the user's.
@@ -62,6 +75,13 @@ class Tensor {
   bool shares_storage(const Tensor& other) const;
 
  private:
+  struct Impl;
+  const Impl& impl() const {
+    if (__builtin_expect(impl_ == nullptr, 0)) ThrowUndefined();
+    return *impl_;
+  }
+  [[noreturn]] static void ThrowUndefined();
+
   struct Impl {
     std::shared_ptr<Storage> storage;
     int64_t offset = 0;
@@ -72,6 +92,12 @@ class Tensor {
   };
   std::shared_ptr<Impl> impl_;
 };
+
+// How the memory of two tensors overlaps (torch's MemOverlapStatus): not at all, fully (the same
+// elements in the same layout), partially (both dense, some elements shared), or in a way too hard
+// to tell without enumerating elements (strided views whose element ranges intersect).
+enum class MemOverlap { kNo, kFull, kPartial, kTooHard };
+MemOverlap GetMemOverlap(const Tensor& a, const Tensor& b);
 
 // Copies `nbytes` between two buffers on any devices (CUDA copies go through runtime/cuda.h).
 // Throws kiln::Error if the transfer is impossible (meta tensors, no GPU).

@@ -50,12 +50,14 @@ void Gemm2D(const Tensor& a, int64_t a_off, const Tensor& b, int64_t b_off, cons
   const int64_t m = a.shape()[ra - 2], k = a.shape()[ra - 1], n = b.shape()[rb - 1];
   const size_t esz = static_cast<size_t>(a.element_size());
   std::vector<float> sa, sb, sc;
+  // An operand without elements (K == 0) has no address to offset: nothing reads it.
+  auto base = [esz](const Tensor& t, int64_t off) -> const void* {
+    return t.numel() == 0 ? nullptr : static_cast<const char*>(t.data_ptr()) + off * esz;
+  };
   const GemmOperand ga =
-      PrepareOperand(static_cast<const char*>(a.data_ptr()) + a_off * esz, a.dtype(), m, k,
-                     a.strides()[ra - 2], a.strides()[ra - 1], sa);
+      PrepareOperand(base(a, a_off), a.dtype(), m, k, a.strides()[ra - 2], a.strides()[ra - 1], sa);
   const GemmOperand gb =
-      PrepareOperand(static_cast<const char*>(b.data_ptr()) + b_off * esz, b.dtype(), k, n,
-                     b.strides()[rb - 2], b.strides()[rb - 1], sb);
+      PrepareOperand(base(b, b_off), b.dtype(), k, n, b.strides()[rb - 2], b.strides()[rb - 1], sb);
   sc.assign(static_cast<size_t>(m * n), 0.0f);
   if (bias != nullptr) {
     const LoadFn load = LoaderFor(bias->dtype());
@@ -110,10 +112,13 @@ void Matmul(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const 
   o_shape.push_back(m);
   o_shape.push_back(n);
   Tensor o = out.as_strided(o_shape, ContiguousStrides(o_shape), out.offset());
-  auto batch_strides = [&](const Tensor& t) {
-    Tensor head = t.as_strided(IntList(t.shape()).subspan(0, t.dim() - 2),
-                               IntList(t.strides()).subspan(0, t.dim() - 2), t.offset());
-    return BroadcastStrides(head, batch);
+  auto batch_strides = [&](const Tensor& t) {  // of t's batch dims broadcast to `batch`
+    Strides s(batch.size(), 0);
+    const int64_t lead = static_cast<int64_t>(batch.size()) - (t.dim() - 2);
+    for (int64_t i = 0; i + 2 < t.dim(); ++i) {
+      s[lead + i] = t.shape()[i] == 1 ? 0 : t.strides()[i];
+    }
+    return s;
   };
   const Strides strides[] = {batch_strides(a), batch_strides(b), batch_strides(o)};
   ForEachElement(batch, strides,

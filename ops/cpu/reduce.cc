@@ -1,7 +1,9 @@
 // CPU kernels for reductions (sum, mean, max along dims) and row-wise normalisations
 // (softmax, log_softmax, layer_norm, rms_norm), all accumulating in double.
+#include <climits>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "ops/cpu/kernels.h"
@@ -12,18 +14,24 @@ namespace {
 
 // Calls fn(out_offset, reduce) for each output element, where reduce(visit) calls visit(value)
 // for every input element folded into it.
-template <typename F>
-void ForEachReduction(const Tensor& in, const Tensor& out, const OpAttrs& a, F&& fn) {
+template <typename Load = LoadFn, typename F>
+void ForEachReduction(const Tensor& in, const Tensor& out, const OpAttrs& a, F&& fn,
+                      Load load = nullptr) {
   const int64_t rank = in.dim();
   std::vector<bool> reduced(rank, a.dims.empty());
-  for (int64_t d : a.dims) reduced[d < 0 ? d + rank : d] = true;
+  for (int64_t d : a.dims) {
+    if (rank > 0) reduced[d < 0 ? d + rank : d] = true;  // a 0-d tensor reduces over nothing
+  }
   Shape kept_shape, red_shape;
   Strides kept_in, red_in;
   for (int64_t i = 0; i < rank; ++i) {
     (reduced[i] ? red_shape : kept_shape).push_back(in.shape()[i]);
     (reduced[i] ? red_in : kept_in).push_back(in.strides()[i]);
   }
-  const LoadFn load = LoaderFor(in.dtype());
+  if (load == nullptr) {
+    if constexpr (std::is_same_v<Load, LoadFn>) load = LoaderFor(in.dtype());
+    if constexpr (std::is_same_v<Load, IntLoadFn>) load = IntLoaderFor(in.dtype());
+  }
   const void* src = in.data_ptr();
   const Strides outer[] = {ContiguousStrides(kept_shape), kept_in};
   const Strides inner[] = {red_in};
@@ -54,6 +62,15 @@ int64_t Wrap(int64_t d, int64_t rank) { return d < 0 ? d + rank : d; }
 }  // namespace
 
 void Sum(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
+  if (!IsFloatingPoint(in[0].dtype())) {  // integers and bools sum exactly in int64 (wrapping)
+    const IntStoreFn store = IntStorerFor(out.dtype());
+    ForEachReduction<IntLoadFn>(in[0], out, a, [&](int64_t o, auto&& reduce) {
+      uint64_t acc = 0;
+      reduce([&](int64_t v) { acc += static_cast<uint64_t>(v); });
+      store(out.data_ptr(), o, static_cast<int64_t>(acc));
+    });
+    return;
+  }
   const StoreFn store = StorerFor(out.dtype());
   ForEachReduction(in[0], out, a, [&](int64_t o, auto&& reduce) {
     double acc = 0;
@@ -72,6 +89,16 @@ void Mean(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const Op
 }
 
 void Max(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
+  // Infer refuses empty reductions (max has no identity), so every output sees an element.
+  if (!IsFloatingPoint(in[0].dtype())) {  // exact int64 comparisons
+    const IntStoreFn store = IntStorerFor(out.dtype());
+    ForEachReduction<IntLoadFn>(in[0], out, a, [&](int64_t o, auto&& reduce) {
+      int64_t acc = INT64_MIN;
+      reduce([&](int64_t v) { acc = std::max(acc, v); });
+      store(out.data_ptr(), o, acc);
+    });
+    return;
+  }
   const StoreFn store = StorerFor(out.dtype());
   ForEachReduction(in[0], out, a, [&](int64_t o, auto&& reduce) {
     double acc = -std::numeric_limits<double>::infinity();
@@ -96,7 +123,11 @@ void SoftmaxImpl(const Tensor& x, const Tensor& out, int64_t dim, bool log) {
     double mx = -std::numeric_limits<double>::infinity(), sum = 0;
     for (int64_t i = 0; i < n; ++i) mx = std::max(mx, row[i] = load(x.data_ptr(), in_off + i * si));
     if (std::isinf(mx) && mx < 0) mx = 0;  // an all -inf row gives NaN (0/0), like torch
-    for (int64_t i = 0; i < n; ++i) sum += std::exp(row[i] - mx);
+    // A +inf max: +inf elements leave the sum, which becomes +inf, so they give NaN (inf/inf)
+    // and finite ones 0 (log_softmax: -inf), like torch: softmax([inf, 1, 2]) = [nan, 0, 0].
+    const bool inf_max = std::isinf(mx) && mx > 0;
+    for (int64_t i = 0; i < n; ++i) sum += inf_max && row[i] == mx ? 0 : std::exp(row[i] - mx);
+    if (inf_max) sum += mx;  // NaN (a NaN element) stays NaN
     for (int64_t i = 0; i < n; ++i) {
       const double v = log ? row[i] - mx - std::log(sum) : std::exp(row[i] - mx) / sum;
       store(out.data_ptr(), out_off + i * so, v);

@@ -47,7 +47,7 @@ std::string Params(const kir::Program& p) {
   for (int i = 0; i < p.num_inputs(); ++i) {
     absl::StrAppend(&s, ", const ", StorageType(p.input_types()[i]), "* __restrict__ in", i);
   }
-  return s + ", float scalar, long long n";
+  return s + ", float scalar, long long iscalar, long long n";
 }
 
 // The values of the program at one position, then "<store target(o)> = <value>;" per output.
@@ -335,7 +335,7 @@ const ElementwiseKernels::General& GeneralKernels(const ElementwiseKernels& k) {
 }  // namespace
 
 void LaunchElementwise(const ElementwiseKernels& k, absl::Span<const Tensor> in,
-                       absl::Span<const Tensor> out, float scalar) {
+                       absl::Span<const Tensor> out, float scalar, int64_t iscalar) {
   KILN_CHECK(static_cast<int>(in.size()) == k.num_inputs &&
                  static_cast<int>(out.size()) == k.num_outputs && out[0].dim() <= kMaxRank,
              "elementwise kernel: compiled for ", k.num_inputs, " inputs and ", k.num_outputs,
@@ -344,10 +344,11 @@ void LaunchElementwise(const ElementwiseKernels& k, absl::Span<const Tensor> in,
   absl::InlinedVector<void*, 16> ptrs;
   for (const Tensor& t : out) ptrs.push_back(t.data_ptr());
   for (const Tensor& t : in) ptrs.push_back(const_cast<void*>(t.data_ptr()));
-  long long n = out[0].numel();
+  long long n = out[0].numel(), int_scalar = iscalar;
   absl::InlinedVector<void*, 20> args;
   for (void*& p : ptrs) args.push_back(&p);
   args.push_back(&scalar);
+  args.push_back(&int_scalar);
   args.push_back(&n);
   if (ContigApplies(in, out)) {
     Launch(k.contig, args.data(), std::max<int64_t>(n / k.vec, n % k.vec));
@@ -410,7 +411,8 @@ void Elementwise(const OpDef& def, absl::Span<const Tensor> in, const Tensor& ou
   KILN_CHECK(out.dim() <= kMaxRank && static_cast<int>(in.size()) < kMaxKernelOperands, def.name,
              ": CUDA elementwise kernels support up to rank ", kMaxRank, ", got ",
              out.shape_string());
-  LaunchElementwise(KernelsFor(def, in, out.dtype(), a), in, {out}, static_cast<float>(a.scalar));
+  LaunchElementwise(KernelsFor(def, in, out.dtype(), a), in, {out}, static_cast<float>(a.scalar),
+                    ScalarAsInt64(a));
 }
 
 void Copy(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {

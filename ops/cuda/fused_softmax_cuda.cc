@@ -70,11 +70,15 @@ __device__ __forceinline__ void kiln_softmax_row(float (&v)[kIters][kVec]) {
     #pragma unroll
     for (int j = 0; j < kVec; ++j) {
       const float e = expf(v[it][j] - mx);
+      sum += v[it][j] == __int_as_float(0x7f800000) ? 0.f : e;  // a +inf max: see below
       v[it][j] = e;
-      sum += e;
     }
   }
-  const float scale = 1.f / kiln_row_reduce<kGroup, false>(sum);
+  sum = kiln_row_reduce<kGroup, false>(sum);
+  // A +inf max: +inf elements left the sum, which becomes +inf, so they give NaN and finite ones
+  // 0, like the eager softmax (torch: softmax([inf, 1]) = [nan, 0]).
+  if (mx == __int_as_float(0x7f800000)) sum += mx;
+  const float scale = 1.f / sum;
   #pragma unroll
   for (int it = 0; it < kIters; ++it) {
     #pragma unroll
@@ -241,8 +245,11 @@ std::string LoopKernel(const std::string& name, const kir::Program& p, DType out
       "    float mx = kiln_neg_inf();\n", each, x, "      mx = fmaxf(mx, x);\n    }\n",
       "    mx = kiln_row_reduce<kThreads, true>(mx);\n",
       "    if (mx == kiln_neg_inf()) mx = 0.f;  // a row of all -inf gives NaN, like eager\n",
-      "    float sum = 0.f;\n", each, x, "      sum += expf(x - mx);\n    }\n",
-      "    const float scale = 1.f / kiln_row_reduce<kThreads, false>(sum);\n", each, x,
+      "    float sum = 0.f;\n", each, x,
+      "      sum += x == __int_as_float(0x7f800000) ? 0.f : expf(x - mx);\n    }\n",
+      "    sum = kiln_row_reduce<kThreads, false>(sum);\n",
+      "    if (mx == __int_as_float(0x7f800000)) sum += mx;  // a +inf max gives [nan, 0, ...]\n",
+      "    const float scale = 1.f / sum;\n", each, x,
       "      out[row * kN + c] = ", StoreExpr(out, "expf(x - mx) * scale"), ";\n    }\n",
       "  }\n}\n");
 }

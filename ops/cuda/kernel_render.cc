@@ -116,7 +116,14 @@ std::string OpExpression(const kir::Program& p, const kir::Instr& in, const std:
                  : absl::StrCat("((", want, ")", ref, ")");
       c += len;
     } else if (rest.substr(0, 6) == "scalar") {
-      out += p.scalar_param() ? "scalar" : FloatLiteral(in.attrs.scalar);
+      // Integer instructions take the scalar as an integer (exact, and wrapping like torch).
+      const bool integer = std::string(want) == "long long";
+      if (p.scalar_param()) {
+        out += integer ? "iscalar" : "scalar";
+      } else {
+        out += integer ? absl::StrCat("(", ScalarAsInt64(in.attrs), "LL)")
+                       : FloatLiteral(in.attrs.scalar);
+      }
       c += 6;
     } else if (rest.substr(0, 11) == "approximate") {
       out += in.attrs.approximate == GeluApprox::kTanh ? "1" : "0";

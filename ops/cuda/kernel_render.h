@@ -11,8 +11,10 @@
 //
 // Compute types: floating and bool values are float (bool as 0/1), integer values long long; an
 // instruction computes in long long when its operands are integers (or bool) and its result is an
-// integer or bool, else in float. Explicit casts round through their dtype as the eager cast does;
-// other half-precision intermediates stay in float32 (one rounding, at the store).
+// integer or bool, else in float. `$scalar` is the float `scalar` (or a literal) in float
+// instructions and the integer `iscalar` (or an integer literal) in integer ones. Explicit casts
+// round through their dtype as the eager cast does; other half-precision intermediates stay in
+// float32 (one rounding, at the store).
 #pragma once
 
 #include <functional>

@@ -1,8 +1,8 @@
 // cuBLASLt matmul and linear (see matmul_cuda.h): how each operand is read (in place through
 // transpose flags and leading dims, or as a contiguous copy), batch dims split into one strided
-// batch plus a host loop, the per-device handle and workspace, the plan cache (descriptors and
-// the heuristic's algorithm per distinct problem), linear's epilogue (bias, relu, tanh GELU) with
-// its fallback to the eager activation op, and the K == 0 fills that need no GEMM.
+// batch plus a host loop, the per-device handle, the per-call workspace, the plan cache
+// (descriptors and the heuristic's algorithm per distinct problem), linear's epilogue (bias, relu,
+// tanh GELU) with its fallback to the eager activation op, and the K == 0 fills that need no GEMM.
 //
 // Row-major out[m, n] = a[m, k] @ b[k, n] is column-major outᵀ = bᵀ·aᵀ: cuBLAS's A is kiln's b
 // and cuBLAS's B is kiln's a, with cuBLAS sizes (m', n', k') = (n, m, k).
@@ -142,6 +142,7 @@ struct GemmPlan {
   DescPtr desc;
   LayoutPtr a, b, c;  // cuBLAS's A (kiln's b), B (kiln's a), C = D (out)
   cublasLtMatmulAlgo_t algo{};
+  size_t workspace_bytes = 0;  // what `algo` needs, taken per call from the caching allocator
   mutable std::mutex bias_mu;  // the bias pointer lives in `desc`: set it and launch under this
 };
 
@@ -251,14 +252,20 @@ std::shared_ptr<GemmPlan> CreatePlan(const GemmKey& key, const void* bias,
                                result.workspaceSize, " workspace bytes for ", Describe(key)));
   }
   plan->algo = result.algo;
+  plan->workspace_bytes = result.workspaceSize;
   return plan;
 }
 
-// ---- Per-device state: one handle and one workspace, never freed. -----------------------------
+// ---- Per-device state: one handle, never freed. ----------------------------------------------
+//
+// The handle holds no stream and no workspace, so threads share it. Each GEMM takes the workspace
+// its algorithm needs from the caching allocator on the current stream and frees it there right
+// after (stream-ordered): GEMMs of several threads or streams never share a workspace (a shared
+// one gave wrong results when streams overlapped), and under CUDA graph capture it becomes graph
+// memory.
 
 struct DeviceContext {
   cublasLtHandle_t handle = nullptr;
-  void* workspace = nullptr;
 };
 
 DeviceContext* CreateContext(int device) {  // the current device is `device`
@@ -268,14 +275,7 @@ DeviceContext* CreateContext(int device) {  // the current device is `device`
     ThrowInternal(absl::StrCat("matmul (cuda): cublasLtCreate failed with ", StatusText(status),
                                " on cuda:", device));
   }
-  void* workspace = nullptr;
-  const cudaError_t err = cudaMalloc(&workspace, kWorkspaceBytes);
-  if (err != cudaSuccess) {
-    cublasLtDestroy(handle);
-    cudaGetLastError();  // clear it so that later calls do not report this failure
-    cuda::Check(err, "cudaMalloc (32 MiB cuBLASLt workspace)", __FILE__, __LINE__);
-  }
-  return new DeviceContext{handle, workspace};
+  return new DeviceContext{handle};
 }
 
 const DeviceContext& ContextFor(int device) {
@@ -345,12 +345,12 @@ std::shared_ptr<const GemmPlan> PlanFor(const GemmKey& key, const void* bias,
 }
 
 void Launch(const GemmPlan& plan, const GemmKey& key, const DeviceContext& ctx, const void* a,
-            const void* b, void* out, const void* bias, cudaStream_t stream) {
+            const void* b, void* out, const void* bias, void* workspace, cudaStream_t stream) {
   static constexpr float kOne = 1.0f, kZero = 0.0f;
   auto matmul = [&] {
     return cublasLtMatmul(ctx.handle, plan.desc.get(), &kOne, b, plan.a.get(), a, plan.b.get(),
-                          &kZero, out, plan.c.get(), out, plan.c.get(), &plan.algo, ctx.workspace,
-                          kWorkspaceBytes, stream);
+                          &kZero, out, plan.c.get(), out, plan.c.get(), &plan.algo, workspace,
+                          plan.workspace_bytes, stream);
   };
   if (bias == nullptr) return CheckCublas(matmul(), "cublasLtMatmul", key);
   std::lock_guard<std::mutex> lock(plan.bias_mu);
@@ -537,6 +537,8 @@ void RunJob(const GemmJob& job, const GemmPlan& plan, const DeviceContext& ctx) 
   char* out = static_cast<char*>(job.out.data_ptr());
   const void* bias = BiasPointer(job);
   const cudaStream_t stream = cuda::CurrentStream();
+  // Freed when this returns, on `stream`, after the GEMMs below (see DeviceContext).
+  const Storage workspace(plan.workspace_bytes, job.out.device());
   const int64_t entries = NumElements(job.loop);
   for (int64_t i = 0; i < entries; ++i) {
     int64_t off[3] = {0, 0, 0};
@@ -546,7 +548,7 @@ void RunJob(const GemmJob& job, const GemmPlan& plan, const DeviceContext& ctx) 
       for (int j = 0; j < 3; ++j) off[j] += idx * job.loop_strides[j][d];
     }
     Launch(plan, job.key, ctx, a + off[0] * esz, b + off[1] * esz, out + off[2] * esz, bias,
-           stream);
+           workspace.data(), stream);
   }
 }
 

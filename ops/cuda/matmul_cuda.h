@@ -10,14 +10,14 @@
 // follows. Note cuBLASLt's ReLU epilogue maps NaN to 0 where the relu op keeps NaN.
 // bf16/f16 accumulate in float32; float32 uses TF32 tensor cores only after SetAllowTf32(true).
 //
-// Per device: one cuBLASLt handle and one 32 MiB workspace, created on first use. Per distinct
-// problem (the epilogue included): the descriptors and the heuristic's algorithm, cached, so a
-// repeated GEMM costs a hash lookup and one cublasLtMatmul. Everything runs on
-// kiln::cuda::CurrentStream(). Because the workspace is shared, GEMMs of one device must not run
-// on two streams at the same time (the rule cuBLAS itself states for one handle used from several
-// streams). CUDA graph capture works once a device has run one GEMM eagerly (its first one
-// cudaMallocs the workspace, which capture forbids). K == 0 needs no GEMM: out is zero-filled, or
-// for linear filled with bias rows (then the epilogue's activation runs as the eager op).
+// Per device: one cuBLASLt handle, created on first use and shared by every thread. Per distinct
+// problem (the epilogue included): the descriptors and the heuristic's algorithm, cached (under a
+// lock), so a repeated GEMM costs a hash lookup and one cublasLtMatmul. Everything runs on
+// kiln::cuda::CurrentStream(); each GEMM takes the workspace its algorithm needs (at most 32 MiB)
+// from the caching allocator on that stream and frees it there, so GEMMs may run from any thread
+// on any streams at once. CUDA graph capture works once a device has run one GEMM eagerly (its
+// first one creates the handle). K == 0 needs no GEMM: out is zero-filled, or for linear filled
+// with bias rows (then the epilogue's activation runs as the eager op).
 //
 //   cuda_ops::SetAllowTf32(true);  // float32 GEMMs may round their inputs to TF32
 #pragma once

@@ -200,8 +200,16 @@ void Mean(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, cons
 
 void Max(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
   const DType t = in[0].dtype();
-  if (!IsFloatingPoint(t) && t != DType::kInt64) ThrowUnsupported(def, t);
-  Reduce(def, in[0], out, a, cuda_kernels::kReduceMax);
+  if (IsFloatingPoint(t) || t == DType::kInt64) {
+    Reduce(def, in[0], out, a, cuda_kernels::kReduceMax);
+    return;
+  }
+  // int32 and bool: the max of the values widened to int64, narrowed back (exact).
+  const Tensor wide = Tensor::Empty(out.shape(), DType::kInt64, out.device());
+  Reduce(def, CastTo(in[0], DType::kInt64), wide, a, cuda_kernels::kReduceMax);
+  OpAttrs cast;
+  cast.dtype = out.dtype();
+  RunRegistryKernel(OpId::kCast, wide, out, cast);
 }
 
 void Softmax(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {

@@ -150,6 +150,15 @@ struct RowPos {
 
 // ---- Row kernels (the row in registers) ---------------------------------------------------
 
+// The softmax denominator when the row's max is +inf: its +inf elements were left out of the sum
+// (inf - inf would make it NaN) and the sum becomes +inf, so +inf elements give NaN (inf / inf)
+// and finite ones 0 (log_softmax: -inf), like torch and the CPU kernel; a NaN element keeps the
+// sum NaN.
+template <typename Acc>
+__device__ __forceinline__ Acc InfMaxSum(Acc sum, float mx) {
+  return mx == INFINITY ? sum + Acc(INFINITY) : sum;
+}
+
 template <bool kLog>
 struct SoftmaxOp {
   static __device__ float Pad() { return -INFINITY; }  // adds nothing to the max or the sum
@@ -172,11 +181,11 @@ struct SoftmaxOp {
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         const float d = v[it][j] - mx, e = expf(d);
-        sum += e;
+        sum += v[it][j] == INFINITY ? 0.f : e;  // see InfMaxSum
         v[it][j] = kLog ? d : e;
       }
     }
-    sum = g.AllReduce(sum, SumOp{}, Acc{0});
+    sum = InfMaxSum(g.AllReduce(sum, SumOp{}, Acc{0}), mx);
     const float scale = kLog ? static_cast<float>(log(sum)) : 1.f / static_cast<float>(sum);
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
@@ -316,8 +325,11 @@ __global__ void __launch_bounds__(kLoopThreads)
     mx = g.AllReduce(mx, MaxOp{}, -INFINITY);
     if (mx == -INFINITY) mx = 0.f;  // an all -inf row gives NaN, like the CPU kernel
     Acc sum = 0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += expf(ToFloat(src[i]) - mx);
-    sum = g.AllReduce(sum, SumOp{}, Acc{0});
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const float v = ToFloat(src[i]);
+      sum += v == INFINITY ? 0.f : expf(v - mx);  // see InfMaxSum
+    }
+    sum = InfMaxSum(g.AllReduce(sum, SumOp{}, Acc{0}), mx);
     const float scale = kLog ? static_cast<float>(log(sum)) : 1.f / static_cast<float>(sum);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
       const float d = ToFloat(src[i]) - mx;

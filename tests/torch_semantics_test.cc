@@ -1,0 +1,357 @@
+// torch's semantics where kiln was silently wrong (issue #13), on the CPU and (same code, skipped
+// without a GPU) on CUDA:
+//   - integer ops compute exactly in integers with two's-complement wrap-around (int64 above
+//     2^53, int32 * 3e9, int64 sums), copies and masks keep int64 values;
+//   - in-place ops raise for self that overlaps itself or partially overlaps an input, and follow
+//     torch's casting rule (add_(bool, 1.0) raises);
+//   - max/amax over an empty dim raises (no identity);
+//   - softmax with +inf gives [nan, 0, ...] like torch;
+//   - layer_norm / rms_norm with a bfloat16 input and float32 parameters follow torch 2.11.
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "codegen/compile.h"
+#include "ops/factories.h"
+#include "ops/ops.h"
+#include "runtime/status.h"
+#include "tests/test_util.h"
+
+namespace kiln {
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+int64_t Wrap(uint64_t v) { return static_cast<int64_t>(v); }
+
+class Semantics : public ::testing::TestWithParam<Device> {
+ protected:
+  void SetUp() override {
+    if (GetParam().is_cuda()) KILN_SKIP_WITHOUT_GPU();
+  }
+  Device dev() const { return GetParam(); }
+
+  // A tensor holding exactly `values` (no trip through double).
+  Tensor IntTensor(const Ints& values, DType dtype = DType::kInt64, Shape shape = {}) {
+    if (shape.empty()) shape = {static_cast<int64_t>(values.size())};
+    Tensor host = empty(shape, dtype);
+    const IntStoreFn store = IntStorerFor(dtype);
+    for (size_t i = 0; i < values.size(); ++i) store(host.data_ptr(), i, values[i]);
+    return to(host, dev());
+  }
+  Tensor Floats(const std::vector<double>& values, DType dtype = DType::kFloat32) {
+    return from_vector(values, {static_cast<int64_t>(values.size())}, dtype, dev());
+  }
+};
+
+// The exact values of a tensor of any integer dtype, row-major.
+Ints ReadInts(const Tensor& t) {
+  const Tensor host = contiguous(to(t, kCPU));
+  Ints out(host.numel());
+  const IntLoadFn load = IntLoaderFor(host.dtype());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = load(host.data_ptr(), i);
+  return out;
+}
+
+void ExpectError(const std::function<void()>& call, const std::vector<std::string>& words,
+                 const std::string& what) {
+  try {
+    call();
+    ADD_FAILURE() << what << ": no error was raised";
+  } catch (const Error& e) {
+    for (const std::string& w : words) {
+      EXPECT_NE(std::string(e.what()).find(w), std::string::npos)
+          << what << ": message does not mention '" << w << "': " << e.what();
+    }
+  }
+}
+
+std::string DeviceName(const ::testing::TestParamInfo<Device>& info) {
+  return info.param.is_cuda() ? "Cuda" : "Cpu";
+}
+
+// ---- Integers. -----------------------------------------------------------------------------
+
+constexpr int64_t k53 = int64_t{1} << 53;
+
+TEST_P(Semantics, Int64ArithmeticIsExactAndWraps) {
+  const Tensor x = IntTensor({k53 + 1, INT64_MAX - 1, INT64_MAX, INT64_MIN, -7});
+  EXPECT_EQ(ReadInts(x + 1.0), (Ints{k53 + 2, INT64_MAX, INT64_MIN, INT64_MIN + 1, -6}));
+  EXPECT_EQ(ReadInts(x + IntTensor({1})), (Ints{k53 + 2, INT64_MAX, INT64_MIN, INT64_MIN + 1, -6}));
+  EXPECT_EQ(ReadInts(x - 1.0), (Ints{k53, INT64_MAX - 2, INT64_MAX - 1, INT64_MAX, -8}));
+  EXPECT_EQ(ReadInts(3.0 - x),
+            (Ints{3 - k53 - 1, Wrap(3 - uint64_t(INT64_MAX - 1)), Wrap(3 - uint64_t(INT64_MAX)),
+                  Wrap(3 - uint64_t(INT64_MIN)), 10}));
+  EXPECT_EQ(ReadInts(x * 2.0), (Ints{2 * k53 + 2, -4, -2, 0, -14}));
+  EXPECT_EQ(ReadInts(x * x), (Ints{Wrap(uint64_t(k53 + 1) * uint64_t(k53 + 1)), 4, 1, 0, 49}));
+  EXPECT_EQ(ReadInts(neg(x)), (Ints{-k53 - 1, -(INT64_MAX - 1), -INT64_MAX, INT64_MIN, 7}));
+  EXPECT_EQ(ReadInts(relu(x)), (Ints{k53 + 1, INT64_MAX - 1, INT64_MAX, 0, 0}));
+  EXPECT_EQ((x + 1.0).dtype(), DType::kInt64);
+  EXPECT_EQ((x + 0.5).dtype(), DType::kFloat32);  // a non-integral scalar makes it float
+}
+
+TEST_P(Semantics, Int32WrapsLikeTorch) {
+  Tensor x = IntTensor({3, -7, 100000, INT32_MAX}, DType::kInt32);
+  mul_(x, 3e9);  // torch: x.mul_(3000000000) wraps in int32
+  Ints want;
+  for (int64_t v : {3, -7, 100000, INT32_MAX}) {
+    want.push_back(static_cast<int32_t>(static_cast<uint32_t>(uint64_t(v) * 3000000000ull)));
+  }
+  EXPECT_EQ(ReadInts(x), want);
+  EXPECT_EQ(x.dtype(), DType::kInt32);
+  const Tensor m = IntTensor({INT32_MAX, INT32_MIN}, DType::kInt32);
+  EXPECT_EQ(ReadInts(m + IntTensor({1, -1}, DType::kInt32)), (Ints{INT32_MIN, INT32_MAX}));
+  EXPECT_EQ(ReadInts(m + IntTensor({1, -1})),
+            (Ints{int64_t{INT32_MAX} + 1, int64_t{INT32_MIN} - 1}));
+  Tensor y = IntTensor({INT32_MAX}, DType::kInt32);
+  add_(y, IntTensor({int64_t{1} << 40}));  // int64 result written into int32: low 32 bits
+  EXPECT_EQ(ReadInts(y), (Ints{INT32_MAX}));
+}
+
+TEST_P(Semantics, IntegerSumsAndMaxAreExact) {
+  const Tensor x = IntTensor({k53 + 1, 1, -3}, DType::kInt64);
+  EXPECT_EQ(ReadInts(sum(x)), (Ints{k53 - 1}));
+  EXPECT_EQ(ReadInts(max(x)), (Ints{k53 + 1}));
+  const Tensor big = IntTensor({int64_t{1} << 62, int64_t{1} << 62, 1});
+  EXPECT_EQ(ReadInts(sum(big)), (Ints{INT64_MIN + 1}));  // wraps like torch
+  const Tensor m = IntTensor({k53 + 1, k53, 5, k53 + 3, -1, 0}, DType::kInt64, {2, 3});
+  EXPECT_EQ(ReadInts(sum(m, {1})), (Ints{2 * k53 + 6, k53 + 2}));
+  EXPECT_EQ(ReadInts(max(m, {0})), (Ints{k53 + 3, k53, 5}));
+  const Tensor i32 = IntTensor({INT32_MAX, INT32_MAX, -5}, DType::kInt32);
+  EXPECT_EQ(sum(i32).dtype(), DType::kInt64);
+  EXPECT_EQ(ReadInts(sum(i32)), (Ints{2 * int64_t{INT32_MAX} - 5}));
+  EXPECT_EQ(ReadInts(max(i32)), (Ints{INT32_MAX}));
+  EXPECT_EQ(max(i32).dtype(), DType::kInt32);
+  const Tensor b = IntTensor({0, 1, 1}, DType::kBool);
+  EXPECT_EQ(ReadInts(sum(b)), (Ints{2}));
+  EXPECT_EQ(ReadInts(max(b)), (Ints{1}));
+}
+
+TEST_P(Semantics, CopiesCastsAndMasksKeepInt64Values) {
+  const Tensor x = IntTensor({k53 + 1, -k53 - 3, INT64_MAX, INT64_MIN}, DType::kInt64, {2, 2});
+  EXPECT_EQ(ReadInts(clone(x)), (Ints{k53 + 1, -k53 - 3, INT64_MAX, INT64_MIN}));
+  EXPECT_EQ(ReadInts(contiguous(transpose(x, 0, 1))),
+            (Ints{k53 + 1, INT64_MAX, -k53 - 3, INT64_MIN}));
+  EXPECT_EQ(ReadInts(triu(x)), (Ints{k53 + 1, -k53 - 3, 0, INT64_MIN}));
+  EXPECT_EQ(ReadInts(tril(x)), (Ints{k53 + 1, 0, INT64_MAX, INT64_MIN}));
+  EXPECT_EQ(ReadInts(cast(x, DType::kInt32)),
+            (Ints{1, static_cast<int32_t>(uint32_t(uint64_t(-k53 - 3))), -1, 0}));
+  EXPECT_EQ(ReadInts(cast(x, DType::kBool)), (Ints{1, 1, 1, 1}));
+  const Tensor mask = IntTensor({1, 0, 0, 1}, DType::kBool, {2, 2});
+  EXPECT_EQ(ReadInts(where(mask, x, IntTensor({7}))), (Ints{k53 + 1, 7, 7, INT64_MIN}));
+  EXPECT_EQ(ReadInts(masked_fill(x, mask, 0x1p60)),
+            (Ints{int64_t{1} << 60, -k53 - 3, INT64_MAX, int64_t{1} << 60}));
+  Tensor y = clone(x);
+  masked_fill_(y, mask, -5);
+  EXPECT_EQ(ReadInts(y), (Ints{-5, -k53 - 3, INT64_MAX, -5}));
+  // bool arithmetic: bool + bool stays bool (True), bool * 3 is int64.
+  const Tensor b = IntTensor({1, 0}, DType::kBool);
+  EXPECT_EQ((b + b).dtype(), DType::kBool);
+  EXPECT_EQ(ReadInts(b + b), (Ints{1, 0}));
+  EXPECT_EQ((b * 3.0).dtype(), DType::kInt64);
+  EXPECT_EQ(ReadInts(b * 3.0), (Ints{3, 0}));
+}
+
+TEST_P(Semantics, IntegerScalarsThatDoNotFitRaise) {
+  const Tensor x = IntTensor({1, 2});
+  ExpectError([&] { add(x, 1e19); }, {"add_scalar:", "int64", "overflow"}, "add 1e19");
+  ExpectError([&] { mul(x, -1e300); }, {"mul_scalar:", "overflow"}, "mul -1e300");
+  const Tensor mask = IntTensor({1, 0}, DType::kBool);
+  ExpectError(
+      [&] {
+        masked_fill(IntTensor({1, 2}, DType::kInt32), mask, 3e9);
+      },
+      {"masked_fill:", "int32", "overflow"}, "masked_fill int32");
+  ExpectError([&] { masked_fill(x, mask, NAN); }, {"masked_fill:", "overflow"}, "masked_fill nan");
+  EXPECT_EQ(ReadInts(x + -0x1p63), (Ints{INT64_MIN + 1, INT64_MIN + 2}));  // -2^63 fits
+}
+
+// ---- In-place rules. ------------------------------------------------------------------------
+
+TEST_P(Semantics, InPlaceCastingFollowsTorch) {
+  ExpectError(
+      [&] {
+        add_(IntTensor({1, 0}, DType::kBool), 1.0);
+      },
+      {"add_scalar:", "in-place", "int64", "bool"}, "add_(bool, 1.0)");
+  ExpectError(
+      [&] {
+        mul_(IntTensor({1, 0}, DType::kBool), IntTensor({2, 2}));
+      },
+      {"mul:", "bool"}, "mul_(bool, int64)");
+  ExpectError([&] { add_(IntTensor({1}), 1.5); }, {"float32", "int64"}, "add_(int64, 1.5)");
+  ExpectError([&] { add_(IntTensor({1}, DType::kInt32), Floats({1})); }, {"float32", "int32"},
+              "float into int");
+  Tensor b = IntTensor({1, 0}, DType::kBool);
+  masked_fill_(b, IntTensor({0, 1}, DType::kBool), 1);  // bool into bool: fine
+  EXPECT_EQ(ReadInts(b), (Ints{1, 1}));
+  Tensor h = Floats({1, 2}, DType::kBFloat16);
+  add_(h, Floats({0.5, 0.25}));  // float32 result into bfloat16 self: castable
+  EXPECT_EQ(to_vector(h), (std::vector<double>{1.5, 2.25}));
+}
+
+TEST_P(Semantics, InPlaceOverlapRaisesLikeTorch) {
+  Generator gen(3);
+  const Tensor x = to(randn({4, 4}, gen), dev());
+  ExpectError([&] { add_(x, transpose(x, 0, 1)); }, {"add:", "in-place", "same memory"},
+              "add_(x, x.T)");
+  const Tensor flat = to(randn({9}, gen), dev());
+  ExpectError([&] { add_(slice(flat, 0, 1, 9), slice(flat, 0, 0, 8)); }, {"same memory"},
+              "shifted slices");
+  ExpectError([&] { add_(x, slice(x, 0, 0, 1)); }, {"same memory"}, "a row of self broadcast");
+  ExpectError([&] { mul_(expand(slice(x, 0, 0, 1), {4, 4}), 2.0); }, {"expanded"}, "expanded self");
+  ExpectError(
+      [&] {
+        add_(flat.as_strided({3, 3}, {1, 1}, 0), 1.0);
+      },
+      {"overlapping"}, "self overlapping itself");
+  // Full overlap is fine (torch too): every element reads what it then writes.
+  Tensor y = clone(x);
+  const std::vector<double> before = to_vector(y);
+  add_(y, y);
+  mul_(y, y);
+  std::vector<double> want;
+  for (double v : before) want.push_back((2 * v) * (2 * v));
+  ExpectClose(to_vector(y), want, ToleranceFor(DType::kFloat32), "add_(y, y); mul_(y, y)");
+}
+
+TEST_P(Semantics, InPlaceOverlapTooHardToClassifyReadsACopy) {
+  // x[0::2] += x[2::2]: strided views with intersecting ranges (torch cannot classify them);
+  // kiln reads the input before writing, so each element gets the original neighbour.
+  Generator gen(4);
+  Tensor flat = to(randn({10}, gen), dev());
+  const std::vector<double> v = to_vector(flat);
+  add_(slice(flat, 0, 0, 8, 2), slice(flat, 0, 2, 10, 2));
+  std::vector<double> want = v;
+  for (int i = 0; i < 8; i += 2) want[i] = static_cast<float>(v[i] + v[i + 2]);
+  ExpectClose(to_vector(flat), want, ToleranceFor(DType::kFloat32), "x[0::2] += x[2::2]");
+}
+
+// ---- Reductions without identity. -----------------------------------------------------------
+
+TEST_P(Semantics, MaxOfAnEmptyDimRaises) {
+  for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kInt64, DType::kInt32}) {
+    ExpectError([&] { max(empty({0}, t, dev())); }, {"max:", "size 0"}, "max of [0]");
+    ExpectError([&] { max(empty({0, 3}, t, dev()), {0}); }, {"max:", "dim 0"}, "max over dim 0");
+    ExpectError([&] { max(empty({3, 0}, t, dev()), {-1}, true); }, {"max:", "dim 1"}, "keepdim");
+    EXPECT_EQ(max(empty({0, 3}, t, dev()), {1}).shape(), (Shape{0}));  // nothing reduced over 0
+  }
+  EXPECT_EQ(to_vector(sum(empty({0}, DType::kFloat32, dev()))), (std::vector<double>{0}));
+  EXPECT_TRUE(std::isnan(to_vector(mean(empty({0}, DType::kFloat32, dev())))[0]));
+  EXPECT_EQ(to_vector(max(Floats({-INFINITY}))), (std::vector<double>{-INFINITY}));
+}
+
+// ---- Softmax with infinities. ---------------------------------------------------------------
+
+struct InfCase {
+  std::vector<double> in, softmax, log_softmax;
+};
+
+TEST_P(Semantics, SoftmaxWithInfinitiesMatchesTorch) {
+  const double nan = NAN, inf = INFINITY;
+  const std::vector<InfCase> cases = {
+      {{inf, 1, 2, 3}, {nan, 0, 0, 0}, {nan, -inf, -inf, -inf}},
+      {{inf, inf, 1}, {nan, nan, 0}, {nan, nan, -inf}},
+      {{1, -inf, inf}, {0, 0, nan}, {-inf, -inf, nan}},
+      {{-inf, -inf}, {nan, nan}, {nan, nan}},
+      {{-inf, 0}, {0, 1}, {-inf, 0}},
+      {{nan, 1}, {nan, nan}, {nan, nan}},
+      {{inf, nan}, {nan, nan}, {nan, nan}},
+  };
+  for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    for (const InfCase& c : cases) {
+      const Tensor x = Floats(c.in, t);
+      ExpectClose(to_vector(softmax(x, 0)), c.softmax, {0, 0}, "softmax");
+      ExpectClose(to_vector(log_softmax(x, 0)), c.log_softmax, {0, 0}, "log_softmax");
+    }
+  }
+}
+
+TEST_P(Semantics, SoftmaxWithInfinityInLongRowsAndCompiled) {
+  // Rows of every kernel shape (warp, block, loop) with one +inf; and the fused softmax of a
+  // compiled function (scale prologue) gives the eager answer.
+  for (int64_t n : {7, 100, 3000, 20000}) {
+    std::vector<double> v(2 * n);
+    for (int64_t i = 0; i < 2 * n; ++i) v[i] = std::sin(0.1 * i);
+    v[n / 2] = INFINITY;  // row 0 only
+    const Tensor x = from_vector(v, {2, n}, DType::kFloat32, dev());
+    const std::vector<double> got = to_vector(softmax(x, -1));
+    for (int64_t i = 0; i < n; ++i) {
+      if (i == n / 2) {
+        EXPECT_TRUE(std::isnan(got[i])) << n;
+      } else {
+        EXPECT_EQ(got[i], 0) << n << " at " << i;
+      }
+    }
+    double row1 = 0;
+    for (int64_t i = n; i < 2 * n; ++i) row1 += got[i];
+    EXPECT_NEAR(row1, 1, 1e-4) << n;
+    CompiledFn f = compile(
+        [](const std::vector<Tensor>& in) { return std::vector<Tensor>{softmax(in[0] * 2.0, -1)}; },
+        {x});
+    ExpectClose(to_vector(f({x})[0]), to_vector(softmax(x * 2.0, -1)), {1e-6, 1e-5},
+                absl::StrCat("compiled softmax n=", n));
+  }
+}
+
+// ---- Normalisation dtype rules (torch 2.11). --------------------------------------------------
+
+// Reference: float64 math on the values, rounded once to `out`.
+std::vector<double> RefNorm(const std::vector<double>& x, int64_t d, const std::vector<double>& w,
+                            const std::vector<double>& b, bool rms, double eps, DType out) {
+  std::vector<double> y(x.size());
+  for (size_t r = 0; r < x.size() / d; ++r) {
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < d; ++i) mean += rms ? 0 : x[r * d + i] / d;
+    for (int64_t i = 0; i < d; ++i) var += (x[r * d + i] - mean) * (x[r * d + i] - mean) / d;
+    for (int64_t i = 0; i < d; ++i) {
+      double v = (x[r * d + i] - mean) / std::sqrt(var + eps);
+      if (!w.empty()) v *= w[i];
+      if (!b.empty()) v += b[i];
+      y[r * d + i] = v;
+    }
+  }
+  return to_vector(from_vector(y, {static_cast<int64_t>(y.size())}, out));
+}
+
+TEST_P(Semantics, NormsWithHalfInputAndFloat32Parameters) {
+  Generator gen(5);
+  const int64_t d = 24;
+  for (DType half : {DType::kBFloat16, DType::kFloat16}) {
+    const Tensor x = to(cast(randn({3, d}, gen), half), dev());
+    const Tensor w = to(randn({d}, gen), dev()), b = to(randn({d}, gen), dev());
+    const std::vector<double> xv = to_vector(x), wv = to_vector(w), bv = to_vector(b);
+    const Tensor r = rms_norm(x, w, 1e-6);
+    EXPECT_EQ(r.dtype(), half);  // torch 2.11: type_as(input)
+    ExpectClose(to_vector(r), RefNorm(xv, d, wv, {}, true, 1e-6, half), ToleranceFor(half),
+                "rms_norm half x, f32 w");
+    const Tensor l = layer_norm(x, w, b, 1e-5);
+    EXPECT_EQ(l.dtype(), half);
+    ExpectClose(to_vector(l), RefNorm(xv, d, wv, bv, false, 1e-5, half), ToleranceFor(half),
+                "layer_norm half x, f32 w and b");
+    ExpectError([&] { layer_norm(x, w, cast(b, half)); }, {"layer_norm:", "float32"},
+                "layer_norm f32 weight, half bias");
+  }
+  const Tensor x32 = to(randn({2, d}, gen), dev());
+  const Tensor wb = to(cast(randn({d}, gen), DType::kBFloat16), dev());
+  ExpectError([&] { layer_norm(x32, wb); }, {"layer_norm:", "bfloat16", "float32", "dtype"},
+              "layer_norm f32 x, bf16 w");
+  ExpectError([&] { layer_norm(cast(x32, DType::kBFloat16), cast(wb, DType::kFloat16)); },
+              {"layer_norm:", "float16"}, "layer_norm bf16 x, f16 w");
+  const Tensor r = rms_norm(x32, wb, 1e-6);  // any weight dtype; the result keeps x's
+  EXPECT_EQ(r.dtype(), DType::kFloat32);
+  ExpectClose(to_vector(r),
+              RefNorm(to_vector(x32), d, to_vector(wb), {}, true, 1e-6, DType::kFloat32),
+              {1e-5, 1e-5}, "rms_norm f32 x, bf16 w");
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, Semantics, ::testing::Values(kCPU, CUDA(0)), DeviceName);
+
+}  // namespace
+}  // namespace kiln
