@@ -12,9 +12,11 @@
 // CUDA).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -27,12 +29,11 @@
 namespace kiln {
 namespace {
 
-// Programs per test: 2000 on the CPU; 600 on CUDA by default, where each new fused kernel costs an
-// NVRTC compile (KILN_FUZZ_PROGRAMS=2000 for the full GPU run).
+// Programs per test: 2000 on the CPU and on CUDA (KILN_FUZZ_PROGRAMS=N changes it).
 int ProgramCount(Device device) {
   const char* v = std::getenv("KILN_FUZZ_PROGRAMS");
   if (v != nullptr) return std::max(1, std::atoi(v));
-  return device.is_cuda() ? 600 : 2000;
+  return 2000;
 }
 
 struct FuzzOptions {
@@ -317,30 +318,46 @@ void ExpectAllClose(const std::vector<Tensor>& got, const std::vector<Tensor>& w
   }
 }
 
-// Runs `count` programs; returns how many mutated something.
-int Fuzz(Device device, FuzzOptions opt, int count) {
-  int mutating = 0;
-  for (int p = 0; p < count; ++p) {
-    const FuzzProgram prog(0x5eed0000 + p, device, opt);
-    mutating += prog.mutates();
-    const Tensor mask = prog.Mask();
-    const std::vector<Tensor> inputs = prog.Inputs(p);
-    ir::TensorFn fn = [&](const std::vector<Tensor>& in) { return prog.Run(in, mask); };
-    const std::string what = absl::StrCat("program ", p, ": ", prog.Describe());
-    std::vector<Tensor> eager_in = Clones(inputs), compiled_in = Clones(inputs);
-    try {
-      const std::vector<Tensor> want = fn(eager_in);
-      CompiledFn f = compile(fn, Clones(inputs));
-      const std::vector<Tensor> got = f(compiled_in);
-      ExpectAllClose(got, want,
-                     absl::StrCat(what, "\noutputs; graph:\n", f.report(compiled_in).final_graph));
-      ExpectAllClose(compiled_in, eager_in, absl::StrCat(what, "\ninputs after the call"));
-    } catch (const Error& e) {
-      ADD_FAILURE() << what << "\nthrew: " << e.what();
-    }
-    if (::testing::Test::HasFailure()) return mutating;
+// Runs program `p`: eagerly and compiled on copies of the same inputs; outputs and inputs after
+// the call must agree. Returns whether the program writes in place.
+bool FuzzOne(Device device, FuzzOptions opt, int p) {
+  const FuzzProgram prog(0x5eed0000 + p, device, opt);
+  const Tensor mask = prog.Mask();
+  const std::vector<Tensor> inputs = prog.Inputs(p);
+  ir::TensorFn fn = [&](const std::vector<Tensor>& in) { return prog.Run(in, mask); };
+  const std::string what = absl::StrCat("program ", p, ": ", prog.Describe());
+  std::vector<Tensor> eager_in = Clones(inputs), compiled_in = Clones(inputs);
+  try {
+    const std::vector<Tensor> want = fn(eager_in);
+    CompiledFn f = compile(fn, Clones(inputs));
+    const std::vector<Tensor> got = f(compiled_in);
+    ExpectAllClose(got, want,
+                   absl::StrCat(what, "\noutputs; graph:\n", f.report(compiled_in).final_graph));
+    ExpectAllClose(compiled_in, eager_in, absl::StrCat(what, "\ninputs after the call"));
+  } catch (const Error& e) {
+    ADD_FAILURE() << what << "\nthrew: " << e.what();
   }
-  return mutating;
+  return prog.mutates();
+}
+
+// Runs `count` programs, on 8 threads on CUDA (each new fused kernel is an NVRTC compile; several
+// threads also exercise compiling and running at once); returns how many wrote in place.
+int Fuzz(Device device, FuzzOptions opt, int count) {
+  const int threads = device.is_cuda() ? 8 : 1;
+  std::vector<int> mutating(threads, 0);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (int p = t; p < count && !::testing::Test::HasFailure(); p += threads) {
+        mutating[t] += FuzzOne(device, opt, p);
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  int total = 0;
+  for (int m : mutating) total += m;
+  std::printf("fuzz on %s: %d programs, %d writing in place\n", device.str().c_str(), count, total);
+  return total;
 }
 
 class CompileFuzz : public ::testing::TestWithParam<Device> {
