@@ -45,7 +45,8 @@ absl::Status CudaGraphPlan::CaptureOnce(const std::vector<Tensor>& inputs) {
     static_inputs_.push_back(copy_in ? Tensor::Empty(t.type()) : t);
     if (copy_in) sources.push_back(contiguous(t));
   }
-  cuda::Synchronize();
+  // The caller's stream only (a device-wide sync would interfere with other threads' captures).
+  KILN_CUDA_CHECK(cudaStreamSynchronize(cuda::CurrentStream()));
   std::vector<Tensor> outs;
   {
     cuda::StreamGuard guard(stream_.get());

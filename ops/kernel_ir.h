@@ -63,6 +63,10 @@ class Program {
   // scalar) rather than a literal baked into the source (fused kernels).
   bool scalar_param() const { return scalar_param_; }
   void set_scalar_param(bool on) { scalar_param_ = on; }
+  // With scalar_param: whether the scalar is an integer (integer instructions then read it as a
+  // long long; a fractional one is compared as a double, exactly: x == 2.5 is false for ints).
+  bool scalar_integral() const { return scalar_integral_; }
+  void set_scalar_integral(bool on) { scalar_integral_ = on; }
 
   // The program as text, one line per instruction and store (dumps, tests).
   std::string ToString() const;
@@ -75,6 +79,7 @@ class Program {
   std::vector<int> outputs_;
   std::vector<DType> output_types_;
   bool scalar_param_ = false;
+  bool scalar_integral_ = true;
   std::unordered_map<std::string, int> index_;  // an instruction's key -> its value
 };
 

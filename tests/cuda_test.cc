@@ -56,6 +56,32 @@ TEST(NvrtcCodegen, EveryElementwiseVariantCompiles) {
   EXPECT_GT(compiled, 80);
 }
 
+// Integer instructions read an integral scalar as a long long and a fractional one as a double
+// (int == 2.5 is false, as torch says): eager rows through the iscalar/dscalar parameters, fused
+// kernels through literals. The sources compile.
+TEST(NvrtcCodegen, IntegerComparisonsWithFractionalScalars) {
+  OpAttrs half, two;
+  half.scalar = 2.5;
+  two.scalar = 2;
+  const OpDef& eq = GetOpDef(OpId::kEqScalar);
+  const std::string frac = cuda_ops::RenderElementwiseSource(
+      "kiln_eq_frac", cuda_ops::RowProgram(eq, {DType::kInt64}, DType::kBool, half));
+  const std::string whole = cuda_ops::RenderElementwiseSource(
+      "kiln_eq_whole", cuda_ops::RowProgram(eq, {DType::kInt64}, DType::kBool, two));
+  EXPECT_NE(frac.find("== dscalar"), std::string::npos) << frac;
+  EXPECT_NE(whole.find("== iscalar"), std::string::npos) << whole;
+  kir::Program fused({DType::kInt32});
+  fused.Store(fused.Apply(OpId::kLtScalar, {fused.Load(0)}, half, DType::kBool), DType::kBool);
+  const std::string lit = cuda_ops::RenderElementwiseSource("kiln_lt_frac", fused);
+  EXPECT_NE(lit.find("< 2.5"), std::string::npos) << lit;
+  for (const auto& [name, src] :
+       {std::pair{"kiln_eq_frac", frac}, std::pair{"kiln_eq_whole", whole},
+        std::pair{"kiln_lt_frac", lit}}) {
+    auto ptx = cuda::CompileSource(src, name, "compute_90", /*cubin=*/false);
+    EXPECT_TRUE(ptx.ok()) << name << ": " << ptx.status().message();
+  }
+}
+
 // Prologue programs of the fused softmax tests: attention's scale and mask (bf16 scores, bool
 // mask), a mixed-dtype add, a cast, a where over three inputs.
 std::vector<kir::Program> SoftmaxPrologues() {

@@ -47,7 +47,7 @@ std::string Params(const kir::Program& p) {
   for (int i = 0; i < p.num_inputs(); ++i) {
     absl::StrAppend(&s, ", const ", StorageType(p.input_types()[i]), "* __restrict__ in", i);
   }
-  return s + ", float scalar, long long iscalar, long long n";
+  return s + ", float scalar, long long iscalar, double dscalar, long long n";
 }
 
 // The values of the program at one position, then "<store target(o)> = <value>;" per output.
@@ -182,6 +182,7 @@ kir::Program RowProgram(const OpDef& def, const std::vector<DType>& in_types, DT
                         const OpAttrs& attrs) {
   kir::Program p(in_types);
   p.set_scalar_param(true);
+  p.set_scalar_integral(IsIntegralScalar(attrs.scalar));
   absl::InlinedVector<int, 3> args;
   for (int i = 0; i < p.num_inputs(); ++i) args.push_back(p.Load(i));
   const int v = def.id == OpId::kContiguous ? args[0] : p.Apply(def.id, args, attrs, out_type);
@@ -335,7 +336,8 @@ const ElementwiseKernels::General& GeneralKernels(const ElementwiseKernels& k) {
 }  // namespace
 
 void LaunchElementwise(const ElementwiseKernels& k, absl::Span<const Tensor> in,
-                       absl::Span<const Tensor> out, float scalar, int64_t iscalar) {
+                       absl::Span<const Tensor> out, float scalar, int64_t iscalar,
+                       double dscalar) {
   KILN_CHECK(static_cast<int>(in.size()) == k.num_inputs &&
                  static_cast<int>(out.size()) == k.num_outputs && out[0].dim() <= kMaxRank,
              "elementwise kernel: compiled for ", k.num_inputs, " inputs and ", k.num_outputs,
@@ -349,6 +351,7 @@ void LaunchElementwise(const ElementwiseKernels& k, absl::Span<const Tensor> in,
   for (void*& p : ptrs) args.push_back(&p);
   args.push_back(&scalar);
   args.push_back(&int_scalar);
+  args.push_back(&dscalar);
   args.push_back(&n);
   if (ContigApplies(in, out)) {
     Launch(k.contig, args.data(), std::max<int64_t>(n / k.vec, n % k.vec));
@@ -377,7 +380,7 @@ std::string RowKey(const OpDef& def, absl::Span<const Tensor> in, DType out, con
   key.push_back(static_cast<char>(out));
   for (const Tensor& t : in) key.push_back(static_cast<char>(t.dtype()));
   OpAttrs attrs = a;
-  attrs.scalar = 0;
+  attrs.scalar = IsIntegralScalar(a.scalar) ? 0 : 0.5;  // the value is a parameter; integrality not
   kir::AppendAttrKey(attrs, &key);
   return key;
 }
@@ -412,7 +415,7 @@ void Elementwise(const OpDef& def, absl::Span<const Tensor> in, const Tensor& ou
              ": CUDA elementwise kernels support up to rank ", kMaxRank, ", got ",
              out.shape_string());
   LaunchElementwise(KernelsFor(def, in, out.dtype(), a), in, {out}, static_cast<float>(a.scalar),
-                    ScalarAsInt64(a));
+                    ScalarAsInt64(a), a.scalar);
 }
 
 void Copy(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {

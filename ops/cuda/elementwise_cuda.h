@@ -55,10 +55,11 @@ ElementwiseKernels CompileElementwiseKernels(const std::string& kernel_base,
                                              const kir::Program& program);
 // Launches on the current stream: outputs = program(inputs) for any strides/broadcasts of the
 // inputs; every output has the iteration shape (out[0]'s) and any strides.
-// `scalar` feeds float instructions' $scalar, `iscalar` integer ones' (eager rows; fused
-// kernels bake their scalars into the source).
+// `scalar` feeds float instructions' $scalar, `iscalar` integer ones' when the scalar is
+// integral, `dscalar` when it is not (eager rows; fused kernels bake their scalars in).
 void LaunchElementwise(const ElementwiseKernels& k, absl::Span<const Tensor> in,
-                       absl::Span<const Tensor> out, float scalar = 0, int64_t iscalar = 0);
+                       absl::Span<const Tensor> out, float scalar = 0, int64_t iscalar = 0,
+                       double dscalar = 0);
 
 // The CUDA source for a program (exposed so tests can compile every variant with NVRTC without a
 // GPU, and for the compiler's dumps).

@@ -78,6 +78,14 @@ std::string RoundTo(DType t, const std::string& v) {
   }
 }
 
+std::string DoubleLiteral(double v) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  std::string s = buf;
+  if (s.find_first_of(".einn") == std::string::npos) s += ".0";
+  return std::isfinite(v) ? s : FloatLiteral(v);
+}
+
 // Whether instruction `in` computes in long long: integer (or bool) operands and an integer or
 // bool result, with at least one integer among them.
 bool ComputesInIntegers(const kir::Program& p, const kir::Instr& in) {
@@ -116,13 +124,17 @@ std::string OpExpression(const kir::Program& p, const kir::Instr& in, const std:
                  : absl::StrCat("((", want, ")", ref, ")");
       c += len;
     } else if (rest.substr(0, 6) == "scalar") {
-      // Integer instructions take the scalar as an integer (exact, and wrapping like torch).
+      // Integer instructions take an integral scalar as an integer (exact, wrapping like torch)
+      // and a fractional one as a double (exact too: every double past 2^53 is integral).
       const bool integer = std::string(want) == "long long";
-      if (p.scalar_param()) {
-        out += integer ? "iscalar" : "scalar";
+      const double v = in.attrs.scalar;
+      const bool integral = p.scalar_param() ? p.scalar_integral() : IsIntegralScalar(v);
+      if (!integer) {
+        out += p.scalar_param() ? "scalar" : FloatLiteral(v);
+      } else if (integral) {
+        out += p.scalar_param() ? "iscalar" : absl::StrCat("(", ScalarAsInt64(in.attrs), "LL)");
       } else {
-        out += integer ? absl::StrCat("(", ScalarAsInt64(in.attrs), "LL)")
-                       : FloatLiteral(in.attrs.scalar);
+        out += p.scalar_param() ? "dscalar" : DoubleLiteral(v);
       }
       c += 6;
     } else if (rest.substr(0, 11) == "approximate") {
