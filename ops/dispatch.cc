@@ -1,6 +1,8 @@
 // The eager dispatcher (see dispatch.h).
 #include "ops/dispatch.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "profiler/host.h"
@@ -182,6 +184,14 @@ const Tensor& RunOpInPlace(const OpDef& def, absl::Span<const Tensor> inputs,
   return inputs[0];
 }
 
+// True when some input shares memory with `out` (fully, partly, or in a way too hard to tell).
+bool ReadsOverlap(absl::Span<const Tensor> inputs, const Tensor& out) {
+  for (const Tensor& in : inputs) {
+    if (in.defined() && GetMemOverlap(out, in) != MemOverlap::kNo) return true;
+  }
+  return false;
+}
+
 // The profiled paths, out of line so the common path keeps one branch on the profiler flag.
 [[gnu::noinline]] Tensor RunOpProfiled(const OpDef& def, absl::Span<const Tensor> inputs,
                                        const OpAttrs& attrs) {
@@ -228,9 +238,18 @@ void DispatchOut(OpId id, absl::Span<const Tensor> inputs, const OpAttrs& attrs,
          absl::StrCat("out= tensor is ", Describe(out.type()), " but the result is ",
                       Describe(type)));
   }
-  if (KILN_PREDICT_FALSE(profiler::IsActive())) {
-    profiler::OpRange range(def.name, inputs);
-    RunKernel(def, inputs, out, attrs);
+  if (out.has_internal_overlap()) {
+    Fail(def, inputs, absl::StatusCode::kInvalidArgument,
+         "out= tensor is an expanded (broadcast) or overlapping view: more than one of its "
+         "elements refers to a single memory location");
+  }
+  std::optional<profiler::OpRange> range;
+  if (KILN_PREDICT_FALSE(profiler::IsActive())) range.emplace(def.name, inputs);
+  if (ReadsOverlap(inputs, out)) {
+    // An input shares memory with out: the result is computed apart and then copied, so no
+    // kernel reads an element it has already written (any op, any overlap).
+    const Tensor result = RunOp(def, inputs, attrs);
+    RunKernel(GetOpDef(OpId::kContiguous), {result}, out, {});
   } else {
     RunKernel(def, inputs, out, attrs);
   }

@@ -4,7 +4,8 @@
 // views), causal or not, bool and additive masks (broadcast, fully masked rows), grouped-query
 // heads, custom scales, and float32/float16/bfloat16; the backend choice and its guard (threads
 // too), bad input, tracing and compiling, the profiler range; and every variant of the flash
-// kernel compiled by NVRTC (no GPU needed). The CUDA cases skip without a GPU.
+// kernel compiled by NVRTC (no GPU needed); a GPU sweep of random shapes (lengths 1..4096, GQA,
+// masks) against float32 math. The CUDA cases skip without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -315,6 +316,68 @@ TEST(SdpaFlash, LongSequencesMatchMath) {
     }
     ExpectClose(to_vector(flash), to_vector(math), {2e-2, 2e-2}, ShapeString(l.q));
   }
+}
+
+// Random shapes on the GPU (the conformance sweep): B 1..3, query heads 1..4 with K/V
+// heads dividing them (grouped-query), query and key lengths 1..4096 drawn log-uniformly (so
+// most are not multiples of the kernel's tiles), head dims 64/128, causal or not, no mask, a
+// bool mask with fully masked rows or an additive mask with -inf entries, bf16 and f16. The
+// default backend (flash where it applies) is compared with the math form in float32.
+TEST(SdpaFlash, RandomShapesMatchFloat32Math) {
+  KILN_SKIP_WITHOUT_GPU();
+  Generator gen(2026);
+  auto length = [&] {
+    return std::max<int64_t>(1, std::llround(std::exp(gen.Uniform() * std::log(4096.0))));
+  };
+  int flash_runs = 0;
+  constexpr int kCases = 48;
+  for (int i = 0; i < kCases; ++i) {
+    const int64_t b = 1 + static_cast<int64_t>(gen.Uniform() * 3);
+    const int64_t hkv = 1 + static_cast<int64_t>(gen.Uniform() * 2);
+    const int64_t hq = hkv * (gen.Uniform() < 0.5 ? 1 : 2);
+    const int64_t lq = length(), lk = i % 3 == 0 ? lq : length();
+    const int64_t d = gen.Uniform() < 0.5 ? 64 : 128;
+    const bool causal = gen.Uniform() < 0.5;
+    const int mask_kind = i % 3;  // none, bool with fully masked rows, additive with -inf
+    const DType dtype = i % 2 == 0 ? DType::kBFloat16 : DType::kFloat16;
+    const std::string name =
+        absl::StrCat("case ", i, ": q [", b, ",", hq, ",", lq, ",", d, "] k [", b, ",", hkv, ",",
+                     lk, ",", d, "] causal ", causal, " mask ", mask_kind, " ", DTypeName(dtype));
+    const Tensor q = to(Randn({b, hq, lq, d}, dtype, gen), CUDA(0));
+    const Tensor k = to(Randn({b, hkv, lk, d}, dtype, gen), CUDA(0));
+    const Tensor v = to(Randn({b, hkv, lk, d}, dtype, gen), CUDA(0));
+    Tensor mask;
+    if (mask_kind != 0) {
+      // Every 7th query row fully masked (bool false / additive -inf); otherwise 80% kept.
+      // The mask is [1, 1, Lq, Lk], broadcast over batch and heads.
+      std::vector<double> m(static_cast<size_t>(lq * lk));
+      for (int64_t r = 0; r < lq; ++r) {
+        for (int64_t c = 0; c < lk; ++c) {
+          const bool keep = r % 7 != 3 && gen.Uniform() < 0.8;
+          m[r * lk + c] = mask_kind == 1 ? keep : (keep ? gen.Normal() : -INFINITY);
+        }
+      }
+      mask =
+          from_vector(m, {1, 1, lq, lk}, mask_kind == 1 ? DType::kBool : DType::kFloat32, CUDA(0));
+    }
+    const bool gqa = hq != hkv;
+    if (sdpa_backend_choice(q, k, v, mask, causal, std::nullopt, gqa).backend ==
+        SdpaBackend::kFlash) {
+      ++flash_runs;
+    }
+    const Tensor out = scaled_dot_product_attention(q, k, v, mask, causal, std::nullopt, gqa);
+    Tensor want;
+    {
+      SdpaBackendGuard g(SdpaBackend::kMath);
+      want =
+          scaled_dot_product_attention(cast(q, DType::kFloat32), cast(k, DType::kFloat32),
+                                       cast(v, DType::kFloat32), mask, causal, std::nullopt, gqa);
+    }
+    ExpectClose(to_vector(out), to_vector(want), AttentionTolerance(dtype), name);
+    if (::testing::Test::HasFailure()) break;  // one shape's report, not 48
+  }
+  // The sweep is about the flash kernel: most cases must have run it.
+  EXPECT_GE(flash_runs, kCases / 2) << "flash ran " << flash_runs << " of " << kCases;
 }
 
 // ---- backend choice --------------------------------------------------------------------------

@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "codegen/compile.h"
+#include "ops/dispatch.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
 #include "runtime/status.h"
@@ -231,6 +232,29 @@ TEST_P(Semantics, InPlaceOverlapTooHardToClassifyReadsACopy) {
   std::vector<double> want = v;
   for (int i = 0; i < 8; i += 2) want[i] = static_cast<float>(v[i] + v[i + 2]);
   ExpectClose(to_vector(flat), want, ToleranceFor(DType::kFloat32), "x[0::2] += x[2::2]");
+}
+
+TEST_P(Semantics, OutCallsReadInputsThatShareOutsMemoryBeforeWritingIt) {
+  // The internal out= path (the compiled plan's steps) writes into a given tensor; when an input
+  // is that tensor or a view of its memory, the result is computed apart and then copied.
+  Generator gen(5);
+  const Tensor a = to(randn({8, 8}, gen), dev());
+  const Tensor b = to(randn({8, 8}, gen), dev());
+  const std::vector<double> want_mm = to_vector(matmul(a, b));
+  Tensor x = clone(a);
+  DispatchOut(OpId::kMatmul, {x, b}, {}, x);  // x = x @ b: every output reads a whole row
+  ExpectClose(to_vector(x), want_mm, ToleranceFor(DType::kFloat32), "matmul out= its input");
+  Tensor flat = to(randn({9}, gen), dev());
+  const std::vector<double> v = to_vector(flat);
+  DispatchOut(OpId::kAdd, {slice(flat, 0, 0, 8), slice(flat, 0, 0, 8)}, {}, slice(flat, 0, 1, 9));
+  std::vector<double> want = v;
+  for (int i = 0; i < 8; ++i) want[i + 1] = static_cast<float>(v[i] + v[i]);
+  ExpectClose(to_vector(flat), want, ToleranceFor(DType::kFloat32), "add out= a shifted slice");
+  ExpectError(
+      [&] {
+        DispatchOut(OpId::kNeg, {a}, {}, expand(slice(x, 0, 0, 1), {8, 8}));
+      },
+      {"neg:", "out=", "overlapping"}, "expanded out=");
 }
 
 // ---- Reductions without identity. -----------------------------------------------------------
