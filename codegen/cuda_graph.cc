@@ -2,6 +2,8 @@
 #include "codegen/cuda_graph.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +21,17 @@ void AbandonCapture(cudaStream_t stream) {
   cudaStreamEndCapture(stream, &partial);
   if (partial != nullptr) cudaGraphDestroy(partial);
   cudaGetLastError();
+}
+
+// With KILN_CUDA_GRAPH_DOT=PREFIX, each captured graph is written as PREFIX.N.dot (Graphviz,
+// cudaGraphDebugDotPrint's verbose form: every kernel, allocation and free node with its
+// addresses and dependencies), to check the order of graph-memory nodes by eye or by script.
+void WriteGraphDot(cudaGraph_t graph) {
+  static std::atomic<int> counter{0};
+  const char* prefix = std::getenv("KILN_CUDA_GRAPH_DOT");
+  if (prefix == nullptr || *prefix == 0) return;
+  const std::string path = absl::StrCat(prefix, ".", counter++, ".dot");
+  (void)cudaGraphDebugDotPrint(graph, path.c_str(), cudaGraphDebugDotFlagsVerbose);
 }
 
 size_t Bytes(const Tensor& t) { return t.numel() * DTypeSize(t.dtype()); }
@@ -68,6 +81,7 @@ absl::Status CudaGraphPlan::CaptureOnce(const std::vector<Tensor>& inputs) {
     }
     KILN_RETURN_IF_ERROR(
         cuda::ToStatus(cudaStreamEndCapture(stream_.get(), &graph_), "cudaStreamEndCapture"));
+    WriteGraphDot(graph_);
   }
   // Outputs must be memory the graph allocated: not an input, not a constant. The capture-time
   // storages of graph allocations are given up without freeing (the memory exists only during

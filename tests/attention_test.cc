@@ -301,7 +301,12 @@ TEST(SdpaFlash, LongSequencesMatchMath) {
   };
   for (const Long& l : {Long{{1, 2, 1024, 64}, {1, 2, 1024, 64}, true},
                         Long{{1, 2, 1000, 128}, {1, 2, 1337, 128}, false},
-                        Long{{1, 1, 2049, 64}, {1, 1, 2049, 64}, true}}) {
+                        Long{{1, 1, 2049, 64}, {1, 1, 2049, 64}, true},
+                        // Decode: one or a few new rows against a long cache (split-key kernels).
+                        Long{{8, 12, 1, 64}, {8, 12, 1024, 64}, false},
+                        Long{{1, 12, 1, 64}, {1, 12, 1024, 64}, false},
+                        Long{{2, 4, 3, 128}, {2, 4, 4000, 128}, false},
+                        Long{{2, 4, 4, 128}, {2, 4, 77, 128}, true}}) {
     Generator gen(5);
     const Tensor q = to(Randn(l.q, DType::kBFloat16, gen), CUDA(0));
     const Tensor k = to(Randn(l.k, DType::kBFloat16, gen), CUDA(0));
@@ -320,9 +325,10 @@ TEST(SdpaFlash, LongSequencesMatchMath) {
 
 // Random shapes on the GPU (the conformance sweep): B 1..3, query heads 1..4 with K/V
 // heads dividing them (grouped-query), query and key lengths 1..4096 drawn log-uniformly (so
-// most are not multiples of the kernel's tiles), head dims 64/128, causal or not, no mask, a
-// bool mask with fully masked rows or an additive mask with -inf entries, bf16 and f16. The
-// default backend (flash where it applies) is compared with the math form in float32.
+// most are not multiples of the kernel's tiles) and every 4th case 1..4 query rows (the decode
+// kernels), head dims 64/128, causal or not, no mask, a bool mask with fully masked rows or an
+// additive mask with -inf entries, bf16 and f16. The default backend (flash where it applies)
+// is compared with the math form in float32.
 TEST(SdpaFlash, RandomShapesMatchFloat32Math) {
   KILN_SKIP_WITHOUT_GPU();
   Generator gen(2026);
@@ -335,10 +341,12 @@ TEST(SdpaFlash, RandomShapesMatchFloat32Math) {
     const int64_t b = 1 + static_cast<int64_t>(gen.Uniform() * 3);
     const int64_t hkv = 1 + static_cast<int64_t>(gen.Uniform() * 2);
     const int64_t hq = hkv * (gen.Uniform() < 0.5 ? 1 : 2);
-    const int64_t lq = length(), lk = i % 3 == 0 ? lq : length();
+    // Every 4th case has 1..4 query rows (the split-key decode kernels), the rest any length.
+    const int64_t lq = i % 4 == 1 ? 1 + static_cast<int64_t>(gen.Uniform() * 4) : length();
+    const int64_t lk = i % 3 == 0 ? std::max(lq, length()) : length();
     const int64_t d = gen.Uniform() < 0.5 ? 64 : 128;
-    const bool causal = gen.Uniform() < 0.5;
     const int mask_kind = i % 3;  // none, bool with fully masked rows, additive with -inf
+    const bool causal = mask_kind == 0 && gen.Uniform() < 0.5;  // torch: not both
     const DType dtype = i % 2 == 0 ? DType::kBFloat16 : DType::kFloat16;
     const std::string name =
         absl::StrCat("case ", i, ": q [", b, ",", hq, ",", lq, ",", d, "] k [", b, ",", hkv, ",",
@@ -642,6 +650,13 @@ TEST(SdpaFlashSource, EveryVariantCompilesWithNvrtc) {
           EXPECT_NE(ptx->find(name), std::string::npos) << name;
           EXPECT_NE(ptx->find("mma.sync.aligned.m16n8k16"), std::string::npos) << name;
           ++compiled;
+          // The split-key kernels for few query rows (decode), both entry points.
+          const std::string decode = cuda_ops::FlashDecodeKernelName(c);
+          auto decode_ptx = cuda::CompileSource(cuda_ops::RenderFlashDecodeSource(c), decode,
+                                                "compute_90", /*cubin=*/false);
+          ASSERT_TRUE(decode_ptx.ok()) << decode_ptx.status().message();
+          EXPECT_NE(decode_ptx->find(".entry " + decode + "("), std::string::npos) << decode;
+          EXPECT_NE(decode_ptx->find(".entry " + decode + "_combine("), std::string::npos);
         }
       }
     }

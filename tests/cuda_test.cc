@@ -50,6 +50,7 @@ TEST(NvrtcCodegen, EveryElementwiseVariantCompiles) {
       EXPECT_NE(ptx->find(name + "_contig"), std::string::npos);
       EXPECT_NE(ptx->find(name + "_rows"), std::string::npos);
       EXPECT_NE(ptx->find(name + "_strided"), std::string::npos);
+      EXPECT_NE(ptx->find(name + "_stridedv"), std::string::npos);
       ++compiled;
     }
   }
@@ -213,6 +214,20 @@ TEST(CudaElementwise, RowsPathLayoutsMatchCpu) {
        [](const std::vector<Tensor>& t) { return t[0] - t[1]; },
        {{512, 24}, {24}},
        DType::kFloat32},
+      // The vectorised strided kernel: broadcasts over a middle dim (no row stride describes
+      // them), as in a KV-cache blend where(onehot [T, 1], new [H, 1, D], cache [H, T, D]).
+      {"cache blend (vectorised strided)",
+       [](const std::vector<Tensor>& t) { return where(gt(t[0], 0.5), t[1], t[2]); },
+       {{1, 1, 96, 1}, {2, 12, 1, 64}, {2, 12, 96, 64}},
+       DType::kBFloat16},
+      {"middle broadcast, float32",
+       [](const std::vector<Tensor>& t) { return t[0] * t[1] + t[2]; },
+       {{3, 1, 40}, {3, 7, 40}, {7, 1}},
+       DType::kFloat32},
+      {"middle broadcast, unaligned rows (strided fallback)",
+       [](const std::vector<Tensor>& t) { return slice(t[0], 2, 1, 65) + t[1]; },
+       {{4, 5, 72}, {4, 1, 64}},
+       DType::kFloat16},
   };
   for (const Case& c : cases) {
     std::vector<Tensor> cpu, gpu;

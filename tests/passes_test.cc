@@ -450,13 +450,16 @@ TEST(AttentionFusion, NearMissesAreExplained) {
   for (const Case& c : cases) {
     AttentionFusion pass;
     PassContext ctx;
-    const std::string out = RunPass(pass, absl::StrCat(R"(
+    const std::string out = RunPass(pass,
+                                    absl::StrCat(R"(
       graph(%10: f32[2, 16, 8]@cpu, %11: f32[2, 16, 8]@cpu, %12: f32[2, 16, 8]@cpu,
             %16: bool[16, 16]@cpu) {
         %13 = matmul(%10, %11) {transpose_b=true} : f32[2, 16, 16]@cpu
-        )", c.tail, "\n}"),
+        )",
+                                                 c.tail, "\n}"),
                                     &ctx);
-    EXPECT_TRUE(FileCheck(out, "CHECK: softmax(\nCHECK-NOT: scaled_dot_product_attention")) << c.why;
+    EXPECT_TRUE(FileCheck(out, "CHECK: softmax(\nCHECK-NOT: scaled_dot_product_attention"))
+        << c.why;
     EXPECT_TRUE(Logged(ctx, c.why)) << c.why << "\n" << absl::StrJoin(ctx.explain, "\n");
   }
 }

@@ -257,6 +257,24 @@ TEST_P(Semantics, OutCallsReadInputsThatShareOutsMemoryBeforeWritingIt) {
       {"neg:", "out=", "overlapping"}, "expanded out=");
 }
 
+TEST_P(Semantics, ArgmaxOfLongRowsPicksTheFirstMaximum) {
+  // Rows long enough for the CUDA split path (many blocks per row meeting in an atomicMax):
+  // the maximum is found wherever it is, the lowest index wins a tie, NaN beats everything.
+  const int64_t n = 50257;
+  for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kInt32}) {
+    std::vector<double> v(3 * n);
+    for (int64_t i = 0; i < 3 * n; ++i) v[i] = static_cast<double>((i * 7919) % 1000) / 10;
+    v[0 * n + 50000] = 200, v[0 * n + 50001] = 200;  // tie: 50000
+    v[1 * n + 3] = 300, v[1 * n + 40000] = 300;      // tie across blocks: 3
+    v[2 * n + n - 1] = 250;                          // the last element
+    if (t != DType::kInt32) v[2 * n + 17] = NAN;     // NaN is the maximum (torch)
+    const Tensor x = from_vector(v, {3, n}, t, dev());
+    const int64_t last = t == DType::kInt32 ? n - 1 : 17;
+    EXPECT_EQ(ReadInts(argmax(x, 1)), (Ints{50000, 3, last})) << DTypeName(t);
+    EXPECT_EQ(ReadInts(argmax(slice(x, 0, 1, 2))), (Ints{3})) << DTypeName(t);  // flattened
+  }
+}
+
 // ---- Reductions without identity. -----------------------------------------------------------
 
 TEST_P(Semantics, MaxOfAnEmptyDimRaises) {

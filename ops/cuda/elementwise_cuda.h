@@ -45,7 +45,7 @@ struct ElementwiseKernels {
   struct General {  // the strided kernels, compiled on first use
     std::once_flag once;
     std::string source, base;
-    cudaKernel_t strided = nullptr, strided32 = nullptr;
+    cudaKernel_t strided = nullptr, strided32 = nullptr, stridedv = nullptr;
   };
   std::shared_ptr<General> general;
 };

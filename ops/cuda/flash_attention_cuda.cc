@@ -1,6 +1,7 @@
 // kiln's flash attention kernel on the host side (see flash_attention_cuda.h).
 #include "ops/cuda/flash_attention_cuda.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <map>
@@ -8,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ops/cuda/flash_attention_source.h"
+#include "ops/cuda/flash_decode_source.h"
 #include "runtime/cuda.h"
 #include "runtime/nvrtc.h"
 #include "runtime/status.h"
@@ -27,6 +29,13 @@ struct FlashParams {
   long long m_batch, m_head, m_row, m_col;
   int heads, group, q_len, kv_len;
   float scale_log2;
+};
+
+// Mirrors KilnDecodeParams (flash_decode_source.h).
+struct DecodeParams {
+  FlashParams f;
+  float* part;
+  int splits, split_len;
 };
 
 constexpr double kLog2e = 1.4426950408889634;
@@ -214,6 +223,81 @@ std::string FlashAttentionUnsupportedReason(absl::Span<const Tensor> in, const O
   return "";
 }
 
+namespace {
+
+// The decode kernels of a configuration (split and combine), cached like the flash kernel.
+struct DecodeKernels {
+  cudaKernel_t split = nullptr, combine = nullptr;
+};
+const DecodeKernels& DecodeKernelsFor(const FlashAttentionConfig& c) {
+  static std::mutex mu;
+  static auto* cache = new std::map<std::string, DecodeKernels>();
+  int device = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&device));
+  const std::string name = FlashDecodeKernelName(c);
+  const std::string key = absl::StrCat(name, "@", device);
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache->find(key); it != cache->end()) return it->second;
+  const std::string source = RenderFlashDecodeSource(c);
+  DecodeKernels k{ValueOrThrow(cuda::GetKernel(source, name)),
+                  ValueOrThrow(cuda::GetKernel(source, name + "_combine"))};
+  return cache->emplace(key, k).first->second;
+}
+
+// Splits of the keys so that the grid holds about 8 CTAs per SM, each run at least 32 keys.
+void ChooseSplits(int64_t rows, int64_t kv_len, int sm_count, DecodeParams* d) {
+  const int64_t target = 8 * static_cast<int64_t>(std::max(sm_count, 1));
+  const int64_t max_splits = std::max<int64_t>(1, (kv_len + 31) / 32);
+  const int64_t want = std::clamp<int64_t>((target + rows - 1) / rows, 1, max_splits);
+  const int64_t len = std::max<int64_t>(1, (kv_len + want - 1) / want);
+  d->split_len = static_cast<int>(len);
+  d->splits = static_cast<int>(std::max<int64_t>(1, (kv_len + len - 1) / len));
+}
+
+void LaunchFlashDecode(const FlashParams& p, const FlashAttentionConfig& config, int64_t rows,
+                       Device device) {
+  const DecodeKernels& kernels = DecodeKernelsFor(config);
+  DecodeParams d{p, nullptr, 1, 1};
+  ChooseSplits(rows, p.kv_len, cuda::Props(device.index).sm_count, &d);
+  Tensor part;  // the splits' partial results, freed (stream-ordered) after the combine
+  if (d.splits > 1) {
+    part = Tensor::Empty({rows * d.splits * (config.head_dim + 2)}, DType::kFloat32, device);
+    d.part = static_cast<float*>(part.data_ptr());
+  }
+  void* args[] = {&d};
+  KILN_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(kernels.split),
+                                   dim3(static_cast<unsigned>(rows), d.splits), dim3(128), args, 0,
+                                   cuda::CurrentStream()));
+  if (d.splits > 1) {
+    KILN_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(kernels.combine),
+                                     dim3(static_cast<unsigned>(rows)), dim3(128), args, 0,
+                                     cuda::CurrentStream()));
+  }
+}
+
+}  // namespace
+
+std::string FlashDecodeKernelName(const FlashAttentionConfig& c) {
+  return absl::StrCat("kiln_flash_decode_d", c.head_dim,
+                      c.dtype == DType::kBFloat16 ? "_bf16" : "_f16", c.causal ? "_causal" : "",
+                      MaskSuffix(c.mask));
+}
+
+std::string RenderFlashDecodeSource(const FlashAttentionConfig& c) {
+  const std::string name = FlashDecodeKernelName(c);
+  std::string s = absl::StrCat("// ", name, ": kiln's split-key attention for few query rows\n");
+  auto define = [&s](const char* key, const auto& value) {
+    absl::StrAppend(&s, "#define ", key, " ", value, "\n");
+  };
+  define("KILN_FD_NAME", name);
+  define("KILN_FD_COMBINE_NAME", name + "_combine");
+  define("KILN_FD_HEAD_DIM", c.head_dim);
+  define("KILN_FD_BF16", c.dtype == DType::kBFloat16 ? 1 : 0);
+  define("KILN_FD_CAUSAL", c.causal ? 1 : 0);
+  define("KILN_FD_MASK", static_cast<int>(c.mask));
+  return s + kFlashDecodeSource;
+}
+
 void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const Tensor& out) {
   const Tensor &q = in[0], &k = in[1], &v = in[2];
   const bool has_mask = in.size() > 3;
@@ -238,6 +322,10 @@ void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const T
   p.q_len = static_cast<int>(q.size(-2));
   p.kv_len = static_cast<int>(k.size(-2));
   p.scale_log2 = static_cast<float>(a.scale * kLog2e);
+  if (p.q_len <= kFlashDecodeMaxQueries) {
+    LaunchFlashDecode(p, config, batch * heads * p.q_len, q.device());
+    return;
+  }
   const dim3 grid(static_cast<unsigned>(batch * heads),
                   static_cast<unsigned>((p.q_len + config.block_m - 1) / config.block_m));
   void* args[] = {&p};

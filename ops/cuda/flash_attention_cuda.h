@@ -1,5 +1,6 @@
 // kiln's flash attention kernel on the host side: which inputs it runs, its configurations, the
-// source it hands NVRTC, and the launch. The kernel itself is ops/cuda/flash_attention_source.h.
+// source it hands NVRTC, and the launch. The kernel itself is ops/cuda/flash_attention_source.h;
+// up to kFlashDecodeMaxQueries query rows, the split-key kernels of flash_decode_source.h run.
 //
 //   if (FlashAttentionUnsupportedReason(inputs, attrs).empty())
 //     LaunchFlashAttention(inputs, attrs, out);    // out = sdpa(q, k, v[, mask])
@@ -51,6 +52,14 @@ std::string FlashAttentionTypesUnsupported(absl::Span<const TensorType> in);
 // The same for tensors, plus layout (contiguous head dim, 16-byte aligned rows), the GPU's
 // compute capability and the grid limits.
 std::string FlashAttentionUnsupportedReason(absl::Span<const Tensor> in, const OpAttrs& a);
+
+// Up to this many query rows the split-key decode kernels (flash_decode_source.h) run instead
+// of the flash kernel's 128-row tiles (one new token against a KV cache).
+inline constexpr int64_t kFlashDecodeMaxQueries = 4;
+// "kiln_flash_decode_d64_bf16_boolmask" (and its "_combine"), and their source; the tiling
+// fields of the config are unused.
+std::string FlashDecodeKernelName(const FlashAttentionConfig& c);
+std::string RenderFlashDecodeSource(const FlashAttentionConfig& c);
 
 // out = scaled_dot_product_attention(q, k, v[, mask]) on the current stream; the operands must
 // pass FlashAttentionUnsupportedReason, `out` is contiguous of the inferred type. Throws

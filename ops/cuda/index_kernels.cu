@@ -2,7 +2,8 @@
 //
 // RunIndexPlan: one thread per output element (grid-stride), div/mod over at most 8 dims.
 // ArgMaxRows: a block per row; each thread keeps its best (key, index), then a warp-shuffle and
-// shared-memory reduction. TopKRows: a block per row; radix select on order-preserving integer
+// shared-memory reduction; few long rows are split over many blocks that meet in a 64-bit
+// atomicMax of (key, ~index). TopKRows: a block per row; radix select on order-preserving integer
 // keys finds the k-th key in 4 (32-bit keys) or 8 (int64) passes over the row, one more pass
 // collects the winners (those equal to the k-th key in index order, through a block scan), and a
 // bitonic sort in shared memory orders them by (key descending, index ascending).
@@ -140,6 +141,47 @@ __global__ void ArgMaxKernel(const T* x, int64_t* out, int64_t rows, int64_t n) 
       out[r] = best_i;
     }
     __syncthreads();
+  }
+}
+
+// Few long rows (the logits of one token over a 50257-word vocabulary: one block per row walks
+// 50257 elements alone, 64 us on the H200): each block takes kSplitChunk elements of a row and
+// each of its warps folds its best (key, index) into the row's 64-bit word key << 32 | ~index
+// with atomicMax (the larger key wins; on equal keys the lower index, whose complement is
+// larger); the words live in `out` itself (zeroed first) and one thread per row then unpacks the
+// index. For 32-bit keys and rows shorter than 2^32 - 1 (every packed candidate is above 0).
+constexpr int64_t kSplitChunk = 2048;
+constexpr int64_t kSplitMinLength = 8192, kSplitMaxRows = 256;
+
+template <typename T>
+__global__ void ArgMaxSplitKernel(const T* x, unsigned long long* packed, int64_t n) {
+  const int64_t r = blockIdx.y, start = blockIdx.x * kSplitChunk;
+  const int64_t end = min(start + kSplitChunk, n);
+  const T* row = x + r * n;
+  uint32_t best = 0;
+  int64_t best_i = LLONG_MAX;
+  for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) {
+    const uint32_t key = KeyOf(row[i]);
+    if (best_i == LLONG_MAX || key > best) best = key, best_i = i;
+  }
+  for (int off = 16; off > 0; off /= 2) {
+    const uint32_t k2 = __shfl_down_sync(0xFFFFFFFFu, best, off);
+    const int64_t i2 = __shfl_down_sync(0xFFFFFFFFu, best_i, off);
+    if (i2 != LLONG_MAX && (best_i == LLONG_MAX || Before(k2, i2, best, best_i))) {
+      best = k2, best_i = i2;
+    }
+  }
+  if (threadIdx.x % 32 == 0 && best_i != LLONG_MAX) {
+    atomicMax(&packed[r], (static_cast<unsigned long long>(best) << 32) |
+                              static_cast<uint32_t>(~static_cast<uint32_t>(best_i)));
+  }
+}
+
+__global__ void ArgMaxUnpackKernel(int64_t* out, int64_t rows) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r < rows) {
+    const unsigned long long w = reinterpret_cast<const unsigned long long*>(out)[r];
+    out[r] = static_cast<uint32_t>(~static_cast<uint32_t>(w & 0xFFFFFFFFu));
   }
 }
 
@@ -302,6 +344,19 @@ cudaError_t ArgMaxRows(const void* x, int64_t* out, int64_t rows, int64_t n, Key
   if (rows == 0) return cudaSuccess;
   return WithType(t, [&](auto tag) {
     using T = decltype(tag);
+    if constexpr (sizeof(T) <= 4) {  // 32-bit keys (int64 keys take the one-block path)
+      if (n >= kSplitMinLength && n < 0xFFFFFFFFll && rows <= kSplitMaxRows) {
+        const cudaError_t err = cudaMemsetAsync(out, 0, rows * sizeof(int64_t), stream);
+        if (err != cudaSuccess) return err;
+        const dim3 grid(static_cast<unsigned>((n + kSplitChunk - 1) / kSplitChunk),
+                        static_cast<unsigned>(rows));
+        ArgMaxSplitKernel<T><<<grid, kThreads, 0, stream>>>(
+            static_cast<const T*>(x), reinterpret_cast<unsigned long long*>(out), n);
+        ArgMaxUnpackKernel<<<static_cast<unsigned>((rows + kThreads - 1) / kThreads), kThreads, 0,
+                             stream>>>(out, rows);
+        return cudaGetLastError();
+      }
+    }
     const int grid = static_cast<int>(std::min<int64_t>(rows, kMaxGrid));
     ArgMaxKernel<T><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(x), out, rows, n);
     return cudaGetLastError();

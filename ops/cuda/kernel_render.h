@@ -49,7 +49,7 @@ std::string ValueRef(const kir::Program& p, int v, const std::string& prefix = "
 // Whether integer instructions read scalar `v` as a long long (an integer within int64) rather
 // than as a double.
 inline bool IsIntegralScalar(double v) {
-  return v > -0x1p63 && v < 0x1p63 && v == static_cast<double>(static_cast<long long>(v));
+  return v >= -0x1p63 && v < 0x1p63 && v == static_cast<double>(static_cast<long long>(v));
 }
 
 // A float literal that round-trips (inf and nan as bit patterns).

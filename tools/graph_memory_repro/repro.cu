@@ -9,11 +9,14 @@
 // and the sums are checked, so any memcheck report on the graph run is about the tool, not the
 // program. The same kernels run once without a graph (stream-ordered allocations) as the
 // control, and `--plant` adds one real out-of-bounds read (element n of B) to show that memcheck
-// does see real errors inside a graph.
+// does see real errors inside a graph. `--keep-b` is kiln's pattern for a compiled function's
+// outputs: B is allocated by the graph but not freed in it (the caller owns it after the replay
+// and frees it, stream-ordered, before the next replay).
 //
 //   nvcc -O2 -arch=sm_90 -o repro repro.cu
 //   compute-sanitizer --tool memcheck ./repro            # graph + control
 //   compute-sanitizer --tool memcheck ./repro --plant    # control for the tool itself
+//   compute-sanitizer --tool memcheck ./repro --keep-b   # B outlives the graph
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -44,7 +47,7 @@ __global__ void Sum(const float* a, int n, int extra, float* out) {
 constexpr int kBig = 4096, kSmall = 1024;  // 16 KiB and 4 KiB of floats
 
 // The two allocate / fill / sum / free blocks on `s`; returns the two device addresses used.
-void Enqueue(cudaStream_t s, float* out, int extra, void** addr_a, void** addr_b) {
+void Enqueue(cudaStream_t s, float* out, int extra, bool keep_b, void** addr_a, void** addr_b) {
   float* a = nullptr;
   float* b = nullptr;
   CHECK(cudaMallocAsync(reinterpret_cast<void**>(&a), kBig * sizeof(float), s));
@@ -54,7 +57,7 @@ void Enqueue(cudaStream_t s, float* out, int extra, void** addr_a, void** addr_b
   CHECK(cudaMallocAsync(reinterpret_cast<void**>(&b), kSmall * sizeof(float), s));
   Fill<<<8, 128, 0, s>>>(b, kSmall);
   Sum<<<8, 128, 0, s>>>(b, kSmall, extra, out + 1);
-  CHECK(cudaFreeAsync(b, s));
+  if (!keep_b) CHECK(cudaFreeAsync(b, s));
   *addr_a = a;
   *addr_b = b;
 }
@@ -69,7 +72,9 @@ bool CheckSums(const char* what, float* out, int runs) {
 }
 
 int main(int argc, char** argv) {
-  const int extra = (argc > 1 && std::strcmp(argv[1], "--plant") == 0) ? 1 : 0;
+  const bool plant = argc > 1 && std::strcmp(argv[1], "--plant") == 0;
+  const bool keep_b = argc > 1 && std::strcmp(argv[1], "--keep-b") == 0;
+  const int extra = plant ? 1 : 0;
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   float* out = nullptr;
@@ -79,7 +84,8 @@ int main(int argc, char** argv) {
   // Control: the same work stream-ordered, no graph.
   CHECK(cudaMemset(out, 0, 2 * sizeof(float)));
   void *ea, *eb;
-  Enqueue(s, out, extra, &ea, &eb);
+  Enqueue(s, out, extra, keep_b, &ea, &eb);
+  if (keep_b) CHECK(cudaFreeAsync(eb, s));
   CHECK(cudaStreamSynchronize(s));
   ok &= CheckSums("stream-ordered (no graph)", out, 1);
 
@@ -88,7 +94,7 @@ int main(int argc, char** argv) {
   cudaGraph_t graph;
   void *ga, *gb;
   CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  Enqueue(s, out, extra, &ga, &gb);
+  Enqueue(s, out, extra, keep_b, &ga, &gb);
   CHECK(cudaStreamEndCapture(s, &graph));
   size_t n = 0;
   CHECK(cudaGraphGetNodes(graph, nullptr, &n));
@@ -105,7 +111,10 @@ int main(int argc, char** argv) {
   std::printf("A at %p, B at %p: %s\n", ga, gb, ga == gb ? "the same address" : "different");
   cudaGraphExec_t exec;
   CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int r = 0; r < 3; ++r) CHECK(cudaGraphLaunch(exec, s));
+  for (int r = 0; r < 3; ++r) {
+    CHECK(cudaGraphLaunch(exec, s));
+    if (keep_b) CHECK(cudaFreeAsync(gb, s));  // the caller frees B before the next replay
+  }
   CHECK(cudaStreamSynchronize(s));
   ok &= CheckSums("CUDA graph, 3 replays", out, 3);
   CHECK(cudaGraphExecDestroy(exec));

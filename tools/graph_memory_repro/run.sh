@@ -9,3 +9,5 @@ echo "== bare"; "$bin"
 echo "== memcheck"; compute-sanitizer --tool memcheck "$bin" 2>&1 | head -60
 echo "== memcheck, planted out-of-bounds read"; compute-sanitizer --tool memcheck "$bin" --plant 2>&1 \
   | grep -E 'Invalid|ERROR SUMMARY|sums|address' | head -20
+echo "== memcheck, B outlives the graph (freed by the caller after each replay)"
+compute-sanitizer --tool memcheck "$bin" --keep-b 2>&1 | grep -E 'Invalid|out of bounds|nearest|ERROR SUMMARY|sums|address' | head -20
