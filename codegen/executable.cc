@@ -282,6 +282,13 @@ bool IsGemm(const Node& n) {
   return n.kind == NodeKind::kOp && (n.op == OpId::kMatmul || n.op == OpId::kLinear);
 }
 
+// Ops whose launches depend on the shapes (cuBLASLt's split-K memsets and reductions, attention's
+// split-key decode kernels, argmax over few long rows): counted by capturing one call.
+bool LaunchesVary(const Node& n) {
+  return IsGemm(n) || (n.kind == NodeKind::kOp &&
+                       (n.op == OpId::kScaledDotProductAttention || n.op == OpId::kArgMax));
+}
+
 }  // namespace
 
 const LaunchTally& Executable::Tally() const {
@@ -298,7 +305,7 @@ LaunchTally Executable::CountLaunches() const {
     if (s.kind == Step::Kind::kOp) ++t.kernels;
     if (s.kind == Step::Kind::kFamily) t.kernels += s.kernel->kernel_launches();
     if (s.kind == Step::Kind::kView && copies[s.value]) ++t.kernels;
-    if (!IsGemm(n) || !n.type.device.is_cuda()) continue;
+    if (!LaunchesVary(n) || !n.type.device.is_cuda()) continue;
     std::vector<Tensor> args;
     for (ValueId in : n.inputs) args.push_back(Placeholder(graph_.node(in), layout[in]));
     OpAttrs attrs = n.attrs;

@@ -1,6 +1,8 @@
 // The plan's own kernel count (Executable::kernels_per_step) against what a run launches, on the
 // CPU: a reshape that cannot be a view copies, so it counts as a kernel; one that can does not.
-// (On CUDA the cuBLASLt calls are measured by capture as well: codegen/launch_count.h.)
+// (On CUDA the cuBLASLt calls, attention and argmax are measured by capture as well:
+// codegen/launch_count.h; a GPU test checks the report against a capture of a whole call.)
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include "codegen/compile.h"
@@ -8,7 +10,9 @@
 #include "ir/graph.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
+#include "runtime/cuda.h"
 #include "runtime/status.h"
+#include "tests/test_util.h"
 
 namespace kiln {
 namespace {
@@ -70,6 +74,51 @@ TEST(PlanCount, CompileReportCountsTheHeadMergeCopy) {
   for (int64_t i = 0; i < want.numel(); ++i) {
     EXPECT_EQ(got.data<float>()[i], want.data<float>()[i]) << i;
   }
+}
+
+// Kernels and memsets in a stream capture of one call of `f` (the plan, no CUDA graph).
+std::pair<int, int> CapturedLaunches(CompiledFn& f, const std::vector<Tensor>& in) {
+  cuda::Stream stream;
+  cuda::StreamGuard guard(stream.get());
+  cudaGraph_t graph = nullptr;
+  KILN_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+  { const std::vector<Tensor> out = f(in); }
+  KILN_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+  size_t n = 0;
+  KILN_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  KILN_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &n));
+  int kernels = 0, memsets = 0;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type;
+    KILN_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    kernels += type == cudaGraphNodeTypeKernel;
+    memsets += type == cudaGraphNodeTypeMemset;
+  }
+  cudaGraphDestroy(graph);
+  return {kernels, memsets};
+}
+
+// Ops whose launches depend on shapes: decode attention (split-key + combine kernels) and argmax
+// over one long row (memset + split + unpack). The report must count what a call launches.
+TEST(PlanCount, DecodeAttentionAndLongArgmaxCountWhatRuns) {
+  KILN_SKIP_WITHOUT_GPU();
+  Generator gen(3);
+  auto bf16 = [&](Shape s) { return to(cast(randn(s, gen), DType::kBFloat16), CUDA(0)); };
+  const std::vector<Tensor> in = {bf16({2, 12, 1, 64}), bf16({2, 12, 1024, 64}),
+                                  bf16({2, 12, 1024, 64}), bf16({1, 50257})};
+  auto fn = [](const std::vector<Tensor>& t) {
+    return std::vector<Tensor>{scaled_dot_product_attention(t[0], t[1], t[2]), argmax(t[3], 1)};
+  };
+  CompileOptions o;
+  o.mode = CompileOptions::Mode::kCompiled;
+  CompiledFn f = compile(fn, in, o);
+  (void)f(in);  // warm: kernels compiled outside the capture
+  const auto [kernels, memsets] = CapturedLaunches(f, in);
+  const CompileReport& r = f.report(in);
+  EXPECT_EQ(r.kernels_per_step, kernels) << r.final_graph;
+  EXPECT_EQ(r.memsets_per_step, memsets) << r.final_graph;
+  EXPECT_GE(kernels, 4);  // split + combine, split + unpack
 }
 
 }  // namespace

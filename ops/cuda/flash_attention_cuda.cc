@@ -244,10 +244,11 @@ const DecodeKernels& DecodeKernelsFor(const FlashAttentionConfig& c) {
   return cache->emplace(key, k).first->second;
 }
 
-// Splits of the keys so that the grid holds about 8 CTAs per SM, each run at least 32 keys.
+// Splits of the keys so that the grid holds about 8 CTAs per SM, each run at least 32 keys, at
+// most 1024 runs a row (the combine kernel's shared arrays).
 void ChooseSplits(int64_t rows, int64_t kv_len, int sm_count, DecodeParams* d) {
   const int64_t target = 8 * static_cast<int64_t>(std::max(sm_count, 1));
-  const int64_t max_splits = std::max<int64_t>(1, (kv_len + 31) / 32);
+  const int64_t max_splits = std::clamp<int64_t>((kv_len + 31) / 32, 1, 1024);
   const int64_t want = std::clamp<int64_t>((target + rows - 1) / rows, 1, max_splits);
   const int64_t len = std::max<int64_t>(1, (kv_len + want - 1) / want);
   d->split_len = static_cast<int>(len);

@@ -53,6 +53,7 @@ constexpr int D = KILN_FD_HEAD_DIM;
 constexpr int E = D / 32;     // head-dim elements per lane
 constexpr int WARPS = 4;
 constexpr int UNROLL = 4;     // keys per warp whose K and V rows are in flight together
+constexpr int kMaxSplits = 1024;  // the host never splits a row further
 constexpr float kLog2e = 1.4426950408889634f;
 static_assert(D == 64 || D == 128, "head dim");
 
@@ -234,14 +235,33 @@ extern "C" __global__ void __launch_bounds__(kiln_fd::WARPS * 32) KILN_FD_NAME(c
 extern "C" __global__ void __launch_bounds__(128) KILN_FD_COMBINE_NAME(const KilnDecodeParams dp) {
   using namespace kiln_fd;
   const KilnFlashParams& p = dp.f;
-  const int r = blockIdx.x, d = threadIdx.x;
-  if (d >= D) return;
+  // The splits' m and l in shared memory (read once, in parallel), then their weights
+  // 2^(m_s - M); each thread then sums its element over the splits with independent loads.
+  __shared__ float sm[kMaxSplits], sl[kMaxSplits];
+  const int r = blockIdx.x, t = threadIdx.x, n = dp.splits;
+  const float* part = dp.part + static_cast<long long>(r) * n * (D + 2);
+  for (int s = t; s < n; s += blockDim.x) {
+    sm[s] = part[s * (D + 2) + D];
+    sl[s] = part[s * (D + 2) + D + 1];
+  }
+  __syncthreads();
+  float big = neg_inf();
+  for (int s = 0; s < n; ++s) big = fmaxf(big, sm[s]);
+  __syncthreads();
+  for (int s = t; s < n; s += blockDim.x) {
+    sm[s] = big == neg_inf() ? 0.f : exp2f(sm[s] - big);  // a split that saw nothing: 0
+  }
+  __syncthreads();
+  if (t >= D) return;
+  float sum = 0.f, acc = 0.f;
+#pragma unroll 8
+  for (int s = 0; s < n; ++s) {
+    sum += sl[s] * sm[s];
+    acc += part[s * (D + 2) + t] * sm[s];
+  }
   const Row row = row_of(p, r);
-  const float* part = dp.part + static_cast<long long>(r) * dp.splits * (D + 2);
-  float big, sum;
-  const float o = merge(part + D, part + D + 1, D + 2, part + d, D + 2, dp.splits, &big, &sum);
   kiln_u16* out = p.o + row.b * p.o_batch + row.h * p.o_head + row.i * p.o_row;
-  out[d] = from_f(sum > 0.f ? o / sum : 0.f);
+  out[t] = from_f(sum > 0.f ? acc / sum : 0.f);
 }
 )KILN_FD";
 
