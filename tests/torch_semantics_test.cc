@@ -275,6 +275,23 @@ TEST_P(Semantics, ArgmaxOfLongRowsPicksTheFirstMaximum) {
   }
 }
 
+TEST_P(Semantics, FullFillsEveryElementOfEveryDtype) {
+  // full stores the value once and doubles the filled bytes: every element, odd counts too.
+  for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kInt64, DType::kInt32,
+                  DType::kBool}) {
+    const double v = t == DType::kBool ? 1 : (IsFloatingPoint(t) ? -2.5 : -7);
+    for (int64_t n : {0, 1, 2, 3, 1000, 4097}) {
+      const std::vector<double> got = to_vector(full({n}, v, t, dev()));
+      ASSERT_EQ(got.size(), static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(got[i], v) << DTypeName(t) << " n=" << n << " " << i;
+    }
+  }
+  ExpectError([&] { full({4}, 3e9, DType::kInt32, dev()); }, {"full:", "int32", "overflow"},
+              "full int32 3e9");
+  EXPECT_EQ(ReadInts(zeros({2, 3}, DType::kInt64, dev())), (Ints{0, 0, 0, 0, 0, 0}));
+}
+
 // ---- Reductions without identity. -----------------------------------------------------------
 
 TEST_P(Semantics, MaxOfAnEmptyDimRaises) {
