@@ -89,6 +89,9 @@ int main(int argc, char** argv) {
       rc |= examples::RunExample(f, ex, &r);
       peaks.emplace_back(name, r.eager.peak_mib);
       std::printf("lesson: the compiled plan runs %d kernels per step\n", r.compiled.kernels);
+      for (const std::string& line : r.explain) {  // the pattern pass: what became one kernel
+        if (line.find("attention") != std::string::npos) std::printf("pass: %s\n", line.c_str());
+      }
     }
     if (gpu) {
       for (const auto& [name, mib] : peaks) {

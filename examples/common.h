@@ -194,6 +194,7 @@ struct ModeResult {
 
 struct Results {
   ModeResult eager, compiled, graphed;
+  std::vector<std::string> explain;  // the compiled plan's explain log (why fused or not)
   bool ran_compiled = false, ran_graphed = false;
   double cold_first_step_us = 0;
 };
@@ -359,6 +360,7 @@ inline int RunExample(const Flags& f, const Example& ex, Results* results) {
               ok ? "OK" : "MISMATCH");
   const auto& report = compiled.report(ex.inputs);
   results->compiled.kernels = report.kernels_per_step;
+  results->explain = report.explain;
   auto eager_step = [&] { ex.fn(ex.inputs); };
   auto compiled_step = [&] { compiled(ex.inputs); };
   // --cuda-graphs: a second compiled function that replays its plan as a CUDA graph.

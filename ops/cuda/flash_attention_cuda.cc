@@ -173,7 +173,7 @@ std::string RenderFlashAttentionSource(const FlashAttentionConfig& c) {
   define("KILN_FA_CAUSAL", c.causal ? 1 : 0);
   define("KILN_FA_MASK", static_cast<int>(c.mask));
   define("KILN_FA_ONE_SYNC", c.one_sync ? 1 : 0);
-  return s + kFlashAttentionSource;
+  return s + kFlashParamsSource + kFlashAttentionSource;
 }
 
 std::string FlashAttentionTypesUnsupported(absl::Span<const TensorType> in) {
@@ -296,7 +296,7 @@ std::string RenderFlashDecodeSource(const FlashAttentionConfig& c) {
   define("KILN_FD_BF16", c.dtype == DType::kBFloat16 ? 1 : 0);
   define("KILN_FD_CAUSAL", c.causal ? 1 : 0);
   define("KILN_FD_MASK", static_cast<int>(c.mask));
-  return s + kFlashDecodeSource;
+  return s + kFlashParamsSource + kFlashDecodeSource;
 }
 
 void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const Tensor& out) {

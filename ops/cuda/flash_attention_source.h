@@ -43,7 +43,9 @@
 
 namespace kiln::cuda_ops {
 
-inline constexpr char kFlashAttentionSource[] = R"KILN_FA(
+// The parameter block every attention kernel of kiln takes (the flash kernel here, the decode
+// kernels of flash_decode_source.h), mirrored field for field by FlashParams on the host.
+inline constexpr char kFlashParamsSource[] = R"KILN_FA(
 typedef unsigned short kiln_u16;
 
 // Strides count elements; a broadcast mask dim has stride 0. The last dim of q, k, v, o is
@@ -60,7 +62,10 @@ struct KilnFlashParams {
   int q_len, kv_len;
   float scale_log2;  // scale * log2(e)
 };
+)KILN_FA";
 
+// The flash kernel; its source is kFlashParamsSource followed by this text.
+inline constexpr char kFlashAttentionSource[] = R"KILN_FA(
 namespace kiln_fa {
 
 constexpr int D = KILN_FA_HEAD_DIM;

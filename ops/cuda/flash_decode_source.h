@@ -23,23 +23,13 @@
 // 2/3/4 additive float32/float16/bfloat16).
 #pragma once
 
+#include "ops/cuda/flash_attention_source.h"
+
 namespace kiln::cuda_ops {
 
 inline constexpr char kFlashDecodeSource[] = R"KILN_FD(
-typedef unsigned short kiln_u16;
-
-// Field for field the flash kernel's parameters (strides count elements; a broadcast mask dim
-// has stride 0), then the split of the keys and the workspace.
-struct KilnFlashParams {
-  const kiln_u16* q; const kiln_u16* k; const kiln_u16* v; kiln_u16* o; const void* mask;
-  long long q_batch, q_head, q_row;
-  long long k_batch, k_head, k_row;
-  long long v_batch, v_head, v_row;
-  long long o_batch, o_head, o_row;
-  long long m_batch, m_head, m_row, m_col;
-  int heads, group, q_len, kv_len;
-  float scale_log2;
-};
+// After kFlashParamsSource (flash_attention_source.h): the flash kernel's parameters, then the
+// split of the keys and the workspace.
 struct KilnDecodeParams {
   KilnFlashParams f;
   float* part;    // [rows][splits][D + 2]: O (unnormalised), then m and l; unused with 1 split

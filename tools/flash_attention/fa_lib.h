@@ -38,8 +38,8 @@ struct Params {  // KilnFlashParams
   const void *q, *k, *v;
   void* o;
   const void* mask;
-  long long q_batch, q_head, q_row, k_batch, k_head, k_row, v_batch, v_head, v_row, o_batch,
-      o_head, o_row, m_batch, m_head, m_row, m_col;
+  long long q_batch, q_head, q_row, k_batch, k_head, k_row, v_batch, v_head, v_row, o_batch, o_head,
+      o_row, m_batch, m_head, m_row, m_col;
   int heads, group, q_len, kv_len;
   float scale_log2;
 };
@@ -51,9 +51,13 @@ inline std::string& LastError() {
 
 inline std::string Name(const KfConfig& c) {
   char buf[200];
-  snprintf(buf, sizeof(buf), "kiln_flash_attention_d%d_%s%s%s_%dx%dw%d%s%s", c.d, c.bf16 ? "bf16" : "f16",
-           c.causal ? "_causal" : "",
-           c.mask == 0 ? "" : c.mask == 1 ? "_boolmask" : c.mask == 2 ? "_f32mask" : c.mask == 3 ? "_f16mask" : "_bf16mask",
+  snprintf(buf, sizeof(buf), "kiln_flash_attention_d%d_%s%s%s_%dx%dw%d%s%s", c.d,
+           c.bf16 ? "bf16" : "f16", c.causal ? "_causal" : "",
+           c.mask == 0   ? ""
+           : c.mask == 1 ? "_boolmask"
+           : c.mask == 2 ? "_f32mask"
+           : c.mask == 3 ? "_f16mask"
+                         : "_bf16mask",
            c.bm, c.bn, c.warps, c.qreg ? "" : "s", c.onesync ? "" : "_2sync");
   return buf;
 }
@@ -65,10 +69,11 @@ inline std::string Source(const KfConfig& c) {
            "#define KILN_FA_BLOCK_N %d\n#define KILN_FA_WARPS %d\n#define KILN_FA_Q_IN_REGS %d\n"
            "#define KILN_FA_MIN_BLOCKS %d\n#define KILN_FA_BF16 %d\n#define KILN_FA_CAUSAL %d\n"
            "#define KILN_FA_MASK %d\n#define KILN_FA_ONE_SYNC %d\n",
-           Name(c).c_str(), c.d, c.bm, c.bn, c.warps, c.qreg, c.minb, c.bf16, c.causal, c.mask, c.onesync);
+           Name(c).c_str(), c.d, c.bm, c.bn, c.warps, c.qreg, c.minb, c.bf16, c.causal, c.mask,
+           c.onesync);
   // byte for byte what kiln's RenderFlashAttentionSource writes (tests/attention_test.cc checks)
   return "// " + Name(c) + ": kiln's flash attention forward\n" + defs +
-         kiln::cuda_ops::kFlashAttentionSource;
+         kiln::cuda_ops::kFlashParamsSource + kiln::cuda_ops::kFlashAttentionSource;
 }
 
 inline int SmemBytes(const KfConfig& c) { return (c.bm + 4 * c.bn) * c.d * 2; }
@@ -120,7 +125,8 @@ inline std::map<std::tuple<int, int, int, int, int, int, int, int, int, int>, Lo
   return m;
 }
 inline auto Key(const KfConfig& c) {
-  return std::make_tuple(c.d, c.bm, c.bn, c.warps, c.qreg, c.minb, c.bf16, c.causal, c.mask, c.onesync);
+  return std::make_tuple(c.d, c.bm, c.bn, c.warps, c.qreg, c.minb, c.bf16, c.causal, c.mask,
+                         c.onesync);
 }
 
 // Loads a cubin compiled earlier (or compiles now). nullptr + LastError on failure.
@@ -133,7 +139,8 @@ inline cudaKernel_t Load(const KfConfig& c, const std::string* cubin_in = nullpt
   const std::string cubin = cubin_in != nullptr ? *cubin_in : CompileCubin(c, Arch());
   if (cubin.empty()) return nullptr;
   Loaded l;
-  cudaError_t e = cudaLibraryLoadData(&l.lib, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
+  cudaError_t e =
+      cudaLibraryLoadData(&l.lib, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
   if (e == cudaSuccess) e = cudaLibraryGetKernel(&l.kernel, l.lib, Name(c).c_str());
   if (e == cudaSuccess) {
     e = cudaFuncSetAttribute(reinterpret_cast<const void*>(l.kernel),
@@ -152,9 +159,19 @@ inline int Launch(const KfArgs* a) {
   const KfConfig& c = a->cfg;
   cudaKernel_t k = Load(c);
   if (k == nullptr) return 1;
-  Params p{a->q, a->k, a->v, a->o, a->mask, a->q_b, a->q_h, a->q_r, a->k_b, a->k_h, a->k_r, a->v_b,
-           a->v_h, a->v_r, a->o_b, a->o_h, a->o_r, a->m_b, a->m_h, a->m_r, a->m_c, a->heads, a->group,
-           a->q_len, a->kv_len, static_cast<float>(a->scale * 1.4426950408889634)};
+  Params p{a->q,      a->k,
+           a->v,      a->o,
+           a->mask,   a->q_b,
+           a->q_h,    a->q_r,
+           a->k_b,    a->k_h,
+           a->k_r,    a->v_b,
+           a->v_h,    a->v_r,
+           a->o_b,    a->o_h,
+           a->o_r,    a->m_b,
+           a->m_h,    a->m_r,
+           a->m_c,    a->heads,
+           a->group,  a->q_len,
+           a->kv_len, static_cast<float>(a->scale * 1.4426950408889634)};
   dim3 grid(a->batch * a->heads, (a->q_len + c.bm - 1) / c.bm);
   void* args[] = {&p};
   cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, dim3(c.warps * 32), args,
