@@ -51,7 +51,7 @@ struct Workload {
   double amount = 0.0;                                      // bytes for tbps, flops for tflops
   bool compiled = true;                                     // has compiled modes
   std::vector<std::pair<std::string, StepFn>> extra_eager;  // e.g. "eager_inplace"
-  std::vector<int> frozen_acts;  // activations frozen as constants in the frozen compiled rows
+  std::vector<int> frozen_acts;     // activations frozen as constants in the frozen compiled rows
   bool kiln_only = false;           // no baseline: no correctness files written
   bool materialize_fanout = false;  // compiled with CompileOptions::multi_output_fusion off
 };

@@ -56,13 +56,13 @@ struct CompileOptions {
   enum class Dynamic { kNone, kAuto, kDims };
   Mode mode = Mode::kDefault;
   bool fuse_elementwise = true;
-  bool fuse_softmax = true;  // scale/mask before a last-dim softmax and a cast after it: 1 kernel
+  bool fuse_softmax = true;    // scale/mask before a last-dim softmax and a cast after it: 1 kernel
   bool fuse_attention = true;  // q·kᵀ -> scale -> mask -> softmax -> ·v: one attention kernel
   // A value needed inside a fused group and outside it is stored by the group's kernel (off: it
   // is materialised by a kernel of its own, which the group then reads; measured in the bench's
   // fanout rows).
   bool multi_output_fusion = true;
-  bool merge_gemms = true;   // linears sharing an input: one GEMM (needs freeze_weights)
+  bool merge_gemms = true;          // linears sharing an input: one GEMM (needs freeze_weights)
   bool fuse_gemm_epilogues = true;  // linear + relu / tanh GELU -> one GEMM with that epilogue
   // Fold weights into the plan (constant folding over them, GEMM merge); a later in-place
   // change of a folded weight recompiles. Off: weights are read at call time.

@@ -72,7 +72,8 @@ class Matcher {
     if (!IsOp(g_, p, OpId::kSoftmax)) return false;
     m->root = root;
     m->v = r.inputs[1];
-    if (!ir::IsLastDimSoftmax(g_.node(p))) return Refuse(root, "the softmax is not over the last dim");
+    if (!ir::IsLastDimSoftmax(g_.node(p)))
+      return Refuse(root, "the softmax is not over the last dim");
     if (uses_[p] != 1) return Refuse(root, "the probabilities are used elsewhere");
     ValueId x = g_.node(p).inputs[0];
     if (!PeelScoreOps(root, &x, m)) return false;
@@ -90,8 +91,8 @@ class Matcher {
 
  private:
   bool Refuse(ValueId root, const std::string& why) {
-    ctx_.explain.push_back(absl::StrCat(kLog, "not fused: the attention ending at %", root, ": ",
-                                        why));
+    ctx_.explain.push_back(
+        absl::StrCat(kLog, "not fused: the attention ending at %", root, ": ", why));
     return false;
   }
 
@@ -129,8 +130,8 @@ class Matcher {
         *x = n.inputs[0];
         continue;
       }
-      const bool first_is_chain = g_.node(n.inputs[0]).kind == NodeKind::kOp &&
-                                  g_.node(n.inputs[0]).op != OpId::kExpand;
+      const bool first_is_chain =
+          g_.node(n.inputs[0]).kind == NodeKind::kOp && g_.node(n.inputs[0]).op != OpId::kExpand;
       *x = n.inputs[first_is_chain ? 0 : 1];
       m->mask = n.inputs[first_is_chain ? 1 : 0];
     }
@@ -149,15 +150,15 @@ class Matcher {
     const TensorType &q = g_.type(m->q), &k = g_.type(m->k), &v = g_.type(m->v);
     if (q.dtype != k.dtype || q.dtype != v.dtype) return Refuse(root, "q, k and v differ in dtype");
     if (m->known_mask) {
-      m->causal = IsCausalMask(g_.node(m->mask).constant, q.shape[q.rank() - 2],
-                               k.shape[k.rank() - 2]);
+      m->causal =
+          IsCausalMask(g_.node(m->mask).constant, q.shape[q.rank() - 2], k.shape[k.rank() - 2]);
     }
     if (q.device.is_cuda()) {
       std::vector<TensorType> types = {q, k, v};
       if (m->mask >= 0 && !m->causal) types.push_back(MaskType(*m, g_));
       if (const std::string why = cuda_ops::FlashAttentionTypesUnsupported(types); !why.empty()) {
-        return Refuse(root, absl::StrCat("kiln's flash kernel does not take these operands: ",
-                                         why));
+        return Refuse(root,
+                      absl::StrCat("kiln's flash kernel does not take these operands: ", why));
       }
     }
     return true;
@@ -188,8 +189,8 @@ ValueId MaskOperand(const Graph& g, const Match& m, const std::vector<ValueId>& 
     return keep;
   }
   const TensorType t = MaskType(m, g);
-  const ValueId zeros = out.AddConstant(kiln::zeros(t.shape, t.dtype, t.device),
-                                        absl::StrCat("zeros_", root));
+  const ValueId zeros =
+      out.AddConstant(kiln::zeros(t.shape, t.dtype, t.device), absl::StrCat("zeros_", root));
   out.mutable_node(zeros).local = true;
   OpAttrs fill;
   fill.scalar = -INFINITY;
@@ -245,18 +246,16 @@ absl::StatusOr<bool> AttentionFusion::Run(Graph& graph, PassContext& ctx) {
     a.scale = m.scale;
     a.is_causal = m.causal;
     try {  // the attention op's own rules (shapes, mask broadcast) have the last word
-      const TensorType t =
-          InferTypesOrThrow(GetOpDef(OpId::kScaledDotProductAttention), types, a);
+      const TensorType t = InferTypesOrThrow(GetOpDef(OpId::kScaledDotProductAttention), types, a);
       if (!(t == graph.type(v))) continue;
     } catch (const Error& e) {
-      ctx.explain.push_back(absl::StrCat(kLog, "not fused: the attention ending at %", v, ": ",
-                                         e.what()));
+      ctx.explain.push_back(
+          absl::StrCat(kLog, "not fused: the attention ending at %", v, ": ", e.what()));
       continue;
     }
-    ctx.explain.push_back(absl::StrCat(kLog, "%", v, " and its scores chain became one ",
-                                       "scaled_dot_product_attention (scale ", m.scale,
-                                       m.causal ? ", causal" : "",
-                                       m.mask >= 0 && !m.causal ? ", with a mask" : "", ")"));
+    ctx.explain.push_back(absl::StrCat(
+        kLog, "%", v, " and its scores chain became one ", "scaled_dot_product_attention (scale ",
+        m.scale, m.causal ? ", causal" : "", m.mask >= 0 && !m.causal ? ", with a mask" : "", ")"));
     matches.emplace(v, m);
   }
   if (matches.empty()) return false;

@@ -25,7 +25,8 @@ struct PassContext {
   bool fuse_elementwise = true;
   bool fuse_softmax = true;
   bool fuse_attention = true;  // naive attention -> one scaled_dot_product_attention
-  bool multi_output = true;    // a group stores a member used outside it (else: materialised)  // scale/mask prologues and a cast into the softmax kernel
+  bool multi_output = true;    // a group stores a member used outside it (else: materialised)  //
+                               // scale/mask prologues and a cast into the softmax kernel
   bool merge_gemms = true;
   bool fold_constants = true;        // evaluate ops over constants (weights) at compile time
   bool fuse_gemm_epilogues = true;   // linear + relu / tanh GELU -> linear{epilogue}

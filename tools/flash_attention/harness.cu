@@ -15,13 +15,13 @@
 
 #include "fa_lib.h"
 
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
+#define CK(x)                                                                                 \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
       printf("CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
-      exit(1);                                                                         \
-    }                                                                                  \
+      exit(1);                                                                                \
+    }                                                                                         \
   } while (0)
 
 // ---- device helpers ----------------------------------------------------------------------------
@@ -42,11 +42,16 @@ __device__ unsigned short f2h(float f, int bf16) {
   return h;
 }
 __device__ unsigned hash32(unsigned x) {
-  x ^= x >> 16; x *= 0x7feb352dU; x ^= x >> 15; x *= 0x846ca68bU; x ^= x >> 16;
+  x ^= x >> 16;
+  x *= 0x7feb352dU;
+  x ^= x >> 15;
+  x *= 0x846ca68bU;
+  x ^= x >> 16;
   return x;
 }
 __device__ float unif(long long i, unsigned seed) {
-  return (hash32((unsigned)i * 2654435761U ^ hash32(seed + (unsigned)(i >> 32))) + 0.5f) * 2.3283064e-10f;
+  return (hash32((unsigned)i * 2654435761U ^ hash32(seed + (unsigned)(i >> 32))) + 0.5f) *
+         2.3283064e-10f;
 }
 __device__ float normal(long long i, unsigned seed) {
   const float u1 = unif(2 * i, seed), u2 = unif(2 * i + 1, seed);
@@ -54,14 +59,17 @@ __device__ float normal(long long i, unsigned seed) {
 }
 
 __global__ void fill16(unsigned short* p, long long n, unsigned seed, int bf16) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x)
     p[i] = f2h(normal(i, seed), bf16);
 }
 
 // Masks over [B, H, L, S] stored with the given sizes (broadcast dims of size 1). kind: 1 bool,
 // 2 f32, 3 f16, 4 bf16 additive. Rows r % 7 == 3 are fully masked when full_rows.
-__global__ void fill_mask(void* p, long long n, long long cols, unsigned seed, int kind, int full_rows) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+__global__ void fill_mask(void* p, long long n, long long cols, unsigned seed, int kind,
+                          int full_rows) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
     const long long row = i / cols;
     const bool full = full_rows && row % 7 == 3;
     const float u = unif(i, seed);
@@ -69,8 +77,10 @@ __global__ void fill_mask(void* p, long long n, long long cols, unsigned seed, i
       ((unsigned char*)p)[i] = !full && u < 0.75f;
     } else {
       float v = full || u < 0.1f ? __int_as_float(0xff800000) : normal(i, seed + 1);
-      if (kind == 2) ((float*)p)[i] = v;
-      else ((unsigned short*)p)[i] = f2h(v, kind == 4);
+      if (kind == 2)
+        ((float*)p)[i] = v;
+      else
+        ((unsigned short*)p)[i] = f2h(v, kind == 4);
     }
   }
 }
@@ -162,9 +172,12 @@ float HostH2F(unsigned short h, int bf16) {
   }
   const unsigned s = (h >> 15) & 1, e = (h >> 10) & 31, m = h & 1023;
   float f;
-  if (e == 0) f = std::ldexp((float)m, -24);
-  else if (e == 31) f = m ? NAN : INFINITY;
-  else f = std::ldexp((float)(m | 1024), (int)e - 25);
+  if (e == 0)
+    f = std::ldexp((float)m, -24);
+  else if (e == 31)
+    f = m ? NAN : INFINITY;
+  else
+    f = std::ldexp((float)(m | 1024), (int)e - 25);
   return s ? -f : f;
 }
 
@@ -174,10 +187,12 @@ struct Variant {
 };
 // Candidate tilings per head dim; the first of each is kiln's PlanFlashAttention (keep in step).
 const Variant kVariants[] = {
-    {"A", 64, 128, 64, 4, 1, 2, 1},    {"A2", 64, 128, 64, 4, 1, 2, 0},  {"B", 64, 128, 64, 4, 0, 2, 1},
-    {"D", 64, 64, 64, 4, 1, 3, 1},     {"N", 64, 128, 128, 4, 0, 1, 1},  {"C", 64, 128, 64, 8, 1, 2, 1},
-    {"F2", 128, 128, 64, 4, 0, 2, 0},  {"F", 128, 128, 64, 4, 0, 2, 1},  {"I", 128, 128, 32, 4, 0, 2, 1},
-    {"I2", 128, 128, 32, 4, 0, 2, 0},  {"G", 128, 64, 64, 4, 1, 2, 1},   {"H", 128, 128, 64, 8, 1, 1, 1},
+    {"A", 64, 128, 64, 4, 1, 2, 1},   {"A2", 64, 128, 64, 4, 1, 2, 0},
+    {"B", 64, 128, 64, 4, 0, 2, 1},   {"D", 64, 64, 64, 4, 1, 3, 1},
+    {"N", 64, 128, 128, 4, 0, 1, 1},  {"C", 64, 128, 64, 8, 1, 2, 1},
+    {"F2", 128, 128, 64, 4, 0, 2, 0}, {"F", 128, 128, 64, 4, 0, 2, 1},
+    {"I", 128, 128, 32, 4, 0, 2, 1},  {"I2", 128, 128, 32, 4, 0, 2, 0},
+    {"G", 128, 64, 64, 4, 1, 2, 1},   {"H", 128, 128, 64, 8, 1, 1, 1},
 };
 const Variant& DefaultFor(int d) {
   for (const Variant& v : kVariants)
@@ -203,9 +218,7 @@ struct Buffers {
   float* ref = nullptr;
   KfArgs args{};
   size_t q_elems = 0;
-  void Free() {
-    cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o), cudaFree(mask), cudaFree(ref);
-  }
+  void Free() { cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o), cudaFree(mask), cudaFree(ref); }
 };
 
 void Fill16(unsigned short* p, long long n, unsigned seed, int bf16) {
@@ -225,8 +238,10 @@ Buffers Make(const Case& c, int bf16, unsigned seed, bool with_ref) {
   KfArgs& a = b.args;
   a.q = b.q, a.k = b.k, a.v = b.v, a.o = b.o;
   auto strides = [&](int heads, int len, long long* sb, long long* sh, long long* sr) {
-    if (c.bthd) *sb = (long long)len * heads * c.d, *sh = c.d, *sr = (long long)heads * c.d;
-    else *sb = (long long)heads * len * c.d, *sh = (long long)len * c.d, *sr = c.d;
+    if (c.bthd)
+      *sb = (long long)len * heads * c.d, *sh = c.d, *sr = (long long)heads * c.d;
+    else
+      *sb = (long long)heads * len * c.d, *sh = (long long)len * c.d, *sr = c.d;
   };
   strides(c.h, c.lq, &a.q_b, &a.q_h, &a.q_r);
   strides(c.hk, c.lk, &a.k_b, &a.k_h, &a.k_r);
@@ -336,8 +351,8 @@ void RunCheck(const Case& c, const KfConfig& cfg, Buffers& b, const char* vname)
   const int rc = kf_launch(&b.args);
   cudaError_t e = cudaDeviceSynchronize();
   if (rc != 0 || e != cudaSuccess) {
-    printf("  %-16s %-3s %s c%d m%d: LAUNCH FAILED rc=%d %s %s\n", c.name, vname, cfg.bf16 ? "bf16" : "f16",
-           cfg.causal, cfg.mask, rc, kf_error(), cudaGetErrorString(e));
+    printf("  %-16s %-3s %s c%d m%d: LAUNCH FAILED rc=%d %s %s\n", c.name, vname,
+           cfg.bf16 ? "bf16" : "f16", cfg.causal, cfg.mask, rc, kf_error(), cudaGetErrorString(e));
     ++g_fail;
     if (e != cudaSuccess) exit(2);  // context is gone
     return;
@@ -345,9 +360,11 @@ void RunCheck(const Case& c, const KfConfig& cfg, Buffers& b, const char* vname)
   const Check k = Compare(b, c, cfg.bf16);
   const bool ok = k.bad == 0;
   (ok ? g_pass : g_fail)++;
-  printf("  %-16s %-3s %-4s [%d,%d/%d,%d,%d,%d] c%d m%d: max_abs %.2e worst %.2f bad %lld nan %lld %s\n", c.name,
-         vname, cfg.bf16 ? "bf16" : "f16", c.b, c.h, c.hk, c.lq, c.lk, c.d, cfg.causal, cfg.mask, k.max_abs,
-         k.worst, k.bad, k.nan, ok ? "PASS" : "FAIL");
+  printf(
+      "  %-16s %-3s %-4s [%d,%d/%d,%d,%d,%d] c%d m%d: max_abs %.2e worst %.2f bad %lld nan %lld "
+      "%s\n",
+      c.name, vname, cfg.bf16 ? "bf16" : "f16", c.b, c.h, c.hk, c.lq, c.lk, c.d, cfg.causal,
+      cfg.mask, k.max_abs, k.worst, k.bad, k.nan, ok ? "PASS" : "FAIL");
 }
 
 void Correctness(bool small) {
@@ -373,7 +390,8 @@ void CompileAll(bool small) {
   for (int d : {64, 128})
     for (int bf16 : {1, 0})
       for (int causal : {0, 1})
-        for (int mask = 0; mask <= 4; ++mask) cfgs.push_back(Cfg(DefaultFor(d), bf16, causal, mask));
+        for (int mask = 0; mask <= 4; ++mask)
+          cfgs.push_back(Cfg(DefaultFor(d), bf16, causal, mask));
   if (!small) {
     for (const Variant& v : kVariants)
       for (int causal : {0, 1}) cfgs.push_back(Cfg(v, 1, causal, 0));
@@ -404,8 +422,8 @@ void CompileAll(bool small) {
       continue;
     }
     if (cfgs[i].mask == 0 || cfgs[i].mask == 1)
-      printf("  %-52s regs %3d local %4d B  CTAs/SM %d  smem %d\n", kf::Name(cfgs[i]).c_str(), regs, local,
-             blocks, kf::SmemBytes(cfgs[i]));
+      printf("  %-52s regs %3d local %4d B  CTAs/SM %d  smem %d\n", kf::Name(cfgs[i]).c_str(), regs,
+             local, blocks, kf::SmemBytes(cfgs[i]));
   }
 }
 
@@ -442,7 +460,7 @@ void Timing() {
   struct Shape {
     int b, h, l, d, causal;
   };
-  const Shape shapes[] = {{8, 16, 1024, 64, 1}, {8, 16, 1024, 64, 0}, {8, 16, 4096, 64, 1},
+  const Shape shapes[] = {{8, 16, 1024, 64, 1}, {8, 16, 1024, 64, 0},  {8, 16, 4096, 64, 1},
                           {8, 16, 4096, 64, 0}, {8, 16, 1024, 128, 1}, {8, 16, 1024, 128, 0}};
   for (const Shape& s : shapes) {
     const Case c{"bench", s.b, s.h, s.h, s.l, s.l, s.d, s.causal};
@@ -455,8 +473,8 @@ void Timing() {
       if (v.d != s.d) continue;
       const double us = TimeIt(sets, Cfg(v, 1, s.causal, 0), 40);
       printf("  [%d,%d,%d,%d] %-9s %-3s %-28s %9.1f us  %6.1f TFLOP/s\n", s.b, s.h, s.l, s.d,
-             s.causal ? "causal" : "noncausal", v.name, kf::Name(Cfg(v, 1, s.causal, 0)).c_str() + 21, us,
-             flops / us * 1e-6);
+             s.causal ? "causal" : "noncausal", v.name,
+             kf::Name(Cfg(v, 1, s.causal, 0)).c_str() + 21, us, flops / us * 1e-6);
     }
     for (auto& b : sets) b.Free();
   }
