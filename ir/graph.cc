@@ -11,6 +11,20 @@ ValueId Graph::AddNode(Node node) {
   return static_cast<ValueId>(nodes_.size() - 1);
 }
 
+ValueId Graph::AddCopy(const Node& n, absl::Span<const ValueId> map) {
+  if (n.kind == NodeKind::kInput) return AddInput(n.type, n.name);
+  Node copy = n;
+  for (ValueId& in : copy.inputs) in = map[in];
+  return AddNode(std::move(copy));
+}
+
+void Graph::SetOutputsFrom(const Graph& from, absl::Span<const ValueId> map) {
+  std::vector<ValueId> outs;
+  for (ValueId v : from.outputs()) outs.push_back(map[v]);
+  SetOutputs(std::move(outs));
+  input_updates_ = from.input_updates();
+}
+
 ValueId Graph::AddInput(TensorType type, std::string name) {
   Node n;
   n.kind = NodeKind::kInput;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "absl/types/span.h"
 #include "ops/op_def.h"
 
 namespace kiln::ir {
@@ -75,6 +76,11 @@ class Graph {
   ValueId AddOpWithType(OpId op, absl::Span<const ValueId> inputs, const OpAttrs& attrs,
                         TensorType type);
   ValueId AddNode(Node node);
+  // For passes that rebuild a graph from `from`: adds a copy of node `n` of it (an input stays an
+  // input) with its operands renamed through `map` (from's value id -> this graph's), and takes
+  // from's outputs and input updates through `map`.
+  ValueId AddCopy(const Node& n, absl::Span<const ValueId> map);
+  void SetOutputsFrom(const Graph& from, absl::Span<const ValueId> map);
   void SetOutputs(std::vector<ValueId> outputs) { outputs_ = std::move(outputs); }
   // Inputs the traced function wrote in place: the last input_updates().size() outputs are their
   // new values, input_updates()[k] naming the input the k-th of them is copied back into.

@@ -204,15 +204,9 @@ Graph Rewrite(const Graph& g, const std::map<ValueId, Match>& matches) {
   std::vector<ValueId> map(g.num_values(), -1);
   for (ValueId v = 0; v < g.num_values(); ++v) {
     const Node& n = g.node(v);
-    if (n.kind == NodeKind::kInput) {
-      map[v] = out.AddInput(n.type, n.name);
-      continue;
-    }
     auto it = matches.find(v);
     if (it == matches.end()) {
-      Node copy = n;
-      for (ValueId& in : copy.inputs) in = map[in];
-      map[v] = out.AddNode(std::move(copy));
+      map[v] = out.AddCopy(n, map);
       continue;
     }
     const Match& m = it->second;
@@ -224,10 +218,7 @@ Graph Rewrite(const Graph& g, const std::map<ValueId, Match>& matches) {
     map[v] = out.AddOpWithType(OpId::kScaledDotProductAttention, ins, a, n.type);
     out.mutable_node(map[v]).sym_dims = n.sym_dims;
   }
-  std::vector<ValueId> outs;
-  for (ValueId v : g.outputs()) outs.push_back(map[v]);
-  out.SetOutputs(std::move(outs));
-  out.mutable_input_updates() = g.input_updates();
+  out.SetOutputsFrom(g, map);
   return out;
 }
 

@@ -225,10 +225,7 @@ class Rewriter {
         break;
       }
     }
-    std::vector<ValueId> outs;
-    for (ValueId v : g_.outputs()) outs.push_back(map_[v]);
-    out_.SetOutputs(std::move(outs));
-    out_.mutable_input_updates() = g_.input_updates();
+    out_.SetOutputsFrom(g_, map_);
     return std::move(out_);
   }
 
@@ -249,13 +246,7 @@ class Rewriter {
   void Emit(const Unit& u) {
     const Node& n = g_.node(u.first);
     if (u.gid < 0) {
-      if (n.kind == NodeKind::kInput) {
-        map_[u.first] = out_.AddInput(n.type, n.name);
-        return;
-      }
-      Node copy = n;
-      for (ValueId& in : copy.inputs) in = map_[in];
-      map_[u.first] = out_.AddNode(std::move(copy));
+      map_[u.first] = out_.AddCopy(n, map_);
       return;
     }
     const std::vector<ValueId>& members = grp_.groups[u.gid];

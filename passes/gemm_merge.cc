@@ -60,15 +60,9 @@ absl::StatusOr<bool> GemmMerge::Run(Graph& graph, PassContext& ctx) {
   for (ValueId v = 0; v < graph.num_values(); ++v) {
     const Node& n = graph.node(v);
     if (map[v] != -1) continue;  // a merged linear, already replaced by its slice
-    if (n.kind == NodeKind::kInput) {
-      map[v] = out.AddInput(n.type, n.name);
-      continue;
-    }
     auto it = first_of.find(v);
     if (it == first_of.end()) {
-      Node copy = n;
-      for (ValueId& in : copy.inputs) in = map[in];
-      map[v] = out.AddNode(std::move(copy));
+      map[v] = out.AddCopy(n, map);
       continue;
     }
     std::vector<Tensor> weights;
@@ -91,10 +85,7 @@ absl::StatusOr<bool> GemmMerge::Run(Graph& graph, PassContext& ctx) {
     ctx.explain.push_back(absl::StrCat("merged ", it->second->size(), " linears on %", n.inputs[0],
                                        " into one GEMM"));
   }
-  std::vector<ValueId> outs;
-  for (ValueId v : graph.outputs()) outs.push_back(map[v]);
-  out.SetOutputs(std::move(outs));
-  out.mutable_input_updates() = graph.input_updates();
+  out.SetOutputsFrom(graph, map);
   graph = std::move(out);
   return true;
 }
