@@ -24,6 +24,22 @@ IndexPlan PlanGather(const OpDef& def, const Tensor& x, int64_t dim, const Tenso
 // A strided copy of `src` into `out` (same shape and dtype): cat's per-input copy.
 IndexPlan PlanCopy(const OpDef& def, const Tensor& src, const Tensor& out);
 
+// Cat's layout: calls fill(input, view) for each non-empty input with the view of `out` it fills
+// along dim `dim` (negative dims count from the end; empty inputs of out's rank take no room).
+template <typename F>
+void ForEachCatSlice(absl::Span<const Tensor> in, const Tensor& out, int64_t dim, F&& fill) {
+  const int64_t d = dim < 0 ? dim + out.dim() : dim;
+  int64_t start = 0;
+  for (const Tensor& t : in) {
+    if (t.numel() == 0) {
+      if (t.dim() == out.dim()) start += t.size(d);
+      continue;
+    }
+    fill(t, out.as_strided(t.shape(), out.strides(), out.offset() + start * out.stride(d)));
+    start += t.size(d);
+  }
+}
+
 // Throws kiln::Error (kOutOfRange) naming the op, the first index of `index` (a CPU tensor, in
 // row-major order) outside [0, bound), its position, `dim` and the operands; returns otherwise.
 void CheckIndices(const OpDef& def, const Tensor& index, int64_t bound, int64_t dim,

@@ -27,22 +27,13 @@ void Gather(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, co
 }
 
 void Cat(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
-  const int64_t d = a.dim < 0 ? a.dim + out.dim() : a.dim;
-  int64_t start = 0;
-  for (const Tensor& t : in) {
-    if (t.numel() == 0) {
-      if (t.dim() == out.dim()) start += t.size(d);
-      continue;
-    }
-    const Tensor slice =
-        out.as_strided(t.shape(), out.strides(), out.offset() + start * out.stride(d));
-    start += t.size(d);
+  gather::ForEachCatSlice(in, out, a.dim, [&](const Tensor& t, const Tensor& slice) {
     if (t.dtype() == out.dtype()) {
       gather::RunOnCpu(gather::PlanCopy(def, t, slice), slice.data_ptr(), t.data_ptr(), nullptr);
     } else {
       Copy(def, {t}, slice, a);  // a converting copy (through double)
     }
-  }
+  });
 }
 
 }  // namespace kiln::cpu

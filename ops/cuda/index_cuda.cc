@@ -136,26 +136,17 @@ void Gather(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, co
 }
 
 void Cat(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
-  const int64_t d = a.dim < 0 ? a.dim + out.dim() : a.dim;
-  int64_t start = 0;
-  for (const Tensor& t : in) {
-    if (t.numel() == 0) {
-      if (t.dim() == out.dim()) start += t.size(d);
-      continue;
-    }
-    const Tensor slice =
-        out.as_strided(t.shape(), out.strides(), out.offset() + start * out.stride(d));
-    start += t.size(d);
+  gather::ForEachCatSlice(in, out, a.dim, [&](const Tensor& t, const Tensor& slice) {
     if (t.dtype() != out.dtype()) {
       OpAttrs cast;
       cast.dtype = out.dtype();
       RunRegistryKernel(OpId::kCast, t, slice, cast);
-      continue;
+      return;
     }
     KILN_CUDA_CHECK(cuda_kernels::RunIndexPlan(gather::PlanCopy(def, t, slice), t.numel(),
                                                slice.data_ptr(), t.data_ptr(), nullptr, nullptr,
                                                cuda::CurrentStream()));
-  }
+  });
 }
 
 void ArgMax(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
