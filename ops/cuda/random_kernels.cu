@@ -5,21 +5,11 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "ops/cuda/float_convert.cuh"
 #include "ops/cuda/random_kernels.h"
 
 namespace kiln::cuda_kernels {
 namespace {
-
-template <typename T>
-__device__ __forceinline__ T FromFloat(float v) {
-  if constexpr (std::is_same_v<T, __half>) {
-    return __float2half_rn(v);
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16_rn(v);
-  } else {
-    return v;
-  }
-}
 
 template <typename T>
 __global__ void FillRandomKernel(T* out, int64_t n, philox::Key key, uint64_t base, bool normal) {

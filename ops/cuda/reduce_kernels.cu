@@ -17,7 +17,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "reduce_kernels.h"  // not "ops/cuda/...": this file also builds with plain nvcc -c
+#include "float_convert.cuh"  // not "ops/cuda/...": this file also builds with plain nvcc -c
+#include "reduce_kernels.h"
 
 namespace kiln::cuda_kernels {
 namespace {
@@ -32,20 +33,7 @@ constexpr int64_t kMaxBlocks = 1 << 20;  // grids stop here; kernels loop over t
 
 // ---- Element conversions and vectors ------------------------------------------------------
 
-__device__ __forceinline__ float ToFloat(float v) { return v; }
-__device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T>
-__device__ __forceinline__ T FromFloat(float v) {
-  if constexpr (std::is_same_v<T, __half>) {
-    return __float2half_rn(v);
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16_rn(v);
-  } else {
-    return v;
-  }
-}
+// ToFloat / FromFloat: ops/cuda/float_convert.cuh.
 
 // The accumulator value of an input element, and the output element of an accumulator.
 template <typename A, typename T>
