@@ -282,11 +282,10 @@ bool IsGemm(const Node& n) {
   return n.kind == NodeKind::kOp && (n.op == OpId::kMatmul || n.op == OpId::kLinear);
 }
 
-// Ops whose launches depend on the shapes (cuBLASLt's split-K memsets and reductions, attention's
-// split-key decode kernels, argmax over few long rows): counted by capturing one call.
+// Ops whose launches depend on the shapes (the registry says which): counted by capturing one
+// call.
 bool LaunchesVary(const Node& n) {
-  return IsGemm(n) || (n.kind == NodeKind::kOp &&
-                       (n.op == OpId::kScaledDotProductAttention || n.op == OpId::kArgMax));
+  return n.kind == NodeKind::kOp && GetOpDef(n.op).cuda_launches_vary;
 }
 
 }  // namespace

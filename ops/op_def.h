@@ -193,6 +193,10 @@ struct OpDef {
   std::string_view cuda_expr;        // elementwise only: CUDA expression over $0, $1, ... (floats)
   KernelFn cuda = nullptr;           // the CUDA kernel (nullptr: none)
   IntScalarFn int_scalar = nullptr;  // elementwise rows with an exact integer form
+  // The CUDA kernel's launches (kernels, memsets) depend on the shapes (cuBLASLt's split-K,
+  // attention's split-key decode, argmax over few long rows): a compiled plan counts them by
+  // capturing one call (codegen/launch_count.h) instead of counting one kernel.
+  bool cuda_launches_vary = false;
 
   bool is_elementwise() const {
     return kind == FusionKind::kElementwise || kind == FusionKind::kBroadcast;

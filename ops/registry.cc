@@ -137,6 +137,11 @@ constexpr OpDef Op(OpId id, const char* name, int min_in, int max_in, FusionKind
                    uint32_t attrs, InferFn infer, KernelFn cpu, KernelFn cuda) {
   return OpDef{id, name, min_in, max_in, kind, attrs, infer, cpu, nullptr, nullptr, {}, cuda};
 }
+// A row whose CUDA kernel launches a shape-dependent number of kernels (OpDef::cuda_launches_vary).
+constexpr OpDef VaryingLaunches(OpDef def) {
+  def.cuda_launches_vary = true;
+  return def;
+}
 constexpr OpDef View(OpId id, const char* name, uint32_t attrs, InferFn infer, ViewFn view) {
   return OpDef{id, name, 1, 1, kView, attrs, infer, nullptr, view};
 }
@@ -186,8 +191,8 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   Op(O::kLogSoftmax, "log_softmax", 1, 1, kRed, kAttrDim, infer::Softmax, cpu::LogSoftmax, cuda_ops::LogSoftmax),
   Op(O::kLayerNorm,  "layer_norm",  1, 3, kRed, kAttrEps, infer::LayerNorm, cpu::LayerNorm, cuda_ops::LayerNorm),
   Op(O::kRmsNorm,    "rms_norm",    1, 2, kRed, kAttrEps, infer::RmsNorm, cpu::RmsNorm, cuda_ops::RmsNorm),
-  Op(O::kMatmul, "matmul", 2, 2, kMm, kAttrTranspose, infer::Matmul, cpu::Matmul, cuda_ops::Matmul),
-  Op(O::kLinear, "linear", 2, 3, kMm, kAttrEpilogue,  infer::Linear, cpu::Linear, cuda_ops::Linear),
+  VaryingLaunches(Op(O::kMatmul, "matmul", 2, 2, kMm, kAttrTranspose, infer::Matmul, cpu::Matmul, cuda_ops::Matmul)),
+  VaryingLaunches(Op(O::kLinear, "linear", 2, 3, kMm, kAttrEpilogue,  infer::Linear, cpu::Linear, cuda_ops::Linear)),
   View(O::kTranspose, "transpose", kAttrDim | kAttrDim2, infer::Transpose, views::Transpose),
   View(O::kPermute,   "permute",   kAttrDims,            infer::Permute,   views::Permute),
   View(O::kReshape,   "reshape",   kAttrDims,            infer::Reshape,   views::Reshape),
@@ -202,8 +207,8 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
      strided::AsStrided, strided::AsStrided),
   Op(O::kAsStridedScatter, "as_strided_scatter", 2, 2, kOpq, kAttrDims | kAttrStrided,
      infer::AsStridedScatter, strided::AsStridedScatter, strided::AsStridedScatter),
-  Op(O::kScaledDotProductAttention, "scaled_dot_product_attention", 3, 4, kOpq, kAttrAttention,
-     attention::Infer, attention::CpuKernel, attention::CudaKernel),
+  VaryingLaunches(Op(O::kScaledDotProductAttention, "scaled_dot_product_attention", 3, 4, kOpq,
+                     kAttrAttention, attention::Infer, attention::CpuKernel, attention::CudaKernel)),
   // Typed rows: the expressions stay valid whatever the operands' compute type (float, double,
   // or long long where the renderer computes integers in integers): NaN propagates through
   // minimum/maximum/clamp, clamp's scalar takes the operand's type, pow is KILN_POW_EXPR.
@@ -241,7 +246,7 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   Op(O::kIndexSelect, "index_select", 2, 2, kOpq, kAttrDim, infer::IndexSelect, cpu::IndexSelect, cuda_ops::IndexSelect),
   Op(O::kGather, "gather", 2, 2, kOpq, kAttrDim, infer::Gather, cpu::Gather, cuda_ops::Gather),
   Op(O::kCat, "cat", 1, kMaxCatInputs, kOpq, kAttrDim, infer::Cat, cpu::Cat, cuda_ops::Cat),
-  Op(O::kArgMax, "argmax", 1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ArgMax, cpu::ArgMax, cuda_ops::ArgMax),
+  VaryingLaunches(Op(O::kArgMax, "argmax", 1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ArgMax, cpu::ArgMax, cuda_ops::ArgMax)),
   Op(O::kTopK, "topk", 1, 1, kOpq, kAttrDim | kAttrTopK, infer::TopK, cpu::TopK, cuda_ops::TopK),
 }};
 // clang-format on
