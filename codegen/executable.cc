@@ -278,10 +278,6 @@ Tensor Placeholder(const Node& n, const Tensor& layout) {
   return base.as_strided(layout.shape(), layout.strides(), layout.offset());
 }
 
-bool IsGemm(const Node& n) {
-  return n.kind == NodeKind::kOp && (n.op == OpId::kMatmul || n.op == OpId::kLinear);
-}
-
 // Ops whose launches depend on the shapes (the registry says which): counted by capturing one
 // call.
 bool LaunchesVary(const Node& n) {
