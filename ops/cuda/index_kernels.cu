@@ -108,6 +108,29 @@ __device__ __forceinline__ bool Before(K key, int64_t i, K other_key, int64_t ot
 
 // ---- argmax -------------------------------------------------------------------------------
 
+// The best (key, index) of row[begin, end) over the warp's lanes, each lane striding by `stride`
+// from begin + its thread's offset `first`: lane 0 ends with the warp's best (best_i = LLONG_MAX
+// when the warp saw nothing; every real index ranks above it on equal keys).
+template <typename T, typename K = KeyType_t<T>>
+__device__ void WarpBest(const T* row, int64_t first, int64_t end, int64_t stride, K* best_key,
+                         int64_t* best_index) {
+  K best = 0;
+  int64_t best_i = LLONG_MAX;
+  for (int64_t i = first; i < end; i += stride) {
+    const K key = KeyOf(row[i]);
+    if (best_i == LLONG_MAX || key > best) best = key, best_i = i;
+  }
+  for (int off = 16; off > 0; off /= 2) {
+    const K k2 = __shfl_down_sync(0xFFFFFFFFu, best, off);
+    const int64_t i2 = __shfl_down_sync(0xFFFFFFFFu, best_i, off);
+    if (i2 != LLONG_MAX && (best_i == LLONG_MAX || Before(k2, i2, best, best_i))) {
+      best = k2, best_i = i2;
+    }
+  }
+  *best_key = best;
+  *best_index = best_i;
+}
+
 template <typename T>
 __global__ void ArgMaxKernel(const T* x, int64_t* out, int64_t rows, int64_t n) {
   using K = KeyType_t<T>;
@@ -115,20 +138,9 @@ __global__ void ArgMaxKernel(const T* x, int64_t* out, int64_t rows, int64_t n) 
   __shared__ int64_t warp_idx[kThreads / 32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T* row = x + r * n;
-    K best = 0;
-    int64_t best_i = LLONG_MAX;  // none yet: every real index ranks above it on equal keys
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-      const K key = KeyOf(row[i]);
-      if (best_i == LLONG_MAX || key > best) best = key, best_i = i;
-    }
-    for (int off = 16; off > 0; off /= 2) {
-      const K k2 = __shfl_down_sync(0xFFFFFFFFu, best, off);
-      const int64_t i2 = __shfl_down_sync(0xFFFFFFFFu, best_i, off);
-      if (i2 != LLONG_MAX && (best_i == LLONG_MAX || Before(k2, i2, best, best_i))) {
-        best = k2, best_i = i2;
-      }
-    }
+    K best;
+    int64_t best_i;
+    WarpBest<T>(x + r * n, threadIdx.x, n, blockDim.x, &best, &best_i);
     if (lane == 0) warp_key[warp] = best, warp_idx[warp] = best_i;
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -157,20 +169,9 @@ template <typename T>
 __global__ void ArgMaxSplitKernel(const T* x, unsigned long long* packed, int64_t n) {
   const int64_t r = blockIdx.y, start = blockIdx.x * kSplitChunk;
   const int64_t end = min(start + kSplitChunk, n);
-  const T* row = x + r * n;
-  uint32_t best = 0;
-  int64_t best_i = LLONG_MAX;
-  for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) {
-    const uint32_t key = KeyOf(row[i]);
-    if (best_i == LLONG_MAX || key > best) best = key, best_i = i;
-  }
-  for (int off = 16; off > 0; off /= 2) {
-    const uint32_t k2 = __shfl_down_sync(0xFFFFFFFFu, best, off);
-    const int64_t i2 = __shfl_down_sync(0xFFFFFFFFu, best_i, off);
-    if (i2 != LLONG_MAX && (best_i == LLONG_MAX || Before(k2, i2, best, best_i))) {
-      best = k2, best_i = i2;
-    }
-  }
+  uint32_t best;
+  int64_t best_i;
+  WarpBest<T, uint32_t>(x + r * n, start + threadIdx.x, end, blockDim.x, &best, &best_i);
   if (threadIdx.x % 32 == 0 && best_i != LLONG_MAX) {
     atomicMax(&packed[r], (static_cast<unsigned long long>(best) << 32) |
                               static_cast<uint32_t>(~static_cast<uint32_t>(best_i)));
