@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "ops/cuda/index_cuda.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 #include "profiler/host.h"
@@ -58,6 +59,11 @@ absl::Status CudaGraphPlan::CaptureOnce(const std::vector<Tensor>& inputs) {
     static_inputs_.push_back(copy_in ? Tensor::Empty(t.type()) : t);
     if (copy_in) sources.push_back(contiguous(t));
   }
+  // The flag the captured index kernels raise on a bad index, read after each replay.
+  const ir::Graph& g = exe_.graph();
+  index_flag_ = Tensor::Empty({1}, DType::kInt32, g.node(g.outputs()[0]).type.device);
+  KILN_CUDA_CHECK(
+      cudaMemsetAsync(index_flag_.data_ptr(), 0, sizeof(unsigned), cuda::CurrentStream()));
   // The caller's stream only (a device-wide sync would interfere with other threads' captures).
   KILN_CUDA_CHECK(cudaStreamSynchronize(cuda::CurrentStream()));
   std::vector<Tensor> outs;
@@ -73,7 +79,9 @@ absl::Status CudaGraphPlan::CaptureOnce(const std::vector<Tensor>& inputs) {
                                         stream_.get()));
         bound_sources_.push_back(sources[i].data_ptr());
       }
+      cuda_ops::IndexCheckScope checks(index_flag_.data<unsigned>());
       outs = exe_.Run(static_inputs_);
+      checks_indices_ = checks.used();
     } catch (const Error& e) {
       AbandonCapture(stream_.get());
       return absl::Status(e.status().code(),
@@ -181,6 +189,9 @@ std::vector<Tensor> CudaGraphPlan::Run(const std::vector<Tensor>& inputs) {
   }
   KILN_CUDA_CHECK(cudaGraphLaunch(exec_, cuda::CurrentStream()));
   ++replays_;
+  if (checks_indices_) {  // one wait per replay, before the caller's inputs are written back
+    cuda_ops::ThrowIfIndexFlagged(index_flag_.data<unsigned>(), "compiled function (CUDA graph)");
+  }
   if (binding_ == Binding::kCopyIn) {  // the plan wrote the graph's copies of written inputs
     for (int i : exe_.graph().input_updates()) {
       DispatchOut(OpId::kContiguous, {static_inputs_[i]}, {}, inputs[i]);

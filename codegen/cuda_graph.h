@@ -84,6 +84,8 @@ class CudaGraphPlan {
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
   std::vector<Tensor> static_inputs_;
+  Tensor index_flag_;            // raised by captured index kernels on a bad index
+  bool checks_indices_ = false;  // the graph has such kernels: read the flag after each replay
   std::vector<cudaGraphNode_t> input_copies_;  // memcpy node per input
   std::vector<const void*> bound_sources_;     // what each memcpy node reads now
   std::vector<OutputTemplate> outputs_;

@@ -8,9 +8,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "codegen/launch_count.h"
+#include "ops/cuda/index_cuda.h"
 #include "ops/dispatch.h"
+#include "ops/gather.h"
 #include "ops/views.h"
 #include "profiler/host.h"
+#include "runtime/cuda.h"
 #include "runtime/status.h"
 
 namespace kiln::codegen {
@@ -88,6 +91,30 @@ void Executable::PlanLiveness() {
     const NodeKind k = graph_.node(v).kind;
     if (pinned_[v] || last[v] < 0 || k == NodeKind::kInput || k == NodeKind::kConstant) continue;
     steps_[last[v]].last_uses.push_back(v);
+  }
+  PlanInPlace(last);
+}
+
+// Steps that may update an input in place (see executable.h): an updates_self op whose first
+// operand is an input the function writes, that no later step reads (through views neither)
+// and that is not itself an output.
+void Executable::PlanInPlace(const std::vector<int>& last_read) {
+  const std::vector<int>& updates = graph_.input_updates();
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    Step& s = steps_[i];
+    const Node& n = graph_.node(s.value);
+    if (s.kind != Step::Kind::kOp || !GetOpDef(n.op).updates_self) continue;
+    const ValueId self = n.inputs[0];
+    const auto& inputs = graph_.inputs();
+    const auto input = std::find(inputs.begin(), inputs.end(), self);
+    if (input == inputs.end() || pinned_[self] || last_read[self] != static_cast<int>(i)) continue;
+    const int index = static_cast<int>(input - inputs.begin());
+    if (std::find(updates.begin(), updates.end(), index) == updates.end()) continue;
+    if (std::count(n.inputs.begin(), n.inputs.end(), self) > 1) continue;  // also read otherwise
+    s.in_place_input = index;
+    lowering_notes_.push_back(absl::StrCat("in place: ", GetOpDef(n.op).name, " %", s.value,
+                                           " updates input ", index,
+                                           " (not copied back after the call)"));
   }
 }
 
@@ -177,8 +204,72 @@ void Executable::RunFamily(const Step& s, absl::Span<const Tensor> args,
   }
 }
 
+namespace {
+
+// Whether inputs[i] shares no memory with another input (an in-place step may then write it).
+bool Exclusive(const std::vector<Tensor>& inputs, size_t i) {
+  for (size_t j = 0; j < inputs.size(); ++j) {
+    if (j != i && GetMemOverlap(inputs[i], inputs[j]) != MemOverlap::kNo) return false;
+  }
+  return true;
+}
+
+bool StreamCapturing() {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  KILN_CUDA_CHECK(cudaStreamIsCapturing(cuda::CurrentStream(), &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace
+
 std::vector<Tensor> Executable::Run(const std::vector<Tensor>& inputs) const {
   std::vector<Tensor> env(graph_.num_values());
+  // On CUDA, one deferred index check for the whole call (unless the caller owns one: a capture).
+  Tensor flag;
+  std::optional<cuda_ops::IndexCheckScope> checks;
+  if (on_cuda() && !cuda_ops::IndexCheckScope::Active() && !StreamCapturing()) {
+    flag = Tensor::Empty({1}, DType::kInt32, graph_.node(graph_.outputs()[0]).type.device);
+    KILN_CUDA_CHECK(cudaMemsetAsync(flag.data_ptr(), 0, sizeof(unsigned), cuda::CurrentStream()));
+    checks.emplace(flag.data<unsigned>());
+  }
+  RunSteps(inputs, env);
+  if (checks.has_value() && checks->used()) {
+    checks.reset();
+    cuda_ops::ThrowIfIndexFlagged(flag.data<unsigned>(), "compiled function");
+  }
+  WriteBackInputs(inputs, env);
+  const std::vector<int>& updates = graph_.input_updates();
+  const size_t user_outputs = graph_.outputs().size() - updates.size();
+  std::vector<Tensor> outs;
+  for (size_t k = 0; k < user_outputs; ++k) {
+    const Tensor& t = env[graph_.outputs()[k]];
+    if (!copy_output_[k]) {
+      outs.push_back(t);
+      continue;
+    }
+    Tensor copy = Tensor::Empty(t.type());
+    DispatchOut(OpId::kContiguous, {t}, {}, copy);
+    outs.push_back(std::move(copy));
+  }
+  return outs;
+}
+
+// Inputs the function wrote in place get their new values, last (every read of their old values
+// is enqueued before): inside a captured CUDA graph these copies are graph nodes too. An input a
+// step updated in place already holds its value.
+void Executable::WriteBackInputs(const std::vector<Tensor>& inputs,
+                                 const std::vector<Tensor>& env) const {
+  const std::vector<int>& updates = graph_.input_updates();
+  const size_t user_outputs = graph_.outputs().size() - updates.size();
+  for (size_t k = 0; k < updates.size(); ++k) {
+    const Tensor& value = env[graph_.outputs()[user_outputs + k]];
+    const Tensor& input = inputs[updates[k]];
+    if (gather::SameView(value, input)) continue;
+    DispatchOut(OpId::kContiguous, {value}, {}, input);
+  }
+}
+
+void Executable::RunSteps(const std::vector<Tensor>& inputs, std::vector<Tensor>& env) const {
   for (size_t i = 0; i < graph_.inputs().size(); ++i) env[graph_.inputs()[i]] = inputs[i];
   for (ValueId v = 0; v < graph_.num_values(); ++v) {
     if (graph_.node(v).kind == NodeKind::kConstant) env[v] = graph_.node(v).constant;
@@ -192,7 +283,11 @@ std::vector<Tensor> Executable::Run(const std::vector<Tensor>& inputs) const {
     for (ValueId in : n.inputs) args.push_back(env[in]);
     switch (s.kind) {
       case Step::Kind::kOp:
-        env[s.value] = Dispatch(n.op, args, n.attrs);
+        if (s.in_place_input >= 0 && Exclusive(inputs, s.in_place_input)) {
+          env[s.value] = DispatchInPlace(n.op, args, n.attrs);
+        } else {
+          env[s.value] = Dispatch(n.op, args, n.attrs);
+        }
         break;
       case Step::Kind::kView:
         env[s.value] = Dispatch(
@@ -206,26 +301,6 @@ std::vector<Tensor> Executable::Run(const std::vector<Tensor>& inputs) const {
     }
     for (ValueId dead : s.last_uses) env[dead] = Tensor();
   }
-  // Inputs the function wrote in place get their new values, last (every read of their old
-  // values is enqueued before): inside a captured CUDA graph these copies are graph nodes too.
-  const std::vector<int>& updates = graph_.input_updates();
-  const size_t user_outputs = graph_.outputs().size() - updates.size();
-  for (size_t k = 0; k < updates.size(); ++k) {
-    DispatchOut(OpId::kContiguous, {env[graph_.outputs()[user_outputs + k]]}, {},
-                inputs[updates[k]]);
-  }
-  std::vector<Tensor> outs;
-  for (size_t k = 0; k < user_outputs; ++k) {
-    const Tensor& t = env[graph_.outputs()[k]];
-    if (!copy_output_[k]) {
-      outs.push_back(t);
-      continue;
-    }
-    Tensor copy = Tensor::Empty(t.type());
-    DispatchOut(OpId::kContiguous, {t}, {}, copy);
-    outs.push_back(std::move(copy));
-  }
-  return outs;
 }
 
 bool Executable::on_cuda() const {
@@ -297,7 +372,9 @@ LaunchTally Executable::CountLaunches() const {
   LaunchTally t;
   for (const Step& s : steps_) {
     const Node& n = graph_.node(s.value);
-    if (s.kind == Step::Kind::kOp) ++t.kernels;
+    if (s.kind == Step::Kind::kOp) {  // an updates_self op out of place first copies self
+      t.kernels += GetOpDef(n.op).updates_self && s.in_place_input < 0 ? 2 : 1;
+    }
     if (s.kind == Step::Kind::kFamily) t.kernels += s.kernel->kernel_launches();
     if (s.kind == Step::Kind::kView && copies[s.value]) ++t.kernels;
     if (!LaunchesVary(n) || !n.type.device.is_cuda()) continue;

@@ -11,6 +11,15 @@
 // allocate outputs of the broadcast input shape, and the size attributes of views are evaluated
 // from the call's symbol values.
 //
+// In place: a node whose kernel can update its first operand (OpDef::updates_self: index_copy)
+// runs in place on a graph input that the function writes anyway (Graph::input_updates) when no
+// later step reads the input's old value; it is then not copied back. A decode step writing one
+// row of a KV cache moves that row, not the cache. At run time the input must not share memory
+// with another input, else the node runs out of place as traced.
+//
+// On CUDA a Run defers the index checks of gather and index_copy kernels to one wait at its end
+// (ops/cuda/index_cuda.h), before the inputs written in place are copied back.
+//
 // Run() is const and keeps no state between calls: one plan may run from several threads.
 #pragma once
 
@@ -33,6 +42,7 @@ struct Step {
   std::shared_ptr<const FusedKernel> kernel;  // kFamily
   std::vector<ir::ValueId> results;           // kFamily fusions: result node of output k + 1
   std::vector<ir::ValueId> last_uses;         // values dead after this step: released
+  int in_place_input = -1;  // kOp on an input it may update in place (see the header): its index
 };
 
 // What one Run launches, for inputs of contiguous strides at the traced sizes: kernels of fused
@@ -76,9 +86,12 @@ class Executable {
   absl::Status Prepare();
   absl::Status LowerFamilies();
   void PlanLiveness();
+  void PlanInPlace(const std::vector<int>& last_read);
   void PlanOutputCopies();
   void PlanMemory();
   void RunFamily(const Step& s, absl::Span<const Tensor> args, std::vector<Tensor>& env) const;
+  void RunSteps(const std::vector<Tensor>& inputs, std::vector<Tensor>& env) const;
+  void WriteBackInputs(const std::vector<Tensor>& inputs, const std::vector<Tensor>& env) const;
   const LaunchTally& Tally() const;
   LaunchTally CountLaunches() const;
 

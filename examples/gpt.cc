@@ -71,16 +71,15 @@ class GptBlock : public kiln::Module {
     return h + mlp_(ln_2_(h));
   }
 
-  // One token x [B, 1, dim]: its key and value blended into the caches at `onehot` [1, 1, ctx, 1],
-  // attention over the slots `visible` [1, 1, 1, ctx] (bool, true = attend).
-  Tensor Decode(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, const Tensor& onehot,
+  // One token x [B, 1, dim] at position `pos` (int64 [1]): its key and value written into row
+  // pos of the caches, attention over the slots `visible` [1, 1, 1, ctx] (bool, true = attend).
+  Tensor Decode(const Tensor& x, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
                 const Tensor& visible) {
     const auto [q, k, v] = attn_.Qkv(ln_1_(x));
-    const Tensor k_all = kiln::where(onehot, k, k_cache);
-    const Tensor v_all = kiln::where(onehot, v, v_cache);
-    kiln::copy_(k_cache, k_all);
-    kiln::copy_(v_cache, v_all);
-    const Tensor h = x + attn_.Out(kiln::scaled_dot_product_attention(q, k_all, v_all, visible));
+    kiln::index_copy_(k_cache, 2, pos, k);
+    kiln::index_copy_(v_cache, 2, pos, v);
+    const Tensor h =
+        x + attn_.Out(kiln::scaled_dot_product_attention(q, k_cache, v_cache, visible));
     return h + mlp_(ln_2_(h));
   }
 
@@ -198,12 +197,11 @@ std::vector<Tensor> Gpt::Decode(const std::vector<Tensor>& in) {
              " inputs {tokens, pos, ids, k_0, v_0, ...}, got ", in.size());
   const Tensor &tokens = in[0], &pos = in[1];
   const int64_t ctx = config_.ctx;
-  const Tensor onehot = kiln::reshape(kiln::eq(slots_, pos), {1, 1, ctx, 1});
   const Tensor visible = kiln::reshape(kiln::le(slots_, pos), {1, 1, 1, ctx});
   // [B, 1, dim] + [1, dim]
   Tensor x = wte_(tokens) + wpe_(pos);
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    x = blocks_[i]->Decode(x, in[3 + 2 * i], in[4 + 2 * i], onehot, visible);
+    x = blocks_[i]->Decode(x, in[3 + 2 * i], in[4 + 2 * i], pos, visible);
   }
   return {Finish(x, tokens, pos, in[2], pos + one_)};
 }

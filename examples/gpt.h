@@ -13,15 +13,14 @@
 // The KV cache (design): one fixed-capacity cache per layer, k and v [B, H, ctx, Dh]. A decode
 // step has the same shapes at every position, so it compiles once and replays one CUDA graph.
 // The position is a tensor input (int64 [1]), not an attribute: inside the step
-//   onehot  = arange(ctx) == pos           the slot of this token
+//   index_copy_(k_cache, 2, pos, k_new)    the token's key into row pos (value likewise)
 //   visible = arange(ctx) <= pos           the keys it may attend to (SDPA's bool mask)
-//   k_all   = where(onehot, k_new, k_cache);  copy_(k_cache, k_all)
 // and the step also writes its own next inputs in place (tokens = argmax of the logits, pos + 1,
-// the id into the `ids` record [B, ctx]), so the host loop only calls the step. The price: the
-// blend rewrites every cache each step (and compiled functions copy written inputs back after
-// the plan), 2 x the cache bytes of traffic per layer per token, and attention reads all ctx
-// slots (masked) instead of pos + 1. A slice write copy_(slice(k_cache, 2, pos, pos + 1), k_new)
-// would write only the new row but makes pos an attribute: one trace, plan and graph per position.
+// the id into the `ids` record [B, ctx]), so the host loop only calls the step. Compiled, the
+// index_copy_ runs in place on the caller's cache (codegen/executable.h): one row moves per
+// layer per token. The price of a fixed shape: attention reads all ctx slots (masked) instead of
+// pos + 1. A slice write copy_(slice(k_cache, 2, pos, pos + 1), k_new) would make pos an
+// attribute: one trace, plan and graph per position.
 #pragma once
 
 #include <cstdint>

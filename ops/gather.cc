@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ops/cpu/loops.h"
+#include "ops/dispatch.h"
 #include "runtime/status.h"
 
 namespace kiln::gather {
@@ -78,10 +79,38 @@ IndexPlan PlanGather(const OpDef& def, const Tensor& x, int64_t dim, const Tenso
   return p;
 }
 
+IndexPlan PlanIndexCopy(const OpDef& def, const Tensor& out, int64_t dim, const Tensor& index,
+                        const Tensor& source) {
+  IndexPlan p = Base(def, source, out.element_size());  // iterates over the source
+  SetIndex(p, index);
+  p.scatter = true;
+  const int64_t d = Wrap(dim, out.dim());
+  for (int i = 0; i < p.rank; ++i) {
+    p.src_strides[i] = source.stride(i);
+    p.out_strides[i] = i == d ? 0 : out.stride(i);
+  }
+  p.idx_strides[d] = index.dim() == 1 ? index.stride(0) : 0;
+  p.select_stride = out.stride(d);
+  p.bound = out.size(d);
+  return p;
+}
+
 IndexPlan PlanCopy(const OpDef& def, const Tensor& src, const Tensor& out) {
   IndexPlan p = Base(def, out, out.element_size());
   for (int i = 0; i < p.rank; ++i) p.src_strides[i] = src.size(i) == 1 ? 0 : src.stride(i);
   return p;
+}
+
+bool SameView(const Tensor& a, const Tensor& b) {
+  return a.storage() == b.storage() && a.offset() == b.offset() && a.shape() == b.shape() &&
+         a.strides() == b.strides();
+}
+
+Tensor Unaliased(const Tensor& t, const Tensor& out) {
+  if (GetMemOverlap(out, t) == MemOverlap::kNo) return t;
+  Tensor copy = Tensor::Empty(t.type());
+  DispatchOut(OpId::kContiguous, {t}, {}, copy);
+  return copy;
 }
 
 void CheckIndices(const OpDef& def, const Tensor& index, int64_t bound, int64_t dim,
@@ -118,13 +147,13 @@ void RunOnCpu(const IndexPlan& p, void* out, const void* src, const void* index)
   const char* from = static_cast<const char*>(src);
   const int64_t size = p.elem_size;
   cpu::ForEachElement(shape, strides, [&](const int64_t* off) {
-    int64_t s = off[1];
+    int64_t o = off[0], s = off[1];
     if (p.has_index) {
       const int64_t v = p.index_is_int64 ? static_cast<const int64_t*>(index)[off[2]]
                                          : static_cast<const int32_t*>(index)[off[2]];
-      s += v * p.select_stride;
+      (p.scatter ? o : s) += v * p.select_stride;
     }
-    std::memcpy(dst + off[0] * size, from + s * size, static_cast<size_t>(size));
+    std::memcpy(dst + o * size, from + s * size, static_cast<size_t>(size));
   });
 }
 

@@ -21,6 +21,10 @@ IndexPlan PlanIndexSelect(const OpDef& def, const Tensor& x, int64_t dim, const 
                           const Tensor& out);
 IndexPlan PlanGather(const OpDef& def, const Tensor& x, int64_t dim, const Tensor& index,
                      const Tensor& out);
+// index_copy's scatter of `source` into `out` (self's type): out.select(dim, index[i]) =
+// source.select(dim, i).
+IndexPlan PlanIndexCopy(const OpDef& def, const Tensor& out, int64_t dim, const Tensor& index,
+                        const Tensor& source);
 // A strided copy of `src` into `out` (same shape and dtype): cat's per-input copy.
 IndexPlan PlanCopy(const OpDef& def, const Tensor& src, const Tensor& out);
 
@@ -40,13 +44,19 @@ void ForEachCatSlice(absl::Span<const Tensor> in, const Tensor& out, int64_t dim
   }
 }
 
+// True when a and b are the same elements (storage, offset, shape and strides): an in-place call.
+bool SameView(const Tensor& a, const Tensor& b);
+// `t`, or a contiguous copy of it when it shares memory with `out` (a scatter must not read what
+// it writes).
+Tensor Unaliased(const Tensor& t, const Tensor& out);
+
 // Throws kiln::Error (kOutOfRange) naming the op, the first index of `index` (a CPU tensor, in
 // row-major order) outside [0, bound), its position, `dim` and the operands; returns otherwise.
 void CheckIndices(const OpDef& def, const Tensor& index, int64_t bound, int64_t dim,
                   absl::Span<const Tensor> operands);
 
-// out[o] = src[...] for every output element (a bitwise copy of elem_size bytes). The caller has
-// checked the indices.
+// out[o] = src[...] for every output element, or for a scatter out[...] = src[o] for every source
+// element (a bitwise copy of elem_size bytes). The caller has checked the indices.
 void RunOnCpu(const IndexPlan& plan, void* out, const void* src, const void* index);
 
 }  // namespace kiln::gather

@@ -30,6 +30,19 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   return Dispatch(OpId::kGather, {x, index}, a);
 }
 
+Tensor index_copy(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source) {
+  OpAttrs a;
+  a.dim = dim;
+  return Dispatch(OpId::kIndexCopy, {self, index, source}, a);
+}
+
+const Tensor& index_copy_(const Tensor& self, int64_t dim, const Tensor& index,
+                          const Tensor& source) {
+  OpAttrs a;
+  a.dim = dim;
+  return DispatchInPlace(OpId::kIndexCopy, {self, index, source}, a);
+}
+
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   OpAttrs a;
   a.dim = dim;

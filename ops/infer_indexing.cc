@@ -67,6 +67,37 @@ Result Gather(Types in, const OpAttrs& a) {
   return TensorType{index.shape, x.dtype, x.device};
 }
 
+Result IndexCopy(Types in, const OpAttrs& a) {
+  const TensorType &self = in[0], &index = in[1], &source = in[2];
+  KILN_RETURN_IF_ERROR(RequireIndexType(index, "index"));
+  if (index.rank() > 1) {
+    return Invalid(absl::StrCat("index must be 1-D (or 0-d), got ", ShapeString(index.shape)));
+  }
+  if (self.rank() == 0) return Invalid("cannot index_copy into a 0-d tensor");
+  KILN_ASSIGN_OR_RETURN(int64_t d, WrapDim(a.dim, self.rank()));
+  if (source.dtype != self.dtype) {
+    return Invalid(absl::StrCat("source's dtype ", DTypeName(source.dtype), " must equal self's ",
+                                DTypeName(self.dtype)));
+  }
+  if (source.rank() != self.rank()) {
+    return Invalid(absl::StrCat("source ", ShapeString(source.shape),
+                                " must have as many dims as self ", ShapeString(self.shape)));
+  }
+  for (int64_t i = 0; i < self.rank(); ++i) {
+    if (i == d && source.shape[i] != index.numel()) {
+      return Invalid(absl::StrCat("source ", ShapeString(source.shape), " has ", source.shape[i],
+                                  " slices along dim ", d, " but index has ", index.numel(),
+                                  " entries"));
+    }
+    if (i != d && source.shape[i] != self.shape[i]) {
+      return Invalid(absl::StrCat("source ", ShapeString(source.shape), " must match self ",
+                                  ShapeString(self.shape), " in every dim but ", d, " (dim ", i,
+                                  " differs)"));
+    }
+  }
+  return self;
+}
+
 namespace {
 
 // torch's legacy rule: a 1-D empty tensor joins any cat (it is skipped).

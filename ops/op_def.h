@@ -99,8 +99,9 @@ enum class OpId : uint16_t {
   kGather,
   kCat,
   kArgMax,
-  kTopK,   // the indices of the k largest (or smallest); values are a gather of them
-  kNumOps  // must stay last
+  kTopK,       // the indices of the k largest (or smallest); values are a gather of them
+  kIndexCopy,  // index_copy(self, index, source){dim}: self with rows index[i] = source row i
+  kNumOps      // must stay last
 };
 inline constexpr int kNumOps = static_cast<int>(OpId::kNumOps);
 inline constexpr int kMaxCatInputs = 1024;  // cat's arity limit
@@ -197,6 +198,11 @@ struct OpDef {
   // attention's split-key decode, argmax over few long rows): a compiled plan counts them by
   // capturing one call (codegen/launch_count.h) instead of counting one kernel.
   bool cuda_launches_vary = false;
+  // Given out == inputs[0] (an in-place call), the kernel writes only what changes (index_copy_
+  // writes its rows) instead of all of self: a compiled plan runs such a node in place on an
+  // input the function writes anyway (codegen/executable.h), and out of place its CUDA kernel
+  // launches once more (the copy of self into out).
+  bool updates_self = false;
 
   bool is_elementwise() const {
     return kind == FusionKind::kElementwise || kind == FusionKind::kBroadcast;

@@ -198,6 +198,13 @@ Tensor operator>=(const Tensor& a, double b);
 Tensor embedding(const Tensor& indices, const Tensor& weight);           // weight [V, D] -> [*, D]
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);  // index 1-D
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);  // out[i][j] = x[index[i][j]][j]
+// torch.index_copy: self with self.select(dim, index[i]) = source.select(dim, i); source has
+// self's shape but index.numel() slices along dim, and self's dtype. Repeated indices: one of
+// the writes wins (which one is unspecified on CUDA, as in torch). index_copy_ writes self in
+// place (on CUDA only the indexed slices move, after the indices are checked).
+Tensor index_copy(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source);
+const Tensor& index_copy_(const Tensor& self, int64_t dim, const Tensor& index,
+                          const Tensor& source);
 
 // Joining copies (types promote); splitting returns views (slices of x), like torch.
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);

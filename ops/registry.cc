@@ -142,6 +142,11 @@ constexpr OpDef VaryingLaunches(OpDef def) {
   def.cuda_launches_vary = true;
   return def;
 }
+// A row whose kernel updates self in place without copying it (OpDef::updates_self).
+constexpr OpDef UpdatesSelf(OpDef def) {
+  def.updates_self = true;
+  return def;
+}
 constexpr OpDef View(OpId id, const char* name, uint32_t attrs, InferFn infer, ViewFn view) {
   return OpDef{id, name, 1, 1, kView, attrs, infer, nullptr, view};
 }
@@ -248,6 +253,7 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   Op(O::kCat, "cat", 1, kMaxCatInputs, kOpq, kAttrDim, infer::Cat, cpu::Cat, cuda_ops::Cat),
   VaryingLaunches(Op(O::kArgMax, "argmax", 1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ArgMax, cpu::ArgMax, cuda_ops::ArgMax)),
   Op(O::kTopK, "topk", 1, 1, kOpq, kAttrDim | kAttrTopK, infer::TopK, cpu::TopK, cuda_ops::TopK),
+  UpdatesSelf(Op(O::kIndexCopy, "index_copy", 3, 3, kOpq, kAttrDim, infer::IndexCopy, cpu::IndexCopy, cuda_ops::IndexCopy)),
 }};
 // clang-format on
 

@@ -238,6 +238,32 @@ const std::vector<BadCase>& Cases() {
        },
        {"gather:", "index 7", "position [1, 0]", "size 3"},
        absl::StatusCode::kOutOfRange},
+      {"index_copy_out_of_range",
+       [] {
+         index_copy_(F({4, 3}), 0, from_vector({0, 4}, {2}, DType::kInt64), F({2, 3}));
+       },
+       {"index_copy:", "index 4", "dim 0", "size 4"},
+       absl::StatusCode::kOutOfRange},
+      {"index_copy_dtype",
+       [] {
+         index_copy(F({4, 3}), 0, F({1}, DType::kInt64), F({1, 3}, DType::kFloat16));
+       },
+       {"index_copy:", "float16", "self's float32"}},
+      {"index_copy_rows",
+       [] {
+         index_copy(F({4, 3}), 0, F({2}, DType::kInt64), F({3, 3}));
+       },
+       {"index_copy:", "[3, 3]", "3 slices along dim 0", "2 entries"}},
+      {"index_copy_other_dims",
+       [] {
+         index_copy(F({4, 3}), 1, F({1}, DType::kInt64), F({2, 1}));
+       },
+       {"index_copy:", "[2, 1]", "must match self [4, 3]", "dim 0"}},
+      {"index_copy_float_index",
+       [] {
+         index_copy(F({4, 3}), 0, F({1}), F({1, 3}));
+       },
+       {"index_copy:", "index must be int64 or int32", "float32"}},
       {"cat_shapes",
        [] {
          cat({F({2, 3}), F({2, 4})}, 0);

@@ -125,6 +125,67 @@ TEST(CompileSemantics, InputMutationReachesTheCallerOnCuda) {
   InputMutation(CUDA(0));
 }
 
+// A KV-cache write: index_copy_ of a row into an input at a position given as a tensor. The plan
+// runs it in place on the caller's cache (no copy back); where the cache's old value is read
+// later, or the cache shares memory with another input, it must still match eager.
+void IndexCopyIntoInputs(Device device) {
+  Generator gen(5);
+  const Tensor cache = to(randn({2, 3, 8, 4}, gen), device),
+               row = to(randn({2, 3, 1, 4}, gen), device);
+  const Tensor pos = to(from_vector({5}, {1}, DType::kInt64), device);
+  const Fn write_then_read = [](const std::vector<Tensor>& in) {
+    index_copy_(in[0], 2, in[2], in[1] * 2.0);
+    return std::vector<Tensor>{sum(in[0], {2}) + 1.0};
+  };
+  const Fn old_value_read_after = [](const std::vector<Tensor>& in) {
+    const Tensor before = in[0] * 1.0;  // not fused past the write: read by a later step
+    index_copy_(in[0], 2, in[2], in[1]);
+    return std::vector<Tensor>{sum(in[0], {2}) - sum(before, {2}) + sum(exp(before), {2})};
+  };
+  const Fn out_of_place = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{index_copy(in[0], 2, in[2], in[1]) + in[0]};
+  };
+  for (const CompileOptions& o : Modes(device)) {
+    ExpectSameAsEager(write_then_read, {cache, row, pos}, o, "index_copy_ into an input");
+    ExpectSameAsEager(old_value_read_after, {cache, row, pos}, o, "old value read after");
+    ExpectSameAsEager(out_of_place, {cache, row, pos}, o, "index_copy out of place");
+  }
+  // The plan says which writes run in place: not the one whose old value is read afterwards.
+  auto in_place_lines = [&](const Fn& fn) {
+    CompiledFn f = compile(fn, {clone(cache), clone(row), clone(pos)});
+    int lines = 0;
+    for (const std::string& line : f.report({cache, row, pos}).explain) {
+      lines += line.rfind("in place: index_copy", 0) == 0;
+    }
+    return lines;
+  };
+  EXPECT_EQ(in_place_lines(write_then_read), 1);
+  EXPECT_EQ(in_place_lines(old_value_read_after), 0);
+  EXPECT_EQ(in_place_lines(out_of_place), 0);
+  // The same tensor passed as the cache and as the row source's base: out of place, as traced.
+  const Fn aliased = [](const std::vector<Tensor>& in) {
+    index_copy_(in[0], 2, in[2], in[1] + 1.0);
+    return std::vector<Tensor>{in[1] * 1.0};
+  };
+  for (const CompileOptions& o : Modes(device)) {
+    Tensor c = clone(cache);
+    const Tensor eager_c = clone(cache);
+    const std::vector<Tensor> want = aliased({eager_c, slice(eager_c, 2, 0, 1), pos});
+    CompiledFn g = compile(aliased, {clone(cache), clone(row), clone(pos)}, o);
+    // Called with the row a view of the cache: the write must not run in place over memory the
+    // plan reads again (the output reads row 0, the write goes to row 5).
+    const std::vector<Tensor> got = g({c, slice(c, 2, 0, 1), pos});
+    ExpectEqualTensors(got[0], want[0], "aliased: output");
+    ExpectEqualTensors(c, eager_c, "aliased: cache");
+  }
+}
+
+TEST(CompileSemantics, IndexCopyIntoInputsOnCpu) { IndexCopyIntoInputs(kCPU); }
+TEST(CompileSemantics, IndexCopyIntoInputsOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  IndexCopyIntoInputs(CUDA(0));
+}
+
 // Issue #13 item 11: weights changed after compiling are seen, frozen or not.
 void WeightsChangedAfterCompile(Device device) {
   for (const bool freeze : {false, true}) {

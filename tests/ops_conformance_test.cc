@@ -27,8 +27,9 @@ using RefIn = const std::vector<RefTensor>&;
 using KilnIn = const std::vector<Tensor>&;
 
 // kInts: small integers (ties for comparisons and selection) in any dtype; kExponent: [0, 3)
-// (integers 0..2 for integer dtypes); kIndex: integers in [0, bound) of the spec's own dtype.
-enum class Gen { kNormal, kPositive, kMask, kInts, kExponent, kIndex };
+// (integers 0..2 for integer dtypes); kIndex: integers in [0, bound) of the spec's own dtype;
+// kDistinct: distinct ones (a random arrangement of part of 0..bound-1).
+enum class Gen { kNormal, kPositive, kMask, kInts, kExponent, kIndex, kDistinct };
 struct InputSpec {
   std::vector<int64_t> shape;
   Gen gen = Gen::kNormal;
@@ -649,6 +650,14 @@ Tensor MakeInput(const InputSpec& s, DType dtype, Device device, Generator& gen)
     std::vector<double> bits(n);
     for (double& b : bits) b = gen.Uniform() < 0.5;
     t = from_vector(bits, shape, DType::kBool);
+  } else if (s.gen == Gen::kDistinct) {
+    std::vector<double> pool(s.bound);
+    for (int64_t i = 0; i < s.bound; ++i) pool[i] = static_cast<double>(i);
+    for (int64_t i = s.bound - 1; i > 0; --i) {
+      std::swap(pool[i], pool[static_cast<int64_t>(gen.Uniform() * (i + 1)) % (i + 1)]);
+    }
+    pool.resize(n);
+    t = from_vector(pool, shape, dtype);
   } else if (s.gen == Gen::kInts || s.gen == Gen::kExponent || s.gen == Gen::kIndex) {
     std::vector<double> v(n);
     for (double& x : v) {

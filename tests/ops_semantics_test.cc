@@ -215,6 +215,86 @@ TEST(OpsSemanticsCuda, OutOfRangeIndicesAreErrors) {
   EXPECT_EQ(Vals(good), (std::vector<double>{16, 17, 18, 19, 0, 1, 2, 3}));
 }
 
+// index_copy_: the rows land where the index says (any dim, strided source, int32 index), a bad
+// index is an error naming it and leaves self as it was, and a source that is a view of self is
+// read before it is overwritten.
+void IndexCopyInPlace(Device device) {
+  const Tensor base = to(reshape(arange(24, DType::kFloat32), {2, 3, 4}), device);
+  Tensor x = clone(base);
+  const Tensor src = to(reshape(arange(6, DType::kFloat32), {3, 2}) * -1.0, device);
+  index_copy_(x, 2, to(from_vector({3, 0}, {2}, DType::kInt32), device),
+              expand(unsqueeze(src, 0), {2, 3, 2}));
+  std::vector<double> want = Vals(base);
+  for (int64_t b = 0; b < 2; ++b) {
+    for (int64_t r = 0; r < 3; ++r) {
+      want[b * 12 + r * 4 + 3] = -(r * 2.0);
+      want[b * 12 + r * 4 + 0] = -(r * 2.0 + 1);
+    }
+  }
+  EXPECT_EQ(Vals(x), want);
+  const std::vector<double> before = Vals(x);
+  try {
+    index_copy_(x, 1, to(from_vector({1, 3}, {2}, DType::kInt64), device),
+                to(zeros({2, 2, 4}), device));
+    FAIL() << "no error for index 3 of a dim of size 3";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), absl::StatusCode::kOutOfRange);
+    EXPECT_NE(std::string(e.what()).find("index_copy: index 3 is out of range for dim 1"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(Vals(x), before) << "a failed index_copy_ changed self";
+  // Source = a view of self: rows 0 and 1 swap.
+  Tensor y = clone(base);
+  index_copy_(y, 1, to(from_vector({1, 0}, {2}, DType::kInt64), device), slice(y, 1, 0, 2));
+  EXPECT_EQ(Vals(slice(y, 1, 0, 1)), Vals(slice(base, 1, 1, 2)));
+  EXPECT_EQ(Vals(slice(y, 1, 1, 2)), Vals(slice(base, 1, 0, 1)));
+  // Out of place leaves self alone.
+  const Tensor z = index_copy(base, 0, to(from_vector({1}, {}, DType::kInt64), device),
+                              to(zeros({1, 3, 4}), device));
+  EXPECT_EQ(Vals(slice(z, 0, 1, 2)), std::vector<double>(12, 0.0));
+  EXPECT_EQ(Vals(base), Vals(reshape(arange(24, DType::kFloat32), {2, 3, 4})));
+}
+TEST(OpsSemantics, IndexCopyInPlaceOnCpu) { IndexCopyInPlace(kCPU); }
+TEST(OpsSemanticsCuda, IndexCopyInPlace) {
+  KILN_SKIP_WITHOUT_GPU();
+  IndexCopyInPlace(CUDA(0));
+}
+
+// A compiled function (and its CUDA-graph replays) reports an index out of range as an error
+// after the call, once per call, instead of returning rows of zeros.
+TEST(OpsSemanticsCuda, CompiledIndexErrorsAreReported) {
+  KILN_SKIP_WITHOUT_GPU();
+  const Tensor w = to(reshape(arange(20, DType::kFloat32), {5, 4}), CUDA(0));
+  const auto fn = [w](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{embedding(in[0], w) * 2.0};
+  };
+  for (const bool graphs : {false, true}) {
+    CompileOptions o;
+    o.mode = CompileOptions::Mode::kCompiled;
+    o.cuda_graphs = graphs;
+    Tensor ids = to(from_vector({1, 4}, {2}, DType::kInt64), CUDA(0));
+    CompiledFn f = compile(fn, {ids}, o);
+    for (int call = 0; call < 3; ++call) {  // run, capture, replay
+      ids = to(from_vector({1, 4}, {2}, DType::kInt64), CUDA(0));
+      EXPECT_EQ(Vals(f({ids})[0]), (std::vector<double>{8, 10, 12, 14, 32, 34, 36, 38}));
+    }
+    Tensor bad = to(from_vector({1, 9}, {2}, DType::kInt64), CUDA(0));
+    for (int call = 0; call < 3; ++call) {
+      copy_(ids, bad);  // same address: the graph replays
+      try {
+        f({ids});
+        FAIL() << "graphs=" << graphs << " call " << call << ": no error for index 9";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), absl::StatusCode::kOutOfRange) << e.what();
+      }
+    }
+    copy_(ids, to(from_vector({0, 2}, {2}, DType::kInt64), CUDA(0)));
+    EXPECT_EQ(Vals(f({ids})[0]), (std::vector<double>{0, 2, 4, 6, 16, 18, 20, 22}))
+        << "graphs=" << graphs << ": the flag was not cleared";
+  }
+}
+
 // Comparisons, clamp, pow, minimum and where fuse into elementwise kernels, equal to eager.
 void ElementwiseRowsFuse(Device device) {
   const auto fn = [](const std::vector<Tensor>& in) {

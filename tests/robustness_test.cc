@@ -415,6 +415,7 @@ TEST(Meta, EveryRegistryRowRunsAsShapeInference) {
     if (def.id == OpId::kEmbedding) in[0] = index;
     if (def.id == OpId::kIndexSelect) in[1] = empty({2}, DType::kInt64, kMeta);
     if (def.id == OpId::kGather) in[1] = index;
+    if (def.id == OpId::kIndexCopy) in[1] = empty({3}, DType::kInt64, kMeta);  // all of dim 0
     Tensor out;
     try {
       out = Dispatch(def.id, in, a);

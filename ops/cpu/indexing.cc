@@ -26,6 +26,19 @@ void Gather(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, co
   gather::RunOnCpu(plan, out.data_ptr(), in[0].data_ptr(), in[1].data_ptr());
 }
 
+void IndexCopy(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
+  const Tensor& self = in[0];
+  const Tensor index = gather::Unaliased(in[1], out), source = gather::Unaliased(in[2], out);
+  const int64_t d = a.dim < 0 ? a.dim + self.dim() : a.dim;
+  gather::CheckIndices(def, index, self.size(d), d, in);
+  if (!gather::SameView(out, self)) {
+    gather::RunOnCpu(gather::PlanCopy(def, self, out), out.data_ptr(), self.data_ptr(), nullptr);
+  }
+  if (source.numel() == 0) return;
+  gather::RunOnCpu(gather::PlanIndexCopy(def, out, d, index, source), out.data_ptr(),
+                   source.data_ptr(), index.data_ptr());
+}
+
 void Cat(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
   gather::ForEachCatSlice(in, out, a.dim, [&](const Tensor& t, const Tensor& slice) {
     if (t.dtype() == out.dtype()) {

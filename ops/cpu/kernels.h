@@ -32,6 +32,8 @@ void Embedding(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
 void IndexSelect(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
                  const OpAttrs& a);
 void Gather(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+// self, index, source: out = self (skipped when out is self) with source's rows at index.
+void IndexCopy(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 void Cat(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 // Selection (select.cc): NaN is the largest value, ties go to the lowest index.
 void ArgMax(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);

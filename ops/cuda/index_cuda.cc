@@ -38,6 +38,11 @@ Tensor ToHost(const Tensor& t) {
   return host;
 }
 
+thread_local IndexCheckScope* t_index_scope = nullptr;
+
+// The innermost scope's flag, or nullptr outside any scope.
+unsigned* DeferredFlag() { return t_index_scope != nullptr ? t_index_scope->Take() : nullptr; }
+
 bool Capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   KILN_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
@@ -48,9 +53,9 @@ bool Capturing(cudaStream_t stream) {
 void RunChecked(const OpDef& def, const IndexPlan& plan, const Tensor& out, const Tensor& src,
                 const Tensor& index, int64_t dim, absl::Span<const Tensor> operands) {
   const cudaStream_t stream = cuda::CurrentStream();
-  if (Capturing(stream)) {
+  if (unsigned* deferred = DeferredFlag(); deferred != nullptr || Capturing(stream)) {
     KILN_CUDA_CHECK(cuda_kernels::RunIndexPlan(plan, out.numel(), out.data_ptr(), src.data_ptr(),
-                                               index.data_ptr(), nullptr, stream));
+                                               index.data_ptr(), deferred, stream));
     return;
   }
   const Tensor flag = Tensor::Empty({1}, DType::kInt32, out.device());
@@ -135,6 +140,38 @@ void Gather(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, co
   RunChecked(def, plan, out, in[0], in[1], a.dim, in);
 }
 
+void IndexCopy(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
+  const Tensor& self = in[0];
+  const Tensor index = gather::Unaliased(in[1], out), source = gather::Unaliased(in[2], out);
+  const int64_t d = a.dim < 0 ? a.dim + self.dim() : a.dim;
+  const cudaStream_t stream = cuda::CurrentStream();
+  if (!gather::SameView(out, self) && out.numel() > 0) {
+    KILN_CUDA_CHECK(cuda_kernels::RunIndexPlan(gather::PlanCopy(def, self, out), out.numel(),
+                                               out.data_ptr(), self.data_ptr(), nullptr, nullptr,
+                                               stream));
+  }
+  if (source.numel() == 0) return;
+  const IndexPlan plan = gather::PlanIndexCopy(def, out, d, index, source);
+  unsigned* flag = DeferredFlag();
+  if (flag == nullptr && !Capturing(stream)) {  // check every index before writing any
+    const Tensor bad = Tensor::Empty({1}, DType::kInt32, out.device());
+    KILN_CUDA_CHECK(cudaMemsetAsync(bad.data_ptr(), 0, sizeof(unsigned), stream));
+    KILN_CUDA_CHECK(cuda_kernels::CheckIndexRange(
+        index.data_ptr(), index.numel(), index.dim() == 1 ? index.stride(0) : 0,
+        index.dtype() == DType::kInt64, plan.bound, bad.data<unsigned>(), stream));
+    unsigned seen = 0;
+    cuda::Copy(&seen, kCPU, bad.data_ptr(), bad.device(), sizeof(seen));  // waits for the stream
+    if (seen != 0) {
+      gather::CheckIndices(def, ToHost(index), plan.bound, d, in);
+      throw Error(absl::InternalError(absl::StrCat(
+          def.name,
+          ": the CUDA check flagged an out-of-range index that the host check did not find")));
+    }
+  }
+  KILN_CUDA_CHECK(cuda_kernels::RunIndexPlan(plan, source.numel(), out.data_ptr(),
+                                             source.data_ptr(), index.data_ptr(), flag, stream));
+}
+
 void Cat(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
   gather::ForEachCatSlice(in, out, a.dim, [&](const Tensor& t, const Tensor& slice) {
     if (t.dtype() != out.dtype()) {
@@ -189,6 +226,30 @@ void TopK(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, cons
     KILN_CUDA_CHECK(cuda_kernels::TopKRows(src.data_ptr(), dst.data<int64_t>(), rows, n, a.k,
                                            a.largest, t, cuda::CurrentStream()));
   });
+}
+
+IndexCheckScope::IndexCheckScope(unsigned* device_flag)
+    : flag_(device_flag), outer_(t_index_scope) {
+  t_index_scope = this;
+}
+
+IndexCheckScope::~IndexCheckScope() { t_index_scope = outer_; }
+
+bool IndexCheckScope::Active() { return t_index_scope != nullptr; }
+
+void ThrowIfIndexFlagged(unsigned* device_flag, const std::string& what) {
+  const cudaStream_t stream = cuda::CurrentStream();
+  unsigned seen = 0;
+  KILN_CUDA_CHECK(
+      cudaMemcpyAsync(&seen, device_flag, sizeof(seen), cudaMemcpyDeviceToHost, stream));
+  KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (seen == 0) return;
+  KILN_CUDA_CHECK(cudaMemsetAsync(device_flag, 0, sizeof(unsigned), stream));
+  throw Error(absl::OutOfRangeError(absl::StrCat(
+      what,
+      ": an embedding/index_select/gather/index_copy kernel met an index out of range (a "
+      "gather's rows for it are zeros, index_copy skipped its slice); run the function eagerly "
+      "to see which op and index")));
 }
 
 void CheckCapturedIndexErrors() {

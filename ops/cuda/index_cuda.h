@@ -1,17 +1,23 @@
 // CUDA kernels of the indexing, joining and selection rows (KernelFn, ops/op_def.h): embedding,
-// index_select, gather, cat, argmax and topk, over inputs of any strides.
+// index_select, gather, index_copy, cat, argmax and topk, over inputs of any strides.
 //
 // Out-of-range indices. The gather kernel writes zeros for a bad index and raises a flag in a
 // small device buffer; the launcher waits for the stream (a 4-byte copy: the queued work plus
 // ~10 us of host time, estimated, and the host stops running ahead of the GPU at that op) and,
 // if the flag is set, copies the indices to the host and throws the same kiln::Error
-// (kOutOfRange) as the CPU kernel, naming the op, the bad index and its position. Nothing is
-// left in a sticky CUDA error state. While the stream is being captured into a CUDA graph the
-// launcher cannot wait: the kernel then raises a device-global flag instead, which
-// CheckCapturedIndexErrors() reads after a replay.
+// (kOutOfRange) as the CPU kernel, naming the op, the bad index and its position. index_copy
+// checks its indices the same way before it writes anything. Nothing is left in a sticky CUDA
+// error state.
+// Deferred checks: while an IndexCheckScope is alive on the thread (a compiled plan's run, a
+// CUDA-graph capture), the launchers do not wait: a bad index raises the scope's device flag (a
+// gather writes zeros, index_copy skips the slice) and the owner's one ThrowIfIndexFlagged()
+// per call reports it. A capture by other code with no scope raises a device-global flag, read
+// by CheckCapturedIndexErrors().
 //
 //   Tensor e = embedding(ids, wte);   // ids on CUDA with a value >= wte.size(0): kiln::Error
 #pragma once
+
+#include <string>
 
 #include "ops/op_def.h"
 
@@ -21,6 +27,9 @@ void Embedding(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
 void IndexSelect(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
                  const OpAttrs& a);
 void Gather(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+// self, index, source (index_copy): out = self (not copied when out is self) with source's slices
+// at index along attrs.dim.
+void IndexCopy(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 // Bitwise strided copies into slices of out (a converting copy where an input's dtype differs).
 void Cat(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 void ArgMax(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
@@ -31,5 +40,33 @@ void TopK(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, cons
 // (and run by a replay since the last call) met an out-of-range index; clears the flag. Waits for
 // the current stream.
 void CheckCapturedIndexErrors();
+
+// See "Deferred checks" above. `device_flag` is a zeroed device word that outlives every kernel
+// launched (or captured) under the scope. Scopes nest (the innermost wins); not copyable.
+class IndexCheckScope {
+ public:
+  explicit IndexCheckScope(unsigned* device_flag);
+  ~IndexCheckScope();
+  IndexCheckScope(const IndexCheckScope&) = delete;
+  IndexCheckScope& operator=(const IndexCheckScope&) = delete;
+  // Whether a scope is alive on this thread.
+  static bool Active();
+  // Whether some kernel under the scope was given the flag (only then is a check needed).
+  bool used() const { return used_; }
+  // For the launchers: the flag, marking the scope used.
+  unsigned* Take() {
+    used_ = true;
+    return flag_;
+  }
+
+ private:
+  unsigned* flag_;
+  IndexCheckScope* outer_;
+  bool used_ = false;
+};
+
+// Waits for the current stream; if *device_flag is set, clears it and throws kiln::Error
+// (kOutOfRange) saying that `what` met an index out of range.
+void ThrowIfIndexFlagged(unsigned* device_flag, const std::string& what);
 
 }  // namespace kiln::cuda_ops

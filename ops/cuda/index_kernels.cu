@@ -54,7 +54,8 @@ __global__ void IndexPlanKernel(IndexPlan p, int64_t n, char* out, const char* s
                                          : static_cast<const int32_t*>(index)[x];
       ok = v >= 0 && v < p.bound;
       if (!ok) *(bad != nullptr ? bad : &g_index_error) = 1u;
-      s += v * p.select_stride;
+      (p.scatter ? o : s) += v * p.select_stride;
+      if (!ok && p.scatter) continue;  // a scatter writes nothing for a bad index
     }
     switch (p.elem_size) {
       case 1:
@@ -69,6 +70,16 @@ __global__ void IndexPlanKernel(IndexPlan p, int64_t n, char* out, const char* s
       default:
         ok ? CopyElement<uint64_t>(out, o, src, s) : void(reinterpret_cast<uint64_t*>(out)[o] = 0);
     }
+  }
+}
+
+__global__ void IndexRangeKernel(const void* index, int64_t n, int64_t stride, bool is64,
+                                 int64_t bound, unsigned* bad) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t v = is64 ? static_cast<const int64_t*>(index)[i * stride]
+                           : static_cast<const int32_t*>(index)[i * stride];
+    if (v < 0 || v >= bound) *bad = 1u;
   }
 }
 
@@ -321,6 +332,16 @@ cudaError_t RunIndexPlan(const IndexPlan& plan, int64_t n, void* out, const void
   const int64_t grid = std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxGrid);
   IndexPlanKernel<<<static_cast<int>(grid), kThreads, 0, stream>>>(
       plan, n, static_cast<char*>(out), static_cast<const char*>(src), index, bad);
+  return cudaGetLastError();
+}
+
+cudaError_t CheckIndexRange(const void* index, int64_t n, int64_t stride, bool is64, int64_t bound,
+                            unsigned* bad, cudaStream_t stream) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  const int64_t grid = std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxGrid);
+  IndexRangeKernel<<<static_cast<int>(grid), kThreads, 0, stream>>>(index, n, stride, is64, bound,
+                                                                    bad);
   return cudaGetLastError();
 }
 

@@ -22,12 +22,16 @@ namespace kiln::cuda_kernels {
 
 enum class KeyType { kF32, kF16, kBF16, kI32, kI64 };
 
-// Copies elem_size bytes per output element as the plan says (n = the output's numel). An
-// index outside [0, bound) writes zero bytes for that element and sets *bad to 1; with
+// Copies elem_size bytes per output element as the plan says (n = the output's numel; a
+// scatter's: the source's). An index outside [0, bound) writes zero bytes for that element (a
+// scatter writes nothing) and sets *bad to 1; with
 // bad == nullptr the flag is a device global instead, read by TakeGlobalIndexError (for work
 // captured into a CUDA graph, where the launcher cannot wait for the kernel).
 cudaError_t RunIndexPlan(const IndexPlan& plan, int64_t n, void* out, const void* src,
                          const void* index, unsigned* bad, cudaStream_t stream);
+// Sets *bad to 1 if some index[i * stride], i < n (int64, else int32), is outside [0, bound).
+cudaError_t CheckIndexRange(const void* index, int64_t n, int64_t stride, bool is64, int64_t bound,
+                            unsigned* bad, cudaStream_t stream);
 // Reads and clears the device-global flag; waits for `stream`.
 cudaError_t TakeGlobalIndexError(bool* seen, cudaStream_t stream);
 
