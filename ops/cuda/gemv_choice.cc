@@ -45,9 +45,10 @@ absl::StatusOr<GemvMode> ParseMode(const char* v) {
 struct GemvProblemHash {
   size_t operator()(const GemvProblem& p) const {
     size_t h = 0;
-    for (int64_t v : {int64_t{p.device}, static_cast<int64_t>(p.dtype), p.m, p.n, p.k,
-                      int64_t{p.bias}, static_cast<int64_t>(p.act), int64_t{p.align_x},
-                      int64_t{p.align_w}, int64_t{p.align_bias}, int64_t{p.align_out}}) {
+    for (int64_t v :
+         {int64_t{p.device}, static_cast<int64_t>(p.dtype), p.m, p.n, p.k,
+          int64_t{p.tf32} << 1 | int64_t{p.bias}, static_cast<int64_t>(p.act), int64_t{p.align_x},
+          int64_t{p.align_w}, int64_t{p.align_bias}, int64_t{p.align_out}}) {
       h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
     }
     return h;
@@ -67,7 +68,7 @@ std::string Describe(const GemvProblem& p) {
     if (align < 16) low.push_back(absl::StrCat(name, "=", align));
   }
   return absl::StrCat("[", p.device != 0 ? absl::StrCat("cuda:", p.device, " ") : "", p.m, "x", p.n,
-                      "x", p.k, " ", type, p.bias ? " bias" : "",
+                      "x", p.k, " ", type, p.tf32 ? " tf32" : "", p.bias ? " bias" : "",
                       p.act != Epilogue::kNone ? absl::StrCat(" ", EpilogueName(p.act)) : "",
                       low.empty() ? "" : absl::StrCat(" align ", absl::StrJoin(low, ",")), "]");
 }

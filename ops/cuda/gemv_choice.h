@@ -37,6 +37,7 @@ struct GemvProblem {
   int device = 0;
   DType dtype = DType::kFloat32;
   int64_t m = 0, n = 0, k = 0;
+  bool tf32 = false;  // float32 and SetAllowTf32(true): cuBLASLt may pick other kernels
   bool bias = false;
   Epilogue act = Epilogue::kNone;
   uint32_t align_x = 16, align_w = 16, align_bias = 16, align_out = 16;

@@ -696,6 +696,7 @@ GemvProblem MakeGemvProblem(const Tensor& x2, const Tensor& w, const Tensor& bia
   p.m = x2.size(0);
   p.n = w.size(0);
   p.k = w.size(1);
+  p.tf32 = p.dtype == DType::kFloat32 && AllowTf32();
   p.bias = bias.defined();
   p.act = act;
   p.align_x = RowAlignment(x2, p.m, x2.stride(0));
