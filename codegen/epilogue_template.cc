@@ -1,8 +1,9 @@
 // The GEMM-epilogue kernel family: linear(+bias) followed by relu or tanh GELU becomes one
 // linear node with that epilogue (passes/epilogue_fusion.h), run as one cuBLASLt call with
-// CUBLASLT_EPILOGUE_{RELU,GELU}[_BIAS]. On CUDA the fused form is timed once per shape against the
-// plain GEMM followed by the activation kernel and the faster is kept (codegen/epilogue_choice.h);
-// the choice is in the explain log.
+// CUBLASLT_EPILOGUE_{RELU,GELU}[_BIAS] (or, for at most 8 rows, possibly kiln's GEMV kernel with
+// the activation inside: ops/cuda/matmul_cuda.h). On CUDA the fused form is timed once per shape
+// against the plain GEMM followed by the activation kernel and the faster is kept
+// (codegen/epilogue_choice.h); the choice is in the explain log.
 #include "codegen/epilogue_choice.h"
 #include "codegen/fusion_template.h"
 #include "ops/dispatch.h"

@@ -2,7 +2,8 @@
 // transpose flags and leading dims, or as a contiguous copy), batch dims split into one strided
 // batch plus a host loop, the per-device handle, the per-call workspace, the plan cache
 // (descriptors and the heuristic's algorithm per distinct problem), linear's epilogue (bias, relu,
-// tanh GELU) with its fallback to the eager activation op, and the K == 0 fills that need no GEMM.
+// tanh GELU) with its fallback to the eager activation op, the K == 0 fills that need no GEMM, and
+// linear's GEMV path for few rows (the kernel in gemv_kernels.cu, the choice in gemv_choice.cc).
 //
 // Row-major out[m, n] = a[m, k] @ b[k, n] is column-major outᵀ = bᵀ·aᵀ: cuBLAS's A is kiln's b
 // and cuBLAS's B is kiln's a, with cuBLAS sizes (m', n', k') = (n, m, k).
@@ -26,6 +27,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "ops/cuda/gemv_choice.h"
+#include "ops/cuda/gemv_kernels.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 #include "runtime/cuda.h"
@@ -670,6 +673,65 @@ Tensor FlattenRows(const Tensor& x, int64_t m, int64_t k) {
   return c.as_strided({m, k}, {k, 1}, c.offset());
 }
 
+// ---- linear with few rows: kiln's GEMV. -------------------------------------------------------
+
+// Whether the GEMV can run linear on x2 [m, k] and w [n, k]: few rows, unit column strides (a
+// column stride is never used when k == 1).
+bool GemvFits(const Tensor& x2, const Tensor& w, int64_t m, int64_t k) {
+  return m >= 1 && m <= cuda_kernels::kGemvMaxRows &&
+         (k == 1 || (x2.stride(1) == 1 && w.stride(1) == 1));
+}
+
+// The byte alignment, at most 16, of every row of a [rows, ...] operand `stride` elements apart.
+uint32_t RowAlignment(const Tensor& t, int64_t rows, int64_t stride) {
+  const uint64_t bits = rows > 1 ? static_cast<uint64_t>(stride * t.element_size()) : 0;
+  return std::min<uint32_t>(16, Alignment(t.data_ptr(), bits));
+}
+
+GemvProblem MakeGemvProblem(const Tensor& x2, const Tensor& w, const Tensor& bias,
+                            const Tensor& out, Epilogue act) {
+  GemvProblem p;
+  p.device = out.device().index;
+  p.dtype = out.dtype();
+  p.m = x2.size(0);
+  p.n = w.size(0);
+  p.k = w.size(1);
+  p.tf32 = p.dtype == DType::kFloat32 && AllowTf32();
+  p.bias = bias.defined();
+  p.act = act;
+  p.align_x = RowAlignment(x2, p.m, x2.stride(0));
+  p.align_w = RowAlignment(w, p.n, w.stride(0));
+  p.align_bias = p.bias ? RowAlignment(bias, p.n, bias.stride(0)) : 16;
+  p.align_out = RowAlignment(out, p.m, p.n);
+  return p;
+}
+
+// out [m, n] (contiguous) = act(x2 [m, k] · w [n, k]ᵀ + bias) with the GEMV kernel.
+void RunGemv(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out,
+             Epilogue act) {
+  using cuda_kernels::GemvAct;
+  using cuda_kernels::GemvType;
+  cuda_kernels::GemvArgs a{};
+  a.x = x2.data_ptr();
+  a.ldx = x2.stride(0);
+  a.w = w.data_ptr();
+  a.ldw = w.stride(0);
+  a.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  a.bias_stride = bias.defined() ? bias.stride(0) : 0;
+  a.out = out.data_ptr();
+  a.m = x2.size(0);
+  a.n = w.size(0);
+  a.k = w.size(1);
+  a.type = out.dtype() == DType::kFloat32   ? GemvType::kF32
+           : out.dtype() == DType::kFloat16 ? GemvType::kF16
+                                            : GemvType::kBF16;  // CheckOperands allows no other
+  a.act = act == Epilogue::kRelu       ? GemvAct::kRelu
+          : act == Epilogue::kGeluTanh ? GemvAct::kGeluTanh
+                                       : GemvAct::kNone;
+  a.sm_count = cuda::Props(out.device().index).sm_count;
+  KILN_CUDA_CHECK(cuda_kernels::Gemv(a, cuda::CurrentStream()));
+}
+
 }  // namespace
 
 void Matmul(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& attrs) {
@@ -713,10 +775,20 @@ void Linear(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const 
     FillWithoutGemm(o, bias, m, n);
     return ApplyActivation(o, attrs.epilogue);
   }
+  const Tensor x2 = FlattenRows(x, m, k);
   const Tensor wt = w.as_strided({k, n}, {w.stride(1), w.stride(0)}, w.offset());  // no copy
-  if (!BatchedGemm(kLinearName, FlattenRows(x, m, k), wt, o, {}, bias, attrs.epilogue)) {
-    ApplyActivation(o, attrs.epilogue);
+  auto cublas = [&](const Tensor& dst) {
+    if (!BatchedGemm(kLinearName, x2, wt, dst, {}, bias, attrs.epilogue)) {
+      ApplyActivation(dst, attrs.epilogue);
+    }
+  };
+  if (GemvFits(x2, w, m, k)) {
+    auto gemv = [&](const Tensor& dst) { RunGemv(x2, w, bias, dst, attrs.epilogue); };
+    if (ChooseGemv(MakeGemvProblem(x2, w, bias, o, attrs.epilogue), o, gemv, cublas)) {
+      return gemv(o);
+    }
   }
+  cublas(o);
 }
 
 void SetAllowTf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }

@@ -19,8 +19,17 @@
 // first one creates the handle). K == 0 needs no GEMM: out is zero-filled, or for linear filled
 // with bias rows (then the epilogue's activation runs as the eager op).
 //
+// linear with at most 8 flattened rows (token-by-token decode) may run kiln's own GEMV instead
+// (ops/cuda/gemv_kernels.h: one kernel, bias and activation included, relu keeping NaN), when x
+// and w have unit column stride. Which of the two runs is timed once per problem on the device
+// (ops/cuda/gemv_choice.h has the rule, its cache key and what happens under graph capture);
+// KILN_GEMV=on|off|auto (default auto) or SetGemvMode forces it, GemvDecisions() shows it.
+//
 //   cuda_ops::SetAllowTf32(true);  // float32 GEMMs may round their inputs to TF32
+//   cuda_ops::SetGemvMode(cuda_ops::GemvMode::kOff);  // linear: cuBLASLt only (an A/B baseline)
 #pragma once
+
+#include <string>
 
 #include "ops/op_def.h"
 
@@ -40,5 +49,19 @@ void Linear(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, co
 // Process-wide; affects GEMMs issued after the call.
 void SetAllowTf32(bool allow);
 bool AllowTf32();
+
+// Whether linear with few rows may run kiln's GEMV: kAuto times it against cuBLASLt per problem,
+// kOn always runs it where it applies, kOff never. Process-wide; SetGemvMode overrides the
+// KILN_GEMV environment variable (read once) for linear calls issued after it. CurrentGemvMode
+// throws kiln::Error (kInvalidArgument) when KILN_GEMV holds something else than on, off or auto
+// and SetGemvMode was not called.
+enum class GemvMode { kAuto, kOff, kOn };
+void SetGemvMode(GemvMode mode);
+GemvMode CurrentGemvMode();
+
+// The kAuto decisions made so far, one line each in the order made, e.g.
+// "gemv: [1x2304x768 bf16 bias] 3.1 µs vs cublasLt 5.6 µs -> gemv" (m x n x k, the dtype, bias,
+// activation, alignments below 16 bytes; device times per call). "" before the first.
+std::string GemvDecisions();
 
 }  // namespace kiln::cuda_ops

@@ -1,0 +1,211 @@
+// The GEMV-or-cuBLASLt choice for linear with few rows (see gemv_choice.h), and matmul_cuda.h's
+// GemvMode / GemvDecisions.
+#include "ops/cuda/gemv_choice.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "ops/cuda/gemv_kernels.h"
+#include "ops/cuda/matmul_cuda.h"
+#include "runtime/cuda.h"
+#include "runtime/status.h"
+#include "runtime/storage.h"
+
+namespace kiln::cuda_ops {
+namespace {
+
+constexpr int kSamples = 15;            // timed calls of each path
+constexpr int64_t kDelayNs = 50'000;    // longer than the host takes to queue one call
+constexpr size_t kMaxDecisions = 4096;  // dynamic shapes: start over rather than grow forever
+std::atomic<int> g_mode_override{-1};   // a GemvMode set by SetGemvMode, or -1
+
+absl::StatusOr<GemvMode> ParseMode(const char* v) {
+  const std::string s = v == nullptr ? "" : v;
+  if (s.empty() || s == "auto") return GemvMode::kAuto;
+  if (s == "on") return GemvMode::kOn;
+  if (s == "off") return GemvMode::kOff;
+  return absl::InvalidArgumentError(
+      absl::StrCat("KILN_GEMV must be on, off or auto (got '", s, "')"));
+}
+
+struct GemvProblemHash {
+  size_t operator()(const GemvProblem& p) const {
+    size_t h = 0;
+    for (int64_t v :
+         {int64_t{p.device}, static_cast<int64_t>(p.dtype), p.m, p.n, p.k,
+          int64_t{p.tf32} << 1 | int64_t{p.bias}, static_cast<int64_t>(p.act), int64_t{p.align_x},
+          int64_t{p.align_w}, int64_t{p.align_bias}, int64_t{p.align_out}}) {
+      h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    }
+    return h;
+  }
+};
+
+// "[1x2304x768 bf16 bias gelu_tanh]", with the device when not 0 and alignments below 16.
+std::string Describe(const GemvProblem& p) {
+  const char* type = p.dtype == DType::kFloat32    ? "f32"
+                     : p.dtype == DType::kFloat16  ? "f16"
+                     : p.dtype == DType::kBFloat16 ? "bf16"
+                                                   : DTypeName(p.dtype);
+  std::vector<std::string> low;
+  for (const auto& [name, align] :
+       {std::pair{"x", p.align_x}, std::pair{"w", p.align_w},
+        std::pair{"bias", p.bias ? p.align_bias : 16u}, std::pair{"out", p.align_out}}) {
+    if (align < 16) low.push_back(absl::StrCat(name, "=", align));
+  }
+  return absl::StrCat("[", p.device != 0 ? absl::StrCat("cuda:", p.device, " ") : "", p.m, "x", p.n,
+                      "x", p.k, " ", type, p.tf32 ? " tf32" : "", p.bias ? " bias" : "",
+                      p.act != Epilogue::kNone ? absl::StrCat(" ", EpilogueName(p.act)) : "",
+                      low.empty() ? "" : absl::StrCat(" align ", absl::StrJoin(low, ",")), "]");
+}
+
+struct Decisions {
+  std::mutex mu;
+  std::unordered_map<GemvProblem, bool, GemvProblemHash> use_gemv;  // guarded by mu
+  std::unordered_set<GemvProblem, GemvProblemHash> untimed;         // guarded by mu
+  std::vector<std::string> log;                                     // guarded by mu
+};
+
+Decisions& TheDecisions() {
+  static auto* d = new Decisions;  // never destroyed: linear may run during static teardown
+  return *d;
+}
+
+// Whether `stream` is capturing. A query that fails (the legacy stream while another stream
+// captures in global mode) counts as capturing: nothing may be timed then either.
+bool Capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    cudaGetLastError();  // not sticky: clear it so that later checks do not report it
+    return true;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Twice the L2 of the device to overwrite before each timed call, or nullptr when there is no
+// memory for it (the calls are then separated by a delay kernel and may find warm caches).
+std::unique_ptr<Storage> FlushBuffer(Device device) {
+  const size_t bytes = 2 * cuda::Props(device.index).l2_bytes;
+  if (bytes == 0) return nullptr;
+  try {
+    return std::make_unique<Storage>(bytes, device);
+  } catch (const Error& e) {
+    if (e.code() != absl::StatusCode::kResourceExhausted) throw;
+    return nullptr;
+  }
+}
+
+// What runs before each timed call: a write of the flush buffer (cold L2, as in a decode step,
+// whose other layers' weights have passed through it since), else a delay. Either keeps the
+// device busy while the host queues the call, so that the events time the device alone.
+void Separate(const Storage* flush, cudaStream_t stream) {
+  if (flush != nullptr) {
+    KILN_CUDA_CHECK(cudaMemsetAsync(flush->data(), 0, flush->nbytes(), stream));
+  } else {
+    KILN_CUDA_CHECK(cuda_kernels::DeviceDelay(kDelayNs, stream));
+  }
+}
+
+struct Timing {
+  double gemv_us, cublas_us;
+};
+
+// Median device times of one call of each path, interleaved call by call (both see the same
+// clocks), each timed alone by a pair of events.
+Timing TimeBoth(const Tensor& out, const LinearPath& gemv, const LinearPath& cublas) {
+  const Tensor scratch = Tensor::Empty(out.shape(), out.dtype(), out.device());
+  const cudaStream_t stream = cuda::CurrentStream();
+  const std::unique_ptr<Storage> flush = FlushBuffer(out.device());
+  gemv(scratch);  // warm-up: the kernel's first load, cuBLASLt's plan and workspace
+  cublas(scratch);
+  std::vector<cuda::Event> events(4 * kSamples);  // (start, stop) of gemv, then of cublas
+  for (int i = 0; i < kSamples; ++i) {
+    for (int path = 0; path < 2; ++path) {
+      Separate(flush.get(), stream);
+      events[4 * i + 2 * path].Record(stream);
+      (path == 0 ? gemv : cublas)(scratch);
+      events[4 * i + 2 * path + 1].Record(stream);
+    }
+  }
+  events.back().Synchronize();
+  std::vector<double> g, c;
+  for (int i = 0; i < kSamples; ++i) {
+    g.push_back(events[4 * i + 1].ElapsedMs(events[4 * i]) * 1000.0);
+    c.push_back(events[4 * i + 3].ElapsedMs(events[4 * i + 2]) * 1000.0);
+  }
+  return {Median(g), Median(c)};
+}
+
+}  // namespace
+
+bool ChooseGemv(const GemvProblem& p, const Tensor& out, const LinearPath& gemv,
+                const LinearPath& cublas) {
+  const GemvMode mode = CurrentGemvMode();
+  if (mode != GemvMode::kAuto) return mode == GemvMode::kOn;
+  Decisions& d = TheDecisions();
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    if (auto it = d.use_gemv.find(p); it != d.use_gemv.end()) return it->second;
+  }
+  if (Capturing(cuda::CurrentStream())) {
+    std::lock_guard<std::mutex> lock(d.mu);
+    if (d.untimed.insert(p).second) {
+      d.log.push_back(
+          absl::StrCat("gemv: ", Describe(p), " first seen in a CUDA graph capture -> gemv"));
+    }
+    return true;
+  }
+  const Timing t = TimeBoth(out, gemv, cublas);  // slow: unlocked
+  const bool use = t.gemv_us <= t.cublas_us;
+  std::lock_guard<std::mutex> lock(d.mu);
+  if (d.use_gemv.size() >= kMaxDecisions) {
+    d.use_gemv.clear();
+    d.untimed.clear();
+    d.log.clear();
+  }
+  auto [it, inserted] = d.use_gemv.try_emplace(p, use);
+  if (inserted) {
+    d.log.push_back(absl::StrFormat("gemv: %s %.1f µs vs cublasLt %.1f µs -> %s", Describe(p),
+                                    t.gemv_us, t.cublas_us, use ? "gemv" : "cublasLt"));
+  }
+  return it->second;
+}
+
+void SetGemvMode(GemvMode mode) {
+  g_mode_override.store(static_cast<int>(mode), std::memory_order_relaxed);
+}
+
+GemvMode CurrentGemvMode() {
+  const int set = g_mode_override.load(std::memory_order_relaxed);
+  if (set >= 0) return static_cast<GemvMode>(set);
+  static const absl::StatusOr<GemvMode> env = ParseMode(std::getenv("KILN_GEMV"));
+  ThrowIfError(env.status());
+  return *env;
+}
+
+std::string GemvDecisions() {
+  Decisions& d = TheDecisions();
+  std::lock_guard<std::mutex> lock(d.mu);
+  return absl::StrJoin(d.log, "\n");
+}
+
+}  // namespace kiln::cuda_ops

@@ -1,0 +1,291 @@
+// GEMV kernels (see gemv_kernels.h).
+//
+// The work: a CTA of kWarps = 4 warps covers 4 / wpc output columns with wpc warps per column
+// (wpc is 1, 2 or 4: more than one only when n is small and k long, where one warp per column
+// would leave too few loads in flight to keep HBM busy). The wpc·32 threads of a column split its
+// k: thread t reads the 16-byte vectors t, t + wpc·32, ... of the w row (kVec = 16 / sizeof(T)
+// elements each; kUnroll of them are issued before the first is used) with the streaming hint
+// (each weight is read once), and for each the matching vector of every x row through the
+// read-only data cache (x is a few KiB that every CTA reads: it stays in L1/L2), keeping M float32
+// sums. Elements past the last whole vector, and whole rows when w is not 16-byte aligned, go one
+// element per thread (x too when its rows are not 16-byte aligned). The sums meet by warp
+// shuffles, then (wpc > 1) through shared memory in warp order, so results do not depend on
+// timing. The kernel is templated on the row count M (1..8): the sums live in registers.
+//
+// Indexing is int64 throughout (a w of n·k > 2^31 elements is the LM head of a large vocabulary);
+// CTAs stride over column tiles, so the grid stays within limits for any n.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "ops/cuda/float_convert.cuh"
+#include "ops/cuda/gemv_kernels.h"
+
+namespace kiln::cuda_kernels {
+namespace {
+
+constexpr int kWarps = 4;  // per CTA
+constexpr int kThreads = kWarps * 32;
+constexpr int kUnroll = 4;  // w vectors in flight per thread
+constexpr int64_t kMaxGrid = int64_t{1} << 30;
+
+template <typename T>
+constexpr int kVec = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte vector
+
+template <typename T>
+struct Params {
+  const T* x;
+  int64_t ldx;
+  const T* w;
+  int64_t ldw;
+  const T* bias;  // nullptr: none
+  int64_t bias_stride;
+  T* out;  // [m, n] contiguous
+  int64_t n, k;
+  int wpc;     // warps per column: 1, 2 or 4
+  bool vec_w;  // every w row starts 16-byte aligned
+  bool vec_x;  // every x row starts 16-byte aligned
+  GemvAct act;
+};
+
+// The kVec<T> elements of a 16-byte word as floats (element 0 in the low bytes).
+template <typename T>
+__device__ __forceinline__ void Unpack(const uint4& raw, float (&f)[kVec<T>]) {
+  const uint32_t word[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (std::is_same_v<T, float>) {
+      f[i] = __uint_as_float(word[i]);
+    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      f[2 * i] = __uint_as_float(word[i] << 16);
+      f[2 * i + 1] = __uint_as_float(word[i] & 0xFFFF0000u);
+    } else {
+      f[2 * i] = __half2float(__ushort_as_half(static_cast<unsigned short>(word[i] & 0xFFFFu)));
+      f[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(word[i] >> 16)));
+    }
+  }
+}
+
+// Elements [v·kVec, (v + 1)·kVec) of x row `row` as floats, or zeros when `valid` is false.
+template <typename T, bool kVecX>
+__device__ __forceinline__ void LoadX(const T* row, int64_t v, bool valid, float (&f)[kVec<T>]) {
+  if constexpr (kVecX) {
+    Unpack<T>(valid ? __ldg(reinterpret_cast<const uint4*>(row) + v) : make_uint4(0, 0, 0, 0), f);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVec<T>; ++i) f[i] = valid ? ToFloat(row[v * kVec<T> + i]) : 0.f;
+  }
+}
+
+// acc[r] += w[i]·x[r, i] over this thread's 16-byte vectors of the row: t, t + stride, ... below
+// k / kVec. `w` is 16-byte aligned, and so is every x row when kVecX. Straight-line code per
+// kUnroll vectors: the w loads are all issued first, then per x row its loads, then the FMAs;
+// vectors past the end count as zeros (both operands: a NaN in x must not meet a padding 0).
+template <typename T, int M, bool kVecX>
+__device__ __forceinline__ void DotVectors(const Params<T>& p, const T* w, int t, int stride,
+                                           float (&acc)[M]) {
+  constexpr int V = kVec<T>;
+  const int64_t nvec = p.k / V;
+  const uint4* wv = reinterpret_cast<const uint4*>(w);
+  for (int64_t v0 = t; v0 < nvec; v0 += int64_t{kUnroll} * stride) {
+    uint4 raw[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t v = v0 + int64_t{u} * stride;
+      raw[u] = v < nvec ? __ldcs(wv + v) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+      float xf[kUnroll][V];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t v = v0 + int64_t{u} * stride;
+        LoadX<T, kVecX>(p.x + r * p.ldx, v, v < nvec, xf[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        float wf[V];
+        Unpack<T>(raw[u], wf);
+#pragma unroll
+        for (int i = 0; i < V; ++i) acc[r] = fmaf(wf[i], xf[u][i], acc[r]);
+      }
+    }
+  }
+}
+
+// acc[r] += w[i]·x[r, i] for this thread's elements begin + t, begin + t + stride, ... below k.
+template <typename T, int M>
+__device__ __forceinline__ void DotElements(const Params<T>& p, const T* w, int64_t begin, int t,
+                                            int stride, float (&acc)[M]) {
+#pragma unroll 4
+  for (int64_t i = begin + t; i < p.k; i += stride) {
+    const float wf = ToFloat(w[i]);
+#pragma unroll
+    for (int r = 0; r < M; ++r) acc[r] = fmaf(wf, ToFloat(p.x[r * p.ldx + i]), acc[r]);
+  }
+}
+
+__device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
+  return v;
+}
+
+// kiln's relu (NaN stays NaN) and tanh GELU (ops/cuda/kernel_render.cc kiln_relu, kiln_gelu).
+__device__ __forceinline__ float Activate(float v, GemvAct act) {
+  switch (act) {
+    case GemvAct::kRelu:
+      return v > 0.f || v != v ? v : 0.f;
+    case GemvAct::kGeluTanh:
+      return 0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    default:
+      return v;
+  }
+}
+
+// out[r, col] = act(acc[r] + bias[col]) for every row, lane r storing row r.
+template <typename T, int M>
+__device__ __forceinline__ void Store(const Params<T>& p, int64_t col, int lane,
+                                      const float (&acc)[M]) {
+  const bool has_bias = p.bias != nullptr;
+  const float b = has_bias ? ToFloat(p.bias[col * p.bias_stride]) : 0.f;
+#pragma unroll
+  for (int r = 0; r < M; ++r) {
+    if (lane == r) {
+      p.out[r * p.n + col] = FromFloat<T>(Activate(has_bias ? acc[r] + b : acc[r], p.act));
+    }
+  }
+}
+
+template <typename T, int M>
+__global__ void __launch_bounds__(kThreads) GemvKernel(Params<T> p) {
+  __shared__ float partial[kWarps][M];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int cols = kWarps / p.wpc;  // columns per CTA
+  const int part = warp % p.wpc;    // this warp's share of the column's k
+  const int t = part * 32 + lane, stride = p.wpc * 32;
+  const int64_t tiles = (p.n + cols - 1) / cols;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {  // uniform over the CTA
+    const int64_t col = tile * cols + warp / p.wpc;
+    float acc[M];
+#pragma unroll
+    for (int r = 0; r < M; ++r) acc[r] = 0.f;
+    if (col < p.n) {  // uniform over the warp: every lane reaches the shuffles below
+      const T* w = p.w + col * p.ldw;
+      int64_t begin = 0;
+      if (p.vec_w) {
+        if (p.vec_x) {
+          DotVectors<T, M, true>(p, w, t, stride, acc);
+        } else {
+          DotVectors<T, M, false>(p, w, t, stride, acc);
+        }
+        begin = p.k - p.k % kVec<T>;
+      }
+      DotElements<T, M>(p, w, begin, t, stride, acc);
+    }
+#pragma unroll
+    for (int r = 0; r < M; ++r) acc[r] = WarpSum(acc[r]);
+    if (p.wpc > 1) {  // uniform over the CTA
+      if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < M; ++r) partial[warp][r] = acc[r];
+      }
+      __syncthreads();
+      if (part == 0) {
+        for (int j = 1; j < p.wpc; ++j) {
+#pragma unroll
+          for (int r = 0; r < M; ++r) acc[r] += partial[warp + j][r];
+        }
+      }
+      __syncthreads();  // `partial` is written again for the next tile
+    }
+    if (col < p.n && part == 0) Store<T, M>(p, col, lane, acc);
+  }
+}
+
+// Waits on the device until `ns` nanoseconds have passed since it started.
+__global__ void DelayKernel(int64_t ns) {
+  auto now = [] {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+  };
+  const uint64_t start = now();
+  while (now() - start < static_cast<uint64_t>(ns)) __nanosleep(1000);
+}
+
+// Warps per column: split k over more warps while the grid has fewer than 32 warps per SM and
+// each warp keeps at least two full sweeps of 16-byte vectors.
+int WarpsPerColumn(int64_t n, int64_t k, int sm_count, int vec) {
+  const int64_t enough_warps = int64_t{std::max(sm_count, 1)} * 32;
+  int wpc = 1;
+  while (wpc < kWarps && n * wpc < enough_warps && k >= int64_t{2 * 32} * vec * (wpc * 2)) {
+    wpc *= 2;
+  }
+  return wpc;
+}
+
+// Whether every one of `rows` rows, `ld` elements apart from `p`, starts 16-byte aligned.
+bool RowsAligned16(const void* p, int64_t ld, int64_t rows, size_t elem_size) {
+  uint64_t bits = reinterpret_cast<uintptr_t>(p);
+  if (rows > 1) bits |= static_cast<uint64_t>(ld) * elem_size;  // modular: negative ld is fine
+  return bits % 16 == 0;
+}
+
+template <typename T, size_t... I>
+std::array<void (*)(Params<T>), sizeof...(I)> KernelTable(std::index_sequence<I...>) {
+  return {&GemvKernel<T, static_cast<int>(I) + 1>...};
+}
+
+template <typename T>
+cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
+  static const auto kernels = KernelTable<T>(std::make_index_sequence<kGemvMaxRows>());
+  const Params<T> p{static_cast<const T*>(a.x),
+                    a.ldx,
+                    static_cast<const T*>(a.w),
+                    a.ldw,
+                    static_cast<const T*>(a.bias),
+                    a.bias_stride,
+                    static_cast<T*>(a.out),
+                    a.n,
+                    a.k,
+                    WarpsPerColumn(a.n, a.k, a.sm_count, kVec<T>),
+                    RowsAligned16(a.w, a.ldw, a.n, sizeof(T)),
+                    RowsAligned16(a.x, a.ldx, a.m, sizeof(T)),
+                    a.act};
+  const int cols = kWarps / p.wpc;
+  const int64_t tiles = (a.n + cols - 1) / cols;
+  const auto grid = static_cast<unsigned>(std::min(tiles, kMaxGrid));
+  kernels[a.m - 1]<<<grid, kThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t Gemv(const GemvArgs& a, cudaStream_t stream) {
+  if (a.m < 1 || a.m > kGemvMaxRows || a.n < 1 || a.k < 1 || a.x == nullptr || a.w == nullptr ||
+      a.out == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  switch (a.type) {
+    case GemvType::kF32:
+      return Launch<float>(a, stream);
+    case GemvType::kF16:
+      return Launch<__half>(a, stream);
+    case GemvType::kBF16:
+      return Launch<__nv_bfloat16>(a, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t DeviceDelay(int64_t ns, cudaStream_t stream) {
+  DelayKernel<<<1, 1, 0, stream>>>(ns);
+  return cudaGetLastError();
+}
+
+}  // namespace kiln::cuda_kernels

@@ -1,0 +1,52 @@
+// kiln's GEMV for linear with few rows (token-by-token decode): out[m, n] = act(x[m, k] · w[n, k]ᵀ
+// + bias[n]) for 1 <= m <= kGemvMaxRows, over raw device pointers (ops/cuda/matmul_cuda.cc's
+// Linear adapts kiln tensors and decides when to use it). A cuBLASLt GEMM with M = 1 reads the
+// weights at about a fifth of the H200's bandwidth; this kernel is built to stream them once at
+// full speed, every x row riding along.
+//
+//   GemvArgs a{x, ldx, w, ldw, bias, 1, out, m, n, k, GemvType::kBF16, GemvAct::kNone, sm_count};
+//   cudaError_t err = Gemv(a, stream);
+//
+// x, w, bias and out share one dtype (float32, float16 or bfloat16); products accumulate in
+// float32, the bias and the activation are applied in float32 and the result is rounded once.
+// x rows and w rows are `ldx` / `ldw` elements apart with unit column stride; out is contiguous
+// [m, n]. Any k >= 1, n >= 1 and any element alignment of the pointers and leading dims is
+// correct; 16-byte loads are used where the pointer and leading dim allow them. relu keeps NaN
+// (as kiln's relu op does); gelu_tanh is kiln's tanh GELU formula.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace kiln::cuda_kernels {
+
+enum class GemvType { kF32, kF16, kBF16 };
+enum class GemvAct { kNone, kRelu, kGeluTanh };
+
+inline constexpr int64_t kGemvMaxRows = 8;
+
+struct GemvArgs {
+  const void* x;  // [m, k], element (r, i) at x[r * ldx + i]
+  int64_t ldx;
+  const void* w;  // [n, k], element (c, i) at w[c * ldw + i]
+  int64_t ldw;
+  const void* bias;  // [n], element c at bias[c * bias_stride]; nullptr: no bias
+  int64_t bias_stride;
+  void* out;  // [m, n] contiguous
+  int64_t m, n, k;
+  GemvType type;
+  GemvAct act;
+  int sm_count;  // the device's: small n splits each column over more warps (gemv_kernels.cu)
+};
+
+// Launches the GEMV on `stream`; cudaErrorInvalidValue for sizes outside the contract (m not in
+// [1, kGemvMaxRows], n < 1, k < 1, a null pointer), else the launch's error.
+cudaError_t Gemv(const GemvArgs& args, cudaStream_t stream);
+
+// A one-thread kernel that waits `ns` nanoseconds on the device. A timing aid: launches queued
+// behind it start back to back once it ends, so events around them measure device time alone,
+// not the host's launch cost.
+cudaError_t DeviceDelay(int64_t ns, cudaStream_t stream);
+
+}  // namespace kiln::cuda_kernels

@@ -1,0 +1,373 @@
+// CUDA linear with few rows on kiln's GEMV (ops/cuda/gemv_kernels.h), forced with
+// SetGemvMode(kOn), against the CPU linear on the same values: m in {1, 2, 3, 8} over the decode
+// shapes and odd ones (n, k of 1, 3, 7, 17), every dtype, bias and activation; strided x rows,
+// weight slices misaligned for 16-byte loads, NaN propagation, rows of w beyond 2^31 elements.
+// Then the choice (ops/cuda/gemv_choice.h): kOff runs cuBLASLt (no GEMV kernel in the profile),
+// kAuto records a timed decision, and a problem first met under graph capture runs the GEMV
+// untimed. GPU cases skip without a GPU (KILN_REQUIRE_GPU=1 makes them fail instead).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "ops/cuda/matmul_cuda.h"
+#include "ops/dispatch.h"
+#include "ops/factories.h"
+#include "ops/ops.h"
+#include "profiler/profiler.h"
+#include "runtime/cuda.h"
+#include "runtime/status.h"
+#include "tests/test_util.h"
+
+namespace kiln {
+namespace {
+
+using cuda_ops::GemvMode;
+using profiler::DeviceKind;
+using profiler::DeviceRecord;
+using profiler::Profiler;
+using profiler::ProfileResult;
+using profiler::ProfilerOptions;
+
+// Sets the GEMV mode for a scope and restores the previous one.
+class ScopedGemvMode {
+ public:
+  explicit ScopedGemvMode(GemvMode mode) : prev_(cuda_ops::CurrentGemvMode()) {
+    cuda_ops::SetGemvMode(mode);
+  }
+  ~ScopedGemvMode() { cuda_ops::SetGemvMode(prev_); }
+
+ private:
+  GemvMode prev_;
+};
+
+struct Act {
+  Epilogue epilogue;
+  bool bias;
+};
+constexpr Act kActs[] = {{Epilogue::kNone, false},     {Epilogue::kNone, true},
+                         {Epilogue::kRelu, false},     {Epilogue::kRelu, true},
+                         {Epilogue::kGeluTanh, false}, {Epilogue::kGeluTanh, true}};
+
+std::string Name(const Act& a) {
+  return absl::StrCat(EpilogueName(a.epilogue), a.bias ? "+bias" : "");
+}
+
+// linear{epilogue} through Dispatch (the path compiled plans take; eager linear() has no
+// epilogue), on whatever device the operands are.
+Tensor Linear(const Tensor& x, const Tensor& w, const Tensor& b, Epilogue act) {
+  OpAttrs attrs;
+  attrs.epilogue = act;
+  std::vector<Tensor> in = {x, w};
+  if (b.defined()) in.push_back(b);
+  return Dispatch(OpId::kLinear, in, attrs);
+}
+
+// The other CUDA linear tests' tolerance; float32 sums of k products, added up in another order
+// than the CPU GEMM's, get room growing with sqrt(k) (inputs are scaled so results are O(1)).
+Tolerance LinearTolerance(DType t, int64_t k) {
+  Tolerance tol = ToleranceFor(t);
+  if (t == DType::kFloat32) tol.atol *= std::max(1.0, std::sqrt(k / 16.0));
+  return tol;
+}
+
+// CUDA linear of (x, w, b) against the CPU linear of the same values.
+void ExpectMatchesCpu(const Tensor& x, const Tensor& w, const Tensor& b, Epilogue act,
+                      const std::string& what) {
+  const Tensor got = Linear(x, w, b, act);
+  const Tensor want = Linear(to(x, kCPU), to(w, kCPU), b.defined() ? to(b, kCPU) : b, act);
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  ExpectClose(to_vector(got), to_vector(want), LinearTolerance(x.dtype(), w.size(-1)), what);
+}
+
+// x [rows, k] with values of scale 1/sqrt(k), so that x·w is O(1) for standard normal w.
+Tensor RandomX(IntList shape, int64_t k, DType t, Generator& gen) {
+  return randn(shape, gen, t, CUDA(0)) * (1.0 / std::sqrt(static_cast<double>(k)));
+}
+
+// ---- Every (m, n, k, dtype, bias, activation) of the decode shapes and odd ones. -------------
+
+using SweepParam = std::tuple<DType, int64_t, int64_t>;  // dtype, n, k
+
+class GemvSweep : public testing::TestWithParam<SweepParam> {};
+
+TEST_P(GemvSweep, MatchesCpuLinear) {
+  KILN_SKIP_WITHOUT_GPU();
+  const ScopedGemvMode on(GemvMode::kOn);
+  const auto [t, n, k] = GetParam();
+  Generator gen(n * 31 + k);
+  const Tensor w = randn({n, k}, gen, t, CUDA(0));
+  const Tensor b = randn({n}, gen, t, CUDA(0));
+  const bool small = n * k <= (int64_t{1} << 20);
+  const int64_t rows[] = {1, 2, 3, 8};
+  for (int i = 0; i < 4; ++i) {
+    const Tensor x = RandomX({rows[i], k}, k, t, gen);
+    // Small problems run every (bias, activation); large ones two per m, all six over the four m.
+    for (int j = 0; j < 6; ++j) {
+      if (!small && j != (2 * i) % 6 && j != (2 * i + 1) % 6) continue;
+      const Act& a = kActs[j];
+      ExpectMatchesCpu(x, w, a.bias ? b : Tensor(), a.epilogue,
+                       absl::StrCat("m=", rows[i], " ", Name(a)));
+    }
+  }
+}
+
+std::vector<SweepParam> SweepParams() {
+  std::vector<SweepParam> out;
+  for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (int64_t n : {1, 7, 768, 2304, 50257}) {
+      for (int64_t k : {1, 3, 17, 768, 3072}) {
+        if (n == 50257 && k == 3072) continue;  // 154M weights: the CPU reference alone takes long
+        out.emplace_back(t, n, k);
+      }
+    }
+  }
+  return out;
+}
+
+std::string SweepName(const testing::TestParamInfo<SweepParam>& info) {
+  const auto [t, n, k] = info.param;
+  return absl::StrCat(DTypeName(t), "_n", n, "_k", k);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GemvSweep, testing::ValuesIn(SweepParams()), SweepName);
+
+// ---- Layouts: strided x rows, weight slices, other ranks. -----------------------------------
+
+constexpr DType kTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+
+// x rows `gap` elements apart beyond k: gap 5 leaves the rows misaligned for 16-byte loads
+// (w stays aligned: the vector path with scalar x), gap 8 keeps them aligned.
+TEST(Gemv, StridedRowsOfX) {
+  KILN_SKIP_WITHOUT_GPU();
+  const ScopedGemvMode on(GemvMode::kOn);
+  Generator gen(5);
+  for (DType t : kTypes) {
+    for (int64_t k : {17, 768}) {
+      for (int64_t gap : {5, 8}) {
+        const Tensor base = RandomX({3, k + gap}, k, t, gen);
+        const Tensor x = base.as_strided({3, k}, {k + gap, 1}, base.offset());
+        const Tensor w = randn({300, k}, gen, t, CUDA(0));
+        const Tensor b = randn({300}, gen, t, CUDA(0));
+        ExpectMatchesCpu(x, w, b, Epilogue::kGeluTanh,
+                         absl::StrCat(DTypeName(t), " k=", k, " gap=", gap));
+      }
+    }
+  }
+}
+
+// w as a slice of a wider matrix: offset 1 and row stride k + 1 (misaligned rows: the scalar
+// path); offset 8 and a row stride that is a multiple of 8 elements (16-byte aligned rows:
+// vectors, plus for k = 21 a tail of 5 (16-bit types) or 1 (float32) elements); and x starting
+// one element in (misaligned rows: scalar x loads) against an aligned w.
+TEST(Gemv, WeightSlicesAndMisalignedX) {
+  KILN_SKIP_WITHOUT_GPU();
+  const ScopedGemvMode on(GemvMode::kOn);
+  Generator gen(6);
+  for (DType t : kTypes) {
+    for (int64_t k : {21, 768}) {
+      const Tensor wide = randn({500, k + 1}, gen, t, CUDA(0));
+      const Tensor w1 = wide.as_strided({500, k}, {k + 1, 1}, wide.offset() + 1);
+      const Tensor x = RandomX({2, k}, k, t, gen);
+      ExpectMatchesCpu(x, w1, Tensor(), Epilogue::kRelu,
+                       absl::StrCat(DTypeName(t), " k=", k, " w offset 1"));
+      const int64_t ld = (k / 8 + 2) * 8;  // >= k + 8
+      const Tensor padded = randn({500, ld}, gen, t, CUDA(0));
+      const Tensor w8 = padded.as_strided({500, k}, {ld, 1}, padded.offset() + 8);
+      ExpectMatchesCpu(x, w8, randn({500}, gen, t, CUDA(0)), Epilogue::kNone,
+                       absl::StrCat(DTypeName(t), " k=", k, " w offset 8"));
+      const Tensor xs = RandomX({2 * k + 1}, k, t, gen);
+      const Tensor x1 = xs.as_strided({2, k}, {k, 1}, xs.offset() + 1);
+      ExpectMatchesCpu(x1, randn({500, k}, gen, t, CUDA(0)), Tensor(), Epilogue::kNone,
+                       absl::StrCat(DTypeName(t), " k=", k, " x offset 1"));
+    }
+  }
+}
+
+// A 1-D x (m = 1), a [2, 3, k] x (m = 6), a bias with stride 2, and a transposed w (column
+// stride != 1: not the GEMV's, cuBLASLt runs it even when forced on).
+TEST(Gemv, OtherRanksAndLayouts) {
+  KILN_SKIP_WITHOUT_GPU();
+  const ScopedGemvMode on(GemvMode::kOn);
+  Generator gen(7);
+  for (DType t : kTypes) {
+    const Tensor w = randn({129, 64}, gen, t, CUDA(0));
+    const Tensor b2 = randn({258}, gen, t, CUDA(0));
+    const Tensor b = b2.as_strided({129}, {2}, b2.offset());
+    ExpectMatchesCpu(RandomX({64}, 64, t, gen), w, b, Epilogue::kNone, "1-D x");
+    ExpectMatchesCpu(RandomX({2, 3, 64}, 64, t, gen), w, b, Epilogue::kRelu, "3-D x");
+    const Tensor wt = randn({64, 129}, gen, t, CUDA(0));
+    ExpectMatchesCpu(RandomX({4, 64}, 64, t, gen), transpose(wt, 0, 1), Tensor(), Epilogue::kNone,
+                     "transposed w");
+  }
+}
+
+// A NaN in row 0 of x makes all of out's row 0 NaN, through relu too (relu keeps NaN, as kiln's
+// relu op does; cuBLASLt's ReLU epilogue would give 0); the other rows are unaffected.
+TEST(Gemv, NanInXPropagates) {
+  KILN_SKIP_WITHOUT_GPU();
+  const ScopedGemvMode on(GemvMode::kOn);
+  Generator gen(8);
+  for (DType t : kTypes) {
+    for (int64_t k : {3, 768}) {
+      std::vector<double> xv = to_vector(randn({3, k}, gen, DType::kFloat32));
+      xv[k / 2] = std::numeric_limits<double>::quiet_NaN();
+      const Tensor x = from_vector(xv, {3, k}, t, CUDA(0));
+      const Tensor w = randn({40, k}, gen, t, CUDA(0));
+      for (const Act& a : kActs) {
+        const Tensor b = a.bias ? randn({40}, gen, t, CUDA(0)) : Tensor();
+        const std::string what = absl::StrCat(DTypeName(t), " k=", k, " ", Name(a));
+        const std::vector<double> out = to_vector(Linear(x, w, b, a.epilogue));
+        for (int64_t c = 0; c < 40; ++c) EXPECT_TRUE(std::isnan(out[c])) << what << " col " << c;
+        for (int64_t i = 40; i < 120; ++i) EXPECT_FALSE(std::isnan(out[i])) << what << " " << i;
+        ExpectMatchesCpu(x, w, b, a.epilogue, what);
+      }
+    }
+  }
+}
+
+// Rows of w past element 2^31 (int64 indexing): [270000, 8192] bf16 (4.4 GB); columns on both
+// sides of row 262144 (element 2^31) against double dot products.
+TEST(Gemv, RowsBeyondTwoToThe31Elements) {
+  KILN_SKIP_WITHOUT_GPU();
+  const int64_t n = 270000, k = 8192;
+  if (cuda::Props(0).total_memory < (size_t{16} << 30)) GTEST_SKIP() << "needs 16 GB of memory";
+  const ScopedGemvMode on(GemvMode::kOn);
+  Generator gen(9);
+  const Tensor w = randn({n, k}, gen, DType::kBFloat16, CUDA(0));
+  const Tensor x = RandomX({1, k}, k, DType::kBFloat16, gen);
+  const std::vector<double> out = to_vector(Linear(x, w, Tensor(), Epilogue::kNone));
+  const std::vector<double> xv = to_vector(x);
+  for (int64_t c : {int64_t{0}, int64_t{262143}, int64_t{262144}, int64_t{262145}, n - 1}) {
+    const std::vector<double> row = to_vector(w.as_strided({k}, {1}, w.offset() + c * k));
+    double want = 0;
+    for (int64_t i = 0; i < k; ++i) want += row[i] * xv[i];
+    const Tolerance tol = ToleranceFor(DType::kBFloat16);
+    EXPECT_NEAR(out[c], want, tol.atol + tol.rtol * std::fabs(want)) << "column " << c;
+  }
+}
+
+// ---- The choice. ----------------------------------------------------------------------------
+
+// Kernel names of the device work `run` launches, recorded by the profiler (CUPTI).
+std::vector<std::string> KernelNames(const std::function<void()>& run) {
+  ProfilerOptions o;
+  o.active = 1;
+  Profiler p(std::move(o));
+  p.Start();
+  run();
+  cuda::Synchronize();
+  p.Step();
+  const ProfileResult r = p.Stop();
+  EXPECT_TRUE(r.device_available) << r.device_status;
+  std::vector<std::string> names;
+  for (const DeviceRecord& d : r.device) {
+    if (d.kind == DeviceKind::kKernel) names.push_back(d.name);
+  }
+  return names;
+}
+
+int CountGemv(const std::vector<std::string>& names) {
+  return static_cast<int>(std::count_if(names.begin(), names.end(), [](const std::string& s) {
+    return s.find("GemvKernel") != std::string::npos;
+  }));
+}
+
+// KILN_GEMV=off (SetGemvMode(kOff)): cuBLASLt runs (no GEMV kernel) and its answer is right;
+// kOn: exactly one kernel, the GEMV (bias and gelu inside).
+TEST(GemvChoice, OffRunsCublasLtAndOnRunsTheGemv) {
+  KILN_SKIP_WITHOUT_GPU();
+  Generator gen(10);
+  const Tensor x = RandomX({1, 768}, 768, DType::kBFloat16, gen);
+  const Tensor w = randn({2304, 768}, gen, DType::kBFloat16, CUDA(0));
+  const Tensor b = randn({2304}, gen, DType::kBFloat16, CUDA(0));
+  {
+    const ScopedGemvMode off(GemvMode::kOff);
+    ExpectMatchesCpu(x, w, b, Epilogue::kGeluTanh, "off");
+    const std::vector<std::string> names =
+        KernelNames([&] { Linear(x, w, b, Epilogue::kGeluTanh); });
+    EXPECT_FALSE(names.empty());
+    EXPECT_EQ(CountGemv(names), 0) << absl::StrJoin(names, "\n");
+  }
+  const ScopedGemvMode on(GemvMode::kOn);
+  const std::vector<std::string> names = KernelNames([&] { Linear(x, w, b, Epilogue::kGeluTanh); });
+  ASSERT_EQ(names.size(), 1u) << absl::StrJoin(names, "\n");
+  EXPECT_EQ(CountGemv(names), 1) << names[0];
+}
+
+// kAuto: the first call of a problem times both paths and the decision is listed; the result is
+// right whichever won.
+TEST(GemvChoice, AutoRecordsATimedDecision) {
+  KILN_SKIP_WITHOUT_GPU();
+  const ScopedGemvMode automatic(GemvMode::kAuto);
+  Generator gen(11);
+  const Tensor x = RandomX({2, 777}, 777, DType::kFloat16, gen);  // k = 777: odd, unaligned rows
+  const Tensor w = randn({1000, 777}, gen, DType::kFloat16, CUDA(0));
+  ExpectMatchesCpu(x, w, Tensor(), Epilogue::kRelu, "auto");
+  const std::string log = cuda_ops::GemvDecisions();
+  const std::string line = "gemv: [2x1000x777 f16 relu align x=2,w=2]";
+  const size_t at = log.find(line);
+  ASSERT_NE(at, std::string::npos) << log;
+  const std::string rest = log.substr(at, log.find('\n', at) - at);
+  EXPECT_NE(rest.find("µs vs cublasLt"), std::string::npos) << rest;
+  EXPECT_TRUE(rest.find("-> gemv") != std::string::npos ||
+              rest.find("-> cublasLt") != std::string::npos)
+      << rest;
+}
+
+// A problem first met while the stream captures cannot be timed: the GEMV runs (the capture
+// holds its kernel), the log says so, and the next call outside the capture times it.
+TEST(GemvChoice, UnseenProblemUnderCaptureRunsTheGemvUntimed) {
+  KILN_SKIP_WITHOUT_GPU();
+  const ScopedGemvMode automatic(GemvMode::kAuto);
+  Generator gen(12);
+  const Tensor x = RandomX({3, 333}, 333, DType::kFloat32, gen);
+  const Tensor w = randn({555, 333}, gen, DType::kFloat32, CUDA(0));
+  const Tensor out = empty({3, 555}, DType::kFloat32, CUDA(0));
+  cuda::Synchronize();
+  cuda::Stream stream;
+  {
+    cuda::StreamGuard guard(stream.get());
+    KILN_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+    DispatchOut(OpId::kLinear, {x, w}, OpAttrs{}, out);
+    cudaGraph_t graph = nullptr;
+    KILN_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+    cudaGraphExec_t exec = nullptr;
+    KILN_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    KILN_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+    KILN_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  const Tensor want = Linear(to(x, kCPU), to(w, kCPU), Tensor(), Epilogue::kNone);
+  ExpectClose(to_vector(out), to_vector(want), LinearTolerance(DType::kFloat32, 333), "captured");
+  const std::string problem = "gemv: [3x555x333 f32 align x=4,w=4,out=4] ";
+  const std::string log = cuda_ops::GemvDecisions();
+  EXPECT_NE(log.find(problem + "first seen in a CUDA graph capture -> gemv"), std::string::npos)
+      << log;
+  EXPECT_EQ(log.find(problem, log.find(problem) + 1), std::string::npos) << log;  // untimed
+  ExpectMatchesCpu(x, w, Tensor(), Epilogue::kNone, "after the capture");
+  const std::string after = cuda_ops::GemvDecisions();
+  const size_t timed = after.find(problem, after.find(problem) + 1);  // a second line
+  ASSERT_NE(timed, std::string::npos) << after;
+  EXPECT_NE(after.substr(timed, after.find('\n', timed) - timed).find("µs vs cublasLt"),
+            std::string::npos)
+      << after;
+}
+
+// Without a GPU: the mode round-trips and overrides the environment.
+TEST(GemvChoice, SetGemvModeOverrides) {
+  const ScopedGemvMode off(GemvMode::kOff);
+  EXPECT_EQ(cuda_ops::CurrentGemvMode(), GemvMode::kOff);
+  cuda_ops::SetGemvMode(GemvMode::kOn);
+  EXPECT_EQ(cuda_ops::CurrentGemvMode(), GemvMode::kOn);
+}
+
+}  // namespace
+}  // namespace kiln
