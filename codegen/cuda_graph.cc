@@ -189,6 +189,9 @@ std::vector<Tensor> CudaGraphPlan::Run(const std::vector<Tensor>& inputs) {
   }
   KILN_CUDA_CHECK(cudaGraphLaunch(exec_, cuda::CurrentStream()));
   ++replays_;
+  // The outputs are adopted first: a throw below frees them (a graph whose allocations are still
+  // alive cannot be launched again).
+  std::vector<Tensor> outs = AdoptOutputs();
   if (checks_indices_) {  // one wait per replay, before the caller's inputs are written back
     cuda_ops::ThrowIfIndexFlagged(index_flag_.data<unsigned>(), "compiled function (CUDA graph)");
   }
@@ -197,6 +200,11 @@ std::vector<Tensor> CudaGraphPlan::Run(const std::vector<Tensor>& inputs) {
       DispatchOut(OpId::kContiguous, {static_inputs_[i]}, {}, inputs[i]);
     }
   }
+  return outs;
+}
+
+// The replay's outputs as tensors over the graph's allocations (the caller frees them).
+std::vector<Tensor> CudaGraphPlan::AdoptOutputs() {
   std::vector<Tensor> outs;
   handed_out_.clear();
   for (size_t i = 0; i < outputs_.size(); ++i) {

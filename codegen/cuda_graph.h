@@ -66,6 +66,7 @@ class CudaGraphPlan {
   CudaGraphPlan(const Executable& exe, Binding binding) : exe_(exe), binding_(binding) {}
   absl::Status CaptureOnce(const std::vector<Tensor>& inputs);
   absl::Status FindInputCopies();
+  std::vector<Tensor> AdoptOutputs();
   bool PreviousOutputsHeld() const;
 
   struct OutputTemplate {  // where a replay leaves output i

@@ -391,6 +391,12 @@ LaunchTally Executable::CountLaunches() const {
   return t;
 }
 
+int Executable::input_copy_backs() const {
+  int in_place = 0;
+  for (const Step& s : steps_) in_place += s.in_place_input >= 0;
+  return static_cast<int>(graph_.input_updates().size()) - in_place;
+}
+
 int Executable::fused_kernels() const {
   int k = 0;
   for (const Step& s : steps_) k += graph_.node(s.value).kind == NodeKind::kFusion;

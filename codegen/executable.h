@@ -71,6 +71,9 @@ class Executable {
   int kernels_per_step() const { return Tally().kernels; }
   int memsets_per_step() const { return Tally().memsets; }
   int fused_kernels() const;
+  // Inputs written in place that are copied back after the plan (those a step updates in place
+  // are not).
+  int input_copy_backs() const;
   double nvrtc_ms() const { return nvrtc_ms_; }
   // Decisions the lowerings made (GEMM-epilogue timings, codegen/epilogue_choice.h), one a line.
   const std::vector<std::string>& lowering_notes() const { return lowering_notes_; }

@@ -27,6 +27,7 @@
 #include "examples/gpt.h"
 #include "io/safetensors.h"
 #include "io/state_dict.h"
+#include "ops/cuda/matmul_cuda.h"
 
 namespace {
 
@@ -308,7 +309,7 @@ void PrintTable(const std::vector<Mode*>& modes, int64_t batch, bool gpu) {
 // Kernels one compiled step launches, and the inputs it copies back after the plan.
 std::pair<int, int> StepKernels(const kiln::CompiledFn& fn, const std::vector<Tensor>& in) {
   const int kernels = fn.report(in).kernels_per_step;
-  const int copies = static_cast<int>(fn.executable(in).graph().input_updates().size());
+  const int copies = fn.executable(in).input_copy_backs();
   return {kernels, copies};
 }
 
@@ -416,6 +417,7 @@ int Main(const examples::Flags& f, const GptConfig& config, kiln::Device device,
   }
   PrintIds(modes.back()->run, prompt_len);
   if (profiling) ProfileDecode(f, eager, *comp, graphed ? &*graphed : nullptr, gpu);
+  if (profiling && gpu) std::printf("%s\n", kiln::cuda_ops::GemvDecisions().c_str());
   if (f.Given("out")) WriteOut(f.Str("out"), prompt, *modes.back(), dtype);
   std::printf("RESULT %s\n", ResultJson(f, modes, dtype, decode_kernels, ok).c_str());
   if (!ok) std::printf("MISMATCH: a check failed (see above)\n");

@@ -29,9 +29,30 @@ constexpr int64_t kMaxGrid = 65535;
 
 // ---- The gather family ------------------------------------------------------------------
 
+// One element of a plan: o, s and x are the output, source and index offsets before the index.
+// A gather reads the index, then the source (zero for a bad index); a scatter reads its source
+// element first, independent of the index, so the two loads are in flight together, then writes
+// only for a good index.
 template <typename W>
-__device__ __forceinline__ void CopyElement(char* out, int64_t o, const char* src, int64_t s) {
-  reinterpret_cast<W*>(out)[o] = reinterpret_cast<const W*>(src)[s];
+__device__ __forceinline__ void MoveElement(const IndexPlan& p, char* out, int64_t o,
+                                            const char* src, int64_t s, const void* index,
+                                            int64_t x, unsigned* bad) {
+  W* dst = reinterpret_cast<W*>(out);
+  const W* from = reinterpret_cast<const W*>(src);
+  if (!p.has_index) {
+    dst[o] = from[s];
+    return;
+  }
+  const W value = p.scatter ? from[s] : W{};
+  const int64_t v = p.index_is_int64 ? static_cast<const int64_t*>(index)[x]
+                                     : static_cast<const int32_t*>(index)[x];
+  const bool ok = v >= 0 && v < p.bound;
+  if (!ok) *(bad != nullptr ? bad : &g_index_error) = 1u;
+  if (p.scatter) {
+    if (ok) dst[o + v * p.select_stride] = value;
+  } else {
+    dst[o] = ok ? from[s + v * p.select_stride] : W{};
+  }
 }
 
 __global__ void IndexPlanKernel(IndexPlan p, int64_t n, char* out, const char* src,
@@ -48,27 +69,18 @@ __global__ void IndexPlanKernel(IndexPlan p, int64_t n, char* out, const char* s
       s += c * p.src_strides[d];
       x += c * p.idx_strides[d];
     }
-    bool ok = true;
-    if (p.has_index) {
-      const int64_t v = p.index_is_int64 ? static_cast<const int64_t*>(index)[x]
-                                         : static_cast<const int32_t*>(index)[x];
-      ok = v >= 0 && v < p.bound;
-      if (!ok) *(bad != nullptr ? bad : &g_index_error) = 1u;
-      (p.scatter ? o : s) += v * p.select_stride;
-      if (!ok && p.scatter) continue;  // a scatter writes nothing for a bad index
-    }
     switch (p.elem_size) {
       case 1:
-        ok ? CopyElement<uint8_t>(out, o, src, s) : void(reinterpret_cast<uint8_t*>(out)[o] = 0);
+        MoveElement<uint8_t>(p, out, o, src, s, index, x, bad);
         break;
       case 2:
-        ok ? CopyElement<uint16_t>(out, o, src, s) : void(reinterpret_cast<uint16_t*>(out)[o] = 0);
+        MoveElement<uint16_t>(p, out, o, src, s, index, x, bad);
         break;
       case 4:
-        ok ? CopyElement<uint32_t>(out, o, src, s) : void(reinterpret_cast<uint32_t*>(out)[o] = 0);
+        MoveElement<uint32_t>(p, out, o, src, s, index, x, bad);
         break;
       default:
-        ok ? CopyElement<uint64_t>(out, o, src, s) : void(reinterpret_cast<uint64_t*>(out)[o] = 0);
+        MoveElement<uint64_t>(p, out, o, src, s, index, x, bad);
     }
   }
 }
