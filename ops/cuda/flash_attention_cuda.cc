@@ -35,7 +35,6 @@ struct FlashParams {
 struct DecodeParams {
   FlashParams f;
   float* part;
-  unsigned* done;
   int splits, split_len;
 };
 
@@ -226,22 +225,27 @@ std::string FlashAttentionUnsupportedReason(absl::Span<const Tensor> in, const O
 
 namespace {
 
-// The decode kernel of a configuration, cached like the flash kernel.
-cudaKernel_t DecodeKernelFor(const FlashAttentionConfig& c) {
+// The decode kernels of a configuration (split and combine), cached like the flash kernel.
+struct DecodeKernels {
+  cudaKernel_t split = nullptr, combine = nullptr;
+};
+const DecodeKernels& DecodeKernelsFor(const FlashAttentionConfig& c) {
   static std::mutex mu;
-  static auto* cache = new std::map<std::string, cudaKernel_t>();
+  static auto* cache = new std::map<std::string, DecodeKernels>();
   int device = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&device));
   const std::string name = FlashDecodeKernelName(c);
   const std::string key = absl::StrCat(name, "@", device);
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = cache->find(key); it != cache->end()) return it->second;
-  cudaKernel_t k = ValueOrThrow(cuda::GetKernel(RenderFlashDecodeSource(c), name));
+  const std::string source = RenderFlashDecodeSource(c);
+  DecodeKernels k{ValueOrThrow(cuda::GetKernel(source, name)),
+                  ValueOrThrow(cuda::GetKernel(source, name + "_combine"))};
   return cache->emplace(key, k).first->second;
 }
 
 // Splits of the keys so that the grid holds about 8 CTAs per SM, each run at least 32 keys, at
-// most 1024 runs a row (the combine's shared arrays).
+// most 1024 runs a row (the combine kernel's shared arrays).
 void ChooseSplits(int64_t rows, int64_t kv_len, int sm_count, DecodeParams* d) {
   const int64_t target = 8 * static_cast<int64_t>(std::max(sm_count, 1));
   const int64_t max_splits = std::clamp<int64_t>((kv_len + 31) / 32, 1, 1024);
@@ -253,24 +257,23 @@ void ChooseSplits(int64_t rows, int64_t kv_len, int sm_count, DecodeParams* d) {
 
 void LaunchFlashDecode(const FlashParams& p, const FlashAttentionConfig& config, int64_t rows,
                        Device device) {
-  const cudaKernel_t kernel = DecodeKernelFor(config);
-  DecodeParams d{p, nullptr, nullptr, 1, 1};
+  const DecodeKernels& kernels = DecodeKernelsFor(config);
+  DecodeParams d{p, nullptr, 1, 1};
   ChooseSplits(rows, p.kv_len, cuda::Props(device.index).sm_count, &d);
-  // The splits' partial results and each row's count of finished splits (zeroed here: the last
-  // split of a row to finish combines the row), freed (stream-ordered) after the kernel.
-  Tensor part, done;
+  Tensor part;  // the splits' partial results, freed (stream-ordered) after the combine
   if (d.splits > 1) {
     part = Tensor::Empty({rows * d.splits * (config.head_dim + 2)}, DType::kFloat32, device);
-    done = Tensor::Empty({rows}, DType::kInt32, device);
     d.part = static_cast<float*>(part.data_ptr());
-    d.done = static_cast<unsigned*>(done.data_ptr());
-    KILN_CUDA_CHECK(
-        cudaMemsetAsync(done.data_ptr(), 0, rows * sizeof(unsigned), cuda::CurrentStream()));
   }
   void* args[] = {&d};
-  KILN_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel),
+  KILN_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(kernels.split),
                                    dim3(static_cast<unsigned>(rows), d.splits), dim3(128), args, 0,
                                    cuda::CurrentStream()));
+  if (d.splits > 1) {
+    KILN_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(kernels.combine),
+                                     dim3(static_cast<unsigned>(rows)), dim3(128), args, 0,
+                                     cuda::CurrentStream()));
+  }
 }
 
 }  // namespace
@@ -288,6 +291,7 @@ std::string RenderFlashDecodeSource(const FlashAttentionConfig& c) {
     absl::StrAppend(&s, "#define ", key, " ", value, "\n");
   };
   define("KILN_FD_NAME", name);
+  define("KILN_FD_COMBINE_NAME", name + "_combine");
   define("KILN_FD_HEAD_DIM", c.head_dim);
   define("KILN_FD_BF16", c.dtype == DType::kBFloat16 ? 1 : 0);
   define("KILN_FD_CAUSAL", c.causal ? 1 : 0);

@@ -56,8 +56,8 @@ std::string FlashAttentionUnsupportedReason(absl::Span<const Tensor> in, const O
 // Up to this many query rows the split-key decode kernels (flash_decode_source.h) run instead
 // of the flash kernel's 128-row tiles (one new token against a KV cache).
 inline constexpr int64_t kFlashDecodeMaxQueries = 4;
-// "kiln_flash_decode_d64_bf16_boolmask" (one kernel: the last split of a row merges the row), and
-// its source; the tiling fields of the config are unused.
+// "kiln_flash_decode_d64_bf16_boolmask" (and its "_combine"), and their source; the tiling
+// fields of the config are unused.
 std::string FlashDecodeKernelName(const FlashAttentionConfig& c);
 std::string RenderFlashDecodeSource(const FlashAttentionConfig& c);
 

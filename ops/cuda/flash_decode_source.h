@@ -10,16 +10,15 @@
 //     (memory-level parallelism), each score is a warp-shuffle reduction, and the softmax is
 //     online in fp32 and base 2 (x = s·scale·log2 e + mask·log2 e), as in the flash kernel. The
 //     4 warps' (m, l, O) merge in shared memory; with one split the CTA writes the output row,
-//     otherwise (O unnormalised, m, l) go to a float workspace [rows][splits][D + 2], and the
-//     row's last split to finish (a counter per row, zeroed by the host, taken with atomicAdd
-//     after a __threadfence) merges the row's splits: O = Σ O_s·2^(m_s - M) / Σ l_s·2^(m_s - M).
-//     No second kernel: in a decode step that launch cost more than the merge.
+//     otherwise (O unnormalised, m, l) go to a float workspace [rows][splits][D + 2].
+//   * KILN_FD_COMBINE_NAME: one CTA per row merges its splits: O = Σ O_s·2^(m_s - M) / Σ l_s·2^(m_s
+//   - M).
 // Semantics match the flash kernel: causal is torch's top-left rule (key j for query i iff
 // j <= i), grouped-query heads read K/V head h / group, the mask (bool: nonzero keeps; additive
 // float32/float16/bfloat16) is broadcast with any strides, and a row with no visible key is
 // written as zeros.
 //
-// Specialisation: KILN_FD_NAME, KILN_FD_HEAD_DIM (64 or 128), KILN_FD_BF16
+// Specialisation: KILN_FD_NAME, KILN_FD_COMBINE_NAME, KILN_FD_HEAD_DIM (64 or 128), KILN_FD_BF16
 // (1 bfloat16, 0 float16), KILN_FD_CAUSAL (0/1), KILN_FD_MASK (as KILN_FA_MASK: 0 none, 1 bool,
 // 2/3/4 additive float32/float16/bfloat16).
 #pragma once
@@ -33,9 +32,8 @@ inline constexpr char kFlashDecodeSource[] = R"KILN_FD(
 // split of the keys and the workspace.
 struct KilnDecodeParams {
   KilnFlashParams f;
-  float* part;     // [rows][splits][D + 2]: O (unnormalised), then m and l; unused with 1 split
-  unsigned* done;  // [rows]: splits finished, zero at launch; unused with 1 split
-  int splits;      // key runs per row (the grid's y)
+  float* part;    // [rows][splits][D + 2]: O (unnormalised), then m and l; unused with 1 split
+  int splits;     // key runs per row (the grid's y)
   int split_len;  // keys per run
 };
 
@@ -131,43 +129,6 @@ __device__ __forceinline__ float merge(const float* m, const float* l, int ml_st
   return acc;
 }
 
-// Merges the n splits of one row in `part` ([n][D + 2]) into out[0, D), by a CTA of 128 threads:
-// the splits' m and l go to shared memory (read once, in parallel), then their weights
-// 2^(m_s - M); each thread then sums its element over the splits with independent loads. The
-// workspace is read with volatile loads (written by other CTAs of this launch).
-__device__ __forceinline__ void combine_row(const float* part, int n, kiln_u16* out) {
-  __shared__ float sm[kMaxSplits], sl[kMaxSplits];
-  __shared__ float big_shared;
-  const volatile float* vpart = part;
-  const int t = threadIdx.x;
-  for (int s = t; s < n; s += blockDim.x) {
-    sm[s] = vpart[s * (D + 2) + D];
-    sl[s] = vpart[s * (D + 2) + D + 1];
-  }
-  __syncthreads();
-  if (t < 32) {  // the max over the splits, by one warp
-    float big = neg_inf();
-    for (int s = t; s < n; s += 32) big = fmaxf(big, sm[s]);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, o));
-    if (t == 0) big_shared = big;
-  }
-  __syncthreads();
-  const float big = big_shared;
-  for (int s = t; s < n; s += blockDim.x) {
-    sm[s] = big == neg_inf() ? 0.f : exp2f(sm[s] - big);  // a split that saw nothing: 0
-  }
-  __syncthreads();
-  if (t >= D) return;
-  float sum = 0.f, acc = 0.f;
-#pragma unroll 8
-  for (int s = 0; s < n; ++s) {
-    sum += sl[s] * sm[s];
-    acc += vpart[s * (D + 2) + t] * sm[s];
-  }
-  out[t] = from_f(sum > 0.f ? acc / sum : 0.f);
-}
-
 // The (b, h, i) of grid row r = (b * heads + h) * q_len + i.
 struct Row {
   int b, h, i;
@@ -245,31 +206,52 @@ extern "C" __global__ void __launch_bounds__(kiln_fd::WARPS * 32) KILN_FD_NAME(c
   for (int e = 0; e < E; ++e) so[warp][lane * E + e] = acc[e];
   __syncthreads();
   const int d = threadIdx.x;
-  kiln_u16* out = p.o + row.b * p.o_batch + row.h * p.o_head + row.i * p.o_row;
-  float big = neg_inf(), sum = 0.f, o = 0.f;
-  if (d < D) o = merge(sm, sl, 1, &so[0][d], D, WARPS, &big, &sum);
+  if (d >= D) return;
+  float big, sum;
+  const float o = merge(sm, sl, 1, &so[0][d], D, WARPS, &big, &sum);
   if (dp.splits == 1) {
-    if (d < D) out[d] = from_f(sum > 0.f ? o / sum : 0.f);
+    kiln_u16* out = p.o + row.b * p.o_batch + row.h * p.o_head + row.i * p.o_row;
+    out[d] = from_f(sum > 0.f ? o / sum : 0.f);
     return;
   }
-  float* part = dp.part + static_cast<long long>(r) * dp.splits * (D + 2);
-  if (d < D) {
-    part[split * (D + 2) + d] = o;
-    if (d == 0) {
-      part[split * (D + 2) + D] = big;
-      part[split * (D + 2) + D + 1] = sum;
-    }
+  float* part = dp.part + (static_cast<long long>(r) * dp.splits + split) * (D + 2);
+  part[d] = o;
+  if (d == 0) {
+    part[D] = big;
+    part[D + 1] = sum;
   }
-  // The row's last split to finish merges them all (its writes, and every other split's, are
-  // visible after the fences: the classic threadFenceReduction pattern).
-  __shared__ unsigned ticket;
-  __threadfence();
+}
+
+extern "C" __global__ void __launch_bounds__(128) KILN_FD_COMBINE_NAME(const KilnDecodeParams dp) {
+  using namespace kiln_fd;
+  const KilnFlashParams& p = dp.f;
+  // The splits' m and l in shared memory (read once, in parallel), then their weights
+  // 2^(m_s - M); each thread then sums its element over the splits with independent loads.
+  __shared__ float sm[kMaxSplits], sl[kMaxSplits];
+  const int r = blockIdx.x, t = threadIdx.x, n = dp.splits;
+  const float* part = dp.part + static_cast<long long>(r) * n * (D + 2);
+  for (int s = t; s < n; s += blockDim.x) {
+    sm[s] = part[s * (D + 2) + D];
+    sl[s] = part[s * (D + 2) + D + 1];
+  }
   __syncthreads();
-  if (threadIdx.x == 0) ticket = atomicAdd(dp.done + r, 1u);
+  float big = neg_inf();
+  for (int s = 0; s < n; ++s) big = fmaxf(big, sm[s]);
   __syncthreads();
-  if (ticket != static_cast<unsigned>(dp.splits - 1)) return;
-  __threadfence();
-  combine_row(part, dp.splits, out);
+  for (int s = t; s < n; s += blockDim.x) {
+    sm[s] = big == neg_inf() ? 0.f : exp2f(sm[s] - big);  // a split that saw nothing: 0
+  }
+  __syncthreads();
+  if (t >= D) return;
+  float sum = 0.f, acc = 0.f;
+#pragma unroll 8
+  for (int s = 0; s < n; ++s) {
+    sum += sl[s] * sm[s];
+    acc += part[s * (D + 2) + t] * sm[s];
+  }
+  const Row row = row_of(p, r);
+  kiln_u16* out = p.o + row.b * p.o_batch + row.h * p.o_head + row.i * p.o_row;
+  out[t] = from_f(sum > 0.f ? acc / sum : 0.f);
 }
 )KILN_FD";
 

@@ -203,15 +203,6 @@ struct NormOp {
 
   template <int kVec, int kIters, typename G>
   __device__ void Apply(float (&v)[kIters][kVec], const RowPos& p, const G& g, int64_t n) const {
-    // weight and bias are loaded before the reductions, so their latency hides behind them (a
-    // decode step's norms are single short rows: the loads after would be on the critical path).
-    Vec<W, kVec> w[kIters], b[kIters];
-#pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-      if (!p.Valid(it)) continue;
-      if (weight != nullptr) w[it] = reinterpret_cast<const Vec<W, kVec>*>(weight)[p.Index(it)];
-      if (bias != nullptr) b[it] = reinterpret_cast<const Vec<W, kVec>*>(bias)[p.Index(it)];
-    }
     double s = 0;
     if (!rms) {
 #pragma unroll
@@ -235,13 +226,15 @@ struct NormOp {
     const float inv = 1.f / sqrtf(sq / static_cast<float>(n) + eps);
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
-      if (p.Valid(it)) Affine(v[it], w[it], b[it], mean, inv);
+      if (p.Valid(it)) Affine(v[it], p.Index(it), mean, inv);
     }
   }
 
   template <int kVec>
-  __device__ void Affine(float (&v)[kVec], const Vec<W, kVec>& w, const Vec<W, kVec>& b,
-                         const Mean& mean, float inv) const {
+  __device__ void Affine(float (&v)[kVec], int64_t vec, const Mean& mean, float inv) const {
+    Vec<W, kVec> w, b;
+    if (weight != nullptr) w = reinterpret_cast<const Vec<W, kVec>*>(weight)[vec];
+    if (bias != nullptr) b = reinterpret_cast<const Vec<W, kVec>*>(bias)[vec];
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
       float r = mean.Deviation(v[j]) * inv;
@@ -355,10 +348,7 @@ __global__ void __launch_bounds__(kLoopThreads)
     const float inv = 1.f / sqrtf(sq / static_cast<float>(n) + op.eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
       float v[1] = {ToFloat(src[i])};
-      Vec<W, 1> w, b;
-      if (op.weight != nullptr) w.v[0] = op.weight[i];
-      if (op.bias != nullptr) b.v[0] = op.bias[i];
-      op.template Affine<1>(v, w, b, mean, inv);
+      op.template Affine<1>(v, i, mean, inv);
       dst[i] = FromFloat<T>(v[0]);
     }
   }
