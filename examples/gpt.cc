@@ -164,8 +164,7 @@ Tensor Gpt::Finish(const Tensor& x, const Tensor& tokens, const Tensor& pos, con
   const int64_t b = x.size(0);
   const Tensor logits = kiln::reshape(kiln::linear(ln_f_(x), wte_.weight()), {b, config_.vocab});
   const Tensor next = kiln::reshape(kiln::argmax(logits, -1), {b, 1});
-  const Tensor slot = kiln::reshape(kiln::eq(slots_, next_pos), {1, config_.ctx});
-  kiln::copy_(ids, kiln::where(slot, next, ids));
+  kiln::index_copy_(ids, 1, next_pos, next);
   kiln::copy_(tokens, next);
   kiln::copy_(pos, next_pos);
   return logits;

@@ -16,7 +16,8 @@
 //   index_copy_(k_cache, 2, pos, k_new)    the token's key into row pos (value likewise)
 //   visible = arange(ctx) <= pos           the keys it may attend to (SDPA's bool mask)
 // and the step also writes its own next inputs in place (tokens = argmax of the logits, pos + 1,
-// the id into the `ids` record [B, ctx]), so the host loop only calls the step. Compiled, the
+// the id into the `ids` record [B, ctx] with index_copy_ too), so the host loop only calls the
+// step. Compiled, the
 // index_copy_ runs in place on the caller's cache (codegen/executable.h): one row moves per
 // layer per token. The price of a fixed shape: attention reads all ctx slots (masked) instead of
 // pos + 1. A slice write copy_(slice(k_cache, 2, pos, pos + 1), k_new) would make pos an

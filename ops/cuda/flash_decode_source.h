@@ -226,7 +226,7 @@ extern "C" __global__ void __launch_bounds__(128) KILN_FD_COMBINE_NAME(const Kil
   using namespace kiln_fd;
   const KilnFlashParams& p = dp.f;
   // The splits' m and l in shared memory (read once, in parallel), then their weights
-  // 2^(m_s - M); each thread then sums its element over the splits with independent loads.
+  // 2^(m_s - M); the threads then sum the weighted parts (below).
   __shared__ float sm[kMaxSplits], sl[kMaxSplits];
   const int r = blockIdx.x, t = threadIdx.x, n = dp.splits;
   const float* part = dp.part + static_cast<long long>(r) * n * (D + 2);
@@ -234,20 +234,40 @@ extern "C" __global__ void __launch_bounds__(128) KILN_FD_COMBINE_NAME(const Kil
     sm[s] = part[s * (D + 2) + D];
     sl[s] = part[s * (D + 2) + D + 1];
   }
+  __shared__ float big_shared;
   __syncthreads();
-  float big = neg_inf();
-  for (int s = 0; s < n; ++s) big = fmaxf(big, sm[s]);
+  if (t < 32) {  // the max over the splits: one warp, then shuffles
+    float big = neg_inf();
+    for (int s = t; s < n; s += 32) big = fmaxf(big, sm[s]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, o));
+    if (t == 0) big_shared = big;
+  }
   __syncthreads();
+  const float big = big_shared;
   for (int s = t; s < n; s += blockDim.x) {
     sm[s] = big == neg_inf() ? 0.f : exp2f(sm[s] - big);  // a split that saw nothing: 0
   }
   __syncthreads();
-  if (t >= D) return;
+  // All 128 threads sum: thread t takes element t % D of every (128 / D)-th split, so its loads
+  // of the workspace are few and independent (in flight together); the parts meet in shared.
+  constexpr int H = 128 / D;
+  const int d = t % D;
   float sum = 0.f, acc = 0.f;
-#pragma unroll 8
-  for (int s = 0; s < n; ++s) {
+#pragma unroll 16
+  for (int s = t / D; s < n; s += H) {
     sum += sl[s] * sm[s];
-    acc += part[s * (D + 2) + t] * sm[s];
+    acc += part[s * (D + 2) + d] * sm[s];
+  }
+  __shared__ float red_sum[128], red_acc[128];
+  red_sum[t] = sum;
+  red_acc[t] = acc;
+  __syncthreads();
+  if (t >= D) return;
+#pragma unroll
+  for (int h = 1; h < H; ++h) {
+    sum += red_sum[t + h * D];
+    acc += red_acc[t + h * D];
   }
   const Row row = row_of(p, r);
   kiln_u16* out = p.o + row.b * p.o_batch + row.h * p.o_head + row.i * p.o_row;
