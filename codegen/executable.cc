@@ -225,17 +225,11 @@ bool StreamCapturing() {
 std::vector<Tensor> Executable::Run(const std::vector<Tensor>& inputs) const {
   std::vector<Tensor> env(graph_.num_values());
   // On CUDA, one deferred index check for the whole call (unless the caller owns one: a capture).
-  Tensor flag;
   std::optional<cuda_ops::IndexCheckScope> checks;
-  if (on_cuda() && !cuda_ops::IndexCheckScope::Active() && !StreamCapturing()) {
-    flag = Tensor::Empty({1}, DType::kInt32, graph_.node(graph_.outputs()[0]).type.device);
-    KILN_CUDA_CHECK(cudaMemsetAsync(flag.data_ptr(), 0, sizeof(unsigned), cuda::CurrentStream()));
-    checks.emplace(flag.data<unsigned>());
-  }
+  if (on_cuda() && !cuda_ops::IndexCheckScope::Active() && !StreamCapturing()) checks.emplace();
   RunSteps(inputs, env);
   if (checks.has_value() && checks->used()) {
-    checks.reset();
-    cuda_ops::ThrowIfIndexFlagged(flag.data<unsigned>(), "compiled function");
+    cuda_ops::ThrowIfIndexFlagged(checks->flag(), "compiled function");
   }
   WriteBackInputs(inputs, env);
   const std::vector<int>& updates = graph_.input_updates();

@@ -41,7 +41,9 @@ Tensor ToHost(const Tensor& t) {
 thread_local IndexCheckScope* t_index_scope = nullptr;
 
 // The innermost scope's flag, or nullptr outside any scope.
-unsigned* DeferredFlag() { return t_index_scope != nullptr ? t_index_scope->Take() : nullptr; }
+unsigned* DeferredFlag(Device device) {
+  return t_index_scope != nullptr ? t_index_scope->Take(device) : nullptr;
+}
 
 bool Capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -53,7 +55,7 @@ bool Capturing(cudaStream_t stream) {
 void RunChecked(const OpDef& def, const IndexPlan& plan, const Tensor& out, const Tensor& src,
                 const Tensor& index, int64_t dim, absl::Span<const Tensor> operands) {
   const cudaStream_t stream = cuda::CurrentStream();
-  if (unsigned* deferred = DeferredFlag(); deferred != nullptr || Capturing(stream)) {
+  if (unsigned* deferred = DeferredFlag(out.device()); deferred != nullptr || Capturing(stream)) {
     KILN_CUDA_CHECK(cuda_kernels::RunIndexPlan(plan, out.numel(), out.data_ptr(), src.data_ptr(),
                                                index.data_ptr(), deferred, stream));
     return;
@@ -152,7 +154,7 @@ void IndexCopy(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
   }
   if (source.numel() == 0) return;
   const IndexPlan plan = gather::PlanIndexCopy(def, out, d, index, source);
-  unsigned* flag = DeferredFlag();
+  unsigned* flag = DeferredFlag(out.device());
   if (flag == nullptr && !Capturing(stream)) {  // check every index before writing any
     const Tensor bad = Tensor::Empty({1}, DType::kInt32, out.device());
     KILN_CUDA_CHECK(cudaMemsetAsync(bad.data_ptr(), 0, sizeof(unsigned), stream));
@@ -228,9 +230,21 @@ void TopK(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, cons
   });
 }
 
+IndexCheckScope::IndexCheckScope() : outer_(t_index_scope) { t_index_scope = this; }
+
 IndexCheckScope::IndexCheckScope(unsigned* device_flag)
     : flag_(device_flag), outer_(t_index_scope) {
   t_index_scope = this;
+}
+
+unsigned* IndexCheckScope::Take(Device device) {
+  if (flag_ == nullptr) {
+    owned_ = Tensor::Empty({1}, DType::kInt32, device);
+    KILN_CUDA_CHECK(cudaMemsetAsync(owned_.data_ptr(), 0, sizeof(unsigned), cuda::CurrentStream()));
+    flag_ = owned_.data<unsigned>();
+  }
+  used_ = true;
+  return flag_;
 }
 
 IndexCheckScope::~IndexCheckScope() { t_index_scope = outer_; }

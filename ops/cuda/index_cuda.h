@@ -42,9 +42,12 @@ void TopK(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, cons
 void CheckCapturedIndexErrors();
 
 // See "Deferred checks" above. `device_flag` is a zeroed device word that outlives every kernel
-// launched (or captured) under the scope. Scopes nest (the innermost wins); not copyable.
+// launched (or captured) under the scope; without one, the scope makes its own on the first
+// kernel that needs it (zeroed on the current stream: not while capturing), so a call without
+// index kernels costs nothing. Scopes nest (the innermost wins); not copyable.
 class IndexCheckScope {
  public:
+  IndexCheckScope();
   explicit IndexCheckScope(unsigned* device_flag);
   ~IndexCheckScope();
   IndexCheckScope(const IndexCheckScope&) = delete;
@@ -53,14 +56,13 @@ class IndexCheckScope {
   static bool Active();
   // Whether some kernel under the scope was given the flag (only then is a check needed).
   bool used() const { return used_; }
-  // For the launchers: the flag, marking the scope used.
-  unsigned* Take() {
-    used_ = true;
-    return flag_;
-  }
+  // For the launchers: the flag (made now if the scope owns it), marking the scope used.
+  unsigned* Take(Device device);
+  unsigned* flag() const { return flag_; }
 
  private:
-  unsigned* flag_;
+  Tensor owned_;
+  unsigned* flag_ = nullptr;
   IndexCheckScope* outer_;
   bool used_ = false;
 };
