@@ -160,8 +160,8 @@ ISSUES = [
      "instructions (#12's goal; not an issue yet)"),
     ("block_", "a Hopper flash kernel for its attention and a GEMM with the gelu·mul epilogue "
      "(not issues yet)"),
-    ("decode_", "fewer kernels per step: Inductor folds the layer norms and bias adds into its "
-     "kernels (10 vs 13); a GEMV path for M = 1 (not issues yet)"),
+    ("decode_", "fewer kernels per step: Inductor folds the layer norms and residual adds into "
+     "its kernels (10 vs 11); kiln's M = 1 linears already run its GEMV (not an issue yet)"),
     ("mlp_1tok", "a GEMV with the gelu·mul fused, for M = 1 (not an issue yet)"),
     ("mlp", "a GEMM with the gelu·mul epilogue (not an issue yet)"),
     ("elementwise", "the generated kernel's memory throughput (loads per thread, not an issue "
