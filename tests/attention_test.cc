@@ -657,11 +657,20 @@ TEST(SdpaFlashSource, EveryVariantCompilesWithNvrtc) {
           ASSERT_TRUE(decode_ptx.ok()) << decode_ptx.status().message();
           EXPECT_NE(decode_ptx->find(".entry " + decode + "("), std::string::npos) << decode;
           EXPECT_NE(decode_ptx->find(".entry " + decode + "_combine("), std::string::npos);
+          // The small-grid tiling (64-row tiles, head dim 64) of the same variant.
+          const auto small = cuda_ops::ForGrid(c, 1, 512, 132);
+          if (small.block_m == c.block_m) continue;
+          const std::string small_name = cuda_ops::FlashAttentionKernelName(small);
+          auto small_ptx = cuda::CompileSource(cuda_ops::RenderFlashAttentionSource(small),
+                                               small_name, "compute_90", /*cubin=*/false);
+          ASSERT_TRUE(small_ptx.ok()) << small_ptx.status().message();
+          EXPECT_NE(small_ptx->find(small_name), std::string::npos) << small_name;
+          ++compiled;
         }
       }
     }
   }
-  EXPECT_EQ(compiled, 40);
+  EXPECT_EQ(compiled, 60);  // 40 default tilings, 20 small-grid ones (head dim 64)
 }
 
 // The standalone GPU harness (tools/flash_attention) compiles the very source kiln compiles.

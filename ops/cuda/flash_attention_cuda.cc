@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -299,14 +300,26 @@ std::string RenderFlashDecodeSource(const FlashAttentionConfig& c) {
   return s + kFlashParamsSource + kFlashDecodeSource;
 }
 
+FlashAttentionConfig ForGrid(FlashAttentionConfig c, int64_t bh, int64_t q_len, int sm_count) {
+  static const bool enabled = [] {
+    const char* env = std::getenv("KILN_FLASH_SMALL_GRID");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  const int64_t ctas = bh * ((q_len + c.block_m - 1) / c.block_m);
+  if (!enabled || c.head_dim != 64 || c.block_m != 128 || ctas >= sm_count) return c;
+  c.block_m = 64, c.block_n = 64, c.warps = 4, c.min_blocks = 3;
+  return c;
+}
+
 void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const Tensor& out) {
   const Tensor &q = in[0], &k = in[1], &v = in[2];
   const bool has_mask = in.size() > 3;
   const int64_t rank = q.dim();
+  const int64_t batch = rank >= 4 ? q.size(0) : 1, heads = rank >= 3 ? q.size(-3) : 1;
   const FlashAttentionConfig config =
-      PlanFlashAttention(static_cast<int>(q.size(-1)), q.dtype(), a.is_causal,
-                         has_mask ? FlashMaskOf(in[3].dtype()) : FlashMask::kNone);
-  const FlashKernel& kernel = KernelFor(config);
+      ForGrid(PlanFlashAttention(static_cast<int>(q.size(-1)), q.dtype(), a.is_causal,
+                                 has_mask ? FlashMaskOf(in[3].dtype()) : FlashMask::kNone),
+              batch * heads, q.size(-2), cuda::Props(q.device().index).sm_count);
   FlashParams p{};
   p.q = q.data_ptr(), p.k = k.data_ptr(), p.v = v.data_ptr(), p.o = out.data_ptr();
   SetStrides(q, &p.q_batch, &p.q_head, &p.q_row);
@@ -317,7 +330,6 @@ void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const T
     p.mask = in[3].data_ptr();
     SetMaskStrides(in[3], rank, &p);
   }
-  const int64_t batch = rank >= 4 ? q.size(0) : 1, heads = rank >= 3 ? q.size(-3) : 1;
   p.heads = static_cast<int>(heads);
   p.group = static_cast<int>(rank >= 3 ? heads / k.size(-3) : 1);
   p.q_len = static_cast<int>(q.size(-2));
@@ -327,6 +339,7 @@ void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const T
     LaunchFlashDecode(p, config, batch * heads * p.q_len, q.device());
     return;
   }
+  const FlashKernel& kernel = KernelFor(config);
   const dim3 grid(static_cast<unsigned>(batch * heads),
                   static_cast<unsigned>((p.q_len + config.block_m - 1) / config.block_m));
   void* args[] = {&p};

@@ -39,6 +39,11 @@ struct FlashAttentionConfig {
 
 // The configuration kiln runs for these operands (the tiling measured best on the H200).
 FlashAttentionConfig PlanFlashAttention(int head_dim, DType dtype, bool causal, FlashMask mask);
+// For a grid of `bh` (batch, head) pairs and `q_len` query rows on `sm_count` SMs: with head dim
+// 64, when 128-row tiles would give fewer CTAs than SMs (a prefill of one sequence: 12 heads x
+// 4 tiles for GPT-2 small's 512 tokens), 64-row tiles (the harness's tiling D: 4 warps of 16
+// rows, 3 CTAs per SM), twice the CTAs. KILN_FLASH_SMALL_GRID=0 keeps the 128-row tiles (A/B).
+FlashAttentionConfig ForGrid(FlashAttentionConfig c, int64_t bh, int64_t q_len, int sm_count);
 FlashMask FlashMaskOf(DType mask_dtype);
 
 // "kiln_flash_attention_d64_bf16_causal_128x64w4": what the profiler's kernel table shows.
