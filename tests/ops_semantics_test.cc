@@ -249,6 +249,11 @@ void IndexCopyInPlace(Device device) {
   index_copy_(y, 1, to(from_vector({1, 0}, {2}, DType::kInt64), device), slice(y, 1, 0, 2));
   EXPECT_EQ(Vals(slice(y, 1, 0, 1)), Vals(slice(base, 1, 1, 2)));
   EXPECT_EQ(Vals(slice(y, 1, 1, 2)), Vals(slice(base, 1, 0, 1)));
+  // An empty source writes nothing and reads no index, on either device.
+  EXPECT_EQ(index_copy(to(zeros({3, 0}), device), 0,
+                       to(from_vector({5}, {1}, DType::kInt64), device), to(zeros({1, 0}), device))
+                .shape(),
+            (Shape{3, 0}));
   // Out of place leaves self alone.
   const Tensor z = index_copy(base, 0, to(from_vector({1}, {}, DType::kInt64), device),
                               to(zeros({1, 3, 4}), device));
