@@ -13,13 +13,15 @@
 // kernels per decode step (the compile report), peak device memory and the generated ids; checks
 // the KV cache against a full forward of the generated sequence, and each mode against eager
 // (ids equal in f32, logits close); --compare prints the eager-vs-compiled report of the decode
-// step (--profile, --trace and --compare imply --compile). --out FILE writes the prompt, the ids
+// step, or with --profile-step prefill of the prefill call (--profile, --trace and --compare
+// imply --compile). --out FILE writes the prompt, the ids
 // and the prefill logits (float32) for bench/gpt_baseline.py to check against. A line
 // "RESULT {json}" carries the figures for scripts/gpu-run.
 //
-// The KV cache is a fixed-capacity [B, H, ctx, Dh] per layer, written by a one-hot blend inside
-// the decode step, so the compiled step has static shapes: one compile, one CUDA graph replayed
-// every token. examples/gpt.h says why, and what it costs.
+// The KV cache is a fixed-capacity [B, H, ctx, Dh] per layer, one row written per token by
+// index_copy_ (the position a tensor) inside the decode step, so the compiled step has static
+// shapes: one compile, one CUDA graph replayed every token. examples/gpt.h says why, and what it
+// costs.
 #include <cinttypes>
 #include <sstream>
 
@@ -52,6 +54,7 @@ void DefineFlags(examples::Flags& f) {
     f.Define(name, "");
   }
   f.Define("seed", "0");
+  f.Define("profile-step", "decode");
 }
 
 // Flags given, else GPT-2 small on a GPU and a small model on the CPU.
@@ -352,16 +355,23 @@ std::string ResultJson(const examples::Flags& f, const std::vector<Mode*>& modes
 }
 
 // --profile / --trace / --compare over decode steps, each mode's session reset by its prefill.
-void ProfileDecode(const examples::Flags& f, Mode& eager, Mode& comp, Mode* graphed, bool gpu) {
+// With --profile-step prefill, the prefill call instead (each call prefills the same prompt).
+void ProfileStep(const examples::Flags& f, Mode& eager, Mode& comp, Mode* graphed, bool gpu) {
   for (Mode* m : {&eager, &comp, graphed}) {
     if (m != nullptr) m->prefill(m->session.prefill_in);
   }
+  const bool prefill = f.Str("profile-step") == "prefill";
+  auto step = [prefill](Mode& m) {
+    return [&m, prefill] {
+      prefill ? m.prefill(m.session.prefill_in) : m.decode(m.session.decode_in);
+    };
+  };
   std::function<void()> graphed_step;
-  if (graphed != nullptr) graphed_step = [graphed] { graphed->decode(graphed->session.decode_in); };
-  const std::vector<Tensor>& in = comp.session.decode_in;
-  examples::ProfileExample(
-      f, [&] { eager.decode(eager.session.decode_in); }, [&] { comp.decode(in); }, graphed_step,
-      comp.compiled_decode->executable(in), comp.compiled_decode->report(in), gpu);
+  if (graphed != nullptr) graphed_step = step(*graphed);
+  const std::vector<Tensor>& in = prefill ? comp.session.prefill_in : comp.session.decode_in;
+  const kiln::CompiledFn& fn = prefill ? *comp.compiled_prefill : *comp.compiled_decode;
+  examples::ProfileExample(f, step(eager), step(comp), graphed_step, fn.executable(in),
+                           fn.report(in), gpu);
 }
 
 // Loads (or initialises) the model, runs the modes, checks them, prints the figures.
@@ -416,7 +426,7 @@ int Main(const examples::Flags& f, const GptConfig& config, kiln::Device device,
     }
   }
   PrintIds(modes.back()->run, prompt_len);
-  if (profiling) ProfileDecode(f, eager, *comp, graphed ? &*graphed : nullptr, gpu);
+  if (profiling) ProfileStep(f, eager, *comp, graphed ? &*graphed : nullptr, gpu);
   if (profiling && gpu) std::printf("%s\n", kiln::cuda_ops::GemvDecisions().c_str());
   if (f.Given("out")) WriteOut(f.Str("out"), prompt, *modes.back(), dtype);
   std::printf("RESULT %s\n", ResultJson(f, modes, dtype, decode_kernels, ok).c_str());
@@ -432,7 +442,8 @@ int main(int argc, char** argv) {
                     "[--write-weights FILE] [--weights FILE] [--layers L] [--dim D] [--heads H] "
                     "[--vocab V] [--ctx C] [--prompt-len T] [--new-tokens N] [--batch B] "
                     "[--dtype f32|bf16] [--device cpu|cuda] [--seed S] [--compile] "
-                    "[--cuda-graphs] [--profile] [--sort KEY] [--trace FILE] [--compare] "
+                    "[--cuda-graphs] [--profile] [--profile-step decode|prefill] [--sort KEY] "
+                    "[--trace FILE] [--compare] "
                     "[--out FILE] [--dump DIR] [--warmup W] [--iters I]");
   DefineFlags(f);
   f.Parse(argc, argv);
@@ -445,6 +456,9 @@ int main(int argc, char** argv) {
   const int64_t batch = f.Int("batch"), prompt_len = f.Int("prompt-len"),
                 new_tokens = f.Int("new-tokens");
   const bool profiling = f.Bool("profile") || f.Bool("compare") || f.Given("trace");
+  if (f.Str("profile-step") != "decode" && f.Str("profile-step") != "prefill") {
+    f.Usage("--profile-step must be decode or prefill");
+  }
   if (profiling && prompt_len + 24 > config.ctx) {
     f.Usage(
         "--profile, --trace and --compare run 20 more decode steps: need --prompt-len + 24 "
