@@ -110,7 +110,6 @@ void Executable::PlanInPlace(const std::vector<int>& last_read) {
     if (input == inputs.end() || pinned_[self] || last_read[self] != static_cast<int>(i)) continue;
     const int index = static_cast<int>(input - inputs.begin());
     if (std::find(updates.begin(), updates.end(), index) == updates.end()) continue;
-    if (std::count(n.inputs.begin(), n.inputs.end(), self) > 1) continue;  // also read otherwise
     s.in_place_input = index;
     lowering_notes_.push_back(absl::StrCat("in place: ", GetOpDef(n.op).name, " %", s.value,
                                            " updates input ", index,
@@ -214,19 +213,13 @@ bool Exclusive(const std::vector<Tensor>& inputs, size_t i) {
   return true;
 }
 
-bool StreamCapturing() {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  KILN_CUDA_CHECK(cudaStreamIsCapturing(cuda::CurrentStream(), &status));
-  return status != cudaStreamCaptureStatusNone;
-}
-
 }  // namespace
 
 std::vector<Tensor> Executable::Run(const std::vector<Tensor>& inputs) const {
   std::vector<Tensor> env(graph_.num_values());
   // On CUDA, one deferred index check for the whole call (unless the caller owns one: a capture).
   std::optional<cuda_ops::IndexCheckScope> checks;
-  if (on_cuda() && !cuda_ops::IndexCheckScope::Active() && !StreamCapturing()) checks.emplace();
+  if (on_cuda() && !cuda_ops::IndexCheckScope::Active() && !cuda::Capturing()) checks.emplace();
   RunSteps(inputs, env);
   if (checks.has_value() && checks->used()) {
     cuda_ops::ThrowIfIndexFlagged(checks->flag(), "compiled function");

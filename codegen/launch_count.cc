@@ -80,12 +80,7 @@ LaunchCount Measure(OpId op, absl::Span<const Tensor> inputs, const OpAttrs& att
 
 LaunchCount CountLaunchesOnce(OpId op, absl::Span<const Tensor> inputs, const OpAttrs& attrs) {
   if (inputs.empty() || !inputs[0].device().is_cuda()) return {1, 0, "not on CUDA"};
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(cuda::CurrentStream(), &status) != cudaSuccess ||
-      status != cudaStreamCaptureStatusNone) {
-    cudaGetLastError();
-    return {1, 0, "the caller is capturing"};
-  }
+  if (cuda::Capturing()) return {1, 0, "the caller is capturing"};
   const std::string key = Key(op, inputs, attrs);
   static std::mutex mu;
   static auto* cache = new std::map<std::string, LaunchCount>;

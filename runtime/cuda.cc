@@ -166,6 +166,15 @@ cudaStream_t CurrentStream() { return g_stream; }
 void SetCurrentStream(cudaStream_t stream) { g_stream = stream; }
 void Synchronize() { KILN_CUDA_CHECK(cudaDeviceSynchronize()); }
 
+bool Capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    cudaGetLastError();  // not sticky: clear it so that later checks do not report it
+    return true;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
 absl::Status ToStatus(cudaError_t err, const char* call) {
   if (err == cudaSuccess) return absl::OkStatus();
   const std::string msg =

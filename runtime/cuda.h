@@ -47,6 +47,10 @@ const DeviceProps& Props(int device = 0);
 cudaStream_t CurrentStream();
 void SetCurrentStream(cudaStream_t stream);
 void Synchronize();  // the current device
+// Whether `stream` is being captured into a CUDA graph. A query that fails (the legacy stream
+// while another stream captures in global mode) counts as capturing, its error cleared: nothing
+// may wait for the stream or time it then either.
+bool Capturing(cudaStream_t stream = CurrentStream());
 
 // Throws kiln::Error naming `call` and the CUDA error string unless `err` is cudaSuccess.
 // Out-of-memory becomes kResourceExhausted, everything else kInternal.

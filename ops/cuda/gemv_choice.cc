@@ -85,17 +85,6 @@ Decisions& TheDecisions() {
   return *d;
 }
 
-// Whether `stream` is capturing. A query that fails (the legacy stream while another stream
-// captures in global mode) counts as capturing: nothing may be timed then either.
-bool Capturing(cudaStream_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
-    cudaGetLastError();  // not sticky: clear it so that later checks do not report it
-    return true;
-  }
-  return status != cudaStreamCaptureStatusNone;
-}
-
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -166,7 +155,7 @@ bool ChooseGemv(const GemvProblem& p, const Tensor& out, const LinearPath& gemv,
     std::lock_guard<std::mutex> lock(d.mu);
     if (auto it = d.use_gemv.find(p); it != d.use_gemv.end()) return it->second;
   }
-  if (Capturing(cuda::CurrentStream())) {
+  if (cuda::Capturing()) {
     std::lock_guard<std::mutex> lock(d.mu);
     if (d.untimed.insert(p).second) {
       d.log.push_back(

@@ -45,32 +45,40 @@ unsigned* DeferredFlag(Device device) {
   return t_index_scope != nullptr ? t_index_scope->Take(device) : nullptr;
 }
 
-bool Capturing(cudaStream_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  KILN_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
-  return status != cudaStreamCaptureStatusNone;
+// A zeroed 4-byte device flag for the index kernels, on the current stream.
+Tensor ZeroedFlag(Device device) {
+  Tensor flag = Tensor::Empty({1}, DType::kInt32, device);
+  KILN_CUDA_CHECK(cudaMemsetAsync(flag.data_ptr(), 0, sizeof(unsigned), cuda::CurrentStream()));
+  return flag;
+}
+
+// Waits for the stream; if a kernel raised `flag`, throws the CPU kernel's error for `index`
+// (kOutOfRange, naming the op, the index and its position).
+void ReportBadIndexIfFlagged(const OpDef& def, const Tensor& flag, const Tensor& index,
+                             int64_t bound, int64_t dim, absl::Span<const Tensor> operands) {
+  unsigned bad = 0;
+  cuda::Copy(&bad, kCPU, flag.data_ptr(), flag.device(), sizeof(bad));  // waits for the stream
+  if (bad == 0) return;
+  gather::CheckIndices(def, ToHost(index), bound, dim, operands);
+  throw Error(absl::InternalError(absl::StrCat(
+      def.name,
+      ": the CUDA kernel flagged an out-of-range index that the host check did not find")));
 }
 
 // Runs a gather-family plan and reports a bad index as kiln::Error (see index_cuda.h).
 void RunChecked(const OpDef& def, const IndexPlan& plan, const Tensor& out, const Tensor& src,
                 const Tensor& index, int64_t dim, absl::Span<const Tensor> operands) {
   const cudaStream_t stream = cuda::CurrentStream();
-  if (unsigned* deferred = DeferredFlag(out.device()); deferred != nullptr || Capturing(stream)) {
+  if (unsigned* deferred = DeferredFlag(out.device());
+      deferred != nullptr || cuda::Capturing(stream)) {
     KILN_CUDA_CHECK(cuda_kernels::RunIndexPlan(plan, out.numel(), out.data_ptr(), src.data_ptr(),
                                                index.data_ptr(), deferred, stream));
     return;
   }
-  const Tensor flag = Tensor::Empty({1}, DType::kInt32, out.device());
-  KILN_CUDA_CHECK(cudaMemsetAsync(flag.data_ptr(), 0, sizeof(unsigned), stream));
+  const Tensor flag = ZeroedFlag(out.device());
   KILN_CUDA_CHECK(cuda_kernels::RunIndexPlan(plan, out.numel(), out.data_ptr(), src.data_ptr(),
                                              index.data_ptr(), flag.data<unsigned>(), stream));
-  unsigned bad = 0;
-  cuda::Copy(&bad, kCPU, flag.data_ptr(), flag.device(), sizeof(bad));  // waits for the stream
-  if (bad == 0) return;
-  gather::CheckIndices(def, ToHost(index), plan.bound, dim, operands);
-  throw Error(absl::InternalError(absl::StrCat(
-      def.name,
-      ": the CUDA kernel flagged an out-of-range index that the host check did not find")));
+  ReportBadIndexIfFlagged(def, flag, index, plan.bound, dim, operands);
 }
 
 KeyType KeyTypeOf(const OpDef& def, DType t) {
@@ -155,20 +163,12 @@ void IndexCopy(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
   if (source.numel() == 0) return;
   const IndexPlan plan = gather::PlanIndexCopy(def, out, d, index, source);
   unsigned* flag = DeferredFlag(out.device());
-  if (flag == nullptr && !Capturing(stream)) {  // check every index before writing any
-    const Tensor bad = Tensor::Empty({1}, DType::kInt32, out.device());
-    KILN_CUDA_CHECK(cudaMemsetAsync(bad.data_ptr(), 0, sizeof(unsigned), stream));
+  if (flag == nullptr && !cuda::Capturing(stream)) {  // check every index before writing any
+    const Tensor bad = ZeroedFlag(out.device());
     KILN_CUDA_CHECK(cuda_kernels::CheckIndexRange(
         index.data_ptr(), index.numel(), index.dim() == 1 ? index.stride(0) : 0,
         index.dtype() == DType::kInt64, plan.bound, bad.data<unsigned>(), stream));
-    unsigned seen = 0;
-    cuda::Copy(&seen, kCPU, bad.data_ptr(), bad.device(), sizeof(seen));  // waits for the stream
-    if (seen != 0) {
-      gather::CheckIndices(def, ToHost(index), plan.bound, d, in);
-      throw Error(absl::InternalError(absl::StrCat(
-          def.name,
-          ": the CUDA check flagged an out-of-range index that the host check did not find")));
-    }
+    ReportBadIndexIfFlagged(def, bad, index, plan.bound, d, in);
   }
   KILN_CUDA_CHECK(cuda_kernels::RunIndexPlan(plan, source.numel(), out.data_ptr(),
                                              source.data_ptr(), index.data_ptr(), flag, stream));
@@ -239,8 +239,7 @@ IndexCheckScope::IndexCheckScope(unsigned* device_flag)
 
 unsigned* IndexCheckScope::Take(Device device) {
   if (flag_ == nullptr) {
-    owned_ = Tensor::Empty({1}, DType::kInt32, device);
-    KILN_CUDA_CHECK(cudaMemsetAsync(owned_.data_ptr(), 0, sizeof(unsigned), cuda::CurrentStream()));
+    owned_ = ZeroedFlag(device);
     flag_ = owned_.data<unsigned>();
   }
   used_ = true;
