@@ -2,8 +2,9 @@
 // index_select, gather, index_copy, cat, argmax and topk, over inputs of any strides.
 //
 // Out-of-range indices. The gather kernel writes zeros for a bad index and raises a flag in a
-// small device buffer; the launcher waits for the stream (a 4-byte copy: the queued work plus
-// ~10 us of host time, estimated, and the host stops running ahead of the GPU at that op) and,
+// small device buffer; the launcher waits for the stream (a 4-byte copy after the queued work;
+// the host stops running ahead of the GPU at that op: on the H200 an eager index_copy_ of the
+// GPT decode took 29 us of host time on average, the wait included, 5 us compiled) and,
 // if the flag is set, copies the indices to the host and throws the same kiln::Error
 // (kOutOfRange) as the CPU kernel, naming the op, the bad index and its position. index_copy
 // checks its indices the same way before it writes anything. Nothing is left in a sticky CUDA
