@@ -1,0 +1,213 @@
+// Host cost of eager CUDA ops, and where it goes. Each case enqueues --ops small ops back to back
+// (device time per op is below the host's, so the host bounds the loop) and reports ns per op,
+// median and min over --reps runs, interleaved so that drift hits every case alike. The floor is
+// "launch": one cudaLaunchKernel of an empty kernel. With --samples FILE each --profile case (a
+// comma-separated list) runs again under a SIGPROF sampler (the main thread's stacks, every
+// 100 µs of its CPU time) and FILE.CASE gets one line per sample of "module offset" frames, leaf
+// first; bench/host_cost_symbols.py
+// turns it into self and inclusive time per function with the unstripped binary's symbols.
+//
+//   build/bench/host_cost [--ops 20000] [--reps 7] [--profile add,linear_64x768] [--samples FILE]
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ops/factories.h"
+#include "ops/ops.h"
+#include "runtime/cuda.h"
+#include "runtime/nvrtc.h"
+#include "runtime/status.h"
+
+namespace {
+
+using kiln::DType;
+using kiln::Tensor;
+
+struct Case {
+  std::string name;
+  std::function<void()> op;
+};
+
+double NsPerOp(const Case& c, int ops) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < ops; ++i) c.op();
+  kiln::cuda::Synchronize();
+  const auto t1 = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::nano>(t1 - t0).count() / ops;
+}
+
+// --- the sampler --------------------------------------------------------------------------------
+
+constexpr int kMaxFrames = 40;
+constexpr int kMaxSamples = 200000;
+struct Sample {
+  int n;
+  void* pc[kMaxFrames];
+};
+Sample* g_samples = nullptr;
+std::atomic<int> g_count{0};
+pid_t g_main_tid = 0;
+
+void OnProf(int, siginfo_t*, void*) {
+  if (static_cast<pid_t>(syscall(SYS_gettid)) != g_main_tid) return;
+  const int i = g_count.fetch_add(1);
+  if (i >= kMaxSamples) return;
+  g_samples[i].n = backtrace(g_samples[i].pc, kMaxFrames);
+}
+
+void StartSampler() {
+  g_samples = new Sample[kMaxSamples];
+  g_main_tid = static_cast<pid_t>(syscall(SYS_gettid));
+  void* warm[4];
+  backtrace(warm, 4);  // loads the unwinder outside the handler
+  struct sigaction sa = {};
+  sa.sa_sigaction = OnProf;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigaction(SIGPROF, &sa, nullptr);
+  const itimerval every = {{0, 100}, {0, 100}};
+  setitimer(ITIMER_PROF, &every, nullptr);
+}
+
+void StopSampler() {
+  const itimerval off = {};
+  setitimer(ITIMER_PROF, &off, nullptr);
+}
+
+// "module offset" of a return address: the module's file name and the address less its load base
+// (addr2line takes such offsets for position-independent binaries and shared libraries).
+std::string Frame(void* pc) {
+  Dl_info info;
+  if (dladdr(pc, &info) == 0 || info.dli_fname == nullptr) return "? 0";
+  const char* slash = std::strrchr(info.dli_fname, '/');
+  const uintptr_t off =
+      reinterpret_cast<uintptr_t>(pc) - reinterpret_cast<uintptr_t>(info.dli_fbase);
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), " 0x%lx", static_cast<unsigned long>(off));
+  return std::string(slash ? slash + 1 : info.dli_fname) + buf;
+}
+
+void WriteSamples(const std::string& path, const std::string& case_name) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    std::perror(path.c_str());
+    return;
+  }
+  const int n = std::min(g_count.load(), kMaxSamples);
+  std::fprintf(f, "# host_cost samples of case %s: %d samples, 100 us of CPU time each\n",
+               case_name.c_str(), n);
+  for (int i = 0; i < n; ++i) {
+    // Frame 0 is the handler, 1 the signal trampoline: the interrupted code starts at 2.
+    for (int k = 2; k < g_samples[i].n; ++k) {
+      std::fprintf(f, "%s%s", k > 2 ? "|" : "", Frame(g_samples[i].pc[k]).c_str());
+    }
+    std::fprintf(f, "\n");
+  }
+  std::fclose(f);
+}
+
+std::vector<std::string> Split(const std::string& list) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    if (comma > start) out.push_back(list.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int ops = 20000, reps = 7;
+  std::string profile = "add", samples;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--ops") == 0) ops = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--reps") == 0) reps = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--profile") == 0) profile = argv[i + 1];
+    if (std::strcmp(argv[i], "--samples") == 0) samples = argv[i + 1];
+  }
+  if (!kiln::cuda::IsAvailable()) {
+    std::fprintf(stderr, "host_cost: no CUDA device\n");
+    return 1;
+  }
+  const kiln::Device gpu = kiln::CUDA(0);
+  const Tensor a = kiln::ones({16}, DType::kFloat32, gpu);
+  const Tensor b = kiln::ones({16}, DType::kFloat32, gpu);
+  const Tensor rows = kiln::ones({8, 768}, DType::kBFloat16, gpu);
+  const Tensor bias = kiln::ones({768}, DType::kBFloat16, gpu);
+  const Tensor x1 = kiln::ones({1, 768}, DType::kBFloat16, gpu);
+  const Tensor w = kiln::ones({768, 768}, DType::kBFloat16, gpu);
+  const Tensor x64 = kiln::ones({64, 768}, DType::kBFloat16, gpu);
+  const cudaKernel_t empty = kiln::ValueOrThrow(
+      kiln::cuda::GetKernel("extern \"C\" __global__ void kiln_empty() {}", "kiln_empty"));
+  const std::vector<Case> cases = {
+      {"launch",
+       [&] {
+         KILN_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(empty), dim3(1), dim3(32),
+                                          nullptr, 0, kiln::cuda::CurrentStream()));
+       }},
+      {"malloc_free",
+       [&] {
+         void* p = nullptr;
+         KILN_CUDA_CHECK(cudaMallocAsync(&p, 64, kiln::cuda::CurrentStream()));
+         KILN_CUDA_CHECK(cudaFreeAsync(p, kiln::cuda::CurrentStream()));
+       }},
+      {"empty", [&] { Tensor t = kiln::empty({16}, DType::kFloat32, gpu); }},
+      {"add", [&] { Tensor t = kiln::add(a, b); }},
+      {"add_", [&] { kiln::add_(a, b); }},
+      {"add_scalar", [&] { Tensor t = kiln::add(a, 1.0); }},
+      {"gelu", [&] { Tensor t = kiln::gelu(a); }},
+      {"bias_rows_bf16", [&] { Tensor t = kiln::add(rows, bias); }},
+      {"linear_1x768", [&] { Tensor t = kiln::linear(x1, w); }},
+      {"linear_64x768", [&] { Tensor t = kiln::linear(x64, w); }},
+  };
+  for (const Case& c : cases) NsPerOp(c, ops / 10 + 1);  // warm-up: kernels, allocator, choices
+  std::vector<std::vector<double>> runs(cases.size());
+  for (int r = 0; r < reps; ++r) {
+    for (size_t i = 0; i < cases.size(); ++i) runs[i].push_back(NsPerOp(cases[i], ops));
+  }
+  std::printf("host cost per eager CUDA op, %d ops x %d runs (ns/op; host-bound loops)\n", ops,
+              reps);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    std::printf("  %-16s median %8.1f  min %8.1f  max %8.1f\n", cases[i].name.c_str(),
+                Median(runs[i]), *std::min_element(runs[i].begin(), runs[i].end()),
+                *std::max_element(runs[i].begin(), runs[i].end()));
+  }
+  if (samples.empty()) return 0;
+  StartSampler();
+  for (const std::string& name : Split(profile)) {
+    const auto it =
+        std::find_if(cases.begin(), cases.end(), [&](const Case& c) { return c.name == name; });
+    if (it == cases.end()) {
+      std::fprintf(stderr, "host_cost: --profile %s: no such case\n", name.c_str());
+      return 1;
+    }
+    g_count.store(0);
+    for (int r = 0; r < 10; ++r) NsPerOp(*it, ops);
+    const std::string path = samples + "." + name;
+    WriteSamples(path, name);
+    std::printf("profile of %s: %d samples in %s\n", name.c_str(), g_count.load(), path.c_str());
+  }
+  StopSampler();
+  return 0;
+}
