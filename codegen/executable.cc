@@ -213,6 +213,16 @@ bool Exclusive(const std::vector<Tensor>& inputs, size_t i) {
   return true;
 }
 
+// Whether an in-place step may write its first operand: no other operand overlaps it in part (the
+// in-place form would refuse such a call; a kernel copies an operand that is all of self first).
+bool NoPartialOverlap(absl::Span<const Tensor> args) {
+  for (size_t j = 1; j < args.size(); ++j) {
+    const MemOverlap overlap = GetMemOverlap(args[0], args[j]);
+    if (overlap == MemOverlap::kPartial || overlap == MemOverlap::kTooHard) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::vector<Tensor> Executable::Run(const std::vector<Tensor>& inputs) const {
@@ -270,7 +280,8 @@ void Executable::RunSteps(const std::vector<Tensor>& inputs, std::vector<Tensor>
     for (ValueId in : n.inputs) args.push_back(env[in]);
     switch (s.kind) {
       case Step::Kind::kOp:
-        if (s.in_place_input >= 0 && Exclusive(inputs, s.in_place_input)) {
+        if (s.in_place_input >= 0 && Exclusive(inputs, s.in_place_input) &&
+            NoPartialOverlap(args)) {
           env[s.value] = DispatchInPlace(n.op, args, n.attrs);
         } else {
           env[s.value] = Dispatch(n.op, args, n.attrs);

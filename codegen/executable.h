@@ -11,11 +11,14 @@
 // allocate outputs of the broadcast input shape, and the size attributes of views are evaluated
 // from the call's symbol values.
 //
-// In place: a node whose kernel can update its first operand (OpDef::updates_self: index_copy)
-// runs in place on a graph input that the function writes anyway (Graph::input_updates) when no
-// later step reads the input's old value; it is then not copied back. A decode step writing one
-// row of a KV cache moves that row, not the cache. At run time the input must not share memory
-// with another input, else the node runs out of place as traced.
+// In place: a node whose kernel can update its first operand (OpDef::updates_self: index_copy,
+// and as_strided_scatter, the traced form of a write through a view such as
+// `copy_(slice(cache, 2, 0, t), k)`) runs in place on a graph input that the function writes
+// anyway (Graph::input_updates) when no later step reads the input's old value; it is then not
+// copied back. A decode step writing one row of a KV cache moves that row, and a prefill writing
+// the prompt's rows moves those, not the cache. At run time the input must not share memory with
+// another input, nor in part with another operand of the node, else the node runs out of place
+// as traced.
 //
 // On CUDA a Run defers the index checks of gather and index_copy kernels to one wait at its end
 // (ops/cuda/index_cuda.h), before the inputs written in place are copied back.

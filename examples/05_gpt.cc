@@ -231,10 +231,11 @@ Mode CompiledMode(Gpt& model, const Tensor& prompt, bool cuda_graphs, const std:
   o.mode = kiln::CompileOptions::Mode::kCompiled;
   o.freeze_weights = true;
   o.cuda_graphs = cuda_graphs;
-  o.dump_dir = dump;
+  o.dump_dir = dump.empty() ? "" : dump + "/prefill";  // each function in a folder of its own
   m.compiled_prefill.emplace(
       kiln::compile([&model](const std::vector<Tensor>& in) { return model.Prefill(in); },
                     m.session.prefill_in, o));
+  o.dump_dir = dump.empty() ? "" : dump + "/decode";
   m.compiled_decode.emplace(
       kiln::compile([&model](const std::vector<Tensor>& in) { return model.Decode(in); },
                     m.session.decode_in, o));

@@ -1,6 +1,8 @@
 // Strided-window kernels (see strided.h).
 #include "ops/strided.h"
 
+#include "ops/gather.h"
+
 namespace kiln::strided {
 namespace {
 
@@ -26,10 +28,18 @@ void AsStrided(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, con
   CopyInto(out, base.as_strided(a.dims, a.strides, base.offset() + a.offset));
 }
 
+// Out of place, out is a fresh contiguous tensor of the base's type: the base is copied into it,
+// then src into the window. In place (out is the base: OpDef::updates_self), only the window is
+// written, when the base is contiguous (the window is of that layout); a strided base is updated
+// through a contiguous copy. A src sharing memory with out is copied first.
 void AsStridedScatter(const OpDef&, absl::Span<const Tensor> in, const Tensor& out,
                       const OpAttrs& a) {
-  CopyInto(out, in[0]);  // out is a fresh contiguous tensor of the base's type
-  CopyInto(out.as_strided(a.dims, a.strides, out.offset() + a.offset), in[1]);
+  const Tensor src = gather::Unaliased(in[1], out);
+  const bool in_place = gather::SameView(out, in[0]);
+  const Tensor dst = in_place && !out.is_contiguous() ? Contiguous(out) : out;
+  if (!in_place) CopyInto(dst, in[0]);
+  CopyInto(dst.as_strided(a.dims, a.strides, dst.offset() + a.offset), src);
+  if (dst.data_ptr() != out.data_ptr()) CopyInto(out, dst);
 }
 
 }  // namespace kiln::strided

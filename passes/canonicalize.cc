@@ -65,10 +65,25 @@ bool MatmulBiasToLinear(Graph& g, ValueId v, const std::vector<int>& uses) {
   return false;
 }
 
+// as_strided_scatter(base, copy(view, src)) -> as_strided_scatter(base, src) when the copy
+// neither broadcasts nor converts src: the scatter reads src's values itself (any strides), so
+// the traced `copy_(slice(cache, ...), k)` writes k into the cache without first materialising it.
+bool ScatterReadsCopySource(Graph& g, ValueId v, const std::vector<int>&) {
+  if (!g.IsOp(v, OpId::kAsStridedScatter)) return false;
+  Node& n = g.mutable_node(v);
+  const ValueId copy = n.inputs[1];
+  if (!g.IsOp(copy, OpId::kCopy)) return false;
+  const ValueId src = g.node(copy).inputs[1];
+  if (!(g.type(src) == g.type(copy))) return false;
+  n.inputs[1] = src;
+  return true;
+}
+
 const std::vector<Rule>& Rules() {
   static const auto* rules = new std::vector<Rule>{
       {"transpose-into-flags", FoldTransposeIntoFlags},
       {"matmul-bias-to-linear", MatmulBiasToLinear},
+      {"scatter-reads-copy-source", ScatterReadsCopySource},
   };
   return *rules;
 }

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "codegen/compile.h"
+#include "codegen/executable.h"
 #include "ops/factories.h"
 #include "ops/modules.h"
 #include "ops/ops.h"
@@ -191,6 +192,56 @@ TEST(CompileSemantics, IndexCopyIntoInputsOnCpu) { IndexCopyIntoInputs(kCPU); }
 TEST(CompileSemantics, IndexCopyIntoInputsOnCuda) {
   KILN_SKIP_WITHOUT_GPU();
   IndexCopyIntoInputs(CUDA(0));
+}
+
+// A write through a view of an input (a prefill filling the first rows of a KV cache) runs in
+// place: the traced scatter writes the window into the input, with no copy of the whole input and
+// no copy back. A source that overlaps the input in part, or a strided input, still gives the
+// eager result.
+void ScatterIntoInputs(Device device) {
+  Generator gen(6);
+  const Tensor cache = to(randn({2, 3, 8, 4}, gen), device),
+               rows = to(randn({2, 3, 3, 4}, gen), device);
+  const Fn write_prefix = [](const std::vector<Tensor>& in) {
+    copy_(slice(in[0], 2, 0, 3), in[1]);
+    return std::vector<Tensor>{sum(in[0], {2}) + 1.0};
+  };
+  const Fn shift_rows = [](const std::vector<Tensor>& in) {  // source: rows 1..3 of the cache
+    copy_(slice(in[0], 2, 0, 3), slice(in[1], 2, 1, 4));
+    return std::vector<Tensor>{in[0] * 2.0};
+  };
+  const Fn shift_within = [](const std::vector<Tensor>& in) {  // overlaps self in part
+    copy_(slice(in[0], 2, 0, 3), slice(in[0], 2, 1, 4));
+    return std::vector<Tensor>{in[0] * 2.0};
+  };
+  for (const CompileOptions& o : Modes(device)) {
+    ExpectSameAsEager(write_prefix, {cache, rows}, o, "copy_ into a slice of an input");
+    ExpectSameAsEager(shift_within, {cache}, o, "copy_ of an input's rows into its own rows");
+    ExpectSameAsEager(write_prefix, {transpose(clone(transpose(cache, 1, 2)), 1, 2), rows}, o,
+                      "copy_ into a slice of a strided input");
+    for (const bool aliased : {false, true}) {
+      Tensor c = clone(cache), eager_c = clone(cache);
+      const std::vector<Tensor> want = shift_rows({eager_c, aliased ? eager_c : clone(cache)});
+      CompiledFn f = compile(shift_rows, {clone(cache), clone(cache)}, o);
+      const std::vector<Tensor> got = f({c, aliased ? c : clone(cache)});
+      ExpectEqualTensors(got[0], want[0], absl::StrCat("shifted rows, aliased ", aliased));
+      ExpectEqualTensors(c, eager_c, absl::StrCat("shifted cache, aliased ", aliased));
+    }
+  }
+  CompiledFn f = compile(write_prefix, {clone(cache), clone(rows)});
+  const CompileReport report = f.report({cache, rows});
+  EXPECT_EQ(std::count_if(report.explain.begin(), report.explain.end(),
+                          [](const std::string& line) {
+                            return line.rfind("in place: as_strided_scatter", 0) == 0;
+                          }),
+            1);
+  EXPECT_EQ(f.executable({cache, rows}).input_copy_backs(), 0) << "the scatter wrote the input";
+}
+
+TEST(CompileSemantics, ScatterIntoInputsOnCpu) { ScatterIntoInputs(kCPU); }
+TEST(CompileSemantics, ScatterIntoInputsOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  ScatterIntoInputs(CUDA(0));
 }
 
 // Issue #13 item 11: weights changed after compiling are seen, frozen or not.

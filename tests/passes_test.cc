@@ -79,6 +79,33 @@ TEST(Canonicalize, LeavesSharedMatmulAndWrongBiasAlone) {
   )"));
 }
 
+// A traced write through a view, copy_(slice(cache, 1, 0, 2), k): the scatter reads k itself;
+// a copy that converts (f32 into a bf16 cache) or broadcasts stays.
+TEST(Canonicalize, ScatterReadsTheCopySource) {
+  Canonicalize pass;
+  const std::string out = RunPass(pass, R"(
+    graph(%10: f32[4, 8], %11: f32[2, 8], %12: bf16[4, 8], %13: f32[1, 8]) {
+      %14 = slice(%10) {dim=0, start=0, end=2, step=1} : f32[2, 8]
+      %15 = copy(%14, %11) : f32[2, 8]
+      %16 = as_strided_scatter(%10, %15) {dims=[2, 8], strides=[8, 1], offset=0} : f32[4, 8]
+      %17 = slice(%12) {dim=0, start=0, end=2, step=1} : bf16[2, 8]
+      %18 = copy(%17, %11) : bf16[2, 8]
+      %19 = as_strided_scatter(%12, %18) {dims=[2, 8], strides=[8, 1], offset=0} : bf16[4, 8]
+      %20 = copy(%14, %13) : f32[2, 8]
+      %21 = as_strided_scatter(%10, %20) {dims=[2, 8], strides=[8, 1], offset=16} : f32[4, 8]
+      return %16, %19, %21
+    })");
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: graph(%[[CACHE:[0-9]+]]: f32[4, 8], %[[K:[0-9]+]]: f32[2, 8], %[[HALF:[0-9]+]]: bf16[4, 8], %[[ROW:[0-9]+]]: f32[1, 8])
+    CHECK-NOT: copy(
+    CHECK: as_strided_scatter(%[[CACHE]], %[[K]])
+    CHECK: %[[CONVERTED:[0-9]+]] = copy(%[[HALF_ROWS:[0-9]+]], %[[K]]) : bf16[2, 8]
+    CHECK-NEXT: as_strided_scatter(%[[HALF]], %[[CONVERTED]])
+    CHECK: %[[BROADCAST:[0-9]+]] = copy(%[[ROWS:[0-9]+]], %[[ROW]]) : f32[2, 8]
+    CHECK-NEXT: as_strided_scatter(%[[CACHE]], %[[BROADCAST]])
+  )"));
+}
+
 TEST(ElementwiseFusion, ChainAndFanOut) {
   ElementwiseFusion pass;
   PassContext ctx;
