@@ -65,9 +65,12 @@ struct MemoryStats {
   size_t allocated = 0;  // held by live tensors
   size_t reserved = 0;   // held by the pool (allocated + cached)
   size_t peak_allocated = 0;
+  size_t cached = 0;  // freed small blocks the allocator keeps for reuse on their stream
 };
 MemoryStats GetMemoryStats();
 void ResetPeakMemoryStats();
+// Returns the allocator's cached blocks to the pool (torch.cuda.empty_cache()).
+void EmptyCache();
 
 // Copies between host and device buffers (any direction) on the current stream; synchronous
 // with respect to the host when either side is host memory.

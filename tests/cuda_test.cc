@@ -252,6 +252,55 @@ TEST(CudaRuntime, CopiesRoundTripAndStatsMove) {
             to_vector(transpose(reshape(x, {10, 100}), 0, 1)));
 }
 
+// The allocator's host cache: a freed small block is handed to the next allocation of its size on
+// its stream, never to another stream's, never to work being captured into a CUDA graph; a
+// destroyed stream's blocks and EmptyCache() return what it holds to the pool.
+TEST(CudaRuntime, SmallBlocksAreReusedOnTheirStreamOnly) {
+  KILN_SKIP_WITHOUT_GPU();
+  cuda::EmptyCache();
+  EXPECT_EQ(cuda::GetMemoryStats().cached, 0u);
+  const void* first = nullptr;
+  {
+    const Tensor t = empty({100}, DType::kFloat32, CUDA(0));
+    first = t.data_ptr();
+  }
+  EXPECT_EQ(cuda::GetMemoryStats().cached, 512u) << "400 bytes round up to one 512-byte block";
+  {
+    const Tensor again = full({120}, 2.0, DType::kFloat32, CUDA(0));  // 480 bytes: the same block
+    EXPECT_EQ(again.data_ptr(), first);
+    EXPECT_EQ(cuda::GetMemoryStats().cached, 0u);
+    EXPECT_EQ(to_vector(again), std::vector<double>(120, 2.0));
+  }
+  const size_t cached = cuda::GetMemoryStats().cached;
+  {
+    cuda::Stream other;
+    {
+      cuda::StreamGuard guard(other.get());
+      const Tensor t = empty({100}, DType::kFloat32, CUDA(0));
+      EXPECT_NE(t.data_ptr(), first) << "a block cached for the default stream went to another";
+    }
+    EXPECT_EQ(cuda::GetMemoryStats().cached, cached + 512);  // a block of each stream
+  }
+  EXPECT_EQ(cuda::GetMemoryStats().cached, cached) << "the destroyed stream's block went back";
+  {
+    cuda::Stream capture;
+    cuda::StreamGuard guard(capture.get());
+    const void* cached_on_capture = empty({100}, DType::kFloat32, CUDA(0)).data_ptr();
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(capture.get(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    {
+      const Tensor in_graph = empty({100}, DType::kFloat32, CUDA(0));
+      EXPECT_NE(in_graph.data_ptr(), cached_on_capture);
+    }
+    ASSERT_EQ(cudaStreamEndCapture(capture.get(), &graph), cudaSuccess);
+    cudaGraphDestroy(graph);
+    EXPECT_EQ(empty({100}, DType::kFloat32, CUDA(0)).data_ptr(), cached_on_capture)
+        << "the capture left the cached block where it was";
+  }
+  cuda::EmptyCache();
+  EXPECT_EQ(cuda::GetMemoryStats().cached, 0u);
+}
+
 TEST(CudaRuntime, OutOfMemoryIsAnError) {
   KILN_SKIP_WITHOUT_GPU();
   try {
