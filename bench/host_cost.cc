@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
 #include "runtime/cuda.h"
@@ -119,17 +120,6 @@ void WriteSamples(const std::string& path, const std::string& case_name) {
   std::fclose(f);
 }
 
-std::vector<std::string> Split(const std::string& list) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= list.size()) {
-    const size_t comma = std::min(list.find(',', start), list.size());
-    if (comma > start) out.push_back(list.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return out;
-}
-
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -195,7 +185,8 @@ int main(int argc, char** argv) {
   }
   if (samples.empty()) return 0;
   StartSampler();
-  for (const std::string& name : Split(profile)) {
+  for (const std::string& name :
+       std::vector<std::string>(absl::StrSplit(profile, ',', absl::SkipEmpty()))) {
     const auto it =
         std::find_if(cases.begin(), cases.end(), [&](const Case& c) { return c.name == name; });
     if (it == cases.end()) {

@@ -199,9 +199,9 @@ struct OpDef {
   // capturing one call (codegen/launch_count.h) instead of counting one kernel.
   bool cuda_launches_vary = false;
   // Given out == inputs[0] (an in-place call), the kernel writes only what changes (index_copy_
-  // writes its rows, as_strided_scatter its window) instead of all of self: a compiled plan runs such a node in place on an
-  // input the function writes anyway (codegen/executable.h), and out of place its CUDA kernel
-  // launches once more (the copy of self into out).
+  // writes its rows, as_strided_scatter its window) instead of all of self: a compiled plan runs
+  // such a node in place on an input the function writes anyway (codegen/executable.h), and out of
+  // place its CUDA kernel launches once more (the copy of self into out).
   bool updates_self = false;
 
   bool is_elementwise() const {

@@ -211,7 +211,7 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   Op(O::kAsStrided, "as_strided", 1, 1, kOpq, kAttrDims | kAttrStrided, infer::AsStrided,
      strided::AsStrided, strided::AsStrided),
   UpdatesSelf(Op(O::kAsStridedScatter, "as_strided_scatter", 2, 2, kOpq, kAttrDims | kAttrStrided,
-     infer::AsStridedScatter, strided::AsStridedScatter, strided::AsStridedScatter)),
+                 infer::AsStridedScatter, strided::AsStridedScatter, strided::AsStridedScatter)),
   VaryingLaunches(Op(O::kScaledDotProductAttention, "scaled_dot_product_attention", 3, 4, kOpq,
                      kAttrAttention, attention::Infer, attention::CpuKernel, attention::CudaKernel)),
   // Typed rows: the expressions stay valid whatever the operands' compute type (float, double,

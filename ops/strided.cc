@@ -36,10 +36,11 @@ void AsStridedScatter(const OpDef&, absl::Span<const Tensor> in, const Tensor& o
                       const OpAttrs& a) {
   const Tensor src = gather::Unaliased(in[1], out);
   const bool in_place = gather::SameView(out, in[0]);
-  const Tensor dst = in_place && !out.is_contiguous() ? Contiguous(out) : out;
+  const bool through_copy = in_place && !out.is_contiguous();
+  const Tensor dst = through_copy ? Contiguous(out) : out;
   if (!in_place) CopyInto(dst, in[0]);
   CopyInto(dst.as_strided(a.dims, a.strides, dst.offset() + a.offset), src);
-  if (dst.data_ptr() != out.data_ptr()) CopyInto(out, dst);
+  if (through_copy) CopyInto(out, dst);
 }
 
 }  // namespace kiln::strided

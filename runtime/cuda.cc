@@ -54,10 +54,12 @@ class CachingAllocator final : public Allocator {
     const bool capturing = Capturing(stream);
     const size_t bytes = capturing ? nbytes : BlockBytes(nbytes);
     void* p = capturing ? nullptr : TakeCached(stream, bytes);
-    if (p == nullptr) p = Malloc(bytes, nbytes, stream, device);
+    if (p == nullptr) {
+      p = Malloc(bytes, nbytes, stream, device);
+      std::lock_guard<std::mutex> lock(mu_);
+      live_[p] = {bytes, stream, capturing};
+    }
     Count(nbytes);
-    std::lock_guard<std::mutex> lock(mu_);
-    live_[p] = {bytes, stream, capturing};
     return p;
   }
 
@@ -82,10 +84,8 @@ class CachingAllocator final : public Allocator {
         block = it->second;
         live_.erase(it);
       }
-    }
-    if (!block.graph && block.bytes <= kSmallBlock && !Capturing(block.stream)) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (cached_ + block.bytes <= kMaxCached) {
+      if (!block.graph && block.bytes <= kSmallBlock && cached_ + block.bytes <= kMaxCached &&
+          !Capturing(block.stream)) {
         free_[{block.stream, block.bytes}].push_back(ptr);
         cached_ += block.bytes;
         return;
@@ -135,6 +135,7 @@ class CachingAllocator final : public Allocator {
   };
   using FreeKey = std::pair<cudaStream_t, size_t>;
 
+  // A cached block of `bytes` for `stream`, registered live; nullptr when there is none.
   void* TakeCached(cudaStream_t stream, size_t bytes) {
     if (bytes > kSmallBlock) return nullptr;
     std::lock_guard<std::mutex> lock(mu_);
@@ -143,6 +144,7 @@ class CachingAllocator final : public Allocator {
     void* p = it->second.back();
     it->second.pop_back();
     cached_ -= bytes;
+    live_[p] = {bytes, stream, /*graph=*/false};
     return p;
   }
 
