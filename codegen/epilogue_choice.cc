@@ -10,29 +10,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "ops/cuda/device_timing.h"
 #include "ops/dispatch.h"
 #include "ops/factories.h"
 #include "runtime/cuda.h"
 
 namespace kiln::codegen {
 namespace {
-
-// Median device time of `step` in microseconds (2 warm-up runs, 7 timed).
-template <typename F>
-double MedianUs(F&& step) {
-  for (int i = 0; i < 2; ++i) step();
-  std::vector<double> us;
-  for (int i = 0; i < 7; ++i) {
-    cuda::Event start, stop;
-    start.Record(cuda::CurrentStream());
-    step();
-    stop.Record(cuda::CurrentStream());
-    stop.Synchronize();
-    us.push_back(stop.ElapsedMs(start) * 1000.0);
-  }
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
-}
 
 // A tensor of `type` filled with normal values, never zeros: a GEMM on zeros draws less power and
 // may run at other clocks than on real data, which would bias the comparison. 64Ki values are
@@ -63,11 +47,13 @@ EpilogueChoice Measure(const ir::Graph& graph, const ir::Node& n) {
   OpAttrs plain = n.attrs, act_attrs;
   plain.epilogue = Epilogue::kNone;
   const OpDef* act = EpilogueActivation(n.attrs.epilogue, &act_attrs);
-  const double fused_us = MedianUs([&] { Dispatch(OpId::kLinear, args, n.attrs); });
-  const double split_us = MedianUs([&] {
-    const Tensor y = Dispatch(OpId::kLinear, args, plain);
-    Dispatch(act->id, {y}, act_attrs);
-  });
+  const std::vector<double> us = cuda_ops::MedianDeviceUs(
+      n.type.device, {[&] { Dispatch(OpId::kLinear, args, n.attrs); },
+                      [&] {
+                        const Tensor y = Dispatch(OpId::kLinear, args, plain);
+                        Dispatch(act->id, {y}, act_attrs);
+                      }});
+  const double fused_us = us[0], split_us = us[1];
   EpilogueChoice c;
   c.fused = fused_us <= split_us * 1.03;  // ties go to the fused form (one launch fewer)
   c.explain = absl::StrFormat(

@@ -1,8 +1,9 @@
 // Per-shape choice between a GEMM with a fused activation epilogue and the plain GEMM followed
 // by the activation kernel. cuBLASLt's GELU epilogues can pick slower algorithms than the plain
 // GEMM for some bf16 shapes, so on CUDA the compiled plan times both once per (shapes, dtype,
-// bias, epilogue) on the device, on random operands, and keeps the faster; the decision is cached
-// for the process. On the CPU the fused form is kept (it is one pass either way).
+// bias, epilogue) on the device, on random operands (ops/cuda/device_timing.h: cold caches, device
+// time alone, as the GEMV choice times), and keeps the faster; the decision is cached for the
+// process. On the CPU the fused form is kept (it is one pass either way).
 #pragma once
 
 #include <string>

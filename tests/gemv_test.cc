@@ -16,6 +16,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "ops/cuda/device_timing.h"
+#include "ops/cuda/gemv_kernels.h"
 #include "ops/cuda/matmul_cuda.h"
 #include "ops/dispatch.h"
 #include "ops/factories.h"
@@ -359,6 +361,23 @@ TEST(GemvChoice, UnseenProblemUnderCaptureRunsTheGemvUntimed) {
   EXPECT_NE(after.substr(timed, after.find('\n', timed) - timed).find("µs vs cublasLt"),
             std::string::npos)
       << after;
+}
+
+// The timing both per-shape choices use (ops/cuda/device_timing.h) measures device time: a path
+// that keeps the device busy ten times longer times about ten times longer, each within the delay
+// it asked for plus launch slack, in the order the paths were given.
+TEST(DeviceTiming, MediansFollowTheDeviceWork) {
+  KILN_SKIP_WITHOUT_GPU();
+  auto delay = [](int64_t ns) {
+    return [ns] { KILN_CUDA_CHECK(cuda_kernels::DeviceDelay(ns, cuda::CurrentStream())); };
+  };
+  const std::vector<double> us =
+      cuda_ops::MedianDeviceUs(CUDA(0), {delay(200'000), delay(20'000)}, 5);
+  ASSERT_EQ(us.size(), 2u);
+  EXPECT_GE(us[0], 200.0);
+  EXPECT_LT(us[0], 400.0);
+  EXPECT_GE(us[1], 20.0);
+  EXPECT_LT(us[1], 100.0);
 }
 
 // Without a GPU: the mode round-trips and overrides the environment.

@@ -2,13 +2,9 @@
 // GemvMode / GemvDecisions.
 #include "ops/cuda/gemv_choice.h"
 
-#include <cuda_runtime_api.h>
-
-#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <functional>
-#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -19,17 +15,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "ops/cuda/gemv_kernels.h"
+#include "ops/cuda/device_timing.h"
 #include "ops/cuda/matmul_cuda.h"
 #include "runtime/cuda.h"
 #include "runtime/status.h"
-#include "runtime/storage.h"
 
 namespace kiln::cuda_ops {
 namespace {
 
 constexpr int kSamples = 15;            // timed calls of each path
-constexpr int64_t kDelayNs = 50'000;    // longer than the host takes to queue one call
 constexpr size_t kMaxDecisions = 4096;  // dynamic shapes: start over rather than grow forever
 std::atomic<int> g_mode_override{-1};   // a GemvMode set by SetGemvMode, or -1
 
@@ -85,63 +79,16 @@ Decisions& TheDecisions() {
   return *d;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Twice the L2 of the device to overwrite before each timed call, or nullptr when there is no
-// memory for it (the calls are then separated by a delay kernel and may find warm caches).
-std::unique_ptr<Storage> FlushBuffer(Device device) {
-  const size_t bytes = 2 * cuda::Props(device.index).l2_bytes;
-  if (bytes == 0) return nullptr;
-  try {
-    return std::make_unique<Storage>(bytes, device);
-  } catch (const Error& e) {
-    if (e.code() != absl::StatusCode::kResourceExhausted) throw;
-    return nullptr;
-  }
-}
-
-// What runs before each timed call: a write of the flush buffer (cold L2, as in a decode step,
-// whose other layers' weights have passed through it since), else a delay. Either keeps the
-// device busy while the host queues the call, so that the events time the device alone.
-void Separate(const Storage* flush, cudaStream_t stream) {
-  if (flush != nullptr) {
-    KILN_CUDA_CHECK(cudaMemsetAsync(flush->data(), 0, flush->nbytes(), stream));
-  } else {
-    KILN_CUDA_CHECK(cuda_kernels::DeviceDelay(kDelayNs, stream));
-  }
-}
-
 struct Timing {
   double gemv_us, cublas_us;
 };
 
-// Median device times of one call of each path, interleaved call by call (both see the same
-// clocks), each timed alone by a pair of events.
+// Median device times of one call of each path into a scratch output (device_timing.h).
 Timing TimeBoth(const Tensor& out, const LinearPath& gemv, const LinearPath& cublas) {
   const Tensor scratch = Tensor::Empty(out.shape(), out.dtype(), out.device());
-  const cudaStream_t stream = cuda::CurrentStream();
-  const std::unique_ptr<Storage> flush = FlushBuffer(out.device());
-  gemv(scratch);  // warm-up: the kernel's first load, cuBLASLt's plan and workspace
-  cublas(scratch);
-  std::vector<cuda::Event> events(4 * kSamples);  // (start, stop) of gemv, then of cublas
-  for (int i = 0; i < kSamples; ++i) {
-    for (int path = 0; path < 2; ++path) {
-      Separate(flush.get(), stream);
-      events[4 * i + 2 * path].Record(stream);
-      (path == 0 ? gemv : cublas)(scratch);
-      events[4 * i + 2 * path + 1].Record(stream);
-    }
-  }
-  events.back().Synchronize();
-  std::vector<double> g, c;
-  for (int i = 0; i < kSamples; ++i) {
-    g.push_back(events[4 * i + 1].ElapsedMs(events[4 * i]) * 1000.0);
-    c.push_back(events[4 * i + 3].ElapsedMs(events[4 * i + 2]) * 1000.0);
-  }
-  return {Median(g), Median(c)};
+  const std::vector<double> us =
+      MedianDeviceUs(out.device(), {[&] { gemv(scratch); }, [&] { cublas(scratch); }}, kSamples);
+  return {us[0], us[1]};
 }
 
 }  // namespace

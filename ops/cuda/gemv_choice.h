@@ -4,13 +4,11 @@
 //  - KILN_GEMV=on / off, or SetGemvMode(kOn / kOff) (matmul_cuda.h): always the GEMV / cuBLASLt.
 //  - auto (the default), a problem seen before: the cached decision.
 //  - auto, first seen outside a CUDA graph capture: both paths run on the actual operands into a
-//    scratch output, 15 calls each, interleaved, each timed alone with CUDA events after a write
-//    of twice the L2 size (cold caches, as in a decode step whose other layers' weights have
-//    passed through L2; Triton's do_bench flushes the same way). The write also keeps the device
-//    busy while the host queues the call, so the events time the device alone. The smaller
-//    median wins (a tie goes to the GEMV) and is kept for the process; GemvDecisions() lists the
-//    timings. The flush buffer comes from the caching allocator (so its pool keeps the memory);
-//    without memory for it, a delay kernel separates the calls instead.
+//    scratch output, 15 calls each, timed as ops/cuda/device_timing.h says (interleaved, each
+//    alone by CUDA events, after a write of twice the L2: cold caches, as in a decode step whose
+//    other layers' weights have passed through L2, and device time alone). The smaller median
+//    wins (a tie goes to the GEMV) and is kept for the process; GemvDecisions() lists the
+//    timings.
 //  - auto, first seen while the current stream is capturing (nothing can be timed there): the
 //    GEMV, which streams the weights at near full bandwidth where cuBLASLt with M <= 8 reaches
 //    about a fifth; the problem is timed the next time it comes outside a capture. Plans run once

@@ -1,0 +1,75 @@
+// Device timing of alternatives (see device_timing.h).
+#include "ops/cuda/device_timing.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "ops/cuda/gemv_kernels.h"
+#include "runtime/cuda.h"
+#include "runtime/status.h"
+#include "runtime/storage.h"
+
+namespace kiln::cuda_ops {
+namespace {
+
+constexpr int64_t kDelayNs = 50'000;  // longer than the host takes to queue one call
+
+// Twice the L2 of the device, or nullptr when there is no memory for it.
+std::unique_ptr<Storage> FlushBuffer(Device device) {
+  const size_t bytes = 2 * cuda::Props(device.index).l2_bytes;
+  if (bytes == 0) return nullptr;
+  try {
+    return std::make_unique<Storage>(bytes, device);
+  } catch (const Error& e) {
+    if (e.code() != absl::StatusCode::kResourceExhausted) throw;
+    return nullptr;
+  }
+}
+
+// What runs before each timed call: a write of the flush buffer, else a delay.
+void Separate(const Storage* flush, cudaStream_t stream) {
+  if (flush != nullptr) {
+    KILN_CUDA_CHECK(cudaMemsetAsync(flush->data(), 0, flush->nbytes(), stream));
+  } else {
+    KILN_CUDA_CHECK(cuda_kernels::DeviceDelay(kDelayNs, stream));
+  }
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+std::vector<double> MedianDeviceUs(Device device, absl::Span<const std::function<void()>> paths,
+                                   int samples) {
+  const cudaStream_t stream = cuda::CurrentStream();
+  const std::unique_ptr<Storage> flush = FlushBuffer(device);
+  for (const auto& path : paths) path();  // warm-up
+  const size_t n = paths.size();
+  std::vector<cuda::Event> events(2 * n * samples);  // (start, stop) per path per sample
+  for (int i = 0; i < samples; ++i) {
+    for (size_t p = 0; p < n; ++p) {
+      Separate(flush.get(), stream);
+      events[2 * (i * n + p)].Record(stream);
+      paths[p]();
+      events[2 * (i * n + p) + 1].Record(stream);
+    }
+  }
+  events.back().Synchronize();
+  std::vector<double> medians;
+  for (size_t p = 0; p < n; ++p) {
+    std::vector<double> us;
+    for (int i = 0; i < samples; ++i) {
+      const size_t e = 2 * (i * n + p);
+      us.push_back(events[e + 1].ElapsedMs(events[e]) * 1000.0);
+    }
+    medians.push_back(Median(std::move(us)));
+  }
+  return medians;
+}
+
+}  // namespace kiln::cuda_ops
