@@ -61,9 +61,7 @@ absl::Status CudaGraphPlan::CaptureOnce(const std::vector<Tensor>& inputs) {
   }
   // The flag the captured index kernels raise on a bad index, read after each replay.
   const ir::Graph& g = exe_.graph();
-  index_flag_ = Tensor::Empty({1}, DType::kInt32, g.node(g.outputs()[0]).type.device);
-  KILN_CUDA_CHECK(
-      cudaMemsetAsync(index_flag_.data_ptr(), 0, sizeof(unsigned), cuda::CurrentStream()));
+  index_flag_ = cuda_ops::ZeroedFlag(g.node(g.outputs()[0]).type.device);
   // The caller's stream only (a device-wide sync would interfere with other threads' captures).
   KILN_CUDA_CHECK(cudaStreamSynchronize(cuda::CurrentStream()));
   std::vector<Tensor> outs;

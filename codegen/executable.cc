@@ -235,10 +235,8 @@ std::vector<Tensor> Executable::Run(const std::vector<Tensor>& inputs) const {
     cuda_ops::ThrowIfIndexFlagged(checks->flag(), "compiled function");
   }
   WriteBackInputs(inputs, env);
-  const std::vector<int>& updates = graph_.input_updates();
-  const size_t user_outputs = graph_.outputs().size() - updates.size();
   std::vector<Tensor> outs;
-  for (size_t k = 0; k < user_outputs; ++k) {
+  for (size_t k = 0; k < graph_.num_user_outputs(); ++k) {
     const Tensor& t = env[graph_.outputs()[k]];
     if (!copy_output_[k]) {
       outs.push_back(t);
@@ -257,9 +255,8 @@ std::vector<Tensor> Executable::Run(const std::vector<Tensor>& inputs) const {
 void Executable::WriteBackInputs(const std::vector<Tensor>& inputs,
                                  const std::vector<Tensor>& env) const {
   const std::vector<int>& updates = graph_.input_updates();
-  const size_t user_outputs = graph_.outputs().size() - updates.size();
   for (size_t k = 0; k < updates.size(); ++k) {
-    const Tensor& value = env[graph_.outputs()[user_outputs + k]];
+    const Tensor& value = env[graph_.outputs()[graph_.num_user_outputs() + k]];
     const Tensor& input = inputs[updates[k]];
     if (gather::SameView(value, input)) continue;
     DispatchOut(OpId::kContiguous, {value}, {}, input);

@@ -85,6 +85,8 @@ class Graph {
   // Inputs the traced function wrote in place: the last input_updates().size() outputs are their
   // new values, input_updates()[k] naming the input the k-th of them is copied back into.
   const std::vector<int>& input_updates() const { return input_updates_; }
+  // The outputs the traced function returned (those before the input updates).
+  size_t num_user_outputs() const { return outputs_.size() - input_updates_.size(); }
   std::vector<int>& mutable_input_updates() { return input_updates_; }
 
   const std::vector<Node>& nodes() const { return nodes_; }

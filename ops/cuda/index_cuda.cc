@@ -45,20 +45,21 @@ unsigned* DeferredFlag(Device device) {
   return t_index_scope != nullptr ? t_index_scope->Take(device) : nullptr;
 }
 
-// A zeroed 4-byte device flag for the index kernels, on the current stream.
-Tensor ZeroedFlag(Device device) {
-  Tensor flag = Tensor::Empty({1}, DType::kInt32, device);
-  KILN_CUDA_CHECK(cudaMemsetAsync(flag.data_ptr(), 0, sizeof(unsigned), cuda::CurrentStream()));
-  return flag;
+// The flag's value, after waiting for the current stream.
+unsigned ReadFlag(const unsigned* device_flag) {
+  const cudaStream_t stream = cuda::CurrentStream();
+  unsigned value = 0;
+  KILN_CUDA_CHECK(
+      cudaMemcpyAsync(&value, device_flag, sizeof(value), cudaMemcpyDeviceToHost, stream));
+  KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return value;
 }
 
 // Waits for the stream; if a kernel raised `flag`, throws the CPU kernel's error for `index`
 // (kOutOfRange, naming the op, the index and its position).
 void ReportBadIndexIfFlagged(const OpDef& def, const Tensor& flag, const Tensor& index,
                              int64_t bound, int64_t dim, absl::Span<const Tensor> operands) {
-  unsigned bad = 0;
-  cuda::Copy(&bad, kCPU, flag.data_ptr(), flag.device(), sizeof(bad));  // waits for the stream
-  if (bad == 0) return;
+  if (ReadFlag(flag.data<unsigned>()) == 0) return;
   gather::CheckIndices(def, ToHost(index), bound, dim, operands);
   throw Error(absl::InternalError(absl::StrCat(
       def.name,
@@ -250,14 +251,15 @@ IndexCheckScope::~IndexCheckScope() { t_index_scope = outer_; }
 
 bool IndexCheckScope::Active() { return t_index_scope != nullptr; }
 
+Tensor ZeroedFlag(Device device) {
+  Tensor flag = Tensor::Empty({1}, DType::kInt32, device);
+  KILN_CUDA_CHECK(cudaMemsetAsync(flag.data_ptr(), 0, sizeof(unsigned), cuda::CurrentStream()));
+  return flag;
+}
+
 void ThrowIfIndexFlagged(unsigned* device_flag, const std::string& what) {
-  const cudaStream_t stream = cuda::CurrentStream();
-  unsigned seen = 0;
-  KILN_CUDA_CHECK(
-      cudaMemcpyAsync(&seen, device_flag, sizeof(seen), cudaMemcpyDeviceToHost, stream));
-  KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (seen == 0) return;
-  KILN_CUDA_CHECK(cudaMemsetAsync(device_flag, 0, sizeof(unsigned), stream));
+  if (ReadFlag(device_flag) == 0) return;
+  KILN_CUDA_CHECK(cudaMemsetAsync(device_flag, 0, sizeof(unsigned), cuda::CurrentStream()));
   throw Error(absl::OutOfRangeError(absl::StrCat(
       what,
       ": an embedding/index_select/gather/index_copy kernel met an index out of range (a "

@@ -68,6 +68,10 @@ class IndexCheckScope {
   bool used_ = false;
 };
 
+// A zeroed 4-byte device flag for the index kernels (zeroed on the current stream), e.g. for an
+// IndexCheckScope that outlives a CUDA graph.
+Tensor ZeroedFlag(Device device);
+
 // Waits for the current stream; if *device_flag is set, clears it and throws kiln::Error
 // (kOutOfRange) saying that `what` met an index out of range.
 void ThrowIfIndexFlagged(unsigned* device_flag, const std::string& what);
