@@ -126,6 +126,15 @@ TEST(CompileSemantics, InputMutationReachesTheCallerOnCuda) {
   InputMutation(CUDA(0));
 }
 
+// The lines of the plan's explain log saying that an `op` step runs in place.
+int InPlaceLines(const CompiledFn& f, const std::vector<Tensor>& inputs, const std::string& op) {
+  int lines = 0;
+  for (const std::string& line : f.report(inputs).explain) {
+    lines += line.rfind("in place: " + op, 0) == 0;
+  }
+  return lines;
+}
+
 // A KV-cache write: index_copy_ of a row into an input at a position given as a tensor. The plan
 // runs it in place on the caller's cache (no copy back); where the cache's old value is read
 // later, or the cache shares memory with another input, it must still match eager.
@@ -160,12 +169,8 @@ void IndexCopyIntoInputs(Device device) {
   }
   // The plan says which writes run in place: not the one whose old value is read afterwards.
   auto in_place_lines = [&](const Fn& fn) {
-    CompiledFn f = compile(fn, {clone(cache), clone(row), clone(pos)});
-    int lines = 0;
-    for (const std::string& line : f.report({cache, row, pos}).explain) {
-      lines += line.rfind("in place: index_copy", 0) == 0;
-    }
-    return lines;
+    return InPlaceLines(compile(fn, {clone(cache), clone(row), clone(pos)}), {cache, row, pos},
+                        "index_copy");
   };
   EXPECT_EQ(in_place_lines(write_then_read), 1);
   EXPECT_EQ(in_place_lines(old_value_read_after), 0);
@@ -229,12 +234,7 @@ void ScatterIntoInputs(Device device) {
     }
   }
   CompiledFn f = compile(write_prefix, {clone(cache), clone(rows)});
-  const CompileReport report = f.report({cache, rows});
-  EXPECT_EQ(std::count_if(report.explain.begin(), report.explain.end(),
-                          [](const std::string& line) {
-                            return line.rfind("in place: as_strided_scatter", 0) == 0;
-                          }),
-            1);
+  EXPECT_EQ(InPlaceLines(f, {cache, rows}, "as_strided_scatter"), 1);
   EXPECT_EQ(f.executable({cache, rows}).input_copy_backs(), 0) << "the scatter wrote the input";
 }
 
