@@ -1,7 +1,9 @@
-// Host cost of eager CUDA ops, and where it goes. Each case enqueues --ops small ops back to back
+// Host cost of eager CUDA ops and of compiled calls (plain and CUDA-graph replays), and where it
+// goes. Each case enqueues --ops small ops back to back
 // (device time per op is below the host's, so the host bounds the loop) and reports ns per op,
 // median and min over --reps runs, interleaved so that drift hits every case alike. The floor is
-// "launch": one cudaLaunchKernel of an empty kernel. With --samples FILE each --profile case (a
+// "launch": one cudaLaunchKernel of an empty kernel; "graph_launch" is the floor of the replays,
+// one cudaGraphLaunch of a one-kernel graph. With --samples FILE each --profile case (a
 // comma-separated list) runs again under a SIGPROF sampler (the main thread's stacks, every
 // 100 µs of its CPU time) and FILE.CASE gets one line per sample of "module offset" frames, leaf
 // first; bench/host_cost_symbols.py
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "codegen/compile.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
 #include "runtime/cuda.h"
@@ -120,6 +123,23 @@ void WriteSamples(const std::string& path, const std::string& case_name) {
   std::fclose(f);
 }
 
+// A graph of one launch of `kernel`, instantiated: the floor under a CUDA-graph replay (captured
+// on a stream of its own: the legacy default stream cannot be captured).
+cudaGraphExec_t OneKernelGraph(cudaKernel_t kernel) {
+  cudaStream_t stream = nullptr;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  KILN_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  KILN_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), dim3(1), dim3(32),
+                                   nullptr, 0, stream));
+  KILN_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  KILN_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  KILN_CUDA_CHECK(cudaGraphDestroy(graph));
+  KILN_CUDA_CHECK(cudaStreamDestroy(stream));
+  return exec;
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -150,6 +170,22 @@ int main(int argc, char** argv) {
   const Tensor x64 = kiln::ones({64, 768}, DType::kBFloat16, gpu);
   const cudaKernel_t empty = kiln::ValueOrThrow(
       kiln::cuda::GetKernel("extern \"C\" __global__ void kiln_empty() {}", "kiln_empty"));
+  kiln::CompileOptions graph_options;
+  graph_options.mode = kiln::CompileOptions::Mode::kCompiled;
+  graph_options.cuda_graphs = true;
+  graph_options.freeze_weights = true;
+  kiln::CompileOptions plain_options = graph_options;
+  plain_options.cuda_graphs = false;
+  auto add_fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{kiln::add(in[0], in[1])};
+  };
+  auto linear_fn = [&](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{kiln::linear(in[0], w, bias)};
+  };
+  kiln::CompiledFn compiled_add = kiln::compile(add_fn, {a, b}, plain_options);
+  kiln::CompiledFn graph_add = kiln::compile(add_fn, {a, b}, graph_options);
+  kiln::CompiledFn graph_linear = kiln::compile(linear_fn, {x64}, graph_options);
+  cudaGraphExec_t one_kernel = OneKernelGraph(empty);
   const std::vector<Case> cases = {
       {"launch",
        [&] {
@@ -170,14 +206,26 @@ int main(int argc, char** argv) {
       {"bias_rows_bf16", [&] { Tensor t = kiln::add(rows, bias); }},
       {"linear_1x768", [&] { Tensor t = kiln::linear(x1, w); }},
       {"linear_64x768", [&] { Tensor t = kiln::linear(x64, w); }},
+      {"graph_launch",
+       [&] { KILN_CUDA_CHECK(cudaGraphLaunch(one_kernel, kiln::cuda::CurrentStream())); }},
+      {"compiled_add",
+       [&] {
+         std::vector<Tensor> t = compiled_add({a, b});
+       }},
+      {"graph_add",
+       [&] {
+         std::vector<Tensor> t = graph_add({a, b});
+       }},
+      {"graph_linear_64x768", [&] { std::vector<Tensor> t = graph_linear({x64}); }},
   };
   for (const Case& c : cases) NsPerOp(c, ops / 10 + 1);  // warm-up: kernels, allocator, choices
   std::vector<std::vector<double>> runs(cases.size());
   for (int r = 0; r < reps; ++r) {
     for (size_t i = 0; i < cases.size(); ++i) runs[i].push_back(NsPerOp(cases[i], ops));
   }
-  std::printf("host cost per eager CUDA op, %d ops x %d runs (ns/op; host-bound loops)\n", ops,
-              reps);
+  std::printf(
+      "host cost per CUDA op or compiled call, %d ops x %d runs (ns/op; host-bound loops)\n", ops,
+      reps);
   for (size_t i = 0; i < cases.size(); ++i) {
     std::printf("  %-16s median %8.1f  min %8.1f  max %8.1f\n", cases[i].name.c_str(),
                 Median(runs[i]), *std::min_element(runs[i].begin(), runs[i].end()),

@@ -70,6 +70,7 @@ struct Entry {
   CompileReport report;
   std::mutex graph_mu;  // serialises CUDA-graph replays (CudaGraphCache is not thread-safe)
   std::unique_ptr<codegen::CudaGraphCache> graphs;
+  int64_t graph_changes_reported = -1;  // graphs->changes() when report.cuda_graph was last set
   std::once_flag counted;  // report.kernels/memsets_per_step, filled on the first report()
   // freeze_weights: the user's tensors the plan read at compile time, with their versions then;
   // a later write through the op API makes the plan stale (recompiled on the next call).
@@ -261,6 +262,8 @@ std::vector<Tensor> CompiledFn::operator()(const std::vector<Tensor>& inputs) co
   std::lock_guard<std::mutex> lock(e.graph_mu);
   if (e.graphs == nullptr) e.graphs = std::make_unique<codegen::CudaGraphCache>(*e.exe);
   std::vector<Tensor> out = e.graphs->Run(inputs);
+  if (e.graphs->changes() == e.graph_changes_reported) return out;
+  e.graph_changes_reported = e.graphs->changes();
   std::string state = e.graphs->Describe();
   if (state != e.report.cuda_graph) {
     if (DebugLevel() >= 1) std::cerr << "kiln: CUDA graph " << state << "\n";

@@ -230,18 +230,34 @@ CudaGraphCache::Key CudaGraphCache::AddressKey(const std::vector<Tensor>& inputs
   return key;
 }
 
+// AddressKey(inputs) == key, without building the key (the replay path allocates nothing).
+bool CudaGraphCache::IsAddressKeyOf(const Key& key, const std::vector<Tensor>& inputs) {
+  size_t at = 0;
+  auto matches = [&](int64_t v) { return at < key.size() && key[at++] == v; };
+  for (const Tensor& t : inputs) {
+    if (!matches(static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.data_ptr())))) return false;
+    for (int64_t d : t.shape()) {
+      if (!matches(d)) return false;
+    }
+    for (int64_t s : t.strides()) {
+      if (!matches(s)) return false;
+    }
+  }
+  return at == key.size();
+}
+
 std::vector<Tensor> CudaGraphCache::Run(const std::vector<Tensor>& inputs) {
   if (!off_reason_.empty()) return exe_.Run(inputs);
   const bool symbolic = !exe_.symbols().empty();
   if (copy_in_ != nullptr && (!symbolic || copy_in_shapes_ == ShapeKey(inputs))) {
     return copy_in_->Run(inputs);
   }
-  const Key key = AddressKey(inputs);
   for (size_t i = 0; i < by_address_.size(); ++i) {
-    if (by_address_[i].first != key) continue;
+    if (!IsAddressKeyOf(by_address_[i].first, inputs)) continue;
     std::rotate(by_address_.begin(), by_address_.begin() + i, by_address_.begin() + i + 1);
     return by_address_[0].second->Run(inputs);
   }
+  const Key key = AddressKey(inputs);
   // A symbolic plan sees new shapes all the time (a growing sequence): capture a shape only the
   // second time it comes, so a loop over ever-new sizes pays no capture per call.
   if (symbolic && seen_once_.insert(key).second) {
@@ -262,6 +278,7 @@ CudaGraphCache::Key CudaGraphCache::ShapeKey(const std::vector<Tensor>& inputs) 
 std::vector<Tensor> CudaGraphCache::CaptureAfterRun(const std::vector<Tensor>& inputs,
                                                     const Key& key) {
   std::vector<Tensor> out = exe_.Run(inputs);
+  ++changes_;
   const bool copy_in = ++captures_ > kMaxCaptures;
   absl::StatusOr<std::unique_ptr<CudaGraphPlan>> plan = CudaGraphPlan::Capture(
       exe_, inputs, copy_in ? CudaGraphPlan::Binding::kCopyIn : CudaGraphPlan::Binding::kByAddress);

@@ -106,10 +106,14 @@ class CudaGraphCache {
   std::vector<Tensor> Run(const std::vector<Tensor>& inputs);
   // "pending (...)", "on: ..." or "off: <why>".
   std::string Describe() const;
+  // Counts the calls that captured a graph or turned graphs off: Describe() changes only with it
+  // (the replay path compares this instead of formatting a description per call).
+  int64_t changes() const { return changes_; }
 
  private:
   using Key = std::vector<int64_t>;
   static Key AddressKey(const std::vector<Tensor>& inputs);  // addresses, shapes, strides
+  static bool IsAddressKeyOf(const Key& key, const std::vector<Tensor>& inputs);  // no allocation
   static Key ShapeKey(const std::vector<Tensor>& inputs);
   std::vector<Tensor> CaptureAfterRun(const std::vector<Tensor>& inputs, const Key& key);
 
@@ -119,6 +123,7 @@ class CudaGraphCache {
   Key copy_in_shapes_;       // the shapes the copy-in graph was captured for
   std::set<Key> seen_once_;  // symbolic plans: keys run once without a graph
   int captures_ = 0;
+  int64_t changes_ = 0;
   std::string off_reason_;
 };
 

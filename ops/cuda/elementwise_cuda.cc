@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -442,23 +443,29 @@ void LaunchElementwise(const ElementwiseKernels& k, absl::Span<const Tensor> in,
 
 namespace {
 
+// A row's scalar is a kernel parameter: only whether it is integral shapes the source.
+OpAttrs SourceAttrs(const OpAttrs& a) {
+  OpAttrs attrs = a;
+  attrs.scalar = IsIntegralScalar(a.scalar) ? 0 : 0.5;
+  return attrs;
+}
+
 // Bit-exact key of everything a row's rendered source depends on: the op, the dtypes and every
-// attribute but the scalar (a kernel parameter).
+// attribute but the scalar's value.
 std::string RowKey(const OpDef& def, absl::Span<const Tensor> in, DType out, const OpAttrs& a) {
   std::string key;
   key.push_back(static_cast<char>(def.id));
   key.push_back(static_cast<char>(static_cast<int>(def.id) >> 8));
   key.push_back(static_cast<char>(out));
   for (const Tensor& t : in) key.push_back(static_cast<char>(t.dtype()));
-  OpAttrs attrs = a;
-  attrs.scalar = IsIntegralScalar(a.scalar) ? 0 : 0.5;  // the value is a parameter; integrality not
-  kir::AppendAttrKey(attrs, &key);
+  kir::AppendAttrKey(SourceAttrs(a), &key);
   return key;
 }
 
-// Compiled kernels per row key; the hot path is one locked map lookup.
-const ElementwiseKernels& KernelsFor(const OpDef& def, absl::Span<const Tensor> in, DType out,
-                                     const OpAttrs& a) {
+// The compiled kernels of every row key, shared by all threads; entries are never removed, so a
+// pointer to one stays valid.
+const ElementwiseKernels& SharedKernelsFor(const OpDef& def, absl::Span<const Tensor> in, DType out,
+                                           const OpAttrs& a) {
   static std::mutex mu;
   static auto& kernels = *new std::unordered_map<std::string, ElementwiseKernels>();
   const std::string key = RowKey(def, in, out, a);
@@ -476,6 +483,45 @@ const ElementwiseKernels& KernelsFor(const OpDef& def, absl::Span<const Tensor> 
   ElementwiseKernels k = CompileElementwiseKernels(base, RowProgram(def, types, out, a));
   std::lock_guard<std::mutex> lock(mu);
   return kernels.emplace(key, std::move(k)).first->second;  // a racing compile's result is kept
+}
+
+// The rows this thread launched last, compared field by field (the same facts as RowKey): a hit
+// skips the key string, its hash and the shared lock, which an eager op otherwise pays each call.
+struct RecentRow {
+  const OpDef* def = nullptr;
+  DType out = DType::kFloat32;
+  absl::InlinedVector<DType, 4> in;
+  OpAttrs attrs;  // SourceAttrs
+  const ElementwiseKernels* kernels = nullptr;
+
+  bool Is(const OpDef& d, absl::Span<const Tensor> ins, DType o, const OpAttrs& a) const {
+    if (def != &d || out != o || in.size() != ins.size()) return false;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (in[i] != ins[i].dtype()) return false;
+    }
+    const OpAttrs b = SourceAttrs(a);  // == and the doubles' bits (0.0 == -0.0, as keys differ)
+    return attrs == b && std::bit_cast<uint64_t>(attrs.eps) == std::bit_cast<uint64_t>(b.eps) &&
+           std::bit_cast<uint64_t>(attrs.scale) == std::bit_cast<uint64_t>(b.scale);
+  }
+};
+
+const ElementwiseKernels& KernelsFor(const OpDef& def, absl::Span<const Tensor> in, DType out,
+                                     const OpAttrs& a) {
+  constexpr size_t kRecent = 8;
+  thread_local std::array<RecentRow, kRecent> recent;
+  thread_local size_t next = 0;
+  for (const RecentRow& r : recent) {
+    if (r.kernels != nullptr && r.Is(def, in, out, a)) return *r.kernels;
+  }
+  const ElementwiseKernels& k = SharedKernelsFor(def, in, out, a);
+  RecentRow& r = recent[next++ % kRecent];
+  r.def = &def;
+  r.out = out;
+  r.in.clear();
+  for (const Tensor& t : in) r.in.push_back(t.dtype());
+  r.attrs = SourceAttrs(a);
+  r.kernels = &k;
+  return k;
 }
 
 }  // namespace
