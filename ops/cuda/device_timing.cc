@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <mutex>
 
 #include "ops/cuda/gemv_kernels.h"
 #include "runtime/cuda.h"
@@ -46,6 +47,12 @@ double Median(std::vector<double> v) {
 
 std::vector<double> MedianDeviceUs(Device device, absl::Span<const std::function<void()>> paths,
                                    int samples) {
+  // One measurement at a time in the process: a plan lowers its nodes in parallel threads, and
+  // two timings interleaved on the device measure each other (a GEMV choice saw cuBLASLt at
+  // 1.5-2.3 ms instead of 8 µs). Recursive: a path's first call may make a choice of its own
+  // (the epilogue timing's warm-up meets a new GEMV problem), timed in full before ours starts.
+  static std::recursive_mutex mu;
+  std::lock_guard<std::recursive_mutex> lock(mu);
   const cudaStream_t stream = cuda::CurrentStream();
   const std::unique_ptr<Storage> flush = FlushBuffer(device);
   for (const auto& path : paths) path();  // warm-up

@@ -8,7 +8,9 @@
 // as a layer whose operands other layers have pushed out of L2 does (Triton's do_bench flushes
 // the same way), and the device is busy while the host queues the call, so the events time the
 // device, not the host's launch cost. The flush buffer comes from the caching allocator; without
-// memory for it, a delay kernel separates the calls instead (warm caches then).
+// memory for it, a delay kernel separates the calls instead (warm caches then). Measurements are
+// serialised process-wide (a plan lowers its nodes in parallel threads); one started from inside
+// a path's warm-up call, on the same thread, runs to its end first.
 //
 //   const std::vector<double> us = MedianDeviceUs(device, {[&] { a(out); }, [&] { b(out); }});
 #pragma once
