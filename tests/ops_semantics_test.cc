@@ -14,6 +14,7 @@
 #include <limits>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "codegen/compile.h"
 #include "ir/parser.h"
@@ -268,6 +269,38 @@ TEST(OpsSemanticsCuda, IndexCopyInPlace) {
 
 // A compiled function (and its CUDA-graph replays) reports an index out of range as an error
 // after the call, once per call, instead of returning rows of zeros.
+// Whole rows moved by one index value (embedding, index_select, index_copy_, cat) go as 16-, 8- or
+// 4-byte words on CUDA where sizes, strides and pointers allow, else element by element: the
+// same values as the CPU for rows of 16, 8, 12 and 6 bytes, weights that are strided or start
+// off a 16-byte boundary, and int32 indices.
+TEST(OpsSemanticsCuda, RowsMoveAsWideWordsWhereAligned) {
+  KILN_SKIP_WITHOUT_GPU();
+  Generator gen(17);
+  for (DType t : {DType::kBFloat16, DType::kFloat32}) {
+    for (int64_t d : {8, 4, 6, 3}) {
+      for (int64_t skip : {0, 1}) {  // a slice starting `skip` elements into its storage
+        const std::string what = absl::StrCat(DTypeName(t), " rows of ", d, ", offset ", skip);
+        const Tensor big = cast(randn({7, d + 2}, gen), t);
+        const Tensor w = slice(
+            reshape(slice(reshape(big, {7 * (d + 2)}), 0, skip, skip + 6 * (d + 2)), {6, d + 2}), 1,
+            0, d);  // [6, d], row stride d + 2
+        const Tensor idx = from_vector({5, 0, 3, 3, 1}, {5}, DType::kInt32);
+        const Tensor wg = to(w, CUDA(0)), ig = to(idx, CUDA(0));
+        EXPECT_EQ(Vals(embedding(ig, wg)), Vals(embedding(idx, w))) << what;
+        EXPECT_EQ(Vals(index_select(wg, 0, ig)), Vals(index_select(w, 0, idx))) << what;
+        EXPECT_EQ(Vals(cat({wg, wg}, 0)), Vals(cat({w, w}, 0))) << what;
+        EXPECT_EQ(Vals(cat({wg, wg}, 1)), Vals(cat({w, w}, 1))) << what;
+        Tensor cache = zeros({2, 9, d}, t), cache_g = to(cache, CUDA(0));
+        const Tensor rows = from_vector({8, 2}, {2}, DType::kInt64);
+        const Tensor src = reshape(slice(w, 0, 0, 4), {2, 2, d});
+        index_copy_(cache, 1, rows, src);
+        index_copy_(cache_g, 1, to(rows, CUDA(0)), to(src, CUDA(0)));
+        EXPECT_EQ(Vals(cache_g), Vals(cache)) << what;
+      }
+    }
+  }
+}
+
 TEST(OpsSemanticsCuda, CompiledIndexErrorsAreReported) {
   KILN_SKIP_WITHOUT_GPU();
   const Tensor w = to(reshape(arange(20, DType::kFloat32), {5, 4}), CUDA(0));

@@ -1,6 +1,8 @@
 // CUDA kernels of the indexing and selection rows (see index_kernels.h).
 //
-// RunIndexPlan: one thread per output element (grid-stride), div/mod over at most 8 dims.
+// RunIndexPlan: one thread per output element (grid-stride), div/mod over at most 8 dims. Rows
+// that one index value moves whole (embedding and index_select rows, index_copy's rows) move as
+// 16-, 8- or 4-byte words where sizes, strides and pointers allow (WidenRows).
 // ArgMaxRows: a block per row; each thread keeps its best (key, index), then a warp-shuffle and
 // shared-memory reduction; few long rows are split over many blocks that meet in a 64-bit
 // atomicMax of (key, ~index). TopKRows: a block per row; radix select on order-preserving integer
@@ -79,8 +81,11 @@ __global__ void IndexPlanKernel(IndexPlan p, int64_t n, char* out, const char* s
       case 4:
         MoveElement<uint32_t>(p, out, o, src, s, index, x, bad);
         break;
-      default:
+      case 8:
         MoveElement<uint64_t>(p, out, o, src, s, index, x, bad);
+        break;
+      default:
+        MoveElement<uint4>(p, out, o, src, s, index, x, bad);
     }
   }
 }
@@ -337,10 +342,47 @@ cudaError_t WithType(KeyType t, F&& f) {
 
 }  // namespace
 
-cudaError_t RunIndexPlan(const IndexPlan& plan, int64_t n, void* out, const void* src,
+namespace {
+
+// The plan over words of w bytes instead of elements when the innermost dim moves whole with one
+// index value (unit stride in out and source, index stride 0) and every size, stride and pointer
+// it touches is a multiple of w; else the plan as it is. `n` follows.
+IndexPlan WidenRows(const IndexPlan& p, int64_t* n, const void* out, const void* src) {
+  const int inner = p.rank - 1;
+  if (p.rank < 1 || p.out_strides[inner] != 1 || p.src_strides[inner] != 1 ||
+      p.idx_strides[inner] != 0) {
+    return p;
+  }
+  for (int w = 16; w > p.elem_size; w /= 2) {
+    const int64_t k = w / p.elem_size;
+    bool fits = p.sizes[inner] % k == 0 && p.select_stride % k == 0 &&
+                reinterpret_cast<uintptr_t>(out) % w == 0 &&
+                reinterpret_cast<uintptr_t>(src) % w == 0;
+    for (int d = 0; d < inner && fits; ++d) {
+      fits = p.out_strides[d] % k == 0 && p.src_strides[d] % k == 0;
+    }
+    if (!fits) continue;
+    IndexPlan wide = p;
+    wide.elem_size = w;
+    wide.sizes[inner] /= k;
+    wide.select_stride /= k;
+    for (int d = 0; d < inner; ++d) {
+      wide.out_strides[d] /= k;
+      wide.src_strides[d] /= k;
+    }
+    *n /= k;
+    return wide;
+  }
+  return p;
+}
+
+}  // namespace
+
+cudaError_t RunIndexPlan(const IndexPlan& given, int64_t n, void* out, const void* src,
                          const void* index, unsigned* bad, cudaStream_t stream) {
-  if (n < 0 || plan.rank > kIndexPlanMaxRank) return cudaErrorInvalidValue;
+  if (n < 0 || given.rank > kIndexPlanMaxRank) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
+  const IndexPlan plan = WidenRows(given, &n, out, src);
   const int64_t grid = std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxGrid);
   IndexPlanKernel<<<static_cast<int>(grid), kThreads, 0, stream>>>(
       plan, n, static_cast<char*>(out), static_cast<const char*>(src), index, bad);
