@@ -286,6 +286,38 @@ def run(args):
     return 0 if all(c.get("ok") for c in out["checks"].values()) else 1
 
 
+def profile_prefill(args):
+    """Where torch.compile's prefill at batch args.profile_prefill spends its device time: the
+    kernels of 5 profiled calls (after warm-up), total µs per call and count per call, by name."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    sd, meta = load_file(args.weights)
+    cfg = config_of(meta, args)
+    b, calls = args.profile_prefill, 5
+    model = build_model(torch, sd, cfg, torch.bfloat16, "cuda", b)
+    prefill, _ = mode_fns(torch, model, "compiled")
+    g = torch.Generator().manual_seed(1)
+    prompt = torch.randint(0, cfg["vocab_size"], (b, args.prompt_len), generator=g).to("cuda")
+    with torch.inference_mode():
+        for _ in range(3):
+            prefill(prompt)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                prefill(prompt)
+            torch.cuda.synchronize()
+    rows = [(e.device_time_total / calls, e.count / calls, e.key) for e in prof.key_averages()
+            if e.device_time_total > 0]
+    rows.sort(reverse=True)
+    total = sum(r[0] for r in rows)
+    print("torch.compile prefill, batch %d, %d tokens: %.1f us device per call, %.0f kernels"
+          % (b, args.prompt_len, total, sum(r[1] for r in rows)))
+    for us, n, name in rows[:25]:
+        print("  %8.1f us %5.0f x  %s" % (us, n, name[:110]))
+    return 0
+
+
 def table(paths, markdown):
     """Markdown: kiln's RESULT JSON files (one per batch) beside the twin's JSON."""
     kiln, torch_json = [], None
@@ -354,6 +386,8 @@ def main():
     p.add_argument("--json")
     p.add_argument("--table", nargs="+", help="JSON files to tabulate (no run)")
     p.add_argument("--markdown", default="gpt.md")
+    p.add_argument("--profile-prefill", type=int, metavar="B",
+                   help="profile torch.compile's bf16 prefill at batch B (no checks, no timing)")
     for k in ["n_layer", "n_embd", "n_head", "vocab_size", "n_positions"]:
         p.add_argument("--" + k, type=int, help="overrides the file's metadata")
     args = p.parse_args()
@@ -361,6 +395,8 @@ def main():
         return table(args.table, args.markdown)
     if not args.weights:
         p.error("--weights is required (or --table)")
+    if args.profile_prefill:
+        return profile_prefill(args)
     return run(args)
 
 
