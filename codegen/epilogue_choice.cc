@@ -40,31 +40,47 @@ Tensor RandomOperand(const TensorType& type, Generator& gen) {
   return out;
 }
 
+// The op the split form runs after the plain GEMM (with its attributes).
+const OpDef& SplitOp(const OpAttrs& attrs, OpAttrs* op_attrs) {
+  *op_attrs = OpAttrs{};
+  if (HasResidual(attrs)) return GetOpDef(OpId::kAdd);
+  return *EpilogueActivation(attrs.epilogue, op_attrs);
+}
+
 EpilogueChoice Measure(const ir::Graph& graph, const ir::Node& n) {
   Generator gen(0x6b696c6e);
   std::vector<Tensor> args;
   for (ir::ValueId in : n.inputs) args.push_back(RandomOperand(graph.type(in), gen));
-  OpAttrs plain = n.attrs, act_attrs;
-  plain.epilogue = Epilogue::kNone;
-  const OpDef* act = EpilogueActivation(n.attrs.epilogue, &act_attrs);
+  const Tensor out = Tensor::Empty(n.type);
   const std::vector<double> us = cuda_ops::MedianDeviceUs(
-      n.type.device, {[&] { Dispatch(OpId::kLinear, args, n.attrs); },
-                      [&] {
-                        const Tensor y = Dispatch(OpId::kLinear, args, plain);
-                        Dispatch(act->id, {y}, act_attrs);
-                      }});
+      n.type.device, {[&] { DispatchOut(OpId::kLinear, args, n.attrs, out); },
+                      [&] { RunSplit(args, n.attrs, out); }});
   const double fused_us = us[0], split_us = us[1];
   EpilogueChoice c;
   c.fused = fused_us <= split_us * 1.03;  // ties go to the fused form (one launch fewer)
+  OpAttrs unused;
   c.explain = absl::StrFormat(
       "epilogue choice: linear %s x %s %s %s: fused %.1f us, GEMM + %s kernel %.1f us -> %s",
       ShapeString(graph.type(n.inputs[0]).shape), ShapeString(graph.type(n.inputs[1]).shape),
-      DTypeName(n.type.dtype), EpilogueName(n.attrs.epilogue), fused_us, act->name, split_us,
-      c.fused ? "fused" : "split");
+      DTypeName(n.type.dtype), EpilogueName(n.attrs.epilogue), fused_us,
+      SplitOp(n.attrs, &unused).name, split_us, c.fused ? "fused" : "split");
   return c;
 }
 
 }  // namespace
+
+void RunSplit(absl::Span<const Tensor> in, const OpAttrs& attrs, const Tensor& out) {
+  OpAttrs plain = attrs, op_attrs;
+  plain.epilogue = Epilogue::kNone;
+  const OpDef& op = SplitOp(attrs, &op_attrs);
+  if (HasResidual(attrs)) {
+    const Tensor y = Dispatch(OpId::kLinear, in.subspan(0, in.size() - 1), plain);
+    DispatchOut(op.id, {y, in.back()}, op_attrs, out);
+    return;
+  }
+  const Tensor y = Dispatch(OpId::kLinear, in, plain);
+  DispatchOut(op.id, {y}, op_attrs, out);
+}
 
 EpilogueChoice ChooseEpilogue(const ir::Graph& graph, const ir::Node& n) {
   if (!n.type.device.is_cuda() || n.attrs.epilogue == Epilogue::kNone) return {};

@@ -20,4 +20,8 @@ struct EpilogueChoice {
 // For a linear node with an epilogue attribute on a CUDA device (inputs taken from its graph).
 EpilogueChoice ChooseEpilogue(const ir::Graph& graph, const ir::Node& linear);
 
+// The split form of linear `in` {attrs.epilogue}: the plain linear, then the activation op or the
+// add of the residual, written to `out`.
+void RunSplit(absl::Span<const Tensor> in, const OpAttrs& attrs, const Tensor& out);
+
 }  // namespace kiln::codegen

@@ -1,9 +1,10 @@
-// The GEMM-epilogue kernel family: linear(+bias) followed by relu or tanh GELU becomes one
-// linear node with that epilogue (passes/epilogue_fusion.h), run as one cuBLASLt call with
-// CUBLASLT_EPILOGUE_{RELU,GELU}[_BIAS] (or, for at most 8 rows, possibly kiln's GEMV kernel with
-// the activation inside: ops/cuda/matmul_cuda.h). On CUDA the fused form is timed once per shape
-// against the plain GEMM followed by the activation kernel and the faster is kept
-// (codegen/epilogue_choice.h); the choice is in the explain log.
+// The GEMM-epilogue kernel family: linear(+bias) followed by relu or tanh GELU, or added to a
+// residual of its type, becomes one linear node with that epilogue (passes/epilogue_fusion.h),
+// run as one cuBLASLt call with CUBLASLT_EPILOGUE_{RELU,GELU}[_BIAS], or with the residual as C
+// and beta = 1 (or, for at most 8 rows, possibly kiln's GEMV kernel with the epilogue inside:
+// ops/cuda/matmul_cuda.h). On CUDA the fused form is timed once per shape against the plain GEMM
+// followed by the activation or add kernel and the faster is kept (codegen/epilogue_choice.h);
+// the choice is in the explain log.
 #include "codegen/epilogue_choice.h"
 #include "codegen/fusion_template.h"
 #include "ops/dispatch.h"
@@ -21,11 +22,7 @@ class LinearEpilogue final : public FusedKernel {
       DispatchOut(OpId::kLinear, in, attrs_, out[0]);
       return;
     }
-    OpAttrs plain = attrs_, act_attrs;
-    plain.epilogue = Epilogue::kNone;
-    const OpDef* act = EpilogueActivation(attrs_.epilogue, &act_attrs);
-    const Tensor y = Dispatch(OpId::kLinear, in, plain);
-    DispatchOut(act->id, {y}, act_attrs, out[0]);
+    RunSplit(in, attrs_, out[0]);
   }
   int kernel_launches() const override { return choice_.fused ? 1 : 2; }
   std::string explain() const override { return choice_.explain; }

@@ -193,8 +193,8 @@ void Executable::RunFamily(const Step& s, absl::Span<const Tensor> args,
       outs.push_back(Tensor::Empty(shape, n.body->type(o).dtype, n.type.device));
     }
   } else {
-    outs.push_back(
-        Tensor::Empty(symbols_.empty() ? n.type : InferOrThrow(GetOpDef(n.op), args, n.attrs)));
+    const OpDef& def = GetOpDef(n.op);  // an op family (attention): the row's result layout
+    outs.push_back(NewOutput(def, symbols_.empty() ? n.type : InferOrThrow(def, args, n.attrs)));
   }
   if (outs[0].numel() > 0) s.kernel->Run(args, outs);
   env[s.value] = outs[0];
@@ -319,7 +319,9 @@ std::vector<Tensor> PlanLayouts(const ir::Graph& g, std::vector<bool>* copies) {
   for (ValueId v = 0; v < g.num_values(); ++v) {
     const Node& n = g.node(v);
     const Tensor fresh = Tensor::Empty(n.type.shape, n.type.dtype, kMeta);
-    layout[v] = fresh;
+    layout[v] = n.kind == NodeKind::kOp
+                    ? NewOutput(GetOpDef(n.op), {n.type.shape, n.type.dtype, kMeta})
+                    : fresh;
     if (n.kind == NodeKind::kConstant) {
       layout[v] = fresh.as_strided(n.constant.shape(), n.constant.strides(), 0);
     } else if (n.kind == NodeKind::kOp && GetOpDef(n.op).view != nullptr) {
@@ -377,7 +379,8 @@ LaunchTally Executable::CountLaunches() const {
     for (ValueId in : n.inputs) args.push_back(Placeholder(graph_.node(in), layout[in]));
     OpAttrs attrs = n.attrs;
     if (s.kind == Step::Kind::kFamily && s.kernel->kernel_launches() > 1) {
-      attrs.epilogue = Epilogue::kNone;  // split: the GEMM runs without its epilogue
+      if (HasResidual(attrs)) args.pop_back();  // split: the GEMM runs without its epilogue
+      attrs.epilogue = Epilogue::kNone;
     }
     const LaunchCount c = CountLaunchesOnce(n.op, args, attrs);
     t.kernels += c.kernels - 1;

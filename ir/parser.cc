@@ -535,7 +535,7 @@ absl::Status Parser::EpilogueValue(Epilogue* epilogue) {
     }
   }
   pos_ = start;
-  return Error("expected none, relu or gelu_tanh for 'epilogue'");
+  return Error("expected none, relu, gelu_tanh or add for 'epilogue'");
 }
 
 absl::Status Parser::Return(Graph* g, const Scope& scope) {

@@ -236,8 +236,12 @@ void CudaKernel(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out
   const SdpaBackendChoice choice = Choose(in, a);
   std::optional<profiler::Range> range;
   if (KILN_PREDICT_FALSE(profiler::IsActive())) range.emplace(RangeName(choice));
-  if (choice.backend == SdpaBackend::kFlash) {
+  if (choice.backend == SdpaBackend::kFlash && cuda_ops::FlashCanWrite(out)) {
     cuda_ops::LaunchFlashAttention(in, a, out);
+  } else if (choice.backend == SdpaBackend::kFlash) {  // an out= tensor of another layout
+    const Tensor result = NewOutput(def, out.type());
+    cuda_ops::LaunchFlashAttention(in, a, result);
+    CopyInto(result, out);
   } else {
     CopyInto(MathForm(in, a), out);
   }

@@ -126,7 +126,7 @@ namespace {
 Tensor RunOp(const OpDef& def, absl::Span<const Tensor> inputs, const OpAttrs& attrs) {
   TensorType type = InferOrThrow(def, inputs, attrs);
   if (def.view != nullptr) return def.view(inputs[0], type, attrs);
-  Tensor out = Tensor::Empty(type);
+  Tensor out = NewOutput(def, type);
   RunKernel(def, inputs, out, attrs);
   return out;
 }
@@ -138,12 +138,11 @@ bool CanCast(DType from, DType to) {
   return from == DType::kBool || to != DType::kBool;
 }
 
-// The inputs an in-place op reads, after torch's checks on self: the result keeps self's shape,
-// casts to self's dtype, self has no element twice, and no input partially overlaps self (an
-// input whose overlap is too hard to classify is copied first, so the result never depends on
-// the order elements are written in).
-absl::InlinedVector<Tensor, 3> CheckInPlace(const OpDef& def, absl::Span<const Tensor> inputs,
-                                            const TensorType& type) {
+// torch's checks on self for an in-place op: the result keeps self's shape, casts to self's
+// dtype, self has no element twice, and no input partially overlaps self. Returns whether some
+// input's overlap with self is too hard to classify: such an input is read through a copy, so
+// the result never depends on the order elements are written in.
+bool CheckInPlace(const OpDef& def, absl::Span<const Tensor> inputs, const TensorType& type) {
   const Tensor& self = inputs[0];
   auto fail = [&](const std::string& why) {
     Fail(def, inputs, absl::StatusCode::kInvalidArgument, absl::StrCat("in-place: ", why));
@@ -162,15 +161,25 @@ absl::InlinedVector<Tensor, 3> CheckInPlace(const OpDef& def, absl::Span<const T
         "self is an expanded (broadcast) or overlapping view: more than one of its elements "
         "refers to a single memory location; call clone() or contiguous() first");
   }
-  absl::InlinedVector<Tensor, 3> reads(inputs.begin(), inputs.end());
-  for (size_t i = 1; i < reads.size(); ++i) {
-    const MemOverlap overlap = GetMemOverlap(self, reads[i]);
+  bool too_hard = false;
+  for (size_t i = 1; i < inputs.size(); ++i) {
+    const MemOverlap overlap = GetMemOverlap(self, inputs[i]);
     if (overlap == MemOverlap::kPartial) {
       fail(absl::StrCat("some elements of input ", i, " and of self (the written-to tensor) ",
                         "refer to the same memory location; clone() the input first"));
     }
-    if (overlap == MemOverlap::kTooHard)
+    too_hard = too_hard || overlap == MemOverlap::kTooHard;
+  }
+  return too_hard;
+}
+
+// The inputs with a contiguous copy of each whose overlap with self is too hard to classify.
+absl::InlinedVector<Tensor, 3> CopyHardOverlaps(absl::Span<const Tensor> inputs) {
+  absl::InlinedVector<Tensor, 3> reads(inputs.begin(), inputs.end());
+  for (size_t i = 1; i < reads.size(); ++i) {
+    if (GetMemOverlap(inputs[0], reads[i]) == MemOverlap::kTooHard) {
       reads[i] = RunOp(GetOpDef(OpId::kContiguous), {reads[i]}, {});
+    }
   }
   return reads;
 }
@@ -178,8 +187,11 @@ absl::InlinedVector<Tensor, 3> CheckInPlace(const OpDef& def, absl::Span<const T
 const Tensor& RunOpInPlace(const OpDef& def, absl::Span<const Tensor> inputs,
                            const OpAttrs& attrs) {
   const TensorType type = InferOrThrow(def, inputs, attrs);
-  const absl::InlinedVector<Tensor, 3> reads = CheckInPlace(def, inputs, type);
-  RunKernel(def, reads, inputs[0], attrs);
+  if (CheckInPlace(def, inputs, type)) {
+    RunKernel(def, CopyHardOverlaps(inputs), inputs[0], attrs);
+  } else {
+    RunKernel(def, inputs, inputs[0], attrs);  // the common path copies no tensor
+  }
   if (inputs[0].storage() != nullptr) inputs[0].storage()->BumpVersion();
   return inputs[0];
 }
@@ -207,6 +219,17 @@ bool ReadsOverlap(absl::Span<const Tensor> inputs, const Tensor& out) {
 }
 
 }  // namespace
+
+Tensor NewOutput(const OpDef& def, const TensorType& type) {
+  const int64_t rank = static_cast<int64_t>(type.shape.size());
+  if (!def.heads_last_output || rank < 3) return Tensor::Empty(type);
+  Shape stored = type.shape;  // [..., L, H, E]
+  std::swap(stored[rank - 3], stored[rank - 2]);
+  const Tensor t = Tensor::Empty(stored, type.dtype, type.device);
+  Strides strides = t.strides();
+  std::swap(strides[rank - 3], strides[rank - 2]);
+  return t.as_strided(type.shape, strides, t.offset());
+}
 
 Tensor Dispatch(OpId id, absl::Span<const Tensor> inputs, const OpAttrs& attrs) {
   const OpDef& def = GetOpDef(id);

@@ -22,6 +22,11 @@ const Tensor& DispatchInPlace(OpId id, absl::Span<const Tensor> inputs, const Op
 // compiled plans use it to write into buffers they allocated). Not for views; not while tracing.
 void DispatchOut(OpId id, absl::Span<const Tensor> inputs, const OpAttrs& attrs, const Tensor& out);
 
+// A new tensor for the result of `def` of `type` (contents undefined): contiguous, or in the
+// layout the row asks for (OpDef::heads_last_output). Dispatch allocates results with it; the
+// compiled plan predicts layouts with it (on the meta device).
+Tensor NewOutput(const OpDef& def, const TensorType& type);
+
 // Infers the output type of an op call, throwing kiln::Error naming the op and operands.
 TensorType InferOrThrow(const OpDef& def, absl::Span<const Tensor> inputs, const OpAttrs& attrs);
 // The same over types alone (graphs): arity, one device, then the row's Infer.

@@ -228,8 +228,20 @@ Result Matmul(Types in, const OpAttrs& a) {
   return TensorType{std::move(out), in[0].dtype, in[0].device};
 }
 
-Result Linear(Types in, const OpAttrs&) {
+// linear(x, w[, bias]) and, with epilogue=add, linear(x, w[, bias], residual).
+Result Linear(Types in, const OpAttrs& a) {
+  const bool residual = HasResidual(a);
+  if (residual && in.size() < 3) {
+    return Invalid(
+        "epilogue=add needs the residual as the last input: (input, weight[, bias], "
+        "residual)");
+  }
+  if (!residual && in.size() > 3) {
+    return Invalid(absl::StrCat("takes (input, weight[, bias]), got ", in.size(),
+                                " inputs (a 4th is only the residual of epilogue=add)"));
+  }
   const TensorType &x = in[0], &w = in[1];
+  const bool has_bias = in.size() - (residual ? 1 : 0) == 3;
   if (x.rank() < 1 || w.rank() != 2) {
     return Invalid(absl::StrCat("expected input [..., in] and weight [out, in], got ",
                                 ShapeString(x.shape), " and ", ShapeString(w.shape)));
@@ -238,16 +250,21 @@ Result Linear(Types in, const OpAttrs&) {
     return Invalid(absl::StrCat("input features ", x.shape.back(), " do not match weight ",
                                 ShapeString(w.shape), " (expected [out, ", x.shape.back(), "])"));
   }
-  if (x.dtype != w.dtype || (in.size() == 3 && in[2].dtype != x.dtype)) {
+  if (x.dtype != w.dtype || (has_bias && in[2].dtype != x.dtype)) {
     return Invalid("input, weight and bias must have the same dtype");
   }
   if (!IsFloatingPoint(x.dtype)) return Invalid("operands must be floating point");
-  if (in.size() == 3 && in[2].shape != Shape{w.shape[0]}) {
+  if (has_bias && in[2].shape != Shape{w.shape[0]}) {
     return Invalid(
         absl::StrCat("bias must have shape [", w.shape[0], "], got ", ShapeString(in[2].shape)));
   }
   Shape out = x.shape;
   out.back() = w.shape[0];
+  if (residual && (in.back().shape != out || in.back().dtype != x.dtype)) {
+    return Invalid(absl::StrCat("the residual of epilogue=add must be ", DTypeName(x.dtype), " ",
+                                ShapeString(out), " (the output's type, no broadcasting), got ",
+                                DTypeName(in.back().dtype), " ", ShapeString(in.back().shape)));
+  }
   return TensorType{std::move(out), x.dtype, x.device};
 }
 

@@ -112,11 +112,14 @@ const char* FusionKindName(FusionKind k);
 
 enum class GeluApprox : uint8_t { kNone, kTanh };
 
-// An activation linear applies after its bias in the same GEMM (cuBLASLt's epilogue), set by the
-// GEMM epilogue fusion pass; eager linear() never sets it. kGeluTanh is gelu{approximate=tanh}.
-enum class Epilogue : uint8_t { kNone, kRelu, kGeluTanh };
-inline constexpr int kNumEpilogues = 3;
-const char* EpilogueName(Epilogue e);  // "none", "relu", "gelu_tanh" (the IR text form)
+// What linear applies after its bias in the same GEMM (cuBLASLt's epilogue), set by the GEMM
+// epilogue fusion pass; eager linear() never sets it. kRelu and kGeluTanh are activations
+// (kGeluTanh is gelu{approximate=tanh}). kAdd adds a residual, linear's last input, of the
+// output's shape and dtype: linear(x, w[, bias], residual){epilogue=add} = x·wᵀ + bias + residual
+// (cuBLASLt's C with beta = 1), rounded once.
+enum class Epilogue : uint8_t { kNone, kRelu, kGeluTanh, kAdd };
+inline constexpr int kNumEpilogues = 4;
+const char* EpilogueName(Epilogue e);  // "none", "relu", "gelu_tanh", "add" (the IR text form)
 
 // Attributes of an op call. Each row says which fields it reads (OpDef::attr_fields) so the IR
 // can print and parse exactly those.
@@ -203,6 +206,11 @@ struct OpDef {
   // such a node in place on an input the function writes anyway (codegen/executable.h), and out of
   // place its CUDA kernel launches once more (the copy of self into out).
   bool updates_self = false;
+  // The result [..., H, L, E] (rank >= 3) is allocated as [..., L, H, E] and viewed back, as
+  // torch's flash and cuDNN attention return it: its transpose(-3, -2) is contiguous, so merging
+  // the heads (reshape to [..., L, H·E]) is a view instead of a copy. Kernels write through the
+  // strides (NewOutput).
+  bool heads_last_output = false;
 
   bool is_elementwise() const {
     return kind == FusionKind::kElementwise || kind == FusionKind::kBroadcast;
@@ -221,8 +229,12 @@ const OpDef& GetOpDef(OpId id);
 const OpDef* FindOpDef(std::string_view name);
 
 // The elementwise row whose scalar function / kernel a linear epilogue applies, with the
-// attributes to call it with (relu, or gelu{approximate=tanh}); nullptr for kNone. Kernels use it
-// so that the fused activation is computed exactly as the standalone op would.
+// attributes to call it with (relu, or gelu{approximate=tanh}); nullptr for kNone and kAdd (not
+// an activation). Kernels use it so that the fused activation is computed exactly as the
+// standalone op would.
 const OpDef* EpilogueActivation(Epilogue e, OpAttrs* attrs);
+
+// Whether linear's last input is the residual of Epilogue::kAdd (not its bias).
+inline bool HasResidual(const OpAttrs& a) { return a.epilogue == Epilogue::kAdd; }
 
 }  // namespace kiln

@@ -142,6 +142,11 @@ constexpr OpDef VaryingLaunches(OpDef def) {
   def.cuda_launches_vary = true;
   return def;
 }
+// A row whose result is allocated heads-last (OpDef::heads_last_output).
+constexpr OpDef HeadsLastOutput(OpDef def) {
+  def.heads_last_output = true;
+  return def;
+}
 // A row whose kernel updates self in place without copying it (OpDef::updates_self).
 constexpr OpDef UpdatesSelf(OpDef def) {
   def.updates_self = true;
@@ -197,7 +202,7 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   Op(O::kLayerNorm,  "layer_norm",  1, 3, kRed, kAttrEps, infer::LayerNorm, cpu::LayerNorm, cuda_ops::LayerNorm),
   Op(O::kRmsNorm,    "rms_norm",    1, 2, kRed, kAttrEps, infer::RmsNorm, cpu::RmsNorm, cuda_ops::RmsNorm),
   VaryingLaunches(Op(O::kMatmul, "matmul", 2, 2, kMm, kAttrTranspose, infer::Matmul, cpu::Matmul, cuda_ops::Matmul)),
-  VaryingLaunches(Op(O::kLinear, "linear", 2, 3, kMm, kAttrEpilogue,  infer::Linear, cpu::Linear, cuda_ops::Linear)),
+  VaryingLaunches(Op(O::kLinear, "linear", 2, 4, kMm, kAttrEpilogue,  infer::Linear, cpu::Linear, cuda_ops::Linear)),
   View(O::kTranspose, "transpose", kAttrDim | kAttrDim2, infer::Transpose, views::Transpose),
   View(O::kPermute,   "permute",   kAttrDims,            infer::Permute,   views::Permute),
   View(O::kReshape,   "reshape",   kAttrDims,            infer::Reshape,   views::Reshape),
@@ -212,8 +217,9 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
      strided::AsStrided, strided::AsStrided),
   UpdatesSelf(Op(O::kAsStridedScatter, "as_strided_scatter", 2, 2, kOpq, kAttrDims | kAttrStrided,
                  infer::AsStridedScatter, strided::AsStridedScatter, strided::AsStridedScatter)),
-  VaryingLaunches(Op(O::kScaledDotProductAttention, "scaled_dot_product_attention", 3, 4, kOpq,
-                     kAttrAttention, attention::Infer, attention::CpuKernel, attention::CudaKernel)),
+  HeadsLastOutput(VaryingLaunches(Op(O::kScaledDotProductAttention, "scaled_dot_product_attention",
+                                     3, 4, kOpq, kAttrAttention, attention::Infer,
+                                     attention::CpuKernel, attention::CudaKernel))),
   // Typed rows: the expressions stay valid whatever the operands' compute type (float, double,
   // or long long where the renderer computes integers in integers): NaN propagates through
   // minimum/maximum/clamp, clamp's scalar takes the operand's type, pow is KILN_POW_EXPR.
@@ -292,7 +298,7 @@ const OpDef* FindOpDef(std::string_view name) {
 }
 
 const char* EpilogueName(Epilogue e) {
-  static constexpr const char* kNames[kNumEpilogues] = {"none", "relu", "gelu_tanh"};
+  static constexpr const char* kNames[kNumEpilogues] = {"none", "relu", "gelu_tanh", "add"};
   return kNames[static_cast<int>(e)];
 }
 
@@ -300,6 +306,7 @@ const OpDef* EpilogueActivation(Epilogue e, OpAttrs* attrs) {
   *attrs = OpAttrs{};
   switch (e) {
     case Epilogue::kNone:
+    case Epilogue::kAdd:
       return nullptr;
     case Epilogue::kRelu:
       return &GetOpDef(OpId::kRelu);

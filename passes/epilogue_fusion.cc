@@ -53,6 +53,59 @@ std::string WhyNot(const Graph& g, ValueId lin, ValueId act, const std::vector<V
   return "";
 }
 
+// The other operand of add node `add` when linear `lin` is one of them; -1 if both are `lin`.
+ValueId OtherOperand(const Graph& g, ValueId add, ValueId lin) {
+  const auto& in = g.node(add).inputs;
+  if (in[0] == lin && in[1] == lin) return -1;
+  return in[0] == lin ? in[1] : in[0];
+}
+
+// Why linear `lin` cannot take add node `add`'s other operand as its residual ("" if it can).
+std::string WhyNotResidual(const Graph& g, ValueId lin, ValueId add,
+                           const std::vector<ValueId>& users, bool is_output) {
+  const Node& l = g.node(lin);
+  if (l.attrs.epilogue != Epilogue::kNone) {
+    return absl::StrCat("the linear already has epilogue=", EpilogueName(l.attrs.epilogue));
+  }
+  for (ValueId u : users) {
+    if (u != add) return absl::StrCat("fan-out: %", lin, " is also used by %", u);
+  }
+  if (is_output) return absl::StrCat("%", lin, " is a graph output (materialised)");
+  const ValueId r = OtherOperand(g, add, lin);
+  if (r < 0) return "the add reads the linear twice";
+  if (!(g.type(r) == l.type) || !(g.type(add) == l.type)) {
+    return absl::StrCat("the residual %", r, " is ", ir::PrintType(g.type(r)), " and the sum ",
+                        ir::PrintType(g.type(add)), ", not the linear's ", ir::PrintType(l.type),
+                        " (no broadcasting or casting in the GEMM's C)");
+  }
+  if (r > lin) return absl::StrCat("the residual %", r, " is computed after the linear");
+  return "";
+}
+
+// linear(x, w[, b]) -> add with another value r of its type: one linear(x, w[, b], r)
+// {epilogue=add} (cuBLASLt's C with beta = 1), if allowed; the explain log says which.
+bool FuseResidual(Graph& graph, ValueId v, const std::vector<ValueId>& users, bool is_output,
+                  PassContext& ctx) {
+  for (ValueId add : users) {
+    if (!graph.IsOp(add, OpId::kAdd)) continue;
+    const std::string pair = absl::StrCat("linear %", v, " -> add %", add);
+    const std::string why = WhyNotResidual(graph, v, add, users, is_output);
+    if (!why.empty()) {
+      ctx.explain.push_back(absl::StrCat("not fused: ", pair, " (GEMM residual): ", why));
+      return false;
+    }
+    const ValueId r = OtherOperand(graph, add, v);
+    Node& l = graph.mutable_node(v);
+    l.inputs.push_back(r);
+    l.attrs.epilogue = Epilogue::kAdd;
+    ReplaceAllUses(graph, add, v);
+    ctx.explain.push_back(absl::StrCat("GEMM epilogue: ", pair, " -> linear {epilogue=add} at %", v,
+                                       " (residual %", r, ")"));
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 absl::StatusOr<bool> GemmEpilogueFusion::Run(Graph& graph, PassContext& ctx) {
@@ -63,6 +116,10 @@ absl::StatusOr<bool> GemmEpilogueFusion::Run(Graph& graph, PassContext& ctx) {
   bool changed = false;
   for (ValueId v = 0; v < graph.num_values(); ++v) {
     if (!graph.IsOp(v, OpId::kLinear)) continue;
+    if (FuseResidual(graph, v, users[v], is_output[v], ctx)) {
+      changed = true;
+      continue;
+    }
     for (ValueId act : users[v]) {
       if (!IsActivation(graph, act)) continue;
       const std::string pair =

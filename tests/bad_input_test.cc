@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 
+#include "ops/dispatch.h"
 #include "ops/factories.h"
 #include "ops/modules.h"
 #include "ops/ops.h"
@@ -63,6 +64,25 @@ const std::vector<BadCase>& Cases() {
          linear(F({4, 8}), F({8}));
        },
        {"linear:", "weight [out, in]"}},
+      {"linear_residual_shape",  // epilogue=add, as the GEMM epilogue fusion writes it
+       [] {
+         OpAttrs attrs;
+         attrs.epilogue = Epilogue::kAdd;
+         Dispatch(OpId::kLinear, {F({4, 8}), F({16, 8}), F({16}), F({4, 1})}, attrs);
+       },
+       {"linear:", "residual", "[4, 16]", "[4, 1]", "no broadcasting"}},
+      {"linear_residual_missing",
+       [] {
+         OpAttrs attrs;
+         attrs.epilogue = Epilogue::kAdd;
+         Dispatch(OpId::kLinear, {F({4, 8}), F({16, 8})}, attrs);
+       },
+       {"linear:", "epilogue=add needs the residual"}},
+      {"linear_four_inputs_without_add",
+       [] {
+         Dispatch(OpId::kLinear, {F({4, 8}), F({16, 8}), F({16}), F({4, 16})}, {});
+       },
+       {"linear:", "4 inputs", "epilogue=add"}},
       {"softmax_dim",
        [] {
          softmax(F({2, 3}), 2);

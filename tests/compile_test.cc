@@ -103,6 +103,52 @@ TEST(Compile, MlpFusesBiasGeluIntoTheGemmEpilogues) {
   EXPECT_EQ(g.report({x}).kernels_per_step, 5) << g.report({x}).final_graph;
 }
 
+// A pre-LN transformer block's residual adds, h = x + attn_proj(ln(x)); out = h + mlp(ln(h)):
+// each add is the C of its GEMM (linear {epilogue=add}), no add kernel is left; against eager on
+// `device` at prefill-like rows (cuBLASLt) and decode-like rows (the GEMV or cuBLASLt).
+void RunResidualBlock(Device device, DType t) {
+  Generator gen(21);
+  const int64_t d = 64;
+  ModuleOptions o{t, device};
+  Linear proj(d, d, true, gen, o), fc(d, 4 * d, true, gen, o), out(4 * d, d, true, gen, o);
+  LayerNorm ln1(d, 1e-5, true, true, o), ln2(d, 1e-5, true, true, o);
+  Fn block = [&](const std::vector<Tensor>& in) {
+    const Tensor h = in[0] + proj(ln1(in[0]));
+    return std::vector<Tensor>{h + out(gelu(fc(ln2(h)), "tanh"))};
+  };
+  for (int64_t rows : {48, 3}) {
+    const Tensor x = randn({rows / 3, 3, d}, gen, t, device);
+    CompileOptions frozen;
+    frozen.freeze_weights = true;
+    CompiledFn f = compile(block, {x}, frozen);
+    const CompileReport& r = f.report({x});
+    const std::string what = absl::StrCat(device.str(), " ", DTypeName(t), ", ", rows, " rows");
+    EXPECT_TRUE(FileCheck(r.final_graph, R"(
+      CHECK: layer_norm(
+      CHECK: linear(
+      CHECK-SAME: {epilogue=add}
+      CHECK: layer_norm(
+      CHECK: linear(
+      CHECK-SAME: {epilogue=gelu_tanh}
+      CHECK: linear(
+      CHECK-SAME: {epilogue=add}
+      CHECK-NOT: add(
+    )")) << what;
+    // Five kernels (two layer norms, three GEMMs) on the CPU; on CUDA cuBLASLt may split K and
+    // the epilogue timing may run an epilogue apart, which plan_count_test checks by capture.
+    if (!device.is_cuda()) EXPECT_EQ(r.kernels_per_step, 5) << what << "\n" << r.final_graph;
+    ExpectSame(f({x}), block({x}), what);
+  }
+}
+
+TEST(Compile, ResidualAddsAreTheGemmsCOnCpu) { RunResidualBlock(kCPU, DType::kFloat32); }
+
+TEST(Compile, ResidualAddsAreTheGemmsCOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  RunResidualBlock(CUDA(0), DType::kFloat32);
+  RunResidualBlock(CUDA(0), DType::kBFloat16);
+}
+
 TEST(Compile, ElementwiseChainIsOneKernel) {
   Fn fn = [](const std::vector<Tensor>& in) {
     return std::vector<Tensor>{gelu(in[0] * 1.5 + 0.5, "tanh") * in[1]};

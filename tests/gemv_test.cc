@@ -1,6 +1,7 @@
 // CUDA linear with few rows on kiln's GEMV (ops/cuda/gemv_kernels.h), forced with
 // SetGemvMode(kOn), against the CPU linear on the same values: m in {1, 2, 3, 8} over the decode
-// shapes and odd ones (n, k of 1, 3, 7, 17), every dtype, bias and activation; strided x rows,
+// shapes and odd ones (n, k of 1, 3, 7, 17), every dtype, bias and epilogue (activations and the
+// residual add); strided x rows,
 // weight slices misaligned for 16-byte loads, NaN propagation, rows of w beyond 2^31 elements.
 // Then the choice (ops/cuda/gemv_choice.h): kOff runs cuBLASLt (no GEMV kernel in the profile),
 // kAuto records a timed decision, and a problem first met under graph capture runs the GEMV
@@ -55,20 +56,33 @@ struct Act {
 };
 constexpr Act kActs[] = {{Epilogue::kNone, false},     {Epilogue::kNone, true},
                          {Epilogue::kRelu, false},     {Epilogue::kRelu, true},
-                         {Epilogue::kGeluTanh, false}, {Epilogue::kGeluTanh, true}};
+                         {Epilogue::kGeluTanh, false}, {Epilogue::kGeluTanh, true},
+                         {Epilogue::kAdd, false},      {Epilogue::kAdd, true}};
+constexpr int kNumActs = sizeof(kActs) / sizeof(kActs[0]);
 
 std::string Name(const Act& a) {
   return absl::StrCat(EpilogueName(a.epilogue), a.bias ? "+bias" : "");
 }
 
 // linear{epilogue} through Dispatch (the path compiled plans take; eager linear() has no
-// epilogue), on whatever device the operands are.
-Tensor Linear(const Tensor& x, const Tensor& w, const Tensor& b, Epilogue act) {
+// epilogue), on whatever device the operands are; `residual` is epilogue=add's.
+Tensor Linear(const Tensor& x, const Tensor& w, const Tensor& b, Epilogue act,
+              const Tensor& residual = Tensor()) {
   OpAttrs attrs;
   attrs.epilogue = act;
   std::vector<Tensor> in = {x, w};
   if (b.defined()) in.push_back(b);
+  if (residual.defined()) in.push_back(residual);
   return Dispatch(OpId::kLinear, in, attrs);
+}
+
+// epilogue=add's residual for linear(x, w): normal values of the output's shape; else none.
+Tensor ResidualFor(const Tensor& x, const Tensor& w, Epilogue act) {
+  if (act != Epilogue::kAdd) return Tensor();
+  Shape shape = x.shape();
+  shape.back() = w.size(0);
+  Generator gen(shape.back() * 7 + x.numel());
+  return randn(shape, gen, x.dtype(), x.device());
 }
 
 // The other CUDA linear tests' tolerance; float32 sums of k products, added up in another order
@@ -82,8 +96,10 @@ Tolerance LinearTolerance(DType t, int64_t k) {
 // CUDA linear of (x, w, b) against the CPU linear of the same values.
 void ExpectMatchesCpu(const Tensor& x, const Tensor& w, const Tensor& b, Epilogue act,
                       const std::string& what) {
-  const Tensor got = Linear(x, w, b, act);
-  const Tensor want = Linear(to(x, kCPU), to(w, kCPU), b.defined() ? to(b, kCPU) : b, act);
+  const Tensor r = ResidualFor(x, w, act);
+  const Tensor got = Linear(x, w, b, act, r);
+  const Tensor want = Linear(to(x, kCPU), to(w, kCPU), b.defined() ? to(b, kCPU) : b, act,
+                             r.defined() ? to(r, kCPU) : r);
   ASSERT_EQ(got.shape(), want.shape()) << what;
   ExpectClose(to_vector(got), to_vector(want), LinearTolerance(x.dtype(), w.size(-1)), what);
 }
@@ -110,9 +126,9 @@ TEST_P(GemvSweep, MatchesCpuLinear) {
   const int64_t rows[] = {1, 2, 3, 8};
   for (int i = 0; i < 4; ++i) {
     const Tensor x = RandomX({rows[i], k}, k, t, gen);
-    // Small problems run every (bias, activation); large ones two per m, all six over the four m.
-    for (int j = 0; j < 6; ++j) {
-      if (!small && j != (2 * i) % 6 && j != (2 * i + 1) % 6) continue;
+    // Small problems run every (bias, epilogue); large ones two per m, all eight over the four m.
+    for (int j = 0; j < kNumActs; ++j) {
+      if (!small && j != 2 * i && j != 2 * i + 1) continue;
       const Act& a = kActs[j];
       ExpectMatchesCpu(x, w, a.bias ? b : Tensor(), a.epilogue,
                        absl::StrCat("m=", rows[i], " ", Name(a)));
@@ -225,7 +241,8 @@ TEST(Gemv, NanInXPropagates) {
       for (const Act& a : kActs) {
         const Tensor b = a.bias ? randn({40}, gen, t, CUDA(0)) : Tensor();
         const std::string what = absl::StrCat(DTypeName(t), " k=", k, " ", Name(a));
-        const std::vector<double> out = to_vector(Linear(x, w, b, a.epilogue));
+        const std::vector<double> out =
+            to_vector(Linear(x, w, b, a.epilogue, ResidualFor(x, w, a.epilogue)));
         for (int64_t c = 0; c < 40; ++c) EXPECT_TRUE(std::isnan(out[c])) << what << " col " << c;
         for (int64_t i = 40; i < 120; ++i) EXPECT_FALSE(std::isnan(out[i])) << what << " " << i;
         ExpectMatchesCpu(x, w, b, a.epilogue, what);

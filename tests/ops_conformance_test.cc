@@ -251,6 +251,26 @@ void AddLinearEpilogueCases(const std::function<RefTensor(RefIn)>& lin_ref,
                    }});
     }
   }
+  // epilogue=add: the residual (the output's shape, last) is added after the bias; strided
+  // residuals, and K = 0 (the bias fill, then the residual).
+  const std::pair<const char*, std::vector<InputSpec>> residual_shapes[] = {
+      {"bias", {N({2, 5, 8}), N({6, 8}), N({6}), N({2, 5, 6})}},
+      {"nobias_strided", {T({4, 8}), T({3, 8}), T({4, 3})}},
+      {"bias_k0", {N({3, 0}), N({4, 0}), N({4}), N({3, 4})}},
+  };
+  for (const auto& [shape_name, specs] : residual_shapes) {
+    c.push_back({absl::StrCat("linear_", shape_name, "_add"), OpId::kLinear, specs,
+                 [](KilnIn in) {
+                   OpAttrs attrs;
+                   attrs.epilogue = Epilogue::kAdd;
+                   return Dispatch(OpId::kLinear, in, attrs);
+                 },
+                 [lin_ref](RefIn in) {
+                   RefTensor y = lin_ref(std::vector<RefTensor>(in.begin(), in.end() - 1));
+                   for (size_t i = 0; i < y.v.size(); ++i) y.v[i] += in.back().v[i];
+                   return y;
+                 }});
+  }
 }
 
 std::vector<OpCase> OtherCases() {

@@ -270,6 +270,57 @@ TEST(GemmEpilogueFusion, FanOutAndGraphOutputAreNotFused) {
   EXPECT_TRUE(Logged(ctx, {"not fused: linear %5 -> gelu %6", "graph output"}));
 }
 
+TEST(GemmEpilogueFusion, ResidualAddBecomesTheGemmsC) {
+  GemmEpilogueFusion pass;
+  PassContext ctx;
+  const std::string out = RunPass(pass, R"(
+    graph(%10: bf16[8, 16], %11: bf16[32, 16], %12: bf16[32], %13: bf16[8, 32]) {
+      %14 = linear(%10, %11, %12) : bf16[8, 32]
+      %15 = add(%13, %14) : bf16[8, 32]
+      %16 = mul_scalar(%15) {scalar=2} : bf16[8, 32]
+      return %16
+    })",
+                                  &ctx);
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %[[LIN:[0-9]+]] = linear(%0, %1, %2, %3) {epilogue=add} : bf16[8, 32]
+    CHECK-NEXT: mul_scalar(%[[LIN]]) {scalar=2}
+    CHECK-NOT: add(
+  )"));
+  EXPECT_TRUE(Logged(ctx, {"GEMM epilogue: linear %4 -> add %5", "epilogue=add", "residual %3"}));
+}
+
+TEST(GemmEpilogueFusion, ResidualAddsThatCannotBeTheGemmsC) {
+  GemmEpilogueFusion pass;
+  PassContext ctx;
+  const std::string out = RunPass(pass, R"(
+    graph(%10: f32[8, 16], %11: f32[16, 16], %12: f32[16]) {
+      %14 = linear(%10, %11) : f32[8, 16]
+      %15 = add(%14, %12) : f32[8, 16]
+      %16 = linear(%15, %11) : f32[8, 16]
+      %17 = relu(%15) : f32[8, 16]
+      %18 = add(%16, %17) : f32[8, 16]
+      %19 = linear(%18, %11) : f32[8, 16]
+      %20 = add(%19, %19) : f32[8, 16]
+      %21 = linear(%20, %11) {epilogue=relu} : f32[8, 16]
+      %22 = add(%21, %20) : f32[8, 16]
+      return %22
+    })",
+                                  &ctx);
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: = add(%[[L1:[0-9]+]], %2) : f32[8, 16]
+    CHECK: = add(%[[L2:[0-9]+]], %[[R:[0-9]+]]) : f32[8, 16]
+    CHECK: %[[L3:[0-9]+]] = linear(
+    CHECK-NEXT: = add(%[[L3]], %[[L3]]) : f32[8, 16]
+    CHECK: {epilogue=relu}
+    CHECK-NEXT: = add(
+    CHECK-NOT: epilogue=add
+  )"));
+  EXPECT_TRUE(Logged(ctx, {"not fused: linear %3 -> add %4", "no broadcasting"}));
+  EXPECT_TRUE(Logged(ctx, {"not fused: linear %5 -> add %7", "computed after the linear"}));
+  EXPECT_TRUE(Logged(ctx, {"not fused: linear %8 -> add %9", "reads the linear twice"}));
+  EXPECT_TRUE(Logged(ctx, {"not fused: linear %10 -> add %11", "already has epilogue=relu"}));
+}
+
 TEST(GemmEpilogueFusion, OffSwitchAndCseKeepEpiloguesApart) {
   GemmEpilogueFusion pass;
   PassContext off;

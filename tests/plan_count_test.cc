@@ -76,6 +76,46 @@ TEST(PlanCount, CompileReportCountsTheHeadMergeCopy) {
   }
 }
 
+std::pair<int, int> CapturedLaunches(CompiledFn& f, const std::vector<Tensor>& in);
+
+// Attention's head merge, reshape(permute(sdpa(q, k, v), {0, 2, 1, 3}), [B, L, H·E]): the result
+// is allocated heads-last (OpDef::heads_last_output, as torch's flash attention returns it), so
+// the merge is a view: one kernel a step, not two, and the same values as the math form.
+void ExpectHeadMergeIsAView(Device device) {
+  Generator gen(5);
+  const DType t = device.is_cuda() ? DType::kBFloat16 : DType::kFloat32;
+  const std::vector<Tensor> in = {to(cast(randn({2, 3, 40, 64}, gen), t), device),
+                                  to(cast(randn({2, 3, 40, 64}, gen), t), device),
+                                  to(cast(randn({2, 3, 40, 64}, gen), t), device)};
+  auto fn = [](const std::vector<Tensor>& x) {
+    const Tensor y = scaled_dot_product_attention(x[0], x[1], x[2], {}, /*is_causal=*/true);
+    return std::vector<Tensor>{reshape(permute(y, {0, 2, 1, 3}), {2, 40, 192})};
+  };
+  const Tensor y = scaled_dot_product_attention(in[0], in[1], in[2], {}, true);
+  EXPECT_FALSE(y.is_contiguous());
+  EXPECT_TRUE(permute(y, {0, 2, 1, 3}).is_contiguous()) << ShapeString(y.strides());
+  CompileOptions o;
+  o.mode = CompileOptions::Mode::kCompiled;
+  CompiledFn f = compile(fn, in, o);
+  const std::vector<Tensor> got = f(in);
+  const CompileReport& r = f.report(in);
+  EXPECT_EQ(r.kernels_per_step, 1) << r.final_graph;
+  std::vector<Tensor> want;
+  {
+    SdpaBackendGuard math(SdpaBackend::kMath);
+    want = fn(in);
+  }
+  Tolerance tol = ToleranceFor(t);
+  tol.atol *= 4;  // the flash kernel rounds P once, the math form after each matmul
+  tol.rtol *= 4;
+  ExpectClose(to_vector(got[0]), to_vector(want[0]), tol, "head merge");
+  if (!device.is_cuda()) return;
+  const auto [kernels, memsets] = CapturedLaunches(f, in);
+  EXPECT_EQ(r.kernels_per_step, kernels) << r.final_graph;
+}
+
+TEST(PlanCount, HeadMergeAfterAttentionIsAViewOnCpu) { ExpectHeadMergeIsAView(kCPU); }
+
 // Kernels and memsets in a stream capture of one call of `f` (the plan, no CUDA graph).
 std::pair<int, int> CapturedLaunches(CompiledFn& f, const std::vector<Tensor>& in) {
   cuda::Stream stream;
@@ -119,6 +159,35 @@ TEST(PlanCount, DecodeAttentionAndLongArgmaxCountWhatRuns) {
   EXPECT_EQ(r.kernels_per_step, kernels) << r.final_graph;
   EXPECT_EQ(r.memsets_per_step, memsets) << r.final_graph;
   EXPECT_GE(kernels, 4);  // split + combine, split + unpack
+}
+
+TEST(PlanCount, HeadMergeAfterAttentionIsAViewOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  ExpectHeadMergeIsAView(CUDA(0));
+}
+
+// A residual add in the GEMM (linear {epilogue=add}), fused or split by the epilogue timing, and
+// a decode-sized one (the GEMV or cuBLASLt): the report counts what a call launches.
+TEST(PlanCount, ResidualEpilogueCountsWhatRuns) {
+  KILN_SKIP_WITHOUT_GPU();
+  Generator gen(4);
+  auto bf16 = [&](Shape s) { return to(cast(randn(s, gen), DType::kBFloat16), CUDA(0)); };
+  const Tensor w = bf16({768, 768}), b = bf16({768});
+  auto fn = [&](const std::vector<Tensor>& t) {
+    return std::vector<Tensor>{t[0] + linear(t[0], w, b)};
+  };
+  for (int64_t rows : {512, 2}) {
+    const std::vector<Tensor> in = {bf16({rows, 768})};
+    CompileOptions o;
+    o.mode = CompileOptions::Mode::kCompiled;
+    CompiledFn f = compile(fn, in, o);
+    (void)f(in);  // warm: kernels compiled and GEMMs planned outside the capture
+    const auto [kernels, memsets] = CapturedLaunches(f, in);
+    const CompileReport& r = f.report(in);
+    ASSERT_NE(r.final_graph.find("{epilogue=add}"), std::string::npos) << r.final_graph;
+    EXPECT_EQ(r.kernels_per_step, kernels) << rows << " rows\n" << r.final_graph;
+    EXPECT_EQ(r.memsets_per_step, memsets) << rows << " rows";
+  }
 }
 
 }  // namespace

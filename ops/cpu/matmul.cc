@@ -43,9 +43,10 @@ struct Activation {
   OpAttrs attrs;
 };
 
-// out[M, N] = act(a[M, K] @ b[K, N] (+ bias[N])) for 2-D strided views.
+// out[M, N] = act(a[M, K] @ b[K, N] (+ bias[N])) (+ residual[M, N]) for 2-D strided views.
 void Gemm2D(const Tensor& a, int64_t a_off, const Tensor& b, int64_t b_off, const Tensor& out,
-            int64_t o_off, const Tensor* bias, const Activation& act = {}) {
+            int64_t o_off, const Tensor* bias, const Activation& act = {},
+            const Tensor* residual = nullptr) {
   const int64_t ra = a.dim(), rb = b.dim(), ro = out.dim();
   const int64_t m = a.shape()[ra - 2], k = a.shape()[ra - 1], n = b.shape()[rb - 1];
   const size_t esz = static_cast<size_t>(a.element_size());
@@ -69,11 +70,17 @@ void Gemm2D(const Tensor& a, int64_t a_off, const Tensor& b, int64_t b_off, cons
   GemmF32(ga.trans, gb.trans, m, n, k, 1.0f, ga.data, ga.ld, gb.data, gb.ld,
           bias != nullptr ? 1.0f : 0.0f, sc.data(), std::max<int64_t>(n, 1));
   const StoreFn store = StorerFor(out.dtype());
+  const LoadFn load_residual = residual != nullptr ? LoaderFor(residual->dtype()) : nullptr;
   const int64_t s_row = out.strides()[ro - 2], s_col = out.strides()[ro - 1];
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       double v = sc[i * n + j];
       if (act.fn != nullptr) v = act.fn(&v, act.attrs);
+      if (residual != nullptr) {  // in float, as the GEMM's C: rounded once with the product
+        v = static_cast<float>(v) +
+            static_cast<float>(load_residual(residual->data_ptr(),
+                                             i * residual->stride(0) + j * residual->stride(1)));
+      }
       store(out.data_ptr(), o_off + i * s_row + j * s_col, v);
     }
   }
@@ -150,7 +157,11 @@ void Linear(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const 
   const Tensor o = out.as_strided({m, n}, {n, 1}, out.offset());
   Activation act;
   if (const OpDef* def = EpilogueActivation(attrs.epilogue, &act.attrs)) act.fn = def->scalar;
-  Gemm2D(x2, 0, SwapLast2(in[1]), 0, o, 0, in.size() > 2 ? &in[2] : nullptr, act);
+  const bool residual = HasResidual(attrs);
+  const size_t operands = in.size() - (residual ? 1 : 0);  // x, w and the bias if any
+  const Tensor r2 = residual ? FlattenRows(in.back()) : Tensor();
+  Gemm2D(x2, 0, SwapLast2(in[1]), 0, o, 0, operands > 2 ? &in[2] : nullptr, act,
+         residual ? &r2 : nullptr);
 }
 
 }  // namespace kiln::cpu

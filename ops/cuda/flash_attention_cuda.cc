@@ -311,6 +311,8 @@ FlashAttentionConfig ForGrid(FlashAttentionConfig c, int64_t bh, int64_t q_len, 
   return c;
 }
 
+bool FlashCanWrite(const Tensor& out) { return LayoutUnsupported(out, "out").empty(); }
+
 void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const Tensor& out) {
   const Tensor &q = in[0], &k = in[1], &v = in[2];
   const bool has_mask = in.size() > 3;

@@ -66,9 +66,13 @@ inline constexpr int64_t kFlashDecodeMaxQueries = 4;
 std::string FlashDecodeKernelName(const FlashAttentionConfig& c);
 std::string RenderFlashDecodeSource(const FlashAttentionConfig& c);
 
+// Whether the kernels can write `out` in place: the inferred type, contiguous head dim, 16-byte
+// aligned rows (a contiguous result, or the heads-last one Dispatch allocates, always can).
+bool FlashCanWrite(const Tensor& out);
+
 // out = scaled_dot_product_attention(q, k, v[, mask]) on the current stream; the operands must
-// pass FlashAttentionUnsupportedReason, `out` is contiguous of the inferred type. Throws
-// kiln::Error with the NVRTC log or the CUDA error.
+// pass FlashAttentionUnsupportedReason and `out` FlashCanWrite. Throws kiln::Error with the NVRTC
+// log or the CUDA error.
 void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const Tensor& out);
 
 }  // namespace kiln::cuda_ops

@@ -45,7 +45,8 @@ struct Params {
   int64_t ldw;
   const T* bias;  // nullptr: none
   int64_t bias_stride;
-  T* out;  // [m, n] contiguous
+  T* out;             // [m, n] contiguous
+  const T* residual;  // [m, n] contiguous, or nullptr
   int64_t n, k;
   int wpc;     // warps per column: 1, 2 or 4
   bool vec_w;  // every w row starts 16-byte aligned
@@ -148,7 +149,7 @@ __device__ __forceinline__ float Activate(float v, GemvAct act) {
   }
 }
 
-// out[r, col] = act(acc[r] + bias[col]) for every row, lane r storing row r.
+// out[r, col] = act(acc[r] + bias[col]) (+ residual[r, col]) for every row, lane r storing row r.
 template <typename T, int M>
 __device__ __forceinline__ void Store(const Params<T>& p, int64_t col, int lane,
                                       const float (&acc)[M]) {
@@ -157,7 +158,9 @@ __device__ __forceinline__ void Store(const Params<T>& p, int64_t col, int lane,
 #pragma unroll
   for (int r = 0; r < M; ++r) {
     if (lane == r) {
-      p.out[r * p.n + col] = FromFloat<T>(Activate(has_bias ? acc[r] + b : acc[r], p.act));
+      float v = Activate(has_bias ? acc[r] + b : acc[r], p.act);
+      if (p.residual != nullptr) v += ToFloat(p.residual[r * p.n + col]);
+      p.out[r * p.n + col] = FromFloat<T>(v);
     }
   }
 }
@@ -252,6 +255,7 @@ cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
                     static_cast<const T*>(a.bias),
                     a.bias_stride,
                     static_cast<T*>(a.out),
+                    static_cast<const T*>(a.residual),
                     a.n,
                     a.k,
                     WarpsPerColumn(a.n, a.k, a.sm_count, kVec<T>),

@@ -1,18 +1,20 @@
 // kiln's GEMV for linear with few rows (token-by-token decode): out[m, n] = act(x[m, k] · w[n, k]ᵀ
-// + bias[n]) for 1 <= m <= kGemvMaxRows, over raw device pointers (ops/cuda/matmul_cuda.cc's
-// Linear adapts kiln tensors and decides when to use it). A cuBLASLt GEMM with M = 1 reads the
-// weights at about a fifth of the H200's bandwidth; this kernel is built to stream them once at
-// full speed, every x row riding along.
+// + bias[n]) (+ residual[m, n]) for 1 <= m <= kGemvMaxRows, over raw device pointers
+// (ops/cuda/matmul_cuda.cc's Linear adapts kiln tensors and decides when to use it). A cuBLASLt
+// GEMM with M = 1 reads the weights at about a fifth of the H200's bandwidth; this kernel is built
+// to stream them once at full speed, every x row riding along.
 //
-//   GemvArgs a{x, ldx, w, ldw, bias, 1, out, m, n, k, GemvType::kBF16, GemvAct::kNone, sm_count};
+//   GemvArgs a{x, ldx, w, ldw, bias, 1, out, nullptr, m, n, k, GemvType::kBF16, GemvAct::kNone,
+//              sm_count};
 //   cudaError_t err = Gemv(a, stream);
 //
 // x, w, bias and out share one dtype (float32, float16 or bfloat16); products accumulate in
-// float32, the bias and the activation are applied in float32 and the result is rounded once.
-// x rows and w rows are `ldx` / `ldw` elements apart with unit column stride; out is contiguous
-// [m, n]. Any k >= 1, n >= 1 and any element alignment of the pointers and leading dims is
-// correct; 16-byte loads are used where the pointer and leading dim allow them. relu keeps NaN
-// (as kiln's relu op does); gelu_tanh is kiln's tanh GELU formula.
+// float32, the bias, the activation and the residual are applied in float32 and the result is
+// rounded once. x rows and w rows are `ldx` / `ldw` elements apart with unit column stride; out
+// and the residual are contiguous [m, n] (the residual may be out itself). Any k >= 1, n >= 1 and
+// any element alignment of the pointers and leading dims is correct; 16-byte loads are used where
+// the pointer and leading dim allow them. relu keeps NaN (as kiln's relu op does); gelu_tanh is
+// kiln's tanh GELU formula.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -33,7 +35,8 @@ struct GemvArgs {
   int64_t ldw;
   const void* bias;  // [n], element c at bias[c * bias_stride]; nullptr: no bias
   int64_t bias_stride;
-  void* out;  // [m, n] contiguous
+  void* out;             // [m, n] contiguous
+  const void* residual;  // [m, n] contiguous, added last; nullptr: none
   int64_t m, n, k;
   GemvType type;
   GemvAct act;

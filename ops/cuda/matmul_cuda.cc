@@ -52,6 +52,7 @@ std::atomic<bool> g_allow_tf32{false};
 // ---- The problem: what the plan cache keys on and what error messages name. -----------------
 
 // One GEMM in kiln's row-major terms: out[m, n] = act(a[m, k] @ b[k, n] (+ bias[n])) for `batch`
+// (act kAdd: + residual[m, n], cuBLASLt's C, contiguous like out)
 // matrices stride_* elements apart. A transposed operand is stored column-major (ld = its column
 // stride). align_* is the byte alignment (a power of two, at most 256) of every pointer the GEMM
 // will be given for that operand, loop entries included.
@@ -60,7 +61,8 @@ struct GemmKey {
   int device;
   DType dtype;
   bool tf32, bias, trans_a, trans_b;
-  Epilogue act;  // the activation of the cuBLASLt epilogue (kNone: bias only, or nothing)
+  Epilogue act;  // the activation of the cuBLASLt epilogue (kNone: bias only, or nothing; kAdd:
+                 // none, and C is the residual with beta = 1)
   int64_t m, n, k, lda, ldb, ldo, batch, stride_a, stride_b, stride_o;
   uint32_t align_a, align_b, align_o, align_bias;
   bool operator==(const GemmKey&) const = default;
@@ -158,6 +160,7 @@ cublasLtEpilogue_t CublasEpilogue(bool bias, Epilogue act) {
     case Epilogue::kGeluTanh:
       return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
     case Epilogue::kNone:
+    case Epilogue::kAdd:  // the residual is C, not an epilogue
       break;
   }
   return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
@@ -347,13 +350,16 @@ std::shared_ptr<const GemmPlan> PlanFor(const GemmKey& key, const void* bias,
   return cache->plans.try_emplace(key, std::move(plan)).first->second;
 }
 
+// D = out; C = residual with beta = 1 when there is one (same layout as D), else out with 0.
 void Launch(const GemmPlan& plan, const GemmKey& key, const DeviceContext& ctx, const void* a,
-            const void* b, void* out, const void* bias, void* workspace, cudaStream_t stream) {
+            const void* b, void* out, const void* bias, const void* residual, void* workspace,
+            cudaStream_t stream) {
   static constexpr float kOne = 1.0f, kZero = 0.0f;
   auto matmul = [&] {
     return cublasLtMatmul(ctx.handle, plan.desc.get(), &kOne, b, plan.a.get(), a, plan.b.get(),
-                          &kZero, out, plan.c.get(), out, plan.c.get(), &plan.algo, workspace,
-                          plan.workspace_bytes, stream);
+                          residual != nullptr ? &kOne : &kZero,
+                          residual != nullptr ? residual : out, plan.c.get(), out, plan.c.get(),
+                          &plan.algo, workspace, plan.workspace_bytes, stream);
   };
   if (bias == nullptr) return CheckCublas(matmul(), "cublasLtMatmul", key);
   std::lock_guard<std::mutex> lock(plan.bias_mu);
@@ -467,6 +473,7 @@ uint32_t Alignment(const void* ptr, uint64_t offset_bits) {
 struct GemmJob {
   GemmKey key;
   Tensor a, b, out, bias;  // as handed to cuBLAS (copies when needed), alive until launched
+  Tensor residual;         // act kAdd: C, [m, n] contiguous (no batch loop)
   Shape loop;              // sizes of the host-looped batch dims
   std::array<Strides, 3> loop_strides;  // their strides for a, b, out (elements)
 };
@@ -504,6 +511,9 @@ GemmKey MakeKey(const char* op, const GemmJob& job, MatrixLayout la, MatrixLayou
   k.align_a = Alignment(job.a.data_ptr(), offset_bits(0));
   k.align_b = Alignment(job.b.data_ptr(), offset_bits(1));
   k.align_o = Alignment(job.out.data_ptr(), offset_bits(2));
+  if (job.residual.defined()) {  // C shares D's layout and the preference's alignment of both
+    k.align_o = std::min(k.align_o, Alignment(job.residual.data_ptr(), offset_bits(2)));
+  }
   k.align_bias = k.bias ? Alignment(job.bias.data_ptr(), 0) : 0;
   return k;
 }
@@ -511,13 +521,21 @@ GemmKey MakeKey(const char* op, const GemmJob& job, MatrixLayout la, MatrixLayou
 // out[batch..., m, n] = act(a[..., m, k] @ b[..., k, n] (+ bias[n])); a, b broadcast over
 // `batch`.
 GemmJob PrepareJob(const char* op, const Tensor& a, const Tensor& b, const Tensor& out,
-                   IntList batch, const Tensor& bias, Epilogue act) {
+                   IntList batch, const Tensor& bias, Epilogue act, const Tensor& residual) {
   GemmJob job;
   MatrixLayout la{}, lb{};
   job.a = ReadableOperand(a, &la);
   job.b = ReadableOperand(b, &lb);
   job.out = out;
   job.bias = bias.defined() ? kiln::contiguous(bias) : Tensor();
+  if (act == Epilogue::kAdd) {
+    if (!residual.defined() || !batch.empty() || residual.shape() != out.shape() ||
+        !residual.is_contiguous()) {
+      ThrowInternal(absl::StrCat(op, " (cuda): the residual must be a contiguous ",
+                                 out.shape_string(), " matrix"));
+    }
+    job.residual = residual;
+  }
   const std::array<Strides, 3> strides = {BatchStrides(job.a, batch), BatchStrides(job.b, batch),
                                           BatchStrides(out, batch)};
   const BatchSplit split = SplitBatch(batch, strides);
@@ -539,6 +557,7 @@ void RunJob(const GemmJob& job, const GemmPlan& plan, const DeviceContext& ctx) 
   const char* b = static_cast<const char*>(job.b.data_ptr());
   char* out = static_cast<char*>(job.out.data_ptr());
   const void* bias = BiasPointer(job);
+  const void* residual = job.residual.defined() ? job.residual.data_ptr() : nullptr;
   const cudaStream_t stream = cuda::CurrentStream();
   // Freed when this returns, on `stream`, after the GEMMs below (see DeviceContext).
   const Storage workspace(plan.workspace_bytes, job.out.device());
@@ -551,7 +570,7 @@ void RunJob(const GemmJob& job, const GemmPlan& plan, const DeviceContext& ctx) 
       for (int j = 0; j < 3; ++j) off[j] += idx * job.loop_strides[j][d];
     }
     Launch(plan, job.key, ctx, a + off[0] * esz, b + off[1] * esz, out + off[2] * esz, bias,
-           workspace.data(), stream);
+           residual, workspace.data(), stream);  // a residual comes without a batch loop
   }
 }
 
@@ -567,28 +586,31 @@ struct PlannedGemm {
 };
 
 PlannedGemm PlanGemm(const char* op, const Tensor& a, const Tensor& b, const Tensor& out,
-                     IntList batch, const Tensor& bias, Epilogue act, const DeviceContext& ctx) {
-  PlannedGemm g{PrepareJob(op, a, b, out, batch, bias, act), nullptr};
+                     IntList batch, const Tensor& bias, Epilogue act, const Tensor& residual,
+                     const DeviceContext& ctx) {
+  PlannedGemm g{PrepareJob(op, a, b, out, batch, bias, act, residual), nullptr};
   g.plan = PlanFor(g.job.key, BiasPointer(g.job), ctx);
   if (g.plan == nullptr && Misaligned(g.job.key)) {
     // No algorithm for these alignments: retry on fresh (well aligned) copies of the inputs.
     g.job = PrepareJob(op, kiln::clone(a), kiln::clone(b), out, batch,
-                       bias.defined() ? kiln::clone(bias) : bias, act);
+                       bias.defined() ? kiln::clone(bias) : bias, act, residual);
     g.plan = PlanFor(g.job.key, BiasPointer(g.job), ctx);
   }
   return g;
 }
 
-// Runs out[batch..., m, n] = act(a @ b (+ bias)) with cuBLASLt; `out` is contiguous. Returns false
-// when cuBLASLt has no algorithm with `act` in the epilogue (a dtype or layout it does not
-// support): the GEMM then ran with the bias alone and the caller must apply `act`.
+// Runs out[batch..., m, n] = act(a @ b (+ bias)) (kAdd: + residual) with cuBLASLt; `out` is
+// contiguous. Returns false when cuBLASLt has no algorithm with `act` in the epilogue (a dtype or
+// layout it does not support): the GEMM then ran with the bias alone and the caller must apply
+// the epilogue.
 bool BatchedGemm(const char* op, const Tensor& a, const Tensor& b, const Tensor& out, IntList batch,
-                 const Tensor& bias, Epilogue act = Epilogue::kNone) {
+                 const Tensor& bias, Epilogue act = Epilogue::kNone,
+                 const Tensor& residual = Tensor()) {
   const DeviceContext& ctx = ContextFor(out.device().index);
-  PlannedGemm g = PlanGemm(op, a, b, out, batch, bias, act, ctx);
+  PlannedGemm g = PlanGemm(op, a, b, out, batch, bias, act, residual, ctx);
   const bool fused = g.plan != nullptr;
   if (!fused && act != Epilogue::kNone) {
-    g = PlanGemm(op, a, b, out, batch, bias, Epilogue::kNone, ctx);
+    g = PlanGemm(op, a, b, out, batch, bias, Epilogue::kNone, Tensor(), ctx);
   }
   if (g.plan == nullptr) {
     ThrowInternal(absl::StrCat(op, ": cublasLtMatmulAlgoGetHeuristic returned no algorithm for ",
@@ -598,9 +620,13 @@ bool BatchedGemm(const char* op, const Tensor& a, const Tensor& b, const Tensor&
   return fused;
 }
 
-// Applies linear's epilogue activation to `out` in place with the eager op (the fallback when
-// the GEMM could not, and after the K == 0 fill).
-void ApplyActivation(const Tensor& out, Epilogue act) {
+// Applies linear's epilogue to `out` in place with the eager op: the activation, or kAdd's
+// residual (the fallback when the GEMM could not, and after the K == 0 fill).
+void ApplyEpilogue(const Tensor& out, Epilogue act, const Tensor& residual) {
+  if (act == Epilogue::kAdd) {
+    DispatchInPlace(OpId::kAdd, {out, residual}, {});
+    return;
+  }
   OpAttrs attrs;
   const OpDef* def = EpilogueActivation(act, &attrs);
   if (def != nullptr) DispatchInPlace(def->id, {out}, attrs);
@@ -689,7 +715,7 @@ uint32_t RowAlignment(const Tensor& t, int64_t rows, int64_t stride) {
 }
 
 GemvProblem MakeGemvProblem(const Tensor& x2, const Tensor& w, const Tensor& bias,
-                            const Tensor& out, Epilogue act) {
+                            const Tensor& out, Epilogue act) {  // kAdd: the residual is like out
   GemvProblem p;
   p.device = out.device().index;
   p.dtype = out.dtype();
@@ -706,9 +732,10 @@ GemvProblem MakeGemvProblem(const Tensor& x2, const Tensor& w, const Tensor& bia
   return p;
 }
 
-// out [m, n] (contiguous) = act(x2 [m, k] · w [n, k]ᵀ + bias) with the GEMV kernel.
-void RunGemv(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out,
-             Epilogue act) {
+// out [m, n] (contiguous) = act(x2 [m, k] · w [n, k]ᵀ + bias) (kAdd: + residual [m, n],
+// contiguous) with the GEMV kernel.
+void RunGemv(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& residual,
+             const Tensor& out, Epilogue act) {
   using cuda_kernels::GemvAct;
   using cuda_kernels::GemvType;
   cuda_kernels::GemvArgs a{};
@@ -719,6 +746,7 @@ void RunGemv(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor
   a.bias = bias.defined() ? bias.data_ptr() : nullptr;
   a.bias_stride = bias.defined() ? bias.stride(0) : 0;
   a.out = out.data_ptr();
+  a.residual = act == Epilogue::kAdd ? residual.data_ptr() : nullptr;
   a.m = x2.size(0);
   a.n = w.size(0);
   a.k = w.size(1);
@@ -758,32 +786,42 @@ void Matmul(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const 
 }
 
 void Linear(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& attrs) {
-  CheckOperands(kLinearName, in, 2, 3, out);
+  CheckOperands(kLinearName, in, 2, 4, out);
   if (out.numel() == 0) return;
   DeviceGuard guard(out.device().index);
   const Tensor& x = in[0];
   const Tensor& w = in[1];
-  const Tensor bias = in.size() > 2 ? in[2] : Tensor();  // may be undefined too
+  const bool has_residual = HasResidual(attrs);
+  const size_t operands = in.size() - (has_residual ? 1 : 0);  // x, w and the bias if any
+  const Tensor bias = operands > 2 ? in[2] : Tensor();         // may be undefined too
+  const Tensor residual = has_residual ? in.back() : Tensor();
   if (x.dim() < 1 || w.dim() != 2 || x.size(-1) != w.size(1) || out.size(-1) != w.size(0) ||
-      (bias.defined() && (bias.dim() != 1 || bias.size(0) != w.size(0)))) {
+      (bias.defined() && (bias.dim() != 1 || bias.size(0) != w.size(0))) ||
+      (has_residual && (!residual.defined() || residual.shape() != out.shape()))) {
     ThrowInternal(absl::StrCat("linear (cuda): operands ", x.shape_string(), ", ", w.shape_string(),
+                               has_residual ? " and residual " + residual.shape_string() : "",
                                " do not give ", out.shape_string()));
   }
   const int64_t n = w.size(0), k = w.size(1), m = out.numel() / n;
   const Tensor o = out.as_strided({m, n}, {n, 1}, out.offset());
+  Tensor r2;  // the residual as a contiguous [m, n] matrix (C of the GEMM, read by the GEMV)
+  if (has_residual) {
+    const Tensor r = residual.is_contiguous() ? residual : kiln::contiguous(residual);
+    r2 = r.as_strided({m, n}, {n, 1}, r.offset());
+  }
   if (k == 0) {
     FillWithoutGemm(o, bias, m, n);
-    return ApplyActivation(o, attrs.epilogue);
+    return ApplyEpilogue(o, attrs.epilogue, r2);
   }
   const Tensor x2 = FlattenRows(x, m, k);
   const Tensor wt = w.as_strided({k, n}, {w.stride(1), w.stride(0)}, w.offset());  // no copy
   auto cublas = [&](const Tensor& dst) {
-    if (!BatchedGemm(kLinearName, x2, wt, dst, {}, bias, attrs.epilogue)) {
-      ApplyActivation(dst, attrs.epilogue);
+    if (!BatchedGemm(kLinearName, x2, wt, dst, {}, bias, attrs.epilogue, r2)) {
+      ApplyEpilogue(dst, attrs.epilogue, r2);
     }
   };
   if (GemvFits(x2, w, m, k)) {
-    auto gemv = [&](const Tensor& dst) { RunGemv(x2, w, bias, dst, attrs.epilogue); };
+    auto gemv = [&](const Tensor& dst) { RunGemv(x2, w, bias, r2, dst, attrs.epilogue); };
     if (ChooseGemv(MakeGemvProblem(x2, w, bias, o, attrs.epilogue), o, gemv, cublas)) {
       return gemv(o);
     }
