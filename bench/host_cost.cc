@@ -185,6 +185,7 @@ int main(int argc, char** argv) {
   kiln::CompiledFn compiled_add = kiln::compile(add_fn, {a, b}, plain_options);
   kiln::CompiledFn graph_add = kiln::compile(add_fn, {a, b}, graph_options);
   kiln::CompiledFn graph_linear = kiln::compile(linear_fn, {x64}, graph_options);
+  kiln::CompiledFn compiled_linear = kiln::compile(linear_fn, {x64}, plain_options);
   cudaGraphExec_t one_kernel = OneKernelGraph(empty);
   const std::vector<Case> cases = {
       {"launch",
@@ -217,6 +218,7 @@ int main(int argc, char** argv) {
          std::vector<Tensor> t = graph_add({a, b});
        }},
       {"graph_linear_64x768", [&] { std::vector<Tensor> t = graph_linear({x64}); }},
+      {"compiled_linear_64x768", [&] { std::vector<Tensor> t = compiled_linear({x64}); }},
   };
   for (const Case& c : cases) NsPerOp(c, ops / 10 + 1);  // warm-up: kernels, allocator, choices
   std::vector<std::vector<double>> runs(cases.size());

@@ -228,8 +228,9 @@ bool NoPartialOverlap(absl::Span<const Tensor> args) {
 std::vector<Tensor> Executable::Run(const std::vector<Tensor>& inputs) const {
   std::vector<Tensor> env(graph_.num_values());
   // On CUDA, one deferred index check for the whole call (unless the caller owns one: a capture).
+  // The scope asks whether the stream is being captured only when an index kernel needs its flag.
   std::optional<cuda_ops::IndexCheckScope> checks;
-  if (on_cuda() && !cuda_ops::IndexCheckScope::Active() && !cuda::Capturing()) checks.emplace();
+  if (on_cuda() && !cuda_ops::IndexCheckScope::Active()) checks.emplace();
   RunSteps(inputs, env);
   if (checks.has_value() && checks->used()) {
     cuda_ops::ThrowIfIndexFlagged(checks->flag(), "compiled function");

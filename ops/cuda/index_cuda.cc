@@ -240,6 +240,7 @@ IndexCheckScope::IndexCheckScope(unsigned* device_flag)
 
 unsigned* IndexCheckScope::Take(Device device) {
   if (flag_ == nullptr) {
+    if (cuda::Capturing()) return nullptr;  // a capture's owner checks the global flag
     owned_ = ZeroedFlag(device);
     flag_ = owned_.data<unsigned>();
   }

@@ -44,8 +44,9 @@ void CheckCapturedIndexErrors();
 
 // See "Deferred checks" above. `device_flag` is a zeroed device word that outlives every kernel
 // launched (or captured) under the scope; without one, the scope makes its own on the first
-// kernel that needs it (zeroed on the current stream: not while capturing), so a call without
-// index kernels costs nothing. Scopes nest (the innermost wins); not copyable.
+// kernel that needs it (zeroed on the current stream), so a call without index kernels costs
+// nothing — and while the stream is being captured by others it makes none (the kernel raises
+// the device-global flag, as with no scope). Scopes nest (the innermost wins); not copyable.
 class IndexCheckScope {
  public:
   IndexCheckScope();
