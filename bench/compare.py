@@ -160,8 +160,9 @@ ISSUES = [
      "instructions (#12's goal; not an issue yet)"),
     ("block_", "a Hopper flash kernel for its attention and a GEMM with the gelu·mul epilogue "
      "(not issues yet)"),
-    ("decode_", "fewer kernels per step: Inductor folds the layer norms and residual adds into "
-     "its kernels (10 vs 11); kiln's M = 1 linears already run its GEMV (not an issue yet)"),
+    ("decode_", "the single-row layer norms, a launch each (kiln's step now has fewer kernels "
+     "than Inductor's, 9 vs 10: residual adds in the GEMV, gelu in its epilogue); a layer norm "
+     "in the GEMV's prologue would take them (not an issue yet)"),
     ("mlp_1tok", "a GEMV with the gelu·mul fused, for M = 1 (not an issue yet)"),
     ("mlp", "a GEMM with the gelu·mul epilogue (not an issue yet)"),
     ("elementwise", "the generated kernel's memory throughput (loads per thread, not an issue "
