@@ -241,7 +241,7 @@ Result Linear(Types in, const OpAttrs& a) {
                                 " inputs (a 4th is only the residual of epilogue=add)"));
   }
   const TensorType &x = in[0], &w = in[1];
-  const bool has_bias = in.size() - (residual ? 1 : 0) == 3;
+  const bool has_bias = LinearHasBias(in.size(), a);
   if (x.rank() < 1 || w.rank() != 2) {
     return Invalid(absl::StrCat("expected input [..., in] and weight [out, in], got ",
                                 ShapeString(x.shape), " and ", ShapeString(w.shape)));

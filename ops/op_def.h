@@ -236,5 +236,9 @@ const OpDef* EpilogueActivation(Epilogue e, OpAttrs* attrs);
 
 // Whether linear's last input is the residual of Epilogue::kAdd (not its bias).
 inline bool HasResidual(const OpAttrs& a) { return a.epilogue == Epilogue::kAdd; }
+// Whether a linear call of `num_inputs` operands, (x, w[, bias][, residual]), has a bias (in[2]).
+inline bool LinearHasBias(size_t num_inputs, const OpAttrs& a) {
+  return num_inputs == (HasResidual(a) ? 4u : 3u);
+}
 
 }  // namespace kiln

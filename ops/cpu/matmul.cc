@@ -158,9 +158,8 @@ void Linear(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const 
   Activation act;
   if (const OpDef* def = EpilogueActivation(attrs.epilogue, &act.attrs)) act.fn = def->scalar;
   const bool residual = HasResidual(attrs);
-  const size_t operands = in.size() - (residual ? 1 : 0);  // x, w and the bias if any
   const Tensor r2 = residual ? FlattenRows(in.back()) : Tensor();
-  Gemm2D(x2, 0, SwapLast2(in[1]), 0, o, 0, operands > 2 ? &in[2] : nullptr, act,
+  Gemm2D(x2, 0, SwapLast2(in[1]), 0, o, 0, LinearHasBias(in.size(), attrs) ? &in[2] : nullptr, act,
          residual ? &r2 : nullptr);
 }
 

@@ -792,8 +792,7 @@ void Linear(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const 
   const Tensor& x = in[0];
   const Tensor& w = in[1];
   const bool has_residual = HasResidual(attrs);
-  const size_t operands = in.size() - (has_residual ? 1 : 0);  // x, w and the bias if any
-  const Tensor bias = operands > 2 ? in[2] : Tensor();         // may be undefined too
+  const Tensor bias = LinearHasBias(in.size(), attrs) ? in[2] : Tensor();  // may be undefined
   const Tensor residual = has_residual ? in.back() : Tensor();
   if (x.dim() < 1 || w.dim() != 2 || x.size(-1) != w.size(1) || out.size(-1) != w.size(0) ||
       (bias.defined() && (bias.dim() != 1 || bias.size(0) != w.size(0))) ||
