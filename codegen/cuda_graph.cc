@@ -220,30 +220,40 @@ std::vector<Tensor> CudaGraphPlan::AdoptOutputs() {
   return outs;
 }
 
+namespace {
+
+// Calls visit(v) on each value of the address key of `inputs` in order (per input: its data
+// pointer, shape and strides; symbolic plans get one graph per shape) while visit returns true.
+template <typename Visit>
+bool VisitAddressKey(const std::vector<Tensor>& inputs, Visit&& visit) {
+  for (const Tensor& t : inputs) {
+    if (!visit(static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.data_ptr())))) return false;
+    for (int64_t d : t.shape()) {
+      if (!visit(d)) return false;
+    }
+    for (int64_t s : t.strides()) {
+      if (!visit(s)) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 CudaGraphCache::Key CudaGraphCache::AddressKey(const std::vector<Tensor>& inputs) {
   Key key;
-  for (const Tensor& t : inputs) {
-    key.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.data_ptr())));
-    key.insert(key.end(), t.shape().begin(), t.shape().end());  // symbolic plans: one per shape
-    key.insert(key.end(), t.strides().begin(), t.strides().end());
-  }
+  VisitAddressKey(inputs, [&](int64_t v) {
+    key.push_back(v);
+    return true;
+  });
   return key;
 }
 
 // AddressKey(inputs) == key, without building the key (the replay path allocates nothing).
 bool CudaGraphCache::IsAddressKeyOf(const Key& key, const std::vector<Tensor>& inputs) {
   size_t at = 0;
-  auto matches = [&](int64_t v) { return at < key.size() && key[at++] == v; };
-  for (const Tensor& t : inputs) {
-    if (!matches(static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.data_ptr())))) return false;
-    for (int64_t d : t.shape()) {
-      if (!matches(d)) return false;
-    }
-    for (int64_t s : t.strides()) {
-      if (!matches(s)) return false;
-    }
-  }
-  return at == key.size();
+  return VisitAddressKey(inputs, [&](int64_t v) { return at < key.size() && key[at++] == v; }) &&
+         at == key.size();
 }
 
 std::vector<Tensor> CudaGraphCache::Run(const std::vector<Tensor>& inputs) {

@@ -40,11 +40,11 @@ Tensor RandomOperand(const TensorType& type, Generator& gen) {
   return out;
 }
 
-// The op the split form runs after the plain GEMM (with its attributes).
-const OpDef& SplitOp(const OpAttrs& attrs, OpAttrs* op_attrs) {
-  *op_attrs = OpAttrs{};
-  if (HasResidual(attrs)) return GetOpDef(OpId::kAdd);
-  return *EpilogueActivation(attrs.epilogue, op_attrs);
+// The op the split form runs after the plain GEMM (its name for the explain line).
+const char* SplitOpName(const OpAttrs& attrs) {
+  OpAttrs unused;
+  return HasResidual(attrs) ? GetOpDef(OpId::kAdd).name
+                            : EpilogueActivation(attrs.epilogue, &unused)->name;
 }
 
 EpilogueChoice Measure(const ir::Graph& graph, const ir::Node& n) {
@@ -58,28 +58,27 @@ EpilogueChoice Measure(const ir::Graph& graph, const ir::Node& n) {
   const double fused_us = us[0], split_us = us[1];
   EpilogueChoice c;
   c.fused = fused_us <= split_us * 1.03;  // ties go to the fused form (one launch fewer)
-  OpAttrs unused;
   c.explain = absl::StrFormat(
       "epilogue choice: linear %s x %s %s %s: fused %.1f us, GEMM + %s kernel %.1f us -> %s",
       ShapeString(graph.type(n.inputs[0]).shape), ShapeString(graph.type(n.inputs[1]).shape),
-      DTypeName(n.type.dtype), EpilogueName(n.attrs.epilogue), fused_us,
-      SplitOp(n.attrs, &unused).name, split_us, c.fused ? "fused" : "split");
+      DTypeName(n.type.dtype), EpilogueName(n.attrs.epilogue), fused_us, SplitOpName(n.attrs),
+      split_us, c.fused ? "fused" : "split");
   return c;
 }
 
 }  // namespace
 
 void RunSplit(absl::Span<const Tensor> in, const OpAttrs& attrs, const Tensor& out) {
-  OpAttrs plain = attrs, op_attrs;
+  OpAttrs plain = attrs;
   plain.epilogue = Epilogue::kNone;
-  const OpDef& op = SplitOp(attrs, &op_attrs);
   if (HasResidual(attrs)) {
     const Tensor y = Dispatch(OpId::kLinear, in.subspan(0, in.size() - 1), plain);
-    DispatchOut(op.id, {y, in.back()}, op_attrs, out);
+    DispatchOut(OpId::kAdd, {y, in.back()}, {}, out);
     return;
   }
-  const Tensor y = Dispatch(OpId::kLinear, in, plain);
-  DispatchOut(op.id, {y}, op_attrs, out);
+  OpAttrs act_attrs;
+  const OpDef* act = EpilogueActivation(attrs.epilogue, &act_attrs);
+  DispatchOut(act->id, {Dispatch(OpId::kLinear, in, plain)}, act_attrs, out);
 }
 
 EpilogueChoice ChooseEpilogue(const ir::Graph& graph, const ir::Node& n) {

@@ -340,10 +340,6 @@ cudaError_t WithType(KeyType t, F&& f) {
   return cudaErrorInvalidValue;
 }
 
-}  // namespace
-
-namespace {
-
 // The plan over words of w bytes instead of elements when the innermost dim moves whole with one
 // index value (unit stride in out and source, index stride 0) and every size, stride and pointer
 // it touches is a multiple of w; else the plan as it is. `n` follows.
