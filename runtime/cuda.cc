@@ -1,9 +1,10 @@
 // CUDA runtime layer (see cuda.h): discovery, streams, checks, the stream-ordered caching
 // allocator (cudaMallocAsync on the device's pool with an unlimited release threshold, so freed
-// blocks stay cached and no cudaMalloc/cudaFree happens on the per-op path; small blocks are
-// also kept on the host per stream, so most eager ops allocate with no CUDA call) and copies.
+// blocks stay cached and no cudaMalloc/cudaFree happens on the per-op path; freed blocks are also
+// kept on the host per stream and size, so eager ops allocate with no CUDA call) and copies.
 #include "runtime/cuda.h"
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
@@ -25,16 +26,28 @@ std::string Bytes(size_t n) {
   return absl::StrCat(n, " bytes");
 }
 
-// Blocks of at most kSmallBlock bytes (rounded up to 512) are cached on the host after a free, per
-// (stream, size), up to kMaxCached bytes in all: the next allocation of that size on that stream
-// takes one without a CUDA call (cudaMallocAsync + cudaFreeAsync cost about 0.8 µs a pair on the
-// H200's VM, a sixth of a small eager op's host time). Larger blocks, and the whole pool behind
-// the cache, stay with the driver's stream-ordered allocator.
+// Freed blocks are cached on the host per (stream, size): the next allocation of that size on that
+// stream takes one without a CUDA call (cudaMallocAsync + cudaFreeAsync cost about 0.8 µs a pair
+// on the H200's VM, a sixth of a small eager op's host time, and eager attention allocates four
+// 256 MiB blocks a call). Small blocks (at most kSmallBlock) are rounded up to 512 bytes and
+// cached up to kMaxCached bytes in all; large ones are rounded up to 2 MiB (the pool's own
+// granularity, so rounding costs no memory) and cached up to LargeCacheLimit(). A large block that
+// does not fit first sends the cached blocks of other sizes back to the pool (the sizes a
+// workload stopped using), then goes back itself if it still does not fit. The pool behind the
+// cache is the driver's stream-ordered allocator; when it runs out, the cache is emptied and the
+// allocation retried (Malloc).
 constexpr size_t kSmallBlock = size_t{1} << 20;
 constexpr size_t kMaxCached = size_t{64} << 20;
+constexpr size_t kLargeRound = size_t{2} << 20;
 
 size_t BlockBytes(size_t nbytes) {
-  return nbytes <= kSmallBlock ? (nbytes + 511) / 512 * 512 : nbytes;
+  return nbytes <= kSmallBlock ? (nbytes + 511) / 512 * 512
+                               : (nbytes + kLargeRound - 1) / kLargeRound * kLargeRound;
+}
+
+// An eighth of the device's memory, at most 4 GiB.
+size_t LargeCacheLimit(int device) {
+  return std::min(Props(device).total_memory / 8, size_t{4} << 30);
 }
 
 // cudaMallocAsync from the device's pool on the allocating thread's current stream. A block is
@@ -84,10 +97,9 @@ class CachingAllocator final : public Allocator {
         block = it->second;
         live_.erase(it);
       }
-      if (!block.graph && block.bytes <= kSmallBlock && cached_ + block.bytes <= kMaxCached &&
-          !Capturing(block.stream)) {
+      if (!block.graph && !Capturing(block.stream) && MakeRoomLocked(block.bytes)) {
         free_[{block.stream, block.bytes}].push_back(ptr);
-        cached_ += block.bytes;
+        (block.bytes <= kSmallBlock ? cached_small_ : cached_large_) += block.bytes;
         return;
       }
     }
@@ -123,7 +135,7 @@ class CachingAllocator final : public Allocator {
   size_t peak() const { return peak_.load(); }
   size_t cached() {
     std::lock_guard<std::mutex> lock(mu_);
-    return cached_;
+    return cached_small_ + cached_large_;
   }
   void ResetPeak() { peak_.store(allocated_.load()); }
 
@@ -137,20 +149,35 @@ class CachingAllocator final : public Allocator {
 
   // A cached block of `bytes` for `stream`, registered live; nullptr when there is none.
   void* TakeCached(cudaStream_t stream, size_t bytes) {
-    if (bytes > kSmallBlock) return nullptr;
     std::lock_guard<std::mutex> lock(mu_);
     auto it = free_.find(FreeKey{stream, bytes});
     if (it == free_.end() || it->second.empty()) return nullptr;
     void* p = it->second.back();
     it->second.pop_back();
-    cached_ -= bytes;
+    (bytes <= kSmallBlock ? cached_small_ : cached_large_) -= bytes;
     live_[p] = {bytes, stream, /*graph=*/false};
     return p;
   }
 
+  // Whether a freed block of `bytes` may join the cache, after sending the cached large blocks of
+  // other sizes back to the pool when a large one would not fit.
+  bool MakeRoomLocked(size_t bytes) {
+    if (bytes <= kSmallBlock) return cached_small_ + bytes <= kMaxCached;
+    if (cached_large_ + bytes <= large_limit_) return true;
+    for (auto it = free_.begin(); it != free_.end();) {
+      if (it->first.second > kSmallBlock && it->first.second != bytes) {
+        ReleaseLocked(it->first, it->second);
+        free_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    return cached_large_ + bytes <= large_limit_;
+  }
+
   void ReleaseLocked(const FreeKey& key, std::vector<void*>& blocks) {
     for (void* p : blocks) cudaFreeAsync(p, key.first);
-    cached_ -= key.second * blocks.size();
+    (key.second <= kSmallBlock ? cached_small_ : cached_large_) -= key.second * blocks.size();
     blocks.clear();
   }
 
@@ -196,11 +223,13 @@ class CachingAllocator final : public Allocator {
   }
 
   void EnsurePool(int device) {
-    std::call_once(pool_once_, [device] {
+    std::call_once(pool_once_, [this, device] {
       cudaMemPool_t pool;
       KILN_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
       uint64_t threshold = UINT64_MAX;  // keep freed memory cached in the pool
       KILN_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+      std::lock_guard<std::mutex> lock(mu_);
+      large_limit_ = LargeCacheLimit(device);
     });
   }
 
@@ -209,7 +238,8 @@ class CachingAllocator final : public Allocator {
   std::mutex mu_;
   absl::flat_hash_map<void*, Block> live_;                 // live block -> its size and stream
   absl::flat_hash_map<FreeKey, std::vector<void*>> free_;  // the host cache
-  size_t cached_ = 0;                                      // bytes in free_
+  size_t cached_small_ = 0, cached_large_ = 0;             // bytes in free_ (small, large blocks)
+  size_t large_limit_ = 0;                                 // LargeCacheLimit of the pool's device
 };
 
 CachingAllocator& TheAllocator() {

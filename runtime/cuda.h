@@ -65,7 +65,7 @@ struct MemoryStats {
   size_t allocated = 0;  // held by live tensors
   size_t reserved = 0;   // held by the pool (allocated + cached)
   size_t peak_allocated = 0;
-  size_t cached = 0;  // freed small blocks the allocator keeps for reuse on their stream
+  size_t cached = 0;  // freed blocks the allocator keeps for reuse on their stream (host cache)
 };
 MemoryStats GetMemoryStats();
 void ResetPeakMemoryStats();

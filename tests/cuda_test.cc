@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -296,6 +297,45 @@ TEST(CudaRuntime, SmallBlocksAreReusedOnTheirStreamOnly) {
     cudaGraphDestroy(graph);
     EXPECT_EQ(empty({100}, DType::kFloat32, CUDA(0)).data_ptr(), cached_on_capture)
         << "the capture left the cached block where it was";
+  }
+  cuda::EmptyCache();
+  EXPECT_EQ(cuda::GetMemoryStats().cached, 0u);
+}
+
+// Large blocks are cached too, rounded up to 2 MiB: a freed one serves the next allocation of its
+// rounded size on its stream. Past the large-block limit (an eighth of the device, at most 4 GiB)
+// a freed block first sends the cached blocks of other sizes back to the pool.
+TEST(CudaRuntime, LargeBlocksAreCachedBySizeUpToALimit) {
+  KILN_SKIP_WITHOUT_GPU();
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  auto bytes = [](int64_t n) { return empty({n / 4}, DType::kFloat32, CUDA(0)); };
+  cuda::EmptyCache();
+  const void* first = nullptr;
+  {
+    const Tensor t = bytes(3 * kMiB);
+    first = t.data_ptr();
+  }
+  EXPECT_EQ(cuda::GetMemoryStats().cached, size_t(4 * kMiB)) << "3 MiB round up to 4";
+  {
+    const Tensor again = bytes(4 * kMiB - 1024);
+    EXPECT_EQ(again.data_ptr(), first);
+    EXPECT_EQ(cuda::GetMemoryStats().cached, 0u);
+    const Tensor other = bytes(6 * kMiB);  // another size: a new block
+    EXPECT_NE(other.data_ptr(), first);
+  }
+  EXPECT_EQ(cuda::GetMemoryStats().cached, size_t(10 * kMiB));
+  cuda::EmptyCache();
+  const int64_t limit =
+      std::min<int64_t>(cuda::Props(0).total_memory / 8, int64_t{4} << 30) / (2 * kMiB) * 2 * kMiB;
+  const int64_t a = limit / 2 / (2 * kMiB) * 2 * kMiB + 2 * kMiB, b = a + 2 * kMiB;
+  {
+    Tensor ta = bytes(a), tb = bytes(b);
+    const void* pb = tb.data_ptr();
+    ta = Tensor();
+    EXPECT_EQ(cuda::GetMemoryStats().cached, size_t(a));
+    tb = Tensor();  // a + b is over the limit: a's block goes back to the pool, b's stays
+    EXPECT_EQ(cuda::GetMemoryStats().cached, size_t(b));
+    EXPECT_EQ(bytes(b).data_ptr(), pb);
   }
   cuda::EmptyCache();
   EXPECT_EQ(cuda::GetMemoryStats().cached, 0u);
