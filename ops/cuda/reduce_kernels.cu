@@ -114,6 +114,11 @@ struct WarpGroup {
   __device__ T AllReduce(T v, Op op, T /*identity*/) const {
     return WarpAllReduce<kLanes>(v, op);
   }
+  // Whether p holds for any row of the warp: a branch on it is taken by the whole warp, so the
+  // reductions inside it still see all 32 lanes.
+  __device__ bool AnyInWarp(bool p) const {
+    return kLanes == kWarpSize ? p : __any_sync(0xffffffffu, p);
+  }
 };
 struct BlockGroup {
   static constexpr int kMaxThreads = kMaxBlockThreads;
@@ -126,6 +131,7 @@ struct BlockGroup {
   __device__ T AllReduce(T v, Op op, T identity) const {
     return BlockAllReduce(v, op, identity);
   }
+  __device__ bool AnyInWarp(bool p) const { return p; }  // p is the block's row's: uniform
 };
 
 // Which vectors of its row a thread holds: vector `it * size + rank` in slot `it`.
@@ -138,18 +144,40 @@ struct RowPos {
 
 // ---- Row kernels (the row in registers) ---------------------------------------------------
 
-// The softmax denominator when the row's max is +inf: its +inf elements were left out of the sum
-// (inf - inf would make it NaN) and the sum becomes +inf, so +inf elements give NaN (inf / inf)
-// and finite ones 0 (log_softmax: -inf), like torch and the CPU kernel; a NaN element keeps the
-// sum NaN.
-template <typename Acc>
-__device__ __forceinline__ Acc InfMaxSum(Acc sum, float mx) {
-  return mx == INFINITY ? sum + Acc(INFINITY) : sum;
+// A row whose max is +inf (kInfMax, a branch taken per row, so ordinary rows pay nothing): its
+// +inf elements are left out of the sum (inf - inf would make it NaN) and the sum becomes +inf, so
+// +inf elements give NaN (inf / inf) and finite ones 0 (log_softmax: -inf), like torch and the
+// CPU kernel; a NaN element keeps the sum NaN.
+template <bool kInfMax, typename Acc>
+__device__ __forceinline__ Acc AddExp(Acc sum, float v, float e) {
+  return kInfMax ? sum + (v == INFINITY ? 0.f : e) : sum + e;
+}
+template <bool kInfMax, typename Acc>
+__device__ __forceinline__ Acc RowSum(Acc sum, float mx) {
+  return kInfMax && mx == INFINITY ? sum + Acc(INFINITY) : sum;
 }
 
 template <bool kLog>
 struct SoftmaxOp {
   static __device__ float Pad() { return -INFINITY; }  // adds nothing to the max or the sum
+  // log_softmax sums in double: log(1 + tiny) must keep the tiny part.
+  using Acc = std::conditional_t<kLog, double, float>;
+
+  // v <- v - mx (log) or exp(v - mx); returns the row's sum of the exponentials.
+  template <bool kInfMax, int kVec, int kIters, typename G>
+  __device__ Acc Exponentiate(float (&v)[kIters][kVec], float mx, const G& g) const {
+    Acc sum = 0;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const float d = v[it][j] - mx, e = expf(d);
+        sum = AddExp<kInfMax>(sum, v[it][j], e);
+        v[it][j] = kLog ? d : e;
+      }
+    }
+    return RowSum<kInfMax>(g.AllReduce(sum, SumOp{}, Acc{0}), mx);
+  }
 
   template <int kVec, int kIters, typename G>
   __device__ void Apply(float (&v)[kIters][kVec], const RowPos&, const G& g, int64_t) const {
@@ -161,19 +189,10 @@ struct SoftmaxOp {
     }
     mx = g.AllReduce(mx, MaxOp{}, -INFINITY);
     if (mx == -INFINITY) mx = 0.f;  // an all -inf row gives NaN (0/0), like the CPU kernel
-    // log_softmax sums in double: log(1 + tiny) must keep the tiny part.
-    using Acc = std::conditional_t<kLog, double, float>;
-    Acc sum = 0;
-#pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        const float d = v[it][j] - mx, e = expf(d);
-        sum += v[it][j] == INFINITY ? 0.f : e;  // see InfMaxSum
-        v[it][j] = kLog ? d : e;
-      }
-    }
-    sum = InfMaxSum(g.AllReduce(sum, SumOp{}, Acc{0}), mx);
+    // Both branches reduce across the warp: it takes one of them as a whole (the +inf form is
+    // right for any row, only slower).
+    const Acc sum =
+        g.AnyInWarp(mx == INFINITY) ? Exponentiate<true>(v, mx, g) : Exponentiate<false>(v, mx, g);
     const float scale = kLog ? static_cast<float>(log(sum)) : 1.f / static_cast<float>(sum);
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
@@ -313,11 +332,16 @@ __global__ void __launch_bounds__(kLoopThreads)
     mx = g.AllReduce(mx, MaxOp{}, -INFINITY);
     if (mx == -INFINITY) mx = 0.f;  // an all -inf row gives NaN, like the CPU kernel
     Acc sum = 0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-      const float v = ToFloat(src[i]);
-      sum += v == INFINITY ? 0.f : expf(v - mx);  // see InfMaxSum
+    if (mx == INFINITY) {  // the whole block branches alike (see AddExp)
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = ToFloat(src[i]);
+        sum = AddExp<true>(sum, v, expf(v - mx));
+      }
+      sum = RowSum<true>(g.AllReduce(sum, SumOp{}, Acc{0}), mx);
+    } else {
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += expf(ToFloat(src[i]) - mx);
+      sum = g.AllReduce(sum, SumOp{}, Acc{0});
     }
-    sum = InfMaxSum(g.AllReduce(sum, SumOp{}, Acc{0}), mx);
     const float scale = kLog ? static_cast<float>(log(sum)) : 1.f / static_cast<float>(sum);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
       const float d = ToFloat(src[i]) - mx;
