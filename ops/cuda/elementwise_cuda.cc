@@ -39,7 +39,8 @@ int VectorWidth(const kir::Program& p) {
   return static_cast<int>(16 / widest);
 }
 
-// The kernel parameters: one pointer per output and input, the scalar, the element count.
+// The kernel parameters: one pointer per output and input, the scalar (only for a program that
+// reads it as a parameter: an eager row with `$scalar`), the element count.
 std::string Params(const kir::Program& p) {
   std::string s;
   for (int o = 0; o < p.num_outputs(); ++o) {
@@ -48,7 +49,8 @@ std::string Params(const kir::Program& p) {
   for (int i = 0; i < p.num_inputs(); ++i) {
     absl::StrAppend(&s, ", const ", StorageType(p.input_types()[i]), "* __restrict__ in", i);
   }
-  return s + ", float scalar, long long iscalar, double dscalar, long long n";
+  if (p.scalar_param()) s += ", float scalar, long long iscalar, double dscalar";
+  return s + ", long long n";
 }
 
 // The values of the program at one position, then "<store target(o)> = <value>;" per output.
@@ -227,7 +229,7 @@ std::string RenderElementwiseSource(const std::string& base, const kir::Program&
 kir::Program RowProgram(const OpDef& def, const std::vector<DType>& in_types, DType out_type,
                         const OpAttrs& attrs) {
   kir::Program p(in_types);
-  p.set_scalar_param(true);
+  p.set_scalar_param(def.cuda_expr.find("$scalar") != std::string_view::npos);
   p.set_scalar_integral(IsIntegralScalar(attrs.scalar));
   absl::InlinedVector<int, 3> args;
   for (int i = 0; i < p.num_inputs(); ++i) args.push_back(p.Load(i));
@@ -244,6 +246,7 @@ ElementwiseKernels CompileElementwiseKernels(const std::string& base, const kir:
   k.vec = VectorWidth(p);
   k.num_inputs = p.num_inputs();
   k.num_outputs = p.num_outputs();
+  k.scalar_params = p.scalar_param();
   k.general = std::make_shared<ElementwiseKernels::General>();
   k.general->source = RenderElementwiseSource(base, p, kGeneralVariants);
   k.general->base = base;
@@ -417,9 +420,11 @@ void LaunchElementwise(const ElementwiseKernels& k, absl::Span<const Tensor> in,
   long long n = out[0].numel(), int_scalar = iscalar;
   absl::InlinedVector<void*, 20> args;
   for (void*& p : ptrs) args.push_back(&p);
-  args.push_back(&scalar);
-  args.push_back(&int_scalar);
-  args.push_back(&dscalar);
+  if (k.scalar_params) {
+    args.push_back(&scalar);
+    args.push_back(&int_scalar);
+    args.push_back(&dscalar);
+  }
   args.push_back(&n);
   if (ContigApplies(in, out)) {
     Launch(k.contig, args.data(), std::max<int64_t>(n / k.vec, n % k.vec));

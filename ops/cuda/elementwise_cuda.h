@@ -42,7 +42,8 @@ struct ElementwiseKernels {
   cudaKernel_t contig = nullptr, rows = nullptr;
   int vec = 1;  // elements per thread in the vectorised kernels
   int num_inputs = 0, num_outputs = 0;
-  struct General {  // the strided kernels, compiled on first use
+  bool scalar_params = false;  // the kernels take scalar, iscalar, dscalar (before n)
+  struct General {             // the strided kernels, compiled on first use
     std::once_flag once;
     std::string source, base;
     cudaKernel_t strided = nullptr, strided32 = nullptr, stridedv = nullptr;
