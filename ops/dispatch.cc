@@ -62,9 +62,9 @@ void CheckOperands(const OpDef& def, absl::Span<const Tensor> inputs) {
   }
 }
 
-// The inferred type, unless its element count or byte size overflows (broadcasting [2^40, 1]
+// An error when the inferred type's element count or byte size overflows (broadcasting [2^40, 1]
 // with [1, 2^40], or a batch of matmuls, can ask for more than int64 counts).
-absl::StatusOr<TensorType> CheckResultSize(TensorType type) {
+absl::Status CheckResultSize(const TensorType& type) {
   absl::StatusOr<int64_t> numel = CheckedNumElements(type.shape);
   int64_t bytes = 0;
   if (!numel.ok() || __builtin_mul_overflow(*numel, DTypeSize(type.dtype), &bytes)) {
@@ -72,7 +72,7 @@ absl::StatusOr<TensorType> CheckResultSize(TensorType type) {
                                                    " has more elements or bytes than fit in "
                                                    "int64"));
   }
-  return type;
+  return absl::OkStatus();
 }
 
 void RunKernel(const OpDef& def, absl::Span<const Tensor> inputs, const Tensor& out,
@@ -95,7 +95,9 @@ TensorType InferOrThrow(const OpDef& def, absl::Span<const Tensor> inputs, const
   absl::InlinedVector<TensorType, 3> types;
   for (const Tensor& t : inputs) types.push_back(t.type());
   absl::StatusOr<TensorType> type = def.infer(types, attrs);
-  if (type.ok()) type = CheckResultSize(std::move(type).value());
+  if (type.ok()) {
+    if (absl::Status size = CheckResultSize(*type); !size.ok()) type = std::move(size);
+  }
   if (!type.ok()) Fail(def, inputs, type.status().code(), std::string(type.status().message()));
   return *std::move(type);
 }
@@ -114,7 +116,9 @@ TensorType InferTypesOrThrow(const OpDef& def, absl::Span<const TensorType> type
     }
   }
   absl::StatusOr<TensorType> type = def.infer(types, attrs);
-  if (type.ok()) type = CheckResultSize(std::move(type).value());
+  if (type.ok()) {
+    if (absl::Status size = CheckResultSize(*type); !size.ok()) type = std::move(size);
+  }
   if (!type.ok()) {
     FailWith(def, DescribeTypes(types), type.status().code(), std::string(type.status().message()));
   }
