@@ -221,7 +221,9 @@ int main(int argc, char** argv) {
   kiln::CompileOptions graph_options;
   graph_options.mode = kiln::CompileOptions::Mode::kCompiled;
   graph_options.cuda_graphs = true;
+#ifndef KILN_HOST_COST_NO_FREEZE  // scripts/pair-bins builds it against libraries without freezing
   graph_options.freeze_weights = true;
+#endif
   kiln::CompileOptions plain_options = graph_options;
   plain_options.cuda_graphs = false;
   auto add_fn = [](const std::vector<Tensor>& in) {
