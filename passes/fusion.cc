@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ops/cuda/elementwise_cuda.h"
+#include "runtime/status.h"
 
 namespace kiln::passes {
 
@@ -78,16 +79,25 @@ int OperandCount(const Graph& g, const std::vector<ValueId>& members, const Fusi
          1;
 }
 
-// Whether `to` can be reached from `from` along uses (ids only grow along a path).
-bool Reaches(const FusionGroups& grp, ValueId from, ValueId to) {
+// Whether a path from `from` along uses leads into group `gid` once every group is one node: a
+// value of another group reaches whatever any member of that group reaches (the fused kernel runs
+// all of them at once). Value paths alone miss the cycle of two groups that each read a further
+// output of the other, through a node between them (fuzz program 90033 hung the rewrite).
+bool LeadsInto(const FusionGroups& grp, ValueId from, int gid) {
   std::vector<ValueId> stack = {from};
-  std::set<ValueId> seen;
+  std::vector<bool> seen(grp.group_of.size(), false), seen_group(grp.groups.size(), false);
   while (!stack.empty()) {
     const ValueId v = stack.back();
     stack.pop_back();
-    if (v == to) return true;
-    if (v > to || !seen.insert(v).second) continue;
+    if (seen[v]) continue;
+    seen[v] = true;
+    const int g = grp.group_of[v];
+    if (g == gid) return true;
     for (ValueId u : grp.users[v]) stack.push_back(u);
+    if (g >= 0 && !seen_group[g]) {
+      seen_group[g] = true;
+      for (ValueId m : grp.groups[g]) stack.push_back(m);
+    }
   }
   return false;
 }
@@ -104,7 +114,7 @@ std::string Refusal(const Graph& g, ValueId in, ValueId root, const FusionGroups
   for (ValueId u : grp.users[in]) {
     if (grp.group_of[u] == gid) continue;
     if (!grp.multi_output) return absl::StrCat("fan-out: also used by %", u);
-    if (Reaches(grp, u, root)) {
+    if (LeadsInto(grp, u, gid)) {
       return absl::StrCat("also used by %", u, ", which leads back into the group");
     }
   }
@@ -215,21 +225,39 @@ class Rewriter {
       if (grouped && grp_.groups[gid].back() == v) units.push_back({v, gid});
     }
     // Emit units in their original order, each as soon as what it reads exists: a node that
-    // reads a group's further output waits for the group (fusion.h: never a cycle).
+    // reads a group's further output waits for the group. Grouping never forms a cycle of groups
+    // (LeadsInto); should one appear all the same, the first waiting group is emitted as its
+    // separate nodes, so the rewrite always ends.
     for (size_t emitted = 0; emitted < units.size();) {
-      for (Unit& u : units) {
-        if (u.done || !Ready(u)) continue;
-        Emit(u);
-        u.done = true;
-        ++emitted;
-        break;
+      const auto next = std::find_if(units.begin(), units.end(),
+                                     [&](const Unit& u) { return !u.done && Ready(u); });
+      if (next == units.end()) {
+        Dissolve(units);
+        continue;
       }
+      Emit(*next);
+      next->done = true;
+      ++emitted;
     }
     out_.SetOutputsFrom(g_, map_);
     return std::move(out_);
   }
 
  private:
+  // Replaces the first group unit not yet emitted by one unit per member.
+  void Dissolve(std::vector<Unit>& units) const {
+    const auto group = std::find_if(units.begin(), units.end(),
+                                    [](const Unit& u) { return !u.done && u.gid >= 0; });
+    if (group == units.end()) {
+      throw Error(absl::InternalError("elementwise fusion: no node or group can be emitted"));
+    }
+    const std::vector<ValueId>& members = grp_.groups[group->gid];
+    const auto at = units.erase(group);
+    std::vector<Unit> singles;
+    for (ValueId m : members) singles.push_back({m});
+    units.insert(at, singles.begin(), singles.end());
+  }
+
   bool Ready(const Unit& u) const {
     if (u.gid < 0) {
       for (ValueId in : g_.node(u.first).inputs) {

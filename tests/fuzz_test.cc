@@ -29,11 +29,16 @@
 namespace kiln {
 namespace {
 
-// Programs per test: 2000 on the CPU and on CUDA (KILN_FUZZ_PROGRAMS=N changes it).
+// Programs per test: 2000 on the CPU and on CUDA (KILN_FUZZ_PROGRAMS=N changes it), numbered from
+// KILN_FUZZ_FIRST (default 0; a failure names its program, so FIRST=p PROGRAMS=1 reruns it).
 int ProgramCount(Device device) {
   const char* v = std::getenv("KILN_FUZZ_PROGRAMS");
   if (v != nullptr) return std::max(1, std::atoi(v));
   return 2000;
+}
+int FirstProgram() {
+  const char* v = std::getenv("KILN_FUZZ_FIRST");
+  return v != nullptr ? std::max(0, std::atoi(v)) : 0;
 }
 
 struct FuzzOptions {
@@ -348,7 +353,8 @@ int Fuzz(Device device, FuzzOptions opt, int count) {
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
-      for (int p = t; p < count && !::testing::Test::HasFailure(); p += threads) {
+      const int first = FirstProgram();
+      for (int p = first + t; p < first + count && !::testing::Test::HasFailure(); p += threads) {
         mutating[t] += FuzzOne(device, opt, p);
       }
     });
@@ -370,12 +376,18 @@ class CompileFuzz : public ::testing::TestWithParam<Device> {
 TEST_P(CompileFuzz, ViewsAndInPlaceOnIntermediates) {
   const int count = ProgramCount(GetParam());
   const int mutating = Fuzz(GetParam(), {}, count);
-  EXPECT_GT(mutating, count / 10) << "the generator does write in place";
+  if (count >= 100) EXPECT_GT(mutating, count / 10) << "the generator does write in place";
 }
 
 TEST_P(CompileFuzz, MutationThroughViewsAndOfInputs) {
   Fuzz(GetParam(), FuzzOptions{/*mutate_views=*/true, /*mutate_inputs=*/true},
        ProgramCount(GetParam()));
+}
+
+// Programs past the default count that once failed, run every time: 90033 (two fusion groups
+// each reading a further output of the other hung the rewrite; found by a 400000-program run).
+TEST_P(CompileFuzz, ProgramsThatOnceFailed) {
+  for (int p : {90033}) FuzzOne(GetParam(), {}, p);
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, CompileFuzz, ::testing::Values(kCPU, CUDA(0)),

@@ -160,6 +160,60 @@ TEST(ElementwiseFusion, AFanOutThatLeadsBackIntoTheGroupMaterialises) {
   EXPECT_TRUE(logged) << absl::StrJoin(ctx.explain, "\n");
 }
 
+// Two groups that would each read a further output of the other through a node between them
+// (%11 -> group of %13; %12 -> contiguous -> group of %16): every value path is acyclic, the
+// groups are not. The fan-out of %12 is refused, the rewrite ends (fuzz program 90033 hung it).
+constexpr char kCrossedGroups[] = R"(
+    graph(%10: f32[2, 1, 2]) {
+      %11 = tanh(%10) : f32[2, 1, 2]
+      %12 = add(%10, %10) : f32[2, 1, 2]
+      %13 = sub(%12, %11) : f32[2, 1, 2]
+      %14 = contiguous(%12) : f32[2, 1, 2]
+      %15 = mul(%14, %11) : f32[2, 1, 2]
+      %16 = mul(%15, %15) : f32[2, 1, 2]
+      return %16, %13
+    })";
+
+TEST(ElementwiseFusion, GroupsThatWouldReadEachOthersOutputsStayApart) {
+  ElementwiseFusion pass;
+  PassContext ctx;
+  const std::string out = RunPass(pass, kCrossedGroups, &ctx);
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %[[A:[0-9]+]] = add(%0, %0)
+    CHECK: fusion kiln_fused_tanh_mul_0(%0, %[[C:[0-9]+]])
+    CHECK: sub(%[[A]],
+  )")) << out;
+  bool logged = false;
+  for (const auto& line : ctx.explain)
+    logged |= line.find(
+                  "not fused: %2 (add) into the group of %3: also used by %4, which leads "
+                  "back into the group") != std::string::npos;
+  EXPECT_TRUE(logged) << absl::StrJoin(ctx.explain, "\n");
+}
+
+// Should grouping ever hand the rewrite a cycle of groups, the rewrite emits a waiting group as
+// separate nodes instead of waiting forever.
+TEST(ElementwiseFusion, RewriteOfACycleOfGroupsEnds) {
+  absl::StatusOr<ir::Graph> g = ir::ParseGraph(kCrossedGroups);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  FusionGroups grp(*g);
+  grp.groups = {{1, 5, 6}, {2, 3}};  // the crossed grouping LeadsInto refuses
+  for (ir::ValueId v : {1, 5, 6}) grp.group_of[v] = 0;
+  for (ir::ValueId v : {2, 3}) grp.group_of[v] = 1;
+  ASSERT_TRUE(RewriteFusionGroups(*g, grp));
+  EXPECT_TRUE(ir::Verify(*g).ok()) << ir::Verify(*g).message();
+  const std::string out = ir::PrintGraph(*g);
+  // The first waiting group (of %13) became its nodes; the other one is still one kernel.
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %[[A:[0-9]+]] = add(%0, %0)
+    CHECK-NEXT: %[[C:[0-9]+]] = contiguous(%[[A]])
+    CHECK-NEXT: %[[F:[0-9]+]] = fusion kiln_fused_tanh_mul_0(%0, %[[C]])
+    CHECK: %[[T:[0-9]+]] = result %[[F]] #1
+    CHECK-NEXT: sub(%[[A]], %[[T]])
+    CHECK-NOT: fusion kiln_fused_add
+  )")) << out;
+}
+
 TEST(ElementwiseFusion, StopsAtReductionsAndShapeChanges) {
   ElementwiseFusion pass;
   const std::string out = RunPass(pass, R"(
