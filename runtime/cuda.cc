@@ -99,7 +99,7 @@ class CachingAllocator final : public Allocator {
       }
       if (!block.graph && !Capturing(block.stream) && MakeRoomLocked(block.bytes)) {
         free_[{block.stream, block.bytes}].push_back(ptr);
-        (block.bytes <= kSmallBlock ? cached_small_ : cached_large_) += block.bytes;
+        CachedLocked(block.bytes) += block.bytes;
         return;
       }
     }
@@ -154,9 +154,14 @@ class CachingAllocator final : public Allocator {
     if (it == free_.end() || it->second.empty()) return nullptr;
     void* p = it->second.back();
     it->second.pop_back();
-    (bytes <= kSmallBlock ? cached_small_ : cached_large_) -= bytes;
+    CachedLocked(bytes) -= bytes;
     live_[p] = {bytes, stream, /*graph=*/false};
     return p;
+  }
+
+  // The cached-bytes count of blocks of `bytes` (small or large).
+  size_t& CachedLocked(size_t bytes) {
+    return bytes <= kSmallBlock ? cached_small_ : cached_large_;
   }
 
   // Whether a freed block of `bytes` may join the cache, after sending the cached large blocks of
@@ -177,7 +182,7 @@ class CachingAllocator final : public Allocator {
 
   void ReleaseLocked(const FreeKey& key, std::vector<void*>& blocks) {
     for (void* p : blocks) cudaFreeAsync(p, key.first);
-    (key.second <= kSmallBlock ? cached_small_ : cached_large_) -= key.second * blocks.size();
+    CachedLocked(key.second) -= key.second * blocks.size();
     blocks.clear();
   }
 

@@ -104,8 +104,8 @@ bool Tensor::is_contiguous() const {
 
 bool Tensor::has_internal_overlap() const {
   const Impl& t = impl();
-  if (NumElements(t.shape) == 0 || is_contiguous()) return false;  // the common case: no sort
-  absl::InlinedVector<std::pair<int64_t, int64_t>, 6> dims;        // (|stride|, size) of dims > 1
+  if (is_contiguous()) return false;  // the common case (empty tensors too): no sort
+  absl::InlinedVector<std::pair<int64_t, int64_t>, 6> dims;  // (|stride|, size) of dims > 1
   for (int64_t i = 0; i < dim(); ++i) {
     if (t.shape[i] <= 1) continue;
     if (t.strides[i] == 0) return true;
