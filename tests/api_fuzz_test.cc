@@ -225,9 +225,8 @@ class ApiFuzz : public ::testing::TestWithParam<Device> {};
 
 TEST_P(ApiFuzz, RandomCallsReturnOrRaiseKilnErrors) {
   if (GetParam().is_cuda()) KILN_SKIP_WITHOUT_GPU();
-  const char* env = std::getenv("KILN_API_FUZZ_SEEDS");  // 500 calls each; default 100
-  const uint64_t seeds = env != nullptr ? std::strtoull(env, nullptr, 10) : 100;
-  for (uint64_t seed = 0; seed < seeds; ++seed) {
+  const int seeds = EnvInt("KILN_API_FUZZ_SEEDS", 100, 0);  // 500 calls each
+  for (int seed = 0; seed < seeds; ++seed) {
     ApiFuzzer fuzzer(seed, GetParam());
     for (int i = 0; i < 500; ++i) {
       const std::string failure = fuzzer.Step();

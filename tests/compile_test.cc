@@ -814,10 +814,7 @@ void RunDifferential(int count, Device device) {
 
 // Seeds per run: 300 on the CPU and 1000 (x2 dtypes) on CUDA; KILN_DIFFERENTIAL_GRAPHS=N runs N
 // (a longer hunt, e.g. overnight).
-int DifferentialCount(int fallback) {
-  const char* v = std::getenv("KILN_DIFFERENTIAL_GRAPHS");
-  return v != nullptr ? std::max(1, std::atoi(v)) : fallback;
-}
+int DifferentialCount(int fallback) { return EnvInt("KILN_DIFFERENTIAL_GRAPHS", fallback); }
 
 TEST(CompileDifferential, RandomGraphsOnCpu) { RunDifferential(DifferentialCount(300), kCPU); }
 

@@ -31,15 +31,8 @@ namespace {
 
 // Programs per test: 2000 on the CPU and on CUDA (KILN_FUZZ_PROGRAMS=N changes it), numbered from
 // KILN_FUZZ_FIRST (default 0; a failure names its program, so FIRST=p PROGRAMS=1 reruns it).
-int ProgramCount(Device device) {
-  const char* v = std::getenv("KILN_FUZZ_PROGRAMS");
-  if (v != nullptr) return std::max(1, std::atoi(v));
-  return 2000;
-}
-int FirstProgram() {
-  const char* v = std::getenv("KILN_FUZZ_FIRST");
-  return v != nullptr ? std::max(0, std::atoi(v)) : 0;
-}
+int ProgramCount() { return EnvInt("KILN_FUZZ_PROGRAMS", 2000); }
+int FirstProgram() { return EnvInt("KILN_FUZZ_FIRST", 0, 0); }
 
 struct FuzzOptions {
   bool mutate_views = false;   // in-place through views (item 9)
@@ -374,14 +367,13 @@ class CompileFuzz : public ::testing::TestWithParam<Device> {
 };
 
 TEST_P(CompileFuzz, ViewsAndInPlaceOnIntermediates) {
-  const int count = ProgramCount(GetParam());
+  const int count = ProgramCount();
   const int mutating = Fuzz(GetParam(), {}, count);
   if (count >= 100) EXPECT_GT(mutating, count / 10) << "the generator does write in place";
 }
 
 TEST_P(CompileFuzz, MutationThroughViewsAndOfInputs) {
-  Fuzz(GetParam(), FuzzOptions{/*mutate_views=*/true, /*mutate_inputs=*/true},
-       ProgramCount(GetParam()));
+  Fuzz(GetParam(), FuzzOptions{/*mutate_views=*/true, /*mutate_inputs=*/true}, ProgramCount());
 }
 
 // Programs past the default count that once failed, run every time: 90033 (two fusion groups

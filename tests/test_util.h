@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -49,6 +50,13 @@ inline void ExpectClose(const std::vector<double>& got, const std::vector<double
     }
   }
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " elements differ";
+}
+
+// The integer in environment variable `name` (at least `min`), or `fallback` when it is unset:
+// the fuzzers' and the differential's knobs for longer hunts (KILN_FUZZ_PROGRAMS, ...).
+inline int EnvInt(const char* name, int fallback, int min = 1) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::max(min, std::atoi(v)) : fallback;
 }
 
 inline bool GpuPresent() { return HasAllocator(DeviceType::kCUDA); }
