@@ -65,8 +65,13 @@ void CheckOperands(const OpDef& def, absl::Span<const Tensor> inputs) {
 // An error when the inferred type's element count or byte size overflows (broadcasting [2^40, 1]
 // with [1, 2^40], or a batch of matmuls, can ask for more than int64 counts).
 absl::Status CheckResultSize(const TensorType& type) {
+  int64_t count = 1, bytes = 0;
+  bool unusual = false;  // a negative dim or an overflow (which a zero dim may still excuse)
+  for (int64_t d : type.shape) unusual |= d < 0 || __builtin_mul_overflow(count, d, &count);
+  if (!unusual && !__builtin_mul_overflow(count, DTypeSize(type.dtype), &bytes)) {
+    return absl::OkStatus();  // the common case, without a StatusOr
+  }
   absl::StatusOr<int64_t> numel = CheckedNumElements(type.shape);
-  int64_t bytes = 0;
   if (!numel.ok() || __builtin_mul_overflow(*numel, DTypeSize(type.dtype), &bytes)) {
     return absl::InvalidArgumentError(absl::StrCat("the result shape ", ShapeString(type.shape),
                                                    " has more elements or bytes than fit in "

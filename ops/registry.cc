@@ -273,12 +273,18 @@ static_assert(RowsInEnumOrder(), "registry rows must follow the OpId enum, one r
 
 }  // namespace
 
+namespace {
+
+[[noreturn, gnu::noinline, gnu::cold]] void ThrowNoOp(int i) {
+  throw Error(absl::InvalidArgumentError(
+      absl::StrCat("no op with id ", i, " (the registry has ", kNumOps, " ops)")));
+}
+
+}  // namespace
+
 const OpDef& GetOpDef(OpId id) {
   const int i = static_cast<int>(id);
-  if (KILN_PREDICT_FALSE(i < 0 || i >= kNumOps)) {
-    throw Error(absl::InvalidArgumentError(
-        absl::StrCat("no op with id ", i, " (the registry has ", kNumOps, " ops)")));
-  }
+  if (KILN_PREDICT_FALSE(i < 0 || i >= kNumOps)) ThrowNoOp(i);
   return kRows[i];
 }
 

@@ -57,6 +57,20 @@ absl::Status CheckViewBounds(IntList shape, IntList strides, int64_t offset, con
   return absl::OkStatus();
 }
 
+// Like torch: a tensor without elements is contiguous whatever its strides (other dims may be
+// huge then); size-1 dims may have any stride.
+bool IsContiguousLayout(IntList shape, IntList strides, int64_t numel) {
+  if (numel == 0) return true;
+  if (shape.size() != strides.size()) return false;
+  int64_t expected = 1;
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 1; i >= 0; --i) {
+    if (shape[i] == 1) continue;
+    if (strides[i] != expected) return false;
+    expected *= shape[i];  // at most numel
+  }
+  return true;
+}
+
 }  // namespace
 
 void Tensor::ThrowUndefined() {
@@ -66,9 +80,17 @@ void Tensor::ThrowUndefined() {
 }
 
 Tensor::Tensor(std::shared_ptr<Storage> storage, int64_t offset, Shape shape, Strides strides,
-               DType dtype, Device device)
-    : impl_(std::make_shared<Impl>(
-          Impl{std::move(storage), offset, std::move(shape), std::move(strides), dtype, device})) {}
+               DType dtype, Device device) {
+  const int64_t numel = NumElements(shape);
+  const bool contiguous = IsContiguousLayout(shape, strides, numel);
+  impl_ = std::make_shared<Impl>(Impl{std::move(storage), offset, std::move(shape),
+                                      std::move(strides), dtype, device, numel, contiguous});
+}
+
+Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, Strides strides, DType dtype,
+               Device device, int64_t numel, bool contiguous)
+    : impl_(std::make_shared<Impl>(Impl{std::move(storage), 0, std::move(shape), std::move(strides),
+                                        dtype, device, numel, contiguous})) {}
 
 Tensor Tensor::Empty(IntList shape, DType dtype, Device device) {
   KILN_CHECK(static_cast<int>(dtype) < kNumDTypes, "empty: unknown dtype ",
@@ -83,24 +105,12 @@ Tensor Tensor::Empty(IntList shape, DType dtype, Device device) {
              ShapeString(shape), " of ", DTypeName(dtype), " needs more than 2^63 - 1 bytes");
   const size_t nbytes = static_cast<size_t>(bytes);
   auto storage = std::make_shared<Storage>(nbytes, device);
-  return Tensor(std::move(storage), 0, Shape(shape.begin(), shape.end()), ContiguousStrides(shape),
-                dtype, device);
+  return Tensor(std::move(storage), Shape(shape.begin(), shape.end()), ContiguousStrides(shape),
+                dtype, device, *numel, /*contiguous=*/true);
 }
 
 int64_t Tensor::size(int64_t d) const { return impl().shape[WrapOrThrow(d, dim())]; }
 int64_t Tensor::stride(int64_t d) const { return impl().strides[WrapOrThrow(d, dim())]; }
-
-bool Tensor::is_contiguous() const {
-  const Impl& t = impl();
-  if (NumElements(t.shape) == 0) return true;  // like torch; other dims may be huge then
-  int64_t expected = 1;
-  for (int64_t i = dim() - 1; i >= 0; --i) {
-    if (t.shape[i] == 1) continue;
-    if (t.strides[i] != expected) return false;
-    expected *= t.shape[i];  // at most numel
-  }
-  return true;
-}
 
 bool Tensor::has_internal_overlap() const {
   const Impl& t = impl();
@@ -138,14 +148,9 @@ bool Tensor::is_non_overlapping_and_dense() const {
   return true;
 }
 
-bool Tensor::is_placeholder() const {
-  const Impl& t = impl();
-  return !t.device.is_meta() && t.storage != nullptr && t.storage->device().is_meta();
-}
-
 void* Tensor::data_ptr() const {
   const Impl& t = impl();
-  if (NumElements(t.shape) == 0) return nullptr;  // nothing to address (the offset may be any)
+  if (t.numel == 0) return nullptr;  // nothing to address (the offset may be any)
   void* base = t.storage == nullptr ? nullptr : t.storage->data();
   if (base == nullptr) {
     throw Error(absl::FailedPreconditionError(

@@ -35,7 +35,7 @@ class Tensor {
   int64_t dim() const { return static_cast<int64_t>(impl().shape.size()); }
   int64_t size(int64_t d) const;    // negative d counts from the end
   int64_t stride(int64_t d) const;  // likewise
-  int64_t numel() const { return NumElements(impl().shape); }
+  int64_t numel() const { return impl().numel; }
   DType dtype() const { return impl().dtype; }
   Device device() const { return impl().device; }
   int64_t offset() const { return impl().offset; }
@@ -43,7 +43,7 @@ class Tensor {
   TensorType type() const { return TensorType{impl().shape, impl().dtype, impl().device}; }
   std::string shape_string() const { return ShapeString(impl().shape); }
 
-  bool is_contiguous() const;
+  bool is_contiguous() const { return impl().contiguous; }
   // True if some element may be reachable by two indices: a stride-0 dim of size > 1 (an
   // expanded view), or strides that do not nest (as_strided views like [2, 2] over strides
   // [1, 1]). Conservative: a layout it cannot prove non-overlapping counts as overlapping.
@@ -54,7 +54,10 @@ class Tensor {
   const std::shared_ptr<Storage>& storage() const { return impl().storage; }
   // True for a tensor on a real device (CPU, CUDA) whose storage holds no memory: a placeholder
   // standing for a value while a function is traced (ir/tracer.h). Its data cannot be read.
-  bool is_placeholder() const;
+  bool is_placeholder() const {
+    const Impl& t = impl();
+    return !t.device.is_meta() && t.storage != nullptr && t.storage->device().is_meta();
+  }
   // The address of element 0. Throws kiln::Error for a tensor with elements but no memory (a
   // meta tensor, a tracing placeholder) instead of handing out a null pointer; nullptr when the
   // tensor has no elements (an empty view may have any offset).
@@ -81,6 +84,9 @@ class Tensor {
     return *impl_;
   }
   [[noreturn]] static void ThrowUndefined();
+  // For callers that already know the element count and contiguity (Empty).
+  Tensor(std::shared_ptr<Storage> storage, Shape shape, Strides strides, DType dtype, Device device,
+         int64_t numel, bool contiguous);
 
   struct Impl {
     std::shared_ptr<Storage> storage;
@@ -89,6 +95,10 @@ class Tensor {
     Strides strides;
     DType dtype = DType::kFloat32;
     Device device;
+    // Derived once from shape and strides (an Impl never changes): the dispatcher asks for
+    // both several times per op.
+    int64_t numel = 0;
+    bool contiguous = false;
   };
   std::shared_ptr<Impl> impl_;
 };
