@@ -1,9 +1,12 @@
 // The kernel IR (see kernel_ir.h).
 #include "ops/kernel_ir.h"
 
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -35,34 +38,61 @@ std::string AttrText(const OpDef& def, const OpAttrs& a) {
 
 }  // namespace
 
+namespace {
+
+// OpAttrs has exactly the fields AttrFieldsButScalar names plus `scalar`: an aggregate takes at
+// most as many initializers as it has fields.
+struct AnyField {
+  template <typename T>
+  operator T() const;  // NOLINT: converts to any field's type, only in unevaluated contexts
+};
+template <typename... F>
+constexpr bool kTakesInitializers = requires {
+  OpAttrs{std::declval<F>()...};
+};
+template <size_t... I>
+constexpr bool TakesFields(std::index_sequence<I...>) {
+  return kTakesInitializers<decltype(static_cast<void>(I), AnyField{})...>;
+}
+constexpr size_t kListedFields = 1 + std::tuple_size_v<decltype(AttrFieldsButScalar(OpAttrs{}))>;
+static_assert(TakesFields(std::make_index_sequence<kListedFields>()) &&
+                  !TakesFields(std::make_index_sequence<kListedFields + 1>()),
+              "OpAttrs gained a field: add it to AttrFieldsButScalar (ops/kernel_ir.h)");
+
+template <typename T>
+void AppendFieldBits(const T& v, std::string* key) {
+  if constexpr (requires { v.size(); }) {  // Shape, Strides: the elements, then the count
+    for (int64_t e : v) key->append(reinterpret_cast<const char*>(&e), sizeof(e));
+    const int64_t n = static_cast<int64_t>(v.size());
+    key->append(reinterpret_cast<const char*>(&n), sizeof(n));
+  } else {
+    key->append(reinterpret_cast<const char*>(&v), sizeof(v));
+  }
+}
+
+template <typename T>
+bool FieldBitsEqual(const T& x, const T& y) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return std::bit_cast<uint64_t>(static_cast<double>(x)) ==
+           std::bit_cast<uint64_t>(static_cast<double>(y));
+  } else {
+    return x == y;
+  }
+}
+
+}  // namespace
+
 void AppendAttrKey(const OpAttrs& a, std::string* key) {
-  auto bits = [&](const auto& v) { key->append(reinterpret_cast<const char*>(&v), sizeof(v)); };
-  bits(a.scalar);
-  bits(a.eps);
-  bits(a.dim);
-  bits(a.dim2);
-  bits(a.start);
-  bits(a.end);
-  bits(a.step);
-  bits(a.diagonal);
-  for (int64_t d : a.dims) bits(d);
-  bits(static_cast<int64_t>(a.dims.size()));
-  for (int64_t d : a.strides) bits(d);
-  bits(static_cast<int64_t>(a.strides.size()));
-  bits(a.offset);
-  bits(a.scale);
-  bits(a.k);
-  const uint8_t flags[] = {a.keepdim,
-                           a.all_dims,
-                           a.transpose_a,
-                           a.transpose_b,
-                           static_cast<uint8_t>(a.approximate),
-                           static_cast<uint8_t>(a.dtype),
-                           static_cast<uint8_t>(a.epilogue),
-                           a.is_causal,
-                           a.enable_gqa,
-                           a.largest};
-  key->append(reinterpret_cast<const char*>(flags), sizeof(flags));
+  AppendFieldBits(a.scalar, key);
+  std::apply([key](const auto&... f) { (AppendFieldBits(f, key), ...); }, AttrFieldsButScalar(a));
+}
+
+bool SameAttrsButScalar(const OpAttrs& x, const OpAttrs& y) {
+  const auto fx = AttrFieldsButScalar(x), fy = AttrFieldsButScalar(y);
+  return [&]<size_t... I>(std::index_sequence<I...>) {
+    return (FieldBitsEqual(std::get<I>(fx), std::get<I>(fy)) && ...);
+  }
+  (std::make_index_sequence<std::tuple_size_v<decltype(fx)>>());
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "ir/tracer.h"
 #include "ir/verifier.h"
 #include "ops/factories.h"
+#include "ops/kernel_ir.h"
 #include "ops/ops.h"
 #include "runtime/status.h"
 #include "tests/filecheck.h"
@@ -614,6 +616,54 @@ TEST(VerifierTest, NamesTheFusionAroundAnErrorInItsBody) {
   EXPECT_NE(error.find("in the body of %2 (fusion k): %2 (mul): recorded type i32[4]@meta"),
             std::string::npos)
       << error;
+}
+
+// Every attribute field reaches the kernel key and the eager kernels' memo: a row whose source
+// read a field the key missed would reuse a stale kernel.
+TEST(KernelIrTest, EveryAttributeFieldChangesTheKeyAndTheMemoComparison) {
+  const OpAttrs base;
+  std::vector<std::function<void(OpAttrs&)>> changes = {
+      [](OpAttrs& a) { a.eps = 1e-6; },
+      [](OpAttrs& a) { a.eps = -0.0 * a.eps; },  // the sign bit alone
+      [](OpAttrs& a) { a.dim = 1; },
+      [](OpAttrs& a) { a.dim2 = 1; },
+      [](OpAttrs& a) { a.start = 1; },
+      [](OpAttrs& a) { a.end = 1; },
+      [](OpAttrs& a) { a.step = 2; },
+      [](OpAttrs& a) { a.diagonal = 1; },
+      [](OpAttrs& a) { a.dims = {1}; },
+      [](OpAttrs& a) { a.keepdim = true; },
+      [](OpAttrs& a) { a.all_dims = true; },
+      [](OpAttrs& a) { a.transpose_a = true; },
+      [](OpAttrs& a) { a.transpose_b = true; },
+      [](OpAttrs& a) { a.approximate = GeluApprox::kTanh; },
+      [](OpAttrs& a) { a.dtype = DType::kBFloat16; },
+      [](OpAttrs& a) { a.epilogue = Epilogue::kRelu; },
+      [](OpAttrs& a) { a.strides = {1}; },
+      [](OpAttrs& a) { a.offset = 1; },
+      [](OpAttrs& a) { a.scale = 0.5; },
+      [](OpAttrs& a) { a.is_causal = true; },
+      [](OpAttrs& a) { a.enable_gqa = true; },
+      [](OpAttrs& a) { a.k = 1; },
+      [](OpAttrs& a) { a.largest = false; },
+  };
+  std::string base_key;
+  kir::AppendAttrKey(base, &base_key);
+  EXPECT_TRUE(kir::SameAttrsButScalar(base, base));
+  for (size_t i = 0; i < changes.size(); ++i) {
+    OpAttrs changed = base;
+    changes[i](changed);
+    std::string key;
+    kir::AppendAttrKey(changed, &key);
+    EXPECT_NE(key, base_key) << "change " << i;
+    EXPECT_FALSE(kir::SameAttrsButScalar(base, changed)) << "change " << i;
+  }
+  OpAttrs scalar = base;
+  scalar.scalar = 2.5;  // a kernel parameter: the memo ignores it, the instruction key does not
+  std::string scalar_key;
+  kir::AppendAttrKey(scalar, &scalar_key);
+  EXPECT_NE(scalar_key, base_key);
+  EXPECT_TRUE(kir::SameAttrsButScalar(base, scalar));
 }
 
 }  // namespace

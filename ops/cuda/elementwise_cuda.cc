@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -496,7 +495,7 @@ struct RecentRow {
   const OpDef* def = nullptr;
   DType out = DType::kFloat32;
   absl::InlinedVector<DType, 4> in;
-  OpAttrs attrs;  // SourceAttrs
+  OpAttrs attrs;  // the call's, scalar included: only whether it is integral shapes the source
   const ElementwiseKernels* kernels = nullptr;
 
   bool Is(const OpDef& d, absl::Span<const Tensor> ins, DType o, const OpAttrs& a) const {
@@ -504,9 +503,8 @@ struct RecentRow {
     for (size_t i = 0; i < ins.size(); ++i) {
       if (in[i] != ins[i].dtype()) return false;
     }
-    const OpAttrs b = SourceAttrs(a);  // == and the doubles' bits (0.0 == -0.0, as keys differ)
-    return attrs == b && std::bit_cast<uint64_t>(attrs.eps) == std::bit_cast<uint64_t>(b.eps) &&
-           std::bit_cast<uint64_t>(attrs.scale) == std::bit_cast<uint64_t>(b.scale);
+    return IsIntegralScalar(attrs.scalar) == IsIntegralScalar(a.scalar) &&
+           kir::SameAttrsButScalar(attrs, a);
   }
 };
 
@@ -524,7 +522,7 @@ const ElementwiseKernels& KernelsFor(const OpDef& def, absl::Span<const Tensor> 
   r.out = out;
   r.in.clear();
   for (const Tensor& t : in) r.in.push_back(t.dtype());
-  r.attrs = SourceAttrs(a);
+  r.attrs = a;
   r.kernels = &k;
   return k;
 }
