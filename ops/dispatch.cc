@@ -62,22 +62,25 @@ void CheckOperands(const OpDef& def, absl::Span<const Tensor> inputs) {
   }
 }
 
-// An error when the inferred type's element count or byte size overflows (broadcasting [2^40, 1]
-// with [1, 2^40], or a batch of matmuls, can ask for more than int64 counts).
-absl::Status CheckResultSize(const TensorType& type) {
+// The inferred type, or an error when its element count or byte size overflows (broadcasting
+// [2^40, 1] with [1, 2^40], or a batch of matmuls, can ask for more than int64 counts).
+absl::StatusOr<TensorType> InferSized(const OpDef& def, absl::Span<const TensorType> types,
+                                      const OpAttrs& attrs) {
+  absl::StatusOr<TensorType> type = def.infer(types, attrs);
+  if (!type.ok()) return type;
   int64_t count = 1, bytes = 0;
   bool unusual = false;  // a negative dim or an overflow (which a zero dim may still excuse)
-  for (int64_t d : type.shape) unusual |= d < 0 || __builtin_mul_overflow(count, d, &count);
-  if (!unusual && !__builtin_mul_overflow(count, DTypeSize(type.dtype), &bytes)) {
-    return absl::OkStatus();  // the common case, without a StatusOr
+  for (int64_t d : type->shape) unusual |= d < 0 || __builtin_mul_overflow(count, d, &count);
+  if (!unusual && !__builtin_mul_overflow(count, DTypeSize(type->dtype), &bytes)) {
+    return type;  // the common case, without a StatusOr (as NumElements, then the checked count)
   }
-  absl::StatusOr<int64_t> numel = CheckedNumElements(type.shape);
-  if (!numel.ok() || __builtin_mul_overflow(*numel, DTypeSize(type.dtype), &bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat("the result shape ", ShapeString(type.shape),
+  absl::StatusOr<int64_t> numel = CheckedNumElements(type->shape);
+  if (!numel.ok() || __builtin_mul_overflow(*numel, DTypeSize(type->dtype), &bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("the result shape ", ShapeString(type->shape),
                                                    " has more elements or bytes than fit in "
                                                    "int64"));
   }
-  return absl::OkStatus();
+  return type;
 }
 
 void RunKernel(const OpDef& def, absl::Span<const Tensor> inputs, const Tensor& out,
@@ -99,10 +102,7 @@ TensorType InferOrThrow(const OpDef& def, absl::Span<const Tensor> inputs, const
   CheckOperands(def, inputs);
   absl::InlinedVector<TensorType, 3> types;
   for (const Tensor& t : inputs) types.push_back(t.type());
-  absl::StatusOr<TensorType> type = def.infer(types, attrs);
-  if (type.ok()) {
-    if (absl::Status size = CheckResultSize(*type); !size.ok()) type = std::move(size);
-  }
+  absl::StatusOr<TensorType> type = InferSized(def, types, attrs);
   if (!type.ok()) Fail(def, inputs, type.status().code(), std::string(type.status().message()));
   return *std::move(type);
 }
@@ -120,10 +120,7 @@ TensorType InferTypesOrThrow(const OpDef& def, absl::Span<const TensorType> type
                "all operands must be on one device");
     }
   }
-  absl::StatusOr<TensorType> type = def.infer(types, attrs);
-  if (type.ok()) {
-    if (absl::Status size = CheckResultSize(*type); !size.ok()) type = std::move(size);
-  }
+  absl::StatusOr<TensorType> type = InferSized(def, types, attrs);
   if (!type.ok()) {
     FailWith(def, DescribeTypes(types), type.status().code(), std::string(type.status().message()));
   }

@@ -271,10 +271,6 @@ constexpr bool RowsInEnumOrder() {
 }
 static_assert(RowsInEnumOrder(), "registry rows must follow the OpId enum, one row per op");
 
-}  // namespace
-
-namespace {
-
 [[noreturn, gnu::noinline, gnu::cold]] void ThrowNoOp(int i) {
   throw Error(absl::InvalidArgumentError(
       absl::StrCat("no op with id ", i, " (the registry has ", kNumOps, " ops)")));
