@@ -125,20 +125,21 @@ void BuildPlan(ir::Graph graph, codegen::SymbolicShapes symbols, const CompileOp
   }
   dump.Graph("traced", graph);
   passes::PassContext ctx;
-  ctx.fuse_elementwise = o.fuse_elementwise;
-  ctx.fuse_softmax = o.fuse_softmax;
-  ctx.fuse_attention = o.fuse_attention;
+  ctx.disabled_families = o.disabled_families;
   ctx.multi_output = o.multi_output_fusion;
   ctx.merge_gemms = o.merge_gemms && o.freeze_weights;
   ctx.fold_constants = o.freeze_weights;
-  ctx.fuse_gemm_epilogues = o.fuse_gemm_epilogues;
   ctx.check_fusion_body = codegen::CheckFusionBody;
-  ctx.after_pass = [&](const std::string& pass, const ir::Graph& g) { dump.Graph(pass, g); };
+  ctx.after_pass = [&](const std::string& pass, const ir::Graph& g, bool changed) {
+    dump.Graph(pass, g, changed);
+  };
   ThrowIfError(codegen::CompilePipeline().Run(graph, ctx));
   entry.report.final_graph = ir::PrintGraph(graph);
-  for (const ir::Node& n : graph.nodes()) dump.Kernel(n);
   entry.exe = ValueOrThrow(codegen::Executable::Build(std::move(graph), std::move(symbols)));
   const codegen::Executable& exe = *entry.exe;
+  for (ir::ValueId v = 0; v < exe.graph().num_values(); ++v) {
+    dump.Kernel(exe.graph().node(v), exe.kernel_of(v));
+  }
   for (const std::string& line : exe.lowering_notes()) ctx.explain.push_back(line);
   CompileReport& r = entry.report;
   r.explain = ctx.explain;
@@ -151,6 +152,8 @@ void BuildPlan(ir::Graph graph, codegen::SymbolicShapes symbols, const CompileOp
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   dump.Text("explain.txt", absl::StrJoin(ctx.explain, "\n") + "\n", "fusion explain log");
   dump.Finish();
+  r.dump_dir = dump.dir();
+  r.kernel_sources_rendered = dump.sources_rendered();
   if (DebugLevel() >= 2) std::cerr << absl::StrJoin(ctx.explain, "\n") << "\n";
 }
 
@@ -240,6 +243,11 @@ CompiledFn::CompiledFn(ir::TensorFn fn, CompileOptions options)
   state_->compiled = o.mode == CompileOptions::Mode::kCompiled ||
                      (o.mode == CompileOptions::Mode::kDefault && !EnvIs("KILN_COMPILE", "0"));
   state_->options.cuda_graphs = o.cuda_graphs || EnvIs("KILN_CUDA_GRAPHS", "1");
+  for (const std::string& family : o.disabled_families) {
+    KILN_CHECK(codegen::TemplateNamed(family) != nullptr,
+               "compile: options.disabled_families names \"", family,
+               "\", which is no kernel family (the families: ", codegen::FamilyNames(), ")");
+  }
   if (state_->options.dump_dir.empty()) {
     const char* env = std::getenv("KILN_DUMP");
     if (env != nullptr) state_->options.dump_dir = env;

@@ -29,10 +29,12 @@
 // The mode switch makes the same program run eagerly or compiled: options.mode, or
 // KILN_COMPILE=0/1 in the environment when mode is kDefault.
 //
-// Dumps: options.dump_dir or KILN_DUMP=dir writes the traced graph and the graph after each pass
-// (.txt and .dot), each fused kernel's kernel IR, .cu source and PTX, the fusion explain log and
-// index.md. CUDA graphs: options.cuda_graphs replays the plan as one CUDA graph from the second
-// call on (codegen/cuda_graph.h says how inputs and outputs are bound).
+// Dumps: options.dump_dir or KILN_DUMP=dir writes, into a folder of its own per compile
+// (dir/compile_NNN, report.dump_dir), the traced graph and the graph after each pass (.txt and
+// .dot), each fused kernel's kernel IR, .cu source and PTX, the fusion explain log and index.md
+// (codegen/dump.h); a dump directory that cannot be written is an error. CUDA graphs:
+// options.cuda_graphs replays the plan as one CUDA graph from the second call on
+// (codegen/cuda_graph.h says how inputs and outputs are bound).
 //
 // KILN_DEBUG=1 prints a compile summary to stderr, 2 adds the explain log, 3 kernel sources,
 // 4 the graph after every pass.
@@ -55,15 +57,17 @@ struct CompileOptions {
   enum class Mode { kDefault, kEager, kCompiled };
   enum class Dynamic { kNone, kAuto, kDims };
   Mode mode = Mode::kDefault;
-  bool fuse_elementwise = true;
-  bool fuse_softmax = true;    // scale/mask before a last-dim softmax and a cast after it: 1 kernel
-  bool fuse_attention = true;  // q·kᵀ -> scale -> mask -> softmax -> ·v: one attention kernel
+  // Kernel families switched off, by name (codegen/fusion_template.h): "attention" (q·kᵀ ->
+  // scale -> mask -> softmax -> ·v as one attention kernel), "gemm_epilogue" (linear + relu /
+  // tanh GELU / residual as one GEMM), "softmax" (scale/mask before a last-dim softmax and a cast
+  // after it: one kernel), "pointwise" (elementwise groups as one kernel). An unknown name is an
+  // error naming the families there are.
+  std::vector<std::string> disabled_families;
   // A value needed inside a fused group and outside it is stored by the group's kernel (off: it
   // is materialised by a kernel of its own, which the group then reads; measured in the bench's
   // fanout rows).
   bool multi_output_fusion = true;
-  bool merge_gemms = true;          // linears sharing an input: one GEMM (needs freeze_weights)
-  bool fuse_gemm_epilogues = true;  // linear + relu / tanh GELU -> one GEMM with that epilogue
+  bool merge_gemms = true;  // linears sharing an input: one GEMM (needs freeze_weights)
   // Fold weights into the plan (constant folding over them, GEMM merge); a later in-place
   // change of a folded weight recompiles. Off: weights are read at call time.
   bool freeze_weights = false;
@@ -90,6 +94,10 @@ struct CompileReport {
   std::string symbolic_dims = "none";    // "s0 = input0[1] = input1[1]", or why not symbolic
   // "off", "pending (captured after the first call)", "on: N graph nodes", or "off: <why>".
   std::string cuda_graph = "off";
+  // The folder this compile's dumps went to (dump_dir/compile_NNN; "" with dumps off), and how
+  // many kernel sources were rendered for dumps or KILN_DEBUG (0 when neither asked).
+  std::string dump_dir;
+  int kernel_sources_rendered = 0;
 };
 
 class CompiledFn {

@@ -351,12 +351,6 @@ Tensor Placeholder(const Node& n, const Tensor& layout) {
   return base.as_strided(layout.shape(), layout.strides(), layout.offset());
 }
 
-// Ops whose launches depend on the shapes (the registry says which): counted by capturing one
-// call.
-bool LaunchesVary(const Node& n) {
-  return n.kind == NodeKind::kOp && GetOpDef(n.op).cuda_launches_vary;
-}
-
 }  // namespace
 
 const LaunchTally& Executable::Tally() const {
@@ -367,24 +361,33 @@ const LaunchTally& Executable::Tally() const {
 LaunchTally Executable::CountLaunches() const {
   std::vector<bool> copies;
   const std::vector<Tensor> layout = PlanLayouts(graph_, &copies);
+  auto placeholders = [&](const Node& n) {
+    std::vector<Tensor> args;
+    for (ValueId in : n.inputs) args.push_back(Placeholder(graph_.node(in), layout[in]));
+    return args;
+  };
   LaunchTally t;
   for (const Step& s : steps_) {
     const Node& n = graph_.node(s.value);
-    if (s.kind == Step::Kind::kOp) {  // an updates_self op out of place first copies self
-      t.kernels += GetOpDef(n.op).updates_self && s.in_place_input < 0 ? 2 : 1;
+    LaunchCount c{0, 0, ""};
+    switch (s.kind) {
+      case Step::Kind::kFamily:  // the family says (FusedKernel::Launches)
+        c = s.kernel->Launches(n.type.device.is_cuda() ? placeholders(n) : std::vector<Tensor>{});
+        break;
+      case Step::Kind::kOp:  // one kernel (an updates_self op out of place first copies self)
+        if (n.type.device.is_cuda() && GetOpDef(n.op).cuda_launches_vary) {
+          c = CountLaunchesOnce(n.op, placeholders(n), n.attrs);
+        } else {
+          c.kernels = GetOpDef(n.op).updates_self && s.in_place_input < 0 ? 2 : 1;
+        }
+        break;
+      case Step::Kind::kView:
+        c.kernels = copies[s.value] ? 1 : 0;
+        break;
+      case Step::Kind::kResult:
+        break;
     }
-    if (s.kind == Step::Kind::kFamily) t.kernels += s.kernel->kernel_launches();
-    if (s.kind == Step::Kind::kView && copies[s.value]) ++t.kernels;
-    if (!LaunchesVary(n) || !n.type.device.is_cuda()) continue;
-    std::vector<Tensor> args;
-    for (ValueId in : n.inputs) args.push_back(Placeholder(graph_.node(in), layout[in]));
-    OpAttrs attrs = n.attrs;
-    if (s.kind == Step::Kind::kFamily && s.kernel->kernel_launches() > 1) {
-      if (HasResidual(attrs)) args.pop_back();  // split: the GEMM runs without its epilogue
-      attrs.epilogue = Epilogue::kNone;
-    }
-    const LaunchCount c = CountLaunchesOnce(n.op, args, attrs);
-    t.kernels += c.kernels - 1;
+    t.kernels += c.kernels;
     t.memsets += c.memsets;
   }
   return t;
@@ -394,6 +397,13 @@ int Executable::input_copy_backs() const {
   int in_place = 0;
   for (const Step& s : steps_) in_place += s.in_place_input >= 0;
   return static_cast<int>(graph_.input_updates().size()) - in_place;
+}
+
+const FusedKernel* Executable::kernel_of(ValueId v) const {
+  for (const Step& s : steps_) {
+    if (s.value == v) return s.kernel.get();
+  }
+  return nullptr;
 }
 
 int Executable::fused_kernels() const {

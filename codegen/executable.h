@@ -74,11 +74,14 @@ class Executable {
   int kernels_per_step() const { return Tally().kernels; }
   int memsets_per_step() const { return Tally().memsets; }
   int fused_kernels() const;
+  // The lowered kernel of node `v` (nullptr: no family owns it), for dumps and tests.
+  const FusedKernel* kernel_of(ir::ValueId v) const;
   // Inputs written in place that are copied back after the plan (those a step updates in place
   // are not).
   int input_copy_backs() const;
   double nvrtc_ms() const { return nvrtc_ms_; }
-  // Decisions the lowerings made (GEMM-epilogue timings, codegen/epilogue_choice.h), one a line.
+  // Decisions the lowerings made (GEMM-epilogue timings,
+  // codegen/families/gemm_epilogue/epilogue_choice.h), one a line.
   const std::vector<std::string>& lowering_notes() const { return lowering_notes_; }
   // Peak bytes of intermediates alive at once under the liveness release (views own nothing;
   // inputs, constants and outputs are not counted), and the sum of all intermediates (what a

@@ -3,7 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "passes/canonicalize.h"
-#include "passes/fusion.h"
+#include "passes/gemm_merge.h"
 #include "passes/simplify.h"
 
 namespace kiln::codegen {
@@ -23,6 +23,21 @@ const FusionTemplate* TemplateFor(const ir::Node& node) {
     if (t->Owns(node)) return t;
   }
   return nullptr;
+}
+
+const FusionTemplate* TemplateNamed(const std::string& name) {
+  for (const FusionTemplate* t : FusionTemplates()) {
+    if (name == t->name()) return t;
+  }
+  return nullptr;
+}
+
+std::string FamilyNames() {
+  std::string names;
+  for (const FusionTemplate* t : FusionTemplates()) {
+    absl::StrAppend(&names, names.empty() ? "" : ", ", t->name());
+  }
+  return names;
 }
 
 absl::Status CheckFusionBody(const ir::Graph& body) {

@@ -103,12 +103,6 @@ std::vector<ValueId> Graph::Compact(const std::vector<bool>& keep) {
   return remap;
 }
 
-bool IsLastDimSoftmax(const Node& n) {
-  if (n.kind != NodeKind::kOp || n.op != OpId::kSoftmax) return false;
-  const int64_t rank = n.type.rank();
-  return rank >= 1 && (n.attrs.dim == -1 || n.attrs.dim == rank - 1);
-}
-
 const char* ShortDTypeName(DType t) {
   static constexpr const char* kNames[] = {"f32", "f16", "bf16", "bool", "i32", "i64"};
   return kNames[static_cast<int>(t)];

@@ -119,10 +119,6 @@ class Graph {
   std::vector<int> input_updates_;
 };
 
-// A softmax over the last dim of a tensor of rank >= 1: the op a softmax fusion's body ends in
-// (before an optional cast; passes/softmax_fusion.h).
-bool IsLastDimSoftmax(const Node& n);
-
 // Short dtype names used in the text form: f32, f16, bf16, bool, i32, i64.
 const char* ShortDTypeName(DType t);
 

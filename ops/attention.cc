@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "codegen/families/attention/flash_attention_cuda.h"
 #include "ops/cpu/kernels.h"
-#include "ops/cuda/flash_attention_cuda.h"
 #include "ops/dispatch.h"
 #include "ops/factories.h"
 #include "profiler/host.h"

@@ -6,9 +6,9 @@
 // with several users is computed once and a renderer prints it once: generated source grows
 // linearly with the program, whatever the reuse. Where an element is (the index expression of
 // each load and store) is the kernel family's business: the elementwise skeletons
-// (ops/cuda/elementwise_cuda.h) and the softmax skeleton render loads and stores with their own
-// indexing around the same instruction list; the CPU evaluator (codegen/fused_kernel.h) runs it
-// with strided loops.
+// (codegen/families/pointwise/elementwise_cuda.h) and the softmax skeleton render loads and stores
+// with their own indexing around the same instruction list; the CPU evaluator
+// (codegen/fused_kernel.h) runs it with strided loops.
 //
 //   kir::Program p({DType::kBFloat16, DType::kBFloat16});
 //   int x = p.Load(0), u = p.Load(1);

@@ -4,10 +4,10 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/families/pointwise/elementwise_cuda.h"
 #include "ops/attention.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/typed_elementwise.h"
-#include "ops/cuda/elementwise_cuda.h"
 #include "ops/cuda/index_cuda.h"
 #include "ops/cuda/matmul_cuda.h"
 #include "ops/cuda/reduce_cuda.h"

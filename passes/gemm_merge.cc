@@ -1,10 +1,11 @@
-// GEMM merge (see fusion.h): one GEMM over concatenated weights for linears that share x.
+// GEMM merge (see gemm_merge.h): one GEMM over concatenated weights for linears that share x.
+#include "passes/gemm_merge.h"
+
 #include <map>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "ops/factories.h"
-#include "passes/fusion.h"
 
 namespace kiln::passes {
 

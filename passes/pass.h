@@ -9,6 +9,7 @@
 //   KILN_RETURN_IF_ERROR(p.Run(graph, &context));
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
@@ -22,20 +23,23 @@ namespace kiln::passes {
 
 // What passes share with their caller: options, the explain log, dump hooks.
 struct PassContext {
-  bool fuse_elementwise = true;
-  bool fuse_softmax = true;
-  bool fuse_attention = true;  // naive attention -> one scaled_dot_product_attention
-  bool multi_output = true;    // a group stores a member used outside it (else: materialised)  //
-                               // scale/mask prologues and a cast into the softmax kernel
-  bool merge_gemms = true;
+  // Kernel families switched off by name ("attention", "softmax", ...): their passes change
+  // nothing (CompileOptions::disabled_families).
+  std::vector<std::string> disabled_families;
+  bool multi_output = true;          // a group stores a member used outside it (else: materialised)
+  bool merge_gemms = true;           // linears sharing an input: one GEMM
   bool fold_constants = true;        // evaluate ops over constants (weights) at compile time
-  bool fuse_gemm_epilogues = true;   // linear + relu / tanh GELU -> linear{epilogue}
   std::vector<std::string> explain;  // one line per fusion decision
-  // Called with (pass name, graph) after each pass, e.g. to write dumps.
-  std::function<void(const std::string&, const ir::Graph&)> after_pass;
+  // Called with (pass name, graph, whether the pass changed it) after each pass, e.g. for dumps.
+  std::function<void(const std::string&, const ir::Graph&, bool)> after_pass;
   // The kernel families' rules for fusion bodies, checked by the verifier after every pass
   // (codegen/fusion_template.h provides them).
   ir::FusionBodyCheck check_fusion_body;
+
+  bool Enabled(const std::string& family) const {
+    return std::find(disabled_families.begin(), disabled_families.end(), family) ==
+           disabled_families.end();
+  }
 };
 
 class Pass {
@@ -54,9 +58,5 @@ class Pipeline {
  private:
   std::vector<std::unique_ptr<Pass>> passes_;
 };
-
-// The default compile pipeline: constant folding, CSE, canonicalisation, DCE, GEMM merge, GEMM
-// epilogue fusion, DCE, softmax fusion, elementwise fusion, DCE.
-Pipeline DefaultPipeline();
 
 }  // namespace kiln::passes

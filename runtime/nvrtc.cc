@@ -237,4 +237,21 @@ KernelCacheStats GetKernelCacheStats() {
   return cache.stats;
 }
 
+std::string KernelFootprint::ToString() const {
+  return absl::StrCat(name, ": ", registers, " registers, ", shared_bytes, " B shared, ",
+                      local_bytes, " B local, <= ", max_threads, " threads");
+}
+
+absl::StatusOr<KernelFootprint> FootprintOf(cudaKernel_t kernel, const std::string& name) {
+  cudaFuncAttributes a{};
+  if (const cudaError_t e = cudaFuncGetAttributes(&a, reinterpret_cast<const void*>(kernel));
+      e != cudaSuccess) {
+    cudaGetLastError();
+    return absl::InternalError(
+        absl::StrCat("cudaFuncGetAttributes(", name, "): ", cudaGetErrorString(e)));
+  }
+  return KernelFootprint{name, a.numRegs, static_cast<int>(a.sharedSizeBytes),
+                         static_cast<int>(a.localSizeBytes), a.maxThreadsPerBlock};
+}
+
 }  // namespace kiln::cuda

@@ -33,6 +33,19 @@ absl::StatusOr<std::string> CompileSource(const std::string& source, const std::
 // The kernel `kernel_name` of `source`, compiled for the current device and loaded (cached).
 absl::StatusOr<cudaKernel_t> GetKernel(const std::string& source, const std::string& kernel_name);
 
+// What one compiled kernel uses of the GPU, read from the loaded kernel (cudaFuncGetAttributes):
+// registers per thread, static shared memory, local memory per thread (spills and stack arrays;
+// 0 for a kernel that spills nothing), and the largest block it can launch.
+struct KernelFootprint {
+  std::string name;
+  int registers = 0;
+  int shared_bytes = 0;
+  int local_bytes = 0;
+  int max_threads = 0;
+  std::string ToString() const;  // "kiln_x: 32 registers, 0 B shared, 0 B local, <= 1024 threads"
+};
+absl::StatusOr<KernelFootprint> FootprintOf(cudaKernel_t kernel, const std::string& name);
+
 KernelCacheStats GetKernelCacheStats();
 
 // The disk cache directory in use ("" when disabled).

@@ -14,10 +14,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "codegen/compile.h"
+#include "codegen/families/attention/flash_attention_cuda.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "ir/tracer.h"
-#include "ops/cuda/flash_attention_cuda.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
 #include "profiler/profiler.h"

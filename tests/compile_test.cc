@@ -99,7 +99,7 @@ TEST(Compile, MlpFusesBiasGeluIntoTheGemmEpilogues) {
   ExpectSame(f({x}), {mlp(x)}, "3-layer MLP");
 
   CompileOptions off;
-  off.fuse_gemm_epilogues = false;
+  off.disabled_families = {"gemm_epilogue"};
   CompiledFn g = compile(mlp, x, off);
   EXPECT_EQ(g.report({x}).kernels_per_step, 5) << g.report({x}).final_graph;
 }
@@ -216,7 +216,7 @@ TEST(Compile, AttentionIsOneNodeOrThreeKernelsAndMatchesEager) {
     ExpectSame(f({q, k, v}), Attention()({q, k, v}), absl::StrCat("attention ", DTypeName(t)));
 
     CompileOptions no_attention;
-    no_attention.fuse_attention = false;
+    no_attention.disabled_families = {"attention"};
     CompiledFn g = compile(Attention(), {q, k, v}, no_attention);
     const CompileReport& r3 = g.report({q, k, v});
     EXPECT_EQ(r3.kernels_per_step, 3) << r3.final_graph;
@@ -266,8 +266,7 @@ TEST(Compile, SoftmaxFusionSwitchKeepsTheSoftmaxApart) {
   const Tensor q = randn({2, 2, 8, 4}, gen), k = randn({2, 2, 8, 4}, gen),
                v = randn({2, 2, 8, 4}, gen);
   CompileOptions o;
-  o.fuse_softmax = false;
-  o.fuse_attention = false;
+  o.disabled_families = {"softmax", "attention"};
   CompiledFn f = compile(Attention(), {q, k, v}, o);
   const CompileReport& r = f.report({q, k, v});
   EXPECT_EQ(r.kernels_per_step, 4) << r.final_graph;
@@ -337,7 +336,7 @@ TEST(CompileSoftmaxFusion, AttentionWorkloadOnCuda) {
   EXPECT_EQ(f.report(in).kernels_per_step, 1) << f.report(in).final_graph;
   ExpectSame(f(in), Attention()(in), "attention bf16 [8, 16, 1024, 64]");
   CompileOptions unfused;
-  unfused.fuse_attention = false;  // GEMM, fused softmax, GEMM
+  unfused.disabled_families = {"attention"};  // GEMM, fused softmax, GEMM
   CompiledFn g = compile(Attention(), in, unfused);
   EXPECT_EQ(g.report(in).kernels_per_step, 3) << g.report(in).final_graph;
   ExpectSame(g(in), Attention()(in), "attention bf16 [8, 16, 1024, 64], softmax fusion");
@@ -419,19 +418,86 @@ TEST(Compile, ModeSwitchRunsEagerly) {
 }
 
 TEST(Compile, DumpsGraphsKernelsAndIndex) {
-  const std::string dir = (std::filesystem::temp_directory_path() / "kiln_dump_test").string();
-  std::filesystem::remove_all(dir);
+  const std::string root = (std::filesystem::temp_directory_path() / "kiln_dump_test").string();
+  std::filesystem::remove_all(root);
   CompileOptions o;
-  o.dump_dir = dir;
+  o.dump_dir = root;
   Fn fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{silu(in[0]) * in[0]}; };
   Generator gen(6);
-  compile(fn, {randn({4, 4}, gen)}, o);
+  const Tensor x = randn({4, 4}, gen);
+  CompiledFn f = compile(fn, {x}, o);
+  const std::string dir = f.report({x}).dump_dir;
+  EXPECT_EQ(dir, root + "/compile_001");
+  EXPECT_EQ(f.report({x}).kernel_sources_rendered, 1);
   EXPECT_TRUE(std::filesystem::exists(dir + "/index.md"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/00_traced.txt"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/00_traced.dot"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/explain.txt"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/kernels/kiln_fused_silu_mul_0.cu"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/kernels/kiln_fused_silu_mul_0.ptx"));
+  // A second compile (another function, the same directory) writes a folder of its own.
+  CompiledFn g = compile(fn, {x}, o);
+  EXPECT_EQ(g.report({x}).dump_dir, root + "/compile_002");
+  EXPECT_TRUE(std::filesystem::exists(root + "/compile_001/index.md"));
+  EXPECT_TRUE(std::filesystem::exists(root + "/compile_002/index.md"));
+  std::filesystem::remove_all(root);
+}
+
+// With dumps off (and KILN_DEBUG below 3) compiling renders no kernel source: sources are for a
+// reader, not for running (lowering builds its own kernels).
+TEST(Compile, DumpsOffRenderNoKernelSource) {
+  if (const char* debug = std::getenv("KILN_DEBUG"); debug != nullptr && std::atoi(debug) >= 3) {
+    GTEST_SKIP() << "KILN_DEBUG >= 3 prints every kernel's source";
+  }
+  Fn fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{silu(in[0]) * in[0], softmax(in[0] * 0.5, -1)};
+  };
+  Generator gen(6);
+  const Tensor x = randn({4, 4}, gen);
+  CompileOptions o;
+  o.dump_dir = "";
+  CompiledFn f = compile(fn, {x}, o);
+  const CompileReport& r = f.report({x});
+  EXPECT_EQ(r.fused_kernels, 2) << r.final_graph;
+  EXPECT_EQ(r.kernel_sources_rendered, 0);
+  EXPECT_EQ(r.dump_dir, "");
+}
+
+// A dump directory that cannot be created is an error, not a message followed by success.
+TEST(Compile, UnusableDumpDirectoryIsAnError) {
+  const std::filesystem::path file = std::filesystem::temp_directory_path() / "kiln_dump_file";
+  std::ofstream(file) << "a file, not a folder";
+  CompileOptions o;
+  o.dump_dir = (file / "sub").string();
+  Fn fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{silu(in[0]) * in[0]}; };
+  const Tensor x = ones({2});
+  try {
+    compile(fn, {x}, o);
+    ADD_FAILURE() << "compiling into " << o.dump_dir << " succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot create the dump directory"), std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove(file);
+}
+
+// A family is switched off by its name; a name that is no family is refused, naming the others.
+TEST(Compile, DisabledFamiliesAreCheckedByName) {
+  Fn fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{silu(in[0]) * in[0]}; };
+  const Tensor x = ones({2, 2});
+  CompileOptions off;
+  off.disabled_families = {"pointwise"};
+  EXPECT_EQ(compile(fn, {x}, off).report({x}).fused_kernels, 0);
+  CompileOptions typo;
+  typo.disabled_families = {"pointwize"};
+  try {
+    compile(fn, {x}, typo);
+    ADD_FAILURE() << "an unknown family was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("\"pointwize\", which is no kernel family"), std::string::npos) << what;
+    EXPECT_NE(what.find("attention, gemm_epilogue, softmax, pointwise"), std::string::npos) << what;
+  }
 }
 
 TEST(Compile, DumpsTheFusedSoftmaxKernel) {
@@ -441,9 +507,10 @@ TEST(Compile, DumpsTheFusedSoftmaxKernel) {
   o.dump_dir = dir;
   Generator gen(8);
   const Tensor q = randn({1, 2, 16, 8}, gen, DType::kBFloat16);
-  o.fuse_attention = false;  // the softmax kernel, not the attention node
-  compile(Attention(), {q, q, q}, o);
-  const std::string base = dir + "/kernels/kiln_fused_mul_scalar_masked_fill_softmax_0";
+  o.disabled_families = {"attention"};  // the softmax kernel, not the attention node
+  CompiledFn f = compile(Attention(), {q, q, q}, o);
+  const std::string base =
+      f.report({q, q, q}).dump_dir + "/kernels/kiln_fused_mul_scalar_masked_fill_softmax_0";
   ASSERT_TRUE(std::filesystem::exists(base + ".cu"));
   EXPECT_TRUE(std::filesystem::exists(base + ".ptx"));
   std::ifstream in(base + ".cu");

@@ -16,8 +16,8 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
-#include "ops/cuda/elementwise_cuda.h"
-#include "ops/cuda/fused_softmax_cuda.h"
+#include "codegen/families/pointwise/elementwise_cuda.h"
+#include "codegen/families/softmax/fused_softmax_cuda.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
 #include "runtime/nvrtc.h"

@@ -369,7 +369,8 @@ TEST(OpsSemantics, FusedSourcesCompileWithNvrtc) {
   CompiledFn f = compile(fn, in, options);
   ExpectClose(Vals(f(in)[0]), Vals(fn(in)[0]), {1e-6, 1e-6}, "compiled");
   int compiled = 0;  // the dump holds each kernel's PTX, or NVRTC's log where it failed
-  for (const auto& entry : std::filesystem::directory_iterator(dir / "kernels")) {
+  const std::filesystem::path kernels = std::filesystem::path(f.report(in).dump_dir) / "kernels";
+  for (const auto& entry : std::filesystem::directory_iterator(kernels)) {
     if (entry.path().extension() != ".ptx") continue;
     std::ifstream file(entry.path());
     const std::string ptx((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());

@@ -3,15 +3,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "codegen/families/attention/attention_fusion.h"
+#include "codegen/families/gemm_epilogue/epilogue_fusion.h"
+#include "codegen/families/pointwise/elementwise_fusion.h"
+#include "codegen/families/softmax/softmax_fusion.h"
+#include "codegen/fusion_template.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
-#include "passes/attention_fusion.h"
 #include "passes/canonicalize.h"
-#include "passes/epilogue_fusion.h"
-#include "passes/fusion.h"
+#include "passes/fusion_groups.h"
 #include "passes/simplify.h"
-#include "passes/softmax_fusion.h"
 #include "tests/filecheck.h"
 
 namespace kiln::passes {
@@ -107,7 +109,7 @@ TEST(Canonicalize, ScatterReadsTheCopySource) {
 }
 
 TEST(ElementwiseFusion, ChainAndFanOut) {
-  ElementwiseFusion pass;
+  ElementwiseFusion pass(codegen::PointwiseTemplate());
   PassContext ctx;
   const std::string out = RunPass(pass, R"(
     graph(%10: f32[4, 8], %11: f32[8]) {
@@ -137,7 +139,7 @@ TEST(ElementwiseFusion, ChainAndFanOut) {
 // A producer whose outside user leads back into the group stays out of it (the kernel could not
 // run before that user, nor after it).
 TEST(ElementwiseFusion, AFanOutThatLeadsBackIntoTheGroupMaterialises) {
-  ElementwiseFusion pass;
+  ElementwiseFusion pass(codegen::PointwiseTemplate());
   PassContext ctx;
   const std::string out = RunPass(pass, R"(
     graph(%10: f32[4, 4], %11: f32[4, 4]) {
@@ -175,7 +177,7 @@ constexpr char kCrossedGroups[] = R"(
     })";
 
 TEST(ElementwiseFusion, GroupsThatWouldReadEachOthersOutputsStayApart) {
-  ElementwiseFusion pass;
+  ElementwiseFusion pass(codegen::PointwiseTemplate());
   PassContext ctx;
   const std::string out = RunPass(pass, kCrossedGroups, &ctx);
   EXPECT_TRUE(FileCheck(out, R"(
@@ -196,7 +198,7 @@ TEST(ElementwiseFusion, GroupsThatWouldReadEachOthersOutputsStayApart) {
 TEST(ElementwiseFusion, RewriteOfACycleOfGroupsEnds) {
   absl::StatusOr<ir::Graph> g = ir::ParseGraph(kCrossedGroups);
   ASSERT_TRUE(g.ok()) << g.status().message();
-  FusionGroups grp(*g);
+  FusionGroups grp(*g, {});
   grp.groups = {{1, 5, 6}, {2, 3}};  // the crossed grouping LeadsInto refuses
   for (ir::ValueId v : {1, 5, 6}) grp.group_of[v] = 0;
   for (ir::ValueId v : {2, 3}) grp.group_of[v] = 1;
@@ -215,7 +217,7 @@ TEST(ElementwiseFusion, RewriteOfACycleOfGroupsEnds) {
 }
 
 TEST(ElementwiseFusion, StopsAtReductionsAndShapeChanges) {
-  ElementwiseFusion pass;
+  ElementwiseFusion pass(codegen::PointwiseTemplate());
   const std::string out = RunPass(pass, R"(
     graph(%10: f32[4, 8], %11: f32[4, 1]) {
       %12 = exp(%11) : f32[4, 1]
@@ -247,7 +249,7 @@ bool Logged(const PassContext& ctx, std::initializer_list<const char*> parts) {
 bool Logged(const PassContext& ctx, const std::string& text) { return Logged(ctx, {text.c_str()}); }
 
 TEST(GemmEpilogueFusion, LinearBiasGeluTanhBecomesOneLinear) {
-  GemmEpilogueFusion pass;
+  GemmEpilogueFusion pass(codegen::GemmEpilogueTemplate());
   PassContext ctx;
   const std::string out = RunPass(pass, R"(
     graph(%10: bf16[8, 16], %11: bf16[32, 16], %12: bf16[32]) {
@@ -266,7 +268,7 @@ TEST(GemmEpilogueFusion, LinearBiasGeluTanhBecomesOneLinear) {
 }
 
 TEST(GemmEpilogueFusion, ReluWithoutBiasAndAsGraphOutput) {
-  GemmEpilogueFusion pass;
+  GemmEpilogueFusion pass(codegen::GemmEpilogueTemplate());
   const std::string out = RunPass(pass, R"(
     graph(%10: f32[2, 4, 16], %11: f32[32, 16]) {
       %12 = linear(%10, %11) : f32[2, 4, 32]
@@ -281,7 +283,7 @@ TEST(GemmEpilogueFusion, ReluWithoutBiasAndAsGraphOutput) {
 }
 
 TEST(GemmEpilogueFusion, ErfGeluIsNotFused) {
-  GemmEpilogueFusion pass;
+  GemmEpilogueFusion pass(codegen::GemmEpilogueTemplate());
   PassContext ctx;
   const std::string out = RunPass(pass, R"(
     graph(%10: f32[8, 16], %11: f32[32, 16], %12: f32[32]) {
@@ -300,7 +302,7 @@ TEST(GemmEpilogueFusion, ErfGeluIsNotFused) {
 }
 
 TEST(GemmEpilogueFusion, FanOutAndGraphOutputAreNotFused) {
-  GemmEpilogueFusion pass;
+  GemmEpilogueFusion pass(codegen::GemmEpilogueTemplate());
   PassContext ctx;
   const std::string out = RunPass(pass, R"(
     graph(%10: f32[8, 16], %11: f32[16, 16]) {
@@ -325,7 +327,7 @@ TEST(GemmEpilogueFusion, FanOutAndGraphOutputAreNotFused) {
 }
 
 TEST(GemmEpilogueFusion, ResidualAddBecomesTheGemmsC) {
-  GemmEpilogueFusion pass;
+  GemmEpilogueFusion pass(codegen::GemmEpilogueTemplate());
   PassContext ctx;
   const std::string out = RunPass(pass, R"(
     graph(%10: bf16[8, 16], %11: bf16[32, 16], %12: bf16[32], %13: bf16[8, 32]) {
@@ -344,7 +346,7 @@ TEST(GemmEpilogueFusion, ResidualAddBecomesTheGemmsC) {
 }
 
 TEST(GemmEpilogueFusion, ResidualAddsThatCannotBeTheGemmsC) {
-  GemmEpilogueFusion pass;
+  GemmEpilogueFusion pass(codegen::GemmEpilogueTemplate());
   PassContext ctx;
   const std::string out = RunPass(pass, R"(
     graph(%10: f32[8, 16], %11: f32[16, 16], %12: f32[16]) {
@@ -376,9 +378,9 @@ TEST(GemmEpilogueFusion, ResidualAddsThatCannotBeTheGemmsC) {
 }
 
 TEST(GemmEpilogueFusion, OffSwitchAndCseKeepEpiloguesApart) {
-  GemmEpilogueFusion pass;
+  GemmEpilogueFusion pass(codegen::GemmEpilogueTemplate());
   PassContext off;
-  off.fuse_gemm_epilogues = false;
+  off.disabled_families = {"gemm_epilogue"};
   absl::StatusOr<ir::Graph> g = ir::ParseGraph(R"(
     graph(%0: f32[4, 8], %1: f32[8, 8]) {
       %2 = linear(%0, %1) : f32[4, 8]
@@ -399,7 +401,7 @@ TEST(GemmEpilogueFusion, OffSwitchAndCseKeepEpiloguesApart) {
 }
 
 TEST(SoftmaxFusion, AttentionScaleMaskSoftmaxAndCastBecomeOneFusion) {
-  SoftmaxFusion pass;
+  SoftmaxFusion pass(codegen::SoftmaxTemplate());
   const std::string out = RunPass(pass, R"(
     graph(%10: bf16[2, 4, 16, 16], %11: bf16[2, 4, 16, 16], %12: bool[16, 16]) {
       %13 = matmul(%10, %11) {transpose_b=true} : bf16[2, 4, 16, 16]
@@ -425,7 +427,7 @@ TEST(SoftmaxFusion, AttentionScaleMaskSoftmaxAndCastBecomeOneFusion) {
 }
 
 TEST(SoftmaxFusion, FanOutAndOtherDimsAreNotAbsorbed) {
-  SoftmaxFusion pass;
+  SoftmaxFusion pass(codegen::SoftmaxTemplate());
   PassContext ctx;
   const std::string out = RunPass(pass, R"(
     graph(%10: f32[4, 8], %11: f32[8]) {
@@ -481,7 +483,7 @@ std::string AddChainIr(int inputs, const std::string& tail) {
 TEST(SoftmaxFusion, OperandBudgetAndSwitch) {
   const std::string ir =
       AddChainIr(40, "  %79 = softmax(%78) {dim=1} : f32[4, 8]\n  return %79\n}");
-  SoftmaxFusion pass;
+  SoftmaxFusion pass(codegen::SoftmaxTemplate());
   PassContext ctx;
   const std::string out = RunPass(pass, ir, &ctx);
   EXPECT_TRUE(FileCheck(out, R"(
@@ -503,14 +505,14 @@ TEST(SoftmaxFusion, OperandBudgetAndSwitch) {
   absl::StatusOr<ir::Graph> g = ir::ParseGraph(ir);
   ASSERT_TRUE(g.ok());
   PassContext off;
-  off.fuse_softmax = false;
+  off.disabled_families = {"softmax"};
   EXPECT_FALSE(*pass.Run(*g, off));
 }
 
 // ---- Attention fusion ------------------------------------------------------------------------
 
 TEST(AttentionFusion, NaiveAttentionWithAnAdditiveMaskAndTheScaleOnQ) {
-  AttentionFusion pass;
+  AttentionFusion pass(codegen::AttentionTemplate());
   PassContext ctx;
   const std::string out = RunPass(pass, R"(
     graph(%10: f32[2, 4, 16, 8]@cpu, %11: f32[2, 4, 16, 8]@cpu, %12: f32[2, 4, 16, 8]@cpu,
@@ -536,7 +538,7 @@ TEST(AttentionFusion, NaiveAttentionWithAnAdditiveMaskAndTheScaleOnQ) {
 
 // A bool mask known only at run time (an input) becomes an additive mask computed each call.
 TEST(AttentionFusion, AMaskInputBecomesAnAdditiveMask) {
-  AttentionFusion pass;
+  AttentionFusion pass(codegen::AttentionTemplate());
   const std::string out = RunPass(pass, R"(
     graph(%10: bf16[2, 16, 64]@cpu, %11: bf16[2, 16, 64]@cpu, %12: bf16[2, 16, 64]@cpu,
           %13: bool[16, 16]@cpu) {
@@ -580,7 +582,7 @@ TEST(AttentionFusion, NearMissesAreExplained) {
        "the masked_fill value is not -inf"},
   };
   for (const Case& c : cases) {
-    AttentionFusion pass;
+    AttentionFusion pass(codegen::AttentionTemplate());
     PassContext ctx;
     const std::string out = RunPass(pass,
                                     absl::StrCat(R"(
@@ -598,8 +600,8 @@ TEST(AttentionFusion, NearMissesAreExplained) {
 
 TEST(SoftmaxFusion, ALoneSoftmaxStaysAnOpAndElementwiseFusionSkipsTheFusion) {
   Pipeline p;
-  p.Add(std::make_unique<SoftmaxFusion>());
-  p.Add(std::make_unique<ElementwiseFusion>());
+  p.Add(std::make_unique<SoftmaxFusion>(codegen::SoftmaxTemplate()));
+  p.Add(std::make_unique<ElementwiseFusion>(codegen::PointwiseTemplate()));
   absl::StatusOr<ir::Graph> g = ir::ParseGraph(R"(
     graph(%10: f32[4, 8], %11: f32[4, 8]) {
       %12 = softmax(%10) {dim=-1} : f32[4, 8]

@@ -1,6 +1,7 @@
 // Device time of alternative ways to run one thing, for the choices kiln makes once per shape and
 // then caches (ops/cuda/gemv_choice.h: kiln's GEMV or cuBLASLt for a linear with few rows;
-// codegen/epilogue_choice.h: a GEMM's activation fused into its epilogue or run apart).
+// codegen/families/gemm_epilogue/epilogue_choice.h: a GEMM's activation fused into its epilogue or
+// run apart).
 //
 // Each path runs once to warm up (kernel loading, cuBLASLt plans), then `samples` times,
 // interleaved path by path so that every path sees the same clocks. Each call is timed alone by a

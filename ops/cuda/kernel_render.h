@@ -1,8 +1,8 @@
 // Rendering the kernel IR (ops/kernel_ir.h) as CUDA C++: the pieces every generated kernel family
-// shares. A family's skeleton (elementwise: ops/cuda/elementwise_cuda.h; softmax:
-// ops/cuda/fused_softmax_cuda.h) owns the loops and the index of each load and store; this file
-// prints the instruction list in between, one `const` local per value, so a value with several
-// users is computed once and the source grows linearly with the program.
+// shares. A family's skeleton (elementwise: codegen/families/pointwise/elementwise_cuda.h; softmax:
+// codegen/families/softmax/fused_softmax_cuda.h) owns the loops and the index of each load and
+// store; this file prints the instruction list in between, one `const` local per value, so a value
+// with several users is computed once and the source grows linearly with the program.
 //
 //   std::string body = RenderValues(program, [](int i) { return absl::StrCat("r", i, "[j]"); });
 //   //   const float v0 = kiln_bf16_to_f(r0[j]);

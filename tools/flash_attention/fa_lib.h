@@ -1,8 +1,8 @@
 // Standalone launcher of kiln's flash attention kernel for the GPU harness: compiles the same
-// source text kiln hands NVRTC (ops/cuda/flash_attention_source.h) with the same NVRTC options,
-// loads it with cudaLibraryLoadData and launches it as kiln's LaunchFlashAttention does, but
-// with every tiling parameter open (KfConfig), so tilings can be compared. A C API, so that
-// bench.py calls it through ctypes; no kiln library, Abseil or torch needed to build it.
+// source text kiln hands NVRTC (codegen/families/attention/flash_attention_source.h) with the same
+// NVRTC options, loads it with cudaLibraryLoadData and launches it as kiln's LaunchFlashAttention
+// does, but with every tiling parameter open (KfConfig), so tilings can be compared. A C API, so
+// that bench.py calls it through ctypes; no kiln library, Abseil or torch needed to build it.
 #pragma once
 #include <cuda_runtime.h>
 #include <nvrtc.h>
@@ -14,7 +14,7 @@
 #include <tuple>
 #include <vector>
 
-#include "ops/cuda/flash_attention_source.h"  // -I <kiln repo root>
+#include "codegen/families/attention/flash_attention_source.h"  // -I <kiln repo root>
 
 extern "C" {
 struct KfConfig {

@@ -1,9 +1,9 @@
 // The CUDA source of kiln's attention kernels for few query rows (decode: one new token attends
 // to a long key/value cache), as one string handed to NVRTC after a few #defines
-// (ops/cuda/flash_attention_cuda.cc). The flash kernel (flash_attention_source.h) gives each
-// CTA 128 query rows of one (batch, head): with one query row that is B·H CTAs each walking all
-// keys alone, 64 µs for GPT-2's 12 heads over 1024 keys on the H200. Here the keys are split
-// instead (flash-decoding):
+// (codegen/families/attention/flash_attention_cuda.cc). The flash kernel (flash_attention_source.h)
+// gives each CTA 128 query rows of one (batch, head): with one query row that is B·H CTAs each
+// walking all keys alone, 64 µs for GPT-2's 12 heads over 1024 keys on the H200. Here the keys are
+// split instead (flash-decoding):
 //   * KILN_FD_NAME: CTA (row, split) — row = one query row of one (batch, head), split = a run
 //     of split_len keys — has 4 warps; warp w takes keys w·4 .. w·4+3 of each group of 16, one
 //     lane per D/32 elements of the head dim: 4 keys' K and V rows are loaded before any is used
@@ -23,7 +23,7 @@
 // 2/3/4 additive float32/float16/bfloat16).
 #pragma once
 
-#include "ops/cuda/flash_attention_source.h"
+#include "codegen/families/attention/flash_attention_source.h"
 
 namespace kiln::cuda_ops {
 

@@ -1,5 +1,5 @@
 // kiln's flash attention kernel on the host side (see flash_attention_cuda.h).
-#include "ops/cuda/flash_attention_cuda.h"
+#include "codegen/families/attention/flash_attention_cuda.h"
 
 #include <algorithm>
 #include <climits>
@@ -9,8 +9,8 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
-#include "ops/cuda/flash_attention_source.h"
-#include "ops/cuda/flash_decode_source.h"
+#include "codegen/families/attention/flash_attention_source.h"
+#include "codegen/families/attention/flash_decode_source.h"
 #include "runtime/cuda.h"
 #include "runtime/nvrtc.h"
 #include "runtime/status.h"

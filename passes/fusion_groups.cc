@@ -1,12 +1,11 @@
-// Elementwise fusion (see fusion.h).
-#include "passes/fusion.h"
+// Fusion groups (see fusion_groups.h).
+#include "passes/fusion_groups.h"
 
 #include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "ops/cuda/elementwise_cuda.h"
 #include "runtime/status.h"
 
 namespace kiln::passes {
@@ -18,14 +17,11 @@ using ir::ValueId;
 
 namespace {
 
-// The generated skeletons take at most this many inputs plus outputs per kernel.
-constexpr int kMaxGroupOperands = cuda_ops::kMaxKernelOperands;
-
 bool FloatOrBool(DType t) { return IsFloatingPoint(t) || t == DType::kBool; }
 
 }  // namespace
 
-std::string Unfusable(const Graph& g, ValueId v) {
+std::string Unfusable(const Graph& g, ValueId v, const FamilyLimits& limits) {
   const Node& n = g.node(v);
   if (n.kind != NodeKind::kOp) return "not an op";
   const OpDef& def = GetOpDef(n.op);
@@ -34,12 +30,15 @@ std::string Unfusable(const Graph& g, ValueId v) {
   for (ValueId in : n.inputs) {
     if (!FloatOrBool(g.type(in).dtype)) return "integer operand";
   }
-  if (n.type.rank() > cuda_ops::kMaxKernelRank) return "rank above 8";
+  if (n.type.rank() > limits.max_rank) return absl::StrCat("rank above ", limits.max_rank);
   return "";
 }
 
-FusionGroups::FusionGroups(const Graph& g)
-    : group_of(g.num_values(), -1), users(g.Users()), is_output(g.num_values(), false) {
+FusionGroups::FusionGroups(const Graph& g, const FamilyLimits& limits)
+    : group_of(g.num_values(), -1),
+      users(g.Users()),
+      is_output(g.num_values(), false),
+      limits(limits) {
   for (ValueId v : g.outputs()) is_output[v] = true;
 }
 
@@ -104,7 +103,7 @@ bool LeadsInto(const FusionGroups& grp, ValueId from, int gid) {
 
 // Why producer `in` may not join the group of `root` ("" if it may).
 std::string Refusal(const Graph& g, ValueId in, ValueId root, const FusionGroups& grp, int gid) {
-  std::string why = Unfusable(g, in);
+  std::string why = Unfusable(g, in, grp.limits);
   if (!why.empty()) return why;
   if (g.type(in).shape != g.type(root).shape) {
     return absl::StrCat("shape ", ShapeString(g.type(in).shape), " differs from the group's ",
@@ -140,13 +139,13 @@ void GrowFusionGroup(const Graph& g, ValueId root, FusionGroups& grp, PassContex
         grp.group_of[in] = gid;
         members.push_back(in);
         std::sort(members.begin(), members.end());
-        if (OperandCount(g, members, grp, gid) <= kMaxGroupOperands) {
+        if (OperandCount(g, members, grp, gid) <= grp.limits.max_operands) {
           grew = true;
           continue;
         }
         members.erase(std::find(members.begin(), members.end(), in));
         grp.group_of[in] = -1;
-        why = absl::StrCat("the kernel would have more than ", kMaxGroupOperands,
+        why = absl::StrCat("the kernel would have more than ", grp.limits.max_operands,
                            " inputs and outputs");
       }
       if (logged.insert({in, root}).second) {
@@ -164,15 +163,6 @@ void GrowFusionGroup(const Graph& g, ValueId root, FusionGroups& grp, PassContex
 }
 
 namespace {
-
-void FindGroups(const Graph& g, FusionGroups& grp, PassContext& ctx) {
-  for (ValueId v = g.num_values() - 1; v >= 0; --v) {
-    if (grp.group_of[v] != -1 || !Unfusable(g, v).empty()) continue;
-    grp.groups.push_back({v});
-    grp.group_of[v] = static_cast<int>(grp.groups.size()) - 1;
-    GrowFusionGroup(g, v, grp, ctx);
-  }
-}
 
 std::string KernelName(const Graph& g, const std::vector<ValueId>& members, int index) {
   std::vector<std::string> names;
@@ -309,14 +299,6 @@ bool RewriteFusionGroups(Graph& graph, const FusionGroups& grp) {
   if (!any) return false;
   graph = Rewriter(graph, grp).Run();
   return true;
-}
-
-absl::StatusOr<bool> ElementwiseFusion::Run(Graph& graph, PassContext& ctx) {
-  if (!ctx.fuse_elementwise) return false;
-  FusionGroups grp(graph);
-  grp.multi_output = ctx.multi_output;
-  FindGroups(graph, grp, ctx);
-  return RewriteFusionGroups(graph, grp);
 }
 
 }  // namespace kiln::passes

@@ -1,13 +1,14 @@
 // The attention kernel family: scaled_dot_product_attention nodes, written by the user or found
-// in naive code by the attention fusion pass (passes/attention_fusion.h). Lowering runs the op
+// in naive code by the attention fusion pass (attention_fusion.h); the kernel is kiln's flash
+// attention (flash_attention_cuda.h, which the eager op runs too). Lowering runs the op
 // through its backends (ops/ops.h: kiln's flash kernel on CUDA where it applies, the math form
 // otherwise), chosen at run time like an eager call, so the plan follows the caller's
 // SdpaBackendGuard.
+#include "codegen/families/attention/attention_fusion.h"
+#include "codegen/families/attention/flash_attention_cuda.h"
 #include "codegen/fusion_template.h"
-#include "ops/cuda/flash_attention_cuda.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
-#include "passes/attention_fusion.h"
 
 namespace kiln::codegen {
 namespace {
@@ -19,9 +20,12 @@ class Sdpa final : public FusedKernel {
   void Run(absl::Span<const Tensor> in, absl::Span<const Tensor> out) const override {
     DispatchOut(OpId::kScaledDotProductAttention, in, attrs_, out[0]);
   }
-  // The flash kernel is one launch; the math form on CUDA its matmul, scale/mask, softmax and
-  // matmul kernels.
-  int kernel_launches() const override { return one_kernel_ ? 1 : 4; }
+  // The flash kernel is one launch; the math form on CUDA is counted by capturing it (its
+  // matmuls, scale and mask, softmax: how many depends on the operands).
+  LaunchCount Launches(absl::Span<const Tensor> in) const override {
+    if (one_kernel_) return {1, 0, ""};
+    return CountLaunchesOnce(OpId::kScaledDotProductAttention, in, attrs_);
+  }
 
  private:
   OpAttrs attrs_;
@@ -31,17 +35,22 @@ class Sdpa final : public FusedKernel {
 class Attention final : public FusionTemplate {
  public:
   const char* name() const override { return "attention"; }
+  // Types the flash kernel cannot take on CUDA; on the CPU the math form takes any.
+  std::string RejectsOperands(absl::Span<const TensorType> types) const override {
+    if (types.empty() || !types[0].device.is_cuda()) return "";
+    return cuda_ops::FlashAttentionTypesUnsupported(types);
+  }
   bool Owns(const ir::Node& n) const override {
     return n.kind == ir::NodeKind::kOp && n.op == OpId::kScaledDotProductAttention;
   }
   std::unique_ptr<passes::Pass> MakePass() const override {
-    return std::make_unique<passes::AttentionFusion>();
+    return std::make_unique<passes::AttentionFusion>(*this);
   }
   std::unique_ptr<FusedKernel> Lower(const ir::Graph& g, const ir::Node& n) const override {
     std::vector<TensorType> types;
     for (ir::ValueId in : n.inputs) types.push_back(g.type(in));
-    const bool flash = current_sdpa_backend() != SdpaBackend::kMath &&
-                       cuda_ops::FlashAttentionTypesUnsupported(types).empty();
+    const bool flash =
+        current_sdpa_backend() != SdpaBackend::kMath && RejectsOperands(types).empty();
     return std::make_unique<Sdpa>(n, flash || !n.type.device.is_cuda());
   }
 };

@@ -1,6 +1,7 @@
 // kiln's flash attention kernel on the host side: which inputs it runs, its configurations, the
-// source it hands NVRTC, and the launch. The kernel itself is ops/cuda/flash_attention_source.h;
-// up to kFlashDecodeMaxQueries query rows, the split-key kernels of flash_decode_source.h run.
+// source it hands NVRTC, and the launch. The kernel itself is
+// codegen/families/attention/flash_attention_source.h; up to kFlashDecodeMaxQueries query rows, the
+// split-key kernels of flash_decode_source.h run.
 //
 //   if (FlashAttentionUnsupportedReason(inputs, attrs).empty())
 //     LaunchFlashAttention(inputs, attrs, out);    // out = sdpa(q, k, v[, mask])

@@ -1,5 +1,5 @@
 // Per-shape epilogue choice (see epilogue_choice.h).
-#include "codegen/epilogue_choice.h"
+#include "codegen/families/gemm_epilogue/epilogue_choice.h"
 
 #include <cuda_runtime_api.h>
 

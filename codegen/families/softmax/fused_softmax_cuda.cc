@@ -1,5 +1,5 @@
 // Generated softmax kernels with an elementwise prologue (see fused_softmax_cuda.h).
-#include "ops/cuda/fused_softmax_cuda.h"
+#include "codegen/families/softmax/fused_softmax_cuda.h"
 
 #include <algorithm>
 #include <array>
@@ -356,6 +356,7 @@ FusedSoftmaxKernels CompileFusedSoftmaxKernels(const std::string& base, const ki
   FusedSoftmaxKernels k;
   k.row_len = n;
   k.num_inputs = p.num_inputs();
+  k.base = base;
   k.strided_layout =
       n > 0 ? PlanSoftmaxRows(n, 1) : SoftmaxRowLayout{1, kLoopThreads, 0, kLoopThreads};
   k.strided = ValueOrThrow(cuda::GetKernel(src, base + "_strided"));
@@ -364,6 +365,15 @@ FusedSoftmaxKernels CompileFusedSoftmaxKernels(const std::string& base, const ki
     k.vec = ValueOrThrow(cuda::GetKernel(src, base + "_vec"));
   }
   return k;
+}
+
+std::vector<cuda::KernelFootprint> FusedSoftmaxFootprints(const FusedSoftmaxKernels& k) {
+  std::vector<cuda::KernelFootprint> f;
+  for (const auto& [kernel, suffix] :
+       {std::pair{k.vec, "_vec"}, std::pair{k.strided, "_strided"}}) {
+    if (kernel != nullptr) f.push_back(ValueOrThrow(cuda::FootprintOf(kernel, k.base + suffix)));
+  }
+  return f;
 }
 
 void LaunchFusedSoftmax(const FusedSoftmaxKernels& k, absl::Span<const Tensor> in,

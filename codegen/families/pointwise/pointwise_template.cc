@@ -1,11 +1,12 @@
 // The pointwise kernel family: fusion bodies of elementwise ops (any number of inputs and
-// outputs, the outputs of one shape), lowered to the kernel IR and rendered by the elementwise
-// skeletons (ops/cuda/elementwise_cuda.h); on the CPU the same program is evaluated in one pass.
+// outputs, the outputs of one shape), found by elementwise_fusion.h, lowered to the kernel IR and
+// rendered by the elementwise skeletons (elementwise_cuda.h, which eager elementwise ops run as
+// one-instruction programs); on the CPU the same program is evaluated in one pass.
 #include "absl/strings/str_cat.h"
+#include "codegen/families/pointwise/elementwise_cuda.h"
+#include "codegen/families/pointwise/elementwise_fusion.h"
 #include "codegen/fused_kernel.h"
 #include "codegen/fusion_template.h"
-#include "ops/cuda/elementwise_cuda.h"
-#include "passes/fusion.h"
 
 namespace kiln::codegen {
 namespace {
@@ -16,6 +17,9 @@ class CudaPointwise final : public FusedKernel {
       : kernels_(cuda_ops::CompileElementwiseKernels(name, p)) {}
   void Run(absl::Span<const Tensor> in, absl::Span<const Tensor> out) const override {
     cuda_ops::LaunchElementwise(kernels_, in, out);
+  }
+  std::vector<cuda::KernelFootprint> Footprints() const override {
+    return cuda_ops::ElementwiseFootprints(kernels_);
   }
 
  private:
@@ -36,6 +40,9 @@ class CpuPointwise final : public FusedKernel {
 class Pointwise final : public FusionTemplate {
  public:
   const char* name() const override { return "pointwise"; }
+  passes::FamilyLimits Limits(Device) const override {
+    return {cuda_ops::kMaxKernelOperands, cuda_ops::kMaxKernelRank};
+  }
   bool Owns(const ir::Node& n) const override {
     return n.kind == ir::NodeKind::kFusion && OwnsBody(*n.body);
   }
@@ -63,7 +70,7 @@ class Pointwise final : public FusionTemplate {
     return absl::OkStatus();
   }
   std::unique_ptr<passes::Pass> MakePass() const override {
-    return std::make_unique<passes::ElementwiseFusion>();
+    return std::make_unique<passes::ElementwiseFusion>(*this);
   }
   std::unique_ptr<FusedKernel> Lower(const ir::Graph&, const ir::Node& n) const override {
     kir::Program p = LowerFusionBody(*n.body);

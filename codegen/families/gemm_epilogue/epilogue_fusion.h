@@ -17,18 +17,23 @@
 //   written), is not the linear itself, and is computed before it (the linear reads it).
 // Requires a verified graph; run after canonicalisation (which turns matmul + bias into linear)
 // and GEMM merge (which only merges linears without an epilogue), before elementwise fusion.
-// Guarantees types and order are kept: the activation's or add's uses read the linear instead,
-// and it is left dead for DCE.
+// Does nothing when the family is disabled. Guarantees types and order are kept: the activation's
+// or add's uses read the linear instead, and it is left dead for DCE.
 #pragma once
 
+#include "passes/kernel_family.h"
 #include "passes/pass.h"
 
 namespace kiln::passes {
 
 class GemmEpilogueFusion : public Pass {
  public:
+  explicit GemmEpilogueFusion(const KernelFamily& family) : family_(family) {}
   const char* name() const override { return "gemm-epilogue-fusion"; }
   absl::StatusOr<bool> Run(ir::Graph& graph, PassContext& ctx) override;
+
+ private:
+  const KernelFamily& family_;
 };
 
 }  // namespace kiln::passes

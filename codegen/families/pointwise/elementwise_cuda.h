@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "ops/kernel_ir.h"
+#include "runtime/nvrtc.h"
 
 namespace kiln::cuda_ops {
 
@@ -54,6 +55,8 @@ struct ElementwiseKernels {
 // NVRTC log on failure.
 ElementwiseKernels CompileElementwiseKernels(const std::string& kernel_base,
                                              const kir::Program& program);
+// The resources of the vectorised kernels (the strided ones compile on first use).
+std::vector<cuda::KernelFootprint> ElementwiseFootprints(const ElementwiseKernels& k);
 // Launches on the current stream: outputs = program(inputs) for any strides/broadcasts of the
 // inputs; every output has the iteration shape (out[0]'s) and any strides.
 // `scalar` feeds float instructions' $scalar, `iscalar` integer ones' when the scalar is

@@ -1,16 +1,17 @@
 // The softmax kernel family: bodies of elementwise ops ending in a softmax over the last dim and
-// at most one cast after it (passes/softmax_fusion.h). On CUDA the ops before the softmax are the
-// prologue program (kernel IR) of one generated softmax kernel (ops/cuda/fused_softmax_cuda.h)
+// at most one cast after it (softmax_fusion.h). On CUDA the ops before the softmax are the
+// prologue program (kernel IR) of one generated softmax kernel (fused_softmax_cuda.h)
 // that evaluates it on load and stores in the output's dtype (a trailing cast costs nothing). On
 // the CPU the prologue is evaluated into a float32 buffer and the registry's CPU softmax writes
 // the output: the same math as the kernel (no rounding between the softmax and the cast).
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/families/pointwise/elementwise_cuda.h"
+#include "codegen/families/softmax/fused_softmax_cuda.h"
+#include "codegen/families/softmax/softmax_fusion.h"
 #include "codegen/fused_kernel.h"
 #include "codegen/fusion_template.h"
-#include "ops/cuda/fused_softmax_cuda.h"
-#include "passes/softmax_fusion.h"
 #include "runtime/status.h"
 
 namespace kiln::codegen {
@@ -22,7 +23,7 @@ using ir::ValueId;
 
 ValueId SoftmaxOf(const ir::Graph& body) {
   for (ValueId v = 0; v < body.num_values(); ++v) {
-    if (ir::IsLastDimSoftmax(body.node(v))) return v;
+    if (passes::IsLastDimSoftmax(body.node(v))) return v;
   }
   return -1;
 }
@@ -46,6 +47,9 @@ class CudaSoftmax final : public FusedKernel {
                                                       RowLength(n))) {}
   void Run(absl::Span<const Tensor> in, absl::Span<const Tensor> out) const override {
     cuda_ops::LaunchFusedSoftmax(kernels_, in, out[0]);
+  }
+  std::vector<cuda::KernelFootprint> Footprints() const override {
+    return cuda_ops::FusedSoftmaxFootprints(kernels_);
   }
 
  private:
@@ -90,6 +94,10 @@ std::string Describe(const char* variant, const cuda_ops::SoftmaxRowLayout& l) {
 class Softmax final : public FusionTemplate {
  public:
   const char* name() const override { return "softmax"; }
+  // The prologue is rendered like a pointwise body: the same operand budget.
+  passes::FamilyLimits Limits(Device) const override {
+    return {cuda_ops::kMaxKernelOperands, cuda_ops::kMaxKernelRank};
+  }
   bool Owns(const Node& n) const override {
     return n.kind == NodeKind::kFusion && OwnsBody(*n.body);
   }
@@ -119,7 +127,7 @@ class Softmax final : public FusionTemplate {
     return absl::OkStatus();
   }
   std::unique_ptr<passes::Pass> MakePass() const override {
-    return std::make_unique<passes::SoftmaxFusion>();
+    return std::make_unique<passes::SoftmaxFusion>(*this);
   }
   std::unique_ptr<FusedKernel> Lower(const ir::Graph&, const Node& n) const override {
     if (n.type.device.is_cuda()) return std::make_unique<CudaSoftmax>(n);

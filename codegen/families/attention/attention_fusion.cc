@@ -1,11 +1,11 @@
 // Attention fusion (see attention_fusion.h).
-#include "passes/attention_fusion.h"
+#include "codegen/families/attention/attention_fusion.h"
 
 #include <cmath>
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "ops/cuda/flash_attention_cuda.h"
+#include "codegen/families/softmax/softmax_fusion.h"
 #include "ops/dispatch.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
@@ -61,7 +61,8 @@ TensorType MaskType(const Match& m, const Graph& g) {
 
 class Matcher {
  public:
-  Matcher(const Graph& g, PassContext& ctx) : g_(g), ctx_(ctx), uses_(g.UseCounts()) {}
+  Matcher(const Graph& g, PassContext& ctx, const KernelFamily& family)
+      : g_(g), ctx_(ctx), family_(family), uses_(g.UseCounts()) {}
 
   // Matches the attention ending at matmul `root`; false (with an explain line for near-misses)
   // when it is none.
@@ -72,8 +73,7 @@ class Matcher {
     if (!IsOp(g_, p, OpId::kSoftmax)) return false;
     m->root = root;
     m->v = r.inputs[1];
-    if (!ir::IsLastDimSoftmax(g_.node(p)))
-      return Refuse(root, "the softmax is not over the last dim");
+    if (!IsLastDimSoftmax(g_.node(p))) return Refuse(root, "the softmax is not over the last dim");
     if (uses_[p] != 1) return Refuse(root, "the probabilities are used elsewhere");
     ValueId x = g_.node(p).inputs[0];
     if (!PeelScoreOps(root, &x, m)) return false;
@@ -153,19 +153,17 @@ class Matcher {
       m->causal =
           IsCausalMask(g_.node(m->mask).constant, q.shape[q.rank() - 2], k.shape[k.rank() - 2]);
     }
-    if (q.device.is_cuda()) {
-      std::vector<TensorType> types = {q, k, v};
-      if (m->mask >= 0 && !m->causal) types.push_back(MaskType(*m, g_));
-      if (const std::string why = cuda_ops::FlashAttentionTypesUnsupported(types); !why.empty()) {
-        return Refuse(root,
-                      absl::StrCat("kiln's flash kernel does not take these operands: ", why));
-      }
+    std::vector<TensorType> types = {q, k, v};
+    if (m->mask >= 0 && !m->causal) types.push_back(MaskType(*m, g_));
+    if (const std::string why = family_.RejectsOperands(types); !why.empty()) {
+      return Refuse(root, absl::StrCat("the attention kernel does not take these operands: ", why));
     }
     return true;
   }
 
   const Graph& g_;
   PassContext& ctx_;
+  const KernelFamily& family_;
   std::vector<int> uses_;
 };
 
@@ -225,9 +223,9 @@ Graph Rewrite(const Graph& g, const std::map<ValueId, Match>& matches) {
 }  // namespace
 
 absl::StatusOr<bool> AttentionFusion::Run(Graph& graph, PassContext& ctx) {
-  if (!ctx.fuse_attention) return false;
+  if (!ctx.Enabled(family_.name())) return false;
   std::map<ValueId, Match> matches;
-  Matcher matcher(graph, ctx);
+  Matcher matcher(graph, ctx, family_);
   for (ValueId v = 0; v < graph.num_values(); ++v) {
     Match m;
     if (!matcher.Run(v, &m)) continue;

@@ -1,5 +1,5 @@
 // Generated elementwise CUDA kernels (see elementwise_cuda.h).
-#include "ops/cuda/elementwise_cuda.h"
+#include "codegen/families/pointwise/elementwise_cuda.h"
 
 #include <algorithm>
 #include <array>
@@ -235,6 +235,16 @@ kir::Program RowProgram(const OpDef& def, const std::vector<DType>& in_types, DT
   const int v = def.id == OpId::kContiguous ? args[0] : p.Apply(def.id, args, attrs, out_type);
   p.Store(v, out_type);
   return p;
+}
+
+std::vector<cuda::KernelFootprint> ElementwiseFootprints(const ElementwiseKernels& k) {
+  const std::string base = k.general != nullptr ? k.general->base : "kiln_elementwise";
+  std::vector<cuda::KernelFootprint> f;
+  for (const auto& [kernel, suffix] :
+       {std::pair{k.contig, "_contig"}, std::pair{k.rows, "_rows"}}) {
+    if (kernel != nullptr) f.push_back(ValueOrThrow(cuda::FootprintOf(kernel, base + suffix)));
+  }
+  return f;
 }
 
 ElementwiseKernels CompileElementwiseKernels(const std::string& base, const kir::Program& p) {

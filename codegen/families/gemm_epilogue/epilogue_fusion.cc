@@ -1,5 +1,5 @@
 // GEMM epilogue fusion (see epilogue_fusion.h).
-#include "passes/epilogue_fusion.h"
+#include "codegen/families/gemm_epilogue/epilogue_fusion.h"
 
 #include <string>
 #include <vector>
@@ -109,7 +109,7 @@ bool FuseResidual(Graph& graph, ValueId v, const std::vector<ValueId>& users, bo
 }  // namespace
 
 absl::StatusOr<bool> GemmEpilogueFusion::Run(Graph& graph, PassContext& ctx) {
-  if (!ctx.fuse_gemm_epilogues) return false;
+  if (!ctx.Enabled(family_.name())) return false;
   const std::vector<std::vector<ValueId>> users = graph.Users();
   std::vector<bool> is_output(graph.num_values(), false);
   for (ValueId v : graph.outputs()) is_output[v] = true;

@@ -1,6 +1,7 @@
 // The CUDA source of kiln's flash attention forward kernel, as one string that kiln hands NVRTC
-// (ops/cuda/flash_attention_cuda.cc) after a few #defines that specialise it, and that the
-// standalone GPU harness (tools/flash_attention/) #includes to compile exactly the same text.
+// (codegen/families/attention/flash_attention_cuda.cc) after a few #defines that specialise it, and
+// that the standalone GPU harness (tools/flash_attention/) #includes to compile exactly the same
+// text.
 //
 // Design (FlashAttention-2's forward pass, written for mma.sync on sm_80+):
 //   * One CTA owns BLOCK_M query rows of one (batch, head); its WARPS warps split them, WM rows

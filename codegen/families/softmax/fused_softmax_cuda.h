@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "ops/kernel_ir.h"
+#include "runtime/nvrtc.h"
 
 namespace kiln::cuda_ops {
 
@@ -55,6 +56,7 @@ struct FusedSoftmaxKernels {
   SoftmaxRowLayout vec_layout, strided_layout;
   int64_t row_len = 0;  // 0: any row length (read at run time; the three-pass loop kernel)
   int num_inputs = 0;
+  std::string base;  // the kernels' name without the variant suffix
 };
 
 // The CUDA source of both variants for a prologue program over the kernel's inputs whose single
@@ -66,6 +68,8 @@ std::string RenderFusedSoftmaxSource(const std::string& kernel_base, const kir::
 FusedSoftmaxKernels CompileFusedSoftmaxKernels(const std::string& kernel_base,
                                                const kir::Program& prologue, DType out_type,
                                                int64_t row_len);
+// The resources of both variants.
+std::vector<cuda::KernelFootprint> FusedSoftmaxFootprints(const FusedSoftmaxKernels& k);
 // Launches on the current stream; `out` is contiguous with the compiled row length as last dim.
 void LaunchFusedSoftmax(const FusedSoftmaxKernels& k, absl::Span<const Tensor> in,
                         const Tensor& out);

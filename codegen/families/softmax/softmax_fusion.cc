@@ -1,9 +1,9 @@
 // Softmax fusion (see softmax_fusion.h): roots at last-dim softmaxes, prologues grown with the
 // elementwise fusion's group machinery, an optional cast consumer appended.
-#include "passes/softmax_fusion.h"
+#include "codegen/families/softmax/softmax_fusion.h"
 
 #include "absl/strings/str_cat.h"
-#include "passes/fusion.h"
+#include "passes/fusion_groups.h"
 
 namespace kiln::passes {
 
@@ -22,14 +22,14 @@ std::string OpName(const Graph& g, ValueId v) {
 }
 
 // Why softmax `v` cannot end a softmax fusion ("" if it can).
-std::string RootRefusal(const Graph& g, ValueId v) {
+std::string RootRefusal(const Graph& g, ValueId v, const FamilyLimits& limits) {
   const Node& n = g.node(v);
-  if (!ir::IsLastDimSoftmax(n)) {
+  if (!IsLastDimSoftmax(n)) {
     return n.type.rank() == 0 ? "a 0-d softmax"
                               : absl::StrCat("over dim ", n.attrs.dim, " of ",
                                              ShapeString(n.type.shape), ", not the last dim");
   }
-  if (n.type.rank() > 8) return "rank above 8";
+  if (n.type.rank() > limits.max_rank) return absl::StrCat("rank above ", limits.max_rank);
   return "";
 }
 
@@ -59,15 +59,22 @@ ValueId CastConsumer(const Graph& g, ValueId s, const FusionGroups& grp, PassCon
 
 }  // namespace
 
+bool IsLastDimSoftmax(const Node& n) {
+  if (n.kind != NodeKind::kOp || n.op != OpId::kSoftmax) return false;
+  const int64_t rank = n.type.rank();
+  return rank >= 1 && (n.attrs.dim == -1 || n.attrs.dim == rank - 1);
+}
+
 absl::StatusOr<bool> SoftmaxFusion::Run(Graph& graph, PassContext& ctx) {
-  if (!ctx.fuse_softmax) return false;
-  FusionGroups grp(graph);
+  if (!ctx.Enabled(family_.name())) return false;
+  FusionGroups grp(graph, {});
   grp.log_prefix = kLog;
   grp.multi_output = false;  // the softmax skeleton stores the softmax only
   for (ValueId v = 0; v < graph.num_values(); ++v) {
     const Node& n = graph.node(v);
     if (n.kind != NodeKind::kOp || n.op != OpId::kSoftmax) continue;
-    if (const std::string why = RootRefusal(graph, v); !why.empty()) {
+    grp.limits = family_.Limits(n.type.device);
+    if (const std::string why = RootRefusal(graph, v, grp.limits); !why.empty()) {
       ctx.explain.push_back(absl::StrCat(kLog, "%", v, " (softmax) stays alone: ", why));
       continue;
     }

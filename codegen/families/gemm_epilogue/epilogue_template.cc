@@ -1,14 +1,15 @@
 // The GEMM-epilogue kernel family: linear(+bias) followed by relu or tanh GELU, or added to a
-// residual of its type, becomes one linear node with that epilogue (passes/epilogue_fusion.h),
-// run as one cuBLASLt call with CUBLASLT_EPILOGUE_{RELU,GELU}[_BIAS], or with the residual as C
-// and beta = 1 (or, for at most 8 rows, possibly kiln's GEMV kernel with the epilogue inside:
-// ops/cuda/matmul_cuda.h). On CUDA the fused form is timed once per shape against the plain GEMM
-// followed by the activation or add kernel and the faster is kept (codegen/epilogue_choice.h);
-// the choice is in the explain log.
-#include "codegen/epilogue_choice.h"
+// residual of its type, becomes one linear node with that epilogue
+// (codegen/families/gemm_epilogue/epilogue_fusion.h), run as one cuBLASLt call with
+// CUBLASLT_EPILOGUE_{RELU,GELU}[_BIAS], or with the residual as C and beta = 1 (or, for at most 8
+// rows, possibly kiln's GEMV kernel with the epilogue inside: ops/cuda/matmul_cuda.h). On CUDA the
+// fused form is timed once per shape against the plain GEMM followed by the activation or add
+// kernel and the faster is kept (codegen/families/gemm_epilogue/epilogue_choice.h); the choice is
+// in the explain log.
+#include "codegen/families/gemm_epilogue/epilogue_choice.h"
+#include "codegen/families/gemm_epilogue/epilogue_fusion.h"
 #include "codegen/fusion_template.h"
 #include "ops/dispatch.h"
-#include "passes/epilogue_fusion.h"
 
 namespace kiln::codegen {
 namespace {
@@ -24,7 +25,17 @@ class LinearEpilogue final : public FusedKernel {
     }
     RunSplit(in, attrs_, out[0]);
   }
-  int kernel_launches() const override { return choice_.fused ? 1 : 2; }
+  // The GEMM as cuBLASLt (or the GEMV) runs it, counted by capture (a split K adds kernels and a
+  // memset), plus the activation or add kernel when the epilogue runs apart.
+  LaunchCount Launches(absl::Span<const Tensor> in) const override {
+    if (choice_.fused) return CountLaunchesOnce(OpId::kLinear, in, attrs_);
+    OpAttrs gemm = attrs_;
+    gemm.epilogue = Epilogue::kNone;
+    LaunchCount c =
+        CountLaunchesOnce(OpId::kLinear, HasResidual(attrs_) ? in.first(in.size() - 1) : in, gemm);
+    ++c.kernels;
+    return c;
+  }
   std::string explain() const override { return choice_.explain; }
 
  private:
@@ -40,7 +51,7 @@ class GemmEpilogue final : public FusionTemplate {
            n.attrs.epilogue != Epilogue::kNone;
   }
   std::unique_ptr<passes::Pass> MakePass() const override {
-    return std::make_unique<passes::GemmEpilogueFusion>();
+    return std::make_unique<passes::GemmEpilogueFusion>(*this);
   }
   std::unique_ptr<FusedKernel> Lower(const ir::Graph& g, const ir::Node& n) const override {
     return std::make_unique<LinearEpilogue>(n, ChooseEpilogue(g, n));

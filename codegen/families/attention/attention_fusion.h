@@ -15,20 +15,26 @@
 // constant bool mask becomes its complement (SDPA's true means "take part"); an additive mask may
 // be any value. Near-misses are refused with a line in the explain log ("attention fusion: ..."):
 // scores or probabilities used elsewhere, a softmax not over the last dim, a mask that is not
-// constant, a fill value that is not -inf, mixed dtypes, or operands kiln's flash kernel does not
-// take on CUDA (then the softmax fusion handles the chain).
+// constant, a fill value that is not -inf, mixed dtypes, or operands the family's kernel does not
+// take (KernelFamily::RejectsOperands: kiln's flash kernel on CUDA; then the softmax fusion
+// handles the chain). Does nothing when the family is disabled.
 // Requires a verified, canonicalised graph; rewrites the final matmul in place (its operands are
 // all defined before it) and leaves the chain dead for DCE.
 #pragma once
 
+#include "passes/kernel_family.h"
 #include "passes/pass.h"
 
 namespace kiln::passes {
 
 class AttentionFusion : public Pass {
  public:
+  explicit AttentionFusion(const KernelFamily& family) : family_(family) {}
   const char* name() const override { return "attention-fusion"; }
   absl::StatusOr<bool> Run(ir::Graph& graph, PassContext& ctx) override;
+
+ private:
+  const KernelFamily& family_;
 };
 
 }  // namespace kiln::passes

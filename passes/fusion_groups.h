@@ -1,0 +1,46 @@
+// Fusion groups: the machinery the elementwise-style families share (the pointwise family's pass,
+// codegen/families/pointwise/elementwise_fusion.h, and the softmax family's prologue,
+// codegen/families/softmax/softmax_fusion.h). A group grows from its root backwards through
+// elementwise producers by these rules (each refusal is written to the explain log):
+// - a member is elementwise, produces the group's output shape, has a floating/bool dtype and a
+//   rank within the family's limits;
+// - a producer that is also used outside the group, or is a graph output, joins it as a further
+//   output (multi-output fusion: the kernel stores it once, `result` nodes hand it to its other
+//   users) unless one of those users leads back into the group (a cycle), or multi-output is off;
+// - a group has at most the family's max_operands inputs plus outputs (FamilyLimits).
+// The rewrite replaces each group of two or more members by one kFusion node and keeps the graph
+// topologically ordered (a group's other users move after it).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "passes/kernel_family.h"
+#include "passes/pass.h"
+
+namespace kiln::passes {
+
+// Groups of values being fused: members in increasing id order, the last one the root.
+struct FusionGroups {
+  FusionGroups(const ir::Graph& g, const FamilyLimits& limits);
+  std::vector<int> group_of;                     // value -> group id or -1
+  std::vector<std::vector<ir::ValueId>> groups;  // members; last = root
+  std::vector<std::vector<ir::ValueId>> users;   // value -> its consumers
+  std::vector<bool> is_output;                   // graph outputs
+  std::string log_prefix;                        // prefixes this pass's explain lines
+  bool multi_output = true;  // producers used outside join as further outputs (else refused)
+  FamilyLimits limits;       // of the family whose kernels the groups become
+};
+
+// Why `v` cannot be an elementwise fusion member at all ("" if it can).
+std::string Unfusable(const ir::Graph& g, ir::ValueId v, const FamilyLimits& limits);
+// Grows the group of `root` (already in groups) backwards to a fixed point by the rules above;
+// logs each refusal once.
+void GrowFusionGroup(const ir::Graph& g, ir::ValueId root, FusionGroups& groups, PassContext& ctx);
+// Replaces each group of two or more members by one kFusion node (body: the external inputs,
+// then the members; outputs: the root, then each member used outside the group, reached through
+// result nodes), named kiln_fused_<ops>_<n>, placed where its inputs are ready; nodes that use
+// its further outputs follow it. Returns whether it changed the graph.
+bool RewriteFusionGroups(ir::Graph& graph, const FusionGroups& groups);
+
+}  // namespace kiln::passes
