@@ -39,38 +39,6 @@ constexpr int kMaxNesting = 32;
 using Scope = std::map<int64_t, ValueId>;
 using ValueList = absl::InlinedVector<ValueId, 3>;
 
-// Attribute keys of the text form and the OpDef::attr_fields bit that declares each.
-struct AttrKey {
-  absl::string_view name;
-  uint32_t field;
-};
-constexpr AttrKey kAttrKeys[] = {
-    {"scalar", kAttrScalar},
-    {"eps", kAttrEps},
-    {"dim", kAttrDim},
-    {"dim2", kAttrDim2},
-    {"start", kAttrSlice},
-    {"end", kAttrSlice},
-    {"step", kAttrSlice},
-    {"diagonal", kAttrDiagonal},
-    {"dims", kAttrDims},
-    {"keepdim", kAttrKeepdim},
-    {"all_dims", kAttrAllDims},
-    {"transpose_a", kAttrTranspose},
-    {"transpose_b", kAttrTranspose},
-    {"approximate", kAttrApproximate},
-    {"dtype", kAttrDType},
-    {"epilogue", kAttrEpilogue},
-    {"strides", kAttrStrided},
-    {"offset", kAttrStrided},
-    {"scale", kAttrAttention},
-    {"is_causal", kAttrAttention},
-    {"enable_gqa", kAttrAttention},
-    {"k", kAttrTopK},
-    {"largest", kAttrTopK},
-};
-constexpr int kNumAttrKeys = sizeof(kAttrKeys) / sizeof(kAttrKeys[0]);
-
 bool IsWordStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
 bool IsWordChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 bool IsDigit(char c) { return std::isdigit(static_cast<unsigned char>(c)); }
@@ -86,6 +54,14 @@ absl::Status Set(absl::StatusOr<T> value, T* out) {
 class Parser {
  public:
   explicit Parser(absl::string_view text) : text_(text) {}
+
+  absl::StatusOr<OpAttrs> ParseAttrsOnly(const OpDef& def) {
+    OpAttrs attrs;
+    KILN_RETURN_IF_ERROR(Attrs(def, &attrs));
+    SkipSpace();
+    if (!AtEnd()) return Error("expected the end after the attributes");
+    return attrs;
+  }
 
   absl::StatusOr<Graph> ParseTop() {
     Graph graph;
@@ -132,8 +108,16 @@ class Parser {
   absl::StatusOr<ValueId> OpCall(Graph* g, const Scope& scope);
   absl::Status Attrs(const OpDef& def, OpAttrs* attrs);
   absl::Status Attr(const OpDef& def, uint32_t* seen, OpAttrs* attrs);
-  absl::Status AttrValue(absl::string_view key, OpAttrs* attrs);
-  absl::Status EpilogueValue(Epilogue* epilogue);
+  // One attribute's value, by the type of its row (ops/op_def.h kAttrRows).
+  absl::Status AttrValue(absl::string_view what, double* v) { return Set(Number(what), v); }
+  absl::Status AttrValue(absl::string_view what, int64_t* v) { return Set(Integer(what), v); }
+  absl::Status AttrValue(absl::string_view what, bool* v) { return Set(Bool(what), v); }
+  absl::Status AttrValue(absl::string_view what, Shape* v) { return Set(IntList(what), v); }
+  absl::Status AttrValue(absl::string_view what, DType* v) {
+    return Set(ParseDType(absl::StrCat("for ", what)), v);
+  }
+  absl::Status AttrValue(absl::string_view what, Epilogue* v);
+  absl::Status AttrValue(absl::string_view what, GeluApprox* v);
   absl::Status Return(Graph* g, const Scope& scope);
 
   absl::string_view text_;
@@ -469,62 +453,49 @@ absl::Status Parser::Attrs(const OpDef& def, OpAttrs* attrs) {
   return Expect('}', "after the attributes");
 }
 
+static_assert(kNumAttrRows <= 32, "Parser::Attr tracks the attributes seen in 32 bits");
+
 absl::Status Parser::Attr(const OpDef& def, uint32_t* seen, OpAttrs* attrs) {
   SkipSpace();
   const size_t start = pos_;
   const absl::string_view key = Word();
   if (key.empty()) return Error("expected an attribute name");
   int index = 0;
-  while (index < kNumAttrKeys && kAttrKeys[index].name != key) ++index;
-  if (index == kNumAttrKeys) return ErrorAt(start, absl::StrCat("unknown attribute '", key, "'"));
-  if (!(def.attr_fields & kAttrKeys[index].field)) {
-    return ErrorAt(start, absl::StrCat("op '", def.name, "' has no attribute '", key, "'"));
-  }
-  if (*seen & (1u << index)) {
-    return ErrorAt(start, absl::StrCat("duplicate attribute '", key, "'"));
-  }
-  *seen |= 1u << index;
-  KILN_RETURN_IF_ERROR(Expect('=', absl::StrCat("after attribute '", key, "'")));
-  return AttrValue(key, attrs);
+  bool found = false;
+  absl::Status status;
+  ForEachAttrRow([&](const auto& row) {
+    if (found || key != row.key) {
+      index += !found;
+      return;
+    }
+    found = true;
+    if (!(def.attr_fields & row.field)) {
+      status = ErrorAt(start, absl::StrCat("op '", def.name, "' has no attribute '", key, "'"));
+    } else if (*seen & (1u << index)) {
+      status = ErrorAt(start, absl::StrCat("duplicate attribute '", key, "'"));
+    } else {
+      *seen |= 1u << index;
+      status = Expect('=', absl::StrCat("after attribute '", key, "'"));
+      if (status.ok()) status = AttrValue(absl::StrCat("'", key, "'"), &(attrs->*row.member));
+    }
+  });
+  if (!found) return ErrorAt(start, absl::StrCat("unknown attribute '", key, "'"));
+  return status;
 }
 
-absl::Status Parser::AttrValue(absl::string_view key, OpAttrs* a) {
-  const std::string what = absl::StrCat("'", key, "'");
-  if (key == "scalar") return Set(Number(what), &a->scalar);
-  if (key == "eps") return Set(Number(what), &a->eps);
-  if (key == "dim") return Set(Integer(what), &a->dim);
-  if (key == "dim2") return Set(Integer(what), &a->dim2);
-  if (key == "start") return Set(Integer(what), &a->start);
-  if (key == "end") return Set(Integer(what), &a->end);
-  if (key == "step") return Set(Integer(what), &a->step);
-  if (key == "diagonal") return Set(Integer(what), &a->diagonal);
-  if (key == "dims") return Set(IntList(what), &a->dims);
-  if (key == "strides") return Set(IntList(what), &a->strides);
-  if (key == "offset") return Set(Integer(what), &a->offset);
-  if (key == "keepdim") return Set(Bool(what), &a->keepdim);
-  if (key == "all_dims") return Set(Bool(what), &a->all_dims);
-  if (key == "transpose_a") return Set(Bool(what), &a->transpose_a);
-  if (key == "transpose_b") return Set(Bool(what), &a->transpose_b);
-  if (key == "dtype") return Set(ParseDType("for 'dtype'"), &a->dtype);
-  if (key == "epilogue") return EpilogueValue(&a->epilogue);
-  if (key == "scale") return Set(Number(what), &a->scale);
-  if (key == "is_causal") return Set(Bool(what), &a->is_causal);
-  if (key == "enable_gqa") return Set(Bool(what), &a->enable_gqa);
-  if (key == "k") return Set(Integer(what), &a->k);
-  if (key == "largest") return Set(Bool(what), &a->largest);
-  // approximate
+absl::Status Parser::AttrValue(absl::string_view what, GeluApprox* v) {
   SkipSpace();
   const size_t start = pos_;
   const absl::string_view word = Word();
   if (word == "tanh" || word == "none") {
-    a->approximate = word == "tanh" ? GeluApprox::kTanh : GeluApprox::kNone;
+    *v = word == "tanh" ? GeluApprox::kTanh : GeluApprox::kNone;
     return absl::OkStatus();
   }
   pos_ = start;
-  return Error("expected tanh or none for 'approximate'");
+  return Error(absl::StrCat("expected tanh or none for ", what));
 }
 
-absl::Status Parser::EpilogueValue(Epilogue* epilogue) {
+absl::Status Parser::AttrValue(absl::string_view what, Epilogue* epilogue) {
   SkipSpace();
   const size_t start = pos_;
   const absl::string_view word = Word();
@@ -535,7 +506,7 @@ absl::Status Parser::EpilogueValue(Epilogue* epilogue) {
     }
   }
   pos_ = start;
-  return Error("expected none, relu, gelu_tanh or add for 'epilogue'");
+  return Error(absl::StrCat("expected none, relu, gelu_tanh or add for ", what));
 }
 
 absl::Status Parser::Return(Graph* g, const Scope& scope) {
@@ -556,6 +527,10 @@ absl::Status Parser::Return(Graph* g, const Scope& scope) {
 
 absl::StatusOr<Graph> ParseGraph(std::string_view text) {
   return Parser(absl::string_view(text.data(), text.size())).ParseTop();
+}
+
+absl::StatusOr<OpAttrs> ParseAttrs(const OpDef& def, std::string_view text) {
+  return Parser(absl::string_view(text.data(), text.size())).ParseAttrsOnly(def);
 }
 
 }  // namespace kiln::ir

@@ -26,5 +26,7 @@
 namespace kiln::ir {
 
 absl::StatusOr<Graph> ParseGraph(std::string_view text);
+// The attributes of an op call of `def` as PrintAttrs writes them ("{dim=-1}", or "").
+absl::StatusOr<OpAttrs> ParseAttrs(const OpDef& def, std::string_view text);
 
 }  // namespace kiln::ir

@@ -75,41 +75,27 @@ std::string PrintType(const TensorType& t) {
   return s;
 }
 
+namespace {
+
+// An attribute value as the text form writes it (the parser reads each back).
+std::string AttrText(double v) { return FormatDouble(v); }
+std::string AttrText(int64_t v) { return absl::StrCat(v); }
+std::string AttrText(bool v) { return v ? "true" : "false"; }
+std::string AttrText(const Shape& v) { return absl::StrCat("[", absl::StrJoin(v, ", "), "]"); }
+std::string AttrText(GeluApprox v) { return v == GeluApprox::kTanh ? "tanh" : "none"; }
+std::string AttrText(DType v) { return ShortDTypeName(v); }
+std::string AttrText(Epilogue v) { return EpilogueName(v); }
+
+}  // namespace
+
 std::string PrintAttrs(const OpDef& def, const OpAttrs& a) {
+  static const OpAttrs kDefaults;
   std::vector<std::string> parts;
-  const uint32_t f = def.attr_fields;
-  if (f & kAttrScalar) parts.push_back(absl::StrCat("scalar=", FormatDouble(a.scalar)));
-  if (f & kAttrEps) parts.push_back(absl::StrCat("eps=", FormatDouble(a.eps)));
-  if (f & kAttrDim) parts.push_back(absl::StrCat("dim=", a.dim));
-  if (f & kAttrDim2) parts.push_back(absl::StrCat("dim2=", a.dim2));
-  if (f & kAttrSlice) {
-    parts.push_back(absl::StrCat("start=", a.start, ", end=", a.end, ", step=", a.step));
-  }
-  if (f & kAttrDiagonal) parts.push_back(absl::StrCat("diagonal=", a.diagonal));
-  if (f & kAttrDims) parts.push_back(absl::StrCat("dims=[", absl::StrJoin(a.dims, ", "), "]"));
-  if (f & kAttrKeepdim) parts.push_back(absl::StrCat("keepdim=", a.keepdim ? "true" : "false"));
-  if ((f & kAttrAllDims) && a.all_dims) parts.push_back("all_dims=true");
-  if ((f & kAttrTranspose) && a.transpose_a) parts.push_back("transpose_a=true");
-  if ((f & kAttrTranspose) && a.transpose_b) parts.push_back("transpose_b=true");
-  if (f & kAttrApproximate) {
-    parts.push_back(a.approximate == GeluApprox::kTanh ? "approximate=tanh" : "approximate=none");
-  }
-  if (f & kAttrDType) parts.push_back(absl::StrCat("dtype=", ShortDTypeName(a.dtype)));
-  if (f & kAttrStrided) {
-    parts.push_back(
-        absl::StrCat("strides=[", absl::StrJoin(a.strides, ", "), "], offset=", a.offset));
-  }
-  if (f & kAttrTopK) {
-    parts.push_back(absl::StrCat("k=", a.k, ", largest=", a.largest ? "true" : "false"));
-  }
-  if ((f & kAttrEpilogue) && a.epilogue != Epilogue::kNone) {
-    parts.push_back(absl::StrCat("epilogue=", EpilogueName(a.epilogue)));
-  }
-  if (f & kAttrAttention) {
-    parts.push_back(absl::StrCat("scale=", FormatDouble(a.scale)));
-    if (a.is_causal) parts.push_back("is_causal=true");
-    if (a.enable_gqa) parts.push_back("enable_gqa=true");
-  }
+  ForEachAttrRow([&](const auto& row) {
+    if (!(def.attr_fields & row.field)) return;
+    if (row.only_if_set && a.*row.member == kDefaults.*row.member) return;
+    parts.push_back(absl::StrCat(row.key, "=", AttrText(a.*row.member)));
+  });
   return parts.empty() ? "" : absl::StrCat("{", absl::StrJoin(parts, ", "), "}");
 }
 

@@ -40,7 +40,7 @@ std::string AttrText(const OpDef& def, const OpAttrs& a) {
 
 namespace {
 
-// OpAttrs has exactly the fields AttrFieldsButScalar names plus `scalar`: an aggregate takes at
+// OpAttrs has exactly the fields the attribute table (kAttrRows) names: an aggregate takes at
 // most as many initializers as it has fields.
 struct AnyField {
   template <typename T>
@@ -54,10 +54,10 @@ template <size_t... I>
 constexpr bool TakesFields(std::index_sequence<I...>) {
   return kTakesInitializers<decltype(static_cast<void>(I), AnyField{})...>;
 }
-constexpr size_t kListedFields = 1 + std::tuple_size_v<decltype(AttrFieldsButScalar(OpAttrs{}))>;
+constexpr size_t kListedFields = kNumAttrRows;
 static_assert(TakesFields(std::make_index_sequence<kListedFields>()) &&
                   !TakesFields(std::make_index_sequence<kListedFields + 1>()),
-              "OpAttrs gained a field: add it to AttrFieldsButScalar (ops/kernel_ir.h)");
+              "OpAttrs gained a field: add its row to kAttrRows (ops/op_def.h)");
 
 template <typename T>
 void AppendFieldBits(const T& v, std::string* key) {
@@ -80,19 +80,27 @@ bool FieldBitsEqual(const T& x, const T& y) {
   }
 }
 
+template <typename T>
+constexpr bool IsScalarRow(const AttrRow<T>& row) {
+  if constexpr (std::is_same_v<T, double>) {
+    return row.member == &OpAttrs::scalar;
+  } else {
+    return false;
+  }
+}
+
 }  // namespace
 
 void AppendAttrKey(const OpAttrs& a, std::string* key) {
-  AppendFieldBits(a.scalar, key);
-  std::apply([key](const auto&... f) { (AppendFieldBits(f, key), ...); }, AttrFieldsButScalar(a));
+  ForEachAttrRow([&](const auto& row) { AppendFieldBits(a.*row.member, key); });
 }
 
 bool SameAttrsButScalar(const OpAttrs& x, const OpAttrs& y) {
-  const auto fx = AttrFieldsButScalar(x), fy = AttrFieldsButScalar(y);
-  return [&]<size_t... I>(std::index_sequence<I...>) {
-    return (FieldBitsEqual(std::get<I>(fx), std::get<I>(fy)) && ...);
-  }
-  (std::make_index_sequence<std::tuple_size_v<decltype(fx)>>());
+  return std::apply(
+      [&](const auto&... row) {
+        return ((IsScalarRow(row) || FieldBitsEqual(x.*row.member, y.*row.member)) && ...);
+      },
+      kAttrRows);
 }
 
 namespace {

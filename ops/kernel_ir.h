@@ -84,15 +84,8 @@ class Program {
   std::unordered_map<std::string, int> index_;  // an instruction's key -> its value
 };
 
-// Every field of OpAttrs but `scalar`, in one list that the key below and the eager kernels'
-// memo both read. A field added to OpAttrs goes here too (kernel_ir.cc counts them).
-inline auto AttrFieldsButScalar(const OpAttrs& a) {
-  return std::tie(a.eps, a.dim, a.dim2, a.start, a.end, a.step, a.diagonal, a.dims, a.keepdim,
-                  a.all_dims, a.transpose_a, a.transpose_b, a.approximate, a.dtype, a.epilogue,
-                  a.strides, a.offset, a.scale, a.is_causal, a.enable_gqa, a.k, a.largest);
-}
-
-// Appends every attribute field, bit-exact, to `key` (instruction identity, kernel cache keys).
+// Appends every attribute (the rows of kAttrRows, ops/op_def.h), bit-exact, to `key` (instruction
+// identity, kernel cache keys).
 void AppendAttrKey(const OpAttrs& attrs, std::string* key);
 
 // True when every field but `scalar` holds the same bits in both (0.0 and -0.0 differ, as their

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <tuple>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -167,6 +168,51 @@ enum AttrField : uint32_t {
   kAttrAttention = 1u << 14,  // scale, is_causal, enable_gqa
   kAttrTopK = 1u << 15,       // k and largest (13 and 14 are taken on main: strided, attention)
 };
+
+// ---- The attribute table -------------------------------------------------------------------
+// Every attribute once: its name in the IR text, the OpDef::attr_fields bit that declares it, its
+// member, and whether the text shows it only when it differs from OpAttrs{}'s value. The printer,
+// the parser, the kernel-cache key and the eager kernels' memo comparison are derived from this
+// list (in this order); ops/kernel_ir.cc checks that it names every field of OpAttrs. A new
+// attribute is its field above plus one row here.
+template <typename T>
+struct AttrRow {
+  const char* key;
+  uint32_t field;
+  T OpAttrs::*member;
+  bool only_if_set = false;
+};
+inline constexpr auto kAttrRows =
+    std::make_tuple(AttrRow<double>{"scalar", kAttrScalar, &OpAttrs::scalar},
+                    AttrRow<double>{"eps", kAttrEps, &OpAttrs::eps},
+                    AttrRow<int64_t>{"dim", kAttrDim, &OpAttrs::dim},
+                    AttrRow<int64_t>{"dim2", kAttrDim2, &OpAttrs::dim2},
+                    AttrRow<int64_t>{"start", kAttrSlice, &OpAttrs::start},
+                    AttrRow<int64_t>{"end", kAttrSlice, &OpAttrs::end},
+                    AttrRow<int64_t>{"step", kAttrSlice, &OpAttrs::step},
+                    AttrRow<int64_t>{"diagonal", kAttrDiagonal, &OpAttrs::diagonal},
+                    AttrRow<Shape>{"dims", kAttrDims, &OpAttrs::dims},
+                    AttrRow<bool>{"keepdim", kAttrKeepdim, &OpAttrs::keepdim},
+                    AttrRow<bool>{"all_dims", kAttrAllDims, &OpAttrs::all_dims, true},
+                    AttrRow<bool>{"transpose_a", kAttrTranspose, &OpAttrs::transpose_a, true},
+                    AttrRow<bool>{"transpose_b", kAttrTranspose, &OpAttrs::transpose_b, true},
+                    AttrRow<GeluApprox>{"approximate", kAttrApproximate, &OpAttrs::approximate},
+                    AttrRow<DType>{"dtype", kAttrDType, &OpAttrs::dtype},
+                    AttrRow<Strides>{"strides", kAttrStrided, &OpAttrs::strides},
+                    AttrRow<int64_t>{"offset", kAttrStrided, &OpAttrs::offset},
+                    AttrRow<int64_t>{"k", kAttrTopK, &OpAttrs::k},
+                    AttrRow<bool>{"largest", kAttrTopK, &OpAttrs::largest},
+                    AttrRow<Epilogue>{"epilogue", kAttrEpilogue, &OpAttrs::epilogue, true},
+                    AttrRow<double>{"scale", kAttrAttention, &OpAttrs::scale},
+                    AttrRow<bool>{"is_causal", kAttrAttention, &OpAttrs::is_causal, true},
+                    AttrRow<bool>{"enable_gqa", kAttrAttention, &OpAttrs::enable_gqa, true});
+inline constexpr int kNumAttrRows = std::tuple_size_v<decltype(kAttrRows)>;
+
+// Calls f(row) for every row of the table, in order.
+template <typename F>
+constexpr void ForEachAttrRow(F&& f) {
+  std::apply([&f](const auto&... row) { (f(row), ...); }, kAttrRows);
+}
 
 struct OpDef;
 using InferFn = absl::StatusOr<TensorType> (*)(absl::Span<const TensorType> inputs,

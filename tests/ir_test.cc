@@ -666,5 +666,54 @@ TEST(KernelIrTest, EveryAttributeFieldChangesTheKeyAndTheMemoComparison) {
   EXPECT_TRUE(kir::SameAttrsButScalar(base, scalar));
 }
 
+// A value of each attribute type other than OpAttrs{}'s.
+double OtherValue(double v) { return v == 0.375 ? 0.5 : 0.375; }
+int64_t OtherValue(int64_t v) { return v + 3; }
+bool OtherValue(bool v) { return !v; }
+Shape OtherValue(const Shape& v) { return v == Shape{2, 3} ? Shape{4} : Shape{2, 3}; }
+GeluApprox OtherValue(GeluApprox v) {
+  return v == GeluApprox::kTanh ? GeluApprox::kNone : GeluApprox::kTanh;
+}
+DType OtherValue(DType v) { return v == DType::kInt32 ? DType::kBFloat16 : DType::kInt32; }
+Epilogue OtherValue(Epilogue v) { return v == Epilogue::kRelu ? Epilogue::kAdd : Epilogue::kRelu; }
+
+// Whether printed attributes `text` name `key` (not merely a key it begins: dim, dims, dim2).
+bool Names(const std::string& text, const char* key) {
+  return text.find(absl::StrCat("{", key, "=")) != std::string::npos ||
+         text.find(absl::StrCat(" ", key, "=")) != std::string::npos;
+}
+
+// The attribute table is the only list of attributes: every row (a new one too) prints, parses
+// back, changes the kernel key and (but the scalar) the memo comparison, with no code of its own.
+TEST(AttributeTable, EveryRowPrintsParsesBackAndKeys) {
+  OpDef every = GetOpDef(OpId::kAdd);
+  every.attr_fields = ~0u;  // an op reading every attribute
+  const OpAttrs base;
+  std::string base_key;
+  kir::AppendAttrKey(base, &base_key);
+  int rows = 0;
+  ForEachAttrRow([&](const auto& row) {
+    ++rows;
+    OpAttrs changed = base;
+    changed.*row.member = OtherValue(base.*row.member);
+    const std::string text = PrintAttrs(every, changed);
+    EXPECT_TRUE(Names(text, row.key)) << text;
+    absl::StatusOr<OpAttrs> back = ParseAttrs(every, text);
+    ASSERT_TRUE(back.ok()) << row.key << ": " << back.status() << "\n" << text;
+    EXPECT_TRUE(*back == changed) << row.key << ": " << text;
+    std::string key;
+    kir::AppendAttrKey(changed, &key);
+    EXPECT_NE(key, base_key) << row.key;
+    EXPECT_EQ(kir::SameAttrsButScalar(base, changed), std::string(row.key) == "scalar") << row.key;
+    // An op that does not declare the row neither prints nor parses it.
+    OpDef none = every;
+    none.attr_fields = ~row.field;
+    EXPECT_FALSE(Names(PrintAttrs(none, changed), row.key)) << row.key;
+    EXPECT_FALSE(ParseAttrs(none, text).ok()) << row.key;
+  });
+  EXPECT_EQ(rows, kNumAttrRows);
+  EXPECT_EQ(ParseAttrs(every, PrintAttrs(every, base)).value(), base);
+}
+
 }  // namespace
 }  // namespace kiln::ir
