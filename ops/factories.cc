@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "ops/cuda/fill_kernels.h"
 #include "ops/cuda/random_kernels.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
@@ -48,24 +49,34 @@ Tensor empty(IntList shape, DType dtype, Device device) {
   return Tensor::Empty(shape, dtype, device);
 }
 
-// A constant: checked and stored once, then the filled bytes double by memcpy (a million-element
-// fill costs microseconds, not a store call and a range check per element).
+// A constant: checked and stored once, then the element's bytes are repeated: on CUDA by a fill
+// kernel (or a memset for zero bytes) on the current stream, never staged on the host; on the
+// CPU the filled bytes double by memcpy (a million-element fill costs microseconds).
 Tensor full(IntList shape, double value, DType dtype, Device device) {
-  Tensor host = Tensor::Empty(shape, dtype, device.is_meta() ? kMeta : kCPU);
-  if (device.is_meta()) return host;
   KILN_CHECK(FitsDType(value, dtype), "full: the value ", value, " cannot be converted to ",
              DTypeName(dtype), " without overflow");
-  const size_t element = DTypeSize(dtype), total = element * static_cast<size_t>(host.numel());
-  if (total > 0) {
-    char* bytes = static_cast<char*>(host.data_ptr());
-    StorerFor(dtype)(bytes, 0, value);
-    for (size_t done = element; done < total;) {
-      const size_t n = std::min(done, total - done);
-      std::memcpy(bytes + done, bytes, n);
-      done += n;
+  Tensor out = Tensor::Empty(shape, dtype, device);  // on CUDA: out of memory raises here
+  const size_t element = DTypeSize(dtype), total = element * static_cast<size_t>(out.numel());
+  if (device.is_meta() || total == 0) return out;
+  uint64_t pattern = 0;
+  StorerFor(dtype)(&pattern, 0, value);
+  if (device.is_cuda()) {
+    if (pattern == 0) {
+      KILN_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, total, cuda::CurrentStream()));
+    } else {
+      KILN_CUDA_CHECK(cuda_kernels::FillPattern(
+          out.data_ptr(), out.numel(), static_cast<int>(element), pattern, cuda::CurrentStream()));
     }
+    return out;
   }
-  return to(host, device);
+  char* bytes = static_cast<char*>(out.data_ptr());
+  std::memcpy(bytes, &pattern, element);
+  for (size_t done = element; done < total;) {
+    const size_t n = std::min(done, total - done);
+    std::memcpy(bytes + done, bytes, n);
+    done += n;
+  }
+  return out;
 }
 Tensor zeros(IntList shape, DType dtype, Device device) { return full(shape, 0, dtype, device); }
 Tensor ones(IntList shape, DType dtype, Device device) { return full(shape, 1, dtype, device); }
@@ -78,7 +89,19 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
   KILN_CHECK(std::isfinite(count) && count < 0x1p63, "arange: [", start, ", ", end, ") with step ",
              step, " has ", count, " elements, more than fit in int64");
   const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(count));
-  return FillOnHost("arange", {n}, dtype, device, [&](int64_t i) { return start + i * step; });
+  if (!device.is_cuda()) {
+    return FillOnHost("arange", {n}, dtype, device, [&](int64_t i) { return start + i * step; });
+  }
+  // On CUDA the device computes the values (the same double arithmetic); they run from start to
+  // the last one monotonically, so the two ends decide whether all fit the dtype.
+  for (const double end_value : {start, start + static_cast<double>(n - 1) * step}) {
+    KILN_CHECK(n == 0 || FitsDType(end_value, dtype), "arange: the value ", end_value,
+               " cannot be converted to ", DTypeName(dtype), " without overflow");
+  }
+  Tensor out = Tensor::Empty({n}, dtype, device);
+  KILN_CUDA_CHECK(
+      cuda_kernels::FillArange(out.data_ptr(), n, dtype, start, step, cuda::CurrentStream()));
+  return out;
 }
 
 Tensor arange(int64_t end, DType dtype, Device device) { return arange(0, end, 1, dtype, device); }

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -351,6 +352,76 @@ TEST(CudaRuntime, OutOfMemoryIsAnError) {
     EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos) << e.what();
   }
   EXPECT_EQ(to_vector(ones({2}, DType::kFloat32, CUDA(0))), (std::vector<double>{1, 1}));
+}
+
+// The process's resident memory in bytes (Linux /proc/self/statm), 0 when unknown.
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  if (!(statm >> pages >> resident)) return 0;
+  return resident * 4096;
+}
+
+// Factories fill on the device: a request larger than the GPU fails with the out-of-memory error
+// before any host memory is staged (the CPU path once filled a host buffer of the full size).
+TEST(CudaFactories, HugeRequestsFailWithoutStagingOnTheHost) {
+  KILN_SKIP_WITHOUT_GPU();
+  const int64_t before = ResidentBytes();
+  for (const auto& make : std::vector<std::function<Tensor()>>{
+           [] {
+             return zeros({500'000'000'000 / 4 / 1000, 1000}, DType::kFloat32, CUDA(0));
+           },
+           [] {
+             return full({500'000'000'000 / 2 / 1000, 1000}, 3.5, DType::kBFloat16, CUDA(0));
+           },
+           [] { return arange(0, 2e11, 1, DType::kFloat32, CUDA(0)); }}) {
+    try {
+      make();
+      ADD_FAILURE() << "a 500 GB tensor was made";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), absl::StatusCode::kResourceExhausted) << e.what();
+    }
+  }
+  EXPECT_LT(ResidentBytes() - before, int64_t{1} << 30) << "resident memory grew";
+}
+
+// full/zeros/ones/arange on CUDA write the CPU's bits for every dtype, on the current stream, and
+// run inside a stream capture (no host staging, no synchronisation).
+TEST(CudaFactories, MatchTheCpuBitForBitAndCapture) {
+  KILN_SKIP_WITHOUT_GPU();
+  for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kBool, DType::kInt32,
+                  DType::kInt64}) {
+    const double value = t == DType::kBool ? 1 : IsFloatingPoint(t) ? -0.1 : -7;
+    const std::vector<std::pair<Tensor, Tensor>> pairs = {
+        {full({3, 5}, value, t, CUDA(0)), full({3, 5}, value, t)},
+        {zeros({7}, t, CUDA(0)), zeros({7}, t)},
+        {ones({2, 2}, t, CUDA(0)), ones({2, 2}, t)},
+        {arange(-3, 11, t == DType::kBool ? 1 : 0.7, t, CUDA(0)),
+         arange(-3, 11, t == DType::kBool ? 1 : 0.7, t)},
+        {full({1000}, -0.0, t, CUDA(0)), full({1000}, -0.0, t)}};
+    for (const auto& [gpu, cpu] : pairs) {
+      const Tensor back = to(gpu, kCPU);
+      ASSERT_EQ(back.shape(), cpu.shape()) << DTypeName(t);
+      EXPECT_EQ(std::memcmp(back.data_ptr(), cpu.data_ptr(), cpu.numel() * DTypeSize(t)), 0)
+          << DTypeName(t) << ": " << back << " vs " << cpu;
+    }
+  }
+  cuda::Stream stream;
+  cuda::StreamGuard guard(stream.get());
+  cudaGraph_t graph = nullptr;
+  KILN_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+  std::string error;
+  try {
+    const Tensor a = full({64}, 2.5, DType::kBFloat16, CUDA(0));
+    const Tensor b = arange(64, DType::kInt64, CUDA(0));
+    const Tensor c = zeros({64}, DType::kFloat32, CUDA(0));
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  const cudaError_t end = cudaStreamEndCapture(stream.get(), &graph);
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(end, cudaSuccess) << cudaGetErrorString(end);
+  if (graph != nullptr) cudaGraphDestroy(graph);
 }
 
 TEST(KernelCache, DetectsTruncatedAndCorruptFiles) {

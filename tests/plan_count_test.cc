@@ -7,6 +7,7 @@
 
 #include "codegen/compile.h"
 #include "codegen/executable.h"
+#include "codegen/fusion_template.h"
 #include "ir/graph.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
@@ -188,6 +189,59 @@ TEST(PlanCount, ResidualEpilogueCountsWhatRuns) {
     EXPECT_EQ(r.kernels_per_step, kernels) << rows << " rows\n" << r.final_graph;
     EXPECT_EQ(r.memsets_per_step, memsets) << rows << " rows";
   }
+}
+
+// SDPA on the math path on CUDA (its matmuls, scale and softmax as separate kernels): the family
+// counts the node once, by capture, and nothing adds the op's own count on top. (No mask and not
+// causal: the math form's masks come from factories, which stage on the host, not capturable.)
+TEST(PlanCount, MathPathAttentionCountsWhatRuns) {
+  KILN_SKIP_WITHOUT_GPU();
+  Generator gen(5);
+  auto bf16 = [&](Shape s) { return to(cast(randn(s, gen), DType::kBFloat16), CUDA(0)); };
+  const std::vector<Tensor> in = {bf16({2, 4, 64, 64}), bf16({2, 4, 64, 64}), bf16({2, 4, 64, 64})};
+  auto fn = [](const std::vector<Tensor>& t) {
+    return std::vector<Tensor>{scaled_dot_product_attention(t[0], t[1], t[2])};
+  };
+  SdpaBackendGuard math(SdpaBackend::kMath);
+  CompileOptions o;
+  o.mode = CompileOptions::Mode::kCompiled;
+  CompiledFn f = compile(fn, in, o);
+  (void)f(in);
+  const auto [kernels, memsets] = CapturedLaunches(f, in);
+  const CompileReport& r = f.report(in);
+  EXPECT_EQ(r.kernels_per_step, kernels) << r.final_graph;
+  EXPECT_EQ(r.memsets_per_step, memsets) << r.final_graph;
+  EXPECT_GE(kernels, 3);  // not the one flash kernel
+}
+
+// A generated kernel's footprint (registers, shared and local memory) is readable from the plan,
+// and the elementwise skeleton uses no local memory. (The softmax skeleton's row arrays do:
+// 128-136 B a thread on the H200 for rows of 256; the footprint shows it.)
+TEST(PlanCount, FusedKernelsReportTheirFootprint) {
+  KILN_SKIP_WITHOUT_GPU();
+  Generator gen(6);
+  const std::vector<Tensor> in = {to(randn({64, 256}, gen), CUDA(0)),
+                                  to(randn({64, 256}, gen), CUDA(0))};
+  auto fn = [](const std::vector<Tensor>& t) {
+    return std::vector<Tensor>{gelu(t[0] * 1.5 + 0.5, "tanh") * t[1], softmax(t[0] * 0.5, -1)};
+  };
+  CompiledFn f = compile(fn, in);
+  const codegen::Executable& exe = f.executable(in);
+  int kernels = 0;
+  for (ir::ValueId v = 0; v < exe.graph().num_values(); ++v) {
+    const codegen::FusedKernel* k = exe.kernel_of(v);
+    if (k == nullptr || exe.graph().node(v).kind != ir::NodeKind::kFusion) continue;
+    const bool pointwise =
+        codegen::TemplateFor(exe.graph().node(v))->name() == std::string("pointwise");
+    for (const cuda::KernelFootprint& fp : k->Footprints()) {
+      ++kernels;
+      EXPECT_GT(fp.registers, 0) << fp.ToString();
+      EXPECT_LE(fp.registers, 255) << fp.ToString();
+      EXPECT_GE(fp.max_threads, 128) << fp.ToString();
+      if (pointwise) EXPECT_EQ(fp.local_bytes, 0) << fp.ToString();
+    }
+  }
+  EXPECT_GE(kernels, 3) << exe.graph().num_values();  // _contig, _rows; _vec/_strided
 }
 
 }  // namespace

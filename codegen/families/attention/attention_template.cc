@@ -15,21 +15,20 @@ namespace {
 
 class Sdpa final : public FusedKernel {
  public:
-  // `one_kernel`: the flash kernel on CUDA, or the CPU kernel.
-  Sdpa(const ir::Node& n, bool one_kernel) : attrs_(n.attrs), one_kernel_(one_kernel) {}
+  explicit Sdpa(const ir::Node& n) : attrs_(n.attrs) {}
   void Run(absl::Span<const Tensor> in, absl::Span<const Tensor> out) const override {
     DispatchOut(OpId::kScaledDotProductAttention, in, attrs_, out[0]);
   }
-  // The flash kernel is one launch; the math form on CUDA is counted by capturing it (its
-  // matmuls, scale and mask, softmax: how many depends on the operands).
+  // Counted by capturing the op on CUDA: the flash kernel is one launch, but up to four query
+  // rows run the split-key kernels and their combine, and the math form runs its matmuls, scale,
+  // mask and softmax. On the CPU: one kernel.
   LaunchCount Launches(absl::Span<const Tensor> in) const override {
-    if (one_kernel_) return {1, 0, ""};
+    if (in.empty() || !in[0].device().is_cuda()) return {1, 0, ""};
     return CountLaunchesOnce(OpId::kScaledDotProductAttention, in, attrs_);
   }
 
  private:
   OpAttrs attrs_;
-  bool one_kernel_;
 };
 
 class Attention final : public FusionTemplate {
@@ -46,12 +45,8 @@ class Attention final : public FusionTemplate {
   std::unique_ptr<passes::Pass> MakePass() const override {
     return std::make_unique<passes::AttentionFusion>(*this);
   }
-  std::unique_ptr<FusedKernel> Lower(const ir::Graph& g, const ir::Node& n) const override {
-    std::vector<TensorType> types;
-    for (ir::ValueId in : n.inputs) types.push_back(g.type(in));
-    const bool flash =
-        current_sdpa_backend() != SdpaBackend::kMath && RejectsOperands(types).empty();
-    return std::make_unique<Sdpa>(n, flash || !n.type.device.is_cuda());
+  std::unique_ptr<FusedKernel> Lower(const ir::Graph&, const ir::Node& n) const override {
+    return std::make_unique<Sdpa>(n);
   }
 };
 
