@@ -75,13 +75,54 @@ struct Entry {
   // freeze_weights: the user's tensors the plan read at compile time, with their versions then;
   // a later write through the op API makes the plan stale (recompiled on the next call).
   std::vector<std::pair<std::shared_ptr<Storage>, uint64_t>> frozen;
+  // Every user tensor the plan reads (weights, buffers, captured tensors), and whether its storage
+  // was already retired when traced: one a module has replaced since (Module::to) makes the plan
+  // stale, so the function is traced again and reads the module's new tensor.
+  struct Captured {
+    Tensor tensor;
+    std::string name;
+    bool retired_when_traced = false;
+  };
+  std::vector<Captured> captured;
+  std::vector<int> written_inputs;  // inputs the function writes in place
   std::atomic<bool> stale{false};
 
-  bool FrozenChanged() const {
+  // Why the plan no longer serves its function ("" when it does): a frozen weight was written, or
+  // a captured tensor was replaced in its module.
+  std::string StaleReason() const {
     for (const auto& [storage, version] : frozen) {
-      if (storage->version() != version) return true;
+      if (storage->version() != version) return "a frozen weight was written in place";
     }
-    return false;
+    for (const Captured& c : captured) {
+      if (c.tensor.storage()->retired() && !c.retired_when_traced) {
+        return absl::StrCat("the captured tensor ", c.name.empty() ? "(unnamed)" : c.name, " (",
+                            Describe(c.tensor.type()), ") was replaced in its module");
+      }
+    }
+    return "";
+  }
+
+  // Why the plan cannot run these inputs as traced ("" when it can): an input the function writes
+  // in place shares memory with another input or with a captured tensor, so eager would read its
+  // new values where the plan reads old ones (the trace gave each input memory of its own).
+  std::string AliasingConflict(const std::vector<Tensor>& inputs) const {
+    for (int w : written_inputs) {
+      const Tensor& x = inputs[w];
+      for (size_t j = 0; j < inputs.size(); ++j) {
+        if (static_cast<int>(j) == w || inputs[j].storage() != x.storage()) continue;
+        if (GetMemOverlap(x, inputs[j]) != MemOverlap::kNo) {
+          return absl::StrCat("input ", w, ", which the function writes in place, overlaps input ",
+                              j);
+        }
+      }
+      for (const Captured& c : captured) {
+        if (c.tensor.storage() == x.storage() && GetMemOverlap(x, c.tensor) != MemOverlap::kNo) {
+          return absl::StrCat("input ", w, ", which the function writes in place, overlaps the ",
+                              "captured tensor ", c.name.empty() ? "(unnamed)" : c.name);
+        }
+      }
+    }
+    return "";
   }
 
   bool Serves(const std::vector<Tensor>& inputs) const {
@@ -101,6 +142,17 @@ struct CompiledFn::State {
   mutable std::mutex mu;
   std::vector<std::unique_ptr<Entry>> entries;  // guarded by mu; most recent last
   int compilations = 0;                         // guarded by mu
+  std::atomic<int> eager_fallbacks{0};
+  std::once_flag warned;
+
+  // Counts a call the plan cannot serve as traced (run eagerly instead) and warns once.
+  void RunEagerlyOnce(const std::string& why) {
+    ++eager_fallbacks;
+    std::call_once(warned, [&] {
+      std::cerr << "kiln: compiled function: " << why
+                << "; such calls run eagerly (CompiledFn::eager_fallbacks() counts them)\n";
+    });
+  }
 
   Entry& EntryFor(const std::vector<Tensor>& inputs);
   std::unique_ptr<Entry> Compile(const std::vector<TensorType>& types);
@@ -117,12 +169,14 @@ void BuildPlan(ir::Graph graph, codegen::SymbolicShapes symbols, const CompileOp
   const auto t0 = std::chrono::steady_clock::now();
   codegen::Dumper dump(o.dump_dir);
   entry.report.traced_graph = ir::PrintGraph(graph);
-  if (o.freeze_weights) {
-    for (const ir::Node& n : graph.nodes()) {
-      if (n.kind != ir::NodeKind::kConstant || n.local) continue;
+  for (const ir::Node& n : graph.nodes()) {
+    if (n.kind != ir::NodeKind::kConstant || n.local) continue;
+    entry.captured.push_back({n.constant, n.name, n.constant.storage()->retired()});
+    if (o.freeze_weights) {
       entry.frozen.emplace_back(n.constant.storage(), n.constant.storage()->version());
     }
   }
+  entry.written_inputs = graph.input_updates();
   dump.Graph("traced", graph);
   passes::PassContext ctx;
   ctx.disabled_families = o.disabled_families;
@@ -212,16 +266,22 @@ void CompiledFn::State::CheckRecompileAllowed(const std::vector<TensorType>& typ
 
 Entry& CompiledFn::State::EntryFor(const std::vector<Tensor>& inputs) {
   std::lock_guard<std::mutex> lock(mu);
+  std::string recompile_reason;
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
     if (!(*it)->Serves(inputs)) continue;
-    if (!(*it)->FrozenChanged()) return **it;
-    (*it)->stale = true;  // a frozen weight was written: compile again (the old plan stays, idle)
+    recompile_reason = (*it)->StaleReason();
+    if (recompile_reason.empty()) return **it;
+    (*it)->stale = true;  // compile again (the old plan stays, idle)
   }
   const std::vector<TensorType> types = TypesOf(inputs);
   CheckRecompileAllowed(types);
   std::unique_ptr<Entry> entry = Compile(types);
   for (const Tensor& t : inputs) entry->contiguous.push_back(t.is_contiguous());
   ++compilations;
+  if (!recompile_reason.empty()) {
+    entry->report.recompiled_because = recompile_reason;
+    entry->report.explain.push_back("recompiled: " + recompile_reason);
+  }
   if (DebugLevel() >= 1) {
     std::cerr << "kiln: compiled " << Signature(types) << " in " << entry->report.compile_ms
               << " ms (" << entry->report.kernels_per_step << " kernels per step, "
@@ -256,6 +316,8 @@ CompiledFn::CompiledFn(ir::TensorFn fn, CompileOptions options)
 
 bool CompiledFn::compiled() const { return state_->compiled; }
 
+int CompiledFn::eager_fallbacks() const { return state_->eager_fallbacks.load(); }
+
 int CompiledFn::compilations() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->compilations;
@@ -264,6 +326,12 @@ int CompiledFn::compilations() const {
 std::vector<Tensor> CompiledFn::operator()(const std::vector<Tensor>& inputs) const {
   if (!state_->compiled) return state_->fn(inputs);
   Entry& e = state_->EntryFor(inputs);
+  if (!e.written_inputs.empty()) {
+    if (const std::string why = e.AliasingConflict(inputs); !why.empty()) {
+      state_->RunEagerlyOnce(why);
+      return state_->fn(inputs);
+    }
+  }
   if (!state_->options.cuda_graphs || !e.exe->on_cuda()) return e.exe->Run(inputs);
   // Replays one of the entry's CUDA graphs (by input address, or copy-in), capturing after a
   // plain run when none fits; the report says which, or why none.

@@ -15,10 +15,14 @@
 // input that changed. Inputs may have any strides. compilations() counts the plans built.
 //
 // Semantics (torch's, see DESIGN.md "Round 2"): results equal eager's for the same inputs and
-// state, or the call raises. In-place ops on inputs (and on views of them) are applied to the
-// caller's tensors after the plan runs. Weights (tensors the function reads that are not inputs)
-// are read at call time, so in-place updates of them are seen; with options.freeze_weights they
-// may be folded into the plan (GEMM merge concatenates them) and a later in-place change of a
+// state, or the call raises. Guards checked on every call: a weight (or other captured tensor)
+// that its module replaced (Module::to) makes the function trace again and read the new one
+// (report.recompiled_because says why); a call whose in-place-written input shares memory with
+// another input or a captured tensor runs eagerly (eager_fallbacks()), since the plan was traced
+// with every input in memory of its own. In-place ops on inputs (and on views of them) are applied
+// to the caller's tensors after the plan runs. Weights (tensors the function reads that are not
+// inputs) are read at call time, so in-place updates of them are seen; with options.freeze_weights
+// they may be folded into the plan (GEMM merge concatenates them) and a later in-place change of a
 // folded weight is detected by its version counter and recompiles. Outputs never share memory
 // with weights or folded constants.
 //
@@ -98,6 +102,9 @@ struct CompileReport {
   // many kernel sources were rendered for dumps or KILN_DEBUG (0 when neither asked).
   std::string dump_dir;
   int kernel_sources_rendered = 0;
+  // Why this plan replaced an earlier one of the same signature ("" for a first compile): a
+  // frozen weight written in place, or a captured tensor replaced in its module (Module::to).
+  std::string recompiled_because;
 };
 
 class CompiledFn {
@@ -110,6 +117,10 @@ class CompiledFn {
   const CompileReport& report(const std::vector<Tensor>& inputs) const;
   const codegen::Executable& executable(const std::vector<Tensor>& inputs) const;
   int compilations() const;  // plans built so far
+  // Calls run eagerly because the plan could not serve them as traced: an input the function
+  // writes in place overlapped another input or a captured tensor (aliasing the trace did not
+  // see). The first such call prints one warning.
+  int eager_fallbacks() const;
 
   struct State;  // shared by copies; compile.cc
 

@@ -68,10 +68,23 @@ std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
   return out;
 }
 
+namespace {
+
+// Puts `value` in a parameter or buffer slot; the old tensor's storage, when the new one does not
+// share it, is retired: compiled functions that captured it recompile (runtime/storage.h).
+void Replace(Tensor& slot, Tensor value) {
+  if (slot.defined() && slot.storage() != nullptr && slot.storage() != value.storage()) {
+    slot.storage()->Retire();
+  }
+  slot = std::move(value);
+}
+
+}  // namespace
+
 void Module::to(Device device) {
   for (auto* list : {&params_, &buffers_}) {
     for (auto& [name, t] : *list) {
-      if (t.defined()) t = kiln::to(t, device);
+      if (t.defined()) Replace(t, kiln::to(t, device));
     }
   }
   for (auto& [name, child] : children_) child->to(device);
@@ -79,7 +92,7 @@ void Module::to(Device device) {
 
 void Module::to(DType dtype) {
   for (auto& [name, p] : params_) {
-    if (p.defined()) p = cast(p, dtype);
+    if (p.defined()) Replace(p, cast(p, dtype));
   }
   for (auto& [name, child] : children_) child->to(dtype);
 }

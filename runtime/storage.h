@@ -60,6 +60,10 @@ class Storage {
   // this storage's contents into its plan sees a later write (torch's version counter).
   uint64_t version() const { return version_.load(std::memory_order_relaxed); }
   void BumpVersion() { version_.fetch_add(1, std::memory_order_relaxed); }
+  // Set when a module replaced the tensor on this storage by another (Module::to): a compiled
+  // function that captured it as a weight recompiles instead of computing with the old one.
+  bool retired() const { return retired_.load(std::memory_order_relaxed); }
+  void Retire() { retired_.store(true, std::memory_order_relaxed); }
 
  private:
   Storage(void* data, size_t nbytes, Device device, Allocator* allocator)
@@ -70,6 +74,7 @@ class Storage {
   Device device_;
   Allocator* allocator_ = nullptr;
   std::atomic<uint64_t> version_{0};
+  std::atomic<bool> retired_{false};
   std::function<void(void*)> deleter_;  // FromBlob's; runs instead of the allocator's Free
 };
 

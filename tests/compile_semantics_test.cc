@@ -269,6 +269,122 @@ TEST(CompileSemantics, WeightsAreReadAtCallTimeOnCuda) {
   WeightsChangedAfterCompile(CUDA(0));
 }
 
+// Inputs that alias each other (the same tensor twice, overlapping views of one), one of them
+// written in place inside the function: the plan was traced with separate inputs, so such a call
+// runs eagerly (counted, one warning) and gives eager's answer; a call without aliasing stays
+// compiled.
+void AliasedInputs(Device device) {
+  const Fn fn = [](const std::vector<Tensor>& in) {
+    add_(in[0], 1.0);
+    return std::vector<Tensor>{in[0] * in[1]};
+  };
+  for (const CompileOptions& mode : Modes(device)) {
+    CompileOptions o = mode;
+    o.mode = CompileOptions::Mode::kCompiled;
+    CompiledFn f =
+        compile(fn, {ones({3}, DType::kFloat32, device), ones({3}, DType::kFloat32, device)}, o);
+    const Tensor x = to(from_vector({1, 2, 3}, {3}), device);
+    const Tensor y = to(from_vector({1, 2, 3}, {3}), device);
+    ExpectEqualTensors(f({x, x})[0], fn({y, y})[0], "the same tensor twice");
+    ExpectEqualTensors(x, y, "the input written in place");
+    EXPECT_EQ(f.eager_fallbacks(), 1);
+    const Tensor base = to(from_vector({1, 2, 3, 4}, {4}), device);
+    const Tensor eager_base = clone(base);
+    const Tensor got = f({slice(base, 0, 0, 3), slice(base, 0, 1, 4)})[0];
+    const Tensor want = fn({slice(eager_base, 0, 0, 3), slice(eager_base, 0, 1, 4)})[0];
+    ExpectEqualTensors(got, want, "overlapping views");  // [2, 6, 9]
+    ExpectEqualTensors(base, eager_base, "their base");
+    EXPECT_EQ(f.eager_fallbacks(), 2);
+    for (int call = 0; call < 2; ++call) {  // separate inputs: the plan (and the graph) again
+      const Tensor a = to(from_vector({1, 2, 3}, {3}), device);
+      const Tensor b = to(from_vector({4, 5, 6}, {3}), device);
+      ExpectEqualTensors(f({a, b})[0], to(from_vector({8, 15, 24}, {3}), device), "separate");
+    }
+    EXPECT_EQ(f.eager_fallbacks(), 2);
+    EXPECT_EQ(f.compilations(), 1);
+  }
+}
+
+TEST(CompileSemantics, AliasedInputsGiveEagersAnswerOnCpu) { AliasedInputs(kCPU); }
+TEST(CompileSemantics, AliasedInputsGiveEagersAnswerOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  AliasedInputs(CUDA(0));
+}
+
+// An input written in place that is also a weight the function reads (the caller passed the
+// module's own weight): eager reads the new values, so the call runs eagerly.
+TEST(CompileSemantics, WrittenInputThatIsACapturedWeightRunsEagerly) {
+  const Tensor w = from_vector({1, 2, 3}, {3});
+  const Fn fn = [&w](const std::vector<Tensor>& in) {
+    mul_(in[0], 2.0);
+    return std::vector<Tensor>{in[0] + w};
+  };
+  CompiledFn f = compile(fn, {ones({3})}, {.mode = CompileOptions::Mode::kCompiled});
+  const Tensor got = f({w})[0];
+  EXPECT_EQ(to_vector(got), (std::vector<double>{4, 8, 12}));  // eager: w doubled, then w + w
+  EXPECT_EQ(to_vector(w), (std::vector<double>{2, 4, 6}));
+  EXPECT_EQ(f.eager_fallbacks(), 1);
+}
+
+// A module whose parameters are replaced after compiling (Module::to swaps them for new
+// tensors): the compiled function traces again and computes with the new ones, with and without
+// freeze_weights, whether compiled from the module or from a function that calls it.
+void ModuleChangedAfterCompile(Device device) {
+  for (const bool freeze : {false, true}) {
+    for (const bool lambda : {false, true}) {
+      Generator g(0);
+      Linear lin(4, 1, false, g, {DType::kFloat32, device});
+      mul_(lin.named_parameters()[0].second, 0.0);
+      add_(lin.named_parameters()[0].second, 1.001);
+      const Tensor x = ones({1, 4}, DType::kFloat32, device);
+      CompileOptions o;
+      o.mode = CompileOptions::Mode::kCompiled;
+      o.freeze_weights = freeze;
+      CompiledFn f = lambda ? compile(
+                                  [&lin](const std::vector<Tensor>& in) {
+                                    return std::vector<Tensor>{lin(in[0])};
+                                  },
+                                  {x}, o)
+                            : compile(lin, x, o);
+      const std::string what = absl::StrCat("freeze ", freeze, ", lambda ", lambda);
+      EXPECT_NEAR(to_vector(f({x})[0])[0], 4.004, 1e-5) << what;
+      lin.to(DType::kBFloat16);
+      lin.to(DType::kFloat32);  // the weight is now 1.0 (rounded through bf16), a new tensor
+      EXPECT_NEAR(to_vector(f({x})[0])[0], 4.0, 1e-6) << what;
+      ExpectEqualTensors(f({x})[0], lin(x), what);
+      EXPECT_EQ(f.compilations(), 2) << what;
+      EXPECT_NE(f.report({x}).recompiled_because.find("was replaced in its module"),
+                std::string::npos)
+          << f.report({x}).recompiled_because;
+    }
+  }
+}
+
+TEST(CompileSemantics, ModuleChangedAfterCompileRecompilesOnCpu) {
+  ModuleChangedAfterCompile(kCPU);
+}
+TEST(CompileSemantics, ModuleChangedAfterCompileRecompilesOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  ModuleChangedAfterCompile(CUDA(0));
+}
+
+// A module moved to another device after compiling: the function's signature is the input's, so
+// the moved module's weights make the next call trace again (not compute with the old copies).
+TEST(CompileSemantics, ModuleMovedToAnotherDeviceRecompiles) {
+  KILN_SKIP_WITHOUT_GPU();
+  Generator g(1);
+  Linear lin(4, 2, true, g);
+  const Tensor x = ones({3, 4});
+  CompiledFn f = compile(lin, x, {.mode = CompileOptions::Mode::kCompiled});
+  ExpectEqualTensors(f({x})[0], lin(x), "on the CPU");
+  lin.to(CUDA(0));
+  const Tensor xc = to(x, CUDA(0));
+  ExpectEqualTensors(f({xc})[0], lin(xc), "moved to CUDA");
+  lin.to(kCPU);
+  ExpectEqualTensors(f({x})[0], lin(x), "back on the CPU");
+  EXPECT_EQ(f.compilations(), 3);
+}
+
 // Issue #13 item 12: an output that is a weight (or a view of one, or a folded constant) is a
 // copy: writing it changes neither the weight nor later results.
 void OutputsDoNotAliasConstants(Device device) {
