@@ -82,9 +82,21 @@ struct Entry {
     Tensor tensor;
     std::string name;
     bool retired_when_traced = false;
+    bool is_input = false;  // a captured tensor written in place: one of the plan's inputs
   };
   std::vector<Captured> captured;
   std::vector<int> written_inputs;  // inputs the function writes in place
+  // Tensors the function writes in place without receiving them (a module's KV cache): the
+  // graph's inputs after the caller's (ir/tracer.h), passed on every call.
+  std::vector<Tensor> captured_inputs;
+
+  // The graph's inputs for a call: the caller's, then the captured tensors written in place.
+  std::vector<Tensor> PlanInputs(const std::vector<Tensor>& inputs) const {
+    if (captured_inputs.empty()) return inputs;
+    std::vector<Tensor> all = inputs;
+    all.insert(all.end(), captured_inputs.begin(), captured_inputs.end());
+    return all;
+  }
   std::atomic<bool> stale{false};
 
   // Why the plan no longer serves its function ("" when it does): a frozen weight was written, or
@@ -116,6 +128,7 @@ struct Entry {
         }
       }
       for (const Captured& c : captured) {
+        if (c.is_input) continue;  // checked as an input above
         if (c.tensor.storage() == x.storage() && GetMemOverlap(x, c.tensor) != MemOverlap::kNo) {
           return absl::StrCat("input ", w, ", which the function writes in place, overlaps the ",
                               "captured tensor ", c.name.empty() ? "(unnamed)" : c.name);
@@ -177,6 +190,13 @@ void BuildPlan(ir::Graph graph, codegen::SymbolicShapes symbols, const CompileOp
     }
   }
   entry.written_inputs = graph.input_updates();
+  for (const Tensor& t : entry.captured_inputs) {
+    KILN_CHECK(!o.freeze_weights, "compile: the function writes ", Describe(t.type()),
+               ", a tensor it captured (not an input), in place; with freeze_weights the plan "
+               "may fold captured tensors, so such writes are refused: compile without "
+               "freeze_weights or pass the tensor as an input");
+    entry.captured.push_back({t, "(written in place)", t.storage()->retired(), true});
+  }
   dump.Graph("traced", graph);
   passes::PassContext ctx;
   ctx.disabled_families = o.disabled_families;
@@ -240,7 +260,7 @@ std::unique_ptr<Entry> CompiledFn::State::Compile(const std::vector<TensorType>&
     if (options.dynamic == CompileOptions::Dynamic::kDims) ThrowIfError(g.status());
     not_symbolic = std::string(g.status().message());
   }
-  BuildPlan(ValueOrThrow(ir::Trace(fn, types)), {}, options, *entry);
+  BuildPlan(ValueOrThrow(ir::Trace(fn, types, &entry->captured_inputs)), {}, options, *entry);
   if (!not_symbolic.empty()) entry->report.symbolic_dims = "not symbolic: " + not_symbolic;
   return entry;
 }
@@ -326,18 +346,19 @@ int CompiledFn::compilations() const {
 std::vector<Tensor> CompiledFn::operator()(const std::vector<Tensor>& inputs) const {
   if (!state_->compiled) return state_->fn(inputs);
   Entry& e = state_->EntryFor(inputs);
+  const std::vector<Tensor> plan_inputs = e.PlanInputs(inputs);
   if (!e.written_inputs.empty()) {
-    if (const std::string why = e.AliasingConflict(inputs); !why.empty()) {
+    if (const std::string why = e.AliasingConflict(plan_inputs); !why.empty()) {
       state_->RunEagerlyOnce(why);
       return state_->fn(inputs);
     }
   }
-  if (!state_->options.cuda_graphs || !e.exe->on_cuda()) return e.exe->Run(inputs);
+  if (!state_->options.cuda_graphs || !e.exe->on_cuda()) return e.exe->Run(plan_inputs);
   // Replays one of the entry's CUDA graphs (by input address, or copy-in), capturing after a
   // plain run when none fits; the report says which, or why none.
   std::lock_guard<std::mutex> lock(e.graph_mu);
   if (e.graphs == nullptr) e.graphs = std::make_unique<codegen::CudaGraphCache>(*e.exe);
-  std::vector<Tensor> out = e.graphs->Run(inputs);
+  std::vector<Tensor> out = e.graphs->Run(plan_inputs);
   if (e.graphs->changes() == e.graph_changes_reported) return out;
   e.graph_changes_reported = e.graphs->changes();
   std::string state = e.graphs->Describe();

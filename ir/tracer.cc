@@ -53,7 +53,9 @@ struct Alias {
 // inputs are thus visible at the end of the trace as inputs whose storage holds a new value.
 class Tracer final : public DispatchHook {
  public:
-  explicit Tracer(Graph* graph) : graph_(graph) {}
+  // `captured` (may be null: writes to captured tensors are then refused) receives the tensors
+  // the function writes in place without receiving them as inputs.
+  Tracer(Graph* graph, std::vector<Tensor>* captured) : graph_(graph), captured_(captured) {}
 
   Tensor AddInput(const TensorType& type, int index) {
     const ValueId v = graph_->AddInput(type, absl::StrCat("input", index));
@@ -79,6 +81,7 @@ class Tracer final : public DispatchHook {
 
   Tensor Record(const OpDef& def, absl::Span<const Tensor> inputs, const OpAttrs& attrs,
                 bool in_place) override {
+    if (in_place && !aliases_.contains(inputs[0].storage().get())) AdoptCaptured(def, inputs[0]);
     absl::InlinedVector<ValueId, 3> ids;
     for (const Tensor& t : inputs) ids.push_back(ValueOf(t));
     const ValueId v = graph_->AddOp(def.id, ids, attrs);
@@ -145,10 +148,7 @@ class Tracer final : public DispatchHook {
     KILN_CHECK(!self.has_internal_overlap(), def.name,
                "_: self is a broadcast (expanded) view whose elements overlap; call contiguous() "
                "first");
-    auto it = aliases_.find(self.storage().get());
-    KILN_CHECK(it != aliases_.end(), def.name, "_: an in-place op on ", Describe(self.type()),
-               ", a tensor the traced function did not receive as an input (a weight or a "
-               "captured tensor), is not supported under compile; pass it as an input");
+    auto it = aliases_.find(self.storage().get());  // adopted by Record if it was captured
     Alias& a = it->second;
     const bool whole = self.offset() == 0 && self.shape() == a.shape &&
                        self.strides() == ContiguousStrides(a.shape);
@@ -167,7 +167,35 @@ class Tracer final : public DispatchHook {
     return self;
   }
 
+  // `self`, a real tensor (a module buffer such as a KV cache, a captured tensor) written in place:
+  // its whole storage becomes a further graph input, read at call time and written back like an
+  // input the caller passed (the compiled function passes the tensor itself for it).
+  std::unordered_map<const Storage*, Alias>::iterator AdoptCaptured(const OpDef& def,
+                                                                    const Tensor& self) {
+    const std::string what = absl::StrCat(def.name, "_: an in-place op on ", Describe(self.type()),
+                                          ", a tensor the traced function did not receive as an "
+                                          "input (a weight or a captured tensor),");
+    KILN_CHECK(captured_ != nullptr, what, " is not supported here (a symbolic trace)");
+    KILN_CHECK(self.storage() != nullptr && self.data_ptr() != nullptr, what, " holds no data");
+    for (const auto& [key, value] : constants_) {
+      KILN_CHECK(std::get<0>(key) != self.storage().get(), what,
+                 " was read before this write; compile supports writes to a captured tensor only "
+                 "before the function reads it (or pass it as an input)");
+    }
+    // The tensor itself when it is all of its storage (a [B, H, T, D] cache: writes of rows then
+    // run in place on it), else a flat tensor over the whole storage (self is a window of it).
+    const int64_t elements = static_cast<int64_t>(self.storage()->nbytes()) / self.element_size();
+    const bool all = self.offset() == 0 && self.is_contiguous() && self.numel() == elements;
+    const Tensor root =
+        all ? self : Tensor(self.storage(), 0, {elements}, {1}, self.dtype(), self.device());
+    const ValueId v = graph_->AddInput(root.type(), absl::StrCat("captured", captured_->size()));
+    captured_->push_back(root);
+    inputs_.push_back(self.storage().get());
+    return aliases_.emplace(self.storage().get(), Alias{v, root.shape(), {}, self.storage()}).first;
+  }
+
   Graph* graph_;
+  std::vector<Tensor>* captured_;
   std::unordered_map<const Storage*, Alias> aliases_;  // traced storages
   std::vector<const Storage*> inputs_;                 // the graph inputs' storages
   std::map<std::tuple<const Storage*, int64_t, Shape, Strides>, ValueId> constants_;
@@ -194,7 +222,8 @@ bool IsPlaceholder(const Tensor& t) {
          !t.device().is_meta();
 }
 
-absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<Tensor>& examples) {
+absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<Tensor>& examples,
+                            std::vector<Tensor>* captured) {
   std::vector<TensorType> types;
   for (size_t i = 0; i < examples.size(); ++i) {
     if (!examples[i].defined()) {
@@ -202,12 +231,13 @@ absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<Tensor>& examp
     }
     types.push_back(examples[i].type());
   }
-  return Trace(fn, types);
+  return Trace(fn, types, captured);
 }
 
-absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<TensorType>& examples) {
+absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<TensorType>& examples,
+                            std::vector<Tensor>* captured) {
   Graph graph;
-  Tracer tracer(&graph);
+  Tracer tracer(&graph, captured);
   try {
     std::vector<Tensor> placeholders;
     for (size_t i = 0; i < examples.size(); ++i) {

@@ -8,8 +8,11 @@
 // of x (views share their base's placeholder storage, as eager views share memory) the result is
 // scattered into x (as_strided_scatter) and later views of x are read from the new x. An input
 // written in place gets its final value as a further graph output (Graph::input_updates), which
-// the compiled function copies back into the caller's tensor. An in-place op on a tensor that is
-// not an input (a weight, a captured tensor) is refused with an error.
+// the compiled function copies back into the caller's tensor. An in-place op on a real tensor the
+// function did not receive (a module buffer such as a KV cache) makes its storage a further input
+// (after the function's own, as a flat tensor over the whole storage) returned in `captured`:
+// the compiled function passes it on every call, so the write lands in that tensor. Reading such
+// a tensor before writing it, or writing it in a trace that gives no `captured` list, is an error.
 //
 //   ASSIGN_OR_RETURN(ir::Graph g, ir::Trace(fn, example_inputs));
 #pragma once
@@ -26,9 +29,11 @@ using TensorFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 
 // Traces `fn` on placeholders shaped like `examples`; kiln::Error thrown inside `fn` (bad
 // shapes, using data while tracing) becomes the returned status.
-absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<Tensor>& examples);
+absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<Tensor>& examples,
+                            std::vector<Tensor>* captured = nullptr);
 // The same from the input types alone (symbolic compiles trace at probe sizes).
-absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<TensorType>& input_types);
+absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<TensorType>& input_types,
+                            std::vector<Tensor>* captured = nullptr);
 
 // True for a tracing placeholder (a tensor without memory that is not a Meta tensor).
 bool IsPlaceholder(const Tensor& t);

@@ -432,19 +432,69 @@ TEST(CompileSemantics, DestroyedModuleIsAnError) {
 }
 
 // An in-place write to a tensor the function did not receive (a weight) is refused, not lost.
-TEST(CompileSemantics, InPlaceOnAWeightIsRefused) {
+// An in-place write to a tensor the function captured (not an input) lands in that tensor, as
+// eagerly; with freeze_weights (the plan may fold captured tensors) it is refused, saying so.
+TEST(CompileSemantics, InPlaceOnACapturedTensorLandsInIt) {
   Generator gen(6);
-  const Tensor w = randn({4}, gen);
-  const Fn fn = [w](const std::vector<Tensor>& in) {
-    add_(w, 1.0);
-    return std::vector<Tensor>{in[0] + w};
+  const Tensor w = randn({4}, gen), w_eager = clone(w);
+  const Tensor x = randn({4}, gen);
+  auto make = [](const Tensor& buffer) -> Fn {
+    return [buffer](const std::vector<Tensor>& in) {
+      add_(buffer, 1.0);
+      return std::vector<Tensor>{in[0] + buffer};
+    };
   };
+  CompiledFn f = compile(make(w), {x}, {.mode = CompileOptions::Mode::kCompiled});
+  for (int call = 0; call < 3; ++call) {
+    const Tensor want = make(w_eager)({x})[0];
+    ExpectEqualTensors(f({x})[0], want, absl::StrCat("call ", call));
+    ExpectEqualTensors(w, w_eager, absl::StrCat("the captured tensor after call ", call));
+  }
+  EXPECT_EQ(f.compilations(), 1);
   try {
-    compile(fn, {randn({4}, gen)});
+    compile(make(w), {x}, {.mode = CompileOptions::Mode::kCompiled, .freeze_weights = true});
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("pass it as an input"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("freeze_weights"), std::string::npos) << e.what();
   }
+}
+
+// A KV cache kept by the model (captured, not an input) and written in place by each decode
+// step: 100 calls compile once, and the cache holds what eager writes (plain and CUDA graphs).
+void CapturedKvCache(Device device) {
+  for (const CompileOptions& mode : Modes(device)) {
+    Generator gen(7);
+    const Tensor cache = zeros({1, 2, 8, 4}, DType::kFloat32, device);
+    const Tensor eager_cache = clone(cache);
+    auto step = [](const Tensor& kv) -> Fn {
+      return [kv](const std::vector<Tensor>& in) {  // in: the new row [1, 2, 1, 4], pos [1]
+        index_copy_(kv, 2, in[1], in[0]);
+        return std::vector<Tensor>{sum(kv * 0.5, {2})};
+      };
+    };
+    CompileOptions o = mode;
+    o.mode = CompileOptions::Mode::kCompiled;
+    const Tensor pos0 = to(from_vector({0}, {1}, DType::kInt64), device);
+    CompiledFn f = compile(step(cache), {to(randn({1, 2, 1, 4}, gen), device), pos0}, o);
+    for (int call = 0; call < 100; ++call) {
+      const Tensor row = to(randn({1, 2, 1, 4}, gen), device);
+      const Tensor pos = to(from_vector({double(call % 8)}, {1}, DType::kInt64), device);
+      const Tensor got = f({row, pos})[0];
+      const Tensor want = step(eager_cache)({row, pos})[0];
+      if (call % 25 == 0 || call == 99) {
+        ExpectEqualTensors(got, want, absl::StrCat("call ", call));
+        ExpectEqualTensors(cache, eager_cache, absl::StrCat("cache after call ", call));
+      }
+    }
+    EXPECT_EQ(f.compilations(), 1);
+    EXPECT_EQ(f.eager_fallbacks(), 0);
+  }
+}
+
+TEST(CompileSemantics, CapturedKvCacheWrittenInPlaceCompilesOnceOnCpu) { CapturedKvCache(kCPU); }
+TEST(CompileSemantics, CapturedKvCacheWrittenInPlaceCompilesOnceOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  CapturedKvCache(CUDA(0));
 }
 
 // Issue #13 item 7b: one CompiledFn called from several threads with new signatures at once.
