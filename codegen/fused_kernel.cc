@@ -12,6 +12,14 @@ using ir::Node;
 using ir::NodeKind;
 using ir::ValueId;
 
+// Half-precision values are rounded to their dtype where eager would round them: after every op
+// (eager materialises each op's result in its dtype), so a fused kernel computes what eager
+// computes, op by op, and its outputs agree with each other as eager's do (numerics policy,
+// docs/ARCHITECTURE.md). Keeping them in float32 instead (one rounding at the store) let a
+// multi-output kernel store a value rounded that its other members read unrounded, and a later
+// cancellation of the two cost 8x eager's error (random differential seed 11077).
+bool RoundsLikeEager(DType t) { return t == DType::kBFloat16 || t == DType::kFloat16; }
+
 // Lowers the body's values up to `last` into `p`; returns each body value's program value.
 std::vector<int> Lower(const ir::Graph& body, ValueId last, kir::Program& p) {
   std::vector<int> value(body.num_values(), -1);
@@ -24,6 +32,12 @@ std::vector<int> Lower(const ir::Graph& body, ValueId last, kir::Program& p) {
     absl::InlinedVector<int, 3> args;
     for (ValueId in : n.inputs) args.push_back(value[in]);
     value[v] = p.Apply(n.op, args, n.attrs, n.type.dtype);
+    const DType t = n.type.dtype;
+    if (RoundsLikeEager(t) && n.op != OpId::kCast) {
+      OpAttrs cast;
+      cast.dtype = t;
+      value[v] = p.Apply(OpId::kCast, {value[v]}, cast, t);  // rounds through t
+    }
   }
   return value;
 }

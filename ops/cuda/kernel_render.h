@@ -13,8 +13,9 @@
 // instruction computes in long long when its operands are integers (or bool) and its result is an
 // integer or bool, else in float. `$scalar` is the float `scalar` (or a literal) in float
 // instructions and the integer `iscalar` (or an integer literal) in integer ones. Explicit casts
-// round through their dtype as the eager cast does; other half-precision intermediates stay in
-// float32 (one rounding, at the store).
+// round through their dtype as the eager cast does; other half-precision values stay in float32
+// until stored. (The compiler's lowering, codegen/fused_kernel.cc, follows every half-precision
+// op with such a cast: fused kernels round where eager does.)
 #pragma once
 
 #include <functional>
