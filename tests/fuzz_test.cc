@@ -1,4 +1,4 @@
-// Differential fuzzer (issue #13): random short programs over views (slice, transpose, permute,
+// Differential fuzzer: random short programs over views (slice, transpose, permute,
 // expand, reshape, unsqueeze) and in-place ops (add_, mul_, masked_fill_), run eagerly and
 // compiled with kiln::compile on copies of the same inputs; every output and every input after
 // the call (mutations included) must agree. CPU in CI; the same test runs CUDA on a GPU machine.
@@ -8,8 +8,10 @@
 // compilation yet (issue #13 items 9 and 10, compiled-mode semantics): writing through a view,
 // and writing into an input (or a view of one): MutationThroughViewsAndOfInputs generates both
 // (issue #13 items 9 and 10).
-// KILN_FUZZ_PROGRAMS=N changes the number of programs per test (default 2000 on the CPU, 600 on
-// CUDA).
+// Further classes: calls whose inputs alias each other (the same tensor twice, overlapping
+// windows of one base), programs that read a tensor their module holds and the module replaces
+// between calls, and programs that write such a captured tensor in place.
+// KILN_FUZZ_PROGRAMS=N changes the number of programs per test (default 2000).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -22,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "codegen/compile.h"
 #include "ops/factories.h"
+#include "ops/modules.h"
 #include "ops/ops.h"
 #include "runtime/status.h"
 #include "tests/test_util.h"
@@ -37,6 +40,11 @@ int FirstProgram() { return EnvInt("KILN_FUZZ_FIRST", 0, 0); }
 struct FuzzOptions {
   bool mutate_views = false;   // in-place through views (item 9)
   bool mutate_inputs = false;  // in-place on inputs (item 10)
+  bool same_shapes = false;    // every input of one shape (so calls can alias them)
+  // A tensor the program captures (not an input) of input 0's shape, after the inputs in the
+  // pool: read by any step; written in place only by a first step add_(captured, scalar).
+  bool captured = false;
+  bool write_captured = false;
 };
 
 enum class StepKind { kView, kUnary, kBinary, kScalar, kReduce, kMatmul, kInPlace, kCopy };
@@ -101,11 +109,11 @@ class FuzzProgram {
  public:
   FuzzProgram(uint64_t seed, Device device, FuzzOptions opt)
       : gen_(seed), device_(device), opt_(opt) {
-    const int inputs = 1 + Pick(3);
+    const int inputs = (opt.same_shapes ? 2 : 1) + Pick(3);
     for (int i = 0; i < inputs; ++i) {
       Shape s;
       for (int d = 0, rank = 1 + Pick(3); d < rank; ++d) s.push_back(1 + Pick(5));
-      input_shapes_.push_back(s);
+      input_shapes_.push_back(opt.same_shapes && i > 0 ? input_shapes_[0] : s);
     }
     Generate(3 + Pick(8));
   }
@@ -123,8 +131,11 @@ class FuzzProgram {
     return to(from_vector(bits, {5, 1, 1, 1, 1}, DType::kBool), device_);
   }
 
-  std::vector<Tensor> Run(const std::vector<Tensor>& in, const Tensor& mask) const {
+  // `captured`: the tensor the program captures (with FuzzOptions::captured), else undefined.
+  std::vector<Tensor> Run(const std::vector<Tensor>& in, const Tensor& mask,
+                          const Tensor& captured = {}) const {
     std::vector<Tensor> pool(in.begin(), in.end());
+    if (opt_.captured) pool.push_back(captured);
     for (const Step& s : steps_) {
       Tensor r = Apply(s, pool, MaskFor(mask, pool[s.a]));
       if (s.kind != StepKind::kInPlace) pool.push_back(r);
@@ -133,6 +144,9 @@ class FuzzProgram {
     for (int i : outputs_) out.push_back(pool[i]);
     return out;
   }
+
+  const Shape& input_shape(int i) const { return input_shapes_[i]; }
+  int num_inputs() const { return static_cast<int>(input_shapes_.size()); }
 
   std::string Describe() const {
     std::string d = "inputs";
@@ -171,6 +185,15 @@ class FuzzProgram {
       values_.push_back(
           {empty(input_shapes_[i], DType::kFloat32, kMeta), static_cast<int>(i), false});
     }
+    if (opt_.captured) {
+      const int c = static_cast<int>(values_.size());
+      values_.push_back({empty(input_shapes_[0], DType::kFloat32, kMeta), c, false});
+      if (opt_.write_captured) {
+        Step w{StepKind::kInPlace, 0, c, -1, 0.75};
+        steps_.push_back(w);
+        mutates_ = true;
+      }
+    }
     int tries = 0;
     while (static_cast<int>(steps_.size()) < steps && ++tries < 200) {
       const Step s = RandomStep();
@@ -194,6 +217,7 @@ class FuzzProgram {
     if (r.numel() == 0 || r.numel() > 4096) return false;
     if (s.kind != StepKind::kInPlace) return true;
     const Value& self = values_[s.a];
+    if (opt_.captured && self.base == static_cast<int>(input_shapes_.size())) return false;
     const bool is_view = self.base != s.a;
     const bool input_memory = self.base < static_cast<int>(input_shapes_.size());
     if (self.meta.has_internal_overlap()) return false;  // eager raises: nothing to compare
@@ -359,6 +383,98 @@ int Fuzz(Device device, FuzzOptions opt, int count) {
   return total;
 }
 
+// Aliased calls: a program over inputs of one shape, compiled on separate inputs, then called
+// with aliasing ones (kind 0: input 1 is input 0; kind 1: every input a window of one base, each
+// overlapping the next; kind 2: separate, the control), eagerly on a copy of the same structure.
+// Outputs and the bases after the call must agree (the compiled function runs eagerly where the
+// plan's assumptions do not hold). Returns false when eager itself refused the call.
+bool FuzzAliasedOne(Device device, int p) {
+  const FuzzProgram prog(0xa11a0000 + p, device, {true, true, /*same_shapes=*/true});
+  const Tensor mask = prog.Mask();
+  const Shape shape = prog.input_shape(0);
+  const int n = prog.num_inputs(), kind = p % 3;
+  ir::TensorFn fn = [&](const std::vector<Tensor>& in) { return prog.Run(in, mask); };
+  auto make = [&](Tensor* base) {
+    Generator g(p);
+    *base = to(randn({NumElements(shape) + n}, g), device);
+    std::vector<Tensor> in;
+    for (int i = 0; i < n; ++i) {
+      const int64_t offset = kind == 1 ? i : kind == 0 ? (i == 1 ? 0 : i) : 0;
+      in.push_back(kind == 2 ? to(randn(shape, g), device)
+                             : base->as_strided(shape, ContiguousStrides(shape), offset));
+    }
+    return in;
+  };
+  const std::string what =
+      absl::StrCat("aliased program ", p, " kind ", kind, ": ", prog.Describe());
+  Tensor eager_base, compiled_base;
+  std::vector<Tensor> eager_in = make(&eager_base), compiled_in = make(&compiled_base);
+  std::vector<Tensor> want;
+  try {
+    want = fn(eager_in);
+  } catch (const Error&) {
+    return false;  // eager refuses (an in-place op over a partly overlapping operand)
+  }
+  try {
+    std::vector<Tensor> examples;
+    for (int i = 0; i < n; ++i) examples.push_back(zeros(shape, DType::kFloat32, device));
+    CompiledFn f = compile(fn, examples);
+    ExpectAllClose(f(compiled_in), want, absl::StrCat(what, "\noutputs"));
+    ExpectAllClose({compiled_base}, {eager_base}, absl::StrCat(what, "\nthe inputs' memory"));
+  } catch (const Error& e) {
+    ADD_FAILURE() << what << "\nthrew: " << e.what();
+  }
+  return true;
+}
+
+// A module holding the tensor a program captures (read through its slot at call time).
+class Holder : public Module {
+ public:
+  explicit Holder(Tensor t) : w(RegisterParameter("w", std::move(t))) {}
+  Tensor& w;
+};
+
+// Captured state: the program reads a tensor its module holds. `write`: its first step writes
+// that tensor in place (the state a model keeps, like a KV cache); else the module's parameter is
+// replaced between calls (Module::to through bf16). Three calls, each against eager on a twin
+// module; outputs, inputs and the captured tensor must agree.
+void FuzzCapturedOne(Device device, int p, bool write) {
+  FuzzOptions opt{false, true};
+  opt.captured = true;
+  opt.write_captured = write;
+  const FuzzProgram prog(0xc0de0000 + p, device, opt);
+  const Tensor mask = prog.Mask();
+  Generator g(p);
+  const Tensor w = to(randn(prog.input_shape(0), g), device);
+  Holder compiled_state(clone(w)), eager_state(clone(w));
+  ir::TensorFn compiled_fn = [&](const std::vector<Tensor>& in) {
+    return prog.Run(in, mask, compiled_state.w);
+  };
+  const std::string what = absl::StrCat(
+      "captured program ", p, write ? " (written)" : " (replaced)", ": ", prog.Describe());
+  try {
+    const std::vector<Tensor> inputs = prog.Inputs(p);
+    CompiledFn f = compile(compiled_fn, Clones(inputs));
+    for (int call = 0; call < 3; ++call) {
+      std::vector<Tensor> eager_in = Clones(inputs), compiled_in = Clones(inputs);
+      const std::vector<Tensor> want = prog.Run(eager_in, mask, eager_state.w);
+      const std::string at = absl::StrCat(what, "\ncall ", call);
+      ExpectAllClose(f(compiled_in), want, absl::StrCat(at, ": outputs"));
+      ExpectAllClose(compiled_in, eager_in, absl::StrCat(at, ": inputs after the call"));
+      ExpectAllClose({compiled_state.w}, {eager_state.w}, absl::StrCat(at, ": captured tensor"));
+      if (!write && call == 0) {
+        for (Holder* h : {&compiled_state, &eager_state}) {
+          h->to(DType::kBFloat16);
+          h->to(DType::kFloat32);
+        }
+      }
+    }
+    EXPECT_EQ(f.eager_fallbacks(), 0) << what;  // nothing aliases: the plan ran every call
+  } catch (const Error& e) {
+    ADD_FAILURE() << what << "\nthrew: " << e.what();
+  }
+}
+
 class CompileFuzz : public ::testing::TestWithParam<Device> {
  protected:
   void SetUp() override {
@@ -374,6 +490,24 @@ TEST_P(CompileFuzz, ViewsAndInPlaceOnIntermediates) {
 
 TEST_P(CompileFuzz, MutationThroughViewsAndOfInputs) {
   Fuzz(GetParam(), FuzzOptions{/*mutate_views=*/true, /*mutate_inputs=*/true}, ProgramCount());
+}
+
+TEST_P(CompileFuzz, AliasedInputs) {
+  int compared = 0;
+  const int count = ProgramCount();
+  for (int p = FirstProgram(); p < FirstProgram() + count && !HasFailure(); ++p) {
+    compared += FuzzAliasedOne(GetParam(), p);
+  }
+  std::printf("aliased fuzz on %s: %d programs, %d compared\n", GetParam().str().c_str(), count,
+              compared);
+  if (count >= 100) EXPECT_GT(compared, count / 2) << "eager refused most calls";
+}
+
+TEST_P(CompileFuzz, CapturedTensorsWrittenAndReplaced) {
+  const int count = ProgramCount();
+  for (int p = FirstProgram(); p < FirstProgram() + count && !HasFailure(); ++p) {
+    FuzzCapturedOne(GetParam(), p, /*write=*/p % 2 == 0);
+  }
 }
 
 // Programs past the default count that once failed, run every time: 90033 (two fusion groups
