@@ -8,6 +8,7 @@
 #include <iostream>
 #include <mutex>
 #include <optional>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -211,8 +212,10 @@ void BuildPlan(ir::Graph graph, codegen::SymbolicShapes symbols, const CompileOp
   entry.report.final_graph = ir::PrintGraph(graph);
   entry.exe = ValueOrThrow(codegen::Executable::Build(std::move(graph), std::move(symbols)));
   const codegen::Executable& exe = *entry.exe;
+  std::set<const codegen::FusedKernel*> dumped;  // a kernel fusions share is dumped once
   for (ir::ValueId v = 0; v < exe.graph().num_values(); ++v) {
-    dump.Kernel(exe.graph().node(v), exe.kernel_of(v));
+    const codegen::FusedKernel* k = exe.kernel_of(v);
+    if (k == nullptr || dumped.insert(k).second) dump.Kernel(exe.graph().node(v), k);
   }
   for (const std::string& line : exe.lowering_notes()) ctx.explain.push_back(line);
   CompileReport& r = entry.report;

@@ -5,9 +5,11 @@
 #include <chrono>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "codegen/launch_count.h"
+#include "ir/printer.h"
 #include "ops/cuda/index_cuda.h"
 #include "ops/dispatch.h"
 #include "ops/gather.h"
@@ -117,18 +119,40 @@ void Executable::PlanInPlace(const std::vector<int>& last_read) {
   }
 }
 
-// Lowers the nodes kernel families own: their CUDA kernels compile in parallel threads.
+namespace {
+
+// Fusion nodes of one family with the same body and type run the same kernel (a model's repeated
+// layers): the key under which they share it ("" for nodes that are not fusions).
+std::string SharingKey(const Node& n) {
+  if (n.kind != NodeKind::kFusion) return "";
+  return absl::StrCat(TemplateFor(n)->name(), "|", ir::PrintType(n.type), "|", n.sym_dims, "|",
+                      ir::PrintGraph(*n.body));
+}
+
+}  // namespace
+
+// Lowers the nodes kernel families own, each distinct fusion once: their CUDA kernels compile in
+// parallel threads, and a fusion identical to an earlier one shares its kernel.
 absl::Status Executable::LowerFamilies() {
-  std::vector<size_t> family;
+  std::vector<size_t> lower;                    // steps lowered here
+  std::vector<std::pair<size_t, size_t>> same;  // (step, the step whose kernel it shares)
+  std::unordered_map<std::string, size_t> first;
   for (size_t i = 0; i < steps_.size(); ++i) {
-    if (steps_[i].kind == Step::Kind::kFamily) family.push_back(i);
+    if (steps_[i].kind != Step::Kind::kFamily) continue;
+    const std::string key = SharingKey(graph_.node(steps_[i].value));
+    const auto [it, fresh] = first.emplace(key, i);
+    if (key.empty() || fresh) {
+      lower.push_back(i);
+    } else {
+      same.emplace_back(i, it->second);
+    }
   }
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<absl::Status> status(family.size());
+  std::vector<absl::Status> status(lower.size());
   std::vector<std::thread> threads;
-  for (size_t i = 0; i < family.size(); ++i) {
+  for (size_t i = 0; i < lower.size(); ++i) {
     threads.emplace_back([&, i] {
-      Step& s = steps_[family[i]];
+      Step& s = steps_[lower[i]];
       const Node& n = graph_.node(s.value);
       try {
         s.kernel = TemplateFor(n)->Lower(graph_, n);
@@ -143,10 +167,16 @@ absl::Status Executable::LowerFamilies() {
   nvrtc_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   for (const absl::Status& s : status) KILN_RETURN_IF_ERROR(s);
-  for (size_t i : family) {
+  for (size_t i : lower) {
     if (std::string note = steps_[i].kernel->explain(); !note.empty()) {
       lowering_notes_.push_back(std::move(note));
     }
+  }
+  for (const auto& [step, shared] : same) {
+    steps_[step].kernel = steps_[shared].kernel;
+    lowering_notes_.push_back(absl::StrCat(graph_.node(steps_[step].value).name, " runs ",
+                                           graph_.node(steps_[shared].value).name,
+                                           "'s kernel (the same fusion)"));
   }
   return absl::OkStatus();
 }

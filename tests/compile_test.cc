@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "codegen/executable.h"
 #include "codegen/fusion_template.h"
@@ -440,6 +441,38 @@ TEST(Compile, DumpsGraphsKernelsAndIndex) {
   EXPECT_EQ(g.report({x}).dump_dir, root + "/compile_002");
   EXPECT_TRUE(std::filesystem::exists(root + "/compile_001/index.md"));
   EXPECT_TRUE(std::filesystem::exists(root + "/compile_002/index.md"));
+  std::filesystem::remove_all(root);
+}
+
+// Two fusions with the same body (a model's repeated layers) share one lowered kernel: compiled
+// once, dumped once, launched once each.
+TEST(Compile, IdenticalFusionsShareOneKernel) {
+  Fn fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{silu(in[0]) * in[0] + 1.0, silu(in[1]) * in[1] + 1.0};
+  };
+  Generator gen(9);
+  const std::vector<Tensor> in = {randn({4, 8}, gen), randn({4, 8}, gen)};
+  const std::string root = (std::filesystem::temp_directory_path() / "kiln_dump_shared").string();
+  std::filesystem::remove_all(root);
+  CompileOptions o;
+  o.dump_dir = root;
+  CompiledFn f = compile(fn, in, o);
+  const CompileReport& r = f.report(in);
+  EXPECT_EQ(r.fused_kernels, 2) << r.final_graph;
+  EXPECT_EQ(r.kernels_per_step, 2);
+  std::vector<const codegen::FusedKernel*> kernels;
+  const codegen::Executable& exe = f.executable(in);
+  for (ir::ValueId v = 0; v < exe.graph().num_values(); ++v) {
+    if (exe.graph().node(v).kind == ir::NodeKind::kFusion) kernels.push_back(exe.kernel_of(v));
+  }
+  ASSERT_EQ(kernels.size(), 2u);
+  EXPECT_EQ(kernels[0], kernels[1]);
+  EXPECT_EQ(r.kernel_sources_rendered, 1);
+  bool noted = false;
+  for (const std::string& line : r.explain)
+    noted |= line.find("'s kernel (the same fusion)") != std::string::npos;
+  EXPECT_TRUE(noted) << absl::StrJoin(r.explain, "\n");
+  ExpectSame(f(in), fn(in), "shared kernel");
   std::filesystem::remove_all(root);
 }
 
