@@ -312,11 +312,6 @@ void Check(cudaError_t err, const char* call, const char* file, int line) {
   throw Error(absl::Status(s.code(), absl::StrCat(s.message(), " (", file, ":", line, ")")));
 }
 
-void CheckLaunch(const char* kernel_name) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) Check(err, kernel_name, "launch", 0);
-}
-
 MemoryStats GetMemoryStats() {
   MemoryStats s;
   s.allocated = TheAllocator().allocated();

@@ -57,8 +57,6 @@ bool Capturing(cudaStream_t stream = CurrentStream());
 void Check(cudaError_t err, const char* call, const char* file, int line);
 // The same as a Status, for infrastructure code.
 absl::Status ToStatus(cudaError_t err, const char* call);
-// Checks the launch that just happened (cudaGetLastError).
-void CheckLaunch(const char* kernel_name);
 
 // Caching device allocator statistics (bytes).
 struct MemoryStats {

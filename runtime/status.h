@@ -69,11 +69,3 @@ T ValueOrThrow(absl::StatusOr<T> result) {
   do {                                                                                           \
     if (!(cond)) throw ::kiln::Error(::absl::InvalidArgumentError(::absl::StrCat(__VA_ARGS__))); \
   } while (0)
-
-// Returns absl::InternalError naming file:line unless `cond` holds (XLA's TF_RET_CHECK).
-#define KILN_RET_CHECK(cond, ...)                                                              \
-  do {                                                                                         \
-    if (!(cond))                                                                               \
-      return ::absl::InternalError(::absl::StrCat(__FILE__, ":", __LINE__, ": check '", #cond, \
-                                                  "' failed. ", ##__VA_ARGS__));               \
-  } while (0)
