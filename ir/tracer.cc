@@ -217,11 +217,6 @@ void MarkLocalConstants(Graph& graph) {
 
 }  // namespace
 
-bool IsPlaceholder(const Tensor& t) {
-  return t.defined() && t.storage() != nullptr && t.storage()->device().is_meta() &&
-         !t.device().is_meta();
-}
-
 absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<Tensor>& examples,
                             std::vector<Tensor>* captured) {
   std::vector<TensorType> types;

@@ -35,7 +35,4 @@ absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<Tensor>& examp
 absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<TensorType>& input_types,
                             std::vector<Tensor>* captured = nullptr);
 
-// True for a tracing placeholder (a tensor without memory that is not a Meta tensor).
-bool IsPlaceholder(const Tensor& t);
-
 }  // namespace kiln::ir
