@@ -6,6 +6,7 @@
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/loops.h"
+#include "ops/matrix_views.h"
 
 namespace kiln::cpu {
 namespace {
@@ -84,22 +85,6 @@ void Gemm2D(const Tensor& a, int64_t a_off, const Tensor& b, int64_t b_off, cons
       store(out.data_ptr(), o_off + i * s_row + j * s_col, v);
     }
   }
-}
-
-// Views a tensor with its last two dims swapped (metadata only).
-Tensor SwapLast2(const Tensor& t) {
-  Shape s = t.shape();
-  Strides st = t.strides();
-  std::swap(s[s.size() - 1], s[s.size() - 2]);
-  std::swap(st[st.size() - 1], st[st.size() - 2]);
-  return t.as_strided(s, st, t.offset());
-}
-
-// Promotes 1-D operands to matrices ([K] -> [1, K] for a, [K, 1] for b) as views.
-Tensor AsMatrix(const Tensor& t, bool is_lhs) {
-  if (t.dim() != 1) return t;
-  if (is_lhs) return t.as_strided({1, t.size(0)}, {0, t.stride(0)}, t.offset());
-  return t.as_strided({t.size(0), 1}, {t.stride(0), 0}, t.offset());
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 #include "ops/cuda/gemv_choice.h"
 #include "ops/cuda/gemv_kernels.h"
 #include "ops/dispatch.h"
+#include "ops/matrix_views.h"
 #include "ops/ops.h"
 #include "runtime/cuda.h"
 #include "runtime/status.h"
@@ -670,23 +671,6 @@ void CheckOperands(const char* op, absl::Span<const Tensor> in, size_t min_in, s
                         out.device().str()));
     }
   }
-}
-
-// A view of t with its last two dims swapped (metadata only).
-Tensor SwapLast2(const Tensor& t) {
-  if (t.dim() < 2) ThrowInternal("matmul (cuda): cannot transpose a tensor with fewer than 2 dims");
-  Shape s = t.shape();
-  Strides st = t.strides();
-  std::swap(s[s.size() - 1], s[s.size() - 2]);
-  std::swap(st[st.size() - 1], st[st.size() - 2]);
-  return t.as_strided(s, st, t.offset());
-}
-
-// 1-D operands as matrices ([K] -> [1, K] on the left, [K, 1] on the right), as views.
-Tensor AsMatrix(const Tensor& t, bool is_lhs) {
-  if (t.dim() != 1) return t;
-  if (is_lhs) return t.as_strided({1, t.size(0)}, {0, t.stride(0)}, t.offset());
-  return t.as_strided({t.size(0), 1}, {t.stride(0), 0}, t.offset());
 }
 
 // x [..., k] as a matrix [m, k]: a view when the leading dims collapse, else a contiguous copy.
