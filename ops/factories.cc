@@ -118,9 +118,7 @@ Tensor RandomDraw(IntList shape, Generator& gen, DType dtype, Device device, boo
   const uint64_t base = gen.Reserve(static_cast<uint64_t>((n + 3) / 4));
   if (device.is_meta() || n == 0) return out;
   if (device.is_cuda()) {
-    const auto t = dtype == DType::kFloat32   ? cuda_kernels::ElemType::kF32
-                   : dtype == DType::kFloat16 ? cuda_kernels::ElemType::kF16
-                                              : cuda_kernels::ElemType::kBF16;
+    const cuda_kernels::ElemType t = *cuda_kernels::ElemTypeOf(dtype);  // floating: checked above
     KILN_CUDA_CHECK(cuda_kernels::FillRandom(out.data_ptr(), n, t, gen.key(), base, normal,
                                              cuda::CurrentStream()));
     return out;

@@ -277,12 +277,14 @@ cudaError_t Gemv(const GemvArgs& a, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   switch (a.type) {
-    case GemvType::kF32:
+    case ElemType::kF32:
       return Launch<float>(a, stream);
-    case GemvType::kF16:
+    case ElemType::kF16:
       return Launch<__half>(a, stream);
-    case GemvType::kBF16:
+    case ElemType::kBF16:
       return Launch<__nv_bfloat16>(a, stream);
+    default:
+      break;
   }
   return cudaErrorInvalidValue;
 }

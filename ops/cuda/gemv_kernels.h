@@ -4,7 +4,7 @@
 // GEMM with M = 1 reads the weights at about a fifth of the H200's bandwidth; this kernel is built
 // to stream them once at full speed, every x row riding along.
 //
-//   GemvArgs a{x, ldx, w, ldw, bias, 1, out, nullptr, m, n, k, GemvType::kBF16, GemvAct::kNone,
+//   GemvArgs a{x, ldx, w, ldw, bias, 1, out, nullptr, m, n, k, ElemType::kBF16, GemvAct::kNone,
 //              sm_count};
 //   cudaError_t err = Gemv(a, stream);
 //
@@ -21,9 +21,10 @@
 
 #include <cstdint>
 
+#include "ops/cuda/elem_type.h"
+
 namespace kiln::cuda_kernels {
 
-enum class GemvType { kF32, kF16, kBF16 };
 enum class GemvAct { kNone, kRelu, kGeluTanh };
 
 inline constexpr int64_t kGemvMaxRows = 8;
@@ -38,7 +39,7 @@ struct GemvArgs {
   void* out;             // [m, n] contiguous
   const void* residual;  // [m, n] contiguous, added last; nullptr: none
   int64_t m, n, k;
-  GemvType type;
+  ElemType type;  // kF32, kF16 or kBF16
   GemvAct act;
   int sm_count;  // the device's: small n splits each column over more warps (gemv_kernels.cu)
 };

@@ -2,6 +2,7 @@
 #include "ops/cuda/index_cuda.h"
 
 #include <numeric>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -14,7 +15,7 @@
 namespace kiln::cuda_ops {
 namespace {
 
-using cuda_kernels::KeyType;
+using cuda_kernels::ElemType;
 
 // Runs the registry's CUDA kernel of `id` (a copy or a cast) from `in` into `out`.
 void RunRegistryKernel(OpId id, const Tensor& in, const Tensor& out, const OpAttrs& a = {}) {
@@ -82,22 +83,11 @@ void RunChecked(const OpDef& def, const IndexPlan& plan, const Tensor& out, cons
   ReportBadIndexIfFlagged(def, flag, index, plan.bound, dim, operands);
 }
 
-KeyType KeyTypeOf(const OpDef& def, DType t) {
-  switch (t) {
-    case DType::kFloat32:
-      return KeyType::kF32;
-    case DType::kFloat16:
-      return KeyType::kF16;
-    case DType::kBFloat16:
-      return KeyType::kBF16;
-    case DType::kInt32:
-      return KeyType::kI32;
-    case DType::kInt64:
-      return KeyType::kI64;
-    default:
-      throw Error(absl::UnimplementedError(
-          absl::StrCat(def.name, ": dtype ", DTypeName(t), " is not supported on CUDA")));
-  }
+// The launchers' element type of `t` (argmax and topk take every one).
+ElemType ToElemType(const OpDef& def, DType t) {
+  if (const std::optional<ElemType> e = cuda_kernels::ElemTypeOf(t)) return *e;
+  throw Error(absl::UnimplementedError(
+      absl::StrCat(def.name, ": dtype ", DTypeName(t), " is not supported on CUDA")));
 }
 
 // A view of `t` whose dim i is dim order[i] of `t` (metadata only).
@@ -191,7 +181,7 @@ void Cat(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const
 
 void ArgMax(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
   const Tensor& x = in[0];
-  const KeyType t = KeyTypeOf(def, x.dtype());
+  const ElemType t = ToElemType(def, x.dtype());
   if (a.dims.empty() || x.dim() == 0) {  // one row: the flattened input
     const Tensor src = Contiguous(x);
     KILN_CUDA_CHECK(cuda_kernels::ArgMaxRows(src.data_ptr(), out.data<int64_t>(), 1, x.numel(), t,
@@ -211,7 +201,7 @@ void ArgMax(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, co
 
 void TopK(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
   const Tensor& x = in[0];
-  const KeyType t = KeyTypeOf(def, x.dtype());
+  const ElemType t = ToElemType(def, x.dtype());
   if (x.dim() == 0 || a.k > cuda_kernels::kTopKMaxK) {  // on a host copy
     const Tensor host_out = Tensor::Empty(out.shape(), DType::kInt64, kCPU);
     cpu::TopK(def, {ToHost(x)}, host_out, a);

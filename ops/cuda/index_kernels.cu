@@ -322,19 +322,19 @@ __global__ void TopKKernel(const T* x, int64_t* out, int64_t rows, int64_t n, in
   }
 }
 
-// Calls f(T{}) with the device type of a key type.
+// Calls f(T{}) with the device type of an element type.
 template <typename F>
-cudaError_t WithType(KeyType t, F&& f) {
+cudaError_t WithType(ElemType t, F&& f) {
   switch (t) {
-    case KeyType::kF32:
+    case ElemType::kF32:
       return f(float{});
-    case KeyType::kF16:
+    case ElemType::kF16:
       return f(__half{});
-    case KeyType::kBF16:
+    case ElemType::kBF16:
       return f(__nv_bfloat16{});
-    case KeyType::kI32:
+    case ElemType::kI32:
       return f(int32_t{});
-    case KeyType::kI64:
+    case ElemType::kI64:
       return f(int64_t{});
   }
   return cudaErrorInvalidValue;
@@ -410,7 +410,7 @@ cudaError_t TakeGlobalIndexError(bool* seen, cudaStream_t stream) {
   return err;
 }
 
-cudaError_t ArgMaxRows(const void* x, int64_t* out, int64_t rows, int64_t n, KeyType t,
+cudaError_t ArgMaxRows(const void* x, int64_t* out, int64_t rows, int64_t n, ElemType t,
                        cudaStream_t stream) {
   if (rows < 0 || n < 1) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
@@ -436,7 +436,7 @@ cudaError_t ArgMaxRows(const void* x, int64_t* out, int64_t rows, int64_t n, Key
 }
 
 cudaError_t TopKRows(const void* x, int64_t* out, int64_t rows, int64_t n, int64_t k, bool largest,
-                     KeyType t, cudaStream_t stream) {
+                     ElemType t, cudaStream_t stream) {
   if (rows < 0 || k < 1 || k > n || k > kTopKMaxK) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   return WithType(t, [&](auto tag) {

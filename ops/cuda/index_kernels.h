@@ -16,11 +16,10 @@
 
 #include <cstdint>
 
+#include "ops/cuda/elem_type.h"
 #include "ops/index_plan.h"
 
 namespace kiln::cuda_kernels {
-
-enum class KeyType { kF32, kF16, kBF16, kI32, kI64 };
 
 // Copies elem_size bytes per output element as the plan says (n = the output's numel; a
 // scatter's: the source's). An index outside [0, bound) writes zero bytes for that element (a
@@ -36,13 +35,13 @@ cudaError_t CheckIndexRange(const void* index, int64_t n, int64_t stride, bool i
 cudaError_t TakeGlobalIndexError(bool* seen, cudaStream_t stream);
 
 // out[r] = the index of the largest value of x[r, 0..n) for a contiguous [rows, n] x, n >= 1.
-cudaError_t ArgMaxRows(const void* x, int64_t* out, int64_t rows, int64_t n, KeyType t,
+cudaError_t ArgMaxRows(const void* x, int64_t* out, int64_t rows, int64_t n, ElemType t,
                        cudaStream_t stream);
 
 // out[r, 0..k) = the indices of the k largest (or smallest) values of x[r, 0..n), sorted, for a
 // contiguous [rows, n] x and contiguous [rows, k] out; 1 <= k <= min(n, kTopKMaxK).
 inline constexpr int64_t kTopKMaxK = 1024;
 cudaError_t TopKRows(const void* x, int64_t* out, int64_t rows, int64_t n, int64_t k, bool largest,
-                     KeyType t, cudaStream_t stream);
+                     ElemType t, cudaStream_t stream);
 
 }  // namespace kiln::cuda_kernels

@@ -721,7 +721,6 @@ GemvProblem MakeGemvProblem(const Tensor& x2, const Tensor& w, const Tensor& bia
 void RunGemv(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& residual,
              const Tensor& out, Epilogue act) {
   using cuda_kernels::GemvAct;
-  using cuda_kernels::GemvType;
   cuda_kernels::GemvArgs a{};
   a.x = x2.data_ptr();
   a.ldx = x2.stride(0);
@@ -734,9 +733,7 @@ void RunGemv(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor
   a.m = x2.size(0);
   a.n = w.size(0);
   a.k = w.size(1);
-  a.type = out.dtype() == DType::kFloat32   ? GemvType::kF32
-           : out.dtype() == DType::kFloat16 ? GemvType::kF16
-                                            : GemvType::kBF16;  // CheckOperands allows no other
+  a.type = *cuda_kernels::ElemTypeOf(out.dtype());  // float32, float16 or bfloat16 (CheckOperands)
   a.act = act == Epilogue::kRelu       ? GemvAct::kRelu
           : act == Epilogue::kGeluTanh ? GemvAct::kGeluTanh
                                        : GemvAct::kNone;

@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "ops/cuda/reduce_kernels.h"
+#include "ops/cuda/elem_type.h"
 #include "runtime/philox.h"
 
 namespace kiln::cuda_kernels {

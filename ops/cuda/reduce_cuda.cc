@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <numeric>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -26,19 +27,11 @@ using cuda_kernels::ElemType;
       absl::StrCat(def.name, ": dtype ", DTypeName(t), " is not supported on CUDA")));
 }
 
+// The launchers' element type of `t`: a floating type or int64.
 ElemType ToElemType(const OpDef& def, DType t) {
-  switch (t) {
-    case DType::kFloat32:
-      return ElemType::kF32;
-    case DType::kFloat16:
-      return ElemType::kF16;
-    case DType::kBFloat16:
-      return ElemType::kBF16;
-    case DType::kInt64:
-      return ElemType::kI64;
-    default:
-      ThrowUnsupported(def, t);
-  }
+  const std::optional<ElemType> e = cuda_kernels::ElemTypeOf(t);
+  if (!e.has_value() || *e == ElemType::kI32) ThrowUnsupported(def, t);
+  return *e;
 }
 
 ElemType FloatElemType(const OpDef& def, DType t) {

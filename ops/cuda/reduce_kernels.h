@@ -16,10 +16,9 @@
 
 #include <cstdint>
 
-namespace kiln::cuda_kernels {
+#include "elem_type.h"  // not "ops/cuda/...": reduce_kernels.cu also builds with plain nvcc -c
 
-// Element types of the buffers.
-enum class ElemType { kF32, kF16, kBF16, kI64 };
+namespace kiln::cuda_kernels {
 
 // y[r, :] = softmax(x[r, :]) (log_softmax when `log`) for contiguous [rows, n] buffers of a
 // floating type. y may equal x (in place). Rows of up to 16384 elements (8192 when n * size or a
@@ -40,10 +39,11 @@ inline constexpr int kReduceSum = 0;
 inline constexpr int kReduceMean = 1;
 inline constexpr int kReduceMax = 2;
 
-// y[o] = op(x[o, 0 .. inner)) for a contiguous [outer, inner] x. in_t must equal out_t; kI64
-// supports sum and max only. Float sums accumulate in double, int64 sums in int64. An empty row
-// (inner == 0) gives 0 for sum, NaN for mean and -inf (int64: INT64_MIN) for max. Few long rows
-// are split across blocks, with partials in a scratch buffer from cudaMallocAsync on `stream`.
+// y[o] = op(x[o, 0 .. inner)) for a contiguous [outer, inner] x. in_t must equal out_t, a floating
+// type or kI64 (which supports sum and max only). Float sums accumulate in double, int64 sums in
+// int64. An empty row (inner == 0) gives 0 for sum, NaN for mean and -inf (int64: INT64_MIN) for
+// max. Few long rows are split across blocks, with partials in a scratch buffer from
+// cudaMallocAsync on `stream`.
 cudaError_t RowReduce(const void* x, void* y, int64_t outer, int64_t inner, int op, ElemType in_t,
                       ElemType out_t, cudaStream_t stream);
 
