@@ -82,7 +82,7 @@ LaunchCount CountLaunchesOnce(OpId op, absl::Span<const Tensor> inputs, const Op
   if (inputs.empty() || !inputs[0].device().is_cuda()) return {1, 0, "not on CUDA"};
   if (cuda::Capturing()) return {1, 0, "the caller is capturing"};
   const std::string key = Key(op, inputs, attrs);
-  static std::mutex mu;
+  static std::mutex mu;  // guards `cache` (not held while measuring)
   static auto* cache = new std::map<std::string, LaunchCount>;
   {
     std::lock_guard<std::mutex> lock(mu);

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "runtime/random.h"
 #include "runtime/tensor.h"
 
@@ -165,8 +166,8 @@ class CausalSelfAttention : public Module {
   bool inplace_;
   Linear& qkv_;
   Linear& proj_;
-  std::mutex mask_mu_;  // forward may run in several threads at once
-  Tensor mask_;         // cached causal mask for the last sequence length; guarded by mask_mu_
+  std::mutex mask_mu_;                     // forward may run in several threads at once
+  Tensor mask_ ABSL_GUARDED_BY(mask_mu_);  // cached causal mask for the last sequence length
 };
 
 // A lookup table: weight [num_embeddings, dim], init N(0, 1) like torch; forward(indices).

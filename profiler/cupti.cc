@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "profiler/device.h"
 #include "profiler/host.h"
@@ -37,10 +38,10 @@ constexpr CUpti_ActivityKind kKinds[] = {
 // buffers while the process exits.
 struct CuptiState {
   std::mutex mu;
-  std::vector<DeviceRecord> records;
-  uint64_t dropped = 0;
+  std::vector<DeviceRecord> records ABSL_GUARDED_BY(mu);
+  uint64_t dropped ABSL_GUARDED_BY(mu) = 0;
   std::atomic<int64_t> offset_ns{0};  // host clock - CUPTI clock
-  bool callbacks_registered = false;
+  bool callbacks_registered = false;  // only the source that holds in_use touches it
   std::atomic<bool> in_use{false};
 };
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 
 namespace kiln::profiler {
@@ -92,8 +93,11 @@ class FakeActivitySource : public ActivitySource {
 
  private:
   mutable std::mutex mu_;
-  std::vector<DeviceRecord> pending_;
-  std::vector<uint64_t> pushed_, stack_;
+  std::vector<DeviceRecord> pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> pushed_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> stack_ ABSL_GUARDED_BY(mu_);
+  // Not guarded (set_dropped_records, set_start_status and started() touch them unlocked): a test
+  // sets them up and reads them back on the thread that starts and stops the source.
   uint64_t dropped_ = 0;
   absl::Status start_status_;
   bool started_ = false;

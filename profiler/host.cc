@@ -14,6 +14,7 @@
 #include <mutex>
 #include <unordered_set>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "profiler/device.h"
 
@@ -22,7 +23,7 @@ namespace {
 
 struct ThreadBuffer {
   std::mutex mu;
-  std::vector<HostEvent> events;
+  std::vector<HostEvent> events ABSL_GUARDED_BY(mu);
 };
 
 struct OpenRange {
@@ -43,7 +44,7 @@ struct ThreadState {
 
 struct Registry {
   std::mutex mu;
-  std::vector<std::shared_ptr<ThreadBuffer>> buffers;
+  std::vector<std::shared_ptr<ThreadBuffer>> buffers ABSL_GUARDED_BY(mu);
 };
 
 Registry& GetRegistry() {
@@ -148,7 +149,7 @@ uint32_t CurrentThreadId() {
 }
 
 const char* Intern(const std::string& name) {
-  static std::mutex* mu = new std::mutex;
+  static std::mutex* mu = new std::mutex;                    // guards `names`
   static auto* names = new std::unordered_set<std::string>;  // nodes: pointers stay valid
   std::lock_guard<std::mutex> lock(*mu);
   return names->insert(name).first->c_str();

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/status.h"
@@ -160,13 +161,13 @@ class CachingAllocator final : public Allocator {
   }
 
   // The cached-bytes count of blocks of `bytes` (small or large).
-  size_t& CachedLocked(size_t bytes) {
+  size_t& CachedLocked(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return bytes <= kSmallBlock ? cached_small_ : cached_large_;
   }
 
   // Whether a freed block of `bytes` may join the cache, after sending the cached large blocks of
   // other sizes back to the pool when a large one would not fit.
-  bool MakeRoomLocked(size_t bytes) {
+  bool MakeRoomLocked(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (bytes <= kSmallBlock) return cached_small_ + bytes <= kMaxCached;
     if (cached_large_ + bytes <= large_limit_) return true;
     for (auto it = free_.begin(); it != free_.end();) {
@@ -180,7 +181,8 @@ class CachingAllocator final : public Allocator {
     return cached_large_ + bytes <= large_limit_;
   }
 
-  void ReleaseLocked(const FreeKey& key, std::vector<void*>& blocks) {
+  void ReleaseLocked(const FreeKey& key, std::vector<void*>& blocks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (void* p : blocks) cudaFreeAsync(p, key.first);
     CachedLocked(key.second) -= key.second * blocks.size();
     blocks.clear();
@@ -241,10 +243,12 @@ class CachingAllocator final : public Allocator {
   std::once_flag pool_once_;
   std::atomic<size_t> allocated_{0}, peak_{0};
   std::mutex mu_;
-  absl::flat_hash_map<void*, Block> live_;                 // live block -> its size and stream
-  absl::flat_hash_map<FreeKey, std::vector<void*>> free_;  // the host cache
-  size_t cached_small_ = 0, cached_large_ = 0;             // bytes in free_ (small, large blocks)
-  size_t large_limit_ = 0;                                 // LargeCacheLimit of the pool's device
+  absl::flat_hash_map<void*, Block> live_ ABSL_GUARDED_BY(mu_);  // live block -> size, stream
+  absl::flat_hash_map<FreeKey, std::vector<void*>> free_ ABSL_GUARDED_BY(mu_);  // the host cache
+  // Bytes in free_ (small, large blocks).
+  size_t cached_small_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t cached_large_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t large_limit_ ABSL_GUARDED_BY(mu_) = 0;  // LargeCacheLimit of the pool's device
 };
 
 CachingAllocator& TheAllocator() {

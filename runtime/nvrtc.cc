@@ -14,6 +14,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/cuda.h"
 #include "runtime/status.h"
@@ -25,9 +26,9 @@ constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'B', 'I', 'N', '1'};
 
 struct Cache {
   std::mutex mu;
-  std::unordered_map<uint64_t, cudaLibrary_t> libraries;  // by source key
-  std::unordered_map<std::string, cudaKernel_t> kernels;  // by key + kernel name
-  KernelCacheStats stats;
+  std::unordered_map<uint64_t, cudaLibrary_t> libraries ABSL_GUARDED_BY(mu);  // by source key
+  std::unordered_map<std::string, cudaKernel_t> kernels ABSL_GUARDED_BY(mu);  // key + kernel name
+  KernelCacheStats stats ABSL_GUARDED_BY(mu);
 };
 Cache& TheCache() {
   static auto* c = new Cache();

@@ -26,6 +26,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define KILN_GEMM_X86 1
@@ -399,12 +401,12 @@ class ThreadPool {
     }
   }
 
-  std::mutex run_mu_;      // Held by the Run() that owns the pool.
-  Scratch owner_scratch_;  // Used by task 0; guarded by run_mu_.
-  std::mutex mu_;          // Guards workers_ and pairs with the condition variables.
+  std::mutex run_mu_;                               // Held by the Run() that owns the pool.
+  Scratch owner_scratch_ ABSL_GUARDED_BY(run_mu_);  // Used by task 0.
+  std::mutex mu_;                                   // Pairs with the condition variables.
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
-  std::vector<std::thread> workers_;
+  std::vector<std::thread> workers_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> state_{0};
   std::atomic<const Task*> job_{nullptr};
   std::atomic<int> pending_{0};  // Worker tasks of the current job still running.

@@ -11,6 +11,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -69,9 +70,9 @@ std::string Describe(const GemvProblem& p) {
 
 struct Decisions {
   std::mutex mu;
-  std::unordered_map<GemvProblem, bool, GemvProblemHash> use_gemv;  // guarded by mu
-  std::unordered_set<GemvProblem, GemvProblemHash> untimed;         // guarded by mu
-  std::vector<std::string> log;                                     // guarded by mu
+  std::unordered_map<GemvProblem, bool, GemvProblemHash> use_gemv ABSL_GUARDED_BY(mu);
+  std::unordered_set<GemvProblem, GemvProblemHash> untimed ABSL_GUARDED_BY(mu);
+  std::vector<std::string> log ABSL_GUARDED_BY(mu);
 };
 
 Decisions& TheDecisions() {

@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "ops/cuda/gemv_choice.h"
 #include "ops/cuda/gemv_kernels.h"
@@ -290,7 +291,7 @@ const DeviceContext& ContextFor(int device) {
     ThrowInternal(absl::StrCat("matmul (cuda): device index ", device, " out of range"));
   }
   static std::array<std::atomic<DeviceContext*>, kMaxDevices> contexts{};
-  static auto* mu = new std::mutex;
+  static auto* mu = new std::mutex;  // serialises creating a context (the slots are atomics)
   DeviceContext* ctx = contexts[device].load(std::memory_order_acquire);
   if (ctx != nullptr) return *ctx;
   std::lock_guard<std::mutex> lock(*mu);
@@ -332,7 +333,8 @@ class DeviceGuard {
 
 struct PlanCache {
   std::mutex mu;
-  std::unordered_map<GemmKey, std::shared_ptr<const GemmPlan>, GemmKeyHash> plans;
+  std::unordered_map<GemmKey, std::shared_ptr<const GemmPlan>, GemmKeyHash> plans
+      ABSL_GUARDED_BY(mu);
 };
 
 // The cached plan for `key`, created on first use; nullptr if cuBLASLt has no algorithm (cached

@@ -81,7 +81,7 @@ struct FlashKernel {
 // The compiled kernel of a configuration for the current device, cached (rendering the source
 // and hashing it costs more than a launch).
 const FlashKernel& KernelFor(const FlashAttentionConfig& c) {
-  static std::mutex mu;
+  static std::mutex mu;  // guards `cache`; held while compiling, so a kernel compiles once
   static auto* cache = new std::map<std::string, FlashKernel>();
   int device = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&device));
@@ -231,7 +231,7 @@ struct DecodeKernels {
   cudaKernel_t split = nullptr, combine = nullptr;
 };
 const DecodeKernels& DecodeKernelsFor(const FlashAttentionConfig& c) {
-  static std::mutex mu;
+  static std::mutex mu;  // guards `cache`; held while compiling, so a kernel compiles once
   static auto* cache = new std::map<std::string, DecodeKernels>();
   int device = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&device));

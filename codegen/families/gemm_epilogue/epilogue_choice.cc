@@ -85,7 +85,7 @@ EpilogueChoice ChooseEpilogue(const ir::Graph& graph, const ir::Node& n) {
   if (!n.type.device.is_cuda() || n.attrs.epilogue == Epilogue::kNone) return {};
   std::string key = absl::StrCat(EpilogueName(n.attrs.epilogue), n.inputs.size());
   for (ir::ValueId in : n.inputs) absl::StrAppend(&key, "|", Describe(graph.type(in)));
-  static std::mutex mu;
+  static std::mutex mu;  // guards `cache` (not held while measuring)
   static std::map<std::string, EpilogueChoice> cache;
   {
     std::lock_guard<std::mutex> lock(mu);

@@ -480,7 +480,7 @@ std::string RowKey(const OpDef& def, absl::Span<const Tensor> in, DType out, con
 // pointer to one stays valid.
 const ElementwiseKernels& SharedKernelsFor(const OpDef& def, absl::Span<const Tensor> in, DType out,
                                            const OpAttrs& a) {
-  static std::mutex mu;
+  static std::mutex mu;  // guards `kernels` (not held while compiling)
   static auto& kernels = *new std::unordered_map<std::string, ElementwiseKernels>();
   const std::string key = RowKey(def, in, out, a);
   {
