@@ -166,7 +166,7 @@ enum AttrField : uint32_t {
   kAttrEpilogue = 1u << 12,
   kAttrStrided = 1u << 13,    // strides, offset (with kAttrDims: the sizes)
   kAttrAttention = 1u << 14,  // scale, is_causal, enable_gqa
-  kAttrTopK = 1u << 15,       // k and largest (13 and 14 are taken on main: strided, attention)
+  kAttrTopK = 1u << 15,       // k and largest
 };
 
 // ---- The attribute table -------------------------------------------------------------------
@@ -237,10 +237,13 @@ struct OpDef {
   FusionKind kind;
   uint32_t attr_fields;
   InferFn infer;
-  KernelFn cpu = nullptr;            // CPU reference kernel (nullptr for views)
-  ViewFn view = nullptr;             // views only
-  ScalarFn scalar = nullptr;         // elementwise only
-  std::string_view cuda_expr;        // elementwise only: CUDA expression over $0, $1, ... (floats)
+  KernelFn cpu = nullptr;     // CPU reference kernel (nullptr for views)
+  ViewFn view = nullptr;      // views only
+  ScalarFn scalar = nullptr;  // elementwise only
+  // Elementwise only: the CUDA expression over the operands $0, $1, ... and the attributes $scalar
+  // and $approximate, computed in float, or in long long for integer operands and results
+  // (ops/cuda/kernel_render.cc).
+  std::string_view cuda_expr;
   KernelFn cuda = nullptr;           // the CUDA kernel (nullptr: none)
   IntScalarFn int_scalar = nullptr;  // elementwise rows with an exact integer form
   // The CUDA kernel's launches (kernels, memsets) depend on the shapes (cuBLASLt's split-K,

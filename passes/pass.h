@@ -4,9 +4,10 @@
 // the verifier after every pass, can dump the graph after each one, and collects the fusion
 // explain log. Passes hold no global mutable state.
 //
+//   PassContext ctx;
 //   Pipeline p;
 //   p.Add(std::make_unique<DeadCodeElimination>());
-//   KILN_RETURN_IF_ERROR(p.Run(graph, &context));
+//   KILN_RETURN_IF_ERROR(p.Run(graph, ctx));
 #pragma once
 
 #include <algorithm>

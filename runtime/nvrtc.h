@@ -11,7 +11,7 @@
 // directory) may compile and load at once; two threads racing on one new source both compile it
 // and the first to load keeps its library.
 //
-//   ASSIGN_OR_RETURN(cudaKernel_t k, cuda::GetKernel(source, "kiln_add_f32"));
+//   KILN_ASSIGN_OR_RETURN(cudaKernel_t k, cuda::GetKernel(source, "kiln_add_f32"));
 //   cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, block, args, 0, stream);
 #pragma once
 
