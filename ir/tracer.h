@@ -14,7 +14,7 @@
 // the compiled function passes it on every call, so the write lands in that tensor. Reading such
 // a tensor before writing it, or writing it in a trace that gives no `captured` list, is an error.
 //
-//   ASSIGN_OR_RETURN(ir::Graph g, ir::Trace(fn, example_inputs));
+//   KILN_ASSIGN_OR_RETURN(ir::Graph g, ir::Trace(fn, example_inputs));
 #pragma once
 
 #include <functional>
