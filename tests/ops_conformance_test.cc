@@ -1,6 +1,7 @@
 // Table-driven op conformance: every registry row × dtype × device against the independent
-// double-precision reference in tests/reference.h, on fresh random inputs (never zeros),
-// covering broadcasting, non-contiguous views, zero-size dims, 0-d tensors and batched matmul.
+// double-precision reference in tests/reference.h, within a mainly relative tolerance
+// (RelativeToleranceFor, tests/test_util.h), on fresh random inputs (never zeros), covering
+// broadcasting, non-contiguous views, zero-size dims, 0-d tensors and batched matmul.
 // A new op adds rows to kCases; the RegistryCoverage test fails until it does.
 #include <gtest/gtest.h>
 
@@ -46,6 +47,9 @@ struct OpCase {
   std::function<RefTensor(RefIn)> ref;
   bool float_only = true;     // else also int64 inputs
   std::vector<DType> dtypes;  // when set: exactly these dtypes (instead of float_only's rule)
+  // The absolute term of a half-precision result's tolerance, as a fraction of the largest
+  // |reference value| (RelativeToleranceFor). A row that needs more says why.
+  double half_atol_fraction = 1e-3;
 };
 
 InputSpec N(std::vector<int64_t> s) { return {std::move(s)}; }
@@ -512,6 +516,9 @@ std::vector<OpCase> OtherCases() {
   return c;
 }
 
+// The sdpa rows' absolute term (their comment says why): 2^-7, above the 2.9e-3 measured.
+constexpr double kAttentionHalfAtolFraction = 0x1p-7;
+
 // Casts, copies, masks and views: values must equal the (rounded) inputs rearranged.
 std::vector<OpCase> LayoutCases() {
   auto identity = [](RefIn in) { return in[0]; };
@@ -546,13 +553,20 @@ std::vector<OpCase> LayoutCases() {
        tri(false, -1),
        false},
       // (tests/attention_test.cc covers attention's shapes, masks and backends in depth)
+      // Head dims other than 64 and 128 run the math form on CUDA, which rounds the scores and
+      // the probabilities to the dtype (as eager torch does): an output is a sum of rounded
+      // terms p·v, so its error follows sum(p·|v|), not the output. Measured on the CPU's math
+      // backend over 151 draws of these inputs: up to 2.9e-3 x the largest |reference| (bf16).
       {"sdpa_causal",
        OpId::kScaledDotProductAttention,
        {N({2, 3, 5, 8}), N({2, 3, 7, 8}), N({2, 3, 7, 8})},
        [](KilnIn in) { return scaled_dot_product_attention(in[0], in[1], in[2], {}, true); },
        [](RefIn in) {
          return ref::Sdpa(in[0], in[1], in[2], {.causal = true, .scale = 1 / std::sqrt(8.0)});
-       }},
+       },
+       true,
+       {},
+       kAttentionHalfAtolFraction},
       {"sdpa_bool_mask",
        OpId::kScaledDotProductAttention,
        {N({2, 4, 6}), T({2, 6, 6}), N({2, 6, 6}), M({4, 6})},
@@ -560,7 +574,10 @@ std::vector<OpCase> LayoutCases() {
        [](RefIn in) {
          return ref::Sdpa(in[0], in[1], in[2],
                           {.mask = &in[3], .mask_is_bool = true, .scale = 1 / std::sqrt(6.0)});
-       }},
+       },
+       true,
+       {},
+       kAttentionHalfAtolFraction},
       {"transpose",
        OpId::kTranspose,
        {N({3, 4})},
@@ -725,7 +742,8 @@ TEST_P(OpConformance, MatchesReference) {
   const RefTensor expected = c.ref(refs);
   ASSERT_EQ(std::vector<int64_t>(out.shape().begin(), out.shape().end()), expected.shape);
   EXPECT_EQ(out.device(), p.device);
-  ExpectClose(to_vector(out), expected.v, ToleranceFor(out.dtype()), c.name);
+  ExpectClose(to_vector(out), expected.v,
+              RelativeToleranceFor(out.dtype(), expected.v, c.half_atol_fraction), c.name);
 }
 
 std::vector<Param> AllParams(Device device) {

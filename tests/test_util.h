@@ -35,6 +35,23 @@ inline Tolerance ToleranceFor(DType t) {
   }
 }
 
+// The tolerance of a result of dtype `t` against `reference`, mainly relative (the numerics
+// policy, docs/ARCHITECTURE.md): the dtype's relative term, plus an absolute term scaled to the
+// values at hand instead of a fixed one: `half_fraction` (1e-3) x the largest finite |reference
+// value| for half precision, the relative term x that for float32. A fixed absolute 1e-2 let a
+// bf16 value of 0.05 be 20 % wrong; here it is held to its dtype's precision unless it is a
+// thousandth of the largest. Integer and bool results are exact.
+inline Tolerance RelativeToleranceFor(DType t, const std::vector<double>& reference,
+                                      double half_fraction = 1e-3) {
+  if (!IsFloatingPoint(t)) return {0, 0};
+  double largest = 0;
+  for (double v : reference) {
+    if (std::isfinite(v)) largest = std::max(largest, std::fabs(v));
+  }
+  const double rtol = ToleranceFor(t).rtol;
+  return {(t == DType::kFloat32 ? rtol : half_fraction) * largest, rtol};
+}
+
 inline void ExpectClose(const std::vector<double>& got, const std::vector<double>& want,
                         Tolerance tol, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
