@@ -29,8 +29,9 @@ using KilnIn = const std::vector<Tensor>&;
 
 // kInts: small integers (ties for comparisons and selection) in any dtype; kExponent: [0, 3)
 // (integers 0..2 for integer dtypes); kIndex: integers in [0, bound) of the spec's own dtype;
-// kDistinct: distinct ones (a random arrangement of part of 0..bound-1).
-enum class Gen { kNormal, kPositive, kMask, kInts, kExponent, kIndex, kDistinct };
+// kDistinct: distinct ones (a random arrangement of part of 0..bound-1); kWide: magnitudes
+// 2^-28 .. 2^15.9 of either sign, uniform in their exponent, and an eighth of them zero.
+enum class Gen { kNormal, kPositive, kMask, kInts, kExponent, kIndex, kDistinct, kWide };
 struct InputSpec {
   std::vector<int64_t> shape;
   Gen gen = Gen::kNormal;
@@ -50,6 +51,7 @@ struct OpCase {
   // The absolute term of a half-precision result's tolerance, as a fraction of the largest
   // |reference value| (RelativeToleranceFor). A row that needs more says why.
   double half_atol_fraction = 1e-3;
+  bool exact = false;  // the result is exactly defined (casts): no tolerance at all
 };
 
 InputSpec N(std::vector<int64_t> s) { return {std::move(s)}; }
@@ -651,15 +653,46 @@ std::vector<OpCase> LayoutCases() {
        },
        false},
   };
-  for (DType to_type : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt64}) {
-    c.push_back({absl::StrCat("cast_to_", DTypeName(to_type)),
-                 OpId::kCast,
-                 {N({4, 5})},
-                 [to_type](KilnIn in) { return cast(cast(in[0], to_type), DType::kFloat32); },
-                 [to_type](RefIn in) {
-                   Tensor t = cast(from_vector(in[0].v, in[0].shape, DType::kFloat32), to_type);
-                   return RefTensor{in[0].shape, to_vector(t)};  // rounding per dtype
-                 }});
+  return c;
+}
+
+// x converted to dtype t, worked out apart from kiln's conversions: round to nearest even for the
+// floating dtypes (float32 by the C++ conversion, bfloat16 and float16 by tests/reference.h),
+// truncation toward zero for the integers, x != 0 for bool. (kiln turns NaN, infinities and
+// values outside int64 into integer 0; no case here draws one.)
+double RefCast(double x, DType t) {
+  switch (t) {
+    case DType::kFloat32:
+      return static_cast<float>(x);
+    case DType::kBFloat16:
+      return ref::RoundToBFloat16(x);
+    case DType::kFloat16:
+      return ref::RoundToFloat16(x);
+    case DType::kBool:
+      return x != 0;
+    default:
+      return std::trunc(x);
+  }
+}
+
+// cast to every dtype and back to float32, compared exactly, from every dtype on normal values
+// and from the floating dtypes on kWide values (float16's subnormals and its rounding near 2^16,
+// truncations of large values).
+std::vector<OpCase> CastCases() {
+  const std::vector<DType> every = {DType::kFloat32, DType::kFloat16, DType::kBFloat16,
+                                    DType::kBool,    DType::kInt32,   DType::kInt64};
+  std::vector<OpCase> c;
+  for (DType to_type : every) {
+    auto run = [to_type](KilnIn in) { return cast(cast(in[0], to_type), DType::kFloat32); };
+    auto ref_fn = [to_type](RefIn in) {
+      return ref::Map(in, [to_type](const std::vector<double>& x) {
+        return RefCast(RefCast(x[0], to_type), DType::kFloat32);
+      });
+    };
+    const std::string name = absl::StrCat("cast_to_", DTypeName(to_type));
+    c.push_back({name, OpId::kCast, {N({4, 5})}, run, ref_fn, true, every});
+    c.push_back({absl::StrCat(name, "_wide"), OpId::kCast, {{{6, 8}, Gen::kWide}}, run, ref_fn});
+    c[c.size() - 2].exact = c.back().exact = true;
   }
   return c;
 }
@@ -669,8 +702,9 @@ std::vector<OpCase> LayoutCases() {
 const std::vector<OpCase>& AllCases() {
   static const auto* cases = [] {
     auto* v = new std::vector<OpCase>();
-    for (auto& part : {UnaryCases(), BinaryCases(), OtherCases(), LayoutCases(), MathCases(),
-                       CompareCases(), IndexingCases(), JoinCases(), SelectionCases()}) {
+    for (auto& part :
+         {UnaryCases(), BinaryCases(), OtherCases(), LayoutCases(), MathCases(), CompareCases(),
+          IndexingCases(), JoinCases(), SelectionCases(), CastCases()}) {
       v->insert(v->end(), part.begin(), part.end());
     }
     return v;
@@ -695,6 +729,13 @@ Tensor MakeInput(const InputSpec& s, DType dtype, Device device, Generator& gen)
     }
     pool.resize(n);
     t = from_vector(pool, shape, dtype);
+  } else if (s.gen == Gen::kWide) {
+    std::vector<double> v(n);
+    for (double& x : v) {
+      const double sign = gen.Uniform() < 0.5 ? -1 : 1, exponent = gen.Uniform() * 43.9 - 28;
+      x = gen.Uniform() < 0.125 ? 0 : sign * std::exp2(exponent);
+    }
+    t = from_vector(v, shape, dtype);
   } else if (s.gen == Gen::kInts || s.gen == Gen::kExponent || s.gen == Gen::kIndex) {
     std::vector<double> v(n);
     for (double& x : v) {
@@ -742,8 +783,10 @@ TEST_P(OpConformance, MatchesReference) {
   const RefTensor expected = c.ref(refs);
   ASSERT_EQ(std::vector<int64_t>(out.shape().begin(), out.shape().end()), expected.shape);
   EXPECT_EQ(out.device(), p.device);
-  ExpectClose(to_vector(out), expected.v,
-              RelativeToleranceFor(out.dtype(), expected.v, c.half_atol_fraction), c.name);
+  const Tolerance tol = c.exact
+                            ? Tolerance{0, 0}
+                            : RelativeToleranceFor(out.dtype(), expected.v, c.half_atol_fraction);
+  ExpectClose(to_vector(out), expected.v, tol, c.name);
 }
 
 std::vector<Param> AllParams(Device device) {
@@ -766,6 +809,38 @@ std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Cpu, OpConformance, ::testing::ValuesIn(AllParams(kCPU)), ParamName);
 INSTANTIATE_TEST_SUITE_P(Cuda, OpConformance, ::testing::ValuesIn(AllParams(CUDA(0))), ParamName);
+
+// The cast rows' reference conversions on values worked out by hand.
+TEST(OpConformanceReference, CastsRoundToNearestEven) {
+  // bfloat16 keeps 8 significant bits. 1 + 2^-8 lies half way between 1 and 1 + 2^-7 (the even
+  // one, 1, wins), 1 + 3·2^-8 half way between 1 + 2^-7 and 1 + 2^-6 (1 + 2^-6 wins).
+  EXPECT_EQ(ref::RoundToBFloat16(1 + 0x1p-8), 1.0);
+  EXPECT_EQ(ref::RoundToBFloat16(1 + 3 * 0x1p-8), 1 + 0x1p-6);
+  EXPECT_EQ(ref::RoundToBFloat16(1 + 0x1p-8 + 0x1p-20), 1 + 0x1p-7);  // past the tie: up
+  EXPECT_EQ(ref::RoundToBFloat16(M_PI), 3.140625);                    // 0x40490FDB -> 0x4049
+  EXPECT_EQ(ref::RoundToBFloat16(-0.1), -0.10009765625);              // 0xBDCCCCCD -> 0xBDCD
+  EXPECT_EQ(ref::RoundToBFloat16(0x1.fep127), 0x1.fep127);            // the largest bf16
+  EXPECT_EQ(ref::RoundToBFloat16(0x1.fffffep127), INFINITY);          // FLT_MAX rounds up
+  EXPECT_TRUE(std::isnan(ref::RoundToBFloat16(NAN)));
+  // float16 keeps 11 significant bits, down to 2^-24 (subnormals below 2^-14), up to 65504.
+  EXPECT_EQ(ref::RoundToFloat16(1.0 / 3), 0.333251953125);  // 0x3555
+  EXPECT_EQ(ref::RoundToFloat16(0.1), 0.0999755859375);     // 0x2E66
+  EXPECT_EQ(ref::RoundToFloat16(1 + 0x1p-11), 1.0);         // a tie: to the even 1
+  EXPECT_EQ(ref::RoundToFloat16(1 + 3 * 0x1p-11), 1 + 0x1p-9);
+  EXPECT_EQ(ref::RoundToFloat16(6.1e-5), 1023 * 0x1p-24);  // just below 2^-14: a subnormal
+  EXPECT_EQ(ref::RoundToFloat16(0x1p-24), 0x1p-24);        // the smallest subnormal
+  EXPECT_EQ(ref::RoundToFloat16(3 * 0x1p-26), 0x1p-24);    // 0.75 of it rounds up
+  EXPECT_EQ(ref::RoundToFloat16(0x1p-25), 0.0);            // a tie: to the even 0
+  EXPECT_TRUE(std::signbit(ref::RoundToFloat16(-0x1p-26)));
+  EXPECT_EQ(ref::RoundToFloat16(65519.99), 65504.0);
+  EXPECT_EQ(ref::RoundToFloat16(-65520), -INFINITY);  // half way to 2^16 rounds to infinity
+  EXPECT_TRUE(std::isnan(ref::RoundToFloat16(NAN)));
+  // Integers truncate toward zero; bool is x != 0.
+  EXPECT_EQ(RefCast(-2.7, DType::kInt64), -2);
+  EXPECT_EQ(RefCast(2.7, DType::kInt32), 2);
+  EXPECT_EQ(RefCast(-0.5, DType::kBool), 1);
+  EXPECT_EQ(RefCast(0.0, DType::kBool), 0);
+}
 
 TEST(OpConformanceTable, CoversEveryRegistryRow) {
   std::set<OpId> covered;

@@ -3,6 +3,8 @@
 // with div/mod (the kernels step strides incrementally), and every op is a few obvious lines.
 #pragma once
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -173,6 +175,29 @@ inline RefTensor Transpose2(const RefTensor& x) {  // swaps the last two dims
     out.v[Ravel(idx, out.shape)] = x.v[i];
   }
   return out;
+}
+
+// Round-to-nearest-even of a float32 value (v must be one) to bfloat16, from its bits: add half
+// an ulp of bfloat16 less one, plus the lowest kept bit (ties go to even), and drop the low 16
+// bits. NaN stays NaN; values beyond the largest bfloat16 round to infinity.
+inline double RoundToBFloat16(double v) {
+  if (std::isnan(v)) return v;
+  const uint32_t bits = std::bit_cast<uint32_t>(static_cast<float>(v));
+  const uint32_t rounded = ((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16) << 16;
+  return std::bit_cast<float>(rounded);
+}
+
+// Round-to-nearest-even of v to float16, in double arithmetic: the ulp of float16 at v's binade
+// (2^-24 below 2^-14, the subnormals), v divided by it rounded to an even integer by nearbyint
+// (the default rounding mode), and the overflow of IEEE 754: magnitudes from 65520 (half way
+// between the largest float16, 65504, and 2^16) round to infinity.
+inline double RoundToFloat16(double v) {
+  if (std::isnan(v) || std::isinf(v) || v == 0) return v;
+  if (std::fabs(v) >= 65520) return std::copysign(INFINITY, v);
+  int exponent = 0;
+  std::frexp(v, &exponent);  // |v| = m * 2^exponent, m in [0.5, 1)
+  const double ulp = std::ldexp(1.0, std::max(exponent - 1, -14) - 10);
+  return std::copysign(std::nearbyint(v / ulp) * ulp, v);
 }
 
 }  // namespace kiln::ref
