@@ -509,6 +509,22 @@ std::vector<OpCase> OtherCases() {
                {N({8}), N({3, 8}), N({3})},
                [](KilnIn in) { return linear(in[0], in[1], in[2]); },
                lin_ref});
+  // Size-1 dims have any stride: x [3, 1, 1, 8] with strides [1, 1, 77, 3] is x [3, 8] (the CPU
+  // kernel once took the stride of dim -2 for its rows and read past the storage).
+  c.push_back({"linear_size1_dims_any_stride",
+               OpId::kLinear,
+               {T({3, 8}), N({4, 8}), N({4})},
+               [](KilnIn in) {
+                 const Tensor& x = in[0];
+                 const Tensor x4 = x.as_strided(
+                     {3, 1, 1, 8}, {x.stride(0), x.stride(0), 77, x.stride(1)}, x.offset());
+                 return linear(x4, in[1], in[2]);
+               },
+               [lin_ref](RefIn in) {
+                 RefTensor y = lin_ref(in);
+                 y.shape = {3, 1, 1, 4};
+                 return y;
+               }});
   c.push_back({"linear_k0",
                OpId::kLinear,
                {N({2, 3, 0}), N({4, 0}), N({4})},

@@ -119,16 +119,21 @@ void Matmul(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const 
 
 namespace {
 
-// x [..., K] as a matrix [M, K]: a view when the leading dims collapse, else a contiguous copy.
-// M comes from the leading dims, not numel / K, which is 0 when K is.
+// x [..., K] as a matrix [M, K]: a view when the leading dims collapse into rows of one stride,
+// else a contiguous copy. Size-1 dims take no part (their stride is arbitrary: [3, 1, 1, K] may
+// have strides [1, 1, 7, 3]). M comes from the leading dims, not numel / K, which is 0 when K is.
 Tensor FlattenRows(const Tensor& x) {
   const int64_t k = x.size(-1), m = NumElements(IntList(x.shape()).subspan(0, x.dim() - 1));
   if (x.dim() == 1) return x.as_strided({1, k}, {0, x.stride(0)}, x.offset());
   bool collapsible = true;
-  for (int64_t i = 0; i + 2 < x.dim(); ++i) {
-    collapsible &= x.shape()[i] == 1 || x.stride(i) == x.stride(i + 1) * x.size(i + 1);
+  int64_t row_stride = 0, rows = 1;
+  for (int64_t i = x.dim() - 2; i >= 0 && collapsible; --i) {
+    if (x.size(i) == 1) continue;
+    if (rows == 1) row_stride = x.stride(i);
+    collapsible = rows == 1 || x.stride(i) == row_stride * rows;
+    rows *= x.size(i);
   }
-  if (collapsible) return x.as_strided({m, k}, {x.stride(-2), x.stride(-1)}, x.offset());
+  if (collapsible) return x.as_strided({m, k}, {row_stride, x.stride(-1)}, x.offset());
   Tensor flat = Tensor::Empty(x.shape(), x.dtype(), kCPU);
   Copy(GetOpDef(OpId::kContiguous), {&x, 1}, flat, {});
   return flat.as_strided({m, k}, {k, 1}, 0);
