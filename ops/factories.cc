@@ -26,11 +26,24 @@ void CheckReadable(const char* what, const Tensor& x) {
 
 namespace {
 
+// Tensor::Empty for the factory `what`: a shape no tensor can have (a negative dim, more
+// elements or bytes than int64 counts) raises naming the factory rather than empty().
+Tensor NewTensor(const char* what, IntList shape, DType dtype, Device device) {
+  KILN_CHECK(static_cast<int>(dtype) < kNumDTypes, what, ": unknown dtype ",
+             static_cast<int>(dtype));
+  const absl::StatusOr<int64_t> numel = CheckedNumElements(shape);
+  KILN_CHECK(numel.ok(), what, ": ", numel.status().message());
+  int64_t bytes = 0;
+  KILN_CHECK(!__builtin_mul_overflow(*numel, DTypeSize(dtype), &bytes), what, ": shape ",
+             ShapeString(shape), " of ", DTypeName(dtype), " needs more than 2^63 - 1 bytes");
+  return Tensor::Empty(shape, dtype, device);
+}
+
 // Fills a new contiguous CPU tensor element by element, then moves it to `device`. A value an
 // integer dtype cannot hold raises (torch: "value cannot be converted ... without overflow").
 template <typename F>
 Tensor FillOnHost(const char* what, IntList shape, DType dtype, Device device, F&& value_at) {
-  Tensor host = Tensor::Empty(shape, dtype, device.is_meta() ? kMeta : kCPU);
+  Tensor host = NewTensor(what, shape, dtype, device.is_meta() ? kMeta : kCPU);
   if (device.is_meta()) return host;
   const StoreFn store = StorerFor(dtype);
   const int64_t n = host.numel();
@@ -55,7 +68,7 @@ Tensor empty(IntList shape, DType dtype, Device device) {
 Tensor full(IntList shape, double value, DType dtype, Device device) {
   KILN_CHECK(FitsDType(value, dtype), "full: the value ", value, " cannot be converted to ",
              DTypeName(dtype), " without overflow");
-  Tensor out = Tensor::Empty(shape, dtype, device);  // on CUDA: out of memory raises here
+  Tensor out = NewTensor("full", shape, dtype, device);  // on CUDA: out of memory raises here
   const size_t element = DTypeSize(dtype), total = element * static_cast<size_t>(out.numel());
   if (device.is_meta() || total == 0) return out;
   uint64_t pattern = 0;
@@ -88,7 +101,7 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
   const double count = std::ceil((end - start) / step);
   KILN_CHECK(std::isfinite(count) && count < 0x1p63, "arange: [", start, ", ", end, ") with step ",
              step, " has ", count, " elements, more than fit in int64");
-  const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(count));
+  const int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;  // (-1e30 does not fit int64)
   if (!device.is_cuda()) {
     return FillOnHost("arange", {n}, dtype, device, [&](int64_t i) { return start + i * step; });
   }
@@ -98,7 +111,7 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
     KILN_CHECK(n == 0 || FitsDType(end_value, dtype), "arange: the value ", end_value,
                " cannot be converted to ", DTypeName(dtype), " without overflow");
   }
-  Tensor out = Tensor::Empty({n}, dtype, device);
+  Tensor out = NewTensor("arange", {n}, dtype, device);
   KILN_CUDA_CHECK(
       cuda_kernels::FillArange(out.data_ptr(), n, dtype, start, step, cuda::CurrentStream()));
   return out;
@@ -113,7 +126,7 @@ namespace {
 Tensor RandomDraw(IntList shape, Generator& gen, DType dtype, Device device, bool normal) {
   KILN_CHECK(IsFloatingPoint(dtype), normal ? "randn" : "rand",
              ": dtype must be floating point, got ", DTypeName(dtype));
-  Tensor out = Tensor::Empty(shape, dtype, device);
+  Tensor out = NewTensor(normal ? "randn" : "rand", shape, dtype, device);
   const int64_t n = out.numel();
   const uint64_t base = gen.Reserve(static_cast<uint64_t>((n + 3) / 4));
   if (device.is_meta() || n == 0) return out;

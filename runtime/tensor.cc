@@ -38,8 +38,11 @@ absl::Status CheckViewBounds(IntList shape, IntList strides, int64_t offset, con
   };
   if (shape.size() != strides.size()) return fail("needs as many strides as dims");
   if (offset < 0) return fail("has a negative offset");
-  KILN_ASSIGN_OR_RETURN(const int64_t numel, CheckedNumElements(shape));
-  if (numel == 0) return absl::OkStatus();
+  const absl::StatusOr<int64_t> numel = CheckedNumElements(shape);
+  if (!numel.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("as_strided: ", numel.status().message()));
+  }
+  if (*numel == 0) return absl::OkStatus();
   int64_t lo = offset, hi = offset;
   for (size_t d = 0; d < shape.size(); ++d) {
     int64_t reach = 0;

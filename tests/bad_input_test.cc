@@ -169,6 +169,17 @@ const std::vector<BadCase>& Cases() {
          empty({2, -1});
        },
        {"empty:", "negative", "[2, -1]"}},
+      {"full_negative_shape",
+       [] {
+         full({2, -1}, 0.0);
+       },
+       {"full:", "negative", "[2, -1]"}},
+      {"arange_too_many_bytes",
+       [] { arange(-1e19, 0, 2, DType::kFloat32, kMeta); },
+       {"arange:", "[5000000000000000000]", "bytes"}},
+      {"as_strided_negative_size",
+       [] { F({4}).as_strided({-1}, {1}, 0); },
+       {"as_strided:", "negative", "[-1]"}},
       {"from_vector_size",
        [] {
          from_vector({1, 2, 3}, {2, 2});
