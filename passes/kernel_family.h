@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "ir/graph.h"
+#include "passes/pass.h"
 
 namespace kiln::passes {
 
@@ -42,6 +43,15 @@ class KernelFamily {
   // Whether a fusion body has this family's shape (the verifier's dispatch), and its full rule.
   virtual bool OwnsBody(const ir::Graph& body) const { return false; }
   virtual absl::Status VerifyBody(const ir::Graph& body) const { return absl::OkStatus(); }
+};
+
+// A family's match/grow pass: built with its family, which it asks (never the backend).
+class FamilyPass : public Pass {
+ public:
+  explicit FamilyPass(const KernelFamily& family) : family_(family) {}
+
+ protected:
+  const KernelFamily& family_;
 };
 
 }  // namespace kiln::passes

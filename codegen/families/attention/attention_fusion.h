@@ -23,18 +23,14 @@
 #pragma once
 
 #include "passes/kernel_family.h"
-#include "passes/pass.h"
 
 namespace kiln::passes {
 
-class AttentionFusion : public Pass {
+class AttentionFusion : public FamilyPass {
  public:
-  explicit AttentionFusion(const KernelFamily& family) : family_(family) {}
+  using FamilyPass::FamilyPass;
   const char* name() const override { return "attention-fusion"; }
   absl::StatusOr<bool> Run(ir::Graph& graph, PassContext& ctx) override;
-
- private:
-  const KernelFamily& family_;
 };
 
 }  // namespace kiln::passes

@@ -8,7 +8,6 @@
 #include "codegen/families/attention/flash_attention_cuda.h"
 #include "codegen/fusion_template.h"
 #include "ops/dispatch.h"
-#include "ops/ops.h"
 
 namespace kiln::codegen {
 namespace {

@@ -22,18 +22,14 @@
 #pragma once
 
 #include "passes/kernel_family.h"
-#include "passes/pass.h"
 
 namespace kiln::passes {
 
-class GemmEpilogueFusion : public Pass {
+class GemmEpilogueFusion : public FamilyPass {
  public:
-  explicit GemmEpilogueFusion(const KernelFamily& family) : family_(family) {}
+  using FamilyPass::FamilyPass;
   const char* name() const override { return "gemm-epilogue-fusion"; }
   absl::StatusOr<bool> Run(ir::Graph& graph, PassContext& ctx) override;
-
- private:
-  const KernelFamily& family_;
 };
 
 }  // namespace kiln::passes

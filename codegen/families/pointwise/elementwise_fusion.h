@@ -8,18 +8,14 @@
 #pragma once
 
 #include "passes/kernel_family.h"
-#include "passes/pass.h"
 
 namespace kiln::passes {
 
-class ElementwiseFusion : public Pass {
+class ElementwiseFusion : public FamilyPass {
  public:
-  explicit ElementwiseFusion(const KernelFamily& family) : family_(family) {}
+  using FamilyPass::FamilyPass;
   const char* name() const override { return "elementwise-fusion"; }
   absl::StatusOr<bool> Run(ir::Graph& graph, PassContext& ctx) override;
-
- private:
-  const KernelFamily& family_;
 };
 
 }  // namespace kiln::passes

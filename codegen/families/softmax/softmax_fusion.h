@@ -28,18 +28,14 @@
 #pragma once
 
 #include "passes/kernel_family.h"
-#include "passes/pass.h"
 
 namespace kiln::passes {
 
-class SoftmaxFusion : public Pass {
+class SoftmaxFusion : public FamilyPass {
  public:
-  explicit SoftmaxFusion(const KernelFamily& family) : family_(family) {}
+  using FamilyPass::FamilyPass;
   const char* name() const override { return "softmax-fusion"; }
   absl::StatusOr<bool> Run(ir::Graph& graph, PassContext& ctx) override;
-
- private:
-  const KernelFamily& family_;
 };
 
 // A softmax over the last dim of a tensor of rank >= 1: the op a softmax body ends in (before an
