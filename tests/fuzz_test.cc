@@ -362,23 +362,30 @@ bool FuzzOne(Device device, FuzzOptions opt, int p) {
   return prog.mutates();
 }
 
-// Runs `count` programs, on 8 threads on CUDA (each new fused kernel is an NVRTC compile; several
-// threads also exercise compiling and running at once); returns how many wrote in place.
-int Fuzz(Device device, FuzzOptions opt, int count) {
+// Runs `one(p)` for `count` programs, on 8 threads on CUDA (each new fused kernel is an NVRTC
+// compile; several threads also exercise compiling and running at once); returns the sum of what
+// the calls returned. Stops early once a test failed.
+int ForEachProgram(Device device, int count, const std::function<int(int)>& one) {
   const int threads = device.is_cuda() ? 8 : 1;
-  std::vector<int> mutating(threads, 0);
+  std::vector<int> sums(threads, 0);
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       const int first = FirstProgram();
       for (int p = first + t; p < first + count && !::testing::Test::HasFailure(); p += threads) {
-        mutating[t] += FuzzOne(device, opt, p);
+        sums[t] += one(p);
       }
     });
   }
   for (auto& th : pool) th.join();
   int total = 0;
-  for (int m : mutating) total += m;
+  for (int s : sums) total += s;
+  return total;
+}
+
+// Runs `count` programs; returns how many wrote in place.
+int Fuzz(Device device, FuzzOptions opt, int count) {
+  const int total = ForEachProgram(device, count, [&](int p) { return FuzzOne(device, opt, p); });
   std::printf("fuzz on %s: %d programs, %d writing in place\n", device.str().c_str(), count, total);
   return total;
 }
@@ -485,7 +492,9 @@ class CompileFuzz : public ::testing::TestWithParam<Device> {
 TEST_P(CompileFuzz, ViewsAndInPlaceOnIntermediates) {
   const int count = ProgramCount();
   const int mutating = Fuzz(GetParam(), {}, count);
-  if (count >= 100) EXPECT_GT(mutating, count / 10) << "the generator does write in place";
+  if (count >= 100) {
+    EXPECT_GT(mutating, count / 10) << "the generator does write in place";
+  }
 }
 
 TEST_P(CompileFuzz, MutationThroughViewsAndOfInputs) {
@@ -493,21 +502,21 @@ TEST_P(CompileFuzz, MutationThroughViewsAndOfInputs) {
 }
 
 TEST_P(CompileFuzz, AliasedInputs) {
-  int compared = 0;
   const int count = ProgramCount();
-  for (int p = FirstProgram(); p < FirstProgram() + count && !HasFailure(); ++p) {
-    compared += FuzzAliasedOne(GetParam(), p);
-  }
+  const int compared =
+      ForEachProgram(GetParam(), count, [&](int p) { return FuzzAliasedOne(GetParam(), p); });
   std::printf("aliased fuzz on %s: %d programs, %d compared\n", GetParam().str().c_str(), count,
               compared);
-  if (count >= 100) EXPECT_GT(compared, count / 2) << "eager refused most calls";
+  if (count >= 100) {
+    EXPECT_GT(compared, count / 2) << "eager refused most calls";
+  }
 }
 
 TEST_P(CompileFuzz, CapturedTensorsWrittenAndReplaced) {
-  const int count = ProgramCount();
-  for (int p = FirstProgram(); p < FirstProgram() + count && !HasFailure(); ++p) {
+  ForEachProgram(GetParam(), ProgramCount(), [&](int p) {
     FuzzCapturedOne(GetParam(), p, /*write=*/p % 2 == 0);
-  }
+    return 0;
+  });
 }
 
 // Programs past the default count that once failed, run every time: 90033 (two fusion groups
