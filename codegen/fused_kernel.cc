@@ -1,6 +1,8 @@
 // Lowering fusion bodies to the kernel IR and evaluating it on the CPU (see fused_kernel.h).
 #include "codegen/fused_kernel.h"
 
+#include <algorithm>
+
 #include "absl/container/inlined_vector.h"
 #include "ops/cpu/loops.h"
 #include "runtime/status.h"
@@ -12,16 +14,44 @@ using ir::Node;
 using ir::NodeKind;
 using ir::ValueId;
 
-// Half-precision values are rounded to their dtype where eager would round them: after every op
-// (eager materialises each op's result in its dtype), so a fused kernel computes what eager
-// computes, op by op, and its outputs agree with each other as eager's do (numerics policy,
-// docs/ARCHITECTURE.md). Keeping them in float32 instead (one rounding at the store) let a
-// multi-output kernel store a value rounded that its other members read unrounded, and a later
-// cancellation of the two cost 8x eager's error (random differential seed 11077).
-bool RoundsLikeEager(DType t) { return t == DType::kBFloat16 || t == DType::kFloat16; }
+// Half-precision values are computed in float32 and rounded to their dtype where more than one
+// reader sees them (numerics policy, docs/ARCHITECTURE.md): a value with two readers (two ops,
+// or an op and the store) is rounded once, before all of them, so no two readers, inside the
+// kernel or after it, see different versions of it, as none do in eager. Two versions of one
+// value let a later cancellation cost 8x eager's error (seed 11077: stored rounded, read
+// unrounded; seed 755: exp(x) read unrounded by a sub and, through a stored add, rounded). A
+// value with one reader stays in float32, closer to the float32 reference than eager, and cheap:
+// rounding after every op, as eager does, turned a bf16 GELU chain ALU-bound (1.85x slower on
+// the H200).
+bool IsHalf(DType t) { return t == DType::kBFloat16 || t == DType::kFloat16; }
 
-// Lowers the body's values up to `last` into `p`; returns each body value's program value.
-std::vector<int> Lower(const ir::Graph& body, ValueId last, kir::Program& p) {
+// The values to round after they are computed: those with two readers or more, counting each op
+// that reads a value once and the store (a value in `stored`) as one more.
+std::vector<bool> RoundedValues(const ir::Graph& body, const std::vector<ValueId>& stored) {
+  std::vector<int> readers(body.num_values(), 0);
+  for (ValueId v = 0; v < body.num_values(); ++v) {
+    const Node& n = body.node(v);
+    if (n.kind != NodeKind::kOp) continue;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      const bool repeated =
+          std::find(n.inputs.begin(), n.inputs.begin() + i, n.inputs[i]) != n.inputs.begin() + i;
+      if (!repeated) ++readers[n.inputs[i]];
+    }
+  }
+  for (ValueId v : stored) ++readers[v];
+  std::vector<bool> round(body.num_values(), false);
+  for (ValueId v = 0; v < body.num_values(); ++v) {
+    const Node& n = body.node(v);
+    round[v] = n.kind == NodeKind::kOp && n.op != OpId::kCast && IsHalf(n.type.dtype) &&
+               readers[v] >= 2;
+  }
+  return round;
+}
+
+// Lowers the body's values up to `last` into `p`, rounding the values `round` marks; returns each
+// body value's program value.
+std::vector<int> Lower(const ir::Graph& body, ValueId last, const std::vector<bool>& round,
+                       kir::Program& p) {
   std::vector<int> value(body.num_values(), -1);
   for (size_t i = 0; i < body.inputs().size(); ++i) {
     value[body.inputs()[i]] = p.Load(static_cast<int>(i));
@@ -32,11 +62,10 @@ std::vector<int> Lower(const ir::Graph& body, ValueId last, kir::Program& p) {
     absl::InlinedVector<int, 3> args;
     for (ValueId in : n.inputs) args.push_back(value[in]);
     value[v] = p.Apply(n.op, args, n.attrs, n.type.dtype);
-    const DType t = n.type.dtype;
-    if (RoundsLikeEager(t) && n.op != OpId::kCast) {
+    if (round[v]) {
       OpAttrs cast;
-      cast.dtype = t;
-      value[v] = p.Apply(OpId::kCast, {value[v]}, cast, t);  // rounds through t
+      cast.dtype = n.type.dtype;
+      value[v] = p.Apply(OpId::kCast, {value[v]}, cast, n.type.dtype);  // rounds through it
     }
   }
   return value;
@@ -52,14 +81,17 @@ std::vector<DType> InputTypes(const ir::Graph& body) {
 
 kir::Program LowerFusionBody(const ir::Graph& body) {
   kir::Program p(InputTypes(body));
-  const std::vector<int> value = Lower(body, body.num_values() - 1, p);
+  const std::vector<int> value =
+      Lower(body, body.num_values() - 1, RoundedValues(body, body.outputs()), p);
   for (ValueId out : body.outputs()) p.Store(value[out], body.type(out).dtype);
   return p;
 }
 
 kir::Program LowerBodyValue(const ir::Graph& body, ValueId v) {
+  // The value's reader (a softmax) reads it rounded, as eager materialises it.
+  const std::vector<bool> round = RoundedValues(body, {v, v});
   kir::Program p(InputTypes(body));
-  p.Store(Lower(body, v, p)[v], DType::kFloat32);
+  p.Store(Lower(body, v, round, p)[v], DType::kFloat32);
   return p;
 }
 

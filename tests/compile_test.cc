@@ -845,30 +845,43 @@ struct DifferentialStats {
   int graphs = 0, fused = 0, softmax = 0, multi_output = 0, many_inputs = 0, symbolic = 0;
 };
 
-// The numerics policy (docs/ARCHITECTURE.md) for a half-precision program, per output tensor:
-// its error against the float32 reference on the same inputs, measured in units of the dtype's
-// tolerance (relative, with an absolute term of 1e-3 x the output's largest value) and maximised
-// over the elements, is at most max(2 x eager's error, 1). Non-finite reference values must be
-// matched exactly.
-double PolicyError(const std::vector<double>& x, const std::vector<double>& r, double rtol,
-                   double atol, size_t* worst) {
-  double err = 0;
+// The numerics policy (docs/ARCHITECTURE.md) for a half-precision program, per output tensor,
+// against the float32 reference on the same inputs: the root-mean-square error of compiled is at
+// most 2 x eager's plus a floor of half the dtype's relative tolerance x the reference's root mean
+// square (bf16: 8e-3, about one ulp; PyTorch's accuracy check for torch.compile,
+// torch._dynamo.utils.same with an fp64 reference, compares the same way with 3 x); no
+// element's error, in units of the dtype's tolerance (relative, with an absolute term of 1e-3 x
+// the output's largest value), is above max(4 x eager's largest, 4); non-finite reference values
+// are matched exactly. The root mean square, not the largest error, carries the comparison: a
+// value rounded once (fused) instead of after every op (eager) is closer to the reference, but
+// a later cancellation can make one element of it worse than an element where eager's roundings
+// happened to cancel.
+struct PolicyErrors {
+  double rms = 0;      // root-mean-square error over the finite reference values
+  double largest = 0;  // the largest error, in tolerance units (INFINITY: a non-finite mismatch)
+  size_t worst = 0;    // its element
+};
+
+PolicyErrors ErrorsAgainst(const std::vector<double>& x, const std::vector<double>& r,
+                           double rtol, double atol) {
+  PolicyErrors e;
+  double sum = 0;
+  size_t n = 0;
   for (size_t k = 0; k < x.size(); ++k) {
     if (!std::isfinite(r[k])) {
       const bool same = std::isnan(r[k]) ? std::isnan(x[k]) : x[k] == r[k];
-      if (!same) err = INFINITY, *worst = k;
+      if (!same) e.largest = INFINITY, e.worst = k;
       continue;
     }
-    const double e = std::abs(x[k] - r[k]) / (atol + rtol * std::abs(r[k]));
-    if (e > err) err = e, *worst = k;
+    const double d = std::isfinite(x[k]) ? x[k] - r[k] : INFINITY;
+    sum += d * d;
+    ++n;
+    const double units = std::abs(d) / (atol + rtol * std::abs(r[k]));
+    if (units > e.largest) e.largest = units, e.worst = k;
   }
-  return err;
+  e.rms = n ? std::sqrt(sum / n) : 0;
+  return e;
 }
-
-// The dtype's tolerance of the policy, in the units PolicyError counts: twice the suite's
-// relative tolerance (bf16: 3.2e-2, four ulps; a fused kernel rounds once where eager rounds per
-// op, and a later cancellation shows either's roundings).
-constexpr double kPolicyTolerances = 2;
 
 void ExpectWithinPolicy(const std::vector<Tensor>& got, const std::vector<Tensor>& eager,
                         const std::vector<Tensor>& reference, const std::string& what) {
@@ -877,16 +890,21 @@ void ExpectWithinPolicy(const std::vector<Tensor>& got, const std::vector<Tensor
     ASSERT_EQ(got[i].shape(), reference[i].shape()) << what;
     const std::vector<double> c = to_vector(got[i]), e = to_vector(eager[i]),
                               r = to_vector(reference[i]);
-    double largest = 0;
-    for (double v : r) largest = std::isfinite(v) ? std::max(largest, std::abs(v)) : largest;
+    double largest = 0, squares = 0;
+    for (double v : r) {
+      if (!std::isfinite(v)) continue;
+      largest = std::max(largest, std::abs(v));
+      squares += v * v;
+    }
     const double rtol = ToleranceFor(got[i].dtype()).rtol, atol = 1e-3 * largest + 1e-30;
-    size_t worst_c = 0, worst_e = 0;
-    const double err_c = PolicyError(c, r, rtol, atol, &worst_c);
-    const double err_e = PolicyError(e, r, rtol, atol, &worst_e);
-    EXPECT_LE(err_c, std::max(2 * err_e, kPolicyTolerances))
-        << what << ": output " << i << ": compiled error " << err_c << " tolerances (element "
-        << worst_c << ": compiled " << c[worst_c] << ", eager " << e[worst_c] << ", float32 "
-        << r[worst_c] << "), eager's " << err_e << " (element " << worst_e << ")";
+    const double floor = rtol / 2 * std::sqrt(squares / std::max<size_t>(r.size(), 1));
+    const PolicyErrors ec = ErrorsAgainst(c, r, rtol, atol), ee = ErrorsAgainst(e, r, rtol, atol);
+    const std::string where = absl::StrCat(
+        what, ": output ", i, ": compiled rms error ", ec.rms, ", largest ", ec.largest,
+        " tolerances (element ", ec.worst, ": compiled ", c[ec.worst], ", eager ", e[ec.worst],
+        ", float32 ", r[ec.worst], "); eager's rms ", ee.rms, ", largest ", ee.largest);
+    EXPECT_LE(ec.rms, 2 * ee.rms + floor) << where;
+    EXPECT_LE(ec.largest, std::max(4 * ee.largest, 4.0)) << where;
   }
 }
 

@@ -17,10 +17,14 @@ typedef unsigned short kiln_u16;
 typedef unsigned char kiln_bool;
 __device__ __forceinline__ float kiln_bf16_to_f(kiln_u16 b) { return __uint_as_float(((unsigned)b) << 16); }
 __device__ __forceinline__ kiln_u16 kiln_f_to_bf16(float f) {
+#if __CUDA_ARCH__ >= 800
+  kiln_u16 h; asm("{ cvt.rn.bf16.f32 %0, %1; }" : "=h"(h) : "f"(f)); return h;
+#else
   unsigned u = __float_as_uint(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (kiln_u16)((u >> 16) | 0x40);
   u += 0x7fffu + ((u >> 16) & 1u);
   return (kiln_u16)(u >> 16);
+#endif
 }
 __device__ __forceinline__ float kiln_f16_to_f(kiln_u16 h) {
   float f; asm("{ cvt.f32.f16 %0, %1; }" : "=f"(f) : "h"(h)); return f;
