@@ -26,7 +26,15 @@ def load(directory, side):
 
 
 def values(runs, row, field):
-    return [r[row][field] for r in runs if row in r and r[row].get(field) is not None]
+    """One value per round: the field, or the median of its repetitions when it holds a list."""
+    out = []
+    for r in runs:
+        v = r.get(row, {}).get(field)
+        if isinstance(v, list):
+            v = statistics.median(v) if v else None
+        if v is not None:
+            out.append(v)
+    return out
 
 
 def pair_table(directory):
@@ -34,20 +42,22 @@ def pair_table(directory):
     if not before or not after:
         print(f"pair_compare: no beforeN.json / afterN.json in {directory}")
         return 1
-    print(f"{len(before)} rounds before, {len(after)} after; device µs: mean over the rounds; "
-          "host µs: min-max over the rounds")
-    print("| row | device before | device after | after / before | host before | host after |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(f"{len(before)} rounds before, {len(after)} after; device µs: mean over the rounds of "
+          "each round's median (spread: min-max of the round medians); host µs: min-max")
+    print("| row | device before | device after | after / before | spread before | spread after "
+          "| host before | host after |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for row in before[0]:
         db, da = values(before, row, "device_us"), values(after, row, "device_us")
         hb, ha = values(before, row, "host_us"), values(after, row, "host_us")
         if not db or not da:
             print(f"| {row} | {'-' if not db else f'{statistics.mean(db):.2f}'} | "
-                  f"{'-' if not da else f'{statistics.mean(da):.2f}'} | - | | |")
+                  f"{'-' if not da else f'{statistics.mean(da):.2f}'} | - | | | | |")
             continue
         mb, ma = statistics.mean(db), statistics.mean(da)
         host = lambda h: f"{min(h):.2f}-{max(h):.2f}" if h else "-"
-        print(f"| {row} | {mb:.2f} | {ma:.2f} | {ma / mb:.3f} | {host(hb)} | {host(ha)} |")
+        print(f"| {row} | {mb:.2f} | {ma:.2f} | {ma / mb:.3f} | {host(db)} | {host(da)} "
+              f"| {host(hb)} | {host(ha)} |")
     return 0
 
 
