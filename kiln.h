@@ -1,6 +1,6 @@
 // kiln's user-facing API in one include, installed as <kiln/kiln.h>: tensors and dtypes, errors
 // (kiln::Error), factories, ops, modules, compile, the profiler and its reports, weights in and
-// out (safetensors, state dicts), DLPack and from_blob.
+// out (safetensors, state dicts), DLPack and from_blob, Llama-style models and generate().
 //
 //   #include <kiln/kiln.h>
 //   kiln::Generator gen(0);
@@ -20,6 +20,10 @@
 #include "io/from_blob.h"
 #include "io/safetensors.h"
 #include "io/state_dict.h"
+#include "models/causal_lm.h"
+#include "models/generate.h"
+#include "models/llama.h"
+#include "models/sampling.h"
 #include "ops/factories.h"
 #include "ops/modules.h"
 #include "ops/ops.h"

@@ -25,7 +25,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(KILN_LAYERS runtime profiler ops ir passes codegen io)
+set(KILN_LAYERS runtime profiler ops ir passes codegen io models)
 set(KILN_HEADER_ROOT ${PROJECT_BINARY_DIR}/include)
 set(KILN_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/kiln)
 
@@ -54,7 +54,7 @@ add_custom_target(kiln_headers ALL DEPENDS ${kiln_generated_headers})
 # kiln::kiln: every layer, and the <kiln/...> headers.
 add_library(kiln INTERFACE)
 add_library(kiln::kiln ALIAS kiln)
-target_link_libraries(kiln INTERFACE kiln_codegen kiln_io)
+target_link_libraries(kiln INTERFACE kiln_codegen kiln_io kiln_models)
 target_include_directories(kiln INTERFACE $<BUILD_INTERFACE:${KILN_HEADER_ROOT}>
                                           $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 target_compile_features(kiln INTERFACE cxx_std_20)

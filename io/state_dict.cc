@@ -1,6 +1,7 @@
 // load_state_dict / save_state_dict and the GPT-2 name mapping (see state_dict.h).
 #include "io/state_dict.h"
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 
@@ -70,13 +71,6 @@ class NamedSource final : public Source {
   std::map<std::string, Tensor> by_name_;
 };
 
-// One checkpoint tensor bound for one parameter.
-struct Assignment {
-  std::string key;  // the checkpoint's name
-  bool transpose = false;
-  Tensor param;
-};
-
 std::string ListKeys(const std::vector<std::string>& keys) {
   constexpr size_t kShown = 8;
   std::vector<std::string> shown(keys.begin(), keys.begin() + std::min(keys.size(), kShown));
@@ -85,74 +79,166 @@ std::string ListKeys(const std::vector<std::string>& keys) {
   return out + "]";
 }
 
-// Throws unless the checkpoint tensor `key` fits parameter `name` (shape, dtype, memory).
-void CheckAssignment(const Source& source, const std::string& name, const Assignment& a,
-                     const LoadOptions& options) {
+std::string RowsString(int64_t start, int64_t length) {
+  return absl::StrCat("rows [", start, ", ", start + length, ")");
+}
+
+// One checkpoint tensor's rows bound for rows of one parameter.
+struct Piece {
+  std::string key;  // the checkpoint's name
+  bool transpose = false;
+  Rows from, to;  // resolved: lengths filled in; whole = from {0, 0} and to {0, 0} as given
+  bool whole = true;
+};
+
+// One parameter and what fills it.
+struct ParamPlan {
+  Tensor param;
+  std::vector<Piece> pieces;
+};
+
+// The checkpoint tensor's shape as kiln sees it (transposed when the mapping says so).
+Shape OrientedShape(const Source& source, const std::string& where, const Piece& piece) {
+  Shape found = source.shape(piece.key);
+  const std::string held = absl::StrCat(source.dtype_name(piece.key), ShapeString(found));
+  KILN_CHECK(!piece.transpose || found.size() == 2, where, "): the mapping transposes it but the ",
+             "checkpoint holds ", held, ", not a matrix");
+  if (piece.transpose) std::swap(found[0], found[1]);
+  return found;
+}
+
+// Throws unless the checkpoint tensor's rows fit the parameter's (shape, dtype, memory); fills in
+// the rows' lengths.
+void CheckPiece(const Source& source, const std::string& name, const Tensor& p, Piece& piece,
+                const LoadOptions& options) {
   const std::string where = absl::StrCat("load_state_dict from ", source.what(), ": parameter '",
-                                         name, "' (checkpoint key '", a.key, "'");
-  const Tensor& p = a.param;
+                                         name, "' (checkpoint key '", piece.key, "'");
   KILN_CHECK(!p.device().is_meta() && (p.numel() == 0 || p.data_ptr() != nullptr), where,
              "): the parameter ", Describe(p.type()), " holds no memory to load into");
   KILN_CHECK(p.is_contiguous(), where, "): the parameter ", Describe(p.type()),
              " is not contiguous");
-  const std::optional<DType> dtype = source.dtype(a.key);
-  Shape found = source.shape(a.key);
-  const std::string held = absl::StrCat(source.dtype_name(a.key), ShapeString(found));
+  const std::optional<DType> dtype = source.dtype(piece.key);
+  const std::string held =
+      absl::StrCat(source.dtype_name(piece.key), ShapeString(source.shape(piece.key)));
   KILN_CHECK(dtype.has_value(), where, "): the checkpoint holds ", held,
              ", a dtype kiln has no tensors of");
-  KILN_CHECK(!a.transpose || found.size() == 2, where, "): the mapping transposes it but the ",
-             "checkpoint holds ", held, ", not a matrix");
-  if (a.transpose) std::swap(found[0], found[1]);
+  const Shape found = OrientedShape(source, where, piece);
   const std::string transposed =
-      a.transpose ? absl::StrCat(", ", ShapeString(found), " once transposed") : "";
-  KILN_CHECK(found == p.shape(), where, "): size mismatch: the module expects ",
-             DTypeName(p.dtype()), ShapeString(p.shape()), ", the checkpoint holds ", held,
-             transposed);
+      piece.transpose ? absl::StrCat(", ", ShapeString(found), " once transposed") : "";
   KILN_CHECK(*dtype == p.dtype() || options.convert_dtype, where,
              "): dtype mismatch: the module expects ", DTypeName(p.dtype()), ShapeString(p.shape()),
              ", the checkpoint holds ", held, " (LoadOptions::convert_dtype is off)");
+  if (piece.whole) {
+    KILN_CHECK(found == p.shape(), where, "): size mismatch: the module expects ",
+               DTypeName(p.dtype()), ShapeString(p.shape()), ", the checkpoint holds ", held,
+               transposed);
+    piece.from = piece.to = {0, p.dim() == 0 ? 1 : p.size(0)};
+    return;
+  }
+  KILN_CHECK(p.dim() >= 1 && found.size() == static_cast<size_t>(p.dim()) &&
+                 std::equal(found.begin() + 1, found.end(), p.shape().begin() + 1),
+             where, "): size mismatch: rows of the checkpoint's ", held, transposed,
+             " cannot fill rows of the module's ", DTypeName(p.dtype()), ShapeString(p.shape()),
+             " (all dims but the first must agree)");
+  if (piece.from.length == 0) piece.from.length = found[0] - piece.from.start;
+  if (piece.to.length == 0) piece.to.length = piece.from.length;
+  KILN_CHECK(piece.from.start >= 0 && piece.from.length > 0 &&
+                 piece.from.start + piece.from.length <= found[0] && piece.to.start >= 0 &&
+                 piece.to.start + piece.to.length <= p.size(0) &&
+                 piece.to.length == piece.from.length,
+             where, "): the mapping sends ", RowsString(piece.from.start, piece.from.length),
+             " of the checkpoint's ", held, transposed, " to ",
+             RowsString(piece.to.start, piece.to.length), " of the module's ", DTypeName(p.dtype()),
+             ShapeString(p.shape()), ": out of range, or of different lengths");
 }
 
-void CopyInto(const Source& source, const Assignment& a) {
-  Tensor src = source.Load(a.key);
-  if (a.transpose) src = transpose(src, 0, 1);
-  if (src.dtype() != a.param.dtype()) src = cast(src, a.param.dtype());
-  src = contiguous(src);
-  if (src.data_ptr() == a.param.data_ptr() && src.device() == a.param.device()) return;
-  CopyBytes(a.param.data_ptr(), a.param.device(), src.data_ptr(), src.device(),
-            static_cast<size_t>(a.param.numel() * a.param.element_size()));
-  a.param.storage()->BumpVersion();  // a write, as an in-place op's: frozen plans recompile
+// Throws unless the pieces of one parameter cover its rows exactly once (or it has none).
+void CheckCoverage(const Source& source, const std::string& name, ParamPlan& plan) {
+  std::vector<Piece>& pieces = plan.pieces;
+  std::sort(pieces.begin(), pieces.end(),
+            [](const Piece& a, const Piece& b) { return a.to.start < b.to.start; });
+  const int64_t rows = plan.param.dim() == 0 ? 1 : plan.param.size(0);
+  int64_t next = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& p = pieces[i];
+    KILN_CHECK(p.to.start >= next, "load_state_dict from ", source.what(),
+               ": the checkpoint keys '", pieces[i - 1].key, "' and '", p.key,
+               "' both map to parameter '", name, "' (", RowsString(p.to.start, p.to.length),
+               " written twice)");
+    KILN_CHECK(p.to.start == next, "load_state_dict from ", source.what(), ": parameter '", name,
+               "' ", Describe(plan.param.type()), ": no checkpoint key fills its ",
+               RowsString(next, p.to.start - next), " (the others come from ", ListKeys([&] {
+                 std::vector<std::string> keys;
+                 for (const Piece& q : pieces) keys.push_back(q.key);
+                 return keys;
+               }()),
+               "); nothing was loaded");
+    next = p.to.start + p.to.length;
+  }
+  KILN_CHECK(pieces.empty() || next == rows, "load_state_dict from ", source.what(),
+             ": parameter '", name, "' ", Describe(plan.param.type()),
+             ": no checkpoint key fills its ", RowsString(next, rows - next),
+             "; nothing was loaded");
+}
+
+void CopyInto(const Source& source, const ParamPlan& plan) {
+  const Tensor& param = plan.param;
+  const int64_t row_bytes =
+      param.dim() == 0 ? param.element_size()
+                       : param.numel() / std::max<int64_t>(param.size(0), 1) * param.element_size();
+  for (const Piece& piece : plan.pieces) {
+    Tensor src = source.Load(piece.key);
+    if (piece.transpose) src = transpose(src, 0, 1);
+    if (!piece.whole) src = slice(src, 0, piece.from.start, piece.from.start + piece.from.length);
+    if (src.dtype() != param.dtype()) src = cast(src, param.dtype());
+    src = contiguous(src);
+    char* dst = static_cast<char*>(param.data_ptr()) + piece.to.start * row_bytes;
+    if (src.data_ptr() == dst && src.device() == param.device()) continue;
+    CopyBytes(dst, param.device(), src.data_ptr(), src.device(),
+              static_cast<size_t>(src.numel() * src.element_size()));
+  }
+  param.storage()->BumpVersion();  // a write, as an in-place op's: frozen plans recompile
 }
 
 LoadReport LoadFrom(Module& module, const Source& source, const LoadOptions& options) {
   const NamedTensors params = module.named_parameters();
-  std::map<std::string, Tensor> by_name(params.begin(), params.end());
-  std::map<std::string, Assignment> plan;  // by parameter name
+  std::map<std::string, ParamPlan> plans;  // by parameter name
+  for (const auto& [name, p] : params) plans[name].param = p;
   LoadReport report;
   for (const std::string& key : source.keys()) {
-    const std::optional<KeyMapping> m = options.map ? options.map(key) : KeyMapping{key};
-    if (!m) {
+    const KeyMappings m = options.map ? options.map(key) : KeyMappings(KeyMapping{key});
+    if (m.dropped()) {
       report.dropped_keys.push_back(key);
       continue;
     }
-    const auto param = by_name.find(m->name);
-    if (param == by_name.end()) {
-      report.unexpected_keys.push_back(key);
-      continue;
+    bool unexpected = false;
+    for (const KeyMapping& target : m.list()) {
+      const auto plan = plans.find(target.name);
+      if (plan == plans.end()) {
+        unexpected = true;
+        continue;
+      }
+      const bool whole = target.from.start == 0 && target.from.length == 0 &&
+                         target.to.start == 0 && target.to.length == 0;
+      Piece piece{key, target.transpose, target.from, target.to, whole};
+      KILN_CHECK(plan->second.pieces.empty() || !whole, "load_state_dict from ", source.what(),
+                 ": the checkpoint keys '", plan->second.pieces[0].key, "' and '", key,
+                 "' both map to parameter '", target.name, "'");
+      CheckPiece(source, target.name, plan->second.param, piece, options);
+      plan->second.pieces.push_back(std::move(piece));
     }
-    const auto [it, inserted] = plan.emplace(m->name, Assignment{key, m->transpose, param->second});
-    KILN_CHECK(inserted, "load_state_dict from ", source.what(), ": the checkpoint keys '",
-               it->second.key, "' and '", key, "' both map to parameter '", m->name, "'");
-    CheckAssignment(source, m->name, it->second, options);
+    if (unexpected) report.unexpected_keys.push_back(key);
   }
   for (const auto& [name, p] : params) {
-    (plan.count(name) ? report.loaded : report.missing_keys).push_back(name);
+    ParamPlan& plan = plans.at(name);
+    CheckCoverage(source, name, plan);
+    (plan.pieces.empty() ? report.missing_keys : report.loaded).push_back(name);
   }
   KILN_CHECK(!options.strict || (report.missing_keys.empty() && report.unexpected_keys.empty()),
              "load_state_dict from ", source.what(), " (strict): missing keys ",
              ListKeys(report.missing_keys), ", unexpected keys ", ListKeys(report.unexpected_keys),
              "; LoadOptions::map renames keys, strict = false loads what matches");
-  for (const std::string& name : report.loaded) CopyInto(source, plan.at(name));
+  for (const std::string& name : report.loaded) CopyInto(source, plans.at(name));
   return report;
 }
 
@@ -182,15 +268,77 @@ LoadReport load_state_dict(Module& module, const NamedTensors& tensors, bool str
   return load_state_dict(module, tensors, LoadOptions{.strict = strict});
 }
 
-NamedTensors state_dict(const Module& module, const KeyMapper& map) {
-  NamedTensors out;
-  for (auto& [name, p] : module.named_parameters()) {
-    const std::optional<KeyMapping> m = map ? map(name) : KeyMapping{name};
-    if (!m) continue;
-    KILN_CHECK(!m->transpose || p.dim() == 2, "state_dict: the mapping transposes '", name,
-               "' but it is ", Describe(p.type()), ", not a matrix");
-    out.emplace_back(m->name, m->transpose ? contiguous(transpose(p, 0, 1)) : p);
+std::string LoadReport::str() const {
+  std::vector<std::string> lines;
+  auto add = [&](const char* what, const std::vector<std::string>& keys) {
+    if (!keys.empty())
+      lines.push_back(absl::StrCat(what, " (", keys.size(), "): ", ListKeys(keys)));
+  };
+  add("missing keys", missing_keys);
+  add("unexpected keys", unexpected_keys);
+  add("dropped keys", dropped_keys);
+  if (lines.empty()) return absl::StrCat("all ", loaded.size(), " parameters loaded");
+  lines.insert(lines.begin(), absl::StrCat(loaded.size(), " parameters loaded"));
+  return absl::StrJoin(lines, "\n");
+}
+
+namespace {
+
+// One parameter's rows bound for rows of one checkpoint tensor (a save).
+struct SavePiece {
+  std::string param;
+  Tensor rows;  // the parameter's rows, kiln's orientation
+  int64_t to_start = 0;
+  bool transpose = false;
+};
+
+// The checkpoint tensor of one key: its pieces joined in row order (they must tile it), then
+// transposed if the mapping says so.
+Tensor JoinPieces(const std::string& key, std::vector<SavePiece> pieces) {
+  std::sort(pieces.begin(), pieces.end(),
+            [](const SavePiece& a, const SavePiece& b) { return a.to_start < b.to_start; });
+  int64_t next = 0;
+  std::vector<Tensor> parts;
+  for (const SavePiece& p : pieces) {
+    KILN_CHECK(p.to_start == next && p.transpose == pieces[0].transpose &&
+                   (pieces.size() == 1 || p.rows.dim() >= 1),
+               "state_dict: the mapping's pieces of checkpoint key '", key,
+               "' leave a gap or overlap at row ", next, " (parameter '", p.param, "' goes to row ",
+               p.to_start, "), or disagree on transposing");
+    next += p.rows.dim() == 0 ? 1 : p.rows.size(0);
+    parts.push_back(p.rows);
   }
+  Tensor joined = parts.size() == 1 ? parts[0] : cat(parts, 0);
+  KILN_CHECK(!pieces[0].transpose || joined.dim() == 2, "state_dict: the mapping transposes '", key,
+             "' but it is ", Describe(joined.type()), ", not a matrix");
+  return pieces[0].transpose ? contiguous(transpose(joined, 0, 1)) : joined;
+}
+
+}  // namespace
+
+NamedTensors state_dict(const Module& module, const KeyMapper& map) {
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<SavePiece>> by_key;
+  for (auto& [name, p] : module.named_parameters()) {
+    const KeyMappings m = map ? map(name) : KeyMappings(KeyMapping{name});
+    for (const KeyMapping& target : m.list()) {
+      Tensor rows = p;
+      if (target.from.start != 0 || target.from.length != 0) {
+        KILN_CHECK(p.dim() >= 1 && target.from.start >= 0 && target.from.length >= 0 &&
+                       target.from.start + target.from.length <= p.size(0),
+                   "state_dict: the mapping takes ",
+                   RowsString(target.from.start, target.from.length), " of '", name, "' ",
+                   Describe(p.type()), ": out of range");
+        const int64_t len =
+            target.from.length == 0 ? p.size(0) - target.from.start : target.from.length;
+        rows = slice(p, 0, target.from.start, target.from.start + len);
+      }
+      if (!by_key.count(target.name)) order.push_back(target.name);
+      by_key[target.name].push_back({name, rows, target.to.start, target.transpose});
+    }
+  }
+  NamedTensors out;
+  for (const std::string& key : order) out.emplace_back(key, JoinPieces(key, by_key.at(key)));
   return out;
 }
 
@@ -232,6 +380,22 @@ KeyMapper gpt2_load_mapping() {
 KeyMapper gpt2_save_mapping() {
   return [](const std::string& name) -> std::optional<KeyMapping> {
     return KeyMapping{name, IsGpt2Conv1DWeight(name)};
+  };
+}
+
+KeyMapper llama_load_mapping() {
+  return [](const std::string& key) -> std::optional<KeyMapping> {
+    std::string name = key;
+    if (absl::StartsWith(name, "model.")) name = name.substr(6);
+    if (absl::EndsWith(name, "rotary_emb.inv_freq")) return std::nullopt;
+    return KeyMapping{std::move(name)};
+  };
+}
+
+KeyMapper llama_save_mapping() {
+  return [](const std::string& name) -> std::optional<KeyMapping> {
+    if (absl::StartsWith(name, "lm_head.")) return KeyMapping{name};
+    return KeyMapping{absl::StrCat("model.", name)};
   };
 }
 

@@ -2,11 +2,14 @@
 #include "ops/modules.h"
 
 #include <cmath>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "ops/dispatch.h"
 #include "ops/factories.h"
+#include "ops/module_init.h"
 #include "ops/ops.h"
+#include "runtime/random.h"
 #include "runtime/status.h"
 
 namespace kiln {
@@ -28,6 +31,15 @@ class DefaultForwardGuard {
 };
 
 }  // namespace
+
+void Module::CheckInitialised() const {
+  for (const auto& [name, t] : params_) {
+    KILN_CHECK(!t.defined() || t.storage() == nullptr || !t.storage()->uninitialised(), type_name(),
+               ": parameter '", name, "' ", Describe(t.type()),
+               " was made without values (ModuleOptions::init = Init::kNone) and never written; "
+               "load_state_dict (or copy_) before calling the module");
+  }
+}
 
 Tensor Module::forward(const Tensor& x) {
   std::vector<Tensor> out;
@@ -71,10 +83,14 @@ std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
 namespace {
 
 // Puts `value` in a parameter or buffer slot; the old tensor's storage, when the new one does not
-// share it, is retired: compiled functions that captured it recompile (runtime/storage.h).
+// share it, is retired: compiled functions that captured it recompile (runtime/storage.h). A
+// converted copy of values never written is no more written than they were.
 void Replace(Tensor& slot, Tensor value) {
   if (slot.defined() && slot.storage() != nullptr && slot.storage() != value.storage()) {
     slot.storage()->Retire();
+    if (slot.storage()->uninitialised() && value.storage() != nullptr) {
+      value.storage()->MarkUninitialised();
+    }
   }
   slot = std::move(value);
 }
@@ -113,20 +129,58 @@ Tensor ModuleList::forward(const Tensor& x) {
   return h;
 }
 
+namespace module_init {
+
+ModuleOptions WithGenerator(ModuleOptions o, Generator& gen) {
+  o.generator = &gen;
+  return o;
+}
+
 namespace {
 
-Tensor UniformInit(IntList shape, double bound, Generator& gen, const ModuleOptions& o) {
-  Tensor u = rand(shape, gen, DType::kFloat32, kCPU);
-  return to(cast((u * (2 * bound)) - bound, o.dtype), o.device);
+// Allocated, marked as never written: the module refuses to run until something writes it.
+Tensor Uninitialised(IntList shape, const ModuleOptions& o) {
+  Tensor t = empty(shape, o.dtype, o.device);
+  if (t.storage() != nullptr) t.storage()->MarkUninitialised();
+  return t;
+}
+
+// Runs `draw` with the options' generator, or the default one under its lock.
+Tensor Draw(const ModuleOptions& o, const std::function<Tensor(Generator&)>& draw) {
+  if (o.generator != nullptr) return draw(*o.generator);
+  Tensor out;
+  WithDefaultGenerator([&](Generator& gen) { out = draw(gen); });
+  return out;
 }
 
 }  // namespace
 
+Tensor Uniform(IntList shape, double bound, const ModuleOptions& o) {
+  if (o.init == Init::kNone) return Uninitialised(shape, o);
+  const Tensor u = Draw(o, [&](Generator& gen) { return rand(shape, gen, DType::kFloat32, kCPU); });
+  return to(cast((u * (2 * bound)) - bound, o.dtype), o.device);
+}
+
+Tensor Normal(IntList shape, const ModuleOptions& o) {
+  if (o.init == Init::kNone) return Uninitialised(shape, o);
+  return Draw(o, [&](Generator& gen) { return randn(shape, gen, o.dtype, o.device); });
+}
+
+Tensor Full(IntList shape, double value, const ModuleOptions& o) {
+  if (o.init == Init::kNone) return Uninitialised(shape, o);
+  return full(shape, value, o.dtype, o.device);
+}
+
+}  // namespace module_init
+
 Linear::Linear(int64_t in, int64_t out, bool bias, Generator& gen, ModuleOptions o)
+    : Linear(in, out, bias, module_init::WithGenerator(o, gen)) {}
+
+Linear::Linear(int64_t in, int64_t out, bool bias, ModuleOptions o)
     : weight_(RegisterParameter(
-          "weight", UniformInit({out, in}, 1.0 / std::sqrt(std::max<int64_t>(in, 1)), gen, o))),
+          "weight", module_init::Uniform({out, in}, 1.0 / std::sqrt(std::max<int64_t>(in, 1)), o))),
       bias_(RegisterParameter(
-          "bias", bias ? UniformInit({out}, 1.0 / std::sqrt(std::max<int64_t>(in, 1)), gen, o)
+          "bias", bias ? module_init::Uniform({out}, 1.0 / std::sqrt(std::max<int64_t>(in, 1)), o)
                        : Tensor())) {
   KILN_CHECK(in > 0 && out > 0, "Linear: features must be positive, got in=", in, " out=", out);
 }
@@ -134,9 +188,12 @@ Linear::Linear(int64_t in, int64_t out, bool bias, Generator& gen, ModuleOptions
 Tensor Linear::forward(const Tensor& x) { return linear(x, weight_, bias_); }
 
 GeGLUMLP::GeGLUMLP(int64_t dim, int64_t hidden, Generator& gen, ModuleOptions o)
-    : gate_(RegisterModule("gate", std::make_unique<Linear>(dim, hidden, false, gen, o))),
-      up_(RegisterModule("up", std::make_unique<Linear>(dim, hidden, false, gen, o))),
-      down_(RegisterModule("down", std::make_unique<Linear>(hidden, dim, false, gen, o))) {}
+    : GeGLUMLP(dim, hidden, module_init::WithGenerator(o, gen)) {}
+
+GeGLUMLP::GeGLUMLP(int64_t dim, int64_t hidden, ModuleOptions o)
+    : gate_(RegisterModule("gate", std::make_unique<Linear>(dim, hidden, false, o))),
+      up_(RegisterModule("up", std::make_unique<Linear>(dim, hidden, false, o))),
+      down_(RegisterModule("down", std::make_unique<Linear>(hidden, dim, false, o))) {}
 
 Tensor GeGLUMLP::forward(const Tensor& x) { return down_(gelu(gate_(x), "tanh") * up_(x)); }
 

@@ -1,21 +1,31 @@
 // Modules for writing models, like torch.nn: named parameters, submodules, seeded init.
 //
-//   Generator gen(0);
-//   GeGLUMLP mlp(768, 3072, gen, {DType::kBFloat16, CUDA()});
+//   GeGLUMLP mlp(768, 3072, {DType::kBFloat16, CUDA()});   // random init, default generator
 //   Tensor y = mlp(x);                      // down(gelu_tanh(gate(x)) * up(x))
 //   for (auto& [name, p] : mlp.named_parameters()) ...   // "gate.weight", ...
 //
 //   // A GPT-2 block (names like torch's state-dict keys: "ln_1.weight", "attn.c_attn.weight")
 //   DecoderBlock block({.dim = 768, .heads = 12, .norm = NormKind::kLayerNorm,
-//                       .mlp = MlpKind::kGelu, .bias = true, .rotary = false}, gen);
+//                       .mlp = MlpKind::kPlain, .activation = Activation::kGeluTanh,
+//                       .bias = true, .rotary = false});
 //   Tensor h = block(x);                               // x [B, T, 768]
 //   Tensor r = block({x, positions})[0];  // several inputs (forward_many): rotary positions
+//
+//   // Llama-style attention (q/k/v/o projections, grouped-query heads, rotary), its weights
+//   // left uninitialised because a checkpoint will fill them:
+//   Attention attn({.dim = 2048, .heads = 32, .kv_heads = 8}, {.init = Init::kNone});
+//
+// Initial values come from ModuleOptions::generator, or from the default generator
+// (kiln::manual_seed) when it names none; older constructors take a Generator& first. With
+// Init::kNone a module's parameters are allocated but hold no values until something writes them
+// (load_state_dict, copy_): calling the module before that is an error naming the parameter.
 //
 // A module overrides forward(x) (one input, one output) or forward_many(inputs) (any number),
 // or both; each one's default calls the other. Not thread-safe while called: modules may cache
 // (the causal mask of the last sequence length).
 #pragma once
 
+#include <array>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -29,10 +39,18 @@
 
 namespace kiln {
 
-// Where and in which dtype a module creates its parameters.
+// How a module's parameters get their first values.
+enum class Init : uint8_t {
+  kRandom,  // drawn like torch's defaults (each module says how)
+  kNone,    // allocated only: they must be written (loaded) before the module is called
+};
+
+// Where, in which dtype and how a module creates its parameters.
 struct ModuleOptions {
   DType dtype = DType::kFloat32;
   Device device = kCPU;
+  Init init = Init::kRandom;
+  Generator* generator = nullptr;  // random init's; nullptr: the default generator (manual_seed)
 };
 
 class Module {
@@ -46,8 +64,19 @@ class Module {
   virtual Tensor forward(const Tensor& x);
   // Any number of inputs and outputs. The default runs forward(inputs[0]) for one input.
   virtual std::vector<Tensor> forward_many(const std::vector<Tensor>& inputs);
-  Tensor operator()(const Tensor& x) { return forward(x); }
-  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs) { return forward_many(inputs); }
+  // The calls: they check that this module's own parameters hold values (Init::kNone), then
+  // forward. Modules call their children through these.
+  Tensor operator()(const Tensor& x) {
+    CheckInitialised();
+    return forward(x);
+  }
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs) {
+    CheckInitialised();
+    return forward_many(inputs);
+  }
+  // Throws naming the first of this module's own parameters (not its children's) made with
+  // Init::kNone and never written since.
+  void CheckInitialised() const;
 
   // Expires when the module is destroyed (compiled functions refer to their module through it).
   std::weak_ptr<const bool> alive_token() const { return alive_; }
@@ -109,11 +138,13 @@ class ModuleList : public Module {
 // y = x @ weightᵀ + bias, weight [out, in]; init U(-1/sqrt(in), 1/sqrt(in)) like torch.
 class Linear : public Module {
  public:
+  Linear(int64_t in_features, int64_t out_features, bool bias, ModuleOptions options = {});
   Linear(int64_t in_features, int64_t out_features, bool bias, Generator& gen,
          ModuleOptions options = {});
   Tensor forward(const Tensor& x) override;
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }  // undefined without bias
+  const char* type_name() const override { return "Linear"; }
 
  private:
   Tensor& weight_;
@@ -123,6 +154,7 @@ class Linear : public Module {
 // The seed workload: down(gelu_tanh(gate(x)) * up(x)), no biases.
 class GeGLUMLP : public Module {
  public:
+  GeGLUMLP(int64_t dim, int64_t hidden, ModuleOptions options = {});
   GeGLUMLP(int64_t dim, int64_t hidden, Generator& gen, ModuleOptions options = {});
   Tensor forward(const Tensor& x) override;
   Linear& gate() { return gate_; }
@@ -173,6 +205,7 @@ class CausalSelfAttention : public Module {
 // A lookup table: weight [num_embeddings, dim], init N(0, 1) like torch; forward(indices).
 class Embedding : public Module {
  public:
+  Embedding(int64_t num_embeddings, int64_t dim, ModuleOptions options = {});
   Embedding(int64_t num_embeddings, int64_t dim, Generator& gen, ModuleOptions options = {});
   Tensor forward(const Tensor& indices) override;
   const Tensor& weight() const { return weight_; }
@@ -196,10 +229,10 @@ class LayerNorm : public Module {
   Tensor& bias_;
 };
 
-// rms_norm over the last dim with weight (ones).
+// rms_norm over the last dim with weight (ones). eps has no default: Llama uses 1e-5, others 1e-6.
 class RMSNorm : public Module {
  public:
-  explicit RMSNorm(int64_t dim, double eps = 1e-6, ModuleOptions options = {});
+  RMSNorm(int64_t dim, double eps, ModuleOptions options = {});
   Tensor forward(const Tensor& x) override;
   const char* type_name() const override { return "RMSNorm"; }
 
@@ -208,20 +241,44 @@ class RMSNorm : public Module {
   Tensor& weight_;
 };
 
+// How rotary angles are made: Hugging Face's rope_theta and rope_scaling.
+struct RopeOptions {
+  enum class Scaling : uint8_t {
+    kNone,
+    kLinear,  // positions divided by factor (HF "linear")
+    kLlama3,  // Llama 3.1's frequency-dependent rule (HF "llama3")
+  };
+  double base = 10000;  // rope_theta
+  int64_t max_positions = 2048;
+  Scaling scaling = Scaling::kNone;
+  double factor = 1;                      // kLinear, kLlama3
+  double low_freq_factor = 1;             // kLlama3
+  double high_freq_factor = 4;            // kLlama3
+  int64_t original_max_positions = 8192;  // kLlama3
+};
+
 // Rotary position embeddings (RoFormer; the "rotate half" layout of GPT-NeoX and LLaMA): the
 // two halves (x1, x2) of the last dim become (x1 cos - x2 sin, x2 cos + x1 sin) with angles
-// position * base^(-2i / head_dim). cos/sin tables [max_positions, head_dim / 2] are float32
-// buffers computed in double; they are gathered by position (an embedding lookup, so compiled
-// functions take positions as an input) and cast to x's dtype.
+// position * inv_freq[i]. The tables cos/sin [max_positions, head_dim / 2] are float32 buffers
+// computed as Hugging Face does, in float32 (inv_freq = 1 / base^(2i / head_dim), scaled by the
+// rule; angle = position * inv_freq, each rounded to float32), or given. They are gathered by
+// position (an embedding lookup, so compiled functions take positions as an input) and cast to
+// x's dtype.
 //   forward(x)                      x [..., T, head_dim] at positions 0 .. T-1
-//   forward_many({x, positions})    positions int64/int32 [T] (a decode step: {offset})
+//   forward_many({x, positions})    positions int64/int32 [T], or [B, T] per row for x [B, H, T,
+//                                   head_dim] (left-padded batches); a decode step: {offset}
 class RotaryEmbedding : public Module {
  public:
+  RotaryEmbedding(int64_t head_dim, RopeOptions rope = {}, ModuleOptions options = {});
   RotaryEmbedding(int64_t head_dim, int64_t max_positions, double base = 10000,
                   ModuleOptions options = {});
+  // Given tables cos, sin [max_positions, head_dim / 2] (float32; copied to options.device).
+  RotaryEmbedding(const Tensor& cos, const Tensor& sin, ModuleOptions options = {});
   Tensor forward(const Tensor& x) override;
   std::vector<Tensor> forward_many(const std::vector<Tensor>& inputs) override;
   Tensor Rotate(const Tensor& x, const Tensor& positions) const;
+  int64_t max_positions() const { return cos_.size(0); }
+  int64_t head_dim() const { return head_dim_; }
   const char* type_name() const override { return "RotaryEmbedding"; }
 
  private:
@@ -230,21 +287,36 @@ class RotaryEmbedding : public Module {
   Tensor& sin_;
 };
 
-enum class NormKind : uint8_t { kLayerNorm, kRmsNorm };
-// kGelu: c_proj(gelu_tanh(c_fc(x))) (GPT-2). kGeGLU / kSwiGLU: down(act(gate(x)) * up(x)).
-enum class MlpKind : uint8_t { kGelu, kGeGLU, kSwiGLU };
+// The inverse frequencies [head_dim / 2] of a rope rule, float32 on the CPU, as HF computes them.
+Tensor rope_inverse_frequencies(int64_t head_dim, const RopeOptions& rope);
 
-// The MLPs of DecoderBlock, by MlpKind, with or without biases.
+enum class NormKind : uint8_t { kLayerNorm, kRmsNorm };
+// kPlain: c_proj(act(c_fc(x))) (GPT-2). kGated: down(act(gate(x)) * up(x)) (GeGLU, SwiGLU).
+enum class MlpKind : uint8_t { kPlain, kGated };
+// The activations, by name: kGelu is the exact (erf) form, kGeluTanh the tanh approximation
+// (GPT-2's "gelu_new", HF's "gelu_pytorch_tanh"), kSilu is SiLU/swish (Llama's SwiGLU).
+enum class Activation : uint8_t { kGelu, kGeluTanh, kSilu, kRelu };
+const char* ActivationName(Activation a);  // "gelu", "gelu_tanh", "silu", "relu"
+// The activation of a Hugging Face hidden_act string ("silu", "gelu", "gelu_new",
+// "gelu_pytorch_tanh", "relu", ...); an unknown name is an error listing the known ones.
+Activation ActivationFromName(const std::string& hf_name);
+Tensor activate(const Tensor& x, Activation a);
+
+// The MLPs of DecoderBlock and Llama-style models, with or without biases. Children: c_fc, c_proj
+// (kPlain) or gate_proj, up_proj, down_proj (kGated; Hugging Face Llama's names).
 class FeedForward : public Module {
  public:
-  FeedForward(int64_t dim, int64_t hidden, MlpKind kind, bool bias, Generator& gen,
+  FeedForward(int64_t dim, int64_t hidden, MlpKind kind, Activation activation, bool bias,
               ModuleOptions options = {});
+  FeedForward(int64_t dim, int64_t hidden, MlpKind kind, Activation activation, bool bias,
+              Generator& gen, ModuleOptions options = {});
   Tensor forward(const Tensor& x) override;
   const char* type_name() const override { return "FeedForward"; }
 
  private:
   MlpKind kind_;
-  std::vector<Linear*> layers_;  // c_fc, c_proj | gate, up, down
+  Activation activation_;
+  std::vector<Linear*> layers_;  // c_fc, c_proj | gate_proj, up_proj, down_proj
 };
 
 struct DecoderBlockConfig {
@@ -252,12 +324,12 @@ struct DecoderBlockConfig {
   int64_t heads = 0;
   int64_t hidden = 0;  // the MLP's inner size; 0: 4 * dim
   NormKind norm = NormKind::kRmsNorm;
-  MlpKind mlp = MlpKind::kSwiGLU;
-  bool bias = false;             // biases of the linears (GPT-2: true)
-  bool rotary = true;            // rotary embeddings on q and k (GPT-2: false, positions learned)
-  int64_t max_positions = 2048;  // rotary tables
-  double rope_base = 10000;
-  double eps = 1e-5;  // the norms'
+  MlpKind mlp = MlpKind::kGated;
+  Activation activation = Activation::kSilu;  // the MLP's (GPT-2: kGeluTanh)
+  bool bias = false;                          // biases of the linears (GPT-2: true)
+  bool rotary = true;  // rotary embeddings on q and k (GPT-2: false, positions learned)
+  RopeOptions rope;    // the rotary tables' rule and size
+  double eps = 1e-5;   // the norms'
 };
 
 // Causal multi-head self-attention: c_attn (fused q, k, v projection) and c_proj, optional
@@ -265,6 +337,7 @@ struct DecoderBlockConfig {
 // positions other than 0 .. T-1.
 class SelfAttention : public Module {
  public:
+  explicit SelfAttention(const DecoderBlockConfig& config, ModuleOptions options = {});
   SelfAttention(const DecoderBlockConfig& config, Generator& gen, ModuleOptions options = {});
   Tensor forward(const Tensor& x) override;
   std::vector<Tensor> forward_many(const std::vector<Tensor>& inputs) override;
@@ -284,6 +357,7 @@ class SelfAttention : public Module {
 // GELU MLP, biases and no rotary it is GPT-2's block, parameter names included.
 class DecoderBlock : public Module {
  public:
+  explicit DecoderBlock(const DecoderBlockConfig& config, ModuleOptions options = {});
   DecoderBlock(const DecoderBlockConfig& config, Generator& gen, ModuleOptions options = {});
   Tensor forward(const Tensor& x) override;
   // {x} or {x, positions} (rotary positions).
@@ -295,6 +369,54 @@ class DecoderBlock : public Module {
   SelfAttention& attn_;
   Module& ln_2_;
   FeedForward& mlp_;
+};
+
+struct AttentionConfig {
+  int64_t dim = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;   // 0: heads; fewer (dividing heads): grouped-query attention
+  int64_t head_dim = 0;   // 0: dim / heads
+  bool qkv_bias = false;  // q_proj, k_proj, v_proj biases (Qwen2: true)
+  bool out_bias = false;  // o_proj's
+  bool rotary = true;
+  RopeOptions rope;
+};
+
+// Causal self-attention with separate projections (Hugging Face Llama's names: q_proj, k_proj,
+// v_proj, o_proj), grouped-query heads and optional rotary embeddings: its own ("rotary", buffers
+// only), or one a model shares among its layers (`shared_rotary`, which must outlive it).
+//   forward(x)                          x [B, T, dim] at positions 0 .. T-1, causal
+//   forward_many({x, positions})        rotary positions [T] or [B, T]
+//   Cached(x, positions, cache, slots, mask)
+//       with a KV cache: k and v of x are written (index_copy_) into rows `slots` (int64 [T]) of
+//       cache.k / cache.v [B, kv_heads, S, head_dim]; the queries attend to the cache's S rows
+//       where `mask` (bool, broadcasting to [B, 1, T, S]; true = attend) allows. Shapes do not
+//       depend on the position, so a decode step compiles once and replays as a CUDA graph.
+class Attention : public Module {
+ public:
+  explicit Attention(const AttentionConfig& config, ModuleOptions options = {},
+                     const RotaryEmbedding* shared_rotary = nullptr);
+  Tensor forward(const Tensor& x) override;
+  std::vector<Tensor> forward_many(const std::vector<Tensor>& inputs) override;
+  struct Cache {
+    Tensor k, v;  // [B, kv_heads, S, head_dim]
+  };
+  Tensor Cached(const Tensor& x, const Tensor& positions, const Cache& cache, const Tensor& slots,
+                const Tensor& mask);
+  const AttentionConfig& config() const { return config_; }
+  const char* type_name() const override { return "Attention"; }
+
+ private:
+  // q [B, H, T, hd], k and v [B, kv_heads, T, hd] of x, rotated at `positions` (if rotary).
+  std::array<Tensor, 3> Project(const Tensor& x, const Tensor& positions);
+  Tensor Out(const Tensor& y);  // o_proj of the heads y [B, H, T, hd]
+
+  AttentionConfig config_;
+  Linear& q_proj_;
+  Linear& k_proj_;
+  Linear& v_proj_;
+  Linear& o_proj_;
+  const RotaryEmbedding* rotary_ = nullptr;
 };
 
 }  // namespace kiln

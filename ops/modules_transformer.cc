@@ -1,30 +1,26 @@
 // The transformer modules of modules.h: Embedding, LayerNorm, RMSNorm, RotaryEmbedding,
-// FeedForward, SelfAttention and the pre-norm DecoderBlock, all written with kiln ops (so they
-// run eagerly on any device and trace into compiled functions).
+// activations, FeedForward, SelfAttention, the pre-norm DecoderBlock and the Llama-style
+// Attention, all written with kiln ops (so they run eagerly on any device and trace into
+// compiled functions).
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "ops/dispatch.h"
 #include "ops/factories.h"
+#include "ops/module_init.h"
 #include "ops/modules.h"
 #include "ops/ops.h"
 #include "runtime/status.h"
 
 namespace kiln {
-namespace {
-
-Tensor Full(IntList shape, double value, const ModuleOptions& o) {
-  return full(shape, value, o.dtype, o.device);
-}
-
-Tensor NormalInit(IntList shape, Generator& gen, const ModuleOptions& o) {
-  return randn(shape, gen, o.dtype, o.device);
-}
-
-}  // namespace
+using module_init::WithGenerator;
 
 Embedding::Embedding(int64_t num, int64_t dim, Generator& gen, ModuleOptions o)
-    : weight_(RegisterParameter("weight", NormalInit({num, dim}, gen, o))) {
+    : Embedding(num, dim, WithGenerator(o, gen)) {}
+
+Embedding::Embedding(int64_t num, int64_t dim, ModuleOptions o)
+    : weight_(RegisterParameter("weight", module_init::Normal({num, dim}, o))) {
   KILN_CHECK(num > 0 && dim > 0, "Embedding: sizes must be positive, got num_embeddings=", num,
              " dim=", dim);
 }
@@ -33,59 +29,122 @@ Tensor Embedding::forward(const Tensor& indices) { return embedding(indices, wei
 
 LayerNorm::LayerNorm(int64_t dim, double eps, bool affine, bool bias, ModuleOptions o)
     : eps_(eps),
-      weight_(RegisterParameter("weight", affine ? Full({dim}, 1, o) : Tensor())),
-      bias_(RegisterParameter("bias", affine && bias ? Full({dim}, 0, o) : Tensor())) {
+      weight_(RegisterParameter("weight", affine ? module_init::Full({dim}, 1, o) : Tensor())),
+      bias_(RegisterParameter("bias", affine && bias ? module_init::Full({dim}, 0, o) : Tensor())) {
   KILN_CHECK(dim > 0, "LayerNorm: dim must be positive, got ", dim);
 }
 
 Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, weight_, bias_, eps_); }
 
 RMSNorm::RMSNorm(int64_t dim, double eps, ModuleOptions o)
-    : eps_(eps), weight_(RegisterParameter("weight", Full({dim}, 1, o))) {
+    : eps_(eps), weight_(RegisterParameter("weight", module_init::Full({dim}, 1, o))) {
   KILN_CHECK(dim > 0, "RMSNorm: dim must be positive, got ", dim);
 }
 
 Tensor RMSNorm::forward(const Tensor& x) { return rms_norm(x, weight_, eps_); }
 
+Tensor rope_inverse_frequencies(int64_t head_dim, const RopeOptions& r) {
+  using Scaling = RopeOptions::Scaling;
+  KILN_CHECK(head_dim > 0 && head_dim % 2 == 0, "RotaryEmbedding: head_dim must be positive and ",
+             "even, got ", head_dim);
+  KILN_CHECK(r.base > 0 && r.factor > 0, "RotaryEmbedding: base and factor must be positive, got ",
+             "base=", r.base, " factor=", r.factor);
+  KILN_CHECK(
+      r.scaling != Scaling::kLlama3 || (r.high_freq_factor > r.low_freq_factor &&
+                                        r.low_freq_factor > 0 && r.original_max_positions > 0),
+      "RotaryEmbedding: llama3 scaling needs high_freq_factor > low_freq_factor > 0 and ",
+      "original_max_positions > 0, got ", r.high_freq_factor, ", ", r.low_freq_factor, ", ",
+      r.original_max_positions);
+  // Every step in float32, in the order of transformers' rope init functions.
+  const int64_t half = head_dim / 2;
+  const float factor = static_cast<float>(r.factor);
+  std::vector<double> inv(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    float f = 1.0f / std::pow(static_cast<float>(r.base), exponent);
+    if (r.scaling == Scaling::kLinear) f = f / factor;
+    if (r.scaling == Scaling::kLlama3) {
+      const double old_len = static_cast<double>(r.original_max_positions);
+      const float low_wavelen = static_cast<float>(old_len / r.low_freq_factor);
+      const float high_wavelen = static_cast<float>(old_len / r.high_freq_factor);
+      const float wavelen = (1.0f / f) * static_cast<float>(2 * M_PI);
+      const float scaled = wavelen > low_wavelen ? f / factor : f;
+      const float smooth =
+          ((1.0f / wavelen) * static_cast<float>(old_len) - static_cast<float>(r.low_freq_factor)) /
+          static_cast<float>(r.high_freq_factor - r.low_freq_factor);
+      const float smoothed = (1.0f - smooth) * scaled / factor + smooth * scaled;
+      const bool medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+      f = medium ? smoothed : scaled;
+    }
+    inv[static_cast<size_t>(i)] = f;
+  }
+  return from_vector(inv, {half}, DType::kFloat32);
+}
+
 namespace {
 
-// cos (or sin) of position * base^(-2i / head_dim) for [max_positions, head_dim / 2], float32.
-Tensor RotaryTable(int64_t head_dim, int64_t max_positions, double base, bool sine, Device device) {
-  const int64_t half = head_dim / 2;
+// cos (or sin) of position * inv_freq for [max_positions, head_dim / 2], float32 throughout.
+Tensor RotaryTable(const std::vector<double>& inv, int64_t max_positions, bool sine,
+                   Device device) {
+  const int64_t half = static_cast<int64_t>(inv.size());
   std::vector<double> v(static_cast<size_t>(max_positions * half));
   for (int64_t p = 0; p < max_positions; ++p) {
     for (int64_t i = 0; i < half; ++i) {
-      const double angle = p * std::pow(base, -2.0 * i / head_dim);
+      const float angle = static_cast<float>(p) * static_cast<float>(inv[i]);
       v[p * half + i] = sine ? std::sin(angle) : std::cos(angle);
     }
   }
   return from_vector(v, {max_positions, half}, DType::kFloat32, device);
 }
 
+std::vector<double> CheckedInverseFrequencies(int64_t head_dim, const RopeOptions& r) {
+  KILN_CHECK(r.max_positions > 0, "RotaryEmbedding: max_positions must be positive, got ",
+             r.max_positions);
+  return to_vector(rope_inverse_frequencies(head_dim, r));
+}
+
+Tensor GivenTable(const Tensor& t, const Tensor& other, const char* name, Device device) {
+  KILN_CHECK(t.defined() && other.defined() && t.dim() == 2 && t.shape() == other.shape() &&
+                 t.size(0) > 0 && t.size(1) > 0 && t.dtype() == DType::kFloat32,
+             "RotaryEmbedding: given tables must be float32 [max_positions, head_dim / 2] of one ",
+             "shape, got ", name, " ", t.defined() ? Describe(t.type()) : "undefined");
+  return to(contiguous(t), device);
+}
+
 }  // namespace
 
 RotaryEmbedding::RotaryEmbedding(int64_t head_dim, int64_t max_positions, double base,
                                  ModuleOptions o)
+    : RotaryEmbedding(head_dim, RopeOptions{.base = base, .max_positions = max_positions}, o) {}
+
+RotaryEmbedding::RotaryEmbedding(int64_t head_dim, RopeOptions r, ModuleOptions o)
     : head_dim_(head_dim),
-      cos_(RegisterBuffer(
-          "cos",
-          [&] {
-            KILN_CHECK(head_dim > 0 && head_dim % 2 == 0 && max_positions > 0,
-                       "RotaryEmbedding: head_dim must be positive and even and max_positions ",
-                       "positive, got head_dim=", head_dim, " max_positions=", max_positions);
-            return RotaryTable(head_dim, max_positions, base, false, o.device);
-          }())),
-      sin_(RegisterBuffer("sin", RotaryTable(head_dim, max_positions, base, true, o.device))) {}
+      cos_(RegisterBuffer("cos", RotaryTable(CheckedInverseFrequencies(head_dim, r),
+                                             r.max_positions, false, o.device))),
+      sin_(RegisterBuffer("sin", RotaryTable(CheckedInverseFrequencies(head_dim, r),
+                                             r.max_positions, true, o.device))) {}
+
+RotaryEmbedding::RotaryEmbedding(const Tensor& cos, const Tensor& sin, ModuleOptions o)
+    : head_dim_(cos.defined() && cos.dim() == 2 ? 2 * cos.size(1) : 0),
+      cos_(RegisterBuffer("cos", GivenTable(cos, sin, "cos", o.device))),
+      sin_(RegisterBuffer("sin", GivenTable(sin, cos, "sin", o.device))) {}
 
 Tensor RotaryEmbedding::Rotate(const Tensor& x, const Tensor& positions) const {
   KILN_CHECK(x.dim() >= 2 && x.size(-1) == head_dim_, "RotaryEmbedding: expected x [..., T, ",
              head_dim_, "], got ", x.shape_string());
-  KILN_CHECK(positions.dim() == 1 && positions.size(0) == x.size(-2),
-             "RotaryEmbedding: positions must be 1-D with one position per row of x (", x.size(-2),
-             "), got ", positions.shape_string());
+  const bool per_row = positions.dim() == 2;
+  KILN_CHECK((positions.dim() == 1 && positions.size(0) == x.size(-2)) ||
+                 (per_row && x.dim() == 4 && positions.size(0) == x.size(0) &&
+                  positions.size(1) == x.size(-2)),
+             "RotaryEmbedding: positions must be [T] (one per row of x) or [B, T] for x [B, H, T, ",
+             "head_dim], got positions ", positions.shape_string(), " for x ", x.shape_string());
   const int64_t half = head_dim_ / 2;
-  const Tensor cos_t = cast(embedding(positions, cos_), x.dtype());  // [T, half]
-  const Tensor sin_t = cast(embedding(positions, sin_), x.dtype());
+  Tensor cos_t = cast(embedding(positions, cos_), x.dtype());  // [T, half] or [B, T, half]
+  Tensor sin_t = cast(embedding(positions, sin_), x.dtype());
+  if (per_row) {
+    cos_t = unsqueeze(cos_t, 1);
+    sin_t = unsqueeze(sin_t, 1);
+  }
   const Tensor x1 = slice(x, -1, 0, half), x2 = slice(x, -1, half, head_dim_);
   return cat({x1 * cos_t - x2 * sin_t, x2 * cos_t + x1 * sin_t}, -1);
 }
@@ -102,38 +161,90 @@ std::vector<Tensor> RotaryEmbedding::forward_many(const std::vector<Tensor>& inp
   return {inputs.size() == 1 ? forward(inputs[0]) : Rotate(inputs[0], inputs[1])};
 }
 
-FeedForward::FeedForward(int64_t dim, int64_t hidden, MlpKind kind, bool bias, Generator& gen,
+const char* ActivationName(Activation a) {
+  switch (a) {
+    case Activation::kGelu:
+      return "gelu";
+    case Activation::kGeluTanh:
+      return "gelu_tanh";
+    case Activation::kSilu:
+      return "silu";
+    case Activation::kRelu:
+      return "relu";
+  }
+  return "?";
+}
+
+Activation ActivationFromName(const std::string& name) {
+  static const std::vector<std::pair<std::string, Activation>> kNames = {
+      {"silu", Activation::kSilu},
+      {"swish", Activation::kSilu},
+      {"gelu", Activation::kGelu},
+      {"gelu_new", Activation::kGeluTanh},
+      {"gelu_pytorch_tanh", Activation::kGeluTanh},
+      {"gelu_fast", Activation::kGeluTanh},
+      {"gelu_tanh", Activation::kGeluTanh},
+      {"relu", Activation::kRelu}};
+  std::vector<std::string> known;
+  for (const auto& [n, a] : kNames) {
+    if (n == name) return a;
+    known.push_back(n);
+  }
+  KILN_FAIL("ActivationFromName: unknown activation '", name,
+            "'; known: ", absl::StrJoin(known, ", "));
+}
+
+Tensor activate(const Tensor& x, Activation a) {
+  switch (a) {
+    case Activation::kGelu:
+      return gelu(x);
+    case Activation::kGeluTanh:
+      return gelu(x, "tanh");
+    case Activation::kSilu:
+      return silu(x);
+    case Activation::kRelu:
+      return relu(x);
+  }
+  KILN_FAIL("activate: unknown activation ", static_cast<int>(a));
+}
+
+FeedForward::FeedForward(int64_t dim, int64_t hidden, MlpKind kind, Activation act, bool bias,
+                         Generator& gen, ModuleOptions o)
+    : FeedForward(dim, hidden, kind, act, bias, WithGenerator(o, gen)) {}
+
+FeedForward::FeedForward(int64_t dim, int64_t hidden, MlpKind kind, Activation act, bool bias,
                          ModuleOptions o)
-    : kind_(kind) {
+    : kind_(kind), activation_(act) {
   auto add = [&](const char* name, int64_t in, int64_t out) {
-    layers_.push_back(&RegisterModule(name, std::make_unique<Linear>(in, out, bias, gen, o)));
+    layers_.push_back(&RegisterModule(name, std::make_unique<Linear>(in, out, bias, o)));
   };
-  if (kind == MlpKind::kGelu) {
+  if (kind == MlpKind::kPlain) {
     add("c_fc", dim, hidden);
     add("c_proj", hidden, dim);
   } else {
-    add("gate", dim, hidden);
-    add("up", dim, hidden);
-    add("down", hidden, dim);
+    add("gate_proj", dim, hidden);
+    add("up_proj", dim, hidden);
+    add("down_proj", hidden, dim);
   }
 }
 
 Tensor FeedForward::forward(const Tensor& x) {
-  if (kind_ == MlpKind::kGelu) return (*layers_[1])(gelu((*layers_[0])(x), "tanh"));
-  const Tensor g = (*layers_[0])(x);
-  const Tensor act = kind_ == MlpKind::kGeGLU ? gelu(g, "tanh") : silu(g);
-  return (*layers_[2])(act * (*layers_[1])(x));
+  if (kind_ == MlpKind::kPlain) return (*layers_[1])(activate((*layers_[0])(x), activation_));
+  return (*layers_[2])(activate((*layers_[0])(x), activation_) * (*layers_[1])(x));
 }
 
 SelfAttention::SelfAttention(const DecoderBlockConfig& c, Generator& gen, ModuleOptions o)
+    : SelfAttention(c, WithGenerator(o, gen)) {}
+
+SelfAttention::SelfAttention(const DecoderBlockConfig& c, ModuleOptions o)
     : heads_(c.heads),
-      c_attn_(RegisterModule("c_attn", std::make_unique<Linear>(c.dim, 3 * c.dim, c.bias, gen, o))),
-      c_proj_(RegisterModule("c_proj", std::make_unique<Linear>(c.dim, c.dim, c.bias, gen, o))) {
+      c_attn_(RegisterModule("c_attn", std::make_unique<Linear>(c.dim, 3 * c.dim, c.bias, o))),
+      c_proj_(RegisterModule("c_proj", std::make_unique<Linear>(c.dim, c.dim, c.bias, o))) {
   KILN_CHECK(c.heads > 0 && c.dim % c.heads == 0, "SelfAttention: dim ", c.dim,
              " must be a positive multiple of heads ", c.heads);
   if (c.rotary) {
-    rotary_ = &RegisterModule("rotary", std::make_unique<RotaryEmbedding>(
-                                            c.dim / c.heads, c.max_positions, c.rope_base, o));
+    rotary_ =
+        &RegisterModule("rotary", std::make_unique<RotaryEmbedding>(c.dim / c.heads, c.rope, o));
   }
 }
 
@@ -180,12 +291,15 @@ std::unique_ptr<Module> MakeNorm(const DecoderBlockConfig& c, const ModuleOption
 }  // namespace
 
 DecoderBlock::DecoderBlock(const DecoderBlockConfig& c, Generator& gen, ModuleOptions o)
+    : DecoderBlock(c, WithGenerator(o, gen)) {}
+
+DecoderBlock::DecoderBlock(const DecoderBlockConfig& c, ModuleOptions o)
     : ln_1_(RegisterModule("ln_1", MakeNorm(c, o))),
-      attn_(RegisterModule("attn", std::make_unique<SelfAttention>(c, gen, o))),
+      attn_(RegisterModule("attn", std::make_unique<SelfAttention>(c, o))),
       ln_2_(RegisterModule("ln_2", MakeNorm(c, o))),
       mlp_(RegisterModule(
           "mlp", std::make_unique<FeedForward>(c.dim, c.hidden > 0 ? c.hidden : 4 * c.dim, c.mlp,
-                                               c.bias, gen, o))) {}
+                                               c.activation, c.bias, o))) {}
 
 std::vector<Tensor> DecoderBlock::forward_many(const std::vector<Tensor>& inputs) {
   KILN_CHECK(!inputs.empty() && inputs.size() <= 2,
@@ -197,5 +311,102 @@ std::vector<Tensor> DecoderBlock::forward_many(const std::vector<Tensor>& inputs
 }
 
 Tensor DecoderBlock::forward(const Tensor& x) { return forward_many({x})[0]; }
+
+namespace {
+
+AttentionConfig Checked(AttentionConfig c) {
+  if (c.kv_heads == 0) c.kv_heads = c.heads;
+  KILN_CHECK(c.dim > 0 && c.heads > 0 && c.kv_heads > 0 && c.heads % c.kv_heads == 0,
+             "Attention: dim and heads must be positive and kv_heads divide heads, got dim=", c.dim,
+             " heads=", c.heads, " kv_heads=", c.kv_heads);
+  if (c.head_dim == 0) {
+    KILN_CHECK(c.dim % c.heads == 0, "Attention: dim ", c.dim, " must be a multiple of heads ",
+               c.heads, " unless head_dim is given");
+    c.head_dim = c.dim / c.heads;
+  }
+  KILN_CHECK(c.head_dim > 0, "Attention: head_dim must be positive, got ", c.head_dim);
+  return c;
+}
+
+}  // namespace
+
+Attention::Attention(const AttentionConfig& config, ModuleOptions o,
+                     const RotaryEmbedding* shared_rotary)
+    : config_(Checked(config)),
+      q_proj_(RegisterModule("q_proj",
+                             std::make_unique<Linear>(config_.dim, config_.heads * config_.head_dim,
+                                                      config_.qkv_bias, o))),
+      k_proj_(RegisterModule(
+          "k_proj", std::make_unique<Linear>(config_.dim, config_.kv_heads * config_.head_dim,
+                                             config_.qkv_bias, o))),
+      v_proj_(RegisterModule(
+          "v_proj", std::make_unique<Linear>(config_.dim, config_.kv_heads * config_.head_dim,
+                                             config_.qkv_bias, o))),
+      o_proj_(
+          RegisterModule("o_proj", std::make_unique<Linear>(config_.heads * config_.head_dim,
+                                                            config_.dim, config_.out_bias, o))) {
+  if (config_.rotary && shared_rotary != nullptr) {
+    KILN_CHECK(shared_rotary->head_dim() == config_.head_dim, "Attention: the shared rotary ",
+               "embedding is for head_dim ", shared_rotary->head_dim(), ", the heads have ",
+               config_.head_dim);
+    rotary_ = shared_rotary;
+  } else if (config_.rotary) {
+    rotary_ = &RegisterModule("rotary",
+                              std::make_unique<RotaryEmbedding>(config_.head_dim, config_.rope, o));
+  }
+}
+
+std::array<Tensor, 3> Attention::Project(const Tensor& x, const Tensor& positions) {
+  KILN_CHECK(x.dim() == 3 && x.size(2) == config_.dim, "Attention: expected x [B, T, ", config_.dim,
+             "], got ", x.shape_string());
+  const int64_t b = x.size(0), t = x.size(1), hd = config_.head_dim;
+  auto heads = [&](Linear& proj, int64_t n) {
+    return permute(reshape(proj(x), {b, t, n, hd}), {0, 2, 1, 3});  // [B, n, T, hd]
+  };
+  Tensor q = heads(q_proj_, config_.heads), k = heads(k_proj_, config_.kv_heads);
+  if (rotary_ != nullptr) {
+    q = rotary_->Rotate(q, positions);
+    k = rotary_->Rotate(k, positions);
+  }
+  return {q, k, heads(v_proj_, config_.kv_heads)};
+}
+
+Tensor Attention::Out(const Tensor& y) {
+  const int64_t b = y.size(0), t = y.size(2);
+  return o_proj_(reshape(permute(y, {0, 2, 1, 3}), {b, t, config_.heads * config_.head_dim}));
+}
+
+Tensor Attention::forward(const Tensor& x) {
+  const Tensor positions =
+      rotary_ != nullptr && x.dim() == 3 ? arange(x.size(1), DType::kInt64, x.device()) : Tensor();
+  return forward_many({x, positions})[0];
+}
+
+std::vector<Tensor> Attention::forward_many(const std::vector<Tensor>& inputs) {
+  KILN_CHECK(inputs.size() == 1 || inputs.size() == 2,
+             "Attention: takes {x} or {x, positions}, got ", inputs.size(), " inputs");
+  if (inputs.size() == 1) return {forward(inputs[0])};
+  KILN_CHECK(rotary_ != nullptr || !inputs[1].defined(),
+             "Attention: positions are an input only with rotary embeddings (config.rotary)");
+  const auto [q, k, v] = Project(inputs[0], inputs[1]);
+  const bool gqa = config_.kv_heads != config_.heads;
+  return {Out(scaled_dot_product_attention(q, k, v, {}, /*is_causal=*/true, std::nullopt, gqa))};
+}
+
+Tensor Attention::Cached(const Tensor& x, const Tensor& positions, const Cache& cache,
+                         const Tensor& slots, const Tensor& mask) {
+  const auto [q, k, v] = Project(x, positions);
+  KILN_CHECK(cache.k.defined() && cache.v.defined() && cache.k.dim() == 4 &&
+                 cache.k.shape() == cache.v.shape() && cache.k.size(0) == x.size(0) &&
+                 cache.k.size(1) == config_.kv_heads && cache.k.size(3) == config_.head_dim,
+             "Attention::Cached: the caches must be [B, kv_heads, S, head_dim] = [", x.size(0),
+             ", ", config_.kv_heads, ", S, ", config_.head_dim, "], got k ",
+             cache.k.defined() ? cache.k.shape_string() : "undefined", " v ",
+             cache.v.defined() ? cache.v.shape_string() : "undefined");
+  index_copy_(cache.k, 2, slots, k);
+  index_copy_(cache.v, 2, slots, v);
+  const bool gqa = config_.kv_heads != config_.heads;
+  return Out(scaled_dot_product_attention(q, cache.k, cache.v, mask, false, std::nullopt, gqa));
+}
 
 }  // namespace kiln

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "runtime/philox.h"
 
@@ -60,5 +61,12 @@ class Generator {
   philox::Uint4 block_{};
   int lane_ = 4;
 };
+
+// The process-wide generator that modules draw their initial weights from when ModuleOptions
+// names none (torch's default generator): seeded 0 at start, reseeded by manual_seed. Draws
+// happen under its lock, so modules may be built in several threads (in an unspecified order).
+void manual_seed(uint64_t seed);
+// Runs `fn` with the default generator, holding its lock.
+void WithDefaultGenerator(const std::function<void(Generator&)>& fn);
 
 }  // namespace kiln

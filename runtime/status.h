@@ -69,3 +69,8 @@ T ValueOrThrow(absl::StatusOr<T> result) {
   do {                                                                                           \
     if (!(cond)) throw ::kiln::Error(::absl::InvalidArgumentError(::absl::StrCat(__VA_ARGS__))); \
   } while (0)
+
+// Throws kiln::Error(kInvalidArgument) with the concatenated message (a KILN_CHECK that always
+// fails, for the end of a switch or a lookup).
+#define KILN_FAIL(...) \
+  throw ::kiln::Error(::absl::InvalidArgumentError(::absl::StrCat(__VA_ARGS__)))

@@ -64,6 +64,12 @@ class Storage {
   // function that captured it as a weight recompiles instead of computing with the old one.
   bool retired() const { return retired_.load(std::memory_order_relaxed); }
   void Retire() { retired_.store(true, std::memory_order_relaxed); }
+  // Set on a module's parameters made without initial values (ModuleOptions::init = Init::kNone):
+  // true until the first write that bumps the version (load_state_dict, an in-place op).
+  bool uninitialised() const {
+    return uninitialised_.load(std::memory_order_relaxed) && version() == 0;
+  }
+  void MarkUninitialised() { uninitialised_.store(true, std::memory_order_relaxed); }
 
  private:
   Storage(void* data, size_t nbytes, Device device, Allocator* allocator)
@@ -75,6 +81,7 @@ class Storage {
   Allocator* allocator_ = nullptr;
   std::atomic<uint64_t> version_{0};
   std::atomic<bool> retired_{false};
+  std::atomic<bool> uninitialised_{false};
   std::function<void(void*)> deleter_;  // FromBlob's; runs instead of the allocator's Free
 };
 

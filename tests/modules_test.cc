@@ -154,7 +154,8 @@ DecoderBlockConfig Gpt2Config() {
   return {.dim = 16,
           .heads = 4,
           .norm = NormKind::kLayerNorm,
-          .mlp = MlpKind::kGelu,
+          .mlp = MlpKind::kPlain,
+          .activation = Activation::kGeluTanh,
           .bias = true,
           .rotary = false};
 }

@@ -1,0 +1,208 @@
+// The Llama-style model of llama.h: its config from Hugging Face's config.json, its layers, the
+// full forward and the cached step generate() drives.
+#include "models/llama.h"
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "ops/factories.h"
+#include "ops/ops.h"
+#include "runtime/status.h"
+
+namespace kiln {
+namespace {
+
+using Json = nlohmann::json;
+
+// The field `name` of `j` as T, or `fallback` when it is absent or null.
+template <typename T>
+T Field(const Json& j, const char* name, T fallback) {
+  const auto it = j.find(name);
+  if (it == j.end() || it->is_null()) return fallback;
+  try {
+    return it->get<T>();
+  } catch (const Json::exception&) {
+    KILN_FAIL("LlamaConfig::FromJson: field '", name, "' has the wrong type: ", it->dump());
+  }
+}
+
+RopeOptions RopeFromJson(const Json& j, RopeOptions r) {
+  r.base = Field<double>(j, "rope_theta", r.base);
+  r.max_positions = Field<int64_t>(j, "max_position_embeddings", r.max_positions);
+  const auto s = j.find("rope_scaling");
+  if (s == j.end() || s->is_null()) return r;
+  KILN_CHECK(s->is_object(), "LlamaConfig::FromJson: rope_scaling must be an object, got ",
+             s->dump());
+  const std::string type = Field<std::string>(*s, "rope_type", Field<std::string>(*s, "type", ""));
+  r.factor = Field<double>(*s, "factor", 1.0);
+  if (type == "linear") {
+    r.scaling = RopeOptions::Scaling::kLinear;
+  } else if (type == "llama3") {
+    r.scaling = RopeOptions::Scaling::kLlama3;
+    r.low_freq_factor = Field<double>(*s, "low_freq_factor", r.low_freq_factor);
+    r.high_freq_factor = Field<double>(*s, "high_freq_factor", r.high_freq_factor);
+    r.original_max_positions =
+        Field<int64_t>(*s, "original_max_position_embeddings", r.original_max_positions);
+  } else if (type != "default") {
+    KILN_FAIL("LlamaConfig::FromJson: rope_scaling type '", type,
+              "' is not supported (supported: default, linear, llama3)");
+  }
+  return r;
+}
+
+AttentionConfig AttentionOf(const LlamaConfig& c) {
+  return {.dim = c.dim,
+          .heads = c.heads,
+          .kv_heads = c.kv_heads,
+          .head_dim = c.head_dim,
+          .qkv_bias = c.qkv_bias,
+          .out_bias = c.out_bias,
+          .rotary = true,
+          .rope = c.rope};
+}
+
+int64_t HeadDim(const LlamaConfig& c) {
+  KILN_CHECK(c.heads > 0 && (c.head_dim > 0 || c.dim % c.heads == 0), "LlamaForCausalLM: dim ",
+             c.dim, " must be a multiple of heads ", c.heads, " unless head_dim is given");
+  return c.head_dim > 0 ? c.head_dim : c.dim / c.heads;
+}
+
+const LlamaConfig& Checked(const LlamaConfig& c) {
+  KILN_CHECK(
+      c.vocab > 0 && c.dim > 0 && c.hidden > 0 && c.layers > 0 && c.heads > 0 && c.kv_heads >= 0,
+      "LlamaForCausalLM: sizes must be positive, got vocab=", c.vocab, " dim=", c.dim,
+      " hidden=", c.hidden, " layers=", c.layers, " heads=", c.heads, " kv_heads=", c.kv_heads);
+  HeadDim(c);
+  return c;
+}
+
+}  // namespace
+
+LlamaConfig LlamaConfig::FromJson(const std::string& text) {
+  Json j;
+  try {
+    j = Json::parse(text);
+  } catch (const Json::exception& e) {
+    KILN_FAIL("LlamaConfig::FromJson: not JSON: ", e.what());
+  }
+  KILN_CHECK(j.is_object(), "LlamaConfig::FromJson: expected a JSON object");
+  LlamaConfig c;
+  c.vocab = Field<int64_t>(j, "vocab_size", c.vocab);
+  c.dim = Field<int64_t>(j, "hidden_size", c.dim);
+  c.hidden = Field<int64_t>(j, "intermediate_size", c.hidden);
+  c.layers = Field<int64_t>(j, "num_hidden_layers", c.layers);
+  c.heads = Field<int64_t>(j, "num_attention_heads", c.heads);
+  c.kv_heads = Field<int64_t>(j, "num_key_value_heads", c.kv_heads);
+  c.head_dim = Field<int64_t>(j, "head_dim", c.head_dim);
+  c.eps = Field<double>(j, "rms_norm_eps", c.eps);
+  c.rope = RopeFromJson(j, c.rope);
+  c.activation = ActivationFromName(Field<std::string>(j, "hidden_act", "silu"));
+  const bool qwen2 = Field<std::string>(j, "model_type", "") == "qwen2";
+  const bool attention_bias = Field<bool>(j, "attention_bias", false);
+  c.qkv_bias = qwen2 || attention_bias;
+  c.out_bias = !qwen2 && attention_bias;
+  c.mlp_bias = Field<bool>(j, "mlp_bias", false);
+  c.tie_word_embeddings = Field<bool>(j, "tie_word_embeddings", false);
+  return c;
+}
+
+LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, const RotaryEmbedding& rotary,
+                                     ModuleOptions o)
+    : input_layernorm_(
+          RegisterModule("input_layernorm", std::make_unique<RMSNorm>(c.dim, c.eps, o))),
+      self_attn_(
+          RegisterModule("self_attn", std::make_unique<Attention>(AttentionOf(c), o, &rotary))),
+      post_attention_layernorm_(
+          RegisterModule("post_attention_layernorm", std::make_unique<RMSNorm>(c.dim, c.eps, o))),
+      mlp_(RegisterModule("mlp", std::make_unique<FeedForward>(c.dim, c.hidden, MlpKind::kGated,
+                                                               c.activation, c.mlp_bias, o))) {}
+
+Tensor LlamaDecoderLayer::Forward(const Tensor& x, const Tensor& positions) {
+  const Tensor h = x + self_attn_({input_layernorm_(x), positions})[0];
+  return h + mlp_(post_attention_layernorm_(h));
+}
+
+Tensor LlamaDecoderLayer::Cached(const Tensor& x, const Tensor& positions,
+                                 const Attention::Cache& cache, const Tensor& slots,
+                                 const Tensor& mask) {
+  CheckInitialised();
+  self_attn_.CheckInitialised();
+  const Tensor h = x + self_attn_.Cached(input_layernorm_(x), positions, cache, slots, mask);
+  return h + mlp_(post_attention_layernorm_(h));
+}
+
+Tensor LlamaDecoderLayer::forward(const Tensor& x) {
+  return Forward(x, arange(x.size(1), DType::kInt64, x.device()));
+}
+
+LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& config, ModuleOptions o)
+    : config_(Checked(config)),
+      options_(o),
+      embed_tokens_(
+          RegisterModule("embed_tokens", std::make_unique<Embedding>(config.vocab, config.dim, o))),
+      rotary_(RegisterModule("rotary_emb",
+                             std::make_unique<RotaryEmbedding>(HeadDim(config), config.rope, o))),
+      norm_([&]() -> RMSNorm& {
+        auto& list = RegisterModule("layers", std::make_unique<ModuleList>());
+        for (int64_t i = 0; i < config.layers; ++i) {
+          layers_.push_back(
+              &list.push_back(std::make_unique<LlamaDecoderLayer>(config, rotary_, o)));
+        }
+        return RegisterModule("norm", std::make_unique<RMSNorm>(config.dim, config.eps, o));
+      }()) {
+  if (!config.tie_word_embeddings) {
+    lm_head_ =
+        &RegisterModule("lm_head", std::make_unique<Linear>(config.dim, config.vocab, false, o));
+  }
+}
+
+Tensor LlamaForCausalLM::Logits(const Tensor& x) {
+  const Tensor h = norm_(x);
+  if (lm_head_ != nullptr) return (*lm_head_)(h);
+  embed_tokens_.CheckInitialised();
+  return linear(h, embed_tokens_.weight());
+}
+
+std::vector<Tensor> LlamaForCausalLM::forward_many(const std::vector<Tensor>& inputs) {
+  KILN_CHECK(inputs.size() == 1 || inputs.size() == 2,
+             "LlamaForCausalLM: takes {tokens} or {tokens, positions}, got ", inputs.size(),
+             " inputs");
+  const Tensor& tokens = inputs[0];
+  KILN_CHECK(tokens.dim() == 2, "LlamaForCausalLM: expected tokens [B, T], got ",
+             tokens.shape_string());
+  const Tensor positions =
+      inputs.size() == 2 ? inputs[1] : arange(tokens.size(1), DType::kInt64, tokens.device());
+  Tensor x = embed_tokens_(tokens);
+  for (LlamaDecoderLayer* layer : layers_) x = layer->Forward(x, positions);
+  return {Logits(x)};
+}
+
+Tensor LlamaForCausalLM::forward(const Tensor& tokens) { return forward_many({tokens})[0]; }
+
+CausalLM::CacheSpec LlamaForCausalLM::cache_spec() const {
+  const Tensor& w = embed_tokens_.weight();
+  return {config_.layers,
+          config_.kv_heads > 0 ? config_.kv_heads : config_.heads,
+          HeadDim(config_),
+          w.dtype(),
+          w.device(),
+          config_.vocab,
+          rotary_.max_positions()};
+}
+
+Tensor LlamaForCausalLM::Step(const StepInputs& in) {
+  KILN_CHECK(in.tokens.dim() == 2 && in.cache.k.size() == layers_.size() &&
+                 in.cache.v.size() == layers_.size(),
+             "LlamaForCausalLM::Step: expected tokens [B, T] and a cache of ", layers_.size(),
+             " layers, got tokens ", in.tokens.shape_string(), " and ", in.cache.k.size(),
+             " layers");
+  const int64_t t = in.tokens.size(1);
+  Tensor x = embed_tokens_(in.tokens);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    x = layers_[i]->Cached(x, in.positions, {in.cache.k[i], in.cache.v[i]}, in.slots, in.mask);
+  }
+  const Tensor last = slice(x, 1, t - 1, t);  // [B, 1, dim]
+  return reshape(Logits(last), {in.tokens.size(0), config_.vocab});
+}
+
+}  // namespace kiln

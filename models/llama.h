@@ -1,0 +1,89 @@
+// A Llama-style decoder-only language model (Hugging Face's LlamaForCausalLM and the families
+// that share its layout: Mistral, Qwen2 with attention_bias, TinyLlama, SmolLM): token
+// embedding, pre-norm layers of RMSNorm, grouped-query attention with rotary embeddings (one
+// table shared by all layers) and a gated MLP, a final RMSNorm and the LM head (or the tied
+// embedding). Parameters carry HF's names without "model." (llama_load_mapping() adds nothing
+// else), so a transformers checkpoint loads as it is:
+//
+//   LlamaConfig c = LlamaConfig::FromJson(ReadFile("config.json"));
+//   LlamaForCausalLM model(c, {.dtype = DType::kBFloat16, .device = CUDA(),
+//                              .init = Init::kNone});            // no random draws
+//   load_state_dict(model, "model.safetensors", {.map = llama_load_mapping()});
+//   Tensor logits = model(tokens);                               // [B, T, vocab]
+//   GenerateResult r = generate(model, prompts, {.max_new_tokens = 64});   // models/generate.h
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/causal_lm.h"
+
+namespace kiln {
+
+struct LlamaConfig {
+  int64_t vocab = 32000;                      // vocab_size
+  int64_t dim = 4096;                         // hidden_size
+  int64_t hidden = 11008;                     // intermediate_size
+  int64_t layers = 32;                        // num_hidden_layers
+  int64_t heads = 32;                         // num_attention_heads
+  int64_t kv_heads = 0;                       // num_key_value_heads (0: heads)
+  int64_t head_dim = 0;                       // head_dim (0: dim / heads)
+  double eps = 1e-5;                          // rms_norm_eps
+  RopeOptions rope;                           // rope_theta, max_position_embeddings, rope_scaling
+  Activation activation = Activation::kSilu;  // hidden_act
+  bool qkv_bias = false;  // q_proj, k_proj, v_proj biases (attention_bias; Qwen2: always)
+  bool out_bias = false;  // o_proj's (attention_bias; Qwen2: never)
+  bool mlp_bias = false;
+  bool tie_word_embeddings = false;  // no lm_head: logits through embed_tokens.weight
+
+  // From the text of a Hugging Face config.json (fields named as in the comments above;
+  // rope_scaling of type "linear" or "llama3"). A field of the wrong type, an unknown rope
+  // scaling or hidden_act is an error naming it.
+  static LlamaConfig FromJson(const std::string& json_text);
+};
+
+// input_layernorm, self_attn, post_attention_layernorm, mlp (HF's names).
+class LlamaDecoderLayer : public Module {
+ public:
+  LlamaDecoderLayer(const LlamaConfig& c, const RotaryEmbedding& rotary, ModuleOptions o);
+  // x [B, T, dim], causal at positions `positions` ([T] or [B, T]).
+  Tensor Forward(const Tensor& x, const Tensor& positions);
+  // With the KV cache (CausalLM::StepInputs): k and v of x into rows `slots` of k, v.
+  Tensor Cached(const Tensor& x, const Tensor& positions, const Attention::Cache& cache,
+                const Tensor& slots, const Tensor& mask);
+  Tensor forward(const Tensor& x) override;
+  const char* type_name() const override { return "LlamaDecoderLayer"; }
+
+ private:
+  RMSNorm& input_layernorm_;
+  Attention& self_attn_;
+  RMSNorm& post_attention_layernorm_;
+  FeedForward& mlp_;
+};
+
+class LlamaForCausalLM : public CausalLM {
+ public:
+  explicit LlamaForCausalLM(const LlamaConfig& config, ModuleOptions options = {});
+  const LlamaConfig& config() const { return config_; }
+
+  // Logits [B, T, vocab] of tokens [B, T] at positions 0 .. T-1 (no cache, causal).
+  Tensor forward(const Tensor& tokens) override;
+  // {tokens} or {tokens, positions [B, T]}.
+  std::vector<Tensor> forward_many(const std::vector<Tensor>& inputs) override;
+  CacheSpec cache_spec() const override;
+  Tensor Step(const StepInputs& in) override;
+  const char* type_name() const override { return "LlamaForCausalLM"; }
+
+ private:
+  Tensor Logits(const Tensor& x);  // norm, then lm_head or the tied embedding
+
+  LlamaConfig config_;
+  ModuleOptions options_;
+  Embedding& embed_tokens_;
+  RotaryEmbedding& rotary_;  // "rotary_emb": its tables are buffers, shared by the layers
+  std::vector<LlamaDecoderLayer*> layers_;
+  RMSNorm& norm_;
+  Linear* lm_head_ = nullptr;
+};
+
+}  // namespace kiln

@@ -1,0 +1,82 @@
+// Greedy, temperature, top-k and top-p sampling on the host (see sampling.h).
+#include "models/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "runtime/status.h"
+
+namespace kiln {
+namespace {
+
+void CheckOptions(const std::vector<float>& logits, const SamplingOptions& o) {
+  KILN_CHECK(!logits.empty(), "sample_token: no logits");
+  KILN_CHECK(o.temperature >= 0 && std::isfinite(o.temperature),
+             "sample_token: temperature must be finite and >= 0, got ", o.temperature);
+  KILN_CHECK(o.top_k >= 0, "sample_token: top_k must be >= 0, got ", o.top_k);
+  KILN_CHECK(o.top_p > 0 && o.top_p <= 1, "sample_token: top_p must be in (0, 1], got ", o.top_p);
+}
+
+// Ids by decreasing logit, ties by lower id.
+std::vector<int64_t> Ranked(const std::vector<float>& logits) {
+  std::vector<int64_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::stable_sort(ids.begin(), ids.end(),
+                   [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
+  return ids;
+}
+
+}  // namespace
+
+std::vector<double> sampling_distribution(const std::vector<float>& logits,
+                                          const SamplingOptions& o) {
+  CheckOptions(logits, o);
+  const std::vector<int64_t> ranked = Ranked(logits);
+  const double top = logits[ranked[0]];
+  KILN_CHECK(std::isfinite(top), "sample_token: the largest logit is ", top,
+             ", not a finite number");
+  std::vector<double> probs(logits.size(), 0.0);
+  if (o.temperature == 0) {
+    probs[ranked[0]] = 1;
+    return probs;
+  }
+  size_t kept = o.top_k > 0 ? std::min<size_t>(o.top_k, ranked.size()) : ranked.size();
+  double total = 0;
+  for (size_t i = 0; i < kept; ++i) {
+    const double p = std::exp((logits[ranked[i]] - top) / o.temperature);
+    probs[ranked[i]] = p;
+    total += p;
+  }
+  // top-p: keep ids while the mass before them is below p (at least one).
+  double before = 0;
+  size_t nucleus = 0;
+  while (nucleus < kept && (nucleus == 0 || before < o.top_p)) {
+    before += probs[ranked[nucleus]] / total;
+    ++nucleus;
+  }
+  double kept_mass = 0;
+  for (size_t i = 0; i < kept; ++i) {
+    if (i >= nucleus) probs[ranked[i]] = 0;
+    kept_mass += probs[ranked[i]];
+  }
+  for (double& p : probs) p /= kept_mass;
+  return probs;
+}
+
+int64_t sample_token(const std::vector<float>& logits, const SamplingOptions& o, double uniform) {
+  KILN_CHECK(uniform >= 0 && uniform < 1, "sample_token: uniform must be in [0, 1), got ", uniform);
+  const std::vector<double> probs = sampling_distribution(logits, o);
+  const std::vector<int64_t> ranked = Ranked(logits);
+  double cumulative = 0;
+  int64_t last_kept = ranked[0];
+  for (int64_t id : ranked) {
+    if (probs[id] == 0) continue;
+    last_kept = id;
+    cumulative += probs[id];
+    if (uniform < cumulative) return id;
+  }
+  return last_kept;  // rounding left the sum a hair under 1
+}
+
+}  // namespace kiln

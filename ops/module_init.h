@@ -1,0 +1,20 @@
+// How kiln's modules make their parameters (ModuleOptions, modules.h): random draws from the
+// options' generator or the default one, constants, or uninitialised memory (Init::kNone).
+// Internal to the module sources.
+#pragma once
+
+#include "ops/modules.h"
+
+namespace kiln::module_init {
+
+// The options with `gen` as their generator (the constructors that take a Generator&).
+ModuleOptions WithGenerator(ModuleOptions o, Generator& gen);
+
+// U(-bound, bound), drawn in float32 on the CPU (so every device gets the same values).
+Tensor Uniform(IntList shape, double bound, const ModuleOptions& o);
+// N(0, 1), drawn where the parameter lives (the same values on every device).
+Tensor Normal(IntList shape, const ModuleOptions& o);
+// Filled with `value`.
+Tensor Full(IntList shape, double value, const ModuleOptions& o);
+
+}  // namespace kiln::module_init

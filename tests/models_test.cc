@@ -1,0 +1,462 @@
+// Llama-style models and generation (models/): the grouped-query Attention module against the
+// math written out, rotary tables in float32 and their scaling rules, modules made without
+// values (Init::kNone) and loads into them, checkpoint mappings that join and split tensors,
+// LlamaForCausalLM's cached steps against its full forward, generate() (left-padded batches equal
+// each prompt alone, compiled equals eager, stop tokens), sampling against its distribution
+// (a chi-square test over 10,000 draws) and the same ids from one seed on CPU and CUDA.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "io/state_dict.h"
+#include "models/generate.h"
+#include "models/llama.h"
+#include "models/sampling.h"
+#include "ops/factories.h"
+#include "ops/ops.h"
+#include "runtime/random.h"
+#include "runtime/status.h"
+#include "tests/io_test_util.h"
+#include "tests/test_util.h"
+
+namespace kiln {
+namespace {
+
+template <typename F>
+std::string ErrorOf(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::map<std::string, Tensor> Params(const Module& m) {
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, t] : m.named_parameters()) out[name] = t;
+  return out;
+}
+
+// k/v heads [B, Hkv, T, D] repeated to [B, Hkv * g, T, D] (head h reads kv head h / g).
+Tensor RepeatHeads(const Tensor& t, int64_t g) {
+  const int64_t b = t.size(0), h = t.size(1), n = t.size(2), d = t.size(3);
+  return reshape(expand(unsqueeze(t, 2), {b, h, g, n, d}), {b, h * g, n, d});
+}
+
+TEST(Attention, GroupedQueryHeadsMatchTheMathWrittenOut) {
+  Generator gen(1);
+  const AttentionConfig c{.dim = 32, .heads = 4, .kv_heads = 2, .rotary = true};
+  Attention attn(c, {.generator = &gen});
+  std::vector<std::string> names;
+  for (const auto& [name, t] : attn.named_parameters()) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"q_proj.weight", "k_proj.weight", "v_proj.weight",
+                                             "o_proj.weight"}));
+  auto p = Params(attn);
+  EXPECT_EQ(p["k_proj.weight"].shape(), (Shape{16, 32}));  // kv_heads * head_dim
+  const Tensor x = randn({2, 5, 32}, gen);
+  auto heads = [](const Tensor& t, int64_t n) {
+    return permute(reshape(t, {2, 5, n, 8}), {0, 2, 1, 3});
+  };
+  RotaryEmbedding rope(8, RopeOptions{});
+  const Tensor q = rope(heads(linear(x, p["q_proj.weight"]), 4));
+  const Tensor k = rope(heads(linear(x, p["k_proj.weight"]), 2));
+  const Tensor v = heads(linear(x, p["v_proj.weight"]), 2);
+  const Tensor y = causal_attention(q, RepeatHeads(k, 2), RepeatHeads(v, 2));
+  const Tensor want = linear(reshape(permute(y, {0, 2, 1, 3}), {2, 5, 32}), p["o_proj.weight"]);
+  ExpectClose(to_vector(attn(x)), to_vector(want), {1e-5, 1e-5}, "gqa attention");
+  EXPECT_NE(ErrorOf([] {
+              Attention({.dim = 32, .heads = 4, .kv_heads = 3});
+            }).find("kv_heads divide heads"),
+            std::string::npos);
+}
+
+// The cached form over a cache written in two steps equals the full causal forward.
+TEST(Attention, CachedStepsEqualTheFullForward) {
+  Generator gen(2);
+  Attention attn({.dim = 16, .heads = 4, .kv_heads = 1}, {.generator = &gen});
+  const Tensor x = randn({1, 6, 16}, gen);
+  const Tensor full_y = attn(x);
+  Attention::Cache cache{zeros({1, 1, 8, 4}), zeros({1, 1, 8, 4})};
+  auto mask_for = [](int64_t first, int64_t t) {  // token first + i sees slots 0 .. first + i
+    return reshape(le(reshape(arange(8), {1, 8}), reshape(arange(first, first + t, 1), {t, 1})),
+                   {1, 1, t, 8});
+  };
+  const Tensor y0 = attn.Cached(slice(x, 1, 0, 4), arange(4), cache, arange(4), mask_for(0, 4));
+  const Tensor y1 =
+      attn.Cached(slice(x, 1, 4, 6), arange(4, 6, 1), cache, arange(4, 6, 1), mask_for(4, 2));
+  ExpectClose(to_vector(cat({y0, y1}, 1)), to_vector(full_y), {1e-5, 1e-5}, "cached");
+}
+
+// Tables in float32, step by step as transformers computes them.
+TEST(Rotary, TablesAreComputedInFloat32LikeHuggingFace) {
+  RotaryEmbedding rope(8, RopeOptions{.base = 500000, .max_positions = 4096});
+  const auto buffers = rope.named_buffers();
+  const std::vector<double> cos_t = to_vector(buffers[0].second);
+  for (int64_t p : {1, 1000, 4095}) {
+    for (int64_t i = 0; i < 4; ++i) {
+      const float inv = 1.0f / std::pow(500000.0f, static_cast<float>(2 * i) / 8.0f);
+      EXPECT_EQ(cos_t[p * 4 + i], static_cast<double>(std::cos(static_cast<float>(p) * inv)))
+          << "position " << p << " frequency " << i;
+    }
+  }
+}
+
+TEST(Rotary, ScalingRulesAndGivenTables) {
+  const RopeOptions plain{.base = 10000};
+  RopeOptions linear_rule = plain;
+  linear_rule.scaling = RopeOptions::Scaling::kLinear;
+  linear_rule.factor = 4;
+  const std::vector<double> a = to_vector(rope_inverse_frequencies(64, plain));
+  const std::vector<double> b = to_vector(rope_inverse_frequencies(64, linear_rule));
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_FLOAT_EQ(b[i], a[i] / 4);
+  // llama3: short wavelengths (high frequencies) kept, long ones divided by factor, between them
+  // a blend.
+  RopeOptions llama3 = plain;
+  llama3.scaling = RopeOptions::Scaling::kLlama3;
+  llama3.factor = 8;
+  llama3.original_max_positions = 1024;
+  const std::vector<double> c = to_vector(rope_inverse_frequencies(64, llama3));
+  int kept = 0, divided = 0, blended = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double wavelen = 2 * M_PI / a[i];
+    if (wavelen < 1024 / 4.0) {
+      EXPECT_EQ(c[i], a[i]);
+      ++kept;
+    } else if (wavelen > 1024 / 1.0) {
+      EXPECT_FLOAT_EQ(c[i], a[i] / 8);
+      ++divided;
+    } else {
+      EXPECT_LT(c[i], a[i]);
+      EXPECT_GT(c[i], a[i] / 8);
+      ++blended;
+    }
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(blended, 0);
+  // Given tables are used as they are.
+  Generator gen(3);
+  const Tensor cos_t = rand({16, 4}, gen), sin_t = rand({16, 4}, gen);
+  RotaryEmbedding given(cos_t, sin_t);
+  EXPECT_EQ(given.head_dim(), 8);
+  EXPECT_EQ(to_vector(given.named_buffers()[1].second), to_vector(sin_t));
+  EXPECT_THROW(RotaryEmbedding(cos_t, rand({15, 4}, gen)), Error);
+}
+
+TEST(Activations, ExplicitChoicesAndHuggingFaceNames) {
+  const Tensor x = from_vector({-2, -0.5, 0, 0.5, 3}, {5});
+  ExpectClose(to_vector(activate(x, Activation::kGelu)), to_vector(gelu(x)), {0, 0}, "gelu");
+  ExpectClose(to_vector(activate(x, Activation::kGeluTanh)), to_vector(gelu(x, "tanh")), {0, 0},
+              "gelu_tanh");
+  ExpectClose(to_vector(activate(x, Activation::kSilu)), to_vector(silu(x)), {0, 0}, "silu");
+  EXPECT_EQ(ActivationFromName("gelu_pytorch_tanh"), Activation::kGeluTanh);
+  EXPECT_EQ(ActivationFromName("gelu"), Activation::kGelu);
+  EXPECT_NE(ErrorOf([] { ActivationFromName("geluu"); }).find("known: silu"), std::string::npos);
+  // The MLP uses the activation it was given (exact GELU differs from the tanh form).
+  Generator g1(3), g2(3);
+  FeedForward exact(8, 16, MlpKind::kPlain, Activation::kGelu, true, g1);
+  FeedForward approx(8, 16, MlpKind::kPlain, Activation::kGeluTanh, true, g2);
+  const Tensor in = randn({2, 8}, g1);
+  EXPECT_NE(to_vector(exact(in)), to_vector(approx(in)));
+}
+
+TEST(Init, DefaultGeneratorIsSeededByManualSeed) {
+  manual_seed(123);
+  const Linear a(4, 3, true);
+  manual_seed(123);
+  const Linear b(4, 3, true);
+  const Linear c(4, 3, true);
+  EXPECT_EQ(to_vector(a.weight()), to_vector(b.weight()));
+  EXPECT_NE(to_vector(b.weight()), to_vector(c.weight()));
+}
+
+LlamaConfig TinyLlama() {
+  LlamaConfig c;
+  c.vocab = 64;
+  c.dim = 32;
+  c.hidden = 48;
+  c.layers = 2;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.rope.max_positions = 64;
+  return c;
+}
+
+TEST(Init, UninitialisedModulesRefuseToRunUntilLoaded) {
+  LlamaForCausalLM model(TinyLlama(), {.init = Init::kNone});
+  const Tensor tokens = from_vector({1, 2, 3}, {1, 3}, DType::kInt64);
+  EXPECT_NE(ErrorOf([&] { model(tokens); }).find("parameter 'weight'"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { model(tokens); }).find("Init::kNone"), std::string::npos);
+  // A checkpoint missing one key: the error names it, and nothing was loaded.
+  Generator gen(4);
+  LlamaForCausalLM source(TinyLlama(), {.generator = &gen});
+  NamedTensors sd = state_dict(source, llama_save_mapping());
+  NamedTensors partial;
+  for (const auto& [k, t] : sd) {
+    if (k != "model.layers.1.mlp.up_proj.weight") partial.emplace_back(k, t);
+  }
+  const std::string err =
+      ErrorOf([&] { load_state_dict(model, partial, {.map = llama_load_mapping()}); });
+  EXPECT_NE(err.find("layers.1.mlp.up_proj.weight"), std::string::npos) << err;
+  for (const auto& [name, p] : model.named_parameters()) {
+    EXPECT_TRUE(p.storage()->uninitialised()) << name << " was written by a failed load";
+  }
+  EXPECT_THROW(model(tokens), Error);
+  // The whole checkpoint: it runs, and equals the source.
+  const LoadReport r = load_state_dict(model, sd, {.map = llama_load_mapping()});
+  EXPECT_EQ(r.str(), "all 21 parameters loaded");
+  ExpectClose(to_vector(model(tokens)), to_vector(source(tokens)), {0, 0}, "loaded model");
+}
+
+// GPT-2's fused c_attn split into q/k/v projections on load, joined back on save.
+TEST(KeyMapping, SplitsAndJoinsTensorsByRows) {
+  Generator gen(5);
+  const int64_t dim = 8;
+  Linear fused(dim, 3 * dim, true, gen);  // "weight" [24, 8], "bias" [24]
+  Attention attn({.dim = dim, .heads = 2, .qkv_bias = true, .rotary = false}, {.generator = &gen});
+  auto split = [&](const std::string& key) -> KeyMappings {
+    const std::string param = "." + key;  // ".weight" or ".bias"
+    return std::vector<KeyMapping>{{"q_proj" + param, false, {0, dim}},
+                                   {"k_proj" + param, false, {dim, dim}},
+                                   {"v_proj" + param, false, {2 * dim, dim}}};
+  };
+  LoadReport r = load_state_dict(attn, state_dict(fused), {.strict = false, .map = split});
+  EXPECT_EQ(r.loaded.size(), 6u);
+  EXPECT_EQ(r.missing_keys, (std::vector<std::string>{"o_proj.weight"}));
+  auto p = Params(attn);
+  EXPECT_EQ(to_vector(p["k_proj.weight"]), to_vector(slice(fused.weight(), 0, dim, 2 * dim)));
+  EXPECT_EQ(to_vector(p["v_proj.bias"]), to_vector(slice(fused.bias(), 0, 2 * dim, 3 * dim)));
+  // Joined back: q/k/v rows into one tensor per key.
+  auto join = [&](const std::string& name) -> KeyMappings {
+    if (name.rfind("o_proj", 0) == 0) return std::nullopt;
+    const int64_t at = name[0] == 'q' ? 0 : name[0] == 'k' ? dim : 2 * dim;
+    return KeyMapping{"c_attn" + name.substr(name.find('.')), false, {}, {at, 0}};
+  };
+  const NamedTensors joined = state_dict(attn, join);
+  ASSERT_EQ(joined.size(), 2u);
+  EXPECT_EQ(joined[0].first, "c_attn.weight");
+  EXPECT_EQ(to_vector(joined[0].second), to_vector(fused.weight()));
+  EXPECT_EQ(to_vector(joined[1].second), to_vector(fused.bias()));
+  // A mapping that leaves rows of a parameter unfilled, or fills some twice: errors naming the
+  // rows, and nothing is loaded.
+  Attention other({.dim = dim, .heads = 2, .qkv_bias = true, .rotary = false});
+  const std::string before = Bytes(Params(other)["q_proj.weight"]);
+  auto gap = [&](const std::string& key) -> KeyMappings {
+    return KeyMapping{"q_proj." + key, false, {0, dim - 1}};
+  };
+  EXPECT_NE(ErrorOf([&] {
+              load_state_dict(other, state_dict(fused), {.strict = false, .map = gap});
+            }).find("no checkpoint key fills its rows [7, 8)"),
+            std::string::npos);
+  NamedTensors twice = state_dict(fused);
+  twice.emplace_back("copy.weight", fused.weight());
+  auto overlap = [&](const std::string& key) -> KeyMappings {
+    if (key.find("bias") != std::string::npos) return std::nullopt;
+    return KeyMapping{"q_proj.weight", false, {0, dim}, {0, dim}};
+  };
+  EXPECT_NE(ErrorOf([&] {
+              load_state_dict(other, twice, {.strict = false, .map = overlap});
+            }).find("both map to parameter 'q_proj.weight'"),
+            std::string::npos);
+  EXPECT_EQ(Bytes(Params(other)["q_proj.weight"]), before);
+}
+
+TEST(LlamaConfig, FromHuggingFaceJson) {
+  const LlamaConfig c = LlamaConfig::FromJson(R"({
+    "model_type": "llama", "vocab_size": 128256, "hidden_size": 2048, "intermediate_size": 8192,
+    "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "max_position_embeddings": 131072,
+    "hidden_act": "silu", "tie_word_embeddings": true,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"}})");
+  EXPECT_EQ(c.vocab, 128256);
+  EXPECT_EQ(c.kv_heads, 8);
+  EXPECT_EQ(c.rope.base, 500000);
+  EXPECT_EQ(c.rope.scaling, RopeOptions::Scaling::kLlama3);
+  EXPECT_EQ(c.rope.factor, 32);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.qkv_bias);
+  const LlamaConfig q = LlamaConfig::FromJson(R"({"model_type": "qwen2"})");
+  EXPECT_TRUE(q.qkv_bias);
+  EXPECT_FALSE(q.out_bias);
+  EXPECT_NE(ErrorOf([] {
+              LlamaConfig::FromJson(R"({"hidden_size": "big"})");
+            }).find("field 'hidden_size' has the wrong type"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([] {
+              LlamaConfig::FromJson(R"({"rope_scaling": {"type": "yarn"}})");
+            }).find("'yarn' is not supported"),
+            std::string::npos);
+  EXPECT_THROW(LlamaConfig::FromJson("{"), Error);
+}
+
+// Greedy ids of the full forward, one token at a time (no cache): the reference for generate.
+std::vector<int64_t> GreedyByFullForward(LlamaForCausalLM& model, std::vector<int64_t> ids,
+                                         int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<double> v(ids.begin(), ids.end());
+    const Tensor logits = model(from_vector(v, {1, static_cast<int64_t>(v.size())}, DType::kInt64));
+    const Tensor last = slice(logits, 1, logits.size(1) - 1, logits.size(1));
+    const int64_t next = to_vector<int64_t>(argmax(reshape(last, {-1})))[0];
+    out.push_back(next);
+    ids.push_back(next);
+  }
+  return out;
+}
+
+class Generate : public ::testing::TestWithParam<Device> {
+ protected:
+  void SetUp() override {
+    if (GetParam().is_cuda()) KILN_SKIP_WITHOUT_GPU();
+  }
+};
+
+TEST_P(Generate, GreedyEqualsTheFullForwardAndBatchesEqualPromptsAlone) {
+  Generator gen(6);
+  LlamaForCausalLM model(TinyLlama(), {.device = GetParam(), .generator = &gen});
+  const std::vector<std::vector<int64_t>> prompts = {{5, 9, 13, 2, 40}, {7}, {1, 2, 3}};
+  GenerateOptions o;
+  o.max_new_tokens = 12;
+  const GenerateResult batch = generate(model, prompts, o);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(batch.tokens[i], GreedyByFullForward(model, prompts[i], 12)) << "prompt " << i;
+    EXPECT_EQ(generate(model, {prompts[i]}, o).tokens[0], batch.tokens[i]) << "prompt " << i;
+  }
+  EXPECT_EQ(batch.steps, 12);
+  // Compiled (and on CUDA, the decode step as a CUDA graph): the same ids.
+  for (auto mode : {GenerateOptions::Mode::kCompiled, GenerateOptions::Mode::kCudaGraph}) {
+    if (mode == GenerateOptions::Mode::kCudaGraph && !GetParam().is_cuda()) continue;
+    o.mode = mode;
+    const GenerateResult r = generate(model, prompts, o);
+    EXPECT_EQ(r.tokens, batch.tokens) << "mode " << static_cast<int>(mode);
+    EXPECT_GT(r.kernels_per_decode_step, 0);
+  }
+}
+
+TEST_P(Generate, StopTokensEndRowsAndOnStepSeesEveryId) {
+  Generator gen(7);
+  LlamaForCausalLM model(TinyLlama(), {.device = GetParam(), .generator = &gen});
+  GenerateOptions o;
+  o.max_new_tokens = 10;
+  const std::vector<std::vector<int64_t>> prompts = {{3, 4}, {8, 1, 6}};
+  const GenerateResult free_run = generate(model, prompts, o);
+  const int64_t stop = free_run.tokens[0][3];  // row 0 ends at its 4th token (or earlier)
+  o.stop_tokens = {stop};
+  int64_t calls = 0;
+  o.on_step = [&](int64_t step, const std::vector<int64_t>& ids) {
+    EXPECT_EQ(step, calls++);
+    EXPECT_EQ(ids.size(), 2u);
+    return true;
+  };
+  const GenerateResult r = generate(model, prompts, o);
+  EXPECT_TRUE(r.stopped[0]);
+  EXPECT_EQ(r.tokens[0].back(), stop);
+  EXPECT_LE(r.tokens[0].size(), 4u);
+  for (size_t row = 0; row < 2; ++row) {  // up to the stop, the same ids as without one
+    for (size_t i = 0; i < r.tokens[row].size(); ++i)
+      EXPECT_EQ(r.tokens[row][i], free_run.tokens[row][i]);
+  }
+  EXPECT_EQ(calls, r.steps);
+  EXPECT_NE(ErrorOf([&] {
+              generate(model, {{1, 2}, {}}, o);
+            }).find("prompt 1 is empty"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] { generate(model, {{1, 64}}, o); }).find("holds id 64"), std::string::npos);
+  o.max_new_tokens = 63;
+  EXPECT_NE(ErrorOf([&] { generate(model, {{1, 2}}, o); }).find("64 positions"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, Generate, ::testing::Values(kCPU, CUDA(0)),
+                         [](const auto& info) { return info.param.is_cuda() ? "Cuda" : "Cpu"; });
+
+// The same seed gives the same sampled ids on the CPU and on CUDA (the draws are the host's).
+TEST(Sampling, SameSeedSameIdsOnCpuAndCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  GenerateOptions o;
+  o.max_new_tokens = 16;
+  o.sampling = {.temperature = 0.9, .top_k = 20, .top_p = 0.9};
+  o.seed = 77;
+  Generator g1(8);
+  LlamaForCausalLM cpu(TinyLlama(), {.generator = &g1});
+  LlamaForCausalLM gpu(TinyLlama(), {.device = CUDA(0), .init = Init::kNone});
+  load_state_dict(gpu, state_dict(cpu));
+  const std::vector<std::vector<int64_t>> prompts = {{1, 2, 3}, {9}};
+  EXPECT_EQ(generate(cpu, prompts, o).tokens, generate(gpu, prompts, o).tokens);
+}
+
+TEST(Sampling, SeededAndDifferentSeedsDiffer) {
+  Generator gen(9);
+  LlamaForCausalLM model(TinyLlama(), {.generator = &gen});
+  GenerateOptions o;
+  o.max_new_tokens = 16;
+  o.sampling.temperature = 1.5;
+  o.seed = 1;
+  const auto a = generate(model, {{4, 5}}, o).tokens, b = generate(model, {{4, 5}}, o).tokens;
+  o.seed = 2;
+  EXPECT_EQ(a, b);
+  EXPECT_NE(generate(model, {{4, 5}}, o).tokens, a);
+}
+
+// The distribution, computed independently: softmax(logits / T) over the top k (ties by lower
+// id), then the smallest prefix whose mass reaches p, renormalised.
+std::vector<double> ExpectedDistribution(const std::vector<float>& logits, double t, int64_t k,
+                                         double p) {
+  std::vector<std::pair<float, int64_t>> order;
+  for (size_t i = 0; i < logits.size(); ++i) order.push_back({-logits[i], static_cast<int64_t>(i)});
+  std::sort(order.begin(), order.end());
+  order.resize(std::min<size_t>(order.size(), k));
+  double z = 0;
+  for (auto& [neg, id] : order) z += std::exp(-neg / t);
+  std::vector<double> probs(logits.size(), 0.0);
+  double mass = 0, kept = 0;
+  for (auto& [neg, id] : order) {
+    if (mass >= p) break;
+    probs[id] = std::exp(-neg / t) / z;
+    mass += probs[id];
+    kept += probs[id];
+  }
+  for (double& q : probs) q /= kept;
+  return probs;
+}
+
+TEST(Sampling, TopKTopPDrawsFollowTheirDistribution) {
+  const std::vector<float> logits = {1.0f, 3.0f, 0.5f, 2.5f, -1.0f, 2.9f, 0.0f, 1.7f, 2.0f, -3.0f};
+  const SamplingOptions s{.temperature = 0.8, .top_k = 6, .top_p = 0.9};
+  const std::vector<double> want = ExpectedDistribution(logits, 0.8, 6, 0.9);
+  const std::vector<double> got = sampling_distribution(logits, s);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12) << "id " << i;
+  // 10,000 draws: a chi-square goodness-of-fit test against that distribution.
+  Generator gen(2026);
+  std::vector<int> counts(logits.size(), 0);
+  const int draws = 10000;
+  for (int i = 0; i < draws; ++i) ++counts[sample_token(logits, s, gen.Uniform())];
+  double chi2 = 0;
+  int categories = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (want[i] == 0) {
+      EXPECT_EQ(counts[i], 0) << "id " << i << " is outside top-k/top-p but was drawn";
+      continue;
+    }
+    const double expected = draws * want[i];
+    chi2 += (counts[i] - expected) * (counts[i] - expected) / expected;
+    ++categories;
+  }
+  ASSERT_GE(categories, 3);
+  // The 0.999 quantile of chi-square with categories - 1 degrees of freedom (Wilson-Hilferty).
+  const double df = categories - 1, z = 3.090;
+  const double limit = df * std::pow(1 - 2 / (9 * df) + z * std::sqrt(2 / (9 * df)), 3);
+  EXPECT_LT(chi2, limit) << "counts do not follow the distribution";
+  // Greedy: the argmax, the lower id among ties; bad options are errors.
+  EXPECT_EQ(sample_token({1, 4, 4, 2}, {}, 0.99), 1);
+  EXPECT_THROW(sample_token(logits, {.temperature = -1}, 0.5), Error);
+  EXPECT_THROW(sample_token(logits, {.temperature = 1, .top_p = 0}, 0.5), Error);
+  EXPECT_THROW(sample_token({}, {}, 0.5), Error);
+}
+
+}  // namespace
+}  // namespace kiln
