@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""PyTorch/transformers twin of examples/06_llama.cc: writes a seeded Llama-style model as a
+Hugging Face folder (nothing downloaded), then checks kiln's results on it against transformers.
+
+  python3 bench/llama_twin.py write DIR [--seed 0]
+  06_llama --model-dir DIR --dtype f32 --new-tokens 64 --out kiln_f32.json    (and bf16)
+  python3 bench/llama_twin.py check DIR kiln_f32.json [kiln_bf16.json ...]
+
+The model: grouped-query attention (8 heads, 2 kv heads), llama3 rope scaling, untied LM head,
+weights N(0, 0.08) so that greedy picks are not near ties. `check` prints one "check: ... OK" or
+"MISMATCH" line per comparison and exits 1 on any mismatch:
+  - float32 files: every prompt's greedy ids (each mode) equal transformers' greedy ids for that
+    prompt alone (a fresh full forward per token), and the prefill logits agree to 1e-4 relative;
+  - bfloat16 files: the prefill logits are judged by the numerics policy against transformers in
+    float32: kiln's root-mean-square error is at most 2x transformers' bf16 error plus a floor of
+    8e-3 x the reference's root mean square.
+"""
+import argparse
+import json
+import math
+import sys
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+def config():
+    return LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=688,
+                       num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2,
+                       max_position_embeddings=512, rope_theta=10000.0, rms_norm_eps=1e-5,
+                       hidden_act="silu", tie_word_embeddings=False, initializer_range=0.08,
+                       rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                     "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                     "original_max_position_embeddings": 128})
+
+
+def write(args):
+    torch.manual_seed(args.seed)
+    model = LlamaForCausalLM(config())
+    with torch.no_grad():  # RMSNorm weights away from 1, so a wrong eps or weight shows
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1 + 0.1 * torch.randn_like(p))
+    model.save_pretrained(args.dir, safe_serialization=True)
+    print(f"wrote {args.dir}: transformers LlamaForCausalLM, seed {args.seed}")
+
+
+def load(directory, dtype, device):
+    model = LlamaForCausalLM.from_pretrained(directory, torch_dtype=dtype).to(device)
+    return model.eval()
+
+
+@torch.no_grad()
+def last_logits(model, prompt, device):
+    ids = torch.tensor([prompt], device=device)
+    return model(ids).logits[0, -1].float()
+
+
+@torch.no_grad()
+def greedy(model, prompt, n, device):
+    ids, out, gaps = list(prompt), [], []
+    for _ in range(n):
+        logits = last_logits(model, ids, device)
+        top = torch.topk(logits, 2).values
+        gaps.append((top[0] - top[1]).item())
+        out.append(int(torch.argmax(logits)))
+        ids.append(out[-1])
+    return out, min(gaps)
+
+
+def check_line(what, ok, detail=""):
+    print(f"check: {what:<58} {'OK' if ok else 'MISMATCH'}{detail}")
+    return ok
+
+
+def rms(a):
+    return math.sqrt(float((a.double() ** 2).mean()))
+
+
+def check(args):
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    ref32 = load(args.dir, torch.float32, device)
+    ok = True
+    for path in args.kiln:
+        with open(path) as f:
+            k = json.load(f)
+        prompts, n = k["prompts"], len(next(iter(k["modes"].values()))[0])
+        kiln_logits = torch.tensor(k["prefill_logits"], dtype=torch.float64)
+        want = torch.stack([last_logits(ref32, p, device).double().cpu() for p in prompts])
+        if k["dtype"] == "float32":
+            for i, p in enumerate(prompts):
+                ids, gap = greedy(ref32, p, n, device)
+                for mode, tokens in k["modes"].items():
+                    ok &= check_line(f"{path}: prompt {i} {mode}: {n} greedy ids vs transformers",
+                                     tokens[i] == ids, f" (smallest top-2 gap {gap:.3g})")
+            err = (kiln_logits - want).abs().max().item()
+            scale = want.abs().max().item()
+            ok &= check_line(f"{path}: prefill logits vs transformers (float32)",
+                             err <= 1e-4 * max(1.0, scale), f" max |diff| {err:.3g}")
+        else:
+            ref16 = load(args.dir, torch.bfloat16, device)
+            torch16 = torch.stack([last_logits(ref16, p, device).double().cpu() for p in prompts])
+            e_kiln, e_torch = rms(kiln_logits - want), rms(torch16 - want)
+            bound = 2 * e_torch + 8e-3 * rms(want)
+            ok &= check_line(f"{path}: prefill logits, numerics policy vs float32",
+                             e_kiln <= bound,
+                             f" rms error kiln {e_kiln:.3g}, torch bf16 {e_torch:.3g}, "
+                             f"bound {bound:.3g}")
+    return 0 if ok else 1
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    w = sub.add_parser("write")
+    w.add_argument("dir")
+    w.add_argument("--seed", type=int, default=0)
+    c = sub.add_parser("check")
+    c.add_argument("dir")
+    c.add_argument("kiln", nargs="+")
+    args = parser.parse_args()
+    return write(args) or 0 if args.command == "write" else check(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
