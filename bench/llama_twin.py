@@ -42,7 +42,11 @@ def write(args):
             if name.endswith("norm.weight"):
                 p.copy_(1 + 0.1 * torch.randn_like(p))
     model.save_pretrained(args.dir, safe_serialization=True)
-    print(f"wrote {args.dir}: transformers LlamaForCausalLM, seed {args.seed}")
+    import transformers
+    print(f"wrote {args.dir}: transformers {transformers.__version__} LlamaForCausalLM, "
+          f"seed {args.seed}; config.json:")
+    with open(f"{args.dir}/config.json") as f:
+        print(f.read())
 
 
 def load(directory, dtype, device):

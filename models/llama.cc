@@ -26,14 +26,26 @@ T Field(const Json& j, const char* name, T fallback) {
   }
 }
 
+// The rope rule of a config: transformers 4.x writes rope_theta and rope_scaling at the top
+// level, 5.x one rope_parameters object (rope_theta, rope_type and the scaling fields inside).
 RopeOptions RopeFromJson(const Json& j, RopeOptions r) {
-  r.base = Field<double>(j, "rope_theta", r.base);
   r.max_positions = Field<int64_t>(j, "max_position_embeddings", r.max_positions);
-  const auto s = j.find("rope_scaling");
-  if (s == j.end() || s->is_null()) return r;
-  KILN_CHECK(s->is_object(), "LlamaConfig::FromJson: rope_scaling must be an object, got ",
-             s->dump());
-  const std::string type = Field<std::string>(*s, "rope_type", Field<std::string>(*s, "type", ""));
+  const auto params = j.find("rope_parameters");
+  const bool v5 = params != j.end() && !params->is_null();
+  KILN_CHECK(!v5 || params->is_object(), "LlamaConfig::FromJson: rope_parameters must be an ",
+             "object, got ", v5 ? params->dump() : "");
+  r.base = Field<double>(v5 ? *params : j, "rope_theta", r.base);
+  const Json* s = nullptr;
+  if (v5) {
+    s = &*params;
+  } else if (const auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
+    KILN_CHECK(it->is_object(), "LlamaConfig::FromJson: rope_scaling must be an object, got ",
+               it->dump());
+    s = &*it;
+  }
+  if (s == nullptr) return r;
+  const std::string type =
+      Field<std::string>(*s, "rope_type", Field<std::string>(*s, "type", "default"));
   r.factor = Field<double>(*s, "factor", 1.0);
   if (type == "linear") {
     r.scaling = RopeOptions::Scaling::kLinear;
@@ -44,7 +56,7 @@ RopeOptions RopeFromJson(const Json& j, RopeOptions r) {
     r.original_max_positions =
         Field<int64_t>(*s, "original_max_position_embeddings", r.original_max_positions);
   } else if (type != "default") {
-    KILN_FAIL("LlamaConfig::FromJson: rope_scaling type '", type,
+    KILN_FAIL("LlamaConfig::FromJson: rope type '", type,
               "' is not supported (supported: default, linear, llama3)");
   }
   return r;

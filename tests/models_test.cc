@@ -280,6 +280,13 @@ TEST(LlamaConfig, FromHuggingFaceJson) {
   EXPECT_EQ(c.rope.factor, 32);
   EXPECT_TRUE(c.tie_word_embeddings);
   EXPECT_FALSE(c.qkv_bias);
+  // transformers 5's layout: one rope_parameters object.
+  const LlamaConfig v5 = LlamaConfig::FromJson(R"({"rope_parameters": {"rope_theta": 500000.0,
+    "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 128}})");
+  EXPECT_EQ(v5.rope.base, 500000);
+  EXPECT_EQ(v5.rope.scaling, RopeOptions::Scaling::kLlama3);
+  EXPECT_EQ(v5.rope.original_max_positions, 128);
   const LlamaConfig q = LlamaConfig::FromJson(R"({"model_type": "qwen2"})");
   EXPECT_TRUE(q.qkv_bias);
   EXPECT_FALSE(q.out_bias);
@@ -298,9 +305,11 @@ TEST(LlamaConfig, FromHuggingFaceJson) {
 std::vector<int64_t> GreedyByFullForward(LlamaForCausalLM& model, std::vector<int64_t> ids,
                                          int64_t n) {
   std::vector<int64_t> out;
+  const Device device = model.cache_spec().device;
   for (int64_t i = 0; i < n; ++i) {
     std::vector<double> v(ids.begin(), ids.end());
-    const Tensor logits = model(from_vector(v, {1, static_cast<int64_t>(v.size())}, DType::kInt64));
+    const Tensor logits =
+        model(from_vector(v, {1, static_cast<int64_t>(v.size())}, DType::kInt64, device));
     const Tensor last = slice(logits, 1, logits.size(1) - 1, logits.size(1));
     const int64_t next = to_vector<int64_t>(argmax(reshape(last, {-1})))[0];
     out.push_back(next);
