@@ -40,6 +40,22 @@ __device__ __forceinline__ float kiln_gelu(float x, int approx_tanh) {
   return 0.5f * x * (1.f + erff(x * 0.7071067811865476f));
 }
 template <int N> struct alignas(N) KilnRaw { unsigned char b[N]; };
+// Vector loads and stores, plain or with the streaming hint (ld/st.global.cs: data touched once,
+// evicted first), by the vector's byte size.
+template <int N, bool kStream> __device__ __forceinline__ KilnRaw<N> kiln_ld(const KilnRaw<N>* p) {
+  KilnRaw<N> r;
+  if constexpr (kStream && N == 16) *(uint4*)&r = __ldcs((const uint4*)p);
+  else if constexpr (kStream && N == 8) *(uint2*)&r = __ldcs((const uint2*)p);
+  else if constexpr (kStream && N == 4) *(unsigned*)&r = __ldcs((const unsigned*)p);
+  else r = *p;
+  return r;
+}
+template <int N, bool kStream> __device__ __forceinline__ void kiln_st(KilnRaw<N>* p, const KilnRaw<N>& v) {
+  if constexpr (kStream && N == 16) __stcs((uint4*)p, *(const uint4*)&v);
+  else if constexpr (kStream && N == 8) __stcs((uint2*)p, *(const uint2*)&v);
+  else if constexpr (kStream && N == 4) __stcs((unsigned*)p, *(const unsigned*)&v);
+  else *p = v;
+}
 )";
 
 struct TypeInfo {

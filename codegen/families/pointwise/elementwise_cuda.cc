@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -77,23 +78,97 @@ std::string VectorBody(const kir::Program& p, int vec) {
   return s;
 }
 
-// Contiguous kernel: each thread handles `vec` consecutive elements with 16-byte loads/stores.
+// How the contiguous and rows kernels move their vectors: `unroll` independent vectors per
+// thread per iteration (bytes in flight) and the streaming cache hint. KILN_EW_UNROLL=1|2|4 and
+// KILN_EW_STREAM=0|1 override them (A/B runs).
+struct VectorPlan {
+  int unroll = 1;
+  bool stream = false;
+};
+
+const VectorPlan& Plan() {
+  static const VectorPlan plan = [] {
+    VectorPlan p;
+    if (const char* u = std::getenv("KILN_EW_UNROLL")) p.unroll = std::clamp(std::atoi(u), 1, 4);
+    if (const char* s = std::getenv("KILN_EW_STREAM")) p.stream = std::atoi(s) != 0;
+    return p;
+  }();
+  return plan;
+}
+
+std::string Ld(const std::string& raw, const std::string& ptr) {
+  return absl::StrCat("kiln_ld<sizeof(", raw, "), ", Plan().stream ? "true" : "false", ">((const ",
+                      raw, "*)(", ptr, "))");
+}
+
+std::string St(const std::string& raw, const std::string& ptr, const std::string& value) {
+  return absl::StrCat("kiln_st<sizeof(", raw, "), ", Plan().stream ? "true" : "false", ">((", raw,
+                      "*)(", ptr, "), *(", raw, "*)", value, ");\n");
+}
+
+// The body over `unroll` vectors: loads of all of them first (their bytes in flight together),
+// then the arithmetic and stores of each. `index(u)` is the u-th vector's index expression,
+// `valid(u)` whether it exists, `in_ptr(i, u)` / `out_ptr(o, u)` its operands' addresses;
+// `bcast(i)`, when given, is the condition under which input i is one broadcast element.
+template <typename Valid, typename InPtr, typename OutPtr, typename Bcast>
+std::string UnrolledBody(const kir::Program& p, int vec, Valid&& valid, InPtr&& in_ptr,
+                         OutPtr&& out_ptr, Bcast&& bcast, const std::string& pad) {
+  const int unroll = Plan().unroll;
+  std::string s;
+  for (int i = 0; i < p.num_inputs(); ++i) {
+    const std::string st = StorageType(p.input_types()[i]);
+    absl::StrAppend(&s, pad, st, " ru", i, "[", unroll, "][", vec, "];\n");
+  }
+  absl::StrAppend(&s, pad, "#pragma unroll\n", pad, "for (int u = 0; u < ", unroll, "; ++u) {\n",
+                  pad, "  if (!(", valid(), ")) break;\n");
+  for (int i = 0; i < p.num_inputs(); ++i) {
+    const std::string st = StorageType(p.input_types()[i]), raw = Raw(st, vec);
+    const std::string b = bcast(i);
+    if (!b.empty()) {
+      absl::StrAppend(&s, pad, "  if (", b, ") {\n", pad, "    const ", st, " b = *(",
+                      in_ptr(i, true), ");\n", pad, "    #pragma unroll\n", pad,
+                      "    for (int j = 0; j < ", vec, "; ++j) ru", i, "[u][j] = b;\n", pad,
+                      "  } else {\n", pad, "    *(", raw, "*)ru", i,
+                      "[u] = ", Ld(raw, in_ptr(i, false)), ";\n", pad, "  }\n");
+    } else {
+      absl::StrAppend(&s, pad, "  *(", raw, "*)ru", i, "[u] = ", Ld(raw, in_ptr(i, false)), ";\n");
+    }
+  }
+  absl::StrAppend(&s, pad, "}\n", pad, "#pragma unroll\n", pad, "for (int u = 0; u < ", unroll,
+                  "; ++u) {\n", pad, "  if (!(", valid(), ")) break;\n");
+  for (int i = 0; i < p.num_inputs(); ++i) {
+    absl::StrAppend(&s, pad, "  const ", StorageType(p.input_types()[i]), "* r", i, " = ru", i,
+                    "[u];\n");
+  }
+  absl::StrAppend(&s, VectorBody(p, vec));
+  for (int o = 0; o < p.num_outputs(); ++o) {
+    const std::string raw = Raw(StorageType(p.output_types()[o]), vec);
+    absl::StrAppend(&s, pad, "  ", St(raw, out_ptr(o), absl::StrCat("w", o)));
+  }
+  return s + pad + "}\n";
+}
+
+// Contiguous kernel: each thread handles `unroll` groups of `vec` consecutive elements per
+// iteration (16-byte loads and stores), a grid stride apart.
 std::string ContigKernel(const std::string& base, const kir::Program& p, int vec) {
   std::string src = absl::StrCat(
       "extern \"C\" __global__ void ", base, "_contig(", Params(p), ") {\n",
       "  const long long groups = n / ", vec, ";\n",
-      "  for (long long g = blockIdx.x * (long long)blockDim.x + threadIdx.x; g < groups;",
-      " g += (long long)gridDim.x * blockDim.x) {\n");
-  for (int i = 0; i < p.num_inputs(); ++i) {
-    const std::string st = StorageType(p.input_types()[i]);
-    absl::StrAppend(&src, "    ", st, " r", i, "[", vec, "]; *(", Raw(st, vec), "*)r", i,
-                    " = ((const ", Raw(st, vec), "*)in", i, ")[g];\n");
-  }
-  absl::StrAppend(&src, VectorBody(p, vec));
-  for (int o = 0; o < p.num_outputs(); ++o) {
-    const std::string raw = Raw(StorageType(p.output_types()[o]), vec);
-    absl::StrAppend(&src, "    ((", raw, "*)out", o, ")[g] = *(", raw, "*)w", o, ";\n");
-  }
+      "  const long long stride = (long long)gridDim.x * blockDim.x;\n",
+      "  for (long long g0 = blockIdx.x * (long long)blockDim.x + threadIdx.x; g0 < groups;",
+      " g0 += stride * ", Plan().unroll, ") {\n");
+  absl::StrAppend(&src, UnrolledBody(
+                            p, vec, [] { return std::string("g0 + u * stride < groups"); },
+                            [&](int i, bool) {
+                              return absl::StrCat("(const ",
+                                                  Raw(StorageType(p.input_types()[i]), vec), "*)in",
+                                                  i, " + (g0 + u * stride)");
+                            },
+                            [&](int o) {
+                              return absl::StrCat("(", Raw(StorageType(p.output_types()[o]), vec),
+                                                  "*)out", o, " + (g0 + u * stride)");
+                            },
+                            [](int) { return std::string(); }, "    "));
   // Tail elements after the last full group.
   absl::StrAppend(&src, "  }\n  for (long long e = groups * ", vec,
                   " + blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;",
@@ -106,32 +181,35 @@ std::string ContigKernel(const std::string& base, const kir::Program& p, int vec
 }
 
 // Rows kernel: operands collapsed to [rows, cols] with unit (or, for an input broadcast along the
-// row, zero) inner stride and any row stride. blockIdx.y walks rows: no div/mod per element.
+// row, zero) inner stride and any row stride. blockIdx.y walks rows, `unroll` rows gridDim.y
+// apart per iteration: no div/mod per element.
 std::string RowsKernel(const std::string& base, const kir::Program& p, int vec) {
   const Operands ops = OperandsOf(p);
   std::string src = absl::StrCat(
       "struct KilnRows { long long rows, cols; long long row_stride[", ops.total(),
       "]; long long broadcast[", ops.total(), "]; };\n", "extern \"C\" __global__ void ", base,
       "_rows(", Params(p), ", KilnRows rw) {\n", "  const long long groups = rw.cols / ", vec,
-      ";\n", "  for (long long r = blockIdx.y; r < rw.rows; r += gridDim.y) {\n",
+      ";\n", "  for (long long r0 = blockIdx.y; r0 < rw.rows; r0 += (long long)gridDim.y * ",
+      Plan().unroll, ") {\n",
       "  for (long long g = blockIdx.x * (long long)blockDim.x + threadIdx.x; g < groups;",
       " g += (long long)gridDim.x * blockDim.x) {\n");
-  for (int i = 0; i < p.num_inputs(); ++i) {
-    const int k = ops.out + i;
-    const std::string st = StorageType(p.input_types()[i]);
-    const std::string row = absl::StrCat("in", i, " + r * rw.row_stride[", k, "]");
-    absl::StrAppend(&src, "    ", st, " r", i, "[", vec, "];\n", "    if (rw.broadcast[", k,
-                    "]) {\n      const ", st, " b = *(", row, ");\n",
-                    "      #pragma unroll\n      for (int j = 0; j < ", vec, "; ++j) r", i,
-                    "[j] = b;\n    } else {\n      *(", Raw(st, vec), "*)r", i, " = *(const ",
-                    Raw(st, vec), "*)(", row, " + g * ", vec, ");\n    }\n");
-  }
-  absl::StrAppend(&src, VectorBody(p, vec));
-  for (int o = 0; o < p.num_outputs(); ++o) {
-    const std::string raw = Raw(StorageType(p.output_types()[o]), vec);
-    absl::StrAppend(&src, "    *(", raw, "*)(out", o, " + r * rw.row_stride[", o, "] + g * ", vec,
-                    ") = *(", raw, "*)w", o, ";\n");
-  }
+  auto row = [](int k) {
+    return absl::StrCat("(r0 + u * (long long)gridDim.y) * rw.row_stride[", k, "]");
+  };
+  absl::StrAppend(
+      &src, UnrolledBody(
+                p, vec, [] { return std::string("r0 + u * (long long)gridDim.y < rw.rows"); },
+                [&](int i, bool element) {
+                  const std::string base_ptr = absl::StrCat("in", i, " + ", row(ops.out + i));
+                  if (element) return base_ptr;
+                  return absl::StrCat("(const ", Raw(StorageType(p.input_types()[i]), vec), "*)(",
+                                      base_ptr, " + g * ", vec, ")");
+                },
+                [&](int o) {
+                  return absl::StrCat("(", Raw(StorageType(p.output_types()[o]), vec), "*)(out", o,
+                                      " + ", row(o), " + g * ", vec, ")");
+                },
+                [&](int i) { return absl::StrCat("rw.broadcast[", ops.out + i, "]"); }, "    "));
   return src + "  }\n  }\n}\n";
 }
 
@@ -396,8 +474,9 @@ void LaunchRows(cudaKernel_t k, void** args, long long rows, long long cols, int
   const int64_t blocks_x = std::min<int64_t>((groups + 255) / 256, 1024);
   const int64_t per_block = (groups + blocks_x - 1) / blocks_x;
   const int block = static_cast<int>(std::min<int64_t>(256, (per_block + 31) / 32 * 32));
+  const long long row_blocks = (rows + Plan().unroll - 1) / Plan().unroll;
   const dim3 grid(static_cast<unsigned>(blocks_x),
-                  static_cast<unsigned>(std::min<long long>(rows, 65535)));
+                  static_cast<unsigned>(std::min<long long>(row_blocks, 65535)));
   KILN_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, dim3(block), args, 0,
                                    cuda::CurrentStream()));
 }
