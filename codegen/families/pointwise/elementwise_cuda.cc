@@ -189,16 +189,16 @@ std::string RowsKernel(const std::string& base, const kir::Program& p, int vec) 
       "struct KilnRows { long long rows, cols; long long row_stride[", ops.total(),
       "]; long long broadcast[", ops.total(), "]; };\n", "extern \"C\" __global__ void ", base,
       "_rows(", Params(p), ", KilnRows rw) {\n", "  const long long groups = rw.cols / ", vec,
-      ";\n", "  for (long long r0 = blockIdx.y; r0 < rw.rows; r0 += (long long)gridDim.y * ",
+      ";\n", "  for (long long row0 = blockIdx.y; row0 < rw.rows; row0 += (long long)gridDim.y * ",
       Plan().unroll, ") {\n",
       "  for (long long g = blockIdx.x * (long long)blockDim.x + threadIdx.x; g < groups;",
       " g += (long long)gridDim.x * blockDim.x) {\n");
   auto row = [](int k) {
-    return absl::StrCat("(r0 + u * (long long)gridDim.y) * rw.row_stride[", k, "]");
+    return absl::StrCat("(row0 + u * (long long)gridDim.y) * rw.row_stride[", k, "]");
   };
   absl::StrAppend(
       &src, UnrolledBody(
-                p, vec, [] { return std::string("r0 + u * (long long)gridDim.y < rw.rows"); },
+                p, vec, [] { return std::string("row0 + u * (long long)gridDim.y < rw.rows"); },
                 [&](int i, bool element) {
                   const std::string base_ptr = absl::StrCat("in", i, " + ", row(ops.out + i));
                   if (element) return base_ptr;
