@@ -20,16 +20,6 @@
 namespace kiln {
 namespace {
 
-template <typename F>
-std::string ErrorOf(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 class DlpackTest : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {

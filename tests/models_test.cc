@@ -25,16 +25,6 @@
 namespace kiln {
 namespace {
 
-template <typename F>
-std::string ErrorOf(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 std::map<std::string, Tensor> Params(const Module& m) {
   std::map<std::string, Tensor> out;
   for (const auto& [name, t] : m.named_parameters()) out[name] = t;

@@ -213,16 +213,6 @@ TEST(Safetensors, EachBrokenRuleIsAClearError) {
   }
 }
 
-template <typename F>
-std::string ErrorOf(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 TEST(Safetensors, LoadErrorsNameTheFileAndTheTensor) {
   std::string data(8, '\0');
   data += std::string("\x00\x02", 2);

@@ -16,16 +16,6 @@
 namespace kiln {
 namespace {
 
-template <typename F>
-std::string ErrorOf(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 std::map<std::string, std::string> ParamBytes(const Module& m) {
   std::map<std::string, std::string> out;
   for (const auto& [name, p] : m.named_parameters()) out[name] = Bytes(p);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/dtype.h"
+#include "runtime/status.h"
 #include "runtime/storage.h"
 
 namespace kiln {
@@ -74,6 +75,17 @@ inline void ExpectClose(const std::vector<double>& got, const std::vector<double
 inline int EnvInt(const char* name, int fallback, int min = 1) {
   const char* v = std::getenv(name);
   return v != nullptr ? std::max(min, std::atoi(v)) : fallback;
+}
+
+// The message of the kiln::Error that `f()` throws, or "(no error)".
+template <typename F>
+std::string ErrorOf(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 inline bool GpuPresent() { return HasAllocator(DeviceType::kCUDA); }
