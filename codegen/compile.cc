@@ -11,6 +11,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "codegen/cuda_graph.h"
 #include "codegen/dump.h"
@@ -19,6 +20,7 @@
 #include "codegen/symbolic.h"
 #include "ir/printer.h"
 #include "ops/dispatch.h"
+#include "runtime/nvrtc.h"
 #include "runtime/status.h"
 
 namespace kiln {
@@ -149,6 +151,14 @@ struct Entry {
   }
 };
 
+std::string CompileReport::Summary() const {
+  auto ms = [](double v) { return absl::StrFormat("%.1f", v); };
+  return absl::StrCat("in ", ms(compile_ms), " ms: trace ", ms(trace_ms), ", passes ",
+                      ms(passes_ms), ", lowering ", ms(lowering_ms), " (NVRTC ", ms(nvrtc_ms),
+                      " ms, ", nvrtc_compiles, " compiles, ", cache_hits, " cached); ", steps,
+                      " steps, ", fused_kernels, " fused kernels; symbolic dims: ", symbolic_dims);
+}
+
 struct CompiledFn::State {
   ir::TensorFn fn;
   CompileOptions options;
@@ -177,9 +187,13 @@ struct CompiledFn::State {
 
 namespace {
 
-// The plan of one graph: passes, lowering, report, dumps.
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The plan of one graph: passes, lowering, report, dumps. `trace_ms`: what tracing it took.
 void BuildPlan(ir::Graph graph, codegen::SymbolicShapes symbols, const CompileOptions& o,
-               Entry& entry) {
+               double trace_ms, Entry& entry) {
   const auto t0 = std::chrono::steady_clock::now();
   codegen::Dumper dump(o.dump_dir);
   entry.report.traced_graph = ir::PrintGraph(graph);
@@ -208,9 +222,13 @@ void BuildPlan(ir::Graph graph, codegen::SymbolicShapes symbols, const CompileOp
   ctx.after_pass = [&](const std::string& pass, const ir::Graph& g, bool changed) {
     dump.Graph(pass, g, changed);
   };
+  const auto passes_start = std::chrono::steady_clock::now();
   ThrowIfError(codegen::CompilePipeline().Run(graph, ctx));
+  entry.report.passes_ms = MsSince(passes_start);
   entry.report.final_graph = ir::PrintGraph(graph);
+  const cuda::KernelCacheStats cache_before = cuda::GetKernelCacheStats();
   entry.exe = ValueOrThrow(codegen::Executable::Build(std::move(graph), std::move(symbols)));
+  const cuda::KernelCacheStats cache_after = cuda::GetKernelCacheStats();
   const codegen::Executable& exe = *entry.exe;
   std::set<const codegen::FusedKernel*> dumped;  // a kernel fusions share is dumped once
   for (ir::ValueId v = 0; v < exe.graph().num_values(); ++v) {
@@ -221,12 +239,17 @@ void BuildPlan(ir::Graph graph, codegen::SymbolicShapes symbols, const CompileOp
   CompileReport& r = entry.report;
   r.explain = ctx.explain;
   r.fused_kernels = exe.fused_kernels();
-  r.nvrtc_ms = exe.nvrtc_ms();
+  r.steps = exe.num_steps();
+  r.lowering_ms = exe.lowering_ms();
+  r.nvrtc_ms = cache_after.compile_ms - cache_before.compile_ms;
+  r.nvrtc_compiles = static_cast<int>(cache_after.compiles - cache_before.compiles);
+  r.cache_hits = static_cast<int>(cache_after.memory_hits + cache_after.disk_hits -
+                                  cache_before.memory_hits - cache_before.disk_hits);
+  r.trace_ms = trace_ms;
   r.planned_peak_bytes = exe.planned_peak_bytes();
   r.total_intermediate_bytes = exe.total_intermediate_bytes();
   if (!exe.symbols().empty()) r.symbolic_dims = exe.symbols().Describe();
-  r.compile_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  r.compile_ms = trace_ms + MsSince(t0);
   dump.Text("explain.txt", absl::StrJoin(ctx.explain, "\n") + "\n", "fusion explain log");
   dump.Finish();
   r.dump_dir = dump.dir();
@@ -254,16 +277,19 @@ std::unique_ptr<Entry> CompiledFn::State::Compile(const std::vector<TensorType>&
   entry->types = types;
   std::string not_symbolic;
   if (std::optional<codegen::SymbolicShapes> s = SymbolsFor(types, &not_symbolic)) {
+    const auto t0 = std::chrono::steady_clock::now();
     absl::StatusOr<ir::Graph> g = codegen::TraceSymbolic(fn, types, *s);
     if (g.ok()) {
-      BuildPlan(*std::move(g), *std::move(s), options, *entry);
+      BuildPlan(*std::move(g), *std::move(s), options, MsSince(t0), *entry);
       entry->symbols = entry->exe->symbols();
       return entry;
     }
     if (options.dynamic == CompileOptions::Dynamic::kDims) ThrowIfError(g.status());
     not_symbolic = std::string(g.status().message());
   }
-  BuildPlan(ValueOrThrow(ir::Trace(fn, types, &entry->captured_inputs)), {}, options, *entry);
+  const auto t0 = std::chrono::steady_clock::now();
+  ir::Graph traced = ValueOrThrow(ir::Trace(fn, types, &entry->captured_inputs));
+  BuildPlan(std::move(traced), {}, options, MsSince(t0), *entry);
   if (!not_symbolic.empty()) entry->report.symbolic_dims = "not symbolic: " + not_symbolic;
   return entry;
 }
@@ -306,10 +332,7 @@ Entry& CompiledFn::State::EntryFor(const std::vector<Tensor>& inputs) {
     entry->report.explain.push_back("recompiled: " + recompile_reason);
   }
   if (DebugLevel() >= 1) {
-    std::cerr << "kiln: compiled " << Signature(types) << " in " << entry->report.compile_ms
-              << " ms (" << entry->report.kernels_per_step << " kernels per step, "
-              << entry->report.fused_kernels
-              << " fused; symbolic dims: " << entry->report.symbolic_dims << ")\n";
+    std::cerr << "kiln: compiled " << Signature(types) << " " << entry->report.Summary() << "\n";
   }
   if (options.cuda_graphs && entry->exe->on_cuda()) {
     entry->report.cuda_graph = "pending (captured after the first call)";

@@ -164,7 +164,7 @@ absl::Status Executable::LowerFamilies() {
     });
   }
   for (auto& t : threads) t.join();
-  nvrtc_ms_ =
+  lowering_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   for (const absl::Status& s : status) KILN_RETURN_IF_ERROR(s);
   for (size_t i : lower) {

@@ -79,7 +79,9 @@ class Executable {
   // Inputs written in place that are copied back after the plan (those a step updates in place
   // are not).
   int input_copy_backs() const;
-  double nvrtc_ms() const { return nvrtc_ms_; }
+  // Lowering the fused nodes to kernels (in parallel, NVRTC included).
+  double lowering_ms() const { return lowering_ms_; }
+  int num_steps() const { return static_cast<int>(steps_.size()); }
   // Decisions the lowerings made (GEMM-epilogue timings,
   // codegen/families/gemm_epilogue/epilogue_choice.h), one a line.
   const std::vector<std::string>& lowering_notes() const { return lowering_notes_; }
@@ -107,7 +109,7 @@ class Executable {
   ir::Graph graph_;
   SymbolicShapes symbols_;
   std::vector<Step> steps_;
-  double nvrtc_ms_ = 0;
+  double lowering_ms_ = 0;
   std::vector<std::string> lowering_notes_;
   int64_t planned_peak_bytes_ = 0, total_intermediate_bytes_ = 0;
   std::vector<bool> pinned_;       // graph outputs and the values they are views of

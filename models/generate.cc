@@ -20,6 +20,7 @@ using Mode = GenerateOptions::Mode;
 void CheckPrompts(const std::vector<std::vector<int64_t>>& prompts, const GenerateOptions& o,
                   const CausalLM::CacheSpec& spec) {
   KILN_CHECK(!prompts.empty(), "generate: no prompts");
+  check_sampling_options(o.sampling);
   KILN_CHECK(o.max_new_tokens > 0, "generate: max_new_tokens must be positive, got ",
              o.max_new_tokens);
   KILN_CHECK(o.pad_token >= 0 && o.pad_token < spec.vocab, "generate: pad_token ", o.pad_token,

@@ -12,10 +12,7 @@ namespace {
 
 void CheckOptions(const std::vector<float>& logits, const SamplingOptions& o) {
   KILN_CHECK(!logits.empty(), "sample_token: no logits");
-  KILN_CHECK(o.temperature >= 0 && std::isfinite(o.temperature),
-             "sample_token: temperature must be finite and >= 0, got ", o.temperature);
-  KILN_CHECK(o.top_k >= 0, "sample_token: top_k must be >= 0, got ", o.top_k);
-  KILN_CHECK(o.top_p > 0 && o.top_p <= 1, "sample_token: top_p must be in (0, 1], got ", o.top_p);
+  check_sampling_options(o);
 }
 
 // Ids by decreasing logit, ties by lower id.
@@ -28,6 +25,13 @@ std::vector<int64_t> Ranked(const std::vector<float>& logits) {
 }
 
 }  // namespace
+
+void check_sampling_options(const SamplingOptions& o) {
+  KILN_CHECK(o.temperature >= 0 && std::isfinite(o.temperature),
+             "sampling: temperature must be finite and >= 0, got ", o.temperature);
+  KILN_CHECK(o.top_k >= 0, "sampling: top_k must be >= 0, got ", o.top_k);
+  KILN_CHECK(o.top_p > 0 && o.top_p <= 1, "sampling: top_p must be in (0, 1], got ", o.top_p);
+}
 
 std::vector<double> sampling_distribution(const std::vector<float>& logits,
                                           const SamplingOptions& o) {

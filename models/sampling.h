@@ -19,6 +19,8 @@ struct SamplingOptions {
   double top_p = 1;        // < 1: the smallest set of most likely ids whose mass reaches p
 };
 
+// Throws unless the options are valid: temperature finite and >= 0, top_k >= 0, top_p in (0, 1].
+void check_sampling_options(const SamplingOptions& options);
 // The distribution a draw is made from: probabilities over the vocabulary, zero outside the
 // kept set, summing to 1 (greedy: 1 at the argmax). Throws for empty logits, a negative
 // temperature or top_k, a top_p outside (0, 1], or logits without a finite maximum.

@@ -50,6 +50,25 @@ void ExpectSame(const std::vector<Tensor>& got, const std::vector<Tensor>& want,
   }
 }
 
+// The report says where the compile's time went; on the CPU no NVRTC compile runs, and it says 0.
+TEST(Compile, ReportBreaksDownTheCompileTime) {
+  Generator gen(1);
+  GeGLUMLP mlp(32, 64, gen);
+  const Tensor x = randn({16, 32}, gen);
+  CompiledFn f = compile(mlp, x, {.mode = CompileOptions::Mode::kCompiled});
+  const CompileReport& r = f.report({x});
+  EXPECT_GT(r.trace_ms, 0);
+  EXPECT_GT(r.passes_ms, 0);
+  EXPECT_GE(r.lowering_ms, 0);
+  EXPECT_GE(r.compile_ms + 1e-9, r.trace_ms + r.passes_ms + r.lowering_ms);
+  EXPECT_EQ(r.nvrtc_compiles, 0);
+  EXPECT_EQ(r.nvrtc_ms, 0);
+  EXPECT_GT(r.steps, 0);
+  const std::string s = r.Summary();
+  EXPECT_NE(s.find("NVRTC 0.0 ms, 0 compiles"), std::string::npos) << s;
+  EXPECT_NE(s.find(absl::StrCat(r.steps, " steps")), std::string::npos) << s;
+}
+
 TEST(Compile, GeGLUMlpFusesToThreeKernels) {
   Generator gen(0);
   GeGLUMLP mlp(32, 64, gen);
@@ -862,8 +881,8 @@ struct PolicyErrors {
   size_t worst = 0;    // its element
 };
 
-PolicyErrors ErrorsAgainst(const std::vector<double>& x, const std::vector<double>& r,
-                           double rtol, double atol) {
+PolicyErrors ErrorsAgainst(const std::vector<double>& x, const std::vector<double>& r, double rtol,
+                           double atol) {
   PolicyErrors e;
   double sum = 0;
   size_t n = 0;

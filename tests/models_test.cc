@@ -368,6 +368,12 @@ TEST_P(Generate, StopTokensEndRowsAndOnStepSeesEveryId) {
   EXPECT_NE(ErrorOf([&] { generate(model, {{1, 64}}, o); }).find("holds id 64"), std::string::npos);
   o.max_new_tokens = 63;
   EXPECT_NE(ErrorOf([&] { generate(model, {{1, 2}}, o); }).find("64 positions"), std::string::npos);
+  o.max_new_tokens = 4;
+  o.sampling.top_p = 1.5;  // refused before any step runs
+  EXPECT_NE(ErrorOf([&] {
+              generate(model, {{1, 2}}, o);
+            }).find("top_p must be in (0, 1]"),
+            std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, Generate, ::testing::Values(kCPU, CUDA(0)),
