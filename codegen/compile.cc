@@ -21,20 +21,13 @@
 #include "ir/printer.h"
 #include "ops/dispatch.h"
 #include "runtime/nvrtc.h"
+#include "runtime/settings.h"
 #include "runtime/status.h"
 
 namespace kiln {
 namespace {
 
-int DebugLevel() {
-  const char* v = std::getenv("KILN_DEBUG");
-  return v == nullptr ? 0 : std::atoi(v);
-}
-
-bool EnvIs(const char* name, const char* value) {
-  const char* env = std::getenv(name);
-  return env != nullptr && std::string(env) == value;
-}
+int DebugLevel() { return EnvLevel("KILN_DEBUG"); }
 
 std::vector<TensorType> TypesOf(const std::vector<Tensor>& inputs) {
   std::vector<TensorType> types;
@@ -347,16 +340,15 @@ CompiledFn::CompiledFn(ir::TensorFn fn, CompileOptions options)
   state_->options = std::move(options);
   const CompileOptions& o = state_->options;
   state_->compiled = o.mode == CompileOptions::Mode::kCompiled ||
-                     (o.mode == CompileOptions::Mode::kDefault && !EnvIs("KILN_COMPILE", "0"));
-  state_->options.cuda_graphs = o.cuda_graphs || EnvIs("KILN_CUDA_GRAPHS", "1");
+                     (o.mode == CompileOptions::Mode::kDefault && EnvBool("KILN_COMPILE"));
+  state_->options.cuda_graphs = o.cuda_graphs || EnvBool("KILN_CUDA_GRAPHS");
   for (const std::string& family : o.disabled_families) {
     KILN_CHECK(codegen::TemplateNamed(family) != nullptr,
                "compile: options.disabled_families names \"", family,
                "\", which is no kernel family (the families: ", codegen::FamilyNames(), ")");
   }
   if (state_->options.dump_dir.empty()) {
-    const char* env = std::getenv("KILN_DUMP");
-    if (env != nullptr) state_->options.dump_dir = env;
+    state_->options.dump_dir = EnvPath("KILN_DUMP");
   }
 }
 

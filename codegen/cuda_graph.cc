@@ -11,6 +11,7 @@
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 #include "profiler/host.h"
+#include "runtime/settings.h"
 #include "runtime/status.h"
 
 namespace kiln::codegen {
@@ -29,7 +30,8 @@ void AbandonCapture(cudaStream_t stream) {
 // addresses and dependencies), to check the order of graph-memory nodes by eye or by script.
 void WriteGraphDot(cudaGraph_t graph) {
   static std::atomic<int> counter{0};
-  const char* prefix = std::getenv("KILN_CUDA_GRAPH_DOT");
+  const std::string dot = EnvPath("KILN_CUDA_GRAPH_DOT");
+  const char* prefix = dot.empty() ? nullptr : dot.c_str();
   if (prefix == nullptr || *prefix == 0) return;
   const std::string path = absl::StrCat(prefix, ".", counter++, ".dot");
   (void)cudaGraphDebugDotPrint(graph, path.c_str(), cudaGraphDebugDotFlagsVerbose);

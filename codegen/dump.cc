@@ -11,15 +11,13 @@
 #include "ir/printer.h"
 #include "runtime/cuda.h"
 #include "runtime/nvrtc.h"
+#include "runtime/settings.h"
 #include "runtime/status.h"
 
 namespace kiln::codegen {
 namespace {
 
-int DebugLevel() {
-  const char* v = std::getenv("KILN_DEBUG");
-  return v == nullptr ? 0 : std::atoi(v);
-}
+int DebugLevel() { return EnvLevel("KILN_DEBUG"); }
 
 std::string FusedFrom(const ir::Graph& body) {
   std::vector<std::string> ops;

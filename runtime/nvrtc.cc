@@ -17,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/cuda.h"
+#include "runtime/settings.h"
 #include "runtime/status.h"
 
 namespace kiln::cuda {
@@ -151,8 +152,8 @@ uint64_t Fnv1a(const std::string& data, uint64_t seed) {
 std::string KernelCacheDir() {
   static const std::string dir = [] {
     std::string d;
-    if (const char* env = std::getenv("KILN_CACHE_DIR")) {
-      d = env;
+    if (const std::string dir = EnvPath("KILN_CACHE_DIR"); !dir.empty()) {
+      d = dir;
     } else if (const char* xdg = std::getenv("XDG_CACHE_HOME")) {
       d = absl::StrCat(xdg, "/kiln");
     } else if (const char* home = std::getenv("HOME")) {

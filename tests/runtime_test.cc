@@ -3,10 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <limits>
+#include <sstream>
 
 #include "ops/factories.h"
 #include "ops/ops.h"
+#include "runtime/settings.h"
 #include "runtime/status.h"
 #include "runtime/tensor.h"
 
@@ -126,6 +130,104 @@ TEST(Device, ParsesAndRejects) {
   EXPECT_EQ(ParseDevice("cuda:1"), CUDA(1));
   EXPECT_EQ(ParseDevice("cpu"), kCPU);
   EXPECT_THROW(ParseDevice("tpu"), Error);
+}
+
+// Sets an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_, old_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
+
+TEST(Settings, OneParserAcceptsBooleanWordsAndRejectsTheRest) {
+  for (const char* on : {"1", "on", "ON", "true", "Yes"}) {
+    ScopedEnv e("KILN_CUDA_GRAPHS", on);
+    EXPECT_TRUE(EnvBool("KILN_CUDA_GRAPHS")) << on;
+  }
+  for (const char* off : {"0", "off", "False", "no"}) {
+    ScopedEnv e("KILN_COMPILE", off);
+    EXPECT_FALSE(EnvBool("KILN_COMPILE")) << off;
+  }
+  {
+    ScopedEnv e("KILN_COMPILE", "maybe");
+    try {
+      EnvBool("KILN_COMPILE");
+      ADD_FAILURE() << "KILN_COMPILE=maybe was accepted";
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find("KILN_COMPILE='maybe': expected 1/0, on/off"),
+                std::string::npos)
+          << err.what();
+    }
+  }
+  {
+    ScopedEnv e("KILN_DEBUG", "yes");
+    EXPECT_EQ(EnvLevel("KILN_DEBUG"), 1);
+  }
+  {
+    ScopedEnv e("KILN_DEBUG", "2");
+    EXPECT_EQ(EnvLevel("KILN_DEBUG"), 2);
+  }
+  for (const char* bad : {"5", "-1", "loud", "1.5"}) {
+    ScopedEnv e("KILN_DEBUG", bad);
+    EXPECT_THROW(EnvLevel("KILN_DEBUG"), Error) << bad;
+  }
+  {
+    ScopedEnv e("KILN_GEMV", "OFF");
+    EXPECT_EQ(EnvChoice("KILN_GEMV"), "off");
+  }
+  {
+    ScopedEnv e("KILN_GEMV", "sometimes");
+    EXPECT_THROW(EnvChoice("KILN_GEMV"), Error);
+  }
+  EXPECT_THROW(EnvBool("KILN_NOT_A_SETTING"), Error);
+  EXPECT_THROW(EnvBool("KILN_DEBUG"), Error);  // a level, read as a boolean: a kiln bug
+}
+
+TEST(Settings, UnsetMeansTheTablesDefault) {
+  for (const Setting& s : Settings()) {
+    if (std::getenv(s.name) != nullptr) continue;  // set by whoever runs the test
+    switch (s.kind) {
+      case Setting::Kind::kBool:
+        EXPECT_EQ(EnvBool(s.name), std::string(s.fallback) == "on") << s.name;
+        break;
+      case Setting::Kind::kLevel:
+        EXPECT_EQ(EnvLevel(s.name), std::atoi(s.fallback)) << s.name;
+        break;
+      case Setting::Kind::kChoice:
+        EXPECT_EQ(EnvChoice(s.name), s.fallback) << s.name;
+        break;
+      case Setting::Kind::kPath:
+        EXPECT_EQ(EnvPath(s.name), "") << s.name;
+        break;
+    }
+  }
+}
+
+// README.md shows the settings table exactly as the library has it.
+TEST(Settings, ReadmeHoldsTheTable) {
+  std::ifstream in(KILN_README_PATH);
+  ASSERT_TRUE(in) << "cannot read " << KILN_README_PATH;
+  std::stringstream readme;
+  readme << in.rdbuf();
+  EXPECT_NE(readme.str().find(SettingsTable()), std::string::npos)
+      << "README.md's settings table differs from runtime/settings.cc; it should read:\n"
+      << SettingsTable();
 }
 
 TEST(Status, MacrosPropagate) {

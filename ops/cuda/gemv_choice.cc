@@ -19,6 +19,7 @@
 #include "ops/cuda/device_timing.h"
 #include "ops/cuda/matmul_cuda.h"
 #include "runtime/cuda.h"
+#include "runtime/settings.h"
 #include "runtime/status.h"
 
 namespace kiln::cuda_ops {
@@ -134,7 +135,7 @@ void SetGemvMode(GemvMode mode) {
 GemvMode CurrentGemvMode() {
   const int set = g_mode_override.load(std::memory_order_relaxed);
   if (set >= 0) return static_cast<GemvMode>(set);
-  static const absl::StatusOr<GemvMode> env = ParseMode(std::getenv("KILN_GEMV"));
+  static const absl::StatusOr<GemvMode> env = ParseMode(EnvChoice("KILN_GEMV").c_str());
   ThrowIfError(env.status());
   return *env;
 }

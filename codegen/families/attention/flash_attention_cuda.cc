@@ -13,6 +13,7 @@
 #include "codegen/families/attention/flash_decode_source.h"
 #include "runtime/cuda.h"
 #include "runtime/nvrtc.h"
+#include "runtime/settings.h"
 #include "runtime/status.h"
 
 namespace kiln::cuda_ops {
@@ -301,10 +302,7 @@ std::string RenderFlashDecodeSource(const FlashAttentionConfig& c) {
 }
 
 FlashAttentionConfig ForGrid(FlashAttentionConfig c, int64_t bh, int64_t q_len, int sm_count) {
-  static const bool enabled = [] {
-    const char* env = std::getenv("KILN_FLASH_SMALL_GRID");
-    return env == nullptr || std::string(env) != "0";
-  }();
+  static const bool enabled = EnvBool("KILN_FLASH_SMALL_GRID");
   const int64_t ctas = bh * ((q_len + c.block_m - 1) / c.block_m);
   if (!enabled || c.head_dim != 64 || c.block_m != 128 || ctas >= sm_count) return c;
   c.block_m = 64, c.block_n = 64, c.warps = 4, c.min_blocks = 3;

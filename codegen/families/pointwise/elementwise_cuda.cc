@@ -13,6 +13,7 @@
 #include "ops/cuda/kernel_render.h"
 #include "runtime/cuda.h"
 #include "runtime/nvrtc.h"
+#include "runtime/settings.h"
 #include "runtime/status.h"
 
 namespace kiln::cuda_ops {
@@ -89,8 +90,8 @@ struct VectorPlan {
 const VectorPlan& Plan() {
   static const VectorPlan plan = [] {
     VectorPlan p;
-    if (const char* u = std::getenv("KILN_EW_UNROLL")) p.unroll = std::clamp(std::atoi(u), 1, 4);
-    if (const char* s = std::getenv("KILN_EW_STREAM")) p.stream = std::atoi(s) != 0;
+    p.unroll = EnvLevel("KILN_EW_UNROLL");
+    p.stream = EnvBool("KILN_EW_STREAM");
     return p;
   }();
   return plan;

@@ -1,0 +1,135 @@
+// The KILN_* settings table and its parsers (see settings.h).
+#include "runtime/settings.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "runtime/status.h"
+
+namespace kiln {
+namespace {
+
+using Kind = Setting::Kind;
+
+const Setting& Find(const char* name, Kind kind) {
+  for (const Setting& s : Settings()) {
+    if (std::string(s.name) == name) {
+      KILN_CHECK(s.kind == kind, "settings: ", name, " is read as the wrong kind");
+      return s;
+    }
+  }
+  KILN_FAIL("settings: ", name, " is not in kiln's settings table (runtime/settings.cc)");
+}
+
+std::string Lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+// The raw value, or the table's default when unset.
+std::string Raw(const Setting& s) {
+  const char* v = std::getenv(s.name);
+  return v != nullptr ? v : s.fallback;
+}
+
+// 1/0 for a boolean word, -1 for anything else.
+int BoolWord(const std::string& v) {
+  const std::string l = Lower(v);
+  if (l == "1" || l == "on" || l == "true" || l == "yes") return 1;
+  if (l == "0" || l == "off" || l == "false" || l == "no") return 0;
+  return -1;
+}
+
+// What a setting accepts, in words (choices separated by commas: a Markdown table holds them).
+std::string Values(const Setting& s) {
+  switch (s.kind) {
+    case Kind::kBool:
+      return "1/0, on/off, true/false, yes/no";
+    case Kind::kLevel:
+      return s.choices;
+    case Kind::kChoice:
+      return absl::StrJoin(absl::StrSplit(s.choices, '|'), ", ");
+    case Kind::kPath:
+      return "a path";
+  }
+  return "";
+}
+
+}  // namespace
+
+const std::vector<Setting>& Settings() {
+  static const std::vector<Setting> table = {
+      {"KILN_COMPILE", Kind::kBool, "on", "",
+       "off: compile() with CompileOptions::Mode::kDefault runs the function eagerly"},
+      {"KILN_CUDA_GRAPHS", Kind::kBool, "off", "",
+       "on: every compiled function replays its plan as a CUDA graph "
+       "(CompileOptions::cuda_graphs)"},
+      {"KILN_DEBUG", Kind::kLevel, "0", "0..4",
+       "1: one line per compile (CompileReport::Summary()) and CUDA graph; 2: the explain log; "
+       "3: kernel sources; 4: the graph after every pass"},
+      {"KILN_DUMP", Kind::kPath, "", "",
+       "a folder: each compile writes its graphs, kernels and explain log to DIR/compile_NNN"},
+      {"KILN_CACHE_DIR", Kind::kPath, "", "",
+       "the on-disk NVRTC kernel cache (default ~/.cache/kiln; an unusable folder turns it off)"},
+      {"KILN_GEMV", Kind::kChoice, "auto", "on|off|auto",
+       "linears with few rows: kiln's GEMV (on), cuBLASLt (off), or timed once per shape (auto)"},
+      {"KILN_FLASH_SMALL_GRID", Kind::kBool, "on", "",
+       "off: flash attention keeps 128-row tiles for small grids (A/B)"},
+      {"KILN_CUDA_GRAPH_DOT", Kind::kPath, "", "",
+       "a prefix: each captured CUDA graph is written as PREFIX.N.dot (Graphviz)"},
+      {"KILN_EW_UNROLL", Kind::kLevel, "1", "1..4",
+       "vectors per thread per iteration in generated contiguous/rows kernels (A/B)"},
+      {"KILN_EW_STREAM", Kind::kBool, "off", "",
+       "on: generated contiguous/rows kernels load and store with streaming hints (A/B)"},
+  };
+  return table;
+}
+
+std::string SettingsTable() {
+  std::string s = "| variable | values | default | what it does |\n|---|---|---|---|\n";
+  for (const Setting& v : Settings()) {
+    absl::StrAppend(&s, "| `", v.name, "` | ", Values(v), " | ", *v.fallback ? v.fallback : "unset",
+                    " | ", v.meaning, " |\n");
+  }
+  return s;
+}
+
+bool EnvBool(const char* name) {
+  const Setting& s = Find(name, Kind::kBool);
+  const std::string v = Raw(s);
+  const int b = BoolWord(v);
+  KILN_CHECK(b >= 0, name, "='", v, "': expected ", Values(s));
+  return b == 1;
+}
+
+int EnvLevel(const char* name) {
+  const Setting& s = Find(name, Kind::kLevel);
+  const std::vector<std::string> range = absl::StrSplit(s.choices, "..");
+  const int lo = std::atoi(range[0].c_str()), hi = std::atoi(range[1].c_str());
+  const std::string v = Raw(s);
+  char* end = nullptr;
+  const long n = std::strtol(v.c_str(), &end, 10);
+  const bool number = !v.empty() && *end == '\0' && n >= -1000 && n <= 1000;
+  const int level = number ? static_cast<int>(n) : BoolWord(v);
+  KILN_CHECK(level >= lo && level <= hi, name, "='", v, "': expected a level in ", s.choices,
+             " (or on/off)");
+  return level;
+}
+
+std::string EnvChoice(const char* name) {
+  const Setting& s = Find(name, Kind::kChoice);
+  const std::string v = Lower(Raw(s));
+  for (absl::string_view c : absl::StrSplit(s.choices, '|')) {
+    if (v == c) return v;
+  }
+  KILN_FAIL(name, "='", Raw(s), "': expected one of ", s.choices);
+}
+
+std::string EnvPath(const char* name) { return Raw(Find(name, Kind::kPath)); }
+
+}  // namespace kiln
