@@ -80,10 +80,12 @@ int64_t HeadDim(const LlamaConfig& c) {
 }
 
 const LlamaConfig& Checked(const LlamaConfig& c) {
-  KILN_CHECK(
-      c.vocab > 0 && c.dim > 0 && c.hidden > 0 && c.layers > 0 && c.heads > 0 && c.kv_heads >= 0,
-      "LlamaForCausalLM: sizes must be positive, got vocab=", c.vocab, " dim=", c.dim,
-      " hidden=", c.hidden, " layers=", c.layers, " heads=", c.heads, " kv_heads=", c.kv_heads);
+  KILN_CHECK(c.vocab > 0 && c.dim > 0 && c.hidden > 0 && c.layers > 0 && c.heads > 0 &&
+                 c.kv_heads >= 0 && c.head_dim >= 0 && c.eps >= 0,
+             "LlamaForCausalLM: sizes must be positive (kv_heads, head_dim: 0 for the default) ",
+             "and eps >= 0, got vocab=", c.vocab, " dim=", c.dim, " hidden=", c.hidden,
+             " layers=", c.layers, " heads=", c.heads, " kv_heads=", c.kv_heads,
+             " head_dim=", c.head_dim, " eps=", c.eps);
   HeadDim(c);
   return c;
 }
@@ -203,7 +205,7 @@ CausalLM::CacheSpec LlamaForCausalLM::cache_spec() const {
 }
 
 Tensor LlamaForCausalLM::Step(const StepInputs& in) {
-  KILN_CHECK(in.tokens.dim() == 2 && in.cache.k.size() == layers_.size() &&
+  KILN_CHECK(in.tokens.dim() == 2 && in.tokens.size(1) > 0 && in.cache.k.size() == layers_.size() &&
                  in.cache.v.size() == layers_.size(),
              "LlamaForCausalLM::Step: expected tokens [B, T] and a cache of ", layers_.size(),
              " layers, got tokens ", in.tokens.shape_string(), " and ", in.cache.k.size(),

@@ -36,6 +36,9 @@ void check_sampling_options(const SamplingOptions& o) {
 std::vector<double> sampling_distribution(const std::vector<float>& logits,
                                           const SamplingOptions& o) {
   CheckOptions(logits, o);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    KILN_CHECK(!std::isnan(logits[i]), "sample_token: logit ", i, " is NaN");
+  }
   const std::vector<int64_t> ranked = Ranked(logits);
   const double top = logits[ranked[0]];
   KILN_CHECK(std::isfinite(top), "sample_token: the largest logit is ", top,
@@ -70,7 +73,7 @@ std::vector<double> sampling_distribution(const std::vector<float>& logits,
 
 int64_t sample_token(const std::vector<float>& logits, const SamplingOptions& o, double uniform) {
   KILN_CHECK(uniform >= 0 && uniform < 1, "sample_token: uniform must be in [0, 1), got ", uniform);
-  const std::vector<double> probs = sampling_distribution(logits, o);
+  const std::vector<double> probs = sampling_distribution(logits, o);  // checks for NaN first
   const std::vector<int64_t> ranked = Ranked(logits);
   double cumulative = 0;
   int64_t last_kept = ranked[0];

@@ -176,6 +176,16 @@ LlamaConfig TinyLlama() {
   return c;
 }
 
+TEST(LlamaConfig, BadSizesAreErrors) {
+  LlamaConfig negative = TinyLlama();
+  negative.head_dim = -8;
+  EXPECT_NE(ErrorOf([&] { LlamaForCausalLM m(negative); }).find("head_dim=-8"), std::string::npos);
+  LlamaConfig gqa = TinyLlama();
+  gqa.kv_heads = 3;
+  EXPECT_NE(ErrorOf([&] { LlamaForCausalLM m(gqa); }).find("kv_heads divide heads"),
+            std::string::npos);
+}
+
 TEST(Init, UninitialisedModulesRefuseToRunUntilLoaded) {
   LlamaForCausalLM model(TinyLlama(), {.init = Init::kNone});
   const Tensor tokens = from_vector({1, 2, 3}, {1, 3}, DType::kInt64);
@@ -461,6 +471,10 @@ TEST(Sampling, TopKTopPDrawsFollowTheirDistribution) {
   EXPECT_THROW(sample_token(logits, {.temperature = -1}, 0.5), Error);
   EXPECT_THROW(sample_token(logits, {.temperature = 1, .top_p = 0}, 0.5), Error);
   EXPECT_THROW(sample_token({}, {}, 0.5), Error);
+  EXPECT_NE(ErrorOf([] {
+              sample_token({1, NAN, 2}, {.temperature = 1}, 0.5);
+            }).find("logit 1 is NaN"),
+            std::string::npos);
 }
 
 }  // namespace
