@@ -23,13 +23,15 @@
 #include "profiler/report.h"
 #include "runtime/cuda.h"
 #include "runtime/nvrtc.h"
+#include "runtime/settings.h"
 #include "runtime/status.h"
 
 namespace examples {
 
 using kiln::Tensor;
 
-// --name value flags with defaults; --flag alone for booleans. Unknown flags are usage errors.
+// --name value or --name=value flags with defaults; --flag alone for booleans. Unknown flags are
+// usage errors; --help lists every flag with its default and the KILN_* variables.
 class Flags {
  public:
   Flags(std::string program, std::string usage)
@@ -40,11 +42,17 @@ class Flags {
   }
   void Parse(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
-      std::string a = argv[i];
-      if (a == "--help" || a == "-h") Usage("");
-      if (a.rfind("--", 0) != 0 || !values_.count(a.substr(2))) Usage("unknown flag " + a);
-      const std::string name = a.substr(2);
-      if (std::find(booleans_.begin(), booleans_.end(), name) != booleans_.end()) {
+      const std::string a = argv[i];
+      if (a == "--help" || a == "-h") Help();
+      const size_t eq = a.find('=');
+      const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+      if (a.rfind("--", 0) != 0 || !values_.count(name)) Usage("unknown flag " + a);
+      const bool boolean = std::find(booleans_.begin(), booleans_.end(), name) != booleans_.end();
+      if (eq != std::string::npos) {
+        const std::string v = a.substr(eq + 1);
+        if (boolean && v != "0" && v != "1") Usage("--" + name + " takes no value (or =0/=1)");
+        values_[name] = v;
+      } else if (boolean) {
         values_[name] = "1";
       } else if (i + 1 < argc) {
         values_[name] = argv[++i];
@@ -52,6 +60,19 @@ class Flags {
         Usage("missing value for " + a);
       }
     }
+  }
+  // Every flag with its default, then the environment variables, and exits 0.
+  [[noreturn]] void Help() const {
+    std::printf("usage: %s %s\n\nflags (default in brackets; booleans take no value):\n",
+                program_.c_str(), usage_.c_str());
+    for (const auto& [name, value] : defaults_or_values()) {
+      const bool boolean = std::find(booleans_.begin(), booleans_.end(), name) != booleans_.end();
+      std::printf("  --%-16s %s\n", name.c_str(),
+                  boolean ? "(boolean)" : ("[" + (value.empty() ? "none" : value) + "]").c_str());
+    }
+    std::printf("\nenvironment:\n");
+    for (const kiln::Setting& s : kiln::Settings()) std::printf("  %-22s %s\n", s.name, s.meaning);
+    std::exit(0);
   }
   std::string Str(const std::string& name) const { return values_.at(name); }
   bool Bool(const std::string& name) const { return values_.at(name) == "1"; }
@@ -70,6 +91,8 @@ class Flags {
   }
 
  private:
+  const std::map<std::string, std::string>& defaults_or_values() const { return values_; }
+
   std::string program_, usage_;
   std::map<std::string, std::string> values_;
   std::vector<std::string> booleans_;
