@@ -55,7 +55,9 @@ int main(int argc, char** argv) {
                " on " + device.str();
     ex.inputs = {randn({tokens, dim}, gen, dtype, device)};
     ex.fn = [model](const std::vector<Tensor>& in) { return std::vector<Tensor>{(*model)(in[0])}; };
-    ex.flops = 2.0 * tokens * dim * hidden * 3;
+    // GeGLU: three [dim x hidden] GEMMs; mlp3: dim -> hidden -> hidden -> dim.
+    ex.flops = variant == "geglu" ? 2.0 * tokens * dim * hidden * 3
+                                  : 2.0 * tokens * (dim * hidden + hidden * hidden + hidden * dim);
     examples::Results r;
     const int rc = examples::RunExample(f, ex, &r);
     std::printf("lesson: the compiled plan runs %d kernels per step (eager: %s)\n",

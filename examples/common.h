@@ -270,10 +270,14 @@ inline void PrintTables(const Flags& f, const char* mode, const kiln::profiler::
   }
 }
 
+// Writes the trace; a path it cannot write ends the program with an error (exit code 1).
 inline void WriteTrace(const std::string& path, const kiln::profiler::ProfileResult& r) {
   const absl::Status s = kiln::profiler::ExportChromeTrace(r, path);
-  std::printf("trace: %s %s\n", path.c_str(),
-              s.ok() ? "(open in ui.perfetto.dev)" : std::string(s.message()).c_str());
+  if (!s.ok()) {
+    std::fprintf(stderr, "error: --trace %s: %s\n", path.c_str(), std::string(s.message()).c_str());
+    std::exit(1);
+  }
+  std::printf("trace: %s (open in ui.perfetto.dev)\n", path.c_str());
 }
 
 // What each fused kernel of the plan replaced, for the comparison report.
@@ -389,6 +393,10 @@ inline int RunExample(const Flags& f, const Example& ex, Results* results) {
   // --cuda-graphs: a second compiled function that replays its plan as a CUDA graph.
   std::optional<kiln::CompiledFn> graphed;
   std::function<void()> graphed_step;
+  if (f.Bool("cuda-graphs") && !gpu) {
+    std::printf("note: --cuda-graphs applies to CUDA devices only; not run on %s\n",
+                ex.inputs[0].device().str().c_str());
+  }
   if (f.Bool("cuda-graphs") && gpu) {
     kiln::CompileOptions g = options;
     g.cuda_graphs = true;
