@@ -29,6 +29,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -229,10 +230,11 @@ class LayerNorm : public Module {
   Tensor& bias_;
 };
 
-// rms_norm over the last dim with weight (ones). eps has no default: Llama uses 1e-5, others 1e-6.
+// rms_norm over the last dim with weight (ones). Give eps: Llama uses 1e-5 (the default, 1e-6,
+// is kiln's first one, kept for code written against it; torch's default is the dtype's epsilon).
 class RMSNorm : public Module {
  public:
-  RMSNorm(int64_t dim, double eps, ModuleOptions options = {});
+  explicit RMSNorm(int64_t dim, double eps = 1e-6, ModuleOptions options = {});
   Tensor forward(const Tensor& x) override;
   const char* type_name() const override { return "RMSNorm"; }
 
@@ -291,8 +293,11 @@ class RotaryEmbedding : public Module {
 Tensor rope_inverse_frequencies(int64_t head_dim, const RopeOptions& rope);
 
 enum class NormKind : uint8_t { kLayerNorm, kRmsNorm };
-// kPlain: c_proj(act(c_fc(x))) (GPT-2). kGated: down(act(gate(x)) * up(x)) (GeGLU, SwiGLU).
-enum class MlpKind : uint8_t { kPlain, kGated };
+// kPlain: c_proj(act(c_fc(x))) (GPT-2). kGated: down_proj(act(gate_proj(x)) * up_proj(x))
+// (Llama's names). The first kinds kiln had name their activation too and keep their children's
+// names (c_fc/c_proj, gate/up/down): kGelu is kPlain with gelu_tanh, kGeGLU gated gelu_tanh,
+// kSwiGLU gated silu.
+enum class MlpKind : uint8_t { kPlain, kGated, kGelu, kGeGLU, kSwiGLU };
 // The activations, by name: kGelu is the exact (erf) form, kGeluTanh the tanh approximation
 // (GPT-2's "gelu_new", HF's "gelu_pytorch_tanh"), kSilu is SiLU/swish (Llama's SwiGLU).
 enum class Activation : uint8_t { kGelu, kGeluTanh, kSilu, kRelu };
@@ -310,6 +315,9 @@ class FeedForward : public Module {
               ModuleOptions options = {});
   FeedForward(int64_t dim, int64_t hidden, MlpKind kind, Activation activation, bool bias,
               Generator& gen, ModuleOptions options = {});
+  // kGelu, kGeGLU or kSwiGLU: the activation their name says (kPlain and kGated need one given).
+  FeedForward(int64_t dim, int64_t hidden, MlpKind kind, bool bias, Generator& gen,
+              ModuleOptions options = {});
   Tensor forward(const Tensor& x) override;
   const char* type_name() const override { return "FeedForward"; }
 
@@ -324,12 +332,16 @@ struct DecoderBlockConfig {
   int64_t heads = 0;
   int64_t hidden = 0;  // the MLP's inner size; 0: 4 * dim
   NormKind norm = NormKind::kRmsNorm;
-  MlpKind mlp = MlpKind::kGated;
-  Activation activation = Activation::kSilu;  // the MLP's (GPT-2: kGeluTanh)
-  bool bias = false;                          // biases of the linears (GPT-2: true)
-  bool rotary = true;  // rotary embeddings on q and k (GPT-2: false, positions learned)
-  RopeOptions rope;    // the rotary tables' rule and size
-  double eps = 1e-5;   // the norms'
+  MlpKind mlp = MlpKind::kSwiGLU;
+  // The MLP's activation: required with kPlain and kGated; kGelu, kGeGLU and kSwiGLU imply theirs
+  // (one given must agree).
+  std::optional<Activation> activation;
+  bool bias = false;          // biases of the linears (GPT-2: true)
+  bool rotary = true;         // rotary embeddings on q and k (GPT-2: false, positions learned)
+  int64_t max_positions = 0;  // nonzero: rope.max_positions (kept for earlier configs)
+  double rope_base = 0;       // nonzero: rope.base (kept for earlier configs)
+  RopeOptions rope;           // the rotary tables' rule and size
+  double eps = 1e-5;          // the norms'
 };
 
 // Causal multi-head self-attention: c_attn (fused q, k, v projection) and c_proj, optional

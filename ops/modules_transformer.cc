@@ -208,30 +208,76 @@ Tensor activate(const Tensor& x, Activation a) {
   KILN_FAIL("activate: unknown activation ", static_cast<int>(a));
 }
 
+namespace {
+
+// The activation a kind names (none for kPlain and kGated).
+std::optional<Activation> ImpliedActivation(MlpKind kind) {
+  switch (kind) {
+    case MlpKind::kGelu:
+    case MlpKind::kGeGLU:
+      return Activation::kGeluTanh;
+    case MlpKind::kSwiGLU:
+      return Activation::kSilu;
+    default:
+      return std::nullopt;
+  }
+}
+
+bool Gated(MlpKind kind) { return kind != MlpKind::kPlain && kind != MlpKind::kGelu; }
+
+Activation ActivationOf(MlpKind kind, std::optional<Activation> given, const char* who) {
+  const std::optional<Activation> implied = ImpliedActivation(kind);
+  KILN_CHECK(given.has_value() || implied.has_value(), who,
+             ": MlpKind::kPlain and kGated need an activation (gelu, gelu_tanh, silu or relu)");
+  KILN_CHECK(!given || !implied || *given == *implied, who, ": the MLP kind implies ",
+             ActivationName(*implied), " but the activation given is ", ActivationName(*given));
+  return given ? *given : *implied;
+}
+
+}  // namespace
+
+FeedForward::FeedForward(int64_t dim, int64_t hidden, MlpKind kind, bool bias, Generator& gen,
+                         ModuleOptions o)
+    : FeedForward(dim, hidden, kind, ActivationOf(kind, std::nullopt, "FeedForward"), bias,
+                  WithGenerator(o, gen)) {}
+
 FeedForward::FeedForward(int64_t dim, int64_t hidden, MlpKind kind, Activation act, bool bias,
                          Generator& gen, ModuleOptions o)
     : FeedForward(dim, hidden, kind, act, bias, WithGenerator(o, gen)) {}
 
 FeedForward::FeedForward(int64_t dim, int64_t hidden, MlpKind kind, Activation act, bool bias,
                          ModuleOptions o)
-    : kind_(kind), activation_(act) {
+    : kind_(kind), activation_(ActivationOf(kind, act, "FeedForward")) {
   auto add = [&](const char* name, int64_t in, int64_t out) {
     layers_.push_back(&RegisterModule(name, std::make_unique<Linear>(in, out, bias, o)));
   };
-  if (kind == MlpKind::kPlain) {
+  const bool legacy = ImpliedActivation(kind).has_value();  // the first kinds' names
+  if (!Gated(kind)) {
     add("c_fc", dim, hidden);
     add("c_proj", hidden, dim);
   } else {
-    add("gate_proj", dim, hidden);
-    add("up_proj", dim, hidden);
-    add("down_proj", hidden, dim);
+    add(legacy ? "gate" : "gate_proj", dim, hidden);
+    add(legacy ? "up" : "up_proj", dim, hidden);
+    add(legacy ? "down" : "down_proj", hidden, dim);
   }
 }
 
 Tensor FeedForward::forward(const Tensor& x) {
-  if (kind_ == MlpKind::kPlain) return (*layers_[1])(activate((*layers_[0])(x), activation_));
+  if (!Gated(kind_)) return (*layers_[1])(activate((*layers_[0])(x), activation_));
   return (*layers_[2])(activate((*layers_[0])(x), activation_) * (*layers_[1])(x));
 }
+
+namespace {
+
+// The config's rope rule, with the earlier max_positions / rope_base fields where set.
+RopeOptions RopeOf(const DecoderBlockConfig& c) {
+  RopeOptions r = c.rope;
+  if (c.max_positions != 0) r.max_positions = c.max_positions;
+  if (c.rope_base != 0) r.base = c.rope_base;
+  return r;
+}
+
+}  // namespace
 
 SelfAttention::SelfAttention(const DecoderBlockConfig& c, Generator& gen, ModuleOptions o)
     : SelfAttention(c, WithGenerator(o, gen)) {}
@@ -244,7 +290,7 @@ SelfAttention::SelfAttention(const DecoderBlockConfig& c, ModuleOptions o)
              " must be a positive multiple of heads ", c.heads);
   if (c.rotary) {
     rotary_ =
-        &RegisterModule("rotary", std::make_unique<RotaryEmbedding>(c.dim / c.heads, c.rope, o));
+        &RegisterModule("rotary", std::make_unique<RotaryEmbedding>(c.dim / c.heads, RopeOf(c), o));
   }
 }
 
@@ -299,7 +345,8 @@ DecoderBlock::DecoderBlock(const DecoderBlockConfig& c, ModuleOptions o)
       ln_2_(RegisterModule("ln_2", MakeNorm(c, o))),
       mlp_(RegisterModule(
           "mlp", std::make_unique<FeedForward>(c.dim, c.hidden > 0 ? c.hidden : 4 * c.dim, c.mlp,
-                                               c.activation, c.bias, o))) {}
+                                               ActivationOf(c.mlp, c.activation, "DecoderBlock"),
+                                               c.bias, o))) {}
 
 std::vector<Tensor> DecoderBlock::forward_many(const std::vector<Tensor>& inputs) {
   KILN_CHECK(!inputs.empty() && inputs.size() <= 2,

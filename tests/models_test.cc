@@ -154,6 +154,50 @@ TEST(Activations, ExplicitChoicesAndHuggingFaceNames) {
   EXPECT_NE(to_vector(exact(in)), to_vector(approx(in)));
 }
 
+// Code written against the first module API keeps compiling and meaning what it meant: the
+// kinds that name their activation, their children's names, the rope fields, RMSNorm's default.
+TEST(Compatibility, EarlierModuleConfigsMeanWhatTheyMeant) {
+  Generator g1(4), g2(4);
+  DecoderBlock old_style({.dim = 16,
+                          .heads = 4,
+                          .norm = NormKind::kLayerNorm,
+                          .mlp = MlpKind::kGelu,
+                          .bias = true,
+                          .rotary = false},
+                         g1);
+  DecoderBlock explicit_style({.dim = 16,
+                               .heads = 4,
+                               .norm = NormKind::kLayerNorm,
+                               .mlp = MlpKind::kPlain,
+                               .activation = Activation::kGeluTanh,
+                               .bias = true,
+                               .rotary = false},
+                              g2);
+  const Tensor x = randn({1, 5, 16}, g1);
+  EXPECT_EQ(to_vector(old_style(x)), to_vector(explicit_style(x)));
+  Generator g3(5);
+  FeedForward swiglu(8, 16, MlpKind::kSwiGLU, false, g3);
+  EXPECT_EQ(swiglu.named_parameters()[0].first, "gate.weight");
+  const Tensor h = randn({2, 8}, g3);
+  auto p = Params(swiglu);
+  ExpectClose(to_vector(swiglu(h)),
+              to_vector(linear(silu(linear(h, p["gate.weight"])) * linear(h, p["up.weight"]),
+                               p["down.weight"])),
+              {1e-6, 1e-6}, "swiglu");
+  EXPECT_NE(ErrorOf([&] {
+              DecoderBlock b({.dim = 16, .heads = 4, .mlp = MlpKind::kGated}, g3);
+            }).find("need an activation"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] {
+              FeedForward f(8, 16, MlpKind::kSwiGLU, Activation::kGelu, false, g3);
+            }).find("implies silu"),
+            std::string::npos);
+  DecoderBlock rope({.dim = 16, .heads = 2, .max_positions = 64, .rope_base = 500}, g3);
+  EXPECT_EQ(rope.named_buffers()[0].second.size(0), 64);
+  RMSNorm norm(8);  // 1e-6, as before
+  EXPECT_EQ(norm.named_parameters().size(), 1u);
+}
+
 TEST(Init, DefaultGeneratorIsSeededByManualSeed) {
   manual_seed(123);
   const Linear a(4, 3, true);
