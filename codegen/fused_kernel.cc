@@ -42,8 +42,8 @@ std::vector<bool> RoundedValues(const ir::Graph& body, const std::vector<ValueId
   std::vector<bool> round(body.num_values(), false);
   for (ValueId v = 0; v < body.num_values(); ++v) {
     const Node& n = body.node(v);
-    round[v] = n.kind == NodeKind::kOp && n.op != OpId::kCast && IsHalf(n.type.dtype) &&
-               readers[v] >= 2;
+    round[v] =
+        n.kind == NodeKind::kOp && n.op != OpId::kCast && IsHalf(n.type.dtype) && readers[v] >= 2;
   }
   return round;
 }

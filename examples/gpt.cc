@@ -55,7 +55,8 @@ class GptBlock : public kiln::Module {
         ln_2_(
             RegisterModule("ln_2", std::make_unique<kiln::LayerNorm>(c.dim, c.eps, true, true, o))),
         mlp_(RegisterModule("mlp", std::make_unique<kiln::FeedForward>(
-                                       c.dim, 4 * c.dim, kiln::MlpKind::kPlain, kiln::Activation::kGeluTanh, true, gen, o))) {}
+                                       c.dim, 4 * c.dim, kiln::MlpKind::kPlain,
+                                       kiln::Activation::kGeluTanh, true, gen, o))) {}
   const char* type_name() const override { return "GptBlock"; }
 
   // Causal attention over x [B, T, dim] at positions 0 .. T-1; the keys and values go to rows
