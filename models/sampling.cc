@@ -10,11 +10,6 @@
 namespace kiln {
 namespace {
 
-void CheckOptions(const std::vector<float>& logits, const SamplingOptions& o) {
-  KILN_CHECK(!logits.empty(), "sample_token: no logits");
-  check_sampling_options(o);
-}
-
 // Ids by decreasing logit, ties by lower id.
 std::vector<int64_t> Ranked(const std::vector<float>& logits) {
   std::vector<int64_t> ids(logits.size());
@@ -33,13 +28,18 @@ void check_sampling_options(const SamplingOptions& o) {
   KILN_CHECK(o.top_p > 0 && o.top_p <= 1, "sampling: top_p must be in (0, 1], got ", o.top_p);
 }
 
-std::vector<double> sampling_distribution(const std::vector<float>& logits,
-                                          const SamplingOptions& o) {
-  CheckOptions(logits, o);
+namespace {
+
+// The distribution, and the ids by decreasing logit it was built on (`ranked`).
+std::vector<double> Distribution(const std::vector<float>& logits, const SamplingOptions& o,
+                                 std::vector<int64_t>* ranked_out) {
+  KILN_CHECK(!logits.empty(), "sample_token: no logits");
+  check_sampling_options(o);
   for (size_t i = 0; i < logits.size(); ++i) {
     KILN_CHECK(!std::isnan(logits[i]), "sample_token: logit ", i, " is NaN");
   }
-  const std::vector<int64_t> ranked = Ranked(logits);
+  std::vector<int64_t>& ranked = *ranked_out;
+  ranked = Ranked(logits);
   const double top = logits[ranked[0]];
   KILN_CHECK(std::isfinite(top), "sample_token: the largest logit is ", top,
              ", not a finite number");
@@ -71,10 +71,18 @@ std::vector<double> sampling_distribution(const std::vector<float>& logits,
   return probs;
 }
 
+}  // namespace
+
+std::vector<double> sampling_distribution(const std::vector<float>& logits,
+                                          const SamplingOptions& o) {
+  std::vector<int64_t> ranked;
+  return Distribution(logits, o, &ranked);
+}
+
 int64_t sample_token(const std::vector<float>& logits, const SamplingOptions& o, double uniform) {
   KILN_CHECK(uniform >= 0 && uniform < 1, "sample_token: uniform must be in [0, 1), got ", uniform);
-  const std::vector<double> probs = sampling_distribution(logits, o);  // checks for NaN first
-  const std::vector<int64_t> ranked = Ranked(logits);
+  std::vector<int64_t> ranked;  // sorted once, for the distribution and the draw
+  const std::vector<double> probs = Distribution(logits, o, &ranked);
   double cumulative = 0;
   int64_t last_kept = ranked[0];
   for (int64_t id : ranked) {

@@ -33,12 +33,19 @@ class DefaultForwardGuard {
 }  // namespace
 
 void Module::CheckInitialised() const {
+  // Every call of every module comes here: one load unless a parameter was made without values.
+  if (!maybe_uninitialised_.load(std::memory_order_relaxed)) return;
   for (const auto& [name, t] : params_) {
     KILN_CHECK(!t.defined() || t.storage() == nullptr || !t.storage()->uninitialised(), type_name(),
                ": parameter '", name, "' ", Describe(t.type()),
                " was made without values (ModuleOptions::init = Init::kNone) and never written; "
                "load_state_dict (or copy_) before calling the module");
   }
+  maybe_uninitialised_.store(false, std::memory_order_relaxed);  // all written now, for good
+}
+
+bool Module::Uninitialised(const Tensor& t) {
+  return t.defined() && t.storage() != nullptr && t.storage()->uninitialised();
 }
 
 Tensor Module::forward(const Tensor& x) {
@@ -114,6 +121,7 @@ void Module::to(DType dtype) {
 }
 
 Tensor& Module::RegisterParameter(std::string name, Tensor value) {
+  if (Uninitialised(value)) maybe_uninitialised_.store(true, std::memory_order_relaxed);
   params_.emplace_back(std::move(name), std::move(value));
   return params_.back().second;
 }

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -111,10 +112,13 @@ class Module {
  private:
   void CollectNamed(bool buffers, const std::string& prefix,
                     std::vector<std::pair<std::string, Tensor>>* out) const;
+  static bool Uninitialised(const Tensor& t);
 
   std::deque<std::pair<std::string, Tensor>> params_, buffers_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
   bool in_default_forward_ = false;  // breaks the recursion of the two default forwards
+  // Set when a parameter was registered without values; cleared once a check found all written.
+  mutable std::atomic<bool> maybe_uninitialised_{false};
 };
 
 // An indexed list of submodules named "0", "1", ... (torch.nn.ModuleList): GPT-2's "h.0...".
