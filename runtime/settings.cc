@@ -82,8 +82,10 @@ const std::vector<Setting>& Settings() {
        "off: flash attention keeps 128-row tiles for small grids (A/B)"},
       {"KILN_CUDA_GRAPH_DOT", Kind::kPath, "", "",
        "a prefix: each captured CUDA graph is written as PREFIX.N.dot (Graphviz)"},
-      {"KILN_EW_UNROLL", Kind::kLevel, "1", "1..4",
-       "vectors per thread per iteration in generated contiguous/rows kernels (A/B)"},
+      {"KILN_EW_UNROLL", Kind::kLevel, "4", "1..4",
+       "16-byte vectors per thread per iteration in generated contiguous kernels (A/B)"},
+      {"KILN_EW_ROWS_UNROLL", Kind::kLevel, "1", "1..4",
+       "rows per thread per iteration in generated rows kernels (A/B)"},
       {"KILN_EW_STREAM", Kind::kBool, "off", "",
        "on: generated contiguous/rows kernels load and store with streaming hints (A/B)"},
   };

@@ -79,18 +79,20 @@ std::string VectorBody(const kir::Program& p, int vec) {
   return s;
 }
 
-// How the contiguous and rows kernels move their vectors: `unroll` independent vectors per
-// thread per iteration (bytes in flight) and the streaming cache hint. KILN_EW_UNROLL=1|2|4 and
-// KILN_EW_STREAM=0|1 override them (A/B runs).
+// How the contiguous and rows kernels move their vectors: independent vectors per thread per
+// iteration (bytes in flight) and the streaming cache hint. The defaults are the settings table's
+// (measured by before/after pairs on the H200); KILN_EW_UNROLL, KILN_EW_ROWS_UNROLL and
+// KILN_EW_STREAM override them for A/B runs.
 struct VectorPlan {
-  int unroll = 1;
-  bool stream = false;
+  int contig_unroll, rows_unroll;
+  bool stream;
 };
 
 const VectorPlan& Plan() {
   static const VectorPlan plan = [] {
     VectorPlan p;
-    p.unroll = EnvLevel("KILN_EW_UNROLL");
+    p.contig_unroll = EnvLevel("KILN_EW_UNROLL");
+    p.rows_unroll = EnvLevel("KILN_EW_ROWS_UNROLL");
     p.stream = EnvBool("KILN_EW_STREAM");
     return p;
   }();
@@ -112,9 +114,8 @@ std::string St(const std::string& raw, const std::string& ptr, const std::string
 // `valid(u)` whether it exists, `in_ptr(i, u)` / `out_ptr(o, u)` its operands' addresses;
 // `bcast(i)`, when given, is the condition under which input i is one broadcast element.
 template <typename Valid, typename InPtr, typename OutPtr, typename Bcast>
-std::string UnrolledBody(const kir::Program& p, int vec, Valid&& valid, InPtr&& in_ptr,
+std::string UnrolledBody(const kir::Program& p, int vec, int unroll, Valid&& valid, InPtr&& in_ptr,
                          OutPtr&& out_ptr, Bcast&& bcast, const std::string& pad) {
-  const int unroll = Plan().unroll;
   std::string s;
   for (int i = 0; i < p.num_inputs(); ++i) {
     const std::string st = StorageType(p.input_types()[i]);
@@ -157,9 +158,10 @@ std::string ContigKernel(const std::string& base, const kir::Program& p, int vec
       "  const long long groups = n / ", vec, ";\n",
       "  const long long stride = (long long)gridDim.x * blockDim.x;\n",
       "  for (long long g0 = blockIdx.x * (long long)blockDim.x + threadIdx.x; g0 < groups;",
-      " g0 += stride * ", Plan().unroll, ") {\n");
+      " g0 += stride * ", Plan().contig_unroll, ") {\n");
   absl::StrAppend(&src, UnrolledBody(
-                            p, vec, [] { return std::string("g0 + u * stride < groups"); },
+                            p, vec, Plan().contig_unroll,
+                            [] { return std::string("g0 + u * stride < groups"); },
                             [&](int i, bool) {
                               return absl::StrCat("(const ",
                                                   Raw(StorageType(p.input_types()[i]), vec), "*)in",
@@ -191,7 +193,7 @@ std::string RowsKernel(const std::string& base, const kir::Program& p, int vec) 
       "]; long long broadcast[", ops.total(), "]; };\n", "extern \"C\" __global__ void ", base,
       "_rows(", Params(p), ", KilnRows rw) {\n", "  const long long groups = rw.cols / ", vec,
       ";\n", "  for (long long row0 = blockIdx.y; row0 < rw.rows; row0 += (long long)gridDim.y * ",
-      Plan().unroll, ") {\n",
+      Plan().rows_unroll, ") {\n",
       "  for (long long g = blockIdx.x * (long long)blockDim.x + threadIdx.x; g < groups;",
       " g += (long long)gridDim.x * blockDim.x) {\n");
   auto row = [](int k) {
@@ -199,7 +201,8 @@ std::string RowsKernel(const std::string& base, const kir::Program& p, int vec) 
   };
   absl::StrAppend(
       &src, UnrolledBody(
-                p, vec, [] { return std::string("row0 + u * (long long)gridDim.y < rw.rows"); },
+                p, vec, Plan().rows_unroll,
+                [] { return std::string("row0 + u * (long long)gridDim.y < rw.rows"); },
                 [&](int i, bool element) {
                   const std::string base_ptr = absl::StrCat("in", i, " + ", row(ops.out + i));
                   if (element) return base_ptr;
@@ -475,7 +478,7 @@ void LaunchRows(cudaKernel_t k, void** args, long long rows, long long cols, int
   const int64_t blocks_x = std::min<int64_t>((groups + 255) / 256, 1024);
   const int64_t per_block = (groups + blocks_x - 1) / blocks_x;
   const int block = static_cast<int>(std::min<int64_t>(256, (per_block + 31) / 32 * 32));
-  const long long row_blocks = (rows + Plan().unroll - 1) / Plan().unroll;
+  const long long row_blocks = (rows + Plan().rows_unroll - 1) / Plan().rows_unroll;
   const dim3 grid(static_cast<unsigned>(blocks_x),
                   static_cast<unsigned>(std::min<long long>(row_blocks, 65535)));
   KILN_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, dim3(block), args, 0,
