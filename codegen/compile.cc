@@ -189,6 +189,7 @@ void BuildPlan(ir::Graph graph, codegen::SymbolicShapes symbols, const CompileOp
                double trace_ms, Entry& entry) {
   const auto t0 = std::chrono::steady_clock::now();
   codegen::Dumper dump(o.dump_dir);
+  if (o.tensor_names) ir::NameConstants(&graph, o.tensor_names());
   entry.report.traced_graph = ir::PrintGraph(graph);
   for (const ir::Node& n : graph.nodes()) {
     if (n.kind != ir::NodeKind::kConstant || n.local) continue;
@@ -409,6 +410,13 @@ CompiledFn compile(ir::TensorFn fn, const std::vector<Tensor>& example_inputs,
 
 CompiledFn compile(Module& module, const Tensor& example_input, CompileOptions options) {
   std::weak_ptr<const bool> alive = module.alive_token();
+  options.tensor_names = [&module, alive, given = std::move(options.tensor_names)] {
+    std::vector<std::pair<std::string, Tensor>> names;
+    if (given) names = given();
+    if (alive.expired()) return names;
+    for (auto& named : module.named_tensors()) names.push_back(std::move(named));
+    return names;
+  };
   return compile(
       [&module, alive](const std::vector<Tensor>& in) {
         KILN_CHECK(!alive.expired(),

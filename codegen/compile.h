@@ -44,6 +44,7 @@
 // 4 the graph after every pass.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -75,6 +76,12 @@ struct CompileOptions {
   // Fold weights into the plan (constant folding over them, GEMM merge); a later in-place
   // change of a folded weight recompiles. Off: weights are read at call time.
   bool freeze_weights = false;
+  // Names of tensors the function captures, asked for at each trace (so replaced parameters are
+  // named too and none is kept alive): the graphs, dumps and guard errors call a captured tensor
+  // by its name ("h.0.mlp.up.weight"; a view of it "h.0.mlp.up.weight (view)"), not "const3".
+  //   o.tensor_names = [&model] { return model.named_tensors(); };
+  // compile(Module&) names the module's parameters and buffers itself.
+  std::function<std::vector<std::pair<std::string, Tensor>>()> tensor_names;
   Dynamic dynamic = Dynamic::kAuto;
   std::vector<std::pair<int, int>> dynamic_dims;  // kDims: (input, dim) pairs
   // Replay the plan as a CUDA graph after the first call (CUDA inputs; see cuda_graph.h). Also

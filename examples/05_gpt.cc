@@ -231,6 +231,7 @@ Mode CompiledMode(Gpt& model, const Tensor& prompt, bool cuda_graphs, const std:
   o.mode = kiln::CompileOptions::Mode::kCompiled;
   o.freeze_weights = true;
   o.cuda_graphs = cuda_graphs;
+  o.tensor_names = [&model] { return model.named_tensors(); };
   o.dump_dir = dump.empty() ? "" : dump + "/prefill";  // each function in a folder of its own
   m.compiled_prefill.emplace(
       kiln::compile([&model](const std::vector<Tensor>& in) { return model.Prefill(in); },

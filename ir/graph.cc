@@ -103,6 +103,25 @@ std::vector<ValueId> Graph::Compact(const std::vector<bool>& keep) {
   return remap;
 }
 
+void NameConstants(Graph* graph, absl::Span<const std::pair<std::string, Tensor>> names) {
+  if (names.empty()) return;
+  for (Node& n : graph->mutable_nodes()) {
+    if (n.kind != NodeKind::kConstant || !n.constant.defined()) continue;
+    const Tensor& c = n.constant;
+    const std::string* view_of = nullptr;
+    for (const auto& [name, t] : names) {
+      if (!t.defined() || t.storage() != c.storage()) continue;
+      if (t.offset() == c.offset() && t.shape() == c.shape() && t.strides() == c.strides()) {
+        n.name = name;
+        view_of = nullptr;
+        break;
+      }
+      if (view_of == nullptr) view_of = &name;
+    }
+    if (view_of != nullptr) n.name = *view_of + " (view)";
+  }
+}
+
 const char* ShortDTypeName(DType t) {
   static constexpr const char* kNames[] = {"f32", "f16", "bf16", "bool", "i32", "i64"};
   return kNames[static_cast<int>(t)];

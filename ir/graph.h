@@ -19,6 +19,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
@@ -121,5 +122,11 @@ class Graph {
 
 // Short dtype names used in the text form: f32, f16, bf16, bool, i32, i64.
 const char* ShortDTypeName(DType t);
+
+// Renames the graph's constants after the named tensors they are: the same storage, offset,
+// shape and strides takes the name; another view of a named tensor's storage takes the name
+// with " (view)". The first name of a tensor registered twice (tied weights) wins; constants
+// matching no name keep theirs.
+void NameConstants(Graph* graph, absl::Span<const std::pair<std::string, Tensor>> names);
 
 }  // namespace kiln::ir

@@ -159,6 +159,7 @@ GenerateResult generate(CausalLM& model, const std::vector<std::vector<int64_t>>
     CompileOptions co;
     co.mode = CompileOptions::Mode::kCompiled;
     co.freeze_weights = true;
+    co.tensor_names = [&model] { return model.named_tensors(); };
     compiled_prefill.emplace(compile(prefill, prefill_in, co));
     co.cuda_graphs = o.mode == Mode::kCudaGraph;
     compiled_decode.emplace(compile(decode, decode_in, co));

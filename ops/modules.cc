@@ -87,6 +87,13 @@ std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
   return out;
 }
 
+std::vector<std::pair<std::string, Tensor>> Module::named_tensors() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  CollectNamed(/*buffers=*/false, "", &out);
+  CollectNamed(/*buffers=*/true, "", &out);
+  return out;
+}
+
 namespace {
 
 // Puts `value` in a parameter or buffer slot; the old tensor's storage, when the new one does not

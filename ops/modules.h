@@ -88,6 +88,8 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   // Buffers (tensors that are state but not parameters, like rotary tables), named likewise.
   std::vector<std::pair<std::string, Tensor>> named_buffers() const;
+  // Both: the parameters, then the buffers (what compiled functions name captured tensors by).
+  std::vector<std::pair<std::string, Tensor>> named_tensors() const;
   // Moves/converts every parameter (in place of the old handles); to(Device) moves buffers too,
   // to(DType) leaves them in their dtype (rotary tables stay float32).
   void to(Device device);

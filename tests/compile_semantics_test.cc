@@ -360,6 +360,44 @@ void ModuleChangedAfterCompile(Device device) {
   }
 }
 
+// Captured tensors are called by their names in the graphs and guard messages: a module's
+// parameters by compile(Module&) itself, a function's by the names it is given (a view of a named
+// tensor as "<name> (view)"), the rest keep "constN".
+TEST(CompileSemantics, CapturedTensorsAreCalledByTheirNames) {
+  Generator g(3);
+  Linear lin(4, 2, true, g);
+  const Tensor x = ones({3, 4});
+  CompiledFn from_module = compile(lin, x, {.mode = CompileOptions::Mode::kCompiled});
+  const std::string traced = from_module.report({x}).traced_graph;
+  EXPECT_NE(traced.find("constant \"weight\" : f32[2, 4]"), std::string::npos) << traced;
+  EXPECT_NE(traced.find("constant \"bias\" : f32[2]"), std::string::npos) << traced;
+
+  const Tensor w = randn({4, 4}, g), unnamed = randn({4}, g);
+  const Tensor w_row = slice(w, 0, 1, 2);  // a view taken before the trace: a constant of its own
+  CompileOptions o;
+  o.mode = CompileOptions::Mode::kCompiled;
+  o.tensor_names = [&w] { return std::vector<std::pair<std::string, Tensor>>{{"proj.w", w}}; };
+  CompiledFn f = compile(
+      [&](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{matmul(in[0], w) + w_row + unnamed};
+      },
+      {x}, o);
+  const std::string graph = f.report({x}).traced_graph;
+  EXPECT_NE(graph.find("constant \"proj.w\" : f32[4, 4]"), std::string::npos) << graph;
+  EXPECT_NE(graph.find("constant \"proj.w (view)\" : f32[1, 4]"), std::string::npos) << graph;
+  EXPECT_NE(graph.find("constant \"const2\" : f32[4]"), std::string::npos) << graph;
+  ExpectEqualTensors(f({x})[0], matmul(x, w) + w_row + unnamed, "named constants");
+
+  lin.to(DType::kBFloat16);  // replaces both parameters: the guard names the first it checks
+  lin.to(DType::kFloat32);
+  from_module({x});
+  EXPECT_NE(from_module.report({x}).recompiled_because.find("the captured tensor weight ("),
+            std::string::npos)
+      << from_module.report({x}).recompiled_because;
+  EXPECT_NE(from_module.report({x}).traced_graph.find("constant \"weight\""), std::string::npos)
+      << "the retrace names the new parameters too";
+}
+
 TEST(CompileSemantics, ModuleChangedAfterCompileRecompilesOnCpu) {
   ModuleChangedAfterCompile(kCPU);
 }
