@@ -65,15 +65,15 @@ std::string ArchOfCurrentDevice() {
 }
 
 // Disk cache: header (magic, payload length, payload hash) + payload.
-std::string CachePath(uint64_t key) {
+std::string CachePath(uint64_t key, const char* extension) {
   const std::string dir = KernelCacheDir();
-  return dir.empty() ? "" : absl::StrCat(dir, "/", absl::Hex(key, absl::kZeroPad16), ".cubin");
+  return dir.empty() ? "" : absl::StrCat(dir, "/", absl::Hex(key, absl::kZeroPad16), extension);
 }
 
 }  // namespace
 
-bool ReadCacheFile(uint64_t key, std::string* payload) {
-  const std::string path = CachePath(key);
+bool ReadCacheFile(uint64_t key, std::string* payload, const char* extension) {
+  const std::string path = CachePath(key, extension);
   if (path.empty()) return false;
   std::ifstream in(path, std::ios::binary);
   if (!in) return false;
@@ -92,8 +92,8 @@ bool ReadCacheFile(uint64_t key, std::string* payload) {
   return Fnv1a(*payload) == hash;  // corrupt otherwise: the caller rebuilds
 }
 
-void WriteCacheFile(uint64_t key, const std::string& payload) {
-  const std::string path = CachePath(key);
+void WriteCacheFile(uint64_t key, const std::string& payload, const char* extension) {
+  const std::string path = CachePath(key, extension);
   if (path.empty()) return;
   // Unique per process and per write (threads of one process may write the same key at once).
   static std::atomic<uint64_t> writes{0};

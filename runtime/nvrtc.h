@@ -53,9 +53,10 @@ std::string KernelCacheDir();
 
 // The disk layer of the cache: WriteCacheFile stores `payload` under `key` (temp file + rename,
 // silently skipped when the directory is unwritable); ReadCacheFile returns false for a missing,
-// truncated or corrupt file (bad magic, length or checksum).
-bool ReadCacheFile(uint64_t key, std::string* payload);
-void WriteCacheFile(uint64_t key, const std::string& payload);
+// truncated or corrupt file (bad magic, length or checksum). The file is <key><extension>:
+// kernels are ".cubin", per-shape decisions (ops/cuda/device_timing.h) ".decision".
+bool ReadCacheFile(uint64_t key, std::string* payload, const char* extension = ".cubin");
+void WriteCacheFile(uint64_t key, const std::string& payload, const char* extension = ".cubin");
 
 // A 64-bit FNV-1a hash, used for cache keys.
 uint64_t Fnv1a(const std::string& data, uint64_t seed = 1469598103934665603ull);

@@ -76,6 +76,9 @@ const std::vector<Setting>& Settings() {
        "a folder: each compile writes its graphs, kernels and explain log to DIR/compile_NNN"},
       {"KILN_CACHE_DIR", Kind::kPath, "", "",
        "the on-disk NVRTC kernel cache (default ~/.cache/kiln; an unusable folder turns it off)"},
+      {"KILN_RETIME", Kind::kBool, "off", "",
+       "on: per-shape choices (GEMV or cuBLASLt, fused epilogue or not) are timed again, not read "
+       "from the cache directory, and stored anew"},
       {"KILN_GEMV", Kind::kChoice, "auto", "on|off|auto",
        "linears with few rows: kiln's GEMV (on), cuBLASLt (off), or timed once per shape (auto)"},
       {"KILN_FLASH_SMALL_GRID", Kind::kBool, "on", "",

@@ -6,6 +6,7 @@
 #include "runtime/cuda.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,13 +16,16 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "codegen/families/pointwise/elementwise_cuda.h"
 #include "codegen/families/softmax/fused_softmax_cuda.h"
+#include "ops/cuda/device_timing.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
 #include "runtime/nvrtc.h"
+#include "runtime/settings.h"
 #include "runtime/status.h"
 #include "tests/test_util.h"
 
@@ -445,6 +449,35 @@ TEST(KernelCache, DetectsTruncatedAndCorruptFiles) {
   EXPECT_FALSE(cuda::ReadCacheFile(key, &got));
   std::filesystem::remove(path);
   EXPECT_FALSE(cuda::ReadCacheFile(key, &got));
+}
+
+// Per-shape decisions outlive the process in the cache directory: stored values (any text) come
+// back under their own key only; a damaged file, another key with the same file, or KILN_RETIME=on
+// (the ctest entry decisions_retimed) read as "none stored".
+TEST(KernelCache, DecisionsComeBackUnderTheirKeyUnlessRetimed) {
+  const std::string dir = cuda::KernelCacheDir();
+  if (dir.empty()) GTEST_SKIP() << "disk cache disabled: no writable cache directory";
+  const bool retime = EnvBool("KILN_RETIME");
+  const std::string key = absl::StrCat("test|gemv [1x768x768 bf16]|GPU driver 1|", getpid());
+  cuda_ops::StoreDecision(key, "split\nepilogue choice: 1.0 us vs 2.0 us");
+  const std::optional<std::string> got = cuda_ops::LoadDecision(key);
+  if (retime) {
+    EXPECT_FALSE(got.has_value()) << "KILN_RETIME=on reads no stored decision";
+  } else {
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(*got, "split\nepilogue choice: 1.0 us vs 2.0 us");
+  }
+  EXPECT_FALSE(cuda_ops::LoadDecision(key + " other").has_value());
+  const std::string path =
+      absl::StrCat(dir, "/", absl::Hex(cuda::Fnv1a(key), absl::kZeroPad16), ".decision");
+  ASSERT_TRUE(std::filesystem::exists(path)) << "stored even when retiming";
+  // A file whose recorded key differs (a hash collision, an older format) is not this decision.
+  cuda::WriteCacheFile(cuda::Fnv1a(key), "kiln decision v1\nanother key\ngemv", ".decision");
+  EXPECT_FALSE(cuda_ops::LoadDecision(key).has_value());
+  std::filesystem::resize_file(path, 10);  // damaged
+  EXPECT_FALSE(cuda_ops::LoadDecision(key).has_value());
+  std::filesystem::remove(path);
+  EXPECT_FALSE(cuda_ops::LoadDecision(key).has_value());
 }
 
 // Run by the ctest entry kernel_cache_unwritable_dir with KILN_CACHE_DIR=/proc/kiln-cache (a

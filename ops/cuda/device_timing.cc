@@ -1,14 +1,18 @@
 // Device timing of alternatives (see device_timing.h).
 #include "ops/cuda/device_timing.h"
 
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <memory>
 #include <mutex>
 
+#include "absl/strings/str_cat.h"
 #include "ops/cuda/gemv_kernels.h"
 #include "runtime/cuda.h"
+#include "runtime/nvrtc.h"
+#include "runtime/settings.h"
 #include "runtime/status.h"
 #include "runtime/storage.h"
 
@@ -37,6 +41,10 @@ void Separate(const Storage* flush, cudaStream_t stream) {
     KILN_CUDA_CHECK(cuda_kernels::DeviceDelay(kDelayNs, stream));
   }
 }
+
+// A stored decision's file: this header line, the full key (checked on load: a hash collision or
+// an older format reads as "none stored"), then the value.
+constexpr char kDecisionHeader[] = "kiln decision v1\n";
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -79,4 +87,25 @@ std::vector<double> MedianDeviceUs(Device device, absl::Span<const std::function
   return medians;
 }
 
+std::string DeviceIdentity(Device device) {
+  const cuda::DeviceProps& p = cuda::Props(device.index);
+  int driver = 0;
+  KILN_CUDA_CHECK(cudaDriverGetVersion(&driver));
+  return absl::StrCat(p.name, " sm_", p.major, p.minor, " driver ", driver, " cublasLt ",
+                      cublasLtGetVersion(), " kiln ", KILN_BUILD_ID);
+}
+
+std::optional<std::string> LoadDecision(const std::string& key) {
+  if (EnvBool("KILN_RETIME")) return std::nullopt;
+  std::string payload;
+  if (!cuda::ReadCacheFile(cuda::Fnv1a(key), &payload, ".decision")) return std::nullopt;
+  const std::string head = absl::StrCat(kDecisionHeader, key, "\n");
+  if (payload.compare(0, head.size(), head) != 0) return std::nullopt;
+  return payload.substr(head.size());
+}
+
+void StoreDecision(const std::string& key, const std::string& value) {
+  cuda::WriteCacheFile(cuda::Fnv1a(key), absl::StrCat(kDecisionHeader, key, "\n", value),
+                       ".decision");
+}
 }  // namespace kiln::cuda_ops

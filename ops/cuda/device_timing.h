@@ -14,9 +14,21 @@
 // a path's warm-up call, on the same thread, runs to its end first.
 //
 //   const std::vector<double> us = MedianDeviceUs(device, {[&] { a(out); }, [&] { b(out); }});
+//
+// The choices outlive the process: StoreDecision keeps one in the kernel cache directory
+// (runtime/nvrtc.h), under a key that adds DeviceIdentity (GPU, driver, cuBLASLt and kiln
+// versions) to the caller's problem key, so a warm process decides without timing and a new
+// driver, library or GPU times again. KILN_RETIME=on ignores stored decisions (a choice timed
+// while another process loaded the GPU must not stick forever) and stores the new ones.
+//
+//   const std::string key = absl::StrCat("epilogue|", shapes, "|", DeviceIdentity(device));
+//   if (std::optional<std::string> v = LoadDecision(key)) return Parse(*v);
+//   StoreDecision(key, Format(Time()));
 #pragma once
 
 #include <functional>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -28,5 +40,14 @@ namespace kiln::cuda_ops {
 // stream, which must not be capturing; throws what a path throws.
 std::vector<double> MedianDeviceUs(Device device, absl::Span<const std::function<void()>> paths,
                                    int samples = 15);
+
+// "NVIDIA H200 sm_90 driver 13000 cublasLt 130100 kiln 0.1.0+4fa73a3": what a stored decision
+// about `device` is valid for.
+std::string DeviceIdentity(Device device);
+// The value stored under `key` (any string), or nullopt: none stored, no usable cache directory,
+// a damaged file, or KILN_RETIME=on.
+std::optional<std::string> LoadDecision(const std::string& key);
+// Stores `value` (any string) under `key`; silently nothing without a usable cache directory.
+void StoreDecision(const std::string& key, const std::string& value);
 
 }  // namespace kiln::cuda_ops

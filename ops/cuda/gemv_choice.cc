@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -93,6 +94,20 @@ Timing TimeBoth(const Tensor& out, const LinearPath& gemv, const LinearPath& cub
   return {us[0], us[1]};
 }
 
+// Keeps the process's decision for `p` (a racing thread's, when it decided first) and logs it as
+// "gemv: <problem><how>".
+bool Remember(Decisions& d, const GemvProblem& p, bool use, const std::string& how) {
+  std::lock_guard<std::mutex> lock(d.mu);
+  if (d.use_gemv.size() >= kMaxDecisions) {
+    d.use_gemv.clear();
+    d.untimed.clear();
+    d.log.clear();
+  }
+  auto [it, inserted] = d.use_gemv.try_emplace(p, use);
+  if (inserted) d.log.push_back(absl::StrCat("gemv: ", Describe(p), how));
+  return it->second;
+}
+
 }  // namespace
 
 bool ChooseGemv(const GemvProblem& p, const Tensor& out, const LinearPath& gemv,
@@ -104,6 +119,11 @@ bool ChooseGemv(const GemvProblem& p, const Tensor& out, const LinearPath& gemv,
     std::lock_guard<std::mutex> lock(d.mu);
     if (auto it = d.use_gemv.find(p); it != d.use_gemv.end()) return it->second;
   }
+  const std::string key = absl::StrCat("gemv|", Describe(p), "|", DeviceIdentity(CUDA(p.device)));
+  if (std::optional<std::string> stored = LoadDecision(key);
+      stored && (*stored == "gemv" || *stored == "cublasLt")) {
+    return Remember(d, p, *stored == "gemv", absl::StrCat(" -> ", *stored, " (stored)"));
+  }
   if (cuda::Capturing()) {
     std::lock_guard<std::mutex> lock(d.mu);
     if (d.untimed.insert(p).second) {
@@ -114,18 +134,10 @@ bool ChooseGemv(const GemvProblem& p, const Tensor& out, const LinearPath& gemv,
   }
   const Timing t = TimeBoth(out, gemv, cublas);  // slow: unlocked
   const bool use = t.gemv_us <= t.cublas_us;
-  std::lock_guard<std::mutex> lock(d.mu);
-  if (d.use_gemv.size() >= kMaxDecisions) {
-    d.use_gemv.clear();
-    d.untimed.clear();
-    d.log.clear();
-  }
-  auto [it, inserted] = d.use_gemv.try_emplace(p, use);
-  if (inserted) {
-    d.log.push_back(absl::StrFormat("gemv: %s %.1f µs vs cublasLt %.1f µs -> %s", Describe(p),
-                                    t.gemv_us, t.cublas_us, use ? "gemv" : "cublasLt"));
-  }
-  return it->second;
+  StoreDecision(key, use ? "gemv" : "cublasLt");
+  return Remember(d, p, use,
+                  absl::StrFormat(" %.1f µs vs cublasLt %.1f µs -> %s", t.gemv_us, t.cublas_us,
+                                  use ? "gemv" : "cublasLt"));
 }
 
 void SetGemvMode(GemvMode mode) {

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -66,6 +68,24 @@ EpilogueChoice Measure(const ir::Graph& graph, const ir::Node& n) {
   return c;
 }
 
+// The choice stored by an earlier process for this problem on this device and library, or
+// measured now (and stored). A stored choice's explain line ends in "(stored)".
+EpilogueChoice StoredOrMeasured(const ir::Graph& graph, const ir::Node& n,
+                                const std::string& problem) {
+  const std::string key =
+      absl::StrCat("epilogue|", problem, "|", cuda_ops::DeviceIdentity(n.type.device));
+  if (std::optional<std::string> stored = cuda_ops::LoadDecision(key)) {
+    const size_t eol = stored->find('\n');
+    const std::string form = stored->substr(0, eol);
+    if (eol != std::string::npos && (form == "fused" || form == "split")) {
+      return {form == "fused", absl::StrCat(stored->substr(eol + 1), " (stored)")};
+    }
+  }
+  const EpilogueChoice c = Measure(graph, n);
+  cuda_ops::StoreDecision(key, absl::StrCat(c.fused ? "fused" : "split", "\n", c.explain));
+  return c;
+}
+
 }  // namespace
 
 void RunSplit(absl::Span<const Tensor> in, const OpAttrs& attrs, const Tensor& out) {
@@ -91,7 +111,7 @@ EpilogueChoice ChooseEpilogue(const ir::Graph& graph, const ir::Node& n) {
     std::lock_guard<std::mutex> lock(mu);
     if (auto it = cache.find(key); it != cache.end()) return it->second;
   }
-  const EpilogueChoice c = Measure(graph, n);
+  const EpilogueChoice c = StoredOrMeasured(graph, n, key);
   std::lock_guard<std::mutex> lock(mu);
   return cache.emplace(key, c).first->second;
 }
