@@ -19,6 +19,7 @@
 #include "codegen/fusion_template.h"
 #include "codegen/symbolic.h"
 #include "ir/printer.h"
+#include "ops/cuda/device_timing.h"
 #include "ops/dispatch.h"
 #include "runtime/nvrtc.h"
 #include "runtime/settings.h"
@@ -148,7 +149,9 @@ std::string CompileReport::Summary() const {
   auto ms = [](double v) { return absl::StrFormat("%.1f", v); };
   return absl::StrCat("in ", ms(compile_ms), " ms: trace ", ms(trace_ms), ", passes ",
                       ms(passes_ms), ", lowering ", ms(lowering_ms), " (NVRTC ", ms(nvrtc_ms),
-                      " ms, ", nvrtc_compiles, " compiles, ", cache_hits, " cached); ", steps,
+                      " ms, ", nvrtc_compiles, " compiles, ", cache_hits, " cached; choices ",
+                      ms(timing_ms), " ms, ", timed_choices, " timed, ", stored_choices,
+                      " stored; library start-up ", ms(library_startup_ms), " ms); ", steps,
                       " steps, ", fused_kernels, " fused kernels; symbolic dims: ", symbolic_dims);
 }
 
@@ -221,8 +224,10 @@ void BuildPlan(ir::Graph graph, codegen::SymbolicShapes symbols, const CompileOp
   entry.report.passes_ms = MsSince(passes_start);
   entry.report.final_graph = ir::PrintGraph(graph);
   const cuda::KernelCacheStats cache_before = cuda::GetKernelCacheStats();
+  const cuda_ops::OneTimeCosts costs_before = cuda_ops::GetOneTimeCosts();
   entry.exe = ValueOrThrow(codegen::Executable::Build(std::move(graph), std::move(symbols)));
   const cuda::KernelCacheStats cache_after = cuda::GetKernelCacheStats();
+  const cuda_ops::OneTimeCosts costs_after = cuda_ops::GetOneTimeCosts();
   const codegen::Executable& exe = *entry.exe;
   std::set<const codegen::FusedKernel*> dumped;  // a kernel fusions share is dumped once
   for (ir::ValueId v = 0; v < exe.graph().num_values(); ++v) {
@@ -239,6 +244,10 @@ void BuildPlan(ir::Graph graph, codegen::SymbolicShapes symbols, const CompileOp
   r.nvrtc_compiles = static_cast<int>(cache_after.compiles - cache_before.compiles);
   r.cache_hits = static_cast<int>(cache_after.memory_hits + cache_after.disk_hits -
                                   cache_before.memory_hits - cache_before.disk_hits);
+  r.timing_ms = costs_after.timing_ms - costs_before.timing_ms;
+  r.timed_choices = costs_after.timed - costs_before.timed;
+  r.stored_choices = costs_after.stored - costs_before.stored;
+  r.library_startup_ms = costs_after.library_startup_ms - costs_before.library_startup_ms;
   r.trace_ms = trace_ms;
   r.planned_peak_bytes = exe.planned_peak_bytes();
   r.total_intermediate_bytes = exe.total_intermediate_bytes();

@@ -106,6 +106,11 @@ struct CompileReport {
   // so compiles another thread runs meanwhile count too.
   double compile_ms = 0, trace_ms = 0, passes_ms = 0, lowering_ms = 0, nvrtc_ms = 0;
   int nvrtc_compiles = 0, cache_hits = 0;
+  // The one-time costs inside lowering (ops/cuda/device_timing.h), process-wide counters too:
+  // per-shape choices timed (and their ms) or read back from the cache directory, and library
+  // start-up (the cuBLASLt handle of a device's first GEMM).
+  double timing_ms = 0, library_startup_ms = 0;
+  int timed_choices = 0, stored_choices = 0;
   int steps = 0;  // the plan's steps (kernels, library calls, views), known before it runs
   int64_t planned_peak_bytes = 0;        // intermediates alive at once under liveness release
   int64_t total_intermediate_bytes = 0;  // all intermediates (no reuse)
@@ -120,8 +125,9 @@ struct CompileReport {
   // frozen weight written in place, or a captured tensor replaced in its module (Module::to).
   std::string recompiled_because;
 
-  // "in 12.3 ms: trace 1.0, passes 2.1, lowering 8.9 (NVRTC 8.1 ms, 3 compiles, 2 cached); 19
-  // steps, 5 fused kernels; symbolic dims: none" (KILN_DEBUG=1 prints it for every compile).
+  // "in 12.3 ms: trace 1.0, passes 2.1, lowering 8.9 (NVRTC 8.1 ms, 3 compiles, 2 cached;
+  // choices 0.0 ms, 0 timed, 2 stored; library start-up 0.0 ms); 19 steps, 5 fused kernels;
+  // symbolic dims: none" (KILN_DEBUG=1 prints it for every compile).
   std::string Summary() const;
 };
 

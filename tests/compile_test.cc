@@ -67,6 +67,10 @@ TEST(Compile, ReportBreaksDownTheCompileTime) {
   const std::string s = r.Summary();
   EXPECT_NE(s.find("NVRTC 0.0 ms, 0 compiles"), std::string::npos) << s;
   EXPECT_NE(s.find(absl::StrCat(r.steps, " steps")), std::string::npos) << s;
+  // No per-shape choice or library start-up on the CPU.
+  EXPECT_EQ(r.timed_choices + r.stored_choices, 0);
+  EXPECT_NE(s.find("choices 0.0 ms, 0 timed, 0 stored; library start-up 0.0 ms"), std::string::npos)
+      << s;
 }
 
 TEST(Compile, GeGLUMlpFusesToThreeKernels) {
@@ -399,6 +403,9 @@ TEST(Compile, EpilogueChoiceIsMeasuredOnCuda) {
     split += line.find("-> split") != std::string::npos;
   }
   EXPECT_EQ(choices, 2) << r.final_graph;  // two distinct shapes, each measured once
+  // Timed now or read back from an earlier process's cache directory: the report counts both.
+  EXPECT_EQ(r.timed_choices + r.stored_choices, 2) << r.Summary();
+  if (r.timed_choices > 0) EXPECT_GT(r.timing_ms, 0) << r.Summary();
   EXPECT_EQ(r.kernels_per_step, 3 + split);
   ExpectSame(f({x}), {mlp(x)}, "3-layer MLP with measured epilogues");
 }

@@ -5,9 +5,11 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <mutex>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "ops/cuda/gemv_kernels.h"
 #include "runtime/cuda.h"
@@ -46,6 +48,22 @@ void Separate(const Storage* flush, cudaStream_t stream) {
 // an older format reads as "none stored"), then the value.
 constexpr char kDecisionHeader[] = "kiln decision v1\n";
 
+struct Costs {
+  std::mutex mu;
+  OneTimeCosts costs ABSL_GUARDED_BY(mu);
+};
+Costs& TheCosts() {
+  static auto* c = new Costs;  // never destroyed: choices may be made during static teardown
+  return *c;
+}
+
+template <typename F>
+void UpdateCosts(F&& f) {
+  Costs& c = TheCosts();
+  std::lock_guard<std::mutex> lock(c.mu);
+  f(c.costs);
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -61,6 +79,22 @@ std::vector<double> MedianDeviceUs(Device device, absl::Span<const std::function
   // (the epilogue timing's warm-up meets a new GEMV problem), timed in full before ours starts.
   static std::recursive_mutex mu;
   std::lock_guard<std::recursive_mutex> lock(mu);
+  thread_local int depth = 0;  // a nested timing's time is inside the outer one's
+  const auto t0 = std::chrono::steady_clock::now();
+  ++depth;
+  struct Count {
+    int& depth;
+    std::chrono::steady_clock::time_point t0;
+    ~Count() {
+      if (--depth > 0) return;
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      UpdateCosts([ms](OneTimeCosts& c) {
+        c.timing_ms += ms;
+        ++c.timed;
+      });
+    }
+  } count{depth, t0};
   const cudaStream_t stream = cuda::CurrentStream();
   const std::unique_ptr<Storage> flush = FlushBuffer(device);
   for (const auto& path : paths) path();  // warm-up
@@ -95,12 +129,23 @@ std::string DeviceIdentity(Device device) {
                       cublasLtGetVersion(), " kiln ", KILN_BUILD_ID);
 }
 
+OneTimeCosts GetOneTimeCosts() {
+  Costs& c = TheCosts();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.costs;
+}
+
+void AddLibraryStartup(double ms) {
+  UpdateCosts([ms](OneTimeCosts& c) { c.library_startup_ms += ms; });
+}
+
 std::optional<std::string> LoadDecision(const std::string& key) {
   if (EnvBool("KILN_RETIME")) return std::nullopt;
   std::string payload;
   if (!cuda::ReadCacheFile(cuda::Fnv1a(key), &payload, ".decision")) return std::nullopt;
   const std::string head = absl::StrCat(kDecisionHeader, key, "\n");
   if (payload.compare(0, head.size(), head) != 0) return std::nullopt;
+  UpdateCosts([](OneTimeCosts& c) { ++c.stored; });
   return payload.substr(head.size());
 }
 

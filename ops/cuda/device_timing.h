@@ -41,6 +41,17 @@ namespace kiln::cuda_ops {
 std::vector<double> MedianDeviceUs(Device device, absl::Span<const std::function<void()>> paths,
                                    int samples = 15);
 
+// The one-time costs a compile or a first call may pay, counted process-wide since start (the
+// compile report shows the differences over its compile): time spent in per-shape timings (the
+// outermost MedianDeviceUs calls), how many choices were timed and how many read back stored,
+// and library start-up (cuBLASLt handles).
+struct OneTimeCosts {
+  double timing_ms = 0, library_startup_ms = 0;
+  int timed = 0, stored = 0;
+};
+OneTimeCosts GetOneTimeCosts();
+void AddLibraryStartup(double ms);
+
 // "NVIDIA H200 sm_90 driver 13000 cublasLt 130100 kiln 0.1.0+4fa73a3": what a stored decision
 // about `device` is valid for.
 std::string DeviceIdentity(Device device);

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <functional>
@@ -28,6 +29,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "ops/cuda/device_timing.h"
 #include "ops/cuda/gemv_choice.h"
 #include "ops/cuda/gemv_kernels.h"
 #include "ops/dispatch.h"
@@ -278,7 +280,10 @@ struct DeviceContext {
 
 DeviceContext* CreateContext(int device) {  // the current device is `device`
   cublasLtHandle_t handle = nullptr;
+  const auto t0 = std::chrono::steady_clock::now();
   const cublasStatus_t status = cublasLtCreate(&handle);
+  AddLibraryStartup(
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   if (status != CUBLAS_STATUS_SUCCESS) {
     ThrowInternal(absl::StrCat("matmul (cuda): cublasLtCreate failed with ", StatusText(status),
                                " on cuda:", device));
