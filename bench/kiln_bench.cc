@@ -53,6 +53,7 @@
 #include "bench/bench_harness.h"
 #include "bench/bench_workloads.h"
 #include "codegen/compile.h"
+#include "ops/cuda/device_timing.h"
 #include "ops/factories.h"
 #include "ops/modules.h"
 #include "ops/ops.h"
@@ -325,27 +326,44 @@ void PrintTable(const std::vector<Row>& rows) {
 
 // ---- Modes of the program besides the benchmark ------------------------------------------------
 
-// One compile of the MLP plus its first call (CUDA already initialised), as a JSON line.
-int CompileLatency() {
+// --compile-latency: the MLP's compile to first result, broken down, in one JSON line. `process_t0`
+// is main()'s start: process start to first result adds the CUDA context, the weights' set-up and
+// library start-up to the compile.
+int CompileLatency(std::chrono::steady_clock::time_point process_t0) {
+  using Clock = std::chrono::steady_clock;
+  auto ms_since = [](Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+  };
+  const auto context_t0 = Clock::now();
+  KILN_CUDA_CHECK(cudaFree(nullptr));  // the CUDA context (if nothing made it yet)
+  const double context_ms = ms_since(context_t0);
+  const auto setup_t0 = Clock::now();
   kiln::Generator gen(7);
   kiln::GeGLUMLP mlp(768, 3072, gen, kiln::ModuleOptions{kiln::DType::kBFloat16, kiln::CUDA()});
   const Tensor x = kiln::randn({8192, 768}, gen, kiln::DType::kBFloat16, kiln::CUDA());
   cuda::Synchronize();
-  const auto t0 = std::chrono::steady_clock::now();
+  const double setup_ms = ms_since(setup_t0);
+  const auto t0 = Clock::now();
   kiln::CompileOptions frozen;
   frozen.freeze_weights = true;
   kiln::CompiledFn f = kiln::compile(mlp, x, frozen);
   f({x});
   cuda::Synchronize();
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double ms = ms_since(t0);
+  const double process_ms = ms_since(process_t0);
   const kiln::CompileReport& r = f.report({x});
   const kiln::cuda::KernelCacheStats c = kiln::cuda::GetKernelCacheStats();
   std::printf(
-      "{\"compile_ms\": %.2f, \"compile_report_ms\": %.2f, \"nvrtc_ms\": %.2f, "
-      "\"nvrtc_compiles\": %lld, \"disk_hits\": %lld, \"cache_dir\": %s}\n",
-      ms, r.compile_ms, r.nvrtc_ms, static_cast<long long>(c.compiles),
-      static_cast<long long>(c.disk_hits), JsonString(kiln::cuda::KernelCacheDir()).c_str());
+      "{\"compile_ms\": %.2f, \"process_ms\": %.2f, \"context_ms\": %.2f, \"setup_ms\": %.2f, "
+      "\"compile_report_ms\": %.2f, \"trace_ms\": %.2f, \"passes_ms\": %.2f, "
+      "\"lowering_ms\": %.2f, \"nvrtc_ms\": %.2f, \"nvrtc_compiles\": %lld, \"disk_hits\": %lld, "
+      "\"choices_ms\": %.2f, \"choices_timed\": %d, \"choices_stored\": %d, "
+      "\"library_startup_ms\": %.2f, \"first_call_ms\": %.2f, \"cache_dir\": %s}\n",
+      ms, process_ms, context_ms, setup_ms, r.compile_ms, r.trace_ms, r.passes_ms, r.lowering_ms,
+      r.nvrtc_ms, static_cast<long long>(c.compiles), static_cast<long long>(c.disk_hits),
+      r.timing_ms, r.timed_choices, r.stored_choices,
+      kiln::cuda_ops::GetOneTimeCosts().library_startup_ms, ms - r.compile_ms,
+      JsonString(kiln::cuda::KernelCacheDir()).c_str());
   return 0;
 }
 
@@ -472,6 +490,7 @@ void RunRepetitions(const Args& args, const RunInfo& info, std::vector<Row>& row
 }  // namespace
 
 int main(int argc, char** argv) {
+  const auto process_t0 = std::chrono::steady_clock::now();
   Args args;
   if (!Parse(argc, argv, &args)) return 2;
   if (!args.sample_dir.empty()) return WriteCheckSample(args.sample_dir);
@@ -494,7 +513,7 @@ int main(int argc, char** argv) {
     std::printf("kiln_bench: no CUDA device\n");
     return 1;
   }
-  if (args.compile_latency) return CompileLatency();
+  if (args.compile_latency) return CompileLatency(process_t0);
   RunInfo info;
   if (!ReadDevice(&info)) return 1;
   info.check_dir = args.check_dir;
