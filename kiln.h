@@ -1,6 +1,7 @@
 // kiln's user-facing API in one include, installed as <kiln/kiln.h>: tensors and dtypes, errors
-// (kiln::Error), factories, ops, modules, compile, the profiler and its reports, weights in and
-// out (safetensors, state dicts), DLPack and from_blob, Llama-style models and generate().
+// (kiln::Error), factories, ops, modules, compile, the profiler and its reports, a device timer,
+// weights in and out (safetensors, state dicts), DLPack and from_blob, Llama-style models and
+// generate().
 //
 //   #include <kiln/kiln.h>
 //   kiln::Generator gen(0);
@@ -29,6 +30,7 @@
 #include "ops/ops.h"
 #include "profiler/profiler.h"
 #include "profiler/report.h"
+#include "profiler/timer.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
 #include "runtime/random.h"

@@ -16,12 +16,15 @@
 #include <sstream>
 #include <thread>
 #include <variant>
+#include <vector>
 
 #include "codegen/compile.h"
+#include "ops/cuda/gemv_kernels.h"
 #include "ops/factories.h"
 #include "ops/modules.h"
 #include "ops/ops.h"
 #include "profiler/report.h"
+#include "profiler/timer.h"
 #include "runtime/cuda.h"
 #include "runtime/status.h"
 #include "tests/test_util.h"
@@ -768,6 +771,50 @@ TEST(ProfilerCompare, HostOnlyModeSaysNA) {
   const ModeSummary m = Summarize("eager", r);
   EXPECT_FALSE(m.has_device);
   EXPECT_NE(CompareReport(m, {}).find("n/a"), std::string::npos);
+}
+
+// The public device timer: laps on the host clock on the CPU, misuse named in the error.
+TEST(DeviceTimer, CpuLapsAccumulateAndMisuseIsAnError) {
+  DeviceTimer timer;
+  EXPECT_NE(ErrorOf([&] { timer.MedianMs(); }).find("no lap was timed"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { timer.Stop(); }).find("no lap is running"), std::string::npos);
+  for (int ms : {20, 5, 10}) {
+    timer.Start();
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    timer.Stop();
+  }
+  ASSERT_EQ(timer.laps(), 3);
+  const std::vector<double> laps = timer.LapsMs();
+  EXPECT_GE(laps[0], 19.5);
+  EXPECT_GE(laps[1], 4.5);
+  EXPECT_LT(laps[1], laps[0]);
+  EXPECT_GE(timer.MedianMs(), 9.5);
+  EXPECT_LT(timer.MedianMs(), laps[0]);
+  EXPECT_NEAR(timer.TotalMs(), laps[0] + laps[1] + laps[2], 1e-9);
+  timer.Start();
+  EXPECT_NE(ErrorOf([&] { timer.Start(); }).find("already running"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { timer.Reset(); }).find("a lap is running"), std::string::npos);
+  timer.Stop();
+  timer.Reset();
+  EXPECT_EQ(timer.laps(), 0);
+  EXPECT_NE(ErrorOf([] { DeviceTimer t(kMeta); }).find("meta device"), std::string::npos);
+  if (!cuda::IsAvailable()) {
+    EXPECT_NE(ErrorOf([] { DeviceTimer t(CUDA(0)); }).find("no CUDA device"), std::string::npos);
+  }
+}
+
+// On CUDA the timer times the device: a 200 µs device delay queued behind a 20 ms one measures
+// about 200 µs, although the host recorded both events within microseconds of each other.
+TEST(DeviceTimer, CudaLapsAreDeviceTime) {
+  KILN_SKIP_WITHOUT_GPU();
+  DeviceTimer timer(CUDA(0));
+  KILN_CUDA_CHECK(cuda_kernels::DeviceDelay(20'000'000, cuda::CurrentStream()));
+  timer.Start();
+  KILN_CUDA_CHECK(cuda_kernels::DeviceDelay(200'000, cuda::CurrentStream()));
+  timer.Stop();
+  const double ms = timer.MedianMs();  // waits for the stop event
+  EXPECT_GE(ms, 0.19);
+  EXPECT_LT(ms, 5.0) << "the 20 ms delay before Start is not in the lap";
 }
 
 }  // namespace
