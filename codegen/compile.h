@@ -72,7 +72,9 @@ struct CompileOptions {
   // is materialised by a kernel of its own, which the group then reads; measured in the bench's
   // fanout rows).
   bool multi_output_fusion = true;
-  bool merge_gemms = true;  // linears sharing an input: one GEMM (needs freeze_weights)
+  // Linears sharing an input: one GEMM (over frozen weights only; without freeze_weights the
+  // explain log names the linears that would have merged).
+  bool merge_gemms = true;
   // Fold weights into the plan (constant folding over them, GEMM merge); a later in-place
   // change of a folded weight recompiles. Off: weights are read at call time.
   bool freeze_weights = false;

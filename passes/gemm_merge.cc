@@ -39,6 +39,15 @@ Tensor ConcatRows(const std::vector<Tensor>& ws) {
   return out;
 }
 
+// "gate.weight+up.weight": the weights of a group's linears by their constants' names.
+std::string WeightNames(const Graph& g, const std::vector<ValueId>& linears) {
+  std::string names;
+  for (ValueId m : linears) {
+    absl::StrAppend(&names, names.empty() ? "" : "+", g.node(g.node(m).inputs[1]).name);
+  }
+  return names;
+}
+
 }  // namespace
 
 absl::StatusOr<bool> GemmMerge::Run(Graph& graph, PassContext& ctx) {
@@ -56,6 +65,17 @@ absl::StatusOr<bool> GemmMerge::Run(Graph& graph, PassContext& ctx) {
     if (members.size() > 1) first_of[members.front()] = &members;
   }
   if (first_of.empty()) return false;
+  if (!ctx.fold_constants) {  // the concatenation is a copy: only weights frozen at compile time
+    for (const auto& [first, members] : first_of) {
+      ctx.explain.push_back(absl::StrCat(
+          "not merged: ", members->size(), " linears on %", graph.node(first).inputs[0], " (",
+          WeightNames(graph, *members),
+          "): their weights are read at each call; with "
+          "CompileOptions::freeze_weights they run as one GEMM over the weights concatenated "
+          "once"));
+    }
+    return false;
+  }
   Graph out;
   std::vector<ValueId> map(graph.num_values(), -1);
   for (ValueId v = 0; v < graph.num_values(); ++v) {
@@ -67,11 +87,8 @@ absl::StatusOr<bool> GemmMerge::Run(Graph& graph, PassContext& ctx) {
       continue;
     }
     std::vector<Tensor> weights;
-    std::string names;
-    for (ValueId m : *it->second) {
-      weights.push_back(graph.node(graph.node(m).inputs[1]).constant);
-      absl::StrAppend(&names, names.empty() ? "" : "+", graph.node(graph.node(m).inputs[1]).name);
-    }
+    for (ValueId m : *it->second) weights.push_back(graph.node(graph.node(m).inputs[1]).constant);
+    const std::string names = WeightNames(graph, *it->second);
     const ValueId w = out.AddConstant(ConcatRows(weights), absl::StrCat("merged(", names, ")"));
     out.mutable_node(w).local = true;  // the plan's own copy
     const ValueId y = out.AddOp(OpId::kLinear, {map[n.inputs[0]], w});
@@ -84,7 +101,7 @@ absl::StatusOr<bool> GemmMerge::Run(Graph& graph, PassContext& ctx) {
       map[m] = out.AddOp(OpId::kSlice, {y}, s);
     }
     ctx.explain.push_back(absl::StrCat("merged ", it->second->size(), " linears on %", n.inputs[0],
-                                       " into one GEMM"));
+                                       " into one GEMM (", names, ")"));
   }
   out.SetOutputsFrom(graph, map);
   graph = std::move(out);

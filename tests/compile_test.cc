@@ -73,6 +73,37 @@ TEST(Compile, ReportBreaksDownTheCompileTime) {
       << s;
 }
 
+// The explain log says which linears merge into one GEMM, by their weights' names, and why they
+// do not when the weights are read at each call.
+TEST(Compile, ExplainSaysWhyGemmsMergeOrNot) {
+  Generator gen(0);
+  GeGLUMLP mlp(32, 64, gen);
+  const Tensor x = randn({16, 32}, gen);
+  auto line_with = [](const CompileReport& r, const std::string& text) {
+    for (const std::string& line : r.explain) {
+      if (line.find(text) != std::string::npos) return line;
+    }
+    return std::string();
+  };
+  CompiledFn plain = compile(mlp, x, {.mode = CompileOptions::Mode::kCompiled});
+  const std::string why = line_with(plain.report({x}), "not merged: 2 linears on %0");
+  EXPECT_NE(why.find("(up.weight+gate.weight)"), std::string::npos) << why;
+  EXPECT_NE(why.find("freeze_weights"), std::string::npos) << why;
+  EXPECT_EQ(line_with(plain.report({x}), "merged 2 linears"), "");
+  CompileOptions frozen;
+  frozen.freeze_weights = true;
+  CompiledFn merged = compile(mlp, x, frozen);
+  EXPECT_NE(line_with(merged.report({x}),
+                      "merged 2 linears on %0 into one GEMM "
+                      "(up.weight+gate.weight)"),
+            "");
+  EXPECT_EQ(line_with(merged.report({x}), "not merged"), "");
+  CompileOptions off = frozen;
+  off.merge_gemms = false;  // asked not to: nothing to explain
+  CompiledFn unmerged = compile(mlp, x, off);
+  EXPECT_EQ(line_with(unmerged.report({x}), "merged"), "");
+}
+
 TEST(Compile, GeGLUMlpFusesToThreeKernels) {
   Generator gen(0);
   GeGLUMLP mlp(32, 64, gen);
