@@ -757,6 +757,13 @@ TEST(ProfilerCompare, SummariesAndReport) {
   EXPECT_NE(text.find("gelu + mul"), std::string::npos) << text;
   EXPECT_NE(text.find("NVRTC 120.0 ms for 2 kernels"), std::string::npos) << text;
   EXPECT_NE(text.find("2 misses"), std::string::npos) << text;
+  // A CPU plan: no NVRTC figures that suggest compiles which never ran.
+  CompareDetails cpu;
+  cpu.has_compile_cost = true;
+  cpu.compile.kernels = 1;
+  const std::string cpu_text = CompareReport(eager, {compiled}, cpu);
+  EXPECT_NE(cpu_text.find("1 fused kernels; no NVRTC compile"), std::string::npos) << cpu_text;
+  EXPECT_EQ(cpu_text.find("ms/kernel"), std::string::npos) << cpu_text;
 }
 
 TEST(ProfilerCompare, DeviceTimeOfOpsAndKernels) {
