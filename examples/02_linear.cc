@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
                ", " + f.Str("in") + "], " + DTypeName(dtype) + " on " + device.str();
     ex.inputs = {randn({f.Int("batch"), f.Int("in")}, gen, dtype, device)};
     ex.fn = [fc](const std::vector<Tensor>& in) { return std::vector<Tensor>{(*fc)(in[0])}; };
+    ex.tensor_names = [fc] { return fc->named_tensors(); };
     examples::Results r;
     const int rc = examples::RunExample(f, ex, &r);
     std::printf(

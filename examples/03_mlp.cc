@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
                " on " + device.str();
     ex.inputs = {randn({tokens, dim}, gen, dtype, device)};
     ex.fn = [model](const std::vector<Tensor>& in) { return std::vector<Tensor>{(*model)(in[0])}; };
+    ex.tensor_names = [model] { return model->named_tensors(); };
     // GeGLU: three [dim x hidden] GEMMs; mlp3: dim -> hidden -> hidden -> dim.
     ex.flops = variant == "geglu" ? 2.0 * tokens * dim * hidden * 3
                                   : 2.0 * tokens * (dim * hidden + hidden * hidden + hidden * dim);

@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "codegen/compile.h"
@@ -207,6 +208,9 @@ struct Example {
   kiln::ir::TensorFn fn;
   std::vector<Tensor> inputs;
   double flops = 0;  // per step, for a FLOP/s figure (0 = none)
+  // Names of the weights fn captures (a module's named_tensors()): the dumps and the explain log
+  // call them "gate.weight", not "const0" (CompileOptions::tensor_names).
+  std::function<std::vector<std::pair<std::string, Tensor>>()> tensor_names;
 };
 
 struct ModeResult {
@@ -379,6 +383,7 @@ inline int RunExample(const Flags& f, const Example& ex, Results* results) {
   // the compiler fold them (GEMM merge, the causal mask read at compile time).
   options.freeze_weights = true;
   options.dump_dir = f.Str("dump");
+  options.tensor_names = ex.tensor_names;
   kiln::CompiledFn compiled = kiln::compile(ex.fn, ex.inputs, options);
   const auto [err, scale] = MaxError(compiled(ex.inputs), eager_out);
   const bool ok = err <= Tolerance(ex.inputs[0].dtype()) * std::max(1.0, scale);
