@@ -449,6 +449,7 @@ int main(int argc, char** argv) {
                     "[--out FILE] [--dump DIR] [--warmup W] [--iters I]");
   DefineFlags(f);
   f.Parse(argc, argv);
+  examples::CheckCommonFlags(f);
   if (!f.Given("device")) f.Define("device", cuda::IsAvailable() ? "cuda" : "cpu");
   const Device device = examples::ParseDeviceFlag(f);
   const bool gpu = device.is_cuda();

@@ -78,6 +78,7 @@ class Flags {
   std::string Str(const std::string& name) const { return values_.at(name); }
   bool Bool(const std::string& name) const { return values_.at(name) == "1"; }
   bool Given(const std::string& name) const { return !values_.at(name).empty(); }
+  bool Defined(const std::string& name) const { return values_.count(name) > 0; }
   int64_t Int(const std::string& name) const {
     const std::string& s = values_.at(name);
     char* end = nullptr;
@@ -116,9 +117,22 @@ inline kiln::Device ParseDeviceFlag(const Flags& f) {
   }
 }
 
+// The common flags whose values are checked before any work (DefineCommonFlags): --sort names a
+// key of the op table, --warmup and --iters are integers.
+inline void CheckCommonFlags(const Flags& f) {
+  if (!f.Defined("sort")) return;  // an example without them (06_llama)
+  kiln::profiler::SortKey key;
+  if (f.Given("sort") && !kiln::profiler::ParseSortKey(f.Str("sort"), &key)) {
+    f.Usage("--sort: unknown key " + f.Str("sort"));
+  }
+  f.Int("warmup");
+  f.Int("iters");
+}
+
 // --device (default: cuda when a GPU is present, else cpu) and --dtype (default: bfloat16 on a
-// GPU, float32 on the CPU), as the series runs them.
+// GPU, float32 on the CPU), as the series runs them, after the other common flags' check.
 inline std::pair<kiln::Device, kiln::DType> DeviceAndDType(Flags& f) {
+  CheckCommonFlags(f);
   if (!f.Given("device")) f.Define("device", kiln::cuda::IsAvailable() ? "cuda" : "cpu");
   const kiln::Device device = ParseDeviceFlag(f);
   const std::string dtype = f.Given("dtype")   ? f.Str("dtype")
