@@ -33,7 +33,7 @@ class DeviceTimer {
   std::vector<double> LapsMs() const;
   double TotalMs() const;
   double MedianMs() const;  // an error before the first lap
-  int laps() const;
+  int laps() const;         // stopped laps (no wait)
   // Forgets every lap (an error while one is running).
   void Reset();
 
