@@ -2,13 +2,15 @@
 // the GEMV can run reach the choice (matmul_cuda.cc: at most kGemvMaxRows flattened rows, unit
 // column stride of x and w). The rule, per distinct GemvProblem:
 //  - KILN_GEMV=on / off, or SetGemvMode(kOn / kOff) (matmul_cuda.h): always the GEMV / cuBLASLt.
-//  - auto (the default), a problem seen before: the cached decision.
+//  - auto (the default), a problem seen before: the cached decision; else one an earlier process
+//    stored for this problem, GPU, driver and library versions (device_timing.h; not with
+//    KILN_RETIME=on).
 //  - auto, first seen outside a CUDA graph capture: both paths run on the actual operands into a
 //    scratch output, 15 calls each, timed as ops/cuda/device_timing.h says (interleaved, each
 //    alone by CUDA events, after a write of twice the L2: cold caches, as in a decode step whose
-//    other layers' weights have passed through L2, and device time alone). The smaller median
-//    wins (a tie goes to the GEMV) and is kept for the process; GemvDecisions() lists the
-//    timings.
+//    other layers' weights have passed through L2, and device time alone). The GEMV is kept
+//    unless cuBLASLt's median is at least 10 % smaller; the decision is kept for the process and
+//    stored for later ones; GemvDecisions() lists the timings.
 //  - auto, first seen while the current stream is capturing (nothing can be timed there): the
 //    GEMV, which streams the weights at near full bandwidth where cuBLASLt with M <= 8 reaches
 //    about a fifth; the problem is timed the next time it comes outside a capture. Plans run once
