@@ -21,6 +21,7 @@
 #include "ir/printer.h"
 #include "ops/cuda/device_timing.h"
 #include "ops/dispatch.h"
+#include "runtime/cuda.h"
 #include "runtime/nvrtc.h"
 #include "runtime/settings.h"
 #include "runtime/status.h"
@@ -386,6 +387,7 @@ std::vector<Tensor> CompiledFn::operator()(const std::vector<Tensor>& inputs) co
   // plain run when none fits; the report says which, or why none.
   std::lock_guard<std::mutex> lock(e.graph_mu);
   if (e.graphs == nullptr) e.graphs = std::make_unique<codegen::CudaGraphCache>(*e.exe);
+  const cuda::ScopedGraphReplay for_graph;  // the plain run before a capture chooses for the graph
   std::vector<Tensor> out = e.graphs->Run(plan_inputs);
   if (e.graphs->changes() == e.graph_changes_reported) return out;
   e.graph_changes_reported = e.graphs->changes();
@@ -399,7 +401,9 @@ std::vector<Tensor> CompiledFn::operator()(const std::vector<Tensor>& inputs) co
 
 const CompileReport& CompiledFn::report(const std::vector<Tensor>& inputs) const {
   Entry& e = state_->EntryFor(inputs);
-  std::call_once(e.counted, [&e] {  // counting runs each GEMM once on CUDA: not at compile
+  std::call_once(e.counted, [&] {  // counting runs each GEMM once on CUDA: not at compile
+    std::optional<cuda::ScopedGraphReplay> for_graph;
+    if (state_->options.cuda_graphs) for_graph.emplace();
     e.report.kernels_per_step = e.exe->kernels_per_step();
     e.report.memsets_per_step = e.exe->memsets_per_step();
   });

@@ -302,6 +302,16 @@ bool Capturing(cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
+namespace {
+thread_local bool t_for_graph_replay = false;
+}  // namespace
+
+bool ForGraphReplay() { return t_for_graph_replay || Capturing(); }
+ScopedGraphReplay::ScopedGraphReplay() : previous_(t_for_graph_replay) {
+  t_for_graph_replay = true;
+}
+ScopedGraphReplay::~ScopedGraphReplay() { t_for_graph_replay = previous_; }
+
 absl::Status ToStatus(cudaError_t err, const char* call) {
   if (err == cudaSuccess) return absl::OkStatus();
   const std::string msg =

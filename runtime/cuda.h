@@ -51,6 +51,21 @@ void Synchronize();  // the current device
 // while another stream captures in global mode) counts as capturing, its error cleared: nothing
 // may wait for the stream or time it then either.
 bool Capturing(cudaStream_t stream = CurrentStream());
+// Whether the work this thread issues now will be replayed from a CUDA graph: the current stream
+// is capturing, or a ScopedGraphReplay is alive (the plain run that precedes a plan's capture, so
+// that choices made there are made for the graph). Choices whose winner depends on launch overhead
+// read it (ops/cuda/gemv_choice.h: a graph replays one fused kernel with less overhead than two).
+bool ForGraphReplay();
+class ScopedGraphReplay {
+ public:
+  ScopedGraphReplay();
+  ~ScopedGraphReplay();
+  ScopedGraphReplay(const ScopedGraphReplay&) = delete;
+  ScopedGraphReplay& operator=(const ScopedGraphReplay&) = delete;
+
+ private:
+  bool previous_;
+};
 
 // Throws kiln::Error naming `call` and the CUDA error string unless `err` is cudaSuccess.
 // Out-of-memory becomes kResourceExhausted, everything else kInternal.

@@ -238,7 +238,9 @@ TEST(PlanCount, FusedKernelsReportTheirFootprint) {
       EXPECT_GT(fp.registers, 0) << fp.ToString();
       EXPECT_LE(fp.registers, 255) << fp.ToString();
       EXPECT_GE(fp.max_threads, 128) << fp.ToString();
-      if (pointwise) EXPECT_EQ(fp.local_bytes, 0) << fp.ToString();
+      if (pointwise) {
+        EXPECT_EQ(fp.local_bytes, 0) << fp.ToString();
+      }
     }
   }
   EXPECT_GE(kernels, 3) << exe.graph().num_values();  // _contig, _rows; _vec/_strided

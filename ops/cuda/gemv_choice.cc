@@ -27,10 +27,12 @@ namespace kiln::cuda_ops {
 namespace {
 
 constexpr int kSamples = 15;  // timed calls of each path
-// cuBLASLt is taken only when it times this much faster: ties and noise go to the GEMV, which a
-// CUDA graph replays with less overhead (the H200 pair of 2026-12-02: a stored close call that
-// picked cuBLASLt for four of a decode step's seven linears made the captured step 3 % slower).
-constexpr double kCublasMargin = 1.1;
+// For a CUDA graph replay cuBLASLt is taken only when it times this much faster: ties and noise go
+// to the GEMV, which a graph replays with less overhead (the H200 pair of 2026-12-02: a stored
+// close call that picked cuBLASLt for four of a decode step's seven linears made the captured
+// step 3 % slower). Plain runs take the faster median (the same pair: the margin there made a
+// one-token MLP 6 % slower, its 1-row linears' split-K cuBLASLt being 5-10 % faster).
+constexpr double kGraphCublasMargin = 1.1;
 constexpr size_t kMaxDecisions = 4096;  // dynamic shapes: start over rather than grow forever
 std::atomic<int> g_mode_override{-1};   // a GemvMode set by SetGemvMode, or -1
 
@@ -46,17 +48,18 @@ absl::StatusOr<GemvMode> ParseMode(const char* v) {
 struct GemvProblemHash {
   size_t operator()(const GemvProblem& p) const {
     size_t h = 0;
-    for (int64_t v :
-         {int64_t{p.device}, static_cast<int64_t>(p.dtype), p.m, p.n, p.k,
-          int64_t{p.tf32} << 1 | int64_t{p.bias}, static_cast<int64_t>(p.act), int64_t{p.align_x},
-          int64_t{p.align_w}, int64_t{p.align_bias}, int64_t{p.align_out}}) {
+    for (int64_t v : {int64_t{p.device}, static_cast<int64_t>(p.dtype), p.m, p.n, p.k,
+                      int64_t{p.graph} << 2 | int64_t{p.tf32} << 1 | int64_t{p.bias},
+                      static_cast<int64_t>(p.act), int64_t{p.align_x}, int64_t{p.align_w},
+                      int64_t{p.align_bias}, int64_t{p.align_out}}) {
       h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
     }
     return h;
   }
 };
 
-// "[1x2304x768 bf16 bias gelu_tanh]", with the device when not 0 and alignments below 16.
+// "[1x2304x768 bf16 bias gelu_tanh]", with the device when not 0, alignments below 16 and " graph"
+// for a graph replay.
 std::string Describe(const GemvProblem& p) {
   const char* type = p.dtype == DType::kFloat32    ? "f32"
                      : p.dtype == DType::kFloat16  ? "f16"
@@ -71,7 +74,8 @@ std::string Describe(const GemvProblem& p) {
   return absl::StrCat("[", p.device != 0 ? absl::StrCat("cuda:", p.device, " ") : "", p.m, "x", p.n,
                       "x", p.k, " ", type, p.tf32 ? " tf32" : "", p.bias ? " bias" : "",
                       p.act != Epilogue::kNone ? absl::StrCat(" ", EpilogueName(p.act)) : "",
-                      low.empty() ? "" : absl::StrCat(" align ", absl::StrJoin(low, ",")), "]");
+                      low.empty() ? "" : absl::StrCat(" align ", absl::StrJoin(low, ",")),
+                      p.graph ? " graph" : "", "]");
 }
 
 struct Decisions {
@@ -137,7 +141,7 @@ bool ChooseGemv(const GemvProblem& p, const Tensor& out, const LinearPath& gemv,
     return true;
   }
   const Timing t = TimeBoth(out, gemv, cublas);  // slow: unlocked
-  const bool use = t.gemv_us <= t.cublas_us * kCublasMargin;
+  const bool use = t.gemv_us <= t.cublas_us * (p.graph ? kGraphCublasMargin : 1.0);
   StoreDecision(key, use ? "gemv" : "cublasLt");
   return Remember(d, p, use,
                   absl::StrFormat(" %.1f µs vs cublasLt %.1f µs -> %s", t.gemv_us, t.cublas_us,

@@ -9,8 +9,11 @@
 //    scratch output, 15 calls each, timed as ops/cuda/device_timing.h says (interleaved, each
 //    alone by CUDA events, after a write of twice the L2: cold caches, as in a decode step whose
 //    other layers' weights have passed through L2, and device time alone). The GEMV is kept
-//    unless cuBLASLt's median is at least 10 % smaller; the decision is kept for the process and
-//    stored for later ones; GemvDecisions() lists the timings.
+//    unless cuBLASLt's median is at least 10 % smaller when the work is for a CUDA graph replay
+//    (cuda::ForGraphReplay(): a graph replays the GEMV's one kernel with less overhead than
+//    cuBLASLt's split-K GEMM and reduce, so a close call goes to the GEMV); otherwise the faster
+//    median wins. The decision is kept for the process and stored for later ones (graph and
+//    plain runs apart); GemvDecisions() lists the timings.
 //  - auto, first seen while the current stream is capturing (nothing can be timed there): the
 //    GEMV, which streams the weights at near full bandwidth where cuBLASLt with M <= 8 reaches
 //    about a fifth; the problem is timed the next time it comes outside a capture. Plans run once
@@ -39,6 +42,7 @@ struct GemvProblem {
   int64_t m = 0, n = 0, k = 0;
   bool tf32 = false;  // float32 and SetAllowTf32(true): cuBLASLt may pick other kernels
   bool bias = false;
+  bool graph = false;  // issued for a CUDA graph replay (cuda::ForGraphReplay())
   Epilogue act = Epilogue::kNone;
   uint32_t align_x = 16, align_w = 16, align_bias = 16, align_out = 16;
   bool operator==(const GemvProblem&) const = default;

@@ -715,6 +715,7 @@ GemvProblem MakeGemvProblem(const Tensor& x2, const Tensor& w, const Tensor& bia
   p.k = w.size(1);
   p.tf32 = p.dtype == DType::kFloat32 && AllowTf32();
   p.bias = bias.defined();
+  p.graph = cuda::ForGraphReplay();
   p.act = act;
   p.align_x = RowAlignment(x2, p.m, x2.stride(0));
   p.align_w = RowAlignment(w, p.n, w.stride(0));
