@@ -129,7 +129,11 @@ std::string RowIndexerSource(int n) {
       "]; long long strides[", n, "][", kMaxSoftmaxRank - 1, "]; long long inner[", n, "]; };\n",
       "__device__ __forceinline__ void kiln_row_offsets(const KilnRowIndexer& ix, long long row,",
       " bool narrow, long long (&o)[", n, "]) {\n  ", zero, "\n",
-      "  for (int d = (int)ix.rank - 1; d >= 0; --d) {\n    long long c;\n",
+      // Unrolled over every possible dim: an index known at compile time keeps the indexer in the
+      // parameter space (a loop to ix.rank made each thread copy its 128 bytes to the stack, as
+      // much memory traffic as the softmax itself on 1024-element rows).
+      "  #pragma unroll\n  for (int d = ", kMaxSoftmaxRank - 2, "; d >= 0; --d) {\n",
+      "    if (d >= ix.rank) continue;\n    long long c;\n",
       "    if (narrow) {\n      c = (unsigned)row % (unsigned)ix.sizes[d];\n",
       "      row = (unsigned)row / (unsigned)ix.sizes[d];\n    } else {\n",
       "      c = row % ix.sizes[d];\n      row /= ix.sizes[d];\n    }\n", add, "  }\n}\n");
