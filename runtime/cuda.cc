@@ -13,6 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/settings.h"
 #include "runtime/status.h"
 #include "runtime/storage.h"
 
@@ -304,7 +305,43 @@ bool Capturing(cudaStream_t stream) {
 
 namespace {
 thread_local bool t_for_graph_replay = false;
+
+bool ComputeDependentLaunch(int device) {
+  if (!EnvBool("KILN_PDL")) return false;
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return major >= 9;
+}
 }  // namespace
+
+bool DependentLaunchEnabled(int device) {
+  static constexpr int kMaxDevices = 64;
+  static std::once_flag once[kMaxDevices];
+  static bool enabled[kMaxDevices];
+  if (device < 0 || device >= kMaxDevices) return false;
+  std::call_once(once[device], [device] { enabled[device] = ComputeDependentLaunch(device); });
+  return enabled[device];
+}
+
+cudaError_t LaunchDependent(const void* kernel, dim3 grid, dim3 block, void** args,
+                            size_t shared_bytes, cudaStream_t stream) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &attr;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return cudaGetLastError();
+  config.numAttrs = DependentLaunchEnabled(device) ? 1 : 0;
+  return cudaLaunchKernelExC(&config, kernel, args);
+}
 
 bool ForGraphReplay() { return t_for_graph_replay || Capturing(); }
 ScopedGraphReplay::ScopedGraphReplay() : previous_(t_for_graph_replay) {

@@ -67,6 +67,21 @@ class ScopedGraphReplay {
   bool previous_;
 };
 
+// Programmatic dependent launch (sm_90 and later): launches `kernel` (a __global__ function, or a
+// cudaKernel_t cast to const void*) on `stream` so that it may begin while the kernel before it
+// finishes: its blocks become resident and wait on the device, and the launch latency and ramp-up
+// overlap the predecessor's tail. The rule that keeps it correct: such a kernel executes
+// griddepcontrol.wait (kiln_grid_dependency_sync() in generated sources, GridDependencySync() in
+// ops/cuda) before it reads anything an earlier kernel may write or writes anything an earlier
+// kernel may read; before it, only prefetches of data that no kernel writes while it runs
+// (weights). The wait covers every earlier kernel (each waited for its own predecessor), so a
+// buffer the memory planner reuses is safe. Kernels without the wait, and every kernel with
+// KILN_PDL=off or on an older GPU, launch plainly. Returns the launch's error.
+cudaError_t LaunchDependent(const void* kernel, dim3 grid, dim3 block, void** args,
+                            size_t shared_bytes, cudaStream_t stream);
+// Whether LaunchDependent overlaps launches on `device` (KILN_PDL and compute capability >= 9.0).
+bool DependentLaunchEnabled(int device);
+
 // Throws kiln::Error naming `call` and the CUDA error string unless `err` is cudaSuccess.
 // Out-of-memory becomes kResourceExhausted, everything else kInternal.
 void Check(cudaError_t err, const char* call, const char* file, int line);

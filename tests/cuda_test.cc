@@ -22,6 +22,7 @@
 #include "codegen/families/pointwise/elementwise_cuda.h"
 #include "codegen/families/softmax/fused_softmax_cuda.h"
 #include "ops/cuda/device_timing.h"
+#include "ops/cuda/kernel_render.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
 #include "runtime/nvrtc.h"
@@ -242,6 +243,58 @@ TEST(CudaElementwise, RowsPathLayoutsMatchCpu) {
       gpu.push_back(to(cpu.back(), CUDA(0)));
     }
     ExpectClose(to_vector(c.fn(gpu)), to_vector(c.fn(cpu)), ToleranceFor(c.dtype), c.name);
+  }
+}
+
+// Programmatic dependent launch (runtime/cuda.h LaunchDependent): a kernel launched after a slow
+// one starts while it still runs. Read after kiln_grid_dependency_sync(), the slow kernel's write
+// is seen; read before it (the rule broken), the value from before the slow kernel is: the test
+// provokes the race the rule prevents, so the overlap is real and the wait is what orders.
+TEST(CudaDependentLaunch, TheWaitOrdersAndReadingBeforeItRaces) {
+  KILN_SKIP_WITHOUT_GPU();
+  if (!cuda::DependentLaunchEnabled(0)) GTEST_SKIP() << "needs sm_90 or later and KILN_PDL on";
+  const std::string src = std::string(cuda_ops::KernelPrelude()) + R"(
+__device__ long long kiln_test_now() {
+  long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t;
+}
+extern "C" __global__ void kiln_test_slow_writer(int* flag, long long ns) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  const long long start = kiln_test_now();
+  while (kiln_test_now() - start < ns) {}
+  *(volatile int*)flag = 1;
+}
+extern "C" __global__ void kiln_test_read_after(const int* flag, int* out) {
+  kiln_grid_dependency_sync();
+  *out = *(volatile const int*)flag;
+}
+extern "C" __global__ void kiln_test_read_before(const int* flag, int* out) {
+  const int seen = *(volatile const int*)flag;
+  kiln_grid_dependency_sync();
+  *out = seen;
+}
+)";
+  auto kernel = [&](const char* name) {
+    return reinterpret_cast<const void*>(ValueOrThrow(cuda::GetKernel(src, name)));
+  };
+  const void* writer = kernel("kiln_test_slow_writer");
+  for (const char* reader : {"kiln_test_read_after", "kiln_test_read_before"}) {
+    const Tensor flag = zeros({1}, DType::kInt32, CUDA(0)),
+                 out = full({1}, -1, DType::kInt32, CUDA(0));
+    void* flag_ptr = flag.data_ptr();
+    void* out_ptr = out.data_ptr();
+    long long ns = 2'000'000;  // 2 ms: far longer than a launch
+    void* writer_args[] = {&flag_ptr, &ns};
+    void* reader_args[] = {&flag_ptr, &out_ptr};
+    KILN_CUDA_CHECK(
+        cudaLaunchKernel(writer, dim3(1), dim3(1), writer_args, 0, cuda::CurrentStream()));
+    KILN_CUDA_CHECK(cuda::LaunchDependent(kernel(reader), dim3(1), dim3(1), reader_args, 0,
+                                          cuda::CurrentStream()));
+    const int seen = static_cast<int>(to_vector(out)[0]);
+    if (std::string(reader) == "kiln_test_read_after") {
+      EXPECT_EQ(seen, 1) << "the wait lets the reader see the earlier kernel's write";
+    } else {
+      EXPECT_EQ(seen, 0) << "a read before the wait ran while the earlier kernel was running";
+    }
   }
 }
 

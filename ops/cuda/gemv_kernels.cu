@@ -25,6 +25,7 @@
 
 #include "ops/cuda/float_convert.cuh"
 #include "ops/cuda/gemv_kernels.h"
+#include "ops/cuda/grid_dependency.cuh"
 
 namespace kiln::cuda_kernels {
 namespace {
@@ -165,6 +166,19 @@ __device__ __forceinline__ void Store(const Params<T>& p, int64_t col, int lane,
   }
 }
 
+// Pulls this thread's share of weight row `col` into L2 (128-byte lines, a hint: it never reads
+// stale data, since L2 is where writes land). Run before GridDependencySync(), so the weights
+// stream in while the previous kernel finishes.
+template <typename T>
+__device__ __forceinline__ void PrefetchRow(const Params<T>& p, int64_t col, int t, int stride) {
+  if (col >= p.n) return;
+  const char* row = reinterpret_cast<const char*>(p.w + col * p.ldw);
+  const int64_t bytes = p.k * static_cast<int64_t>(sizeof(T));
+  for (int64_t at = int64_t{t} * 128; at < bytes; at += int64_t{stride} * 128) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(row + at));
+  }
+}
+
 template <typename T, int M>
 __global__ void __launch_bounds__(kThreads) GemvKernel(Params<T> p) {
   __shared__ float partial[kWarps][M];
@@ -173,6 +187,8 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params<T> p) {
   const int part = warp % p.wpc;    // this warp's share of the column's k
   const int t = part * 32 + lane, stride = p.wpc * 32;
   const int64_t tiles = (p.n + cols - 1) / cols;
+  PrefetchRow(p, int64_t{blockIdx.x} * cols + warp / p.wpc, t, stride);  // the first tile's
+  GridDependencySync();  // x, residual and out may be earlier kernels' buffers
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {  // uniform over the CTA
     const int64_t col = tile * cols + warp / p.wpc;
     float acc[M];
@@ -265,8 +281,8 @@ cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
   const int cols = kWarps / p.wpc;
   const int64_t tiles = (a.n + cols - 1) / cols;
   const auto grid = static_cast<unsigned>(std::min(tiles, kMaxGrid));
-  kernels[a.m - 1]<<<grid, kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchMaybeDependent(a.dependent_launch, kernels[a.m - 1], dim3(grid), dim3(kThreads), 0,
+                              stream, p);
 }
 
 }  // namespace

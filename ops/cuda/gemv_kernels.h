@@ -42,6 +42,9 @@ struct GemvArgs {
   ElemType type;  // kF32, kF16 or kBF16
   GemvAct act;
   int sm_count;  // the device's: small n splits each column over more warps (gemv_kernels.cu)
+  // Launch as a programmatic dependent launch (runtime/cuda.h): the kernel prefetches its first
+  // weight rows into L2 while the previous kernel finishes, then waits for it.
+  bool dependent_launch = false;
 };
 
 // Launches the GEMV on `stream`; cudaErrorInvalidValue for sizes outside the contract (m not in

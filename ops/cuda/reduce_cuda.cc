@@ -140,7 +140,8 @@ void SoftmaxImpl(const OpDef& def, const Tensor& x, const Tensor& out, int64_t d
   const Tensor src = Contiguous(Permuted(x, order));
   WriteContiguous(Permuted(out, order), [&](const Tensor& dst) {
     KILN_CUDA_CHECK(cuda_kernels::RowSoftmax(src.data_ptr(), dst.data_ptr(), rows, n, t, log,
-                                             cuda::CurrentStream()));
+                                             cuda::CurrentStream(),
+                                             cuda::DependentLaunchEnabled(x.device().index)));
   });
 }
 
@@ -164,7 +165,8 @@ void NormImpl(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, 
   WriteContiguous(out, [&](const Tensor& dst) {
     KILN_CUDA_CHECK(cuda_kernels::RowNorm(src.data_ptr(), params[0], params[1], dst.data_ptr(),
                                           rows, n, eps, rms, t, ToElemType(def, w_dtype),
-                                          cuda::CurrentStream()));
+                                          cuda::CurrentStream(),
+                                          cuda::DependentLaunchEnabled(x.device().index)));
   });
 }
 

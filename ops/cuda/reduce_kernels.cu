@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "float_convert.cuh"  // not "ops/cuda/...": this file also builds with plain nvcc -c
+#include "grid_dependency.cuh"
 #include "reduce_kernels.h"
 
 namespace kiln::cuda_kernels {
@@ -299,6 +300,7 @@ __global__ void __launch_bounds__(G::kMaxThreads)
     RowKernel(const T* x, T* y, int64_t rows, int64_t n, Op op) {
   using V = Vec<T, kVec>;
   const G g;
+  GridDependencySync();
   for (int64_t row = g.first_row(); g.More(row, rows); row += g.row_step()) {
     const RowPos p{g.rank(), g.size(), row < rows ? n / kVec : 0};
     const V* src = reinterpret_cast<const V*>(x + row * n);
@@ -322,6 +324,7 @@ __global__ void __launch_bounds__(G::kMaxThreads)
 template <typename T, bool kLog>
 __global__ void __launch_bounds__(kLoopThreads)
     SoftmaxLoopKernel(const T* x, T* y, int64_t rows, int64_t n) {
+  GridDependencySync();
   using Acc = std::conditional_t<kLog, double, float>;
   const BlockGroup g;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -353,6 +356,7 @@ __global__ void __launch_bounds__(kLoopThreads)
 template <typename T, typename W>
 __global__ void __launch_bounds__(kLoopThreads)
     NormLoopKernel(const T* x, T* y, int64_t rows, int64_t n, NormOp<T, W> op) {
+  GridDependencySync();
   const BlockGroup g;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* src = x + row * n;
@@ -525,57 +529,58 @@ cudaError_t WithLanes(int lanes, F&& f) {
 // of up to 16 vectors take a power-of-two part of a warp, rows of up to 1024 elements a
 // warp, longer ones the fewest threads (a multiple of 32) that hold them in registers.
 template <typename T, int kVec, typename Op>
-cudaError_t LaunchRows(const T* x, T* y, int64_t rows, int64_t n, const Op& op, cudaStream_t s) {
+cudaError_t LaunchRows(const T* x, T* y, int64_t rows, int64_t n, const Op& op, cudaStream_t s,
+                       bool dependent) {
   const int64_t vecs = n / kVec;
   if (vecs <= kWarpSize / 2) {
     const int lanes = NextPow2(vecs);  // < kWarpSize
     const dim3 grid = Grid(CeilDiv(rows, kWarpsPerBlock * (kWarpSize / lanes)));
     return WithLanes(lanes, [&](auto k) {
       using G = WarpGroup<decltype(k)::value>;
-      RowKernel<T, kVec, 1, G><<<grid, G::kMaxThreads, 0, s>>>(x, y, rows, n, op);
-      return cudaGetLastError();
+      return LaunchMaybeDependent(dependent, RowKernel<T, kVec, 1, G, Op>, grid,
+                                  dim3(G::kMaxThreads), 0, s, x, y, rows, n, op);
     });
   }
   if (n <= kWarpRowMax) {
     const dim3 grid = Grid(CeilDiv(rows, kWarpsPerBlock));
     return WithIters<kVec, kMaxPerThread>(NextPow2(CeilDiv(vecs, kWarpSize)), [&](auto k) {
       using G = WarpGroup<kWarpSize>;
-      RowKernel<T, kVec, decltype(k)::value, G><<<grid, G::kMaxThreads, 0, s>>>(x, y, rows, n, op);
-      return cudaGetLastError();
+      return LaunchMaybeDependent(dependent, RowKernel<T, kVec, decltype(k)::value, G, Op>, grid,
+                                  dim3(G::kMaxThreads), 0, s, x, y, rows, n, op);
     });
   }
   constexpr int kMaxIters = BlockMaxPerThread(kVec) / kVec;
   const int threads = static_cast<int>(CeilDiv(CeilDiv(vecs, kMaxIters), kWarpSize) * kWarpSize);
   const int iters = NextPow2(CeilDiv(vecs, threads));
   return WithIters<kVec, BlockMaxPerThread(kVec)>(iters, [&](auto k) {
-    RowKernel<T, kVec, decltype(k)::value, BlockGroup>
-        <<<Grid(rows), threads, 0, s>>>(x, y, rows, n, op);
-    return cudaGetLastError();
+    return LaunchMaybeDependent(dependent, RowKernel<T, kVec, decltype(k)::value, BlockGroup, Op>,
+                                Grid(rows), dim3(threads), 0, s, x, y, rows, n, op);
   });
 }
 
 template <typename T, bool kLog>
-void LaunchLoop(const SoftmaxOp<kLog>&, const T* x, T* y, int64_t rows, int64_t n, cudaStream_t s) {
-  SoftmaxLoopKernel<T, kLog><<<Grid(rows), kLoopThreads, 0, s>>>(x, y, rows, n);
+cudaError_t LaunchLoop(const SoftmaxOp<kLog>&, const T* x, T* y, int64_t rows, int64_t n,
+                       cudaStream_t s, bool dependent) {
+  return LaunchMaybeDependent(dependent, SoftmaxLoopKernel<T, kLog>, Grid(rows), dim3(kLoopThreads),
+                              0, s, x, y, rows, n);
 }
 template <typename T, typename W>
-void LaunchLoop(const NormOp<T, W>& op, const T* x, T* y, int64_t rows, int64_t n, cudaStream_t s) {
-  NormLoopKernel<T, W><<<Grid(rows), kLoopThreads, 0, s>>>(x, y, rows, n, op);
+cudaError_t LaunchLoop(const NormOp<T, W>& op, const T* x, T* y, int64_t rows, int64_t n,
+                       cudaStream_t s, bool dependent) {
+  return LaunchMaybeDependent(dependent, NormLoopKernel<T, W>, Grid(rows), dim3(kLoopThreads), 0, s,
+                              x, y, rows, n, op);
 }
 
 // Runs a row op: RowKernel with 16-byte vectors when n and every pointer allow it, else one
 // element at a time; the loop kernel for rows too long for registers.
 template <typename T, typename Op>
 cudaError_t LaunchRowOp(const T* x, T* y, int64_t rows, int64_t n, const Op& op,
-                        bool pointers_aligned, cudaStream_t s) {
+                        bool pointers_aligned, cudaStream_t s, bool dependent) {
   constexpr int kVec = 16 / sizeof(T);
   const bool vectorised = pointers_aligned && n % kVec == 0;
-  if (n > RegisterRowMax(vectorised ? kVec : 1)) {
-    LaunchLoop(op, x, y, rows, n, s);
-    return cudaGetLastError();
-  }
-  if (vectorised) return LaunchRows<T, kVec>(x, y, rows, n, op, s);
-  return LaunchRows<T, 1>(x, y, rows, n, op, s);
+  if (n > RegisterRowMax(vectorised ? kVec : 1)) return LaunchLoop(op, x, y, rows, n, s, dependent);
+  if (vectorised) return LaunchRows<T, kVec>(x, y, rows, n, op, s, dependent);
+  return LaunchRows<T, 1>(x, y, rows, n, op, s, dependent);
 }
 
 // Launches ReduceKernel (arguments as there): a warp per row (or chunk) of up to 1024 elements,
@@ -664,19 +669,20 @@ cudaError_t LaunchTriangular(const void* x, void* y, int64_t total, int64_t rows
 // RowNorm with weight and bias of element type W.
 template <typename T, typename W>
 cudaError_t LaunchNorm(const void* x, const void* weight, const void* bias, void* y, int64_t rows,
-                       int64_t n, double eps, bool rms, cudaStream_t s) {
+                       int64_t n, double eps, bool rms, cudaStream_t s, bool dependent) {
   const size_t w_align = sizeof(W) * (16 / sizeof(T));  // a vector of weights
   const bool aligned =
       Aligned16(x) && Aligned16(y) && Aligned(weight, w_align) && Aligned(bias, w_align);
   const NormOp<T, W> op{static_cast<const W*>(weight), static_cast<const W*>(bias),
                         static_cast<float>(eps), rms};
-  return LaunchRowOp(static_cast<const T*>(x), static_cast<T*>(y), rows, n, op, aligned, s);
+  return LaunchRowOp(static_cast<const T*>(x), static_cast<T*>(y), rows, n, op, aligned, s,
+                     dependent);
 }
 
 }  // namespace
 
 cudaError_t RowSoftmax(const void* x, void* y, int64_t rows, int64_t n, ElemType t, bool log,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, bool dependent_launch) {
   if (rows < 0 || n < 0) return cudaErrorInvalidValue;
   if (rows == 0 || n == 0) return cudaSuccess;
   const bool aligned = Aligned16(x) && Aligned16(y);
@@ -684,22 +690,26 @@ cudaError_t RowSoftmax(const void* x, void* y, int64_t rows, int64_t n, ElemType
     using T = decltype(tag);
     const T* in = static_cast<const T*>(x);
     T* out = static_cast<T*>(y);
-    if (log) return LaunchRowOp(in, out, rows, n, SoftmaxOp<true>{}, aligned, stream);
-    return LaunchRowOp(in, out, rows, n, SoftmaxOp<false>{}, aligned, stream);
+    if (log) {
+      return LaunchRowOp(in, out, rows, n, SoftmaxOp<true>{}, aligned, stream, dependent_launch);
+    }
+    return LaunchRowOp(in, out, rows, n, SoftmaxOp<false>{}, aligned, stream, dependent_launch);
   });
 }
 
 cudaError_t RowNorm(const void* x, const void* weight, const void* bias, void* y, int64_t rows,
                     int64_t n, double eps, bool rms, ElemType t, ElemType weight_t,
-                    cudaStream_t stream) {
+                    cudaStream_t stream, bool dependent_launch) {
   if (rows < 0 || n < 0 || (weight_t != t && weight_t != ElemType::kF32)) {
     return cudaErrorInvalidValue;
   }
   if (rows == 0 || n == 0) return cudaSuccess;
   return WithFloatType(t, [&](auto tag) {
     using T = decltype(tag);
-    if (weight_t == t) return LaunchNorm<T, T>(x, weight, bias, y, rows, n, eps, rms, stream);
-    return LaunchNorm<T, float>(x, weight, bias, y, rows, n, eps, rms, stream);
+    if (weight_t == t) {
+      return LaunchNorm<T, T>(x, weight, bias, y, rows, n, eps, rms, stream, dependent_launch);
+    }
+    return LaunchNorm<T, float>(x, weight, bias, y, rows, n, eps, rms, stream, dependent_launch);
   });
 }
 

@@ -23,16 +23,17 @@ namespace kiln::cuda_kernels {
 // y[r, :] = softmax(x[r, :]) (log_softmax when `log`) for contiguous [rows, n] buffers of a
 // floating type. y may equal x (in place). Rows of up to 16384 elements (8192 when n * size or a
 // pointer is not a multiple of 16 bytes) stay in registers: read once, written once. Longer rows
-// are read three times.
+// are read three times. dependent_launch: a programmatic dependent launch (runtime/cuda.h).
 cudaError_t RowSoftmax(const void* x, void* y, int64_t rows, int64_t n, ElemType t, bool log,
-                       cudaStream_t stream);
+                       cudaStream_t stream, bool dependent_launch = false);
 
 // LayerNorm (rms == false) or RMSNorm (rms == true) over the last dim of contiguous [rows, n]
 // buffers: y = (x - mean) / sqrt(var + eps) * weight + bias, with mean = 0 for RMSNorm.
 // weight and bias ([n] each, of type weight_t: t or kF32) may be null. y may equal x.
+// dependent_launch: a programmatic dependent launch (runtime/cuda.h LaunchDependent).
 cudaError_t RowNorm(const void* x, const void* weight, const void* bias, void* y, int64_t rows,
                     int64_t n, double eps, bool rms, ElemType t, ElemType weight_t,
-                    cudaStream_t stream);
+                    cudaStream_t stream, bool dependent_launch = false);
 
 // Reduction ops of RowReduce.
 inline constexpr int kReduceSum = 0;

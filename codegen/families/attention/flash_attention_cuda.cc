@@ -268,13 +268,13 @@ void LaunchFlashDecode(const FlashParams& p, const FlashAttentionConfig& config,
     d.part = static_cast<float*>(part.data_ptr());
   }
   void* args[] = {&d};
-  KILN_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(kernels.split),
-                                   dim3(static_cast<unsigned>(rows), d.splits), dim3(128), args, 0,
-                                   cuda::CurrentStream()));
+  KILN_CUDA_CHECK(cuda::LaunchDependent(reinterpret_cast<const void*>(kernels.split),
+                                        dim3(static_cast<unsigned>(rows), d.splits), dim3(128),
+                                        args, 0, cuda::CurrentStream()));
   if (d.splits > 1) {
-    KILN_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(kernels.combine),
-                                     dim3(static_cast<unsigned>(rows)), dim3(128), args, 0,
-                                     cuda::CurrentStream()));
+    KILN_CUDA_CHECK(cuda::LaunchDependent(reinterpret_cast<const void*>(kernels.combine),
+                                          dim3(static_cast<unsigned>(rows)), dim3(128), args, 0,
+                                          cuda::CurrentStream()));
   }
 }
 
@@ -343,9 +343,9 @@ void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const T
   const dim3 grid(static_cast<unsigned>(batch * heads),
                   static_cast<unsigned>((p.q_len + config.block_m - 1) / config.block_m));
   void* args[] = {&p};
-  KILN_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel.kernel), grid,
-                                   dim3(config.threads()), args, config.shared_bytes(),
-                                   cuda::CurrentStream()));
+  KILN_CUDA_CHECK(cuda::LaunchDependent(reinterpret_cast<const void*>(kernel.kernel), grid,
+                                        dim3(config.threads()), args, config.shared_bytes(),
+                                        cuda::CurrentStream()));
 }
 
 }  // namespace kiln::cuda_ops

@@ -49,6 +49,16 @@ namespace kiln::cuda_ops {
 inline constexpr char kFlashParamsSource[] = R"KILN_FA(
 typedef unsigned short kiln_u16;
 
+// Programmatic dependent launch (runtime/cuda.h LaunchDependent): lets the next kernel start
+// launching, then waits until every earlier kernel has finished and its writes are visible. The
+// kernels call it first, before any load or store (without the launch attribute it returns at once).
+__device__ __forceinline__ void kiln_grid_dependency_sync() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Strides count elements; a broadcast mask dim has stride 0. The last dim of q, k, v, o is
 // contiguous, and every row/head/batch stride is a multiple of 8 (16-byte cp.async).
 struct KilnFlashParams {
@@ -388,6 +398,7 @@ __device__ __forceinline__ void store_rows(Rows& r, unsigned char* smem_warp, un
 extern "C" __global__ void __launch_bounds__(kiln_fa::THREADS, KILN_FA_MIN_BLOCKS)
 KILN_FA_NAME(const KilnFlashParams p) {
   using namespace kiln_fa;
+  kiln_grid_dependency_sync();
   extern __shared__ __align__(128) unsigned char kiln_smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int b = blockIdx.x / p.heads, h = blockIdx.x % p.heads, hk = h / p.group;

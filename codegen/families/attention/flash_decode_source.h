@@ -142,6 +142,7 @@ __device__ __forceinline__ Row row_of(const KilnFlashParams& p, int r) {
 
 extern "C" __global__ void __launch_bounds__(kiln_fd::WARPS * 32) KILN_FD_NAME(const KilnDecodeParams dp) {
   using namespace kiln_fd;
+  kiln_grid_dependency_sync();
   const KilnFlashParams& p = dp.f;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int r = blockIdx.x, split = blockIdx.y;
@@ -224,6 +225,7 @@ extern "C" __global__ void __launch_bounds__(kiln_fd::WARPS * 32) KILN_FD_NAME(c
 
 extern "C" __global__ void __launch_bounds__(128) KILN_FD_COMBINE_NAME(const KilnDecodeParams dp) {
   using namespace kiln_fd;
+  kiln_grid_dependency_sync();
   const KilnFlashParams& p = dp.f;
   // The splits' m and l in shared memory (read once, in parallel), then their weights
   // 2^(m_s - M); the threads then sum the weighted parts (below).

@@ -19,6 +19,9 @@
 namespace kiln::cuda_ops {
 namespace {
 
+// Each kernel's first statement: programmatic dependent launch's wait (runtime/cuda.h).
+constexpr char kEnter[] = "  kiln_grid_dependency_sync();\n";
+
 constexpr int kMaxRank = kMaxKernelRank;
 
 // Operands of a kernel: outputs first (0..M-1), then inputs (M..M+N-1), as in the indexers.
@@ -154,7 +157,7 @@ std::string UnrolledBody(const kir::Program& p, int vec, int unroll, Valid&& val
 // iteration (16-byte loads and stores), a grid stride apart.
 std::string ContigKernel(const std::string& base, const kir::Program& p, int vec) {
   std::string src = absl::StrCat(
-      "extern \"C\" __global__ void ", base, "_contig(", Params(p), ") {\n",
+      "extern \"C\" __global__ void ", base, "_contig(", Params(p), ") {\n", kEnter,
       "  const long long groups = n / ", vec, ";\n",
       "  const long long stride = (long long)gridDim.x * blockDim.x;\n",
       "  for (long long g0 = blockIdx.x * (long long)blockDim.x + threadIdx.x; g0 < groups;",
@@ -191,8 +194,9 @@ std::string RowsKernel(const std::string& base, const kir::Program& p, int vec) 
   std::string src = absl::StrCat(
       "struct KilnRows { long long rows, cols; long long row_stride[", ops.total(),
       "]; long long broadcast[", ops.total(), "]; };\n", "extern \"C\" __global__ void ", base,
-      "_rows(", Params(p), ", KilnRows rw) {\n", "  const long long groups = rw.cols / ", vec,
-      ";\n", "  for (long long row0 = blockIdx.y; row0 < rw.rows; row0 += (long long)gridDim.y * ",
+      "_rows(", Params(p), ", KilnRows rw) {\n", kEnter, "  const long long groups = rw.cols / ",
+      vec, ";\n",
+      "  for (long long row0 = blockIdx.y; row0 < rw.rows; row0 += (long long)gridDim.y * ",
       Plan().rows_unroll, ") {\n",
       "  for (long long g = blockIdx.x * (long long)blockDim.x + threadIdx.x; g < groups;",
       " g += (long long)gridDim.x * blockDim.x) {\n");
@@ -236,6 +240,7 @@ std::string StridedKernels(const std::string& base, const kir::Program& p) {
     const bool narrow = std::string(idx) == "unsigned";
     absl::StrAppend(&src, "extern \"C\" __global__ void ", base,
                     narrow ? "_strided32(" : "_strided(", Params(p), ", KilnIndexer ix) {\n",
+                    kEnter,
                     "  for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;",
                     " e += (long long)gridDim.x * blockDim.x) {\n", "    ", idx, " rem = (", idx,
                     ")e;\n    long long ", offsets, ";\n",
@@ -262,7 +267,7 @@ std::string StridedVecKernel(const std::string& base, const kir::Program& p, int
   }
   std::string src = absl::StrCat(
       "extern \"C\" __global__ void ", base, "_stridedv(", Params(p), ", KilnIndexer ix) {\n",
-      "  const long long groups = n / ", vec, ";\n",
+      kEnter, "  const long long groups = n / ", vec, ";\n",
       "  for (long long g = blockIdx.x * (long long)blockDim.x + threadIdx.x; g < groups;",
       " g += (long long)gridDim.x * blockDim.x) {\n", "    unsigned rem = (unsigned)(g * ", vec,
       ");\n    long long ", offsets, ";\n",
@@ -467,8 +472,8 @@ void Launch(cudaKernel_t k, void** args, int64_t work) {
   const int block = 256;
   const int64_t max_grid = static_cast<int64_t>(cuda::Props(0).sm_count) * 32;
   const int64_t grid = std::max<int64_t>(1, std::min((work + block - 1) / block, max_grid));
-  KILN_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(k), dim3(grid), dim3(block), args,
-                                   0, cuda::CurrentStream()));
+  KILN_CUDA_CHECK(cuda::LaunchDependent(reinterpret_cast<const void*>(k), dim3(grid), dim3(block),
+                                        args, 0, cuda::CurrentStream()));
 }
 
 void LaunchRows(cudaKernel_t k, void** args, long long rows, long long cols, int vec) {
@@ -481,8 +486,8 @@ void LaunchRows(cudaKernel_t k, void** args, long long rows, long long cols, int
   const long long row_blocks = (rows + Plan().rows_unroll - 1) / Plan().rows_unroll;
   const dim3 grid(static_cast<unsigned>(blocks_x),
                   static_cast<unsigned>(std::min<long long>(row_blocks, 65535)));
-  KILN_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, dim3(block), args, 0,
-                                   cuda::CurrentStream()));
+  KILN_CUDA_CHECK(cuda::LaunchDependent(reinterpret_cast<const void*>(k), grid, dim3(block), args,
+                                        0, cuda::CurrentStream()));
 }
 
 // The strided kernels, compiled on first use: most operands take the contiguous or rows path.

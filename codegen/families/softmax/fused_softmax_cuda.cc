@@ -24,6 +24,8 @@ constexpr int kLoopThreads = 512;        // the three-pass loop kernel
 constexpr int kMaxRank = 8;              // of the output
 constexpr int kMaxInputs = 31;           // like the elementwise skeleton (32 operands)
 constexpr int64_t kMaxBlocks = 1 << 20;  // grids stop here; kernels loop over the rest
+// Each kernel's first statement: programmatic dependent launch's wait (runtime/cuda.h).
+constexpr char kEnter[] = "  kiln_grid_dependency_sync();\n";
 
 // Device helpers of the fused softmax sources (after the shared prelude).
 constexpr char kSoftmaxHelpers[] = R"(
@@ -221,7 +223,7 @@ std::string RegisterKernel(const std::string& name, const SoftmaxRowLayout& l,
                            const kir::Program& p, DType out, int64_t n) {
   return absl::StrCat(
       "extern \"C\" __global__ void __launch_bounds__(", l.threads, ") ", name, "(",
-      Params(p.input_types(), out), ") {\n", RowLength(n), "  constexpr int kVec = ", l.vec,
+      Params(p.input_types(), out), ") {\n", kEnter, RowLength(n), "  constexpr int kVec = ", l.vec,
       ", kGroup = ", l.group, ", kIters = ", l.iters, ", kRows = ", l.rows_per_block(), ";\n",
       "  const int lane = threadIdx.x % kGroup;\n",
       "  for (long long first = (long long)blockIdx.x * kRows; first < rows;",
@@ -242,7 +244,7 @@ std::string LoopKernel(const std::string& name, const kir::Program& p, DType out
   const std::string each = "    for (long long c = threadIdx.x; c < kN; c += kThreads) {\n";
   return absl::StrCat(
       "extern \"C\" __global__ void __launch_bounds__(", kLoopThreads, ") ", name, "(",
-      Params(p.input_types(), out), ") {\n", RowLength(n),
+      Params(p.input_types(), out), ") {\n", kEnter, RowLength(n),
       "  constexpr int kThreads = ", kLoopThreads, ";\n",
       "  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {\n", "    long long o[",
       p.num_inputs(), "];\n", "    kiln_row_offsets(ix, row, rows < (1ll << 32), o);\n",
@@ -406,9 +408,9 @@ void LaunchFusedSoftmax(const FusedSoftmaxKernels& k, absl::Span<const Tensor> i
   args.push_back(&row_len);
   args.push_back(params.data());
   const int64_t grid = std::min(CeilDiv(n_rows, l.rows_per_block()), kMaxBlocks);
-  KILN_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(vec ? k.vec : k.strided),
-                                   dim3(static_cast<unsigned>(grid)), dim3(l.threads), args.data(),
-                                   0, cuda::CurrentStream()));
+  KILN_CUDA_CHECK(cuda::LaunchDependent(reinterpret_cast<const void*>(vec ? k.vec : k.strided),
+                                        dim3(static_cast<unsigned>(grid)), dim3(l.threads),
+                                        args.data(), 0, cuda::CurrentStream()));
 }
 
 }  // namespace kiln::cuda_ops
