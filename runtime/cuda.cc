@@ -339,7 +339,9 @@ cudaError_t LaunchDependent(const void* kernel, dim3 grid, dim3 block, void** ar
   config.attrs = &attr;
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return cudaGetLastError();
-  config.numAttrs = DependentLaunchEnabled(device) ? 1 : 0;
+  // Not while capturing: in the H200 A/B of 2026-12-02 captured plans replayed 0-3 % slower with
+  // programmatic edges, while stream launches were 8-26 % faster (docs/BENCHMARKS.md).
+  config.numAttrs = DependentLaunchEnabled(device) && !Capturing(stream) ? 1 : 0;
   return cudaLaunchKernelExC(&config, kernel, args);
 }
 

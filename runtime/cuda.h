@@ -76,7 +76,8 @@ class ScopedGraphReplay {
 // kernel may read; before it, only prefetches of data that no kernel writes while it runs
 // (weights). The wait covers every earlier kernel (each waited for its own predecessor), so a
 // buffer the memory planner reuses is safe. Kernels without the wait, and every kernel with
-// KILN_PDL=off or on an older GPU, launch plainly. Returns the launch's error.
+// KILN_PDL=off, on an older GPU or into a CUDA graph capture (captured plans replayed slower with
+// programmatic edges on the H200), launch plainly. Returns the launch's error.
 cudaError_t LaunchDependent(const void* kernel, dim3 grid, dim3 block, void** args,
                             size_t shared_bytes, cudaStream_t stream);
 // Whether LaunchDependent overlaps launches on `device` (KILN_PDL and compute capability >= 9.0).

@@ -83,7 +83,7 @@ const std::vector<Setting>& Settings() {
        "linears with few rows: kiln's GEMV (on), cuBLASLt (off), or timed once per shape (auto)"},
       {"KILN_PDL", Kind::kBool, "on", "",
        "off: kiln's kernels launch plainly, not as programmatic dependent launches that overlap "
-       "the previous kernel's tail (sm_90 and later; A/B)"},
+       "the previous kernel's tail (sm_90 and later, outside CUDA graph captures; A/B)"},
       {"KILN_FLASH_SMALL_GRID", Kind::kBool, "on", "",
        "off: flash attention keeps 128-row tiles for small grids (A/B)"},
       {"KILN_CUDA_GRAPH_DOT", Kind::kPath, "", "",
