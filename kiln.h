@@ -1,7 +1,7 @@
 // kiln's user-facing API in one include, installed as <kiln/kiln.h>: tensors and dtypes, errors
-// (kiln::Error), factories, ops, modules, compile, the profiler and its reports, a device timer,
-// weights in and out (safetensors, state dicts), DLPack and from_blob, Llama-style models and
-// generate().
+// (kiln::Error), factories, ops, modules, compile, the profiler and its reports (the
+// eager-vs-compiled report as one call: codegen/compare.h), a device timer, weights in and out
+// (safetensors, state dicts), DLPack and from_blob, Llama-style models and generate().
 //
 //   #include <kiln/kiln.h>
 //   kiln::Generator gen(0);
@@ -16,6 +16,7 @@
 // headers they need one by one, by their path in the tree ("ops/ops.h").
 #pragma once
 
+#include "codegen/compare.h"
 #include "codegen/compile.h"
 #include "io/dlpack.h"
 #include "io/from_blob.h"

@@ -25,6 +25,7 @@
 #include <cinttypes>
 #include <sstream>
 
+#include "codegen/executable.h"
 #include "examples/common.h"
 #include "examples/gpt.h"
 #include "io/safetensors.h"
@@ -372,8 +373,7 @@ void ProfileStep(const examples::Flags& f, Mode& eager, Mode& comp, Mode* graphe
   if (graphed != nullptr) graphed_step = step(*graphed);
   const std::vector<Tensor>& in = prefill ? comp.session.prefill_in : comp.session.decode_in;
   const kiln::CompiledFn& fn = prefill ? *comp.compiled_prefill : *comp.compiled_decode;
-  examples::ProfileExample(f, step(eager), step(comp), graphed_step, fn.executable(in),
-                           fn.report(in), gpu);
+  examples::ProfileExample(f, step(eager), step(comp), graphed_step, fn, in, gpu);
 }
 
 // Loads (or initialises) the model, runs the modes, checks them, prints the figures.

@@ -15,9 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "codegen/compare.h"
 #include "codegen/compile.h"
-#include "codegen/executable.h"
-#include "ir/graph.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
 #include "profiler/profiler.h"
@@ -298,76 +297,33 @@ inline void WriteTrace(const std::string& path, const kiln::profiler::ProfileRes
   std::printf("trace: %s (open in ui.perfetto.dev)\n", path.c_str());
 }
 
-// What each fused kernel of the plan replaced, for the comparison report.
-inline std::vector<kiln::profiler::FusedKernelInfo> FusedInfo(
-    const kiln::codegen::Executable& exe, const kiln::profiler::ProfileResult& eager,
-    const kiln::profiler::ProfileResult& compiled) {
-  std::vector<kiln::profiler::FusedKernelInfo> out;
-  for (const kiln::ir::Node& n : exe.graph().nodes()) {
-    if (n.kind != kiln::ir::NodeKind::kFusion) continue;
-    kiln::profiler::FusedKernelInfo info;
-    info.kernel = n.name;
-    int ops = 0;
-    for (const kiln::ir::Node& b : n.body->nodes()) {
-      if (b.kind != kiln::ir::NodeKind::kOp) continue;
-      info.eager_ops.push_back(kiln::GetOpDef(b.op).name);
-      if (++ops <
-          static_cast<int>(n.body->nodes().size()) - static_cast<int>(n.body->inputs().size())) {
-        info.intermediate_bytes_saved += 2 * b.type.numel() * kiln::DTypeSize(b.type.dtype);
-      }
-    }
-    info.launches_saved = ops - 1;
-    info.device_us_before = kiln::profiler::DeviceUsPerStepOfOps(eager, info.eager_ops);
-    info.device_us_after = kiln::profiler::DeviceUsPerStepOfKernels(compiled, n.name);
-    out.push_back(std::move(info));
-  }
-  return out;
-}
-
-// --profile / --trace / --compare for one example.
+// --profile / --trace / --compare for one example. --compare is the library's report
+// (kiln::CompareSteps, codegen/compare.h) over the example's steps; `compiled_fn` is the function
+// behind the compiled step and `inputs` its inputs.
 inline void ProfileExample(const Flags& f, const std::function<void()>& eager_step,
                            const std::function<void()>& compiled_step,
                            const std::function<void()>& graphed_step,
-                           const kiln::codegen::Executable& exe, const kiln::CompileReport& report,
-                           bool gpu) {
+                           const kiln::CompiledFn& compiled_fn,
+                           const std::vector<kiln::Tensor>& inputs, bool gpu) {
   namespace prof = kiln::profiler;
   const bool want_compiled = f.Bool("compile") || f.Bool("compare");
-  if (!f.Bool("profile") && !f.Bool("compare") && !f.Given("trace")) return;
-  auto peak_of = [&](const std::function<void()>& step) {
-    if (!gpu) return size_t{0};
-    kiln::cuda::Synchronize();
-    kiln::cuda::ResetPeakMemoryStats();
-    step();
-    kiln::cuda::Synchronize();
-    return kiln::cuda::GetMemoryStats().peak_allocated;
-  };
-  const prof::ProfileResult eager = Profile(eager_step, gpu);
-  if (f.Bool("profile")) PrintTables(f, "eager", eager, gpu);
-  prof::ProfileResult comp;
-  if (want_compiled) {
-    comp = Profile(compiled_step, gpu);
-    if (f.Bool("profile")) PrintTables(f, "compiled", comp, gpu);
-  }
-  if (f.Given("trace")) {
-    WriteTrace(f.Str("trace"), eager);
-    if (want_compiled) WriteTrace(f.Str("trace") + ".compiled.json", comp);
+  if (f.Bool("profile") || f.Given("trace")) {
+    const prof::ProfileResult eager = Profile(eager_step, gpu);
+    if (f.Bool("profile")) PrintTables(f, "eager", eager, gpu);
+    prof::ProfileResult comp;
+    if (want_compiled) {
+      comp = Profile(compiled_step, gpu);
+      if (f.Bool("profile")) PrintTables(f, "compiled", comp, gpu);
+    }
+    if (f.Given("trace")) {
+      WriteTrace(f.Str("trace"), eager);
+      if (want_compiled) WriteTrace(f.Str("trace") + ".compiled.json", comp);
+    }
   }
   if (f.Bool("compare")) {
-    prof::CompareDetails details;
-    details.fused = FusedInfo(exe, eager, comp);
-    details.has_compile_cost = true;
-    details.compile.nvrtc_ms = report.nvrtc_ms;
-    details.compile.kernels = report.fused_kernels;
-    details.compile.cache = kiln::cuda::GetKernelCacheStats();
-    const size_t eager_peak = peak_of(eager_step), comp_peak = peak_of(compiled_step);
-    std::vector<prof::ModeSummary> modes = {prof::Summarize("compiled", comp, 0, comp_peak)};
-    if (graphed_step) {  // --cuda-graphs: the same plan replayed as one CUDA graph
-      const prof::ProfileResult graphed = Profile(graphed_step, gpu);
-      modes.push_back(prof::Summarize("compiled+graph", graphed, 0, peak_of(graphed_step)));
-    }
-    std::printf("\n-- eager vs compiled --\n%s",
-                prof::CompareReport(prof::Summarize("eager", eager, 0, eager_peak), modes, details)
-                    .c_str());
+    const kiln::ComparisonReport r =
+        kiln::CompareSteps({eager_step, compiled_step, graphed_step}, compiled_fn, inputs);
+    std::printf("\n-- eager vs compiled --\n%s", r.ToString().c_str());
   }
 }
 
@@ -447,8 +403,7 @@ inline int RunExample(const Flags& f, const Example& ex, Results* results) {
                 report.planned_peak_bytes / double(1 << 20),
                 report.total_intermediate_bytes / double(1 << 20));
   }
-  ProfileExample(f, eager_step, compiled_step, graphed_step, compiled.executable(ex.inputs), report,
-                 gpu);
+  ProfileExample(f, eager_step, compiled_step, graphed_step, compiled, ex.inputs, gpu);
   if (gpu) {
     std::printf("peak device memory per step: eager %.1f MiB", results->eager.peak_mib);
     if (results->ran_compiled) std::printf(", compiled %.1f MiB", results->compiled.peak_mib);

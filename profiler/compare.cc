@@ -60,33 +60,49 @@ std::string Speedup(double base, double value) {
   return value > 0 && base > 0 ? Fixed(base / value, 2) + "x" : "-";
 }
 
+// With no device in any mode (a CPU run) the device columns (kernels, busy time, idle share, peak
+// memory) are left out rather than printed as n/a or 0.
 std::string ModeTable(const ModeSummary& eager, const std::vector<ModeSummary>& others) {
-  TextTable t({"Mode", "Wall us/step", "Host us/step", "Kernels/step", "Device busy us/step",
-               "Device idle", "Peak MiB", "Speedup (wall)", "Speedup (host)"},
-              {true});
   std::vector<ModeSummary> modes = {eager};
   modes.insert(modes.end(), others.begin(), others.end());
+  const bool device =
+      std::any_of(modes.begin(), modes.end(), [](const ModeSummary& m) { return m.has_device; });
+  std::vector<std::string> header = {"Mode", "Wall us/step", "Host us/step"};
+  if (device) {
+    header.insert(header.end(), {"Kernels/step", "Device busy us/step", "Device idle", "Peak MiB"});
+  }
+  header.insert(header.end(), {"Speedup (wall)", "Speedup (host)"});
+  TextTable t(header, {true});
   for (const ModeSummary& m : modes) {
-    t.AddRow({m.name, Fixed(m.wall_us_per_step, 1), Fixed(m.host_us_per_step, 1),
-              m.has_device ? Fixed(m.kernels_per_step, 1) : "n/a",
-              m.has_device ? Fixed(m.device_busy_us_per_step, 1) : "n/a",
-              m.has_device ? Fixed(100 * m.idle_share, 1) + "%" : "n/a",
-              Fixed(m.peak_bytes / (1024.0 * 1024.0), 1),
-              Speedup(eager.wall_us_per_step, m.wall_us_per_step),
-              Speedup(eager.host_us_per_step, m.host_us_per_step)});
+    std::vector<std::string> row = {m.name, Fixed(m.wall_us_per_step, 1),
+                                    Fixed(m.host_us_per_step, 1)};
+    if (device) {
+      row.insert(row.end(), {m.has_device ? Fixed(m.kernels_per_step, 1) : "n/a",
+                             m.has_device ? Fixed(m.device_busy_us_per_step, 1) : "n/a",
+                             m.has_device ? Fixed(100 * m.idle_share, 1) + "%" : "n/a",
+                             m.has_device ? Fixed(m.peak_bytes / (1024.0 * 1024.0), 1) : "n/a"});
+    }
+    row.insert(row.end(), {Speedup(eager.wall_us_per_step, m.wall_us_per_step),
+                           Speedup(eager.host_us_per_step, m.host_us_per_step)});
+    t.AddRow(row);
   }
   return t.Render();
 }
 
-std::string FusedTable(const std::vector<FusedKernelInfo>& fused) {
-  TextTable t({"Fused kernel", "Replaces", "Launches saved", "Device us before", "Device us after",
-               "Intermediates saved MiB"},
-              {true, true});
+// Without a device the per-kernel device times are left out.
+std::string FusedTable(const std::vector<FusedKernelInfo>& fused, bool device) {
+  std::vector<std::string> header = {"Fused kernel", "Replaces", "Launches saved"};
+  if (device) header.insert(header.end(), {"Device us before", "Device us after"});
+  header.push_back("Intermediates saved MiB");
+  TextTable t(header, {true, true});
   for (const FusedKernelInfo& f : fused) {
-    t.AddRow({Truncate(f.kernel, 50), absl::StrJoin(f.eager_ops, " + "),
-              absl::StrCat(f.launches_saved), Fixed(f.device_us_before, 1),
-              Fixed(f.device_us_after, 1),
-              Fixed(f.intermediate_bytes_saved / (1024.0 * 1024.0), 2)});
+    std::vector<std::string> row = {Truncate(f.kernel, 50), absl::StrJoin(f.eager_ops, " + "),
+                                    absl::StrCat(f.launches_saved)};
+    if (device) {
+      row.insert(row.end(), {Fixed(f.device_us_before, 1), Fixed(f.device_us_after, 1)});
+    }
+    row.push_back(Fixed(f.intermediate_bytes_saved / (1024.0 * 1024.0), 2));
+    t.AddRow(row);
   }
   return t.Render();
 }
@@ -147,7 +163,9 @@ double DeviceUsPerStepOfKernels(const ProfileResult& result, const std::string& 
 std::string CompareReport(const ModeSummary& eager, const std::vector<ModeSummary>& others,
                           const CompareDetails& details) {
   std::string out = "Eager vs compiled, per step\n" + ModeTable(eager, others);
-  if (!details.fused.empty()) out += "Fused kernels, per step\n" + FusedTable(details.fused);
+  if (!details.fused.empty()) {
+    out += "Fused kernels, per step\n" + FusedTable(details.fused, eager.has_device);
+  }
   if (details.has_compile_cost) out += CompileCostText(details.compile);
   return out;
 }

@@ -18,6 +18,7 @@
 #include <variant>
 #include <vector>
 
+#include "codegen/compare.h"
 #include "codegen/compile.h"
 #include "ops/cuda/gemv_kernels.h"
 #include "ops/factories.h"
@@ -772,12 +773,72 @@ TEST(ProfilerCompare, DeviceTimeOfOpsAndKernels) {
   EXPECT_DOUBLE_EQ(DeviceUsPerStepOfKernels(r, "kA", 2), 3.5);
 }
 
-TEST(ProfilerCompare, HostOnlyModeSaysNA) {
+// A run without a device (the CPU) shows wall and host time only: no kernel, device-time or
+// peak-memory column, in the modes table or the fused-kernel table.
+TEST(ProfilerCompare, HostOnlyModesLeaveTheDeviceColumnsOut) {
   ProfileResult r = ModeResult(0, 10, 100, 80, 2);
   r.device_available = false;
   const ModeSummary m = Summarize("eager", r);
   EXPECT_FALSE(m.has_device);
-  EXPECT_NE(CompareReport(m, {}).find("n/a"), std::string::npos);
+  CompareDetails details;
+  details.fused.push_back({.kernel = "fused_gelu_mul", .eager_ops = {"gelu", "mul"}});
+  const std::string text = CompareReport(m, {m}, details);
+  for (const char* column : {"Kernels/step", "Device busy", "Device idle", "Peak MiB",
+                             "Device us before", "Device us after", "n/a"}) {
+    EXPECT_EQ(text.find(column), std::string::npos) << column << "\n" << text;
+  }
+  EXPECT_NE(text.find("Wall us/step"), std::string::npos) << text;
+  EXPECT_NE(text.find("gelu + mul"), std::string::npos) << text;
+  // With a device the columns are there.
+  const ModeSummary gpu = Summarize("eager", ModeResult(6, 10, 100, 80, 4), 4, 3 << 20);
+  EXPECT_NE(CompareReport(gpu, {}).find("Peak MiB"), std::string::npos);
+}
+
+// The report as one library call: a GeGLU-style function run eagerly and compiled on the CPU; the
+// fused kernel is listed with the ops it replaced, the columns are the CPU's (no device ones), the
+// JSON holds the same modes; on CUDA (when present) the device columns and a graph mode appear.
+TEST(CompareEagerAndCompiled, OneCallReportsModesFusedKernelsAndCost) {
+  for (Device device : {kCPU, CUDA(0)}) {
+    if (device.is_cuda() && !cuda::IsAvailable()) continue;
+    Generator gen(3);
+    const Tensor x = to(randn({16, 64}, gen), device), u = to(randn({16, 64}, gen), device);
+    auto fn = [](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{gelu(in[0] * 1.5 + 0.5, "tanh") * in[1]};
+    };
+    kiln::CompareOptions o;
+    o.cuda_graphs = true;  // ignored on the CPU
+    o.steps = 2;
+    const kiln::ComparisonReport r = kiln::CompareEagerAndCompiled(fn, {x, u}, o);
+    const bool gpu = device.is_cuda();
+    EXPECT_EQ(r.eager.name, "eager");
+    ASSERT_EQ(r.others.size(), gpu ? 2u : 1u);
+    EXPECT_EQ(r.others[0].name, "compiled");
+    EXPECT_GT(r.eager.wall_us_per_step, 0);
+    ASSERT_EQ(r.details.fused.size(), 1u);
+    const std::vector<std::string> ops = {"mul_scalar", "add_scalar", "gelu", "mul"};
+    EXPECT_EQ(r.details.fused[0].eager_ops, ops);
+    EXPECT_EQ(r.details.fused[0].launches_saved, 3);
+    const std::string text = r.ToString();
+    EXPECT_NE(text.find("gelu + mul"), std::string::npos) << text;
+    EXPECT_EQ(text.find("Peak MiB") != std::string::npos, gpu) << text;
+    EXPECT_EQ(text.find("n/a"), std::string::npos) << text;
+    const std::string json = r.ToJson();
+    EXPECT_EQ(json.front(), '{');
+    EXPECT_EQ(std::count(json.begin(), json.end(), '{'), std::count(json.begin(), json.end(), '}'));
+    EXPECT_NE(json.find(R"("mode":"compiled")"), std::string::npos) << json;
+    EXPECT_NE(json.find(R"("replaces":["mul_scalar","add_scalar","gelu","mul"])"),
+              std::string::npos)
+        << json;
+    EXPECT_EQ(json.find("peak_bytes") != std::string::npos, gpu) << json;
+  }
+}
+
+TEST(CompareEagerAndCompiled, StepsWithoutACompiledStepAreRefused) {
+  const Tensor x = ones({2, 2});
+  const CompiledFn f =
+      compile([](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0] + 1.0}; }, {x});
+  const std::string e = ErrorOf([&] { kiln::CompareSteps({.eager = [] {}}, f, {x}); });
+  EXPECT_NE(e.find("CompareSteps: needs an eager and a compiled step"), std::string::npos) << e;
 }
 
 // The public device timer: laps on the host clock on the CPU, misuse named in the error.
