@@ -235,7 +235,9 @@ void BuildPlan(ir::Graph graph, codegen::SymbolicShapes symbols, const CompileOp
     const codegen::FusedKernel* k = exe.kernel_of(v);
     if (k == nullptr || dumped.insert(k).second) dump.Kernel(exe.graph().node(v), k);
   }
-  for (const std::string& line : exe.lowering_notes()) ctx.explain.push_back(line);
+  for (const std::string& line : exe.lowering_notes()) {
+    ctx.explain.push_back("[lowering; %N as in the final graph] " + line);
+  }
   CompileReport& r = entry.report;
   r.explain = ctx.explain;
   r.fused_kernels = exe.fused_kernels();

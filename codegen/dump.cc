@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ir/printer.h"
+#include "passes/pass.h"
 #include "runtime/cuda.h"
 #include "runtime/nvrtc.h"
 #include "runtime/settings.h"
@@ -65,7 +66,7 @@ Dumper::Dumper(const std::string& root) {
 void Dumper::Graph(const std::string& stage, const ir::Graph& g, bool changed) {
   if (DebugLevel() >= 4) std::cerr << "kiln: graph after " << stage << ":\n" << ir::PrintGraph(g);
   if (!enabled()) return;
-  const std::string base = absl::StrCat(absl::Dec(index_++, absl::kZeroPad2), "_", stage);
+  const std::string base = passes::StageName(index_++, stage);
   Write(base + ".txt", ir::PrintGraph(g),
         absl::StrCat("graph after ", stage, changed ? "" : " (unchanged)"));
   Write(base + ".dot", ir::ToDot(g), "Graphviz of the same");

@@ -27,10 +27,12 @@ struct PassContext {
   // Kernel families switched off by name ("attention", "softmax", ...): their passes change
   // nothing (CompileOptions::disabled_families).
   std::vector<std::string> disabled_families;
-  bool multi_output = true;          // a group stores a member used outside it (else: materialised)
-  bool merge_gemms = true;           // linears sharing an input: one GEMM
-  bool fold_constants = true;        // evaluate ops over constants (weights) at compile time
-  std::vector<std::string> explain;  // one line per fusion decision
+  bool multi_output = true;    // a group stores a member used outside it (else: materialised)
+  bool merge_gemms = true;     // linears sharing an input: one GEMM
+  bool fold_constants = true;  // evaluate ops over constants (weights) at compile time
+  // One line per fusion decision; Pipeline::Run prefixes each with the pass that wrote it and the
+  // graph its %N number, the one the pass was given ("[fusion; %N as in 07_dce] ...", StageName).
+  std::vector<std::string> explain;
   // Called with (pass name, graph, whether the pass changed it) after each pass, e.g. for dumps.
   std::function<void(const std::string&, const ir::Graph&, bool)> after_pass;
   // The kernel families' rules for fusion bodies, checked by the verifier after every pass
@@ -49,6 +51,10 @@ class Pass {
   virtual const char* name() const = 0;
   virtual absl::StatusOr<bool> Run(ir::Graph& graph, PassContext& ctx) = 0;
 };
+
+// The name of the graph after stage `index` of a compile (0: "traced", then one per pass in
+// order): "07_dce". Dumps write that graph to <name>.txt; explain lines refer to it.
+std::string StageName(int index, const std::string& stage);
 
 class Pipeline {
  public:

@@ -130,7 +130,7 @@ TEST(CompileSemantics, InputMutationReachesTheCallerOnCuda) {
 int InPlaceLines(const CompiledFn& f, const std::vector<Tensor>& inputs, const std::string& op) {
   int lines = 0;
   for (const std::string& line : f.report(inputs).explain) {
-    lines += line.rfind("in place: " + op, 0) == 0;
+    lines += line.rfind("[lowering; %N as in the final graph] in place: " + op, 0) == 0;
   }
   return lines;
 }

@@ -429,7 +429,7 @@ TEST(Compile, EpilogueChoiceIsMeasuredOnCuda) {
   const CompileReport& r = f.report({x});
   int choices = 0, split = 0;
   for (const std::string& line : r.explain) {
-    if (line.rfind("epilogue choice: ", 0) != 0) continue;
+    if (line.rfind("[lowering; %N as in the final graph] epilogue choice: ", 0) != 0) continue;
     ++choices;
     split += line.find("-> split") != std::string::npos;
   }
@@ -498,6 +498,49 @@ TEST(Compile, DumpsGraphsKernelsAndIndex) {
   EXPECT_EQ(g.report({x}).dump_dir, root + "/compile_002");
   EXPECT_TRUE(std::filesystem::exists(root + "/compile_001/index.md"));
   EXPECT_TRUE(std::filesystem::exists(root + "/compile_002/index.md"));
+  std::filesystem::remove_all(root);
+}
+
+// Each explain line names the pass that wrote it and the graph its %N number (the one the pass was
+// given), so a number can be looked up in that stage's dump: "not fused: %K (op)" is op there.
+TEST(Compile, ExplainLinesNameTheirPassAndTheGraphOfTheirValues) {
+  Generator gen(5);
+  const Tensor x = randn({4, 8}, gen), wg = randn({16, 8}, gen), wu = randn({16, 8}, gen);
+  Fn fn = [&](const std::vector<Tensor>& in) {  // GeGLU: the merged GEMM's halves are slices
+    return std::vector<Tensor>{gelu(linear(in[0], wg), "tanh") * linear(in[0], wu)};
+  };
+  const std::string root = (std::filesystem::temp_directory_path() / "kiln_dump_explain").string();
+  std::filesystem::remove_all(root);
+  CompileOptions o;
+  o.freeze_weights = true;
+  o.dump_dir = root;
+  CompiledFn f = compile(fn, {x}, o);
+  const CompileReport& r = f.report({x});
+  const std::string log = absl::StrJoin(r.explain, "\n");
+  int checked = 0;
+  for (const std::string& line : r.explain) {
+    ASSERT_EQ(line.front(), '[') << line;
+    const std::string marker = "; %N as in ";
+    const size_t at = line.find(marker), close = line.find("] ");
+    ASSERT_NE(at, std::string::npos) << line;
+    const std::string pass = line.substr(1, at - 1);
+    const std::string stage = line.substr(at + marker.size(), close - at - marker.size());
+    const size_t nf = line.find("] not fused: %");
+    if (nf == std::string::npos || pass == "lowering") continue;
+    // "%K (op)": K is op in the dump of stage `stage` ("07_dce.txt").
+    const std::string rest = line.substr(nf + std::string("] not fused: %").size());
+    const std::string id = rest.substr(0, rest.find(' '));
+    const std::string op = rest.substr(rest.find('(') + 1, rest.find(')') - rest.find('(') - 1);
+    std::ifstream in(r.dump_dir + "/" + stage + ".txt");
+    const std::string graph_text((std::istreambuf_iterator<char>(in)),
+                                 std::istreambuf_iterator<char>());
+    ASSERT_FALSE(graph_text.empty()) << "no dump " << stage << ".txt\n" << log;
+    EXPECT_NE(graph_text.find(absl::StrCat("%", id, " = ", op, "(")), std::string::npos)
+        << line << "\n"
+        << graph_text;
+    ++checked;
+  }
+  EXPECT_GE(checked, 1) << log;
   std::filesystem::remove_all(root);
 }
 
