@@ -326,6 +326,12 @@ bool DependentLaunchEnabled(int device) {
   return enabled[device];
 }
 
+bool UseDependentLaunch(int device, cudaStream_t stream) {
+  // Not while capturing: in the H200 A/B of 2026-12-02 captured plans replayed 0-3 % slower with
+  // programmatic edges, while stream launches were 8-26 % faster (docs/BENCHMARKS.md).
+  return DependentLaunchEnabled(device) && !Capturing(stream);
+}
+
 cudaError_t LaunchDependent(const void* kernel, dim3 grid, dim3 block, void** args,
                             size_t shared_bytes, cudaStream_t stream) {
   cudaLaunchAttribute attr{};
@@ -339,9 +345,7 @@ cudaError_t LaunchDependent(const void* kernel, dim3 grid, dim3 block, void** ar
   config.attrs = &attr;
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return cudaGetLastError();
-  // Not while capturing: in the H200 A/B of 2026-12-02 captured plans replayed 0-3 % slower with
-  // programmatic edges, while stream launches were 8-26 % faster (docs/BENCHMARKS.md).
-  config.numAttrs = DependentLaunchEnabled(device) && !Capturing(stream) ? 1 : 0;
+  config.numAttrs = UseDependentLaunch(device, stream) ? 1 : 0;
   return cudaLaunchKernelExC(&config, kernel, args);
 }
 

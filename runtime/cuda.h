@@ -82,6 +82,9 @@ cudaError_t LaunchDependent(const void* kernel, dim3 grid, dim3 block, void** ar
                             size_t shared_bytes, cudaStream_t stream);
 // Whether LaunchDependent overlaps launches on `device` (KILN_PDL and compute capability >= 9.0).
 bool DependentLaunchEnabled(int device);
+// Whether a launch on `stream` of `device` now is a dependent one: enabled there and the stream
+// not capturing. Launchers that cannot call LaunchDependent (ops/cuda/*.cu) pass this on.
+bool UseDependentLaunch(int device, cudaStream_t stream = CurrentStream());
 
 // Throws kiln::Error naming `call` and the CUDA error string unless `err` is cudaSuccess.
 // Out-of-memory becomes kResourceExhausted, everything else kInternal.

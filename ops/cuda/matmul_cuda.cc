@@ -746,7 +746,7 @@ void RunGemv(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor
           : act == Epilogue::kGeluTanh ? GemvAct::kGeluTanh
                                        : GemvAct::kNone;
   a.sm_count = cuda::Props(out.device().index).sm_count;
-  a.dependent_launch = cuda::DependentLaunchEnabled(out.device().index);
+  a.dependent_launch = cuda::UseDependentLaunch(out.device().index);
   KILN_CUDA_CHECK(cuda_kernels::Gemv(a, cuda::CurrentStream()));
 }
 

@@ -141,7 +141,7 @@ void SoftmaxImpl(const OpDef& def, const Tensor& x, const Tensor& out, int64_t d
   WriteContiguous(Permuted(out, order), [&](const Tensor& dst) {
     KILN_CUDA_CHECK(cuda_kernels::RowSoftmax(src.data_ptr(), dst.data_ptr(), rows, n, t, log,
                                              cuda::CurrentStream(),
-                                             cuda::DependentLaunchEnabled(x.device().index)));
+                                             cuda::UseDependentLaunch(x.device().index)));
   });
 }
 
@@ -166,7 +166,7 @@ void NormImpl(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, 
     KILN_CUDA_CHECK(cuda_kernels::RowNorm(src.data_ptr(), params[0], params[1], dst.data_ptr(),
                                           rows, n, eps, rms, t, ToElemType(def, w_dtype),
                                           cuda::CurrentStream(),
-                                          cuda::DependentLaunchEnabled(x.device().index)));
+                                          cuda::UseDependentLaunch(x.device().index)));
   });
 }
 
