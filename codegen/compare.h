@@ -25,7 +25,7 @@
 namespace kiln {
 
 struct CompareOptions {
-  CompileOptions compile;    // for the compiled mode (its mode is set to kCompiled)
+  CompileOptions compile;    // for the compiled modes (mode and cuda_graphs are set per mode)
   bool cuda_graphs = false;  // a third mode, the plan replayed as a CUDA graph (CUDA inputs only)
   int steps = 3;             // profiled steps per mode, after one unprofiled warm-up step
 };
