@@ -27,7 +27,7 @@ namespace kiln {
 struct CompareOptions {
   CompileOptions compile;    // for the compiled modes (mode and cuda_graphs are set per mode)
   bool cuda_graphs = false;  // a third mode, the plan replayed as a CUDA graph (CUDA inputs only)
-  int steps = 3;             // profiled steps per mode, after one unprofiled warm-up step
+  int steps = 3;             // profiled steps per mode, after two unprofiled warm-up steps
 };
 
 struct ComparisonReport {
