@@ -25,6 +25,7 @@
 #include "ops/cuda/kernel_render.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
+#include "profiler/profiler.h"
 #include "runtime/nvrtc.h"
 #include "runtime/settings.h"
 #include "runtime/status.h"
@@ -128,7 +129,8 @@ TEST(NvrtcCodegen, FusedSoftmaxVariantsCompile) {
   for (size_t c = 0; c < prologues.size(); ++c) {
     for (int64_t n : {0, 1, 7, 33, 1024, 4099, 8192, 20000}) {
       const std::string name = absl::StrCat("kiln_fused_test_softmax_", compiled);
-      const std::string src = cuda_ops::RenderFusedSoftmaxSource(name, prologues[c], outs[c], n);
+      const std::string src =
+          cuda_ops::RenderFusedSoftmaxSource(name, prologues[c], outs[c], {.row_len = n});
       auto ptx = cuda::CompileSource(src, name, "compute_90", /*cubin=*/false);
       ASSERT_TRUE(ptx.ok()) << ptx.status().message();
       EXPECT_NE(ptx->find(name + "_strided"), std::string::npos);
@@ -139,6 +141,44 @@ TEST(NvrtcCodegen, FusedSoftmaxVariantsCompile) {
     }
   }
   EXPECT_EQ(compiled, 32);
+}
+
+// The eager forms: one load, run-time row lengths up to a class's length (registers) or any
+// (the loop kernel), softmax and log_softmax (the double sum), in every floating dtype.
+TEST(NvrtcCodegen, EagerSoftmaxFormsCompile) {
+  int compiled = 0;
+  for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    kir::Program load({t});
+    load.Store(load.Load(0), t);
+    for (int64_t max_len : {0, 1, 16, 1024, 4096, 16384}) {
+      for (bool log : {false, true}) {
+        const std::string name = absl::StrCat("kiln_test_eager_softmax_", compiled);
+        const cuda_ops::SoftmaxForm form{.row_len = 0, .max_row_len = max_len, .log = log};
+        const std::string src = cuda_ops::RenderFusedSoftmaxSource(name, load, t, form);
+        EXPECT_NE(src.find("const long long kN = row_len;"), std::string::npos) << name;
+        const bool registers = max_len > 0 && cuda_ops::PlanSoftmaxRows(max_len, 1).iters > 0;
+        if (registers) {  // the row in registers: the helper's log flag
+          EXPECT_NE(src.find(absl::StrCat("kVec, ", log ? "true" : "false", ">(v)")),
+                    std::string::npos)
+              << name;
+        } else {  // the loop kernel: log_softmax sums in double
+          EXPECT_EQ(src.find("double sum = 0;") != std::string::npos, log) << name;
+        }
+        auto ptx = cuda::CompileSource(src, name, "compute_90", /*cubin=*/false);
+        ASSERT_TRUE(ptx.ok()) << ptx.status().message();
+        EXPECT_NE(ptx->find(name + "_strided"), std::string::npos);
+        ++compiled;
+      }
+    }
+  }
+  EXPECT_EQ(compiled, 36);
+  const cuda_ops::SoftmaxForm eager{.row_len = 0, .max_row_len = 2048};
+  EXPECT_TRUE(eager.Holds(1025));
+  EXPECT_TRUE(eager.Holds(2048));
+  EXPECT_FALSE(eager.Holds(2049));
+  EXPECT_EQ(eager.Describe(), "at most 2048 (read at run time)");
+  EXPECT_TRUE(cuda_ops::SoftmaxForm{}.Holds(1 << 20));
+  EXPECT_FALSE(cuda_ops::SoftmaxForm{.row_len = 7}.Holds(8));
 }
 
 TEST(NvrtcCodegen, FusedSoftmaxLayoutsKeepRowsInRegisters) {
@@ -287,6 +327,57 @@ extern "C" __global__ void kiln_test_read_after(const int* flag, int* out) {
   KILN_CUDA_CHECK(
       cuda::LaunchDependent(reader, dim3(1), dim3(1), reader_args, 0, cuda::CurrentStream()));
   EXPECT_EQ(to_vector(out)[0], 1) << "the wait lets the reader see the earlier kernel's write";
+}
+
+// Eager softmax and log_softmax run the softmax family's kernel (one implementation with the
+// compiler's fused softmax): rows of every layout (sub-warp, warp, block, loop), lengths the
+// 16-byte vectors do not divide, a non-last dim and a non-contiguous input, against the CPU
+// kernels; two lengths of one class share a kernel compiled for the class.
+TEST(CudaEagerSoftmax, RunsTheFamilyKernelOverRowClasses) {
+  KILN_SKIP_WITHOUT_GPU();
+  Generator gen(21);
+  for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    for (int64_t n : {1, 7, 33, 1000, 1025, 2000, 4099, 8193, 16384, 16385, 20000}) {
+      const Tensor cpu = cast(randn({3, n}, gen) * 4.0, t);
+      const Tensor gpu = to(cpu, CUDA(0));
+      for (bool log : {false, true}) {
+        const std::string what =
+            absl::StrCat(log ? "log_softmax " : "softmax ", DTypeName(t), " n=", n);
+        auto op = [log](const Tensor& x, int64_t dim) {
+          return log ? log_softmax(x, dim) : softmax(x, dim);
+        };
+        ExpectClose(to_vector(op(gpu, -1)), to_vector(op(cpu, -1)), ToleranceFor(t), what);
+      }
+    }
+  }
+  const Tensor cpu = cast(randn({5, 6, 40}, gen), DType::kBFloat16);
+  const Tensor gpu = to(cpu, CUDA(0));
+  ExpectClose(to_vector(softmax(gpu, 1)), to_vector(softmax(cpu, 1)),
+              ToleranceFor(DType::kBFloat16), "dim 1");
+  ExpectClose(to_vector(log_softmax(slice(gpu, 2, 1, 38), -1)),
+              to_vector(log_softmax(slice(cpu, 2, 1, 38), -1)), ToleranceFor(DType::kBFloat16),
+              "a slice (unaligned rows)");
+  // The kernel is the family's, named by its class: 1100 and 2000 both run "_upto2048".
+  std::vector<std::string> names;
+  {
+    profiler::ProfilerOptions o;
+    o.active = 1;
+    profiler::Profiler p(std::move(o));
+    p.Start();
+    for (int64_t n : {1100, 2000}) softmax(to(randn({2, n}, gen), CUDA(0)), -1);
+    cuda::Synchronize();
+    p.Step();
+    const profiler::ProfileResult r = p.Stop();
+    ASSERT_TRUE(r.device_available) << r.device_status;
+    for (const profiler::DeviceRecord& d : r.device) {
+      if (d.kind == profiler::DeviceKind::kKernel && d.name.find("softmax") != std::string::npos) {
+        names.push_back(d.name);
+      }
+    }
+  }
+  ASSERT_EQ(names.size(), 2u);
+  EXPECT_EQ(names[0], "kiln_softmax_float32_upto2048_vec");
+  EXPECT_EQ(names[1], names[0]);
 }
 
 TEST(CudaRuntime, CopiesRoundTripAndStatsMove) {

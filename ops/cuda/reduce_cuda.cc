@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/families/softmax/fused_softmax_cuda.h"
 #include "ops/cuda/reduce_kernels.h"
 #include "runtime/cuda.h"
 #include "runtime/status.h"
@@ -124,25 +125,23 @@ void FillScalar(const Tensor& out, double value) {
 }
 
 // softmax / log_softmax along `dim`: the dim is swapped with the last one (no copy when it is
-// already last and the input contiguous) and the rows are written through the same swap.
+// already last and the input contiguous) and the rows are written through the same swap, by the
+// softmax family's row kernel (codegen/families/softmax/fused_softmax_cuda.h), the one the
+// compiler fuses prologues into.
 void SoftmaxImpl(const OpDef& def, const Tensor& x, const Tensor& out, int64_t dim, bool log) {
   const int64_t rank = x.dim();
   if (rank == 0) {  // like the CPU kernel: 1 (log: 0) whatever the value
     FillScalar(out, log ? 0.0 : 1.0);
     return;
   }
+  if (!IsFloatingPoint(x.dtype())) ThrowUnsupported(def, x.dtype());
   if (dim < 0) dim += rank;
   std::vector<int64_t> order(rank);
   std::iota(order.begin(), order.end(), 0);
   std::swap(order[dim], order[rank - 1]);  // its own inverse
-  const int64_t n = x.size(dim), rows = x.numel() / n;
-  const ElemType t = FloatElemType(def, x.dtype());
   const Tensor src = Contiguous(Permuted(x, order));
-  WriteContiguous(Permuted(out, order), [&](const Tensor& dst) {
-    KILN_CUDA_CHECK(cuda_kernels::RowSoftmax(src.data_ptr(), dst.data_ptr(), rows, n, t, log,
-                                             cuda::CurrentStream(),
-                                             cuda::UseDependentLaunch(x.device().index)));
-  });
+  WriteContiguous(Permuted(out, order),
+                  [&](const Tensor& dst) { EagerSoftmaxLastDim(src, dst, log); });
 }
 
 // layer_norm / rms_norm over the last dim; in = x[, weight[, bias]]. Weight and bias are used as

@@ -1,8 +1,9 @@
 // CUDA kernels of the registry's reduction, normalisation and triangular-mask rows (KernelFn,
 // ops/op_def.h). They accept inputs of any strides and write `out` (any strides), bringing the
-// data into the contiguous row layouts of the launchers in ops/cuda/reduce_kernels.h: views are
-// metadata only, and a copy is made (with the registry's CUDA copy kernel) only where the row
-// being reduced is not already contiguous.
+// data into the contiguous row layouts of the launchers in ops/cuda/reduce_kernels.h (softmax and
+// log_softmax: the softmax family's row kernel, codegen/families/softmax/fused_softmax_cuda.h):
+// views are metadata only, and a copy is made (with the registry's CUDA copy kernel) only where the
+// row being reduced is not already contiguous.
 //
 //   // registered in ops/registry.cc; reached through the dispatcher:
 //   Tensor p = softmax(scores, -1);  // scores on CUDA -> cuda_ops::Softmax

@@ -1,6 +1,6 @@
 // CUDA kernels and launchers for row reductions and normalisations (see reduce_kernels.h).
 //
-// Row kernels (softmax, norms) load a whole row into registers, reduce across the threads that
+// Row kernels (the norms) load a whole row into registers, reduce across the threads that
 // share it and write it back, so each element is read once and written once. A row of up to
 // 1024 elements belongs to one warp (or to part of one when short); a longer one to one block of
 // up to 512 threads (512 threads of up to 128 registers fill an SM's register file). When the row
@@ -68,9 +68,6 @@ struct SumOp {
     return a + b;
   }
 };
-struct MaxOp {  // ignores NaN (fmaxf), like std::max in the CPU softmax
-  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
 
 // Reduces over aligned groups of kLanes lanes of a warp (all 32 lanes must take part).
 template <int kLanes = kWarpSize, typename T, typename Op>
@@ -115,11 +112,6 @@ struct WarpGroup {
   __device__ T AllReduce(T v, Op op, T /*identity*/) const {
     return WarpAllReduce<kLanes>(v, op);
   }
-  // Whether p holds for any row of the warp: a branch on it is taken by the whole warp, so the
-  // reductions inside it still see all 32 lanes.
-  __device__ bool AnyInWarp(bool p) const {
-    return kLanes == kWarpSize ? p : __any_sync(0xffffffffu, p);
-  }
 };
 struct BlockGroup {
   static constexpr int kMaxThreads = kMaxBlockThreads;
@@ -132,7 +124,6 @@ struct BlockGroup {
   __device__ T AllReduce(T v, Op op, T identity) const {
     return BlockAllReduce(v, op, identity);
   }
-  __device__ bool AnyInWarp(bool p) const { return p; }  // p is the block's row's: uniform
 };
 
 // Which vectors of its row a thread holds: vector `it * size + rank` in slot `it`.
@@ -144,64 +135,6 @@ struct RowPos {
 };
 
 // ---- Row kernels (the row in registers) ---------------------------------------------------
-
-// A row whose max is +inf (kInfMax, a branch taken per row, so ordinary rows pay nothing): its
-// +inf elements are left out of the sum (inf - inf would make it NaN) and the sum becomes +inf, so
-// +inf elements give NaN (inf / inf) and finite ones 0 (log_softmax: -inf), like torch and the
-// CPU kernel; a NaN element keeps the sum NaN.
-template <bool kInfMax, typename Acc>
-__device__ __forceinline__ Acc AddExp(Acc sum, float v, float e) {
-  return kInfMax ? sum + (v == INFINITY ? 0.f : e) : sum + e;
-}
-template <bool kInfMax, typename Acc>
-__device__ __forceinline__ Acc RowSum(Acc sum, float mx) {
-  return kInfMax && mx == INFINITY ? sum + Acc(INFINITY) : sum;
-}
-
-template <bool kLog>
-struct SoftmaxOp {
-  static __device__ float Pad() { return -INFINITY; }  // adds nothing to the max or the sum
-  // log_softmax sums in double: log(1 + tiny) must keep the tiny part.
-  using Acc = std::conditional_t<kLog, double, float>;
-
-  // v <- v - mx (log) or exp(v - mx); returns the row's sum of the exponentials.
-  template <bool kInfMax, int kVec, int kIters, typename G>
-  __device__ Acc Exponentiate(float (&v)[kIters][kVec], float mx, const G& g) const {
-    Acc sum = 0;
-#pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        const float d = v[it][j] - mx, e = expf(d);
-        sum = AddExp<kInfMax>(sum, v[it][j], e);
-        v[it][j] = kLog ? d : e;
-      }
-    }
-    return RowSum<kInfMax>(g.AllReduce(sum, SumOp{}, Acc{0}), mx);
-  }
-
-  template <int kVec, int kIters, typename G>
-  __device__ void Apply(float (&v)[kIters][kVec], const RowPos&, const G& g, int64_t) const {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) mx = fmaxf(mx, v[it][j]);
-    }
-    mx = g.AllReduce(mx, MaxOp{}, -INFINITY);
-    if (mx == -INFINITY) mx = 0.f;  // an all -inf row gives NaN (0/0), like the CPU kernel
-    // Both branches reduce across the warp: it takes one of them as a whole (the +inf form is
-    // right for any row, only slower).
-    const Acc sum =
-        g.AnyInWarp(mx == INFINITY) ? Exponentiate<true>(v, mx, g) : Exponentiate<false>(v, mx, g);
-    const float scale = kLog ? static_cast<float>(log(sum)) : 1.f / static_cast<float>(sum);
-#pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) v[it][j] = kLog ? v[it][j] - scale : v[it][j] * scale;
-    }
-  }
-};
 
 // The row mean is summed in double and kept as hi + lo floats, so that x - mean keeps its
 // relative precision when x is close to the mean (float32 sums alone miss 1e-5 there).
@@ -320,38 +253,6 @@ __global__ void __launch_bounds__(G::kMaxThreads)
 }
 
 // ---- Loop kernels (rows too long for registers: three passes, block per row) --------------
-
-template <typename T, bool kLog>
-__global__ void __launch_bounds__(kLoopThreads)
-    SoftmaxLoopKernel(const T* x, T* y, int64_t rows, int64_t n) {
-  GridDependencySync();
-  using Acc = std::conditional_t<kLog, double, float>;
-  const BlockGroup g;
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const T* src = x + row * n;
-    T* dst = y + row * n;
-    float mx = -INFINITY;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, ToFloat(src[i]));
-    mx = g.AllReduce(mx, MaxOp{}, -INFINITY);
-    if (mx == -INFINITY) mx = 0.f;  // an all -inf row gives NaN, like the CPU kernel
-    Acc sum = 0;
-    if (mx == INFINITY) {  // the whole block branches alike (see AddExp)
-      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = ToFloat(src[i]);
-        sum = AddExp<true>(sum, v, expf(v - mx));
-      }
-      sum = RowSum<true>(g.AllReduce(sum, SumOp{}, Acc{0}), mx);
-    } else {
-      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += expf(ToFloat(src[i]) - mx);
-      sum = g.AllReduce(sum, SumOp{}, Acc{0});
-    }
-    const float scale = kLog ? static_cast<float>(log(sum)) : 1.f / static_cast<float>(sum);
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-      const float d = ToFloat(src[i]) - mx;
-      dst[i] = FromFloat<T>(kLog ? d - scale : expf(d) * scale);
-    }
-  }
-}
 
 template <typename T, typename W>
 __global__ void __launch_bounds__(kLoopThreads)
@@ -558,12 +459,6 @@ cudaError_t LaunchRows(const T* x, T* y, int64_t rows, int64_t n, const Op& op, 
   });
 }
 
-template <typename T, bool kLog>
-cudaError_t LaunchLoop(const SoftmaxOp<kLog>&, const T* x, T* y, int64_t rows, int64_t n,
-                       cudaStream_t s, bool dependent) {
-  return LaunchMaybeDependent(dependent, SoftmaxLoopKernel<T, kLog>, Grid(rows), dim3(kLoopThreads),
-                              0, s, x, y, rows, n);
-}
 template <typename T, typename W>
 cudaError_t LaunchLoop(const NormOp<T, W>& op, const T* x, T* y, int64_t rows, int64_t n,
                        cudaStream_t s, bool dependent) {
@@ -680,22 +575,6 @@ cudaError_t LaunchNorm(const void* x, const void* weight, const void* bias, void
 }
 
 }  // namespace
-
-cudaError_t RowSoftmax(const void* x, void* y, int64_t rows, int64_t n, ElemType t, bool log,
-                       cudaStream_t stream, bool dependent_launch) {
-  if (rows < 0 || n < 0) return cudaErrorInvalidValue;
-  if (rows == 0 || n == 0) return cudaSuccess;
-  const bool aligned = Aligned16(x) && Aligned16(y);
-  return WithFloatType(t, [&](auto tag) {
-    using T = decltype(tag);
-    const T* in = static_cast<const T*>(x);
-    T* out = static_cast<T*>(y);
-    if (log) {
-      return LaunchRowOp(in, out, rows, n, SoftmaxOp<true>{}, aligned, stream, dependent_launch);
-    }
-    return LaunchRowOp(in, out, rows, n, SoftmaxOp<false>{}, aligned, stream, dependent_launch);
-  });
-}
 
 cudaError_t RowNorm(const void* x, const void* weight, const void* bias, void* y, int64_t rows,
                     int64_t n, double eps, bool rms, ElemType t, ElemType weight_t,

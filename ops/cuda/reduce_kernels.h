@@ -1,15 +1,17 @@
-// CUDA launchers for row reductions and normalisations over raw device pointers: softmax and
-// log_softmax, layer_norm and rms_norm, sum/mean/max of the inner dim, and the triangular masks.
-// They know nothing of kiln tensors (ops/cuda/reduce_cuda.cc adapts those) and take contiguous
-// buffers only. Each launcher checks its arguments, launches on `stream` and returns the launch's
-// error (cudaGetLastError); an empty problem launches nothing and returns cudaSuccess.
+// CUDA launchers for row reductions and normalisations over raw device pointers: layer_norm and
+// rms_norm, sum/mean/max of the inner dim, and the triangular masks (softmax and log_softmax are
+// the softmax family's: codegen/families/softmax/fused_softmax_cuda.h). They know nothing of kiln
+// tensors (ops/cuda/reduce_cuda.cc adapts those) and take contiguous buffers only. Each launcher
+// checks its arguments, launches on `stream` and returns the launch's error (cudaGetLastError); an
+// empty problem launches nothing and returns cudaSuccess.
 //
-//   // y[r, :] = softmax(x[r, :]) for a contiguous bf16 [rows, n] tensor
-//   cudaError_t err = RowSoftmax(x, y, rows, n, ElemType::kBF16, /*log=*/false, stream);
+//   // y[r, :] = layer_norm(x[r, :]) for a contiguous bf16 [rows, n] tensor, no weight or bias
+//   cudaError_t err = RowNorm(x, nullptr, nullptr, y, rows, n, 1e-5, /*rms=*/false,
+//                             ElemType::kBF16, ElemType::kBF16, stream);
 //
 // Semantics are those of the CPU reference kernels (ops/cpu/reduce.cc, ops/cpu/elementwise.cc):
-// float32 math (double for the sums of RowReduce, the row means of layer_norm and the log-sum-exp
-// of log_softmax), a row of all -inf gives NaN in softmax and log_softmax, max propagates NaN.
+// float32 math (double for the sums of RowReduce and the row means of layer_norm), max propagates
+// NaN.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -19,13 +21,6 @@
 #include "elem_type.h"  // not "ops/cuda/...": reduce_kernels.cu also builds with plain nvcc -c
 
 namespace kiln::cuda_kernels {
-
-// y[r, :] = softmax(x[r, :]) (log_softmax when `log`) for contiguous [rows, n] buffers of a
-// floating type. y may equal x (in place). Rows of up to 16384 elements (8192 when n * size or a
-// pointer is not a multiple of 16 bytes) stay in registers: read once, written once. Longer rows
-// are read three times. dependent_launch: a programmatic dependent launch (runtime/cuda.h).
-cudaError_t RowSoftmax(const void* x, void* y, int64_t rows, int64_t n, ElemType t, bool log,
-                       cudaStream_t stream, bool dependent_launch = false);
 
 // LayerNorm (rms == false) or RMSNorm (rms == true) over the last dim of contiguous [rows, n]
 // buffers: y = (x - mean) / sqrt(var + eps) * weight + bias, with mean = 0 for RMSNorm.

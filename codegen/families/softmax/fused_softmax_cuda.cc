@@ -3,7 +3,11 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
+#include <mutex>
+#include <tuple>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -16,48 +20,56 @@ namespace kiln::cuda_ops {
 namespace {
 
 constexpr int kWarpSize = 32;
-constexpr int kWarpsPerBlock = 4;        // blocks of the warp layouts: 128 threads
-constexpr int kMaxBlockThreads = 512;    // block-per-row layouts, at most
-constexpr int kMaxPerThread = 32;        // row values a thread keeps in registers, at most
-constexpr int64_t kWarpRowMax = 1024;    // longest row a warp holds
-constexpr int kLoopThreads = 512;        // the three-pass loop kernel
-constexpr int kMaxRank = 8;              // of the output
-constexpr int kMaxInputs = 31;           // like the elementwise skeleton (32 operands)
-constexpr int64_t kMaxBlocks = 1 << 20;  // grids stop here; kernels loop over the rest
+constexpr int kWarpsPerBlock = 4;                // blocks of the warp layouts: 128 threads
+constexpr int kMaxBlockThreads = 512;            // block-per-row layouts, at most
+constexpr int kMaxPerThread = 32;                // row values a thread keeps in registers, at most
+constexpr int64_t kWarpRowMax = 1024;            // longest row a warp holds
+constexpr int kLoopThreads = 512;                // the three-pass loop kernel
+constexpr int kMaxInputs = 31;                   // like the elementwise skeleton (32 operands)
+constexpr int64_t kMaxBlocks = 1 << 20;          // grids stop here; kernels loop over the rest
+constexpr int64_t kEagerRegisterRowMax = 16384;  // longer eager rows: the loop kernel
 // Each kernel's first statement: programmatic dependent launch's wait (runtime/cuda.h).
 constexpr char kEnter[] = "  kiln_grid_dependency_sync();\n";
 
 // Device helpers of the fused softmax sources (after the shared prelude).
 constexpr char kSoftmaxHelpers[] = R"(
 __device__ __forceinline__ float kiln_neg_inf() { return __int_as_float(0xff800000); }
-// Max (ignoring NaN, like the eager softmax) or sum over the kGroup threads of a row: aligned
-// lanes of a warp, or the whole block (every thread of it must call).
-template <int kGroup, bool kMax>
-__device__ __forceinline__ float kiln_row_reduce(float v) {
+// Max (float, ignoring NaN, like torch) or sum (float or double) over the kGroup threads of a
+// row: aligned lanes of a warp, or the whole block (every thread of it must call).
+template <bool kMax, typename T>
+__device__ __forceinline__ T kiln_combine(T a, T b) {
+  if constexpr (kMax) return fmaxf(a, b);
+  else return a + b;
+}
+template <int kGroup, bool kMax, typename T>
+__device__ __forceinline__ T kiln_row_reduce(T v) {
   constexpr int kLanes = kGroup < 32 ? kGroup : 32;
   #pragma unroll
   for (int m = kLanes / 2; m > 0; m /= 2) {
-    const float o = __shfl_xor_sync(0xffffffffu, v, m);
-    v = kMax ? fmaxf(v, o) : v + o;
+    v = kiln_combine<kMax>(v, __shfl_xor_sync(0xffffffffu, v, m));
   }
   if constexpr (kGroup > 32) {
-    __shared__ float partial[32];
+    __shared__ T partial[32];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     __syncthreads();  // a previous reduction may still be reading `partial`
     if (lane == 0) partial[warp] = v;
     __syncthreads();
-    v = lane < kGroup / 32 ? partial[lane] : (kMax ? kiln_neg_inf() : 0.f);
+    v = lane < kGroup / 32 ? partial[lane] : (kMax ? T(kiln_neg_inf()) : T(0));
     #pragma unroll
     for (int m = 16; m > 0; m /= 2) {
-      const float o = __shfl_xor_sync(0xffffffffu, v, m);
-      v = kMax ? fmaxf(v, o) : v + o;
+      v = kiln_combine<kMax>(v, __shfl_xor_sync(0xffffffffu, v, m));
     }
   }
   return v;
 }
-// Softmax of a row held in registers (-inf in the slots past its end): exp once per element.
-template <int kGroup, int kIters, int kVec>
+// The sum of exponentials: float, or double for log_softmax (log(1 + tiny) keeps the tiny part).
+template <bool kLog> struct KilnSoftmaxSum { typedef float type; };
+template <> struct KilnSoftmaxSum<true> { typedef double type; };
+// Softmax (kLog: log_softmax) of a row held in registers (-inf in the slots past its end): exp
+// once per element.
+template <int kGroup, int kIters, int kVec, bool kLog>
 __device__ __forceinline__ void kiln_softmax_row(float (&v)[kIters][kVec]) {
+  typedef typename KilnSoftmaxSum<kLog>::type Sum;
   float mx = kiln_neg_inf();
   #pragma unroll
   for (int it = 0; it < kIters; ++it) {
@@ -65,26 +77,26 @@ __device__ __forceinline__ void kiln_softmax_row(float (&v)[kIters][kVec]) {
     for (int j = 0; j < kVec; ++j) mx = fmaxf(mx, v[it][j]);
   }
   mx = kiln_row_reduce<kGroup, true>(mx);
-  if (mx == kiln_neg_inf()) mx = 0.f;  // a row of all -inf gives NaN (0/0), like the eager softmax
-  float sum = 0.f;
+  if (mx == kiln_neg_inf()) mx = 0.f;  // a row of all -inf gives NaN (0/0), like torch
+  Sum sum = 0;
   #pragma unroll
   for (int it = 0; it < kIters; ++it) {
     #pragma unroll
     for (int j = 0; j < kVec; ++j) {
-      const float e = expf(v[it][j] - mx);
-      sum += v[it][j] == __int_as_float(0x7f800000) ? 0.f : e;  // a +inf max: see below
-      v[it][j] = e;
+      const float d = v[it][j] - mx, e = expf(d);
+      sum += v[it][j] == __int_as_float(0x7f800000) ? Sum(0) : Sum(e);  // a +inf max: see below
+      v[it][j] = kLog ? d : e;
     }
   }
   sum = kiln_row_reduce<kGroup, false>(sum);
   // A +inf max: +inf elements left the sum, which becomes +inf, so they give NaN and finite ones
-  // 0, like the eager softmax (torch: softmax([inf, 1]) = [nan, 0]).
-  if (mx == __int_as_float(0x7f800000)) sum += mx;
-  const float scale = 1.f / sum;
+  // 0 (log_softmax: -inf), like torch (softmax([inf, 1]) = [nan, 0]).
+  if (mx == __int_as_float(0x7f800000)) sum += Sum(mx);
+  const float scale = kLog ? (float)log(sum) : 1.f / (float)sum;
   #pragma unroll
   for (int it = 0; it < kIters; ++it) {
     #pragma unroll
-    for (int j = 0; j < kVec; ++j) v[it][j] *= scale;
+    for (int j = 0; j < kVec; ++j) v[it][j] = kLog ? v[it][j] - scale : v[it][j] * scale;
   }
 }
 )";
@@ -94,12 +106,12 @@ __device__ __forceinline__ void kiln_softmax_row(float (&v)[kIters][kVec]) {
 // along the row.
 struct RowIndexer {
   int rank = 0;
-  long long sizes[kMaxRank - 1] = {};
-  absl::InlinedVector<std::array<long long, kMaxRank - 1>, 4> strides;  // per input
-  absl::InlinedVector<long long, 4> inner;                              // per input
+  long long sizes[kMaxSoftmaxRank - 1] = {};
+  absl::InlinedVector<std::array<long long, kMaxSoftmaxRank - 1>, 4> strides;  // per input
+  absl::InlinedVector<long long, 4> inner;                                     // per input
   std::vector<long long> Params() const {
     std::vector<long long> p = {rank};
-    p.insert(p.end(), sizes, sizes + kMaxRank - 1);
+    p.insert(p.end(), sizes, sizes + kMaxSoftmaxRank - 1);
     for (const auto& s : strides) p.insert(p.end(), s.begin(), s.end());
     p.insert(p.end(), inner.begin(), inner.end());
     return p;
@@ -115,14 +127,14 @@ std::string RowIndexerSource(int n) {
     absl::StrAppend(&add, "    o[", i, "] += c * ix.strides[", i, "][d];\n");
   }
   return absl::StrCat(
-      "struct KilnRowIndexer { long long rank; long long sizes[", kMaxRank - 1,
-      "]; long long strides[", n, "][", kMaxRank - 1, "]; long long inner[", n, "]; };\n",
+      "struct KilnRowIndexer { long long rank; long long sizes[", kMaxSoftmaxRank - 1,
+      "]; long long strides[", n, "][", kMaxSoftmaxRank - 1, "]; long long inner[", n, "]; };\n",
       "__device__ __forceinline__ void kiln_row_offsets(const KilnRowIndexer& ix, long long row,",
       " bool narrow, long long (&o)[", n, "]) {\n  ", zero, "\n",
       // Unrolled over every possible dim: an index known at compile time keeps the indexer in the
-      // parameter space (a loop to ix.rank made each thread copy the 128-byte indexer to its
-      // stack, local memory, before its first load).
-      "  #pragma unroll\n  for (int d = ", kMaxRank - 2, "; d >= 0; --d) {\n",
+      // parameter space (a loop to ix.rank made each thread copy its 128 bytes to the stack, as
+      // much memory traffic as the softmax itself on 1024-element rows).
+      "  #pragma unroll\n  for (int d = ", kMaxSoftmaxRank - 2, "; d >= 0; --d) {\n",
       "    if (d >= ix.rank) continue;\n    long long c;\n",
       "    if (narrow) {\n      c = (unsigned)row % (unsigned)ix.sizes[d];\n",
       "      row = (unsigned)row / (unsigned)ix.sizes[d];\n    } else {\n",
@@ -138,6 +150,12 @@ int NextPow2(int64_t v) {
 }
 
 // ---- Rendering -------------------------------------------------------------------------------
+
+// The one-element-a-load variant's layout: registers for the planned length, else the loop kernel.
+SoftmaxRowLayout StridedLayout(const SoftmaxForm& form) {
+  return form.planned_len() > 0 ? PlanSoftmaxRows(form.planned_len(), 1)
+                                : SoftmaxRowLayout{1, kLoopThreads, 0, kLoopThreads};
+}
 
 std::string Params(const std::vector<DType>& in, DType out) {
   std::string s = absl::StrCat(StorageType(out), "* __restrict__ out");
@@ -165,7 +183,7 @@ constexpr char kSlotLoop[] =
 
 // Loads into r<i>[it] (a 16-byte vector or one element of input i), then the prologue into
 // v[it][j] (-inf past the row's end). With more than four slots every load is issued before any
-// is used, as in the eager row kernels (reduce_kernels.cu); with fewer, one loop needs fewer
+// is used, as in the norms' row kernels (reduce_kernels.cu); with fewer, one loop needs fewer
 // registers.
 std::string RowLoads(const SoftmaxRowLayout& l, const kir::Program& p) {
   const bool vec = l.vec > 1;
@@ -220,44 +238,46 @@ std::string RowStores(const SoftmaxRowLayout& l, DType out) {
 // past the last row still takes part in its group's shuffles), load and transform them, run the
 // softmax in registers and store.
 std::string RegisterKernel(const std::string& name, const SoftmaxRowLayout& l,
-                           const kir::Program& p, DType out, int64_t n) {
+                           const kir::Program& p, DType out, const SoftmaxForm& form) {
   return absl::StrCat(
       "extern \"C\" __global__ void __launch_bounds__(", l.threads, ") ", name, "(",
-      Params(p.input_types(), out), ") {\n", kEnter, RowLength(n), "  constexpr int kVec = ", l.vec,
-      ", kGroup = ", l.group, ", kIters = ", l.iters, ", kRows = ", l.rows_per_block(), ";\n",
-      "  const int lane = threadIdx.x % kGroup;\n",
+      Params(p.input_types(), out), ") {\n", kEnter, RowLength(form.row_len),
+      "  constexpr int kVec = ", l.vec, ", kGroup = ", l.group, ", kIters = ", l.iters,
+      ", kRows = ", l.rows_per_block(), ";\n", "  const int lane = threadIdx.x % kGroup;\n",
       "  for (long long first = (long long)blockIdx.x * kRows; first < rows;",
       " first += (long long)gridDim.x * kRows) {\n",
       "    const long long row = first + threadIdx.x / kGroup;\n",
       "    const bool live = row < rows;\n", "    long long o[", p.num_inputs(), "];\n",
       "    kiln_row_offsets(ix, live ? row : 0, rows < (1ll << 32), o);\n",
-      "    float v[kIters][kVec];\n", RowLoads(l, p),
-      "    kiln_softmax_row<kGroup, kIters, kVec>(v);\n", RowStores(l, out), "  }\n}\n");
+      "    float v[kIters][kVec];\n", RowLoads(l, p), "    kiln_softmax_row<kGroup, kIters, kVec, ",
+      form.log ? "true" : "false", ">(v);\n", RowStores(l, out), "  }\n}\n");
 }
 
-// The three-pass loop kernel for rows too long for registers (or of a length known only at run
+// The three-pass loop kernel for rows too long for registers (or of any length known only at run
 // time): max, sum, write, each pass re-reading the inputs and evaluating the prologue.
-std::string LoopKernel(const std::string& name, const kir::Program& p, DType out, int64_t n) {
+std::string LoopKernel(const std::string& name, const kir::Program& p, DType out,
+                       const SoftmaxForm& form) {
   const std::string x = Prologue(
       p, [](int i) { return absl::StrCat("in", i, "[o[", i, "] + c * ix.inner[", i, "]]"); },
       "const float x = ", "      ");
   const std::string each = "    for (long long c = threadIdx.x; c < kN; c += kThreads) {\n";
+  const std::string sum_type = form.log ? "double" : "float";
+  const std::string result = form.log ? "(x - mx) - scale" : "expf(x - mx) * scale";
   return absl::StrCat(
       "extern \"C\" __global__ void __launch_bounds__(", kLoopThreads, ") ", name, "(",
-      Params(p.input_types(), out), ") {\n", kEnter, RowLength(n),
+      Params(p.input_types(), out), ") {\n", kEnter, RowLength(form.row_len),
       "  constexpr int kThreads = ", kLoopThreads, ";\n",
       "  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {\n", "    long long o[",
       p.num_inputs(), "];\n", "    kiln_row_offsets(ix, row, rows < (1ll << 32), o);\n",
       "    float mx = kiln_neg_inf();\n", each, x, "      mx = fmaxf(mx, x);\n    }\n",
       "    mx = kiln_row_reduce<kThreads, true>(mx);\n",
-      "    if (mx == kiln_neg_inf()) mx = 0.f;  // a row of all -inf gives NaN, like eager\n",
-      "    float sum = 0.f;\n", each, x,
-      "      sum += x == __int_as_float(0x7f800000) ? 0.f : expf(x - mx);\n    }\n",
+      "    if (mx == kiln_neg_inf()) mx = 0.f;  // a row of all -inf gives NaN, like torch\n",
+      "    ", sum_type, " sum = 0;\n", each, x, "      sum += x == __int_as_float(0x7f800000) ? ",
+      sum_type, "(0) : ", sum_type, "(expf(x - mx));\n    }\n",
       "    sum = kiln_row_reduce<kThreads, false>(sum);\n",
       "    if (mx == __int_as_float(0x7f800000)) sum += mx;  // a +inf max gives [nan, 0, ...]\n",
-      "    const float scale = 1.f / sum;\n", each, x,
-      "      out[row * kN + c] = ", StoreExpr(out, "expf(x - mx) * scale"), ";\n    }\n",
-      "  }\n}\n");
+      "    const float scale = ", form.log ? "(float)log(sum)" : "1.f / (float)sum", ";\n", each, x,
+      "      out[row * kN + c] = ", StoreExpr(out, result), ";\n    }\n", "  }\n}\n");
 }
 
 // ---- Launching -------------------------------------------------------------------------------
@@ -267,7 +287,7 @@ std::string LoopKernel(const std::string& name, const kir::Program& p, DType out
 // contiguous across them (the [B*H*S] rows of contiguous scores with a [S, S] mask: rank 2).
 RowIndexer BuildRowIndexer(absl::Span<const Tensor> in, const Tensor& out) {
   const int rank = static_cast<int>(out.dim());
-  absl::InlinedVector<std::array<long long, kMaxRank>, 4> st(in.size());
+  absl::InlinedVector<std::array<long long, kMaxSoftmaxRank>, 4> st(in.size());
   RowIndexer ix;
   ix.strides.resize(in.size());
   ix.inner.resize(in.size());
@@ -303,6 +323,7 @@ RowIndexer BuildRowIndexer(absl::Span<const Tensor> in, const Tensor& out) {
 // each row of it starts on a vector boundary.
 bool VectorPathApplies(absl::Span<const Tensor> in, const Tensor& out, const RowIndexer& ix,
                        int vec) {
+  if (out.size(-1) % vec != 0) return false;  // a run-time length the vectors do not divide
   auto aligned = [&](const Tensor& t) {
     return reinterpret_cast<uintptr_t>(t.data_ptr()) % (DTypeSize(t.dtype()) * vec) == 0;
   };
@@ -316,7 +337,45 @@ bool VectorPathApplies(absl::Span<const Tensor> in, const Tensor& out, const Row
   return true;
 }
 
+// ---- Eager softmax ---------------------------------------------------------------------------
+
+// The class of an eager row length: the next power of two while rows stay in registers, else 0
+// (any length, the loop kernel). A sequence that grows by one each step compiles once per doubling.
+int64_t EagerRowClass(int64_t n) { return n <= kEagerRegisterRowMax ? NextPow2(n) : 0; }
+
+// The eager kernels of one dtype, class and log flag, compiled on first use and kept (a std::map
+// never moves its values).
+const FusedSoftmaxKernels& EagerKernels(DType dtype, int64_t row_class, bool log) {
+  struct Cache {
+    std::mutex mu;
+    std::map<std::tuple<DType, int64_t, bool>, FusedSoftmaxKernels> kernels ABSL_GUARDED_BY(mu);
+  };
+  static auto* cache = new Cache;  // never destroyed: ops may run during static teardown
+  std::lock_guard<std::mutex> lock(cache->mu);
+  const auto key = std::make_tuple(dtype, row_class, log);
+  if (auto it = cache->kernels.find(key); it != cache->kernels.end()) return it->second;
+  kir::Program load({dtype});
+  load.Store(load.Load(0), dtype);
+  const std::string base =
+      absl::StrCat(log ? "kiln_log_softmax_" : "kiln_softmax_", DTypeName(dtype),
+                   row_class > 0 ? absl::StrCat("_upto", row_class) : std::string("_any"));
+  return cache->kernels
+      .emplace(key, CompileFusedSoftmaxKernels(
+                        base, load, dtype, {.row_len = 0, .max_row_len = row_class, .log = log}))
+      .first->second;
+}
+
 }  // namespace
+
+bool SoftmaxForm::Holds(int64_t len) const {
+  return row_len > 0 ? len == row_len : max_row_len == 0 || len <= max_row_len;
+}
+
+std::string SoftmaxForm::Describe() const {
+  if (row_len > 0) return absl::StrCat(row_len);
+  if (max_row_len > 0) return absl::StrCat("at most ", max_row_len, " (read at run time)");
+  return "any length (read at run time)";
+}
 
 SoftmaxRowLayout PlanSoftmaxRows(int64_t n, int vec) {
   const int64_t vecs = CeilDiv(n, vec);
@@ -340,34 +399,37 @@ int FusedSoftmaxVectorWidth(const std::vector<DType>& in, DType out, int64_t n) 
 }
 
 std::string RenderFusedSoftmaxSource(const std::string& base, const kir::Program& p, DType out,
-                                     int64_t n) {
-  KILN_CHECK(p.num_inputs() >= 1 && p.num_inputs() <= kMaxInputs && p.num_outputs() == 1 && n >= 0,
+                                     const SoftmaxForm& form) {
+  KILN_CHECK(p.num_inputs() >= 1 && p.num_inputs() <= kMaxInputs && p.num_outputs() == 1 &&
+                 form.row_len >= 0 && form.max_row_len >= 0,
              "fused softmax ", base, ": needs 1..", kMaxInputs,
-             " inputs, one prologue value and a row length >= 0 (0: known at run time), got ",
-             p.num_inputs(), " inputs, ", p.num_outputs(), " values, row length ", n);
+             " inputs, one prologue value and row lengths >= 0 (0: known at run time), got ",
+             p.num_inputs(), " inputs, ", p.num_outputs(), " values, row length ", form.row_len,
+             " (at most ", form.max_row_len, ")");
   std::string src =
       absl::StrCat(KernelPrelude(), kSoftmaxHelpers, RowIndexerSource(p.num_inputs()));
-  const SoftmaxRowLayout strided = n > 0 ? PlanSoftmaxRows(n, 1) : SoftmaxRowLayout{1, 0, 0, 0};
-  absl::StrAppend(&src, strided.iters == 0 ? LoopKernel(base + "_strided", p, out, n)
-                                           : RegisterKernel(base + "_strided", strided, p, out, n));
-  if (const int vec = FusedSoftmaxVectorWidth(p.input_types(), out, n); vec > 0) {
-    absl::StrAppend(&src, RegisterKernel(base + "_vec", PlanSoftmaxRows(n, vec), p, out, n));
+  const SoftmaxRowLayout strided = StridedLayout(form);
+  absl::StrAppend(&src, strided.iters == 0
+                            ? LoopKernel(base + "_strided", p, out, form)
+                            : RegisterKernel(base + "_strided", strided, p, out, form));
+  if (const int vec = FusedSoftmaxVectorWidth(p.input_types(), out, form.planned_len()); vec > 0) {
+    absl::StrAppend(&src, RegisterKernel(base + "_vec", PlanSoftmaxRows(form.planned_len(), vec), p,
+                                         out, form));
   }
   return src;
 }
 
 FusedSoftmaxKernels CompileFusedSoftmaxKernels(const std::string& base, const kir::Program& p,
-                                               DType out, int64_t n) {
-  const std::string src = RenderFusedSoftmaxSource(base, p, out, n);
+                                               DType out, const SoftmaxForm& form) {
+  const std::string src = RenderFusedSoftmaxSource(base, p, out, form);
   FusedSoftmaxKernels k;
-  k.row_len = n;
+  k.form = form;
   k.num_inputs = p.num_inputs();
   k.base = base;
-  k.strided_layout =
-      n > 0 ? PlanSoftmaxRows(n, 1) : SoftmaxRowLayout{1, kLoopThreads, 0, kLoopThreads};
+  k.strided_layout = StridedLayout(form);
   k.strided = ValueOrThrow(cuda::GetKernel(src, base + "_strided"));
-  if (const int vec = FusedSoftmaxVectorWidth(p.input_types(), out, n); vec > 0) {
-    k.vec_layout = PlanSoftmaxRows(n, vec);
+  if (const int vec = FusedSoftmaxVectorWidth(p.input_types(), out, form.planned_len()); vec > 0) {
+    k.vec_layout = PlanSoftmaxRows(form.planned_len(), vec);
     k.vec = ValueOrThrow(cuda::GetKernel(src, base + "_vec"));
   }
   return k;
@@ -385,12 +447,11 @@ std::vector<cuda::KernelFootprint> FusedSoftmaxFootprints(const FusedSoftmaxKern
 void LaunchFusedSoftmax(const FusedSoftmaxKernels& k, absl::Span<const Tensor> in,
                         const Tensor& out) {
   KILN_CHECK(k.strided != nullptr && static_cast<int>(in.size()) == k.num_inputs &&
-                 out.dim() >= 1 && out.dim() <= kMaxRank &&
-                 (k.row_len == 0 || out.size(-1) == k.row_len) && out.is_contiguous(),
+                 out.dim() >= 1 && out.dim() <= kMaxSoftmaxRank && k.form.Holds(out.size(-1)) &&
+                 out.is_contiguous(),
              "fused softmax: compiled for ", k.num_inputs,
-             " inputs and a contiguous output of rank <= ", kMaxRank, " with rows of ",
-             k.row_len == 0 ? std::string("any length") : absl::StrCat(k.row_len), ", got ",
-             in.size(), " inputs and ", Describe(out.type()),
+             " inputs and a contiguous output of rank <= ", kMaxSoftmaxRank, " with rows of ",
+             k.form.Describe(), ", got ", in.size(), " inputs and ", Describe(out.type()),
              out.is_contiguous() ? "" : " (not contiguous)");
   long long row_len = out.size(-1);
   if (row_len == 0) return;
@@ -411,6 +472,24 @@ void LaunchFusedSoftmax(const FusedSoftmaxKernels& k, absl::Span<const Tensor> i
   KILN_CUDA_CHECK(cuda::LaunchDependent(reinterpret_cast<const void*>(vec ? k.vec : k.strided),
                                         dim3(static_cast<unsigned>(grid)), dim3(l.threads),
                                         args.data(), 0, cuda::CurrentStream()));
+}
+
+void EagerSoftmaxLastDim(const Tensor& x, const Tensor& out, bool log) {
+  KILN_CHECK(x.dim() >= 1 && out.shape() == x.shape() && out.dtype() == x.dtype() &&
+                 IsFloatingPoint(x.dtype()) && out.is_contiguous() &&
+                 (x.dim() <= kMaxSoftmaxRank || x.is_contiguous()),
+             log ? "log_softmax" : "softmax",
+             ": the CUDA row kernel takes a floating input of rank ", "1..", kMaxSoftmaxRank,
+             " (any rank when contiguous) and a contiguous output of its ", "shape and dtype, got ",
+             Describe(x.type()), " and ", Describe(out.type()));
+  if (out.numel() == 0) return;
+  const int64_t n = x.size(-1), rows = x.numel() / n;
+  Tensor in = x, dst = out;
+  if (x.is_contiguous()) {  // rows of n: any rank, and the indexer has nothing to merge
+    in = x.as_strided({rows, n}, {n, 1}, x.offset());
+    dst = out.as_strided({rows, n}, {n, 1}, out.offset());
+  }
+  LaunchFusedSoftmax(EagerKernels(x.dtype(), EagerRowClass(n), log), {in}, dst);
 }
 
 }  // namespace kiln::cuda_ops

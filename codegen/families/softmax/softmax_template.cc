@@ -44,7 +44,7 @@ class CudaSoftmax final : public FusedKernel {
  public:
   explicit CudaSoftmax(const Node& n)
       : kernels_(cuda_ops::CompileFusedSoftmaxKernels(n.name, Prologue(*n.body), n.type.dtype,
-                                                      RowLength(n))) {}
+                                                      {.row_len = RowLength(n)})) {}
   void Run(absl::Span<const Tensor> in, absl::Span<const Tensor> out) const override {
     cuda_ops::LaunchFusedSoftmax(kernels_, in, out[0]);
   }
@@ -140,7 +140,7 @@ class Softmax final : public FusionTemplate {
   }
   std::string Source(const Node& n) const override {
     return cuda_ops::RenderFusedSoftmaxSource(n.name, Prologue(*n.body), n.type.dtype,
-                                              RowLength(n));
+                                              {.row_len = RowLength(n)});
   }
   std::string LaunchNote(const Node& n) const override {
     const int64_t len = RowLength(n);
