@@ -78,20 +78,36 @@ __device__ __forceinline__ void kiln_softmax_row(float (&v)[kIters][kVec]) {
   }
   mx = kiln_row_reduce<kGroup, true>(mx);
   if (mx == kiln_neg_inf()) mx = 0.f;  // a row of all -inf gives NaN (0/0), like torch
+  // A +inf max: +inf elements leave the sum, which then becomes +inf, so they give NaN and the
+  // finite ones 0 (log_softmax: -inf), like torch (softmax([inf, 1]) = [nan, 0]). The select that
+  // drops them costs two instructions per element, so it runs only where some row of the warp
+  // needs it: the branch is uniform over the warp (a block's rows share mx), so every lane still
+  // reaches the sum's shuffles.
+  const bool inf_max = mx == __int_as_float(0x7f800000);
   Sum sum = 0;
-  #pragma unroll
-  for (int it = 0; it < kIters; ++it) {
+  if (kGroup >= 32 ? inf_max : __any_sync(0xffffffffu, inf_max)) {
     #pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      const float d = v[it][j] - mx, e = expf(d);
-      sum += v[it][j] == __int_as_float(0x7f800000) ? Sum(0) : Sum(e);  // a +inf max: see below
-      v[it][j] = kLog ? d : e;
+    for (int it = 0; it < kIters; ++it) {
+      #pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const float d = v[it][j] - mx, e = expf(d);
+        sum += v[it][j] == __int_as_float(0x7f800000) ? Sum(0) : Sum(e);
+        v[it][j] = kLog ? d : e;
+      }
+    }
+  } else {
+    #pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      #pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const float d = v[it][j] - mx, e = expf(d);
+        sum += Sum(e);
+        v[it][j] = kLog ? d : e;
+      }
     }
   }
   sum = kiln_row_reduce<kGroup, false>(sum);
-  // A +inf max: +inf elements left the sum, which becomes +inf, so they give NaN and finite ones
-  // 0 (log_softmax: -inf), like torch (softmax([inf, 1]) = [nan, 0]).
-  if (mx == __int_as_float(0x7f800000)) sum += Sum(mx);
+  if (inf_max) sum += Sum(mx);
   const float scale = kLog ? (float)log(sum) : 1.f / (float)sum;
   #pragma unroll
   for (int it = 0; it < kIters; ++it) {
