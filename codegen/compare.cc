@@ -25,13 +25,15 @@ bool OnCuda(const std::vector<Tensor>& inputs) {
 }
 
 // Two warm-up calls (a CUDA-graph plan captures on its second), then `steps` profiled ones (each
-// a profiler step, the device drained).
+// a profiler step, the device drained). Device activity is recorded only for inputs on a GPU: a
+// CPU run on a machine with one would otherwise show device columns of zeros.
 profiler::ProfileResult ProfileSteps(const std::function<void()>& step, bool gpu, int steps) {
   for (int i = 0; i < 2; ++i) step();
   if (gpu) cuda::Synchronize();
   profiler::Profiler::Options o;
   o.active = steps;
   o.record_shapes = true;
+  o.device = gpu;
   profiler::Profiler p(std::move(o));
   p.Start();
   for (int i = 0; i < steps; ++i) {
@@ -148,6 +150,7 @@ ComparisonReport CompareSteps(const CompareStepFns& steps, const CompiledFn& com
     r.others.push_back(
         profiler::Summarize("compiled+graph", graphed, 0, PeakBytesOf(steps.graphed, gpu)));
   }
+  if (!gpu) r.eager.device_status = "the inputs are on the CPU";  // the report's note says so
   r.details.fused = FusedInfo(compiled_fn.executable(inputs), eager, compiled);
   const CompileReport& report = compiled_fn.report(inputs);
   r.details.has_compile_cost = true;

@@ -130,6 +130,7 @@ ModeSummary Summarize(const std::string& name, const ProfileResult& result, int 
   m.name = name;
   m.peak_bytes = peak_bytes;
   m.has_device = result.device_available;
+  m.device_status = result.device_status;
   m.host_us_per_step = OutermostRangeNs(result) / 1e3 / n;
   m.kernels_per_step =
       std::count_if(result.device.begin(), result.device.end(),
@@ -163,6 +164,13 @@ double DeviceUsPerStepOfKernels(const ProfileResult& result, const std::string& 
 std::string CompareReport(const ModeSummary& eager, const std::vector<ModeSummary>& others,
                           const CompareDetails& details) {
   std::string out = "Eager vs compiled, per step\n" + ModeTable(eager, others);
+  // No device columns: say why (no GPU, or the profiler's device source failed to start).
+  const bool any_device =
+      eager.has_device ||
+      std::any_of(others.begin(), others.end(), [](const ModeSummary& m) { return m.has_device; });
+  if (!any_device && !eager.device_status.empty()) {
+    out += absl::StrCat("(no device columns: ", eager.device_status, ")\n");
+  }
   if (!details.fused.empty()) {
     out += "Fused kernels, per step\n" + FusedTable(details.fused, eager.has_device);
   }

@@ -123,6 +123,7 @@ struct ModeSummary {
   size_t peak_bytes = 0;               // caller's: cuda::GetMemoryStats().peak_allocated
   double wall_us_per_step = 0;         // recorded step length (or the span of the ranges)
   bool has_device = false;
+  std::string device_status;  // the profiler's: why device activity is missing, when it is
 };
 
 // `steps` 0 = result.steps_recorded.

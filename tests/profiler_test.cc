@@ -822,6 +822,10 @@ TEST(CompareEagerAndCompiled, OneCallReportsModesFusedKernelsAndCost) {
     EXPECT_NE(text.find("gelu + mul"), std::string::npos) << text;
     EXPECT_EQ(text.find("Peak MiB") != std::string::npos, gpu) << text;
     EXPECT_EQ(text.find("n/a"), std::string::npos) << text;
+    // Without device columns the report says why (a CPU run, even on a machine with a GPU).
+    EXPECT_EQ(text.find("(no device columns: the inputs are on the CPU)") != std::string::npos,
+              !gpu)
+        << text;
     const std::string json = r.ToJson();
     EXPECT_EQ(json.front(), '{');
     EXPECT_EQ(std::count(json.begin(), json.end(), '{'), std::count(json.begin(), json.end(), '}'));
