@@ -152,7 +152,10 @@ std::string RowIndexerSource(int n) {
       // much memory traffic as the softmax itself on 1024-element rows).
       "  #pragma unroll\n  for (int d = ", kMaxSoftmaxRank - 2, "; d >= 0; --d) {\n",
       "    if (d >= ix.rank) continue;\n    long long c;\n",
-      "    if (narrow) {\n      c = (unsigned)row % (unsigned)ix.sizes[d];\n",
+      // The outermost dim takes what is left of the row index: no division (none at all for
+      // rows that merged into one dim, the contiguous case).
+      "    if (d == 0) {\n      c = row;\n    } else if (narrow) {\n",
+      "      c = (unsigned)row % (unsigned)ix.sizes[d];\n",
       "      row = (unsigned)row / (unsigned)ix.sizes[d];\n    } else {\n",
       "      c = row % ix.sizes[d];\n      row /= ix.sizes[d];\n    }\n", add, "  }\n}\n");
 }
