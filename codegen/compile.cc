@@ -2,6 +2,7 @@
 // mode switch and the signature cache.
 #include "codegen/compile.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -355,6 +356,10 @@ CompiledFn::CompiledFn(ir::TensorFn fn, CompileOptions options)
   state_->compiled = o.mode == CompileOptions::Mode::kCompiled ||
                      (o.mode == CompileOptions::Mode::kDefault && EnvBool("KILN_COMPILE"));
   state_->options.cuda_graphs = o.cuda_graphs || EnvBool("KILN_CUDA_GRAPHS");
+  for (std::string& family : EnvNames("KILN_DISABLED_FAMILIES")) {
+    std::vector<std::string>& off = state_->options.disabled_families;
+    if (std::find(off.begin(), off.end(), family) == off.end()) off.push_back(std::move(family));
+  }
   for (const std::string& family : o.disabled_families) {
     KILN_CHECK(codegen::TemplateNamed(family) != nullptr,
                "compile: options.disabled_families names \"", family,

@@ -65,8 +65,8 @@ struct CompileOptions {
   // Kernel families switched off, by name (codegen/fusion_template.h): "attention" (q·kᵀ ->
   // scale -> mask -> softmax -> ·v as one attention kernel), "gemm_epilogue" (linear + relu /
   // tanh GELU / residual as one GEMM), "softmax" (scale/mask before a last-dim softmax and a cast
-  // after it: one kernel), "pointwise" (elementwise groups as one kernel). An unknown name is an
-  // error naming the families there are.
+  // after it: one kernel), "pointwise" (elementwise groups as one kernel). KILN_DISABLED_FAMILIES
+  // adds names. An unknown name is an error naming the families there are.
   std::vector<std::string> disabled_families;
   // A value needed inside a fused group and outside it is stored by the group's kernel (off: it
   // is materialised by a kernel of its own, which the group then reads; measured in the bench's

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -56,6 +57,8 @@ std::string Values(const Setting& s) {
       return absl::StrJoin(absl::StrSplit(s.choices, '|'), ", ");
     case Kind::kPath:
       return "a path";
+    case Kind::kNames:
+      return "names separated by commas";
   }
   return "";
 }
@@ -88,6 +91,9 @@ const std::vector<Setting>& Settings() {
        "off: flash attention keeps 128-row tiles for small grids (A/B)"},
       {"KILN_CUDA_GRAPH_DOT", Kind::kPath, "", "",
        "a prefix: each captured CUDA graph is written as PREFIX.N.dot (Graphviz)"},
+      {"KILN_DISABLED_FAMILIES", Kind::kNames, "", "",
+       "kernel families every compile leaves out, e.g. softmax,pointwise (added to "
+       "CompileOptions::disabled_families; a name that is no family is an error at compile())"},
       {"KILN_EW_UNROLL", Kind::kLevel, "4", "1..4",
        "16-byte vectors per thread per iteration in generated contiguous kernels (A/B)"},
       {"KILN_EW_ROWS_UNROLL", Kind::kLevel, "1", "1..4",
@@ -139,5 +145,14 @@ std::string EnvChoice(const char* name) {
 }
 
 std::string EnvPath(const char* name) { return Raw(Find(name, Kind::kPath)); }
+
+std::vector<std::string> EnvNames(const char* name) {
+  std::vector<std::string> names;
+  for (absl::string_view part : absl::StrSplit(Raw(Find(name, Kind::kNames)), ',')) {
+    const absl::string_view trimmed = absl::StripAsciiWhitespace(part);
+    if (!trimmed.empty()) names.emplace_back(trimmed);
+  }
+  return names;
+}
 
 }  // namespace kiln

@@ -15,7 +15,7 @@
 namespace kiln {
 
 struct Setting {
-  enum class Kind { kBool, kLevel, kChoice, kPath };
+  enum class Kind { kBool, kLevel, kChoice, kPath, kNames };
   const char* name;
   Kind kind;
   const char* fallback;  // the value when unset ("" for paths: none)
@@ -32,5 +32,7 @@ bool EnvBool(const char* name);
 int EnvLevel(const char* name);
 std::string EnvChoice(const char* name);
 std::string EnvPath(const char* name);  // "" when unset
+// kNames: the comma-separated names, spaces trimmed, empty ones dropped (none when unset).
+std::vector<std::string> EnvNames(const char* name);
 
 }  // namespace kiln

@@ -631,6 +631,13 @@ TEST(Compile, DisabledFamiliesAreCheckedByName) {
     EXPECT_NE(what.find("\"pointwize\", which is no kernel family"), std::string::npos) << what;
     EXPECT_NE(what.find("attention, gemm_epilogue, softmax, pointwise"), std::string::npos) << what;
   }
+  // KILN_DISABLED_FAMILIES adds names to every compile's options, checked the same way.
+  setenv("KILN_DISABLED_FAMILIES", "pointwise", 1);
+  EXPECT_EQ(compile(fn, {x}).report({x}).fused_kernels, 0);
+  setenv("KILN_DISABLED_FAMILIES", "softmax, pointwize", 1);
+  EXPECT_THROW(compile(fn, {x}), Error);
+  unsetenv("KILN_DISABLED_FAMILIES");
+  EXPECT_EQ(compile(fn, {x}).report({x}).fused_kernels, 1);
 }
 
 TEST(Compile, DumpsTheFusedSoftmaxKernel) {

@@ -195,6 +195,11 @@ TEST(Settings, OneParserAcceptsBooleanWordsAndRejectsTheRest) {
     ScopedEnv e("KILN_GEMV", "sometimes");
     EXPECT_THROW(EnvChoice("KILN_GEMV"), Error);
   }
+  {
+    ScopedEnv e("KILN_DISABLED_FAMILIES", " softmax,pointwise ,, ");
+    EXPECT_EQ(EnvNames("KILN_DISABLED_FAMILIES"),
+              (std::vector<std::string>{"softmax", "pointwise"}));
+  }
   EXPECT_THROW(EnvBool("KILN_NOT_A_SETTING"), Error);
   EXPECT_THROW(EnvBool("KILN_DEBUG"), Error);  // a level, read as a boolean: a kiln bug
 }
@@ -214,6 +219,9 @@ TEST(Settings, UnsetMeansTheTablesDefault) {
         break;
       case Setting::Kind::kPath:
         EXPECT_EQ(EnvPath(s.name), "") << s.name;
+        break;
+      case Setting::Kind::kNames:
+        EXPECT_TRUE(EnvNames(s.name).empty()) << s.name;
         break;
     }
   }
