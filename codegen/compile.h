@@ -64,7 +64,8 @@ struct CompileOptions {
   Mode mode = Mode::kDefault;
   // Kernel families switched off, by name (codegen/fusion_template.h): "attention" (q·kᵀ ->
   // scale -> mask -> softmax -> ·v as one attention kernel), "gemm_epilogue" (linear + relu /
-  // tanh GELU / residual as one GEMM), "softmax" (scale/mask before a last-dim softmax and a cast
+  // tanh GELU / residual as one GEMM), "norm_linear" (a layer/RMS norm and the linear reading it
+  // as one GEMV, few rows on CUDA), "softmax" (scale/mask before a last-dim softmax and a cast
   // after it: one kernel), "pointwise" (elementwise groups as one kernel). KILN_DISABLED_FAMILIES
   // adds names. An unknown name is an error naming the families there are.
   std::vector<std::string> disabled_families;

@@ -217,10 +217,14 @@ void Executable::RunFamily(const Step& s, absl::Span<const Tensor> args,
   }
   absl::InlinedVector<Tensor, 2> outs;
   if (n.kind == NodeKind::kFusion) {
-    const bool sized = symbols_.empty();
-    const Shape shape = sized ? n.type.shape : BroadcastOf(args);
+    // Outputs without symbolic dims have their traced shapes (a norm-linear node's differ from
+    // each other); with them the node is elementwise-shaped (the norm-linear family refuses
+    // symbolic dims), every output the broadcast of its operands.
+    const bool sized = symbols_.empty() || n.sym_dims == 0;
+    const Shape shape = sized ? Shape() : BroadcastOf(args);
     for (ValueId o : n.body->outputs()) {
-      outs.push_back(Tensor::Empty(shape, n.body->type(o).dtype, n.type.device));
+      const TensorType& t = n.body->type(o);
+      outs.push_back(Tensor::Empty(sized ? t.shape : shape, t.dtype, n.type.device));
     }
   } else {
     const OpDef& def = GetOpDef(n.op);  // an op family (attention): the row's result layout

@@ -12,6 +12,7 @@ const std::vector<const FusionTemplate*>& FusionTemplates() {
   static const std::vector<const FusionTemplate*> kTable = {
       &AttentionTemplate(),     // before softmax: takes the whole scores chain
       &GemmEpilogueTemplate(),  // linear + relu / tanh GELU, after GEMM merge
+      &NormLinearTemplate(),    // norm + linear (its epilogue kept): one GEMV for few rows
       &SoftmaxTemplate(),       // before pointwise: takes its prologue producers
       &PointwiseTemplate(),
   };

@@ -78,6 +78,7 @@ passes::Pipeline CompilePipeline();
 // The families (one folder each, codegen/families/<name>/).
 const FusionTemplate& AttentionTemplate();
 const FusionTemplate& GemmEpilogueTemplate();
+const FusionTemplate& NormLinearTemplate();
 const FusionTemplate& SoftmaxTemplate();
 const FusionTemplate& PointwiseTemplate();
 

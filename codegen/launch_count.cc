@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <functional>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -51,15 +52,15 @@ cudaStream_t CaptureStream() {
   return stream->get();
 }
 
-LaunchCount Measure(OpId op, absl::Span<const Tensor> inputs, const OpAttrs& attrs) {
-  Dispatch(op, inputs, attrs);  // plans the GEMM and allocates the workspace outside the capture
+LaunchCount Measure(const std::function<void()>& call) {
+  call();  // plans the GEMM, makes per-shape choices, allocates the workspace outside the capture
   cuda::Synchronize();
   const cudaStream_t stream = CaptureStream();
   cuda::StreamGuard guard(stream);
   KILN_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   std::string error;
   try {
-    Dispatch(op, inputs, attrs);  // its output is freed inside the capture too
+    call();  // its output is freed inside the capture too
   } catch (const Error& e) {
     error = e.what();
   }
@@ -78,10 +79,17 @@ LaunchCount Measure(OpId op, absl::Span<const Tensor> inputs, const OpAttrs& att
 
 }  // namespace
 
+std::string LaunchKey(OpId op, absl::Span<const Tensor> inputs, const OpAttrs& attrs) {
+  return Key(op, inputs, attrs);
+}
+
 LaunchCount CountLaunchesOnce(OpId op, absl::Span<const Tensor> inputs, const OpAttrs& attrs) {
   if (inputs.empty() || !inputs[0].device().is_cuda()) return {1, 0, "not on CUDA"};
+  return CountCallLaunchesOnce(Key(op, inputs, attrs), [&] { Dispatch(op, inputs, attrs); });
+}
+
+LaunchCount CountCallLaunchesOnce(const std::string& key, const std::function<void()>& call) {
   if (cuda::Capturing()) return {1, 0, "the caller is capturing"};
-  const std::string key = Key(op, inputs, attrs);
   static std::mutex mu;  // guards `cache` (not held while measuring)
   static auto* cache = new std::map<std::string, LaunchCount>;
   {
@@ -90,7 +98,7 @@ LaunchCount CountLaunchesOnce(OpId op, absl::Span<const Tensor> inputs, const Op
   }
   LaunchCount c;
   try {
-    c = Measure(op, inputs, attrs);
+    c = Measure(call);
   } catch (const Error& e) {
     cudaGetLastError();
     c = LaunchCount{1, 0, e.what()};

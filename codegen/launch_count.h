@@ -12,6 +12,7 @@
 // in `error` (a count must never make compiling fail).
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "absl/types/span.h"
@@ -26,5 +27,13 @@ struct LaunchCount {
 };
 
 LaunchCount CountLaunchesOnce(OpId op, absl::Span<const Tensor> inputs, const OpAttrs& attrs);
+
+// The same for any call on CUDA tensors (a fused node's run of several library calls), cached
+// under `key`, which must name everything the launches depend on: the op or family, attributes,
+// operand types, strides and alignments.
+LaunchCount CountCallLaunchesOnce(const std::string& key, const std::function<void()>& call);
+
+// The cache key CountLaunchesOnce uses for (op, inputs, attrs): a prefix for such keys.
+std::string LaunchKey(OpId op, absl::Span<const Tensor> inputs, const OpAttrs& attrs);
 
 }  // namespace kiln::codegen

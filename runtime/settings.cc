@@ -92,7 +92,7 @@ const std::vector<Setting>& Settings() {
       {"KILN_CUDA_GRAPH_DOT", Kind::kPath, "", "",
        "a prefix: each captured CUDA graph is written as PREFIX.N.dot (Graphviz)"},
       {"KILN_DISABLED_FAMILIES", Kind::kNames, "", "",
-       "kernel families every compile leaves out, e.g. softmax,pointwise (added to "
+       "kernel families every compile leaves out, e.g. norm_linear,softmax (added to "
        "CompileOptions::disabled_families; a name that is no family is an error at compile())"},
       {"KILN_EW_UNROLL", Kind::kLevel, "4", "1..4",
        "16-byte vectors per thread per iteration in generated contiguous kernels (A/B)"},

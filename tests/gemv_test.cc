@@ -160,6 +160,122 @@ std::string SweepName(const testing::TestParamInfo<SweepParam>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GemvSweep, testing::ValuesIn(SweepParams()), SweepName);
 
+// ---- The norm prologue (GemvArgs::norm, cuda_ops::NormLinearGemv). ---------------------------
+
+// A layer norm (with and without its affine) or an RMS norm applied by the GEMV as it reads x,
+// against the two ops on the CPU (the norm's output rounded to the dtype, then the linear), for
+// every dtype, a few row counts, lengths with a tail past the 16-byte vectors, and the epilogues.
+TEST(Gemv, NormPrologueMatchesTheNormThenTheLinear) {
+  KILN_SKIP_WITHOUT_GPU();
+  struct Norm {
+    OpId op;
+    bool weight, bias;
+  };
+  const Norm norms[] = {{OpId::kLayerNorm, true, true},
+                        {OpId::kLayerNorm, false, false},
+                        {OpId::kRmsNorm, true, false}};
+  const double eps = 1e-5;
+  const ScopedGemvMode on(GemvMode::kOn);  // the fused GEMV, never the two ops
+  auto separate = [](const Tensor&) { ADD_FAILURE() << "ran the norm and the linear apart"; };
+  int checked = 0;
+  for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{768, 768}, {7, 17}, {50, 100}}) {
+      Generator gen(n + k);
+      const Tensor w = randn({n, k}, gen, t, CUDA(0)) * (1.0 / std::sqrt(static_cast<double>(k)));
+      const Tensor b = randn({n}, gen, t, CUDA(0));
+      const Tensor g = randn({k}, gen, t, CUDA(0)) * 0.5 + 1.0, beta = randn({k}, gen, t, CUDA(0));
+      for (int64_t m : {1, 3, 8}) {
+        const Tensor x = randn({m, k}, gen, t, CUDA(0)) * 3.0 + 0.5;
+        for (const Norm& nm : norms) {
+          for (const Act& a : {kActs[0], kActs[5], kActs[6]}) {
+            std::vector<Tensor> norm_in = {x};
+            if (nm.weight) norm_in.push_back(g);
+            if (nm.bias) norm_in.push_back(beta);
+            std::vector<Tensor> rest = {w};
+            if (a.bias) rest.push_back(b);
+            const Tensor r = ResidualFor(x, w, a.epilogue);
+            if (r.defined()) rest.push_back(r);
+            OpAttrs lin;
+            lin.epilogue = a.epilogue;
+            const Tensor got = Tensor::Empty({m, n}, t, CUDA(0));
+            ASSERT_TRUE(cuda_ops::NormLinearGemv(nm.op, norm_in, eps, rest, lin, got, separate));
+            // The CPU reference: the norm op, then linear{epilogue}.
+            std::vector<Tensor> cpu_norm_in;
+            for (const Tensor& u : norm_in) cpu_norm_in.push_back(to(u, kCPU));
+            OpAttrs na;
+            na.eps = eps;
+            const Tensor normed = Dispatch(nm.op, cpu_norm_in, na);
+            const Tensor want = Linear(normed, to(w, kCPU), a.bias ? to(b, kCPU) : Tensor(),
+                                       a.epilogue, r.defined() ? to(r, kCPU) : Tensor());
+            ExpectClose(
+                to_vector(got), to_vector(want), LinearTolerance(t, k),
+                absl::StrCat(DTypeName(t), " ", GetOpDef(nm.op).name, nm.weight ? "+w" : "",
+                             nm.bias ? "+b" : "", " m=", m, " n=", n, " k=", k, " ", Name(a)));
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 3 * 3 * 3 * 3 * 3);
+}
+
+// What the fused call refuses (it launches nothing, runs nothing and returns false): more rows
+// than the GEMV takes, operands of two dtypes, a norm weight that is not a contiguous [k],
+// KILN_GEMV=off.
+TEST(Gemv, NormPrologueRefusesWhatItCannotRead) {
+  KILN_SKIP_WITHOUT_GPU();
+  Generator gen(12);
+  const Tensor w = randn({16, 32}, gen, DType::kFloat32, CUDA(0));
+  const Tensor g = randn({32}, gen, DType::kFloat32, CUDA(0));
+  const Tensor out1 = Tensor::Empty({1, 16}, DType::kFloat32, CUDA(0));
+  const Tensor x1 = randn({1, 32}, gen, DType::kFloat32, CUDA(0));
+  const Tensor x9 = randn({9, 32}, gen, DType::kFloat32, CUDA(0));
+  const Tensor out9 = Tensor::Empty({9, 16}, DType::kFloat32, CUDA(0));
+  const OpAttrs none;
+  int separate_calls = 0;
+  auto separate = [&](const Tensor&) { ++separate_calls; };
+  const ScopedGemvMode on(GemvMode::kOn);
+  EXPECT_TRUE(cuda_ops::NormLinearGemv(OpId::kLayerNorm, {x1, g}, 1e-5, {w}, none, out1, separate));
+  EXPECT_FALSE(
+      cuda_ops::NormLinearGemv(OpId::kLayerNorm, {x9, g}, 1e-5, {w}, none, out9, separate));
+  EXPECT_FALSE(cuda_ops::NormLinearGemv(OpId::kLayerNorm, {x1, cast(g, DType::kBFloat16)}, 1e-5,
+                                        {w}, none, out1, separate));
+  const Tensor g2 = randn({64}, gen, DType::kFloat32, CUDA(0));
+  EXPECT_FALSE(cuda_ops::NormLinearGemv(OpId::kLayerNorm, {x1, slice(g2, 0, 0, 64, 2)}, 1e-5, {w},
+                                        none, out1, separate));
+  const ScopedGemvMode off(GemvMode::kOff);
+  EXPECT_FALSE(
+      cuda_ops::NormLinearGemv(OpId::kLayerNorm, {x1, g}, 1e-5, {w}, none, out1, separate));
+  EXPECT_EQ(separate_calls, 0);
+}
+
+// In auto mode the fused GEMV is timed once against the two ops (the norm named in the choice's
+// log line); when it loses, the call runs nothing and the caller runs the two ops.
+TEST(Gemv, NormPrologueIsChosenAgainstTheTwoOps) {
+  KILN_SKIP_WITHOUT_GPU();
+  const ScopedGemvMode mode(GemvMode::kAuto);
+  Generator gen(13);
+  const int64_t m = 2, n = 96, k = 160;
+  const Tensor x = randn({m, k}, gen, DType::kBFloat16, CUDA(0));
+  const Tensor g = randn({k}, gen, DType::kBFloat16, CUDA(0));
+  const Tensor w = randn({n, k}, gen, DType::kBFloat16, CUDA(0)) * 0.1;
+  OpAttrs na;
+  na.eps = 1e-5;
+  auto separate = [&](const Tensor& dst) {
+    DispatchOut(OpId::kLinear, {Dispatch(OpId::kRmsNorm, {x, g}, na), w}, OpAttrs{}, dst);
+  };
+  const Tensor want = Tensor::Empty({m, n}, DType::kBFloat16, CUDA(0));
+  separate(want);
+  const Tensor got = Tensor::Empty({m, n}, DType::kBFloat16, CUDA(0));
+  if (!cuda_ops::NormLinearGemv(OpId::kRmsNorm, {x, g}, 1e-5, {w}, OpAttrs{}, got, separate)) {
+    separate(got);  // the two ops timed faster
+  }
+  ExpectClose(to_vector(got), to_vector(want), LinearTolerance(DType::kBFloat16, k), "auto");
+  EXPECT_NE(cuda_ops::GemvDecisions().find("[2x96x160 bf16 rms_norm]"), std::string::npos)
+      << cuda_ops::GemvDecisions();
+}
+
 // ---- Layouts: strided x rows, weight slices, other ranks. -----------------------------------
 
 constexpr DType kTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};

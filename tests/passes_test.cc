@@ -5,6 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "codegen/families/attention/attention_fusion.h"
 #include "codegen/families/gemm_epilogue/epilogue_fusion.h"
+#include "codegen/families/norm_linear/norm_linear_fusion.h"
 #include "codegen/families/pointwise/elementwise_fusion.h"
 #include "codegen/families/softmax/softmax_fusion.h"
 #include "codegen/fusion_template.h"
@@ -398,6 +399,146 @@ TEST(GemmEpilogueFusion, OffSwitchAndCseKeepEpiloguesApart) {
       return %14
     })");
   EXPECT_TRUE(FileCheck(out, "CHECK: add(%2, %3)"));
+}
+
+// A decode step's norm and the linear after it (with its GEMM epilogue) become one fusion whose
+// body is the norm, then the linear; the fusion has the linear's type.
+TEST(NormLinearFusion, LayerNormThenLinearBecomesOneFusionOnCuda) {
+  NormLinearFusion pass(codegen::NormLinearTemplate());
+  PassContext ctx;
+  const std::string out = RunPass(pass, R"(
+    graph(%10: bf16[2, 64]@cuda:0, %11: bf16[64]@cuda:0, %12: bf16[64]@cuda:0, %13: bf16[96, 64]@cuda:0, %14: bf16[96]@cuda:0, %19: bf16[64, 96]@cuda:0) {
+      %15 = layer_norm(%10, %11, %12) {eps=1e-05} : bf16[2, 64]@cuda:0
+      %16 = linear(%15, %13, %14) {epilogue=gelu_tanh} : bf16[2, 96]@cuda:0
+      %17 = rms_norm(%16) {eps=1e-06} : bf16[2, 96]@cuda:0
+      %18 = linear(%17, %19) : bf16[2, 64]@cuda:0
+      return %18
+    })",
+                                  &ctx);
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %6 = fusion kiln_fused_layer_norm_linear_0(%0, %1, %2, %3, %4) : bf16[2, 96]
+    CHECK-NEXT: graph(%0: bf16[2, 64], %1: bf16[64], %2: bf16[64], %3: bf16[96, 64], %4: bf16[96])
+    CHECK-NEXT: %5 = layer_norm(%0, %1, %2) {eps=
+    CHECK-NEXT: %6 = linear(%5, %3, %4) {epilogue=gelu_tanh} : bf16[2, 96]
+    CHECK-NEXT: return %6
+    CHECK: %7 = fusion kiln_fused_rms_norm_linear_1(%6, %5) : bf16[2, 64]
+    CHECK: %2 = rms_norm(%0) {eps=
+    CHECK-NEXT: %3 = linear(%2, %1) : bf16[2, 64]
+    CHECK-NOT: = layer_norm(
+  )")) << out;
+  EXPECT_TRUE(Logged(ctx, {"norm-linear fusion: %6 (layer_norm) -> linear %7", "one GEMV"}));
+}
+
+// A norm read by several linears (Llama's q, k and v projections) becomes one node with an
+// output per linear; the other users of those outputs follow it.
+TEST(NormLinearFusion, ANormFeedingSeveralLinearsIsOneNode) {
+  NormLinearFusion pass(codegen::NormLinearTemplate());
+  PassContext ctx;
+  // %8, computed after the first linear but not from it, may be the residual of another.
+  const std::string out = RunPass(pass, R"(
+    graph(%0: bf16[1, 64]@cuda:0, %1: bf16[64]@cuda:0, %2: bf16[64, 64]@cuda:0, %3: bf16[32, 64]@cuda:0, %4: bf16[1, 32]@cuda:0) {
+      %5 = rms_norm(%0, %1) {eps=1e-06} : bf16[1, 64]@cuda:0
+      %6 = linear(%5, %2) : bf16[1, 64]@cuda:0
+      %7 = relu(%6) : bf16[1, 64]@cuda:0
+      %8 = neg(%4) : bf16[1, 32]@cuda:0
+      %9 = linear(%5, %3, %8) {epilogue=add} : bf16[1, 32]@cuda:0
+      %10 = linear(%5, %3) : bf16[1, 32]@cuda:0
+      %11 = add(%9, %10) : bf16[1, 32]@cuda:0
+      return %7, %11
+    })",
+                                  &ctx);
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %5 = neg(%4)
+    CHECK: %6 = fusion kiln_fused_rms_norm_linear_0(%0, %1, %2, %3, %5) : bf16[1, 32]
+    CHECK: %5 = rms_norm(%0, %1) {eps=
+    CHECK-NEXT: %6 = linear(%5, %2) : bf16[1, 64]
+    CHECK-NEXT: %7 = linear(%5, %3, %4) {epilogue=add} : bf16[1, 32]
+    CHECK-NEXT: %8 = linear(%5, %3) : bf16[1, 32]
+    CHECK-NEXT: return %8, %6, %7
+    CHECK: = result %6 #1 : bf16[1, 64]
+    CHECK: = result %6 #2 : bf16[1, 32]
+    CHECK: relu(
+    CHECK: add(
+    CHECK-NOT: = rms_norm(
+  )")) << out;
+  EXPECT_TRUE(Logged(ctx, {"norm-linear fusion: %5 (rms_norm) -> linear %6 %9 %10", "GEMVs"}))
+      << absl::StrJoin(ctx.explain, "\n");
+}
+
+// What stays apart, and why: a CPU graph, more rows than the GEMV takes, a norm with a user
+// that is not a linear, a linear whose residual depends on its sibling, a norm that is a graph
+// output, the norm read as the linear's residual too.
+TEST(NormLinearFusion, RefusalsAreExplained) {
+  struct Case {
+    const char* ir;
+    const char* why;
+  };
+  const Case cases[] = {
+      {R"(graph(%0: f32[1, 8]@cpu, %1: f32[4, 8]@cpu) {
+            %2 = layer_norm(%0) {eps=1e-05} : f32[1, 8]@cpu
+            %3 = linear(%2, %1) : f32[1, 4]@cpu
+            return %3 })",
+       "on the CPU the norm and the linear run as two ops anyway"},
+      {R"(graph(%0: f32[16, 8]@cuda:0, %1: f32[4, 8]@cuda:0) {
+            %2 = layer_norm(%0) {eps=1e-05} : f32[16, 8]@cuda:0
+            %3 = linear(%2, %1) : f32[16, 4]@cuda:0
+            return %3 })",
+       "16 rows: the GEMV takes 1 to 8"},
+      {R"(graph(%0: f32[1, 4]@cuda:0, %1: f32[4, 4]@cuda:0) {
+            %2 = layer_norm(%0) {eps=1e-05} : f32[1, 4]@cuda:0
+            %3 = linear(%2, %1) : f32[1, 4]@cuda:0
+            %4 = add(%2, %3) : f32[1, 4]@cuda:0
+            return %4 })",
+       "fan-out: %2 is also used by %4, not a linear's x"},
+      {R"(graph(%0: f32[1, 4]@cuda:0, %1: f32[4, 4]@cuda:0) {
+            %2 = layer_norm(%0) {eps=1e-05} : f32[1, 4]@cuda:0
+            %3 = linear(%2, %1) : f32[1, 4]@cuda:0
+            %4 = relu(%3) : f32[1, 4]@cuda:0
+            %5 = linear(%2, %1, %4) {epilogue=add} : f32[1, 4]@cuda:0
+            return %5 })",
+       "linear %5 reads %4, which depends on linear %3"},
+      {R"(graph(%0: f32[1, 8]@cuda:0, %1: f32[4, 8]@cuda:0) {
+            %2 = layer_norm(%0) {eps=1e-05} : f32[1, 8]@cuda:0
+            %3 = linear(%2, %1) : f32[1, 4]@cuda:0
+            return %3, %2 })",
+       "%2 is a graph output"},
+      {R"(graph(%0: f32[1, 8]@cuda:0, %1: f32[8, 8]@cuda:0) {
+            %2 = layer_norm(%0) {eps=1e-05} : f32[1, 8]@cuda:0
+            %3 = linear(%2, %1, %2) {epilogue=add} : f32[1, 8]@cuda:0
+            return %3 })",
+       "linear %3 also reads the norm as an operand"},
+  };
+  for (const Case& c : cases) {
+    NormLinearFusion pass(codegen::NormLinearTemplate());
+    PassContext ctx;
+    const std::string out = RunPass(pass, c.ir, &ctx);
+    EXPECT_EQ(out.find("fusion"), std::string::npos) << c.why << "\n" << out;
+    EXPECT_TRUE(Logged(ctx, {"norm-linear fusion: not fused", c.why}))
+        << absl::StrJoin(ctx.explain, "\n");
+  }
+}
+
+TEST(NormLinearFusion, MixedDtypesAndTheSwitch) {
+  const char* ir = R"(graph(%0: bf16[1, 8]@cuda:0, %1: f32[8]@cuda:0, %2: bf16[4, 8]@cuda:0) {
+      %3 = layer_norm(%0, %1) {eps=1e-05} : bf16[1, 8]@cuda:0
+      %4 = linear(%3, %2) : bf16[1, 4]@cuda:0
+      return %4 })";
+  NormLinearFusion pass(codegen::NormLinearTemplate());
+  PassContext ctx;
+  EXPECT_EQ(RunPass(pass, ir, &ctx).find("fusion"), std::string::npos);
+  EXPECT_TRUE(Logged(ctx, {"not fused: %3 (layer_norm) -> linear %4", "several dtypes"}));
+  const char* same = R"(graph(%0: bf16[1, 8]@cuda:0, %1: bf16[4, 8]@cuda:0) {
+      %2 = layer_norm(%0) {eps=1e-05} : bf16[1, 8]@cuda:0
+      %3 = linear(%2, %1) : bf16[1, 4]@cuda:0
+      return %3 })";
+  PassContext on;
+  EXPECT_NE(RunPass(pass, same, &on).find("fusion kiln_fused_layer_norm_linear_0"),
+            std::string::npos);
+  absl::StatusOr<ir::Graph> g = ir::ParseGraph(same);
+  ASSERT_TRUE(g.ok());
+  PassContext off;
+  off.disabled_families = {"norm_linear"};
+  EXPECT_FALSE(*pass.Run(*g, off));
 }
 
 TEST(SoftmaxFusion, AttentionScaleMaskSoftmaxAndCastBecomeOneFusion) {

@@ -5,10 +5,15 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "codegen/compile.h"
 #include "codegen/executable.h"
 #include "codegen/fusion_template.h"
 #include "ir/graph.h"
+#include "ops/cuda/matmul_cuda.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
 #include "runtime/cuda.h"
@@ -189,6 +194,59 @@ TEST(PlanCount, ResidualEpilogueCountsWhatRuns) {
     EXPECT_EQ(r.kernels_per_step, kernels) << rows << " rows\n" << r.final_graph;
     EXPECT_EQ(r.memsets_per_step, memsets) << rows << " rows";
   }
+}
+
+// A decode step's layer norm and the linear reading it (its GELU epilogue kept) are one launch on
+// CUDA, the norm-linear family's GEMV; an RMS norm read by three linears (Llama's q, k, v) is
+// three; with 512 rows they stay apart (the explain log says why). Every plan counts what it
+// launches and matches eager. KILN_GEMV=on: the fused GEMV, not a per-shape timing's choice.
+TEST(PlanCount, NormAndLinearsAreOneLaunchPerLinearForFewRows) {
+  KILN_SKIP_WITHOUT_GPU();
+  const cuda_ops::GemvMode previous = cuda_ops::CurrentGemvMode();
+  cuda_ops::SetGemvMode(cuda_ops::GemvMode::kOn);
+  Generator gen(5);
+  auto bf16 = [&](Shape s) { return to(cast(randn(s, gen), DType::kBFloat16), CUDA(0)); };
+  const Tensor g = bf16({768}), beta = bf16({768}), w = bf16({2304, 768}) * 0.03, b = bf16({2304});
+  const Tensor wq = bf16({768, 768}) * 0.03, wk = bf16({256, 768}) * 0.03,
+               wv = bf16({256, 768}) * 0.03;
+  auto gpt = [&](const std::vector<Tensor>& t) {
+    return std::vector<Tensor>{gelu(linear(layer_norm(t[0], g, beta), w, b), "tanh")};
+  };
+  auto llama = [&](const std::vector<Tensor>& t) {
+    const Tensor h = rms_norm(t[0], g, 1e-6);
+    return std::vector<Tensor>{linear(h, wq), linear(h, wk), linear(h, wv) + t[1]};
+  };
+  struct Case {
+    const char* name;
+    std::function<std::vector<Tensor>(const std::vector<Tensor>&)> fn;
+    int linears;
+  };
+  for (const Case& c : {Case{"gpt", gpt, 1}, Case{"llama", llama, 3}}) {
+    for (int64_t rows : {1, 512}) {
+      const std::vector<Tensor> in = {bf16({rows, 768}), bf16({rows, 256})};
+      CompileOptions o;
+      o.mode = CompileOptions::Mode::kCompiled;
+      CompiledFn f = compile(c.fn, in, o);
+      const std::vector<Tensor> got = f(in), want = c.fn(in);
+      for (size_t i = 0; i < got.size(); ++i) {
+        ExpectClose(to_vector(got[i]), to_vector(want[i]), ToleranceFor(DType::kBFloat16),
+                    absl::StrCat(c.name, " ", rows, " rows, output ", i));
+      }
+      const auto [kernels, memsets] = CapturedLaunches(f, in);
+      const CompileReport& r = f.report(in);
+      const bool fused = r.final_graph.find("_norm_linear_") != std::string::npos;
+      EXPECT_EQ(fused, rows == 1) << c.name << "\n" << r.final_graph;
+      EXPECT_EQ(r.kernels_per_step, kernels) << c.name << " " << rows << " rows\n" << r.final_graph;
+      EXPECT_EQ(r.memsets_per_step, memsets) << c.name << " " << rows << " rows";
+      if (rows == 1) EXPECT_EQ(kernels, c.linears) << c.name << "\n" << r.final_graph;
+      const std::string log = absl::StrJoin(r.explain, "\n");
+      EXPECT_NE(
+          log.find(rows == 1 ? "normalise the rows themselves" : "512 rows: the GEMV takes 1 to 8"),
+          std::string::npos)
+          << log;
+    }
+  }
+  cuda_ops::SetGemvMode(previous);
 }
 
 // SDPA on the math path on CUDA (its matmuls, scale and softmax as separate kernels): the family

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "ops/cuda/gemv_kernels.h"
 #include "ops/op_def.h"
 
 namespace kiln::cuda_ops {
@@ -44,6 +45,9 @@ struct GemvProblem {
   bool bias = false;
   bool graph = false;  // issued for a CUDA graph replay (cuda::ForGraphReplay())
   Epilogue act = Epilogue::kNone;
+  // A norm of x's rows inside the GEMV (the norm-linear family), timed against the norm's kernel
+  // followed by the linear instead of against cuBLASLt alone.
+  cuda_kernels::GemvNorm norm = cuda_kernels::GemvNorm::kNone;
   uint32_t align_x = 16, align_w = 16, align_bias = 16, align_out = 16;
   bool operator==(const GemvProblem&) const = default;
 };

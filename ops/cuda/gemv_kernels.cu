@@ -12,6 +12,15 @@
 // shuffles, then (wpc > 1) through shared memory in warp order, so results do not depend on
 // timing. The kernel is templated on the row count M (1..8): the sums live in registers.
 //
+// With a norm (NormGemvKernel), each CTA first computes the statistics of the M x rows (a warp
+// per row, as the eager norm computes them: the mean summed in double and kept as hi + lo floats,
+// the squared deviations in float), writes the normalised rows, rounded to T, to shared memory
+// once, and the same column loop reads x from there; the grid is capped at kNormCtasPerSm per SM
+// so that each CTA amortises that over several column tiles. (Normalising as x was read cost
+// n·m·k normalisations: the GPT-2 decode step ran 1.3x slower at batch 1 and 2.3x at batch 8 than
+// with the norm's own kernel.) The plain kernel is unchanged by it: the shared-memory variant is a
+// template flag of the loads.
+//
 // Indexing is int64 throughout (a w of n·k > 2^31 elements is the LM head of a large vocabulary);
 // CTAs stride over column tiles, so the grid stays within limits for any n.
 #include <cuda_bf16.h>
@@ -34,6 +43,7 @@ constexpr int kWarps = 4;  // per CTA
 constexpr int kThreads = kWarps * 32;
 constexpr int kUnroll = 4;  // w vectors in flight per thread
 constexpr int64_t kMaxGrid = int64_t{1} << 30;
+constexpr int kNormCtasPerSm = 8;  // CTAs per SM of the GEMV with a norm (each normalises x once)
 
 template <typename T>
 constexpr int kVec = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte vector
@@ -55,6 +65,23 @@ struct Params {
   GemvAct act;
 };
 
+// The GEMV's parameters with a norm of each x row (gemv.x is the x before the norm).
+template <typename T>
+struct NormParams {
+  Params<T> gemv;
+  GemvNorm norm;
+  const T* weight;  // [k] or nullptr
+  const T* bias;    // [k] or nullptr
+  float eps;
+  bool vec;  // x rows, weight and bias 16-byte aligned and k whole 16-byte vectors
+};
+
+// An x row's statistics: x - mean as (x - hi) - lo (the mean in double, split in two floats, so
+// that values near the mean keep their precision), and 1 / sqrt(var + eps).
+struct RowNorm {
+  float hi, lo, inv;
+};
+
 // The kVec<T> elements of a 16-byte word as floats (element 0 in the low bytes).
 template <typename T>
 __device__ __forceinline__ void Unpack(const uint4& raw, float (&f)[kVec<T>]) {
@@ -74,10 +101,15 @@ __device__ __forceinline__ void Unpack(const uint4& raw, float (&f)[kVec<T>]) {
 }
 
 // Elements [v·kVec, (v + 1)·kVec) of x row `row` as floats, or zeros when `valid` is false.
-template <typename T, bool kVecX>
+// kShared: `row` is in shared memory (the normalised rows), which takes a plain load.
+template <typename T, bool kVecX, bool kShared = false>
 __device__ __forceinline__ void LoadX(const T* row, int64_t v, bool valid, float (&f)[kVec<T>]) {
   if constexpr (kVecX) {
-    Unpack<T>(valid ? __ldg(reinterpret_cast<const uint4*>(row) + v) : make_uint4(0, 0, 0, 0), f);
+    if constexpr (kShared) {
+      Unpack<T>(valid ? reinterpret_cast<const uint4*>(row)[v] : make_uint4(0, 0, 0, 0), f);
+    } else {
+      Unpack<T>(valid ? __ldg(reinterpret_cast<const uint4*>(row) + v) : make_uint4(0, 0, 0, 0), f);
+    }
   } else {
 #pragma unroll
     for (int i = 0; i < kVec<T>; ++i) f[i] = valid ? ToFloat(row[v * kVec<T> + i]) : 0.f;
@@ -88,7 +120,7 @@ __device__ __forceinline__ void LoadX(const T* row, int64_t v, bool valid, float
 // k / kVec. `w` is 16-byte aligned, and so is every x row when kVecX. Straight-line code per
 // kUnroll vectors: the w loads are all issued first, then per x row its loads, then the FMAs;
 // vectors past the end count as zeros (both operands: a NaN in x must not meet a padding 0).
-template <typename T, int M, bool kVecX>
+template <typename T, int M, bool kVecX, bool kSharedX>
 __device__ __forceinline__ void DotVectors(const Params<T>& p, const T* w, int t, int stride,
                                            float (&acc)[M]) {
   constexpr int V = kVec<T>;
@@ -107,7 +139,7 @@ __device__ __forceinline__ void DotVectors(const Params<T>& p, const T* w, int t
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t v = v0 + int64_t{u} * stride;
-        LoadX<T, kVecX>(p.x + r * p.ldx, v, v < nvec, xf[u]);
+        LoadX<T, kVecX, kSharedX>(p.x + r * p.ldx, v, v < nvec, xf[u]);
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
@@ -133,6 +165,12 @@ __device__ __forceinline__ void DotElements(const Params<T>& p, const T* w, int6
 }
 
 __device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ double WarpSumDouble(double v) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
   return v;
@@ -168,7 +206,8 @@ __device__ __forceinline__ void Store(const Params<T>& p, int64_t col, int lane,
 
 // Pulls this thread's share of weight row `col` into L2 (128-byte lines, a hint: it never reads
 // stale data, since L2 is where writes land). Run before GridDependencySync(), so the weights
-// stream in while the previous kernel finishes.
+// stream in while the previous kernel finishes. (Into L1 instead, the norm GEMV's first tile ran
+// 1.6 µs slower on the H200.)
 template <typename T>
 __device__ __forceinline__ void PrefetchRow(const Params<T>& p, int64_t col, int t, int stride) {
   if (col >= p.n) return;
@@ -179,16 +218,15 @@ __device__ __forceinline__ void PrefetchRow(const Params<T>& p, int64_t col, int
   }
 }
 
-template <typename T, int M>
-__global__ void __launch_bounds__(kThreads) GemvKernel(Params<T> p) {
-  __shared__ float partial[kWarps][M];
+// The CTA's column tiles: dot products over p.x (in shared memory when kSharedX), bias,
+// activation, residual and store.
+template <typename T, int M, bool kSharedX>
+__device__ __forceinline__ void ColumnTiles(const Params<T>& p, float (&partial)[kWarps][M]) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int cols = kWarps / p.wpc;  // columns per CTA
   const int part = warp % p.wpc;    // this warp's share of the column's k
   const int t = part * 32 + lane, stride = p.wpc * 32;
   const int64_t tiles = (p.n + cols - 1) / cols;
-  PrefetchRow(p, int64_t{blockIdx.x} * cols + warp / p.wpc, t, stride);  // the first tile's
-  GridDependencySync();  // x, residual and out may be earlier kernels' buffers
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {  // uniform over the CTA
     const int64_t col = tile * cols + warp / p.wpc;
     float acc[M];
@@ -199,9 +237,9 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params<T> p) {
       int64_t begin = 0;
       if (p.vec_w) {
         if (p.vec_x) {
-          DotVectors<T, M, true>(p, w, t, stride, acc);
+          DotVectors<T, M, true, kSharedX>(p, w, t, stride, acc);
         } else {
-          DotVectors<T, M, false>(p, w, t, stride, acc);
+          DotVectors<T, M, false, kSharedX>(p, w, t, stride, acc);
         }
         begin = p.k - p.k % kVec<T>;
       }
@@ -225,6 +263,151 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params<T> p) {
     }
     if (col < p.n && part == 0) Store<T, M>(p, col, lane, acc);
   }
+}
+
+// The first column tile's weight rows into L2 (every warp its own), before the dependency wait.
+template <typename T>
+__device__ __forceinline__ void PrefetchFirstTile(const Params<T>& p) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int cols = kWarps / p.wpc;
+  PrefetchRow(p, int64_t{blockIdx.x} * cols + warp / p.wpc, (warp % p.wpc) * 32 + lane, p.wpc * 32);
+}
+
+template <typename T, int M>
+__global__ void __launch_bounds__(kThreads) GemvKernel(Params<T> p) {
+  __shared__ float partial[kWarps][M];
+  PrefetchFirstTile(p);
+  GridDependencySync();  // x, residual and out may be earlier kernels' buffers
+  ColumnTiles<T, M, false>(p, partial);
+}
+
+// The statistics of the M x rows into `norms` (a warp per row; every thread of the CTA calls):
+// as the eager norm computes them (reduce_kernels.cu NormOp), the mean summed in double (0 for
+// RMS), the squared deviations in float. x is read in 16-byte vectors where its rows are aligned,
+// unrolled so that a lane's loads are in flight together; the second pass reads L1.
+template <typename T, int M>
+__device__ void ComputeRowNorms(const NormParams<T>& np, RowNorm* norms) {
+  constexpr int V = kVec<T>;
+  const Params<T>& p = np.gemv;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t nvec = p.vec_x ? p.k / V : 0;
+  for (int r = warp; r < M; r += kWarps) {
+    const T* x = p.x + r * p.ldx;
+    double sum = 0;
+    if (np.norm == GemvNorm::kLayer) {
+#pragma unroll 4
+      for (int64_t v = lane; v < nvec; v += 32) {
+        float f[V];
+        LoadX<T, true>(x, v, true, f);
+#pragma unroll
+        for (int i = 0; i < V; ++i) sum += f[i];
+      }
+      for (int64_t i = nvec * V + lane; i < p.k; i += 32) sum += ToFloat(x[i]);
+      sum = WarpSumDouble(sum);
+    }
+    const double mean = sum / static_cast<double>(p.k);
+    const float hi = static_cast<float>(mean), lo = static_cast<float>(mean - hi);
+    float sq = 0.f;
+#pragma unroll 4
+    for (int64_t v = lane; v < nvec; v += 32) {
+      float f[V];
+      LoadX<T, true>(x, v, true, f);
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const float d = (f[i] - hi) - lo;
+        sq += d * d;
+      }
+    }
+    for (int64_t i = nvec * V + lane; i < p.k; i += 32) {
+      const float d = (ToFloat(x[i]) - hi) - lo;
+      sq += d * d;
+    }
+    sq = WarpSum(sq);
+    if (lane == 0) norms[r] = {hi, lo, 1.f / sqrtf(sq / static_cast<float>(p.k) + np.eps)};
+  }
+  __syncthreads();
+}
+
+// The 16 bits of a 2-byte float.
+template <typename T>
+__device__ __forceinline__ uint32_t Bits16(T v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat16_as_ushort(v);
+  } else {
+    return __half_as_ushort(v);
+  }
+}
+
+// kVec<T> floats rounded to T as one 16-byte word (Unpack's inverse).
+template <typename T>
+__device__ __forceinline__ uint4 Pack(const float (&f)[kVec<T>]) {
+  uint32_t word[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (std::is_same_v<T, float>) {
+      word[i] = __float_as_uint(f[i]);
+    } else {
+      word[i] = Bits16(FromFloat<T>(f[2 * i])) | Bits16(FromFloat<T>(f[2 * i + 1])) << 16;
+    }
+  }
+  return make_uint4(word[0], word[1], word[2], word[3]);
+}
+
+// The eager norm's arithmetic for one element (reduce_kernels.cu NormOp).
+__device__ __forceinline__ float Normalize(float x, const RowNorm& s, float weight, float bias) {
+  return ((x - s.hi) - s.lo) * s.inv * weight + bias;
+}
+
+// The CTA's x rows normalised once, as the eager norm writes them (rounded to T), into `out`
+// ([M, k] in shared memory): every column tile of the CTA then reads them from there. In 16-byte
+// vectors where x, the norm's weight and bias are aligned and k is whole vectors (np.vec).
+template <typename T, int M>
+__device__ void NormalizeRows(const NormParams<T>& np, const RowNorm* norms, T* out) {
+  constexpr int V = kVec<T>;
+  const Params<T>& p = np.gemv;
+  const int64_t nvec = np.vec ? p.k / V : 0;
+  for (int r = 0; r < M; ++r) {
+    const T* x = p.x + r * p.ldx;
+    T* o = out + r * p.k;
+    const RowNorm s = norms[r];
+#pragma unroll 2
+    for (int64_t v = threadIdx.x; v < nvec; v += kThreads) {
+      float xf[V], wf[V], bf[V];
+      LoadX<T, true>(x, v, true, xf);
+      LoadX<T, true>(np.weight, v, np.weight != nullptr, wf);
+      LoadX<T, true>(np.bias, v, np.bias != nullptr, bf);
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        xf[i] = Normalize(xf[i], s, np.weight != nullptr ? wf[i] : 1.f, bf[i]);
+      }
+      reinterpret_cast<uint4*>(o)[v] = Pack<T>(xf);
+    }
+    for (int64_t i = nvec * V + threadIdx.x; i < p.k; i += kThreads) {
+      const float w = np.weight != nullptr ? ToFloat(np.weight[i]) : 1.f;
+      const float b = np.bias != nullptr ? ToFloat(np.bias[i]) : 0.f;
+      o[i] = FromFloat<T>(Normalize(ToFloat(x[i]), s, w, b));
+    }
+  }
+  __syncthreads();
+}
+
+// The GEMV of the normalised x rows: statistics and the normalised rows in shared memory once per
+// CTA (m·k elements of dynamic shared memory), then the plain kernel's column loop over them.
+template <typename T, int M>
+__global__ void __launch_bounds__(kThreads, 1) NormGemvKernel(NormParams<T> np) {
+  __shared__ float partial[kWarps][M];
+  __shared__ RowNorm norms[M];
+  extern __shared__ uint4 normed_words[];
+  PrefetchFirstTile(np.gemv);
+  GridDependencySync();  // x, residual and out may be earlier kernels' buffers
+  ComputeRowNorms<T, M>(np, norms);
+  T* normed = reinterpret_cast<T*>(normed_words);
+  NormalizeRows<T, M>(np, norms, normed);
+  Params<T> p = np.gemv;
+  p.x = normed;
+  p.ldx = p.k;
+  p.vec_x = p.k % kVec<T> == 0;  // rows of whole vectors stay 16-byte aligned
+  ColumnTiles<T, M, true>(p, partial);
 }
 
 // Waits on the device until `ns` nanoseconds have passed since it started.
@@ -261,6 +444,43 @@ std::array<void (*)(Params<T>), sizeof...(I)> KernelTable(std::index_sequence<I.
   return {&GemvKernel<T, static_cast<int>(I) + 1>...};
 }
 
+template <typename T, size_t... I>
+std::array<void (*)(NormParams<T>), sizeof...(I)> NormKernelTable(std::index_sequence<I...>) {
+  return {&NormGemvKernel<T, static_cast<int>(I) + 1>...};
+}
+
+// The norm kernels may use dynamic shared memory beyond 48 KiB (kMaxNormSharedBytes): set once.
+template <typename T, size_t N>
+cudaError_t OptInSharedMemory(const std::array<void (*)(NormParams<T>), N>& kernels) {
+  for (auto* k : kernels) {
+    const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(kMaxNormSharedBytes));
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+template <typename T>
+cudaError_t LaunchNormed(const GemvArgs& a, const Params<T>& p, int64_t tiles,
+                         cudaStream_t stream) {
+  static const auto kernels = NormKernelTable<T>(std::make_index_sequence<kGemvMaxRows>());
+  const size_t smem = static_cast<size_t>(a.m * a.k) * sizeof(T);
+  if (smem > kMaxNormSharedBytes) return cudaErrorInvalidValue;
+  static const cudaError_t opted_in = OptInSharedMemory<T>(kernels);
+  if (opted_in != cudaSuccess) return opted_in;
+  // Each CTA normalises its x rows once: fewer CTAs, each over several column tiles, pay for it
+  // fewer times.
+  const int64_t ctas = int64_t{std::max(a.sm_count, 1)} * kNormCtasPerSm;
+  const auto grid = static_cast<unsigned>(std::min(tiles, ctas));
+  const bool vec = p.vec_x && a.k % kVec<T> == 0 && RowsAligned16(a.norm_weight, 0, 1, 0) &&
+                   RowsAligned16(a.norm_bias, 0, 1, 0);
+  const NormParams<T> np{
+      p,          a.norm, static_cast<const T*>(a.norm_weight), static_cast<const T*>(a.norm_bias),
+      a.norm_eps, vec};
+  return LaunchMaybeDependent(a.dependent_launch, kernels[a.m - 1], dim3(grid), dim3(kThreads),
+                              smem, stream, np);
+}
+
 template <typename T>
 cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
   static const auto kernels = KernelTable<T>(std::make_index_sequence<kGemvMaxRows>());
@@ -280,6 +500,7 @@ cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
                     a.act};
   const int cols = kWarps / p.wpc;
   const int64_t tiles = (a.n + cols - 1) / cols;
+  if (a.norm != GemvNorm::kNone) return LaunchNormed<T>(a, p, tiles, stream);
   const auto grid = static_cast<unsigned>(std::min(tiles, kMaxGrid));
   return LaunchMaybeDependent(a.dependent_launch, kernels[a.m - 1], dim3(grid), dim3(kThreads), 0,
                               stream, p);
@@ -289,7 +510,7 @@ cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
 
 cudaError_t Gemv(const GemvArgs& a, cudaStream_t stream) {
   if (a.m < 1 || a.m > kGemvMaxRows || a.n < 1 || a.k < 1 || a.x == nullptr || a.w == nullptr ||
-      a.out == nullptr) {
+      a.out == nullptr || (a.norm_bias != nullptr && a.norm != GemvNorm::kLayer)) {
     return cudaErrorInvalidValue;
   }
   switch (a.type) {

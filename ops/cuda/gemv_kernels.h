@@ -19,6 +19,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "ops/cuda/elem_type.h"
@@ -26,8 +27,12 @@
 namespace kiln::cuda_kernels {
 
 enum class GemvAct { kNone, kRelu, kGeluTanh };
+enum class GemvNorm { kNone, kLayer, kRms };  // a norm of each x row applied as it is read
 
 inline constexpr int64_t kGemvMaxRows = 8;
+// With a norm (GemvArgs::norm) each CTA keeps the normalised x rows in shared memory: m·k
+// elements of the dtype, at most this many bytes (else cudaErrorInvalidValue).
+inline constexpr size_t kMaxNormSharedBytes = 96 * 1024;
 
 struct GemvArgs {
   const void* x;  // [m, k], element (r, i) at x[r * ldx + i]
@@ -45,10 +50,21 @@ struct GemvArgs {
   // Launch as a programmatic dependent launch (runtime/cuda.h): the kernel prefetches its first
   // weight rows into L2 while the previous kernel finishes, then waits for it.
   bool dependent_launch = false;
+  // A layer norm or RMS norm over each x row, applied as the row is read: x is replaced by the
+  // eager norm's output, (x - mean) / sqrt(var + eps) · norm_weight + norm_bias rounded to the
+  // dtype (mean 0 for RMS). Every CTA computes the statistics of the x rows itself (k elements of
+  // at most kGemvMaxRows rows, from L2) and normalises them once into shared memory (m·k elements,
+  // at most kMaxNormSharedBytes), then loops over column tiles: cheaper than a launch, so a
+  // decode step's norm and the linear after it are one kernel.
+  GemvNorm norm = GemvNorm::kNone;
+  const void* norm_weight = nullptr;  // [k] contiguous, or nullptr
+  const void* norm_bias = nullptr;    // [k] contiguous, or nullptr (layer norm only)
+  float norm_eps = 0.f;
 };
 
 // Launches the GEMV on `stream`; cudaErrorInvalidValue for sizes outside the contract (m not in
-// [1, kGemvMaxRows], n < 1, k < 1, a null pointer), else the launch's error.
+// [1, kGemvMaxRows], n < 1, k < 1, a null pointer, a norm bias without a layer norm), else the
+// launch's error.
 cudaError_t Gemv(const GemvArgs& args, cudaStream_t stream);
 
 // A one-thread kernel that waits `ns` nanoseconds on the device. A timing aid: launches queued

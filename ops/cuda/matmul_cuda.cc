@@ -724,10 +724,17 @@ GemvProblem MakeGemvProblem(const Tensor& x2, const Tensor& w, const Tensor& bia
   return p;
 }
 
+// A norm of x's rows for the GEMV to apply as it reads them (GemvArgs::norm).
+struct GemvNormOperands {
+  cuda_kernels::GemvNorm kind = cuda_kernels::GemvNorm::kNone;
+  Tensor weight, bias;  // [k] contiguous, or undefined
+  double eps = 0;
+};
+
 // out [m, n] (contiguous) = act(x2 [m, k] · w [n, k]ᵀ + bias) (kAdd: + residual [m, n],
-// contiguous) with the GEMV kernel.
+// contiguous) with the GEMV kernel, x2's rows normalised first when `norm` says so.
 void RunGemv(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& residual,
-             const Tensor& out, Epilogue act) {
+             const Tensor& out, Epilogue act, const GemvNormOperands& norm = {}) {
   using cuda_kernels::GemvAct;
   cuda_kernels::GemvArgs a{};
   a.x = x2.data_ptr();
@@ -747,7 +754,17 @@ void RunGemv(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor
                                        : GemvAct::kNone;
   a.sm_count = cuda::Props(out.device().index).sm_count;
   a.dependent_launch = cuda::UseDependentLaunch(out.device().index);
+  a.norm = norm.kind;
+  a.norm_weight = norm.weight.defined() ? norm.weight.data_ptr() : nullptr;
+  a.norm_bias = norm.bias.defined() ? norm.bias.data_ptr() : nullptr;
+  a.norm_eps = static_cast<float>(norm.eps);
   KILN_CUDA_CHECK(cuda_kernels::Gemv(a, cuda::CurrentStream()));
+}
+
+// linear's residual operand as the contiguous [m, n] matrix the GEMM and the GEMV read.
+Tensor ResidualMatrix(const Tensor& residual, int64_t m, int64_t n) {
+  const Tensor r = residual.is_contiguous() ? residual : kiln::contiguous(residual);
+  return r.as_strided({m, n}, {n, 1}, r.offset());
 }
 
 }  // namespace
@@ -793,11 +810,8 @@ void Linear(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const 
   }
   const int64_t n = w.size(0), k = w.size(1), m = out.numel() / n;
   const Tensor o = out.as_strided({m, n}, {n, 1}, out.offset());
-  Tensor r2;  // the residual as a contiguous [m, n] matrix (C of the GEMM, read by the GEMV)
-  if (has_residual) {
-    const Tensor r = residual.is_contiguous() ? residual : kiln::contiguous(residual);
-    r2 = r.as_strided({m, n}, {n, 1}, r.offset());
-  }
+  // The residual as a contiguous [m, n] matrix (C of the GEMM, read by the GEMV).
+  const Tensor r2 = has_residual ? ResidualMatrix(residual, m, n) : Tensor();
   if (k == 0) {
     FillWithoutGemm(o, bias, m, n);
     return ApplyEpilogue(o, attrs.epilogue, r2);
@@ -820,5 +834,63 @@ void Linear(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const 
 
 void SetAllowTf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }
 bool AllowTf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
+
+bool NormLinearGemv(OpId norm, absl::Span<const Tensor> norm_in, double eps,
+                    absl::Span<const Tensor> rest, const OpAttrs& attrs, const Tensor& out,
+                    const std::function<void(const Tensor& out)>& norm_then_linear) {
+  if (CurrentGemvMode() == GemvMode::kOff || norm_in.empty() || rest.empty()) return false;
+  const Tensor& x = norm_in[0];
+  const Tensor& w = rest[0];
+  const Tensor bias = LinearHasBias(rest.size() + 1, attrs) ? rest[1] : Tensor();
+  const Tensor residual = HasResidual(attrs) ? rest.back() : Tensor();
+  GemvNormOperands nrm;
+  nrm.kind = norm == OpId::kRmsNorm ? cuda_kernels::GemvNorm::kRms : cuda_kernels::GemvNorm::kLayer;
+  nrm.weight = norm_in.size() > 1 ? norm_in[1] : Tensor();
+  nrm.bias = norm_in.size() > 2 ? norm_in[2] : Tensor();
+  nrm.eps = eps;
+  const DType t = out.dtype();
+  auto same = [&](const Tensor& u) {
+    return !u.defined() || (u.dtype() == t && u.device() == out.device());
+  };
+  if ((norm != OpId::kLayerNorm && norm != OpId::kRmsNorm) || !out.device().is_cuda() ||
+      !cuda_kernels::ElemTypeOf(t).has_value() || !out.is_contiguous() || x.dim() < 1 ||
+      w.dim() != 2 || !same(x) || !same(w) || !same(bias) || !same(residual) || !same(nrm.weight) ||
+      !same(nrm.bias)) {
+    return false;
+  }
+  const int64_t n = w.size(0), k = w.size(1);
+  auto row_vector = [](const Tensor& u, int64_t len) {
+    return !u.defined() || (u.dim() == 1 && u.size(0) == len && (len == 1 || u.stride(0) == 1));
+  };
+  if (k == 0 || out.numel() == 0 || x.size(-1) != k || out.size(-1) != n ||
+      x.numel() / k != out.numel() / n || !row_vector(nrm.weight, k) || !row_vector(nrm.bias, k) ||
+      !row_vector(bias, n) ||
+      (residual.defined() && (residual.shape() != out.shape() || !residual.is_contiguous()))) {
+    return false;
+  }
+  const int64_t m = out.numel() / n;
+  // x's rows as one [m, k] matrix without a copy (a copy would be a launch of its own).
+  const std::optional<int64_t> row_stride = CollapsedStride(
+      IntList(x.shape()).subspan(0, x.dim() - 1), IntList(x.strides()).subspan(0, x.dim() - 1));
+  if (m > cuda_kernels::kGemvMaxRows || !row_stride.has_value() ||
+      static_cast<size_t>(m * k) * out.element_size() > cuda_kernels::kMaxNormSharedBytes) {
+    return false;
+  }
+  const Tensor x2 = x.as_strided({m, k}, {*row_stride, x.stride(-1)}, x.offset());
+  if (!GemvFits(x2, w, m, k)) return false;
+  DeviceGuard guard(out.device().index);
+  const Tensor r2 = residual.defined() ? ResidualMatrix(residual, m, n) : Tensor();
+  const Tensor o = out.as_strided({m, n}, {n, 1}, out.offset());
+  auto fused = [&](const Tensor& dst) { RunGemv(x2, w, bias, r2, dst, attrs.epilogue, nrm); };
+  // `norm_then_linear` writes the linear's output shape; the choice hands both paths [m, n].
+  auto apart = [&](const Tensor& dst) {
+    norm_then_linear(dst.as_strided(out.shape(), out.strides(), dst.offset()));
+  };
+  GemvProblem p = MakeGemvProblem(x2, w, bias, o, attrs.epilogue);
+  p.norm = nrm.kind;
+  if (!ChooseGemv(p, o, fused, apart)) return false;
+  fused(o);
+  return true;
+}
 
 }  // namespace kiln::cuda_ops

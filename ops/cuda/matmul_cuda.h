@@ -29,6 +29,7 @@
 //   cuda_ops::SetGemvMode(cuda_ops::GemvMode::kOff);  // linear: cuBLASLt only (an A/B baseline)
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "ops/op_def.h"
@@ -44,6 +45,19 @@ namespace kiln::cuda_ops {
 // the problem), kResourceExhausted for out of memory, kUnimplemented for other dtypes.
 void Matmul(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 void Linear(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+
+// The norm-linear family's node on CUDA (codegen/families/norm_linear/): `out` = linear(norm(x))
+// where norm is layer_norm or rms_norm over x's last dim (norm_in = {x, weight?, bias?}) and the
+// linear's operands after x are `rest` ({w, bias?, residual?}, as `attrs` say), as one launch of
+// kiln's GEMV that normalises x's rows itself. Returns true when it ran that; false, having run
+// nothing, where the GEMV cannot (more than kGemvMaxRows rows, m·k elements over
+// kMaxNormSharedBytes, the linear's GEMV conditions, KILN_GEMV=off) or loses the choice against
+// `norm_then_linear` (a full run of the norm's kernel and then the linear into its argument,
+// which the choice times: gemv_choice.h, once per problem in auto mode, the norm in the
+// problem's key). The caller then runs the two ops.
+bool NormLinearGemv(OpId norm, absl::Span<const Tensor> norm_in, double eps,
+                    absl::Span<const Tensor> rest, const OpAttrs& attrs, const Tensor& out,
+                    const std::function<void(const Tensor& out)>& norm_then_linear);
 
 // Whether float32 GEMMs may use TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32). Default false.
 // Process-wide; affects GEMMs issued after the call.

@@ -1,0 +1,111 @@
+// Norm-linear fusion (see norm_linear_fusion.h).
+#include "codegen/families/norm_linear/norm_linear_fusion.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "passes/fusion_groups.h"
+
+namespace kiln::passes {
+
+using ir::Graph;
+using ir::Node;
+using ir::ValueId;
+
+namespace {
+
+constexpr char kLog[] = "norm-linear fusion: ";
+
+bool IsNorm(const Graph& g, ValueId v) {
+  return g.IsOp(v, OpId::kLayerNorm) || g.IsOp(v, OpId::kRmsNorm);
+}
+
+// The operand types the family is asked about: the linear's output, the norm's operands, the
+// linear's operands after x.
+std::vector<TensorType> OperandTypes(const Graph& g, ValueId norm, ValueId lin) {
+  std::vector<TensorType> t = {g.type(lin)};
+  for (ValueId v : g.node(norm).inputs) t.push_back(g.type(v));
+  const auto& in = g.node(lin).inputs;
+  for (size_t i = 1; i < in.size(); ++i) t.push_back(g.type(in[i]));
+  return t;
+}
+
+// Which values depend on any of `roots` (the roots included). Ids are in topological order.
+std::vector<bool> Downstream(const Graph& g, const std::vector<ValueId>& roots) {
+  std::vector<bool> d(g.num_values(), false);
+  for (ValueId r : roots) d[r] = true;
+  for (ValueId v = roots.front(); v < g.num_values(); ++v) {
+    for (ValueId u : g.node(v).inputs) d[v] = d[v] || d[u];
+  }
+  return d;
+}
+
+// Why norm `norm` cannot join its users, the linears `lins` (in id order; "" if it can).
+std::string Refusal(const Graph& g, ValueId norm, const std::vector<ValueId>& lins,
+                    const FusionGroups& grp, const KernelFamily& family) {
+  for (ValueId u : grp.users[norm]) {
+    if (!g.IsOp(u, OpId::kLinear) || g.node(u).inputs[0] != norm) {
+      return absl::StrCat("fan-out: %", norm, " is also used by %", u, ", not a linear's x");
+    }
+  }
+  if (grp.is_output[norm]) return absl::StrCat("%", norm, " is a graph output (materialised)");
+  if (grp.group_of[norm] != -1) return "already in a group";
+  if (g.node(norm).sym_dims != 0) {
+    return "symbolic dims (a dynamic shape): the fused node's shape is fixed at compile time";
+  }
+  const std::vector<bool> downstream = Downstream(g, lins);
+  for (ValueId lin : lins) {
+    const auto& in = g.node(lin).inputs;
+    for (size_t i = 1; i < in.size(); ++i) {
+      if (in[i] == norm) return absl::StrCat("linear %", lin, " also reads the norm as an operand");
+      if (downstream[in[i]]) {  // the node would sit on a cycle through its own output
+        return absl::StrCat("linear %", lin, " reads %", in[i], ", which depends on linear %",
+                            lins.front() == lin ? lins.back() : lins.front());
+      }
+    }
+    if (grp.group_of[lin] != -1) return absl::StrCat("linear %", lin, " is already in a group");
+    if (g.node(lin).sym_dims != 0) {
+      return "symbolic dims (a dynamic shape): the fused node's shape is fixed at compile time";
+    }
+    if (std::string why = family.RejectsOperands(OperandTypes(g, norm, lin)); !why.empty()) {
+      return why;
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::StatusOr<bool> NormLinearFusion::Run(Graph& graph, PassContext& ctx) {
+  if (!ctx.Enabled(family_.name())) return false;
+  FusionGroups grp(graph, {});
+  grp.log_prefix = kLog;
+  for (ValueId v = 0; v < graph.num_values(); ++v) {
+    if (!IsNorm(graph, v) || grp.users[v].empty()) continue;
+    std::vector<ValueId> lins = grp.users[v];
+    std::sort(lins.begin(), lins.end());
+    lins.erase(std::unique(lins.begin(), lins.end()), lins.end());
+    const bool feeds_a_linear = std::any_of(lins.begin(), lins.end(), [&](ValueId u) {
+      return graph.IsOp(u, OpId::kLinear) && graph.node(u).inputs[0] == v;
+    });
+    if (!feeds_a_linear) continue;
+    std::string pair = absl::StrCat("%", v, " (", GetOpDef(graph.node(v).op).name, ") -> linear");
+    for (ValueId lin : lins) absl::StrAppend(&pair, " %", lin);
+    if (const std::string why = Refusal(graph, v, lins, grp, family_); !why.empty()) {
+      ctx.explain.push_back(absl::StrCat(kLog, "not fused: ", pair, ": ", why));
+      continue;
+    }
+    const int gid = static_cast<int>(grp.groups.size());
+    std::vector<ValueId> members = {v};  // id order: the norm comes first
+    members.insert(members.end(), lins.begin(), lins.end());
+    for (ValueId m : members) grp.group_of[m] = gid;
+    grp.groups.push_back(std::move(members));
+    ctx.explain.push_back(absl::StrCat(kLog, pair, ": ", lins.size() == 1 ? "one GEMV" : "GEMVs",
+                                       " that normalise the rows themselves"));
+  }
+  return RewriteFusionGroups(graph, grp);
+}
+
+}  // namespace kiln::passes
