@@ -100,6 +100,23 @@ void WriteModel(const examples::Flags& f, const std::string& dir) {
               dir.c_str(), c.layers, c.dim, c.heads, c.kv_heads, c.vocab);
 }
 
+// The decode rate once compiling and capturing are behind (the prefill is step 0, the first
+// decode step compiles, the second captures a CUDA graph): the wall time from the end of step 2
+// to the last step over those steps, each step's ids on the host before the next starts (what a
+// generate loop with stop tokens needs).
+void PrintDecodeRate(const std::vector<double>& step_end_ms, int64_t rows) {
+  constexpr size_t kFirstSteady = 2;
+  if (step_end_ms.size() < kFirstSteady + 2) {
+    std::printf("  decode rate: too few steps (--new-tokens 4 or more)\n");
+    return;
+  }
+  const double per_step = (step_end_ms.back() - step_end_ms[kFirstSteady]) /
+                          static_cast<double>(step_end_ms.size() - 1 - kFirstSteady);
+  std::printf("  decode %.3f ms/step over %zu steps: %.1f tokens/s (%" PRId64 " rows)\n", per_step,
+              step_end_ms.size() - 1 - kFirstSteady, 1000.0 * static_cast<double>(rows) / per_step,
+              rows);
+}
+
 std::vector<std::vector<int64_t>> ParsePrompts(const examples::Flags& f) {
   std::vector<std::vector<int64_t>> prompts;
   for (absl::string_view p : absl::StrSplit(f.Str("prompts"), ';')) {
@@ -192,9 +209,18 @@ int main(int argc, char** argv) try {
                                   : Mode::kCudaGraph;
     if (name != "eager" && name != "compiled" && name != "graph") f.Usage("unknown mode " + name);
     const auto t0 = std::chrono::steady_clock::now();
+    auto since_t0 = [&] {
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+          .count();
+    };
+    std::vector<double> step_end_ms;  // when each step's ids reached the host
+    o.on_step = [&](int64_t, const std::vector<int64_t>&) {
+      step_end_ms.push_back(since_t0());
+      return true;
+    };
     results[name] = kiln::generate(*model, prompts, o);
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    o.on_step = nullptr;
+    const double ms = since_t0();
     mode_names.push_back(name);
     const kiln::GenerateResult& r = results[name];
     std::printf(
@@ -202,6 +228,7 @@ int main(int argc, char** argv) try {
         r.kernels_per_decode_step > 0
             ? absl::StrCat(", ", r.kernels_per_decode_step, " kernels per decode step").c_str()
             : "");
+    PrintDecodeRate(step_end_ms, static_cast<int64_t>(prompts.size()));
     for (size_t i = 0; i < prompts.size(); ++i) {
       std::printf("  prompt %zu %s -> %s\n", i, Ids(prompts[i]).c_str(), Ids(r.tokens[i]).c_str());
     }
