@@ -337,8 +337,9 @@ void WriteOut(const std::string& path, const Tensor& prompt, const Mode& m, kiln
   std::printf("out: %s (prompt, ids and prefill logits of %s)\n", path.c_str(), m.name.c_str());
 }
 
+// Peak memory is measured on a GPU only: null on the CPU (0 would read as a measurement).
 std::string ResultJson(const examples::Flags& f, const std::vector<Mode*>& modes, kiln::DType dtype,
-                       int decode_kernels, bool ok) {
+                       int decode_kernels, bool ok, bool gpu) {
   std::ostringstream j;
   j << "{\"layers\": " << f.Int("layers") << ", \"dim\": " << f.Int("dim")
     << ", \"batch\": " << f.Int("batch") << ", \"prompt_len\": " << f.Int("prompt-len")
@@ -351,7 +352,7 @@ std::string ResultJson(const examples::Flags& f, const std::vector<Mode*>& modes
       << ", \"decode_ms_per_token\": " << r.decode_ms
       << ", \"host_ms_per_token\": " << r.decode_host_ms
       << ", \"tokens_per_s\": " << f.Int("batch") * 1000.0 / r.decode_ms
-      << ", \"peak_mib\": " << r.peak_mib << "}";
+      << ", \"peak_mib\": " << (gpu ? std::to_string(r.peak_mib) : "null") << "}";
   }
   j << "}}";
   return j.str();
@@ -431,7 +432,7 @@ int Main(const examples::Flags& f, const GptConfig& config, kiln::Device device,
   if (profiling) ProfileStep(f, eager, *comp, graphed ? &*graphed : nullptr, gpu);
   if (profiling && gpu) std::printf("%s\n", kiln::cuda_ops::GemvDecisions().c_str());
   if (f.Given("out")) WriteOut(f.Str("out"), prompt, *modes.back(), dtype);
-  std::printf("RESULT %s\n", ResultJson(f, modes, dtype, decode_kernels, ok).c_str());
+  std::printf("RESULT %s\n", ResultJson(f, modes, dtype, decode_kernels, ok, gpu).c_str());
   if (!ok) std::printf("MISMATCH: a check failed (see above)\n");
   return ok ? 0 : 1;
 }
