@@ -15,9 +15,8 @@
 #include "runtime/status.h"
 
 namespace kiln::codegen {
-namespace {
 
-std::string Key(OpId op, absl::Span<const Tensor> inputs, const OpAttrs& a) {
+std::string LaunchKey(OpId op, absl::Span<const Tensor> inputs, const OpAttrs& a) {
   std::string key = absl::StrCat(GetOpDef(op).name, "|", EpilogueName(a.epilogue), "|",
                                  a.transpose_a, a.transpose_b);
   for (const Tensor& t : inputs) {
@@ -26,6 +25,8 @@ std::string Key(OpId op, absl::Span<const Tensor> inputs, const OpAttrs& a) {
   }
   return key;
 }
+
+namespace {
 
 void CountNodes(cudaGraph_t graph, LaunchCount* c) {
   size_t n = 0;
@@ -79,13 +80,9 @@ LaunchCount Measure(const std::function<void()>& call) {
 
 }  // namespace
 
-std::string LaunchKey(OpId op, absl::Span<const Tensor> inputs, const OpAttrs& attrs) {
-  return Key(op, inputs, attrs);
-}
-
 LaunchCount CountLaunchesOnce(OpId op, absl::Span<const Tensor> inputs, const OpAttrs& attrs) {
   if (inputs.empty() || !inputs[0].device().is_cuda()) return {1, 0, "not on CUDA"};
-  return CountCallLaunchesOnce(Key(op, inputs, attrs), [&] { Dispatch(op, inputs, attrs); });
+  return CountCallLaunchesOnce(LaunchKey(op, inputs, attrs), [&] { Dispatch(op, inputs, attrs); });
 }
 
 LaunchCount CountCallLaunchesOnce(const std::string& key, const std::function<void()>& call) {

@@ -33,7 +33,7 @@ LaunchCount CountLaunchesOnce(OpId op, absl::Span<const Tensor> inputs, const Op
 // operand types, strides and alignments.
 LaunchCount CountCallLaunchesOnce(const std::string& key, const std::function<void()>& call);
 
-// The cache key CountLaunchesOnce uses for (op, inputs, attrs): a prefix for such keys.
+// The cache key CountLaunchesOnce uses for (op, inputs, attrs); a part of such keys.
 std::string LaunchKey(OpId op, absl::Span<const Tensor> inputs, const OpAttrs& attrs);
 
 }  // namespace kiln::codegen

@@ -164,13 +164,8 @@ __device__ __forceinline__ void DotElements(const Params<T>& p, const T* w, int6
   }
 }
 
-__device__ __forceinline__ float WarpSum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
-  return v;
-}
-
-__device__ __forceinline__ double WarpSumDouble(double v) {
+template <typename V>  // float, or double for the norm's mean
+__device__ __forceinline__ V WarpSum(V v) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
   return v;
@@ -303,7 +298,7 @@ __device__ void ComputeRowNorms(const NormParams<T>& np, RowNorm* norms) {
         for (int i = 0; i < V; ++i) sum += f[i];
       }
       for (int64_t i = nvec * V + lane; i < p.k; i += 32) sum += ToFloat(x[i]);
-      sum = WarpSumDouble(sum);
+      sum = WarpSum(sum);
     }
     const double mean = sum / static_cast<double>(p.k);
     const float hi = static_cast<float>(mean), lo = static_cast<float>(mean - hi);

@@ -680,12 +680,18 @@ void CheckOperands(const char* op, absl::Span<const Tensor> in, size_t min_in, s
   }
 }
 
-// x [..., k] as a matrix [m, k]: a view when the leading dims collapse, else a contiguous copy.
-Tensor FlattenRows(const Tensor& x, int64_t m, int64_t k) {
+// x [..., k] as a matrix [m, k] without a copy, when its leading dims collapse to one stride.
+std::optional<Tensor> RowsView(const Tensor& x, int64_t m, int64_t k) {
   const IntList sizes = IntList(x.shape()).subspan(0, x.dim() - 1);
   const IntList strides = IntList(x.strides()).subspan(0, x.dim() - 1);
   const std::optional<int64_t> row_stride = CollapsedStride(sizes, strides);
-  if (row_stride.has_value()) return x.as_strided({m, k}, {*row_stride, x.stride(-1)}, x.offset());
+  if (!row_stride.has_value()) return std::nullopt;
+  return x.as_strided({m, k}, {*row_stride, x.stride(-1)}, x.offset());
+}
+
+// x [..., k] as a matrix [m, k]: the view where there is one, else a contiguous copy.
+Tensor FlattenRows(const Tensor& x, int64_t m, int64_t k) {
+  if (std::optional<Tensor> view = RowsView(x, m, k)) return *view;
   const Tensor c = kiln::contiguous(x);
   return c.as_strided({m, k}, {k, 1}, c.offset());
 }
@@ -870,23 +876,20 @@ bool NormLinearGemv(OpId norm, absl::Span<const Tensor> norm_in, double eps,
   }
   const int64_t m = out.numel() / n;
   // x's rows as one [m, k] matrix without a copy (a copy would be a launch of its own).
-  const std::optional<int64_t> row_stride = CollapsedStride(
-      IntList(x.shape()).subspan(0, x.dim() - 1), IntList(x.strides()).subspan(0, x.dim() - 1));
-  if (m > cuda_kernels::kGemvMaxRows || !row_stride.has_value() ||
+  const std::optional<Tensor> x2 = RowsView(x, m, k);
+  if (!x2.has_value() || !GemvFits(*x2, w, m, k) ||
       static_cast<size_t>(m * k) * out.element_size() > cuda_kernels::kMaxNormSharedBytes) {
     return false;
   }
-  const Tensor x2 = x.as_strided({m, k}, {*row_stride, x.stride(-1)}, x.offset());
-  if (!GemvFits(x2, w, m, k)) return false;
   DeviceGuard guard(out.device().index);
   const Tensor r2 = residual.defined() ? ResidualMatrix(residual, m, n) : Tensor();
   const Tensor o = out.as_strided({m, n}, {n, 1}, out.offset());
-  auto fused = [&](const Tensor& dst) { RunGemv(x2, w, bias, r2, dst, attrs.epilogue, nrm); };
+  auto fused = [&](const Tensor& dst) { RunGemv(*x2, w, bias, r2, dst, attrs.epilogue, nrm); };
   // `norm_then_linear` writes the linear's output shape; the choice hands both paths [m, n].
   auto apart = [&](const Tensor& dst) {
     norm_then_linear(dst.as_strided(out.shape(), out.strides(), dst.offset()));
   };
-  GemvProblem p = MakeGemvProblem(x2, w, bias, o, attrs.epilogue);
+  GemvProblem p = MakeGemvProblem(*x2, w, bias, o, attrs.epilogue);
   p.norm = nrm.kind;
   if (!ChooseGemv(p, o, fused, apart)) return false;
   fused(o);
