@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/settings.h"
+#include "runtime/startup.h"
 #include "runtime/status.h"
 #include "runtime/storage.h"
 
@@ -65,6 +66,7 @@ class CachingAllocator final : public Allocator {
     if (nbytes == 0) return nullptr;
     CheckDevice(device);
     EnsurePool(device.index);
+    StartStartupTasks(device.index);  // library start-up in the background (startup.h)
     const cudaStream_t stream = CurrentStream();
     const bool capturing = Capturing(stream);
     const size_t bytes = capturing ? nbytes : BlockBytes(nbytes);

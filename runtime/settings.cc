@@ -82,6 +82,9 @@ const std::vector<Setting>& Settings() {
       {"KILN_RETIME", Kind::kBool, "off", "",
        "on: per-shape choices (GEMV or cuBLASLt, fused epilogue or not) are timed again, not read "
        "from the cache directory, and stored anew"},
+      {"KILN_STARTUP", Kind::kBool, "on", "",
+       "off: library start-up (cuBLASLt's handle and heuristic tables) is paid at first use "
+       "instead of on a background thread from the device's first allocation (runtime/startup.h)"},
       {"KILN_GEMV", Kind::kChoice, "auto", "on|off|auto",
        "linears with few rows: kiln's GEMV (on), cuBLASLt (off), or timed once per shape (auto)"},
       {"KILN_PDL", Kind::kBool, "on", "",

@@ -18,6 +18,7 @@
 #include <variant>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "codegen/compare.h"
 #include "codegen/compile.h"
 #include "ops/cuda/gemv_kernels.h"
@@ -27,6 +28,7 @@
 #include "profiler/report.h"
 #include "profiler/timer.h"
 #include "runtime/cuda.h"
+#include "runtime/startup.h"
 #include "runtime/status.h"
 #include "tests/test_util.h"
 
@@ -614,6 +616,30 @@ TEST(ProfilerCupti, MlpKernelsMatchTheFusionTests) {
   EXPECT_EQ(has(eager_names, "kiln_mul_"), steps);
   EXPECT_EQ(has(comp_names, "kiln_fused_gelu_mul_0"), steps);
   EXPECT_EQ(has(comp_names, "kiln_gelu_") + has(comp_names, "kiln_mul_"), 0);
+}
+
+// Library start-up runs on a background thread from the device's first allocation
+// (runtime/startup.h) and does host work only: a profile started at once shows the program's
+// kernel and nothing of it.
+TEST(ProfilerCupti, BackgroundStartupShowsNoKernel) {
+  KILN_SKIP_WITHOUT_GPU();
+  const Tensor x = ones({256}, DType::kFloat32, CUDA(0));
+  ProfilerOptions o;
+  o.active = 1;
+  Profiler p(std::move(o));
+  p.Start();
+  const Tensor y = x + x;
+  cuda::Synchronize();
+  p.Step();
+  const ProfileResult r = p.Stop();
+  cuda::WaitForStartup();
+  ASSERT_TRUE(r.device_available) << r.device_status;
+  std::vector<std::string> kernels;
+  for (const DeviceRecord& d : r.device) {
+    if (d.kind == DeviceKind::kKernel) kernels.push_back(d.name);
+  }
+  ASSERT_EQ(kernels.size(), 1u) << "kernels: " << absl::StrJoin(kernels, ", ");
+  EXPECT_NE(kernels[0].find("add"), std::string::npos) << kernels[0];
 }
 
 TEST(ProfilerDevice, SourceThatFailsToStart) {

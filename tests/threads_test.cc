@@ -9,11 +9,14 @@
 //   - NVRTC compiles and the disk kernel cache from several threads sharing one directory;
 //   - several threads compiling and running their own functions, and the profiler collecting
 //     ranges from several threads.
-// One CompiledFn called from several threads (issue #13 item 7b).
+// One CompiledFn called from several threads (issue #13 item 7b). Library start-up on its
+// background thread (runtime/startup.h): waited for from several threads, never from itself.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -29,6 +32,7 @@
 #include "profiler/profiler.h"
 #include "runtime/cuda.h"
 #include "runtime/nvrtc.h"
+#include "runtime/startup.h"
 #include "runtime/status.h"
 #include "tests/test_util.h"
 
@@ -174,6 +178,78 @@ TEST(ThreadsCuda, MemoryFreedByAnotherThreadIsNotReusedEarly) {
     worker.join();
     ExpectClose(to_vector(result), want, {1e-3, 1e-4}, absl::StrCat("round ", round));
   }
+}
+
+// Startup tasks. Device indices no machine here has (60, 61): the tasks run on their thread all
+// the same (the registered cuBLASLt warm-up fails there and is swallowed).
+std::atomic<int> g_startup_runs{0};
+std::atomic<bool> g_startup_self_wait_returned{false};
+void CountingStartupTask(int device) {
+  if (device < 60) return;  // a real device's start-up: not this test's
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  cuda::WaitForStartup();  // on the startup thread itself: returns at once (no self-join)
+  g_startup_self_wait_returned = true;
+  g_startup_runs.fetch_add(1);
+}
+const bool kCountingTaskRegistered = (cuda::RegisterStartupTask(&CountingStartupTask), true);
+
+TEST(ThreadsStartup, TasksRunOncePerDeviceInTheBackgroundAndEveryWaiterSeesThemDone) {
+  const int before = g_startup_runs.load();
+  const double ms_before = cuda::StartupMs();
+  cuda::StartStartupTasks(60);
+  std::vector<std::thread> starters;
+  for (int i = 0; i < 4; ++i) starters.emplace_back([] { cuda::StartStartupTasks(60); });
+  std::vector<std::thread> waiters;
+  std::atomic<int> saw_done{0};
+  for (int i = 0; i < 4; ++i) {
+    waiters.emplace_back([&] {
+      cuda::WaitForStartup();
+      if (g_startup_runs.load() == before + 1) saw_done.fetch_add(1);
+    });
+  }
+  for (std::thread& t : starters) t.join();
+  for (std::thread& t : waiters) t.join();
+  EXPECT_EQ(saw_done.load(), 4) << "a waiter returned before the task had run";
+  EXPECT_EQ(g_startup_runs.load(), before + 1) << "device 60's tasks ran more than once";
+  EXPECT_TRUE(g_startup_self_wait_returned.load());
+  EXPECT_GE(cuda::StartupMs() - ms_before, 25.0) << "the task's time is not counted";
+  EXPECT_FALSE(cuda::OnStartupThread());
+}
+
+// Exit while a task runs: the task ends before any static destructor (here one constructed after
+// the startup threads, so destroyed before their holder joins them) runs.
+std::atomic<bool> g_teardown_started{false};
+struct TeardownMark {
+  ~TeardownMark() { g_teardown_started = true; }
+};
+void SlowStartupTask(int device) {
+  if (device != 59) return;
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::fprintf(stderr, "%s\n",
+               g_teardown_started ? "task ended in teardown" : "task ended before teardown");
+}
+const bool kSlowTaskRegistered = (cuda::RegisterStartupTask(&SlowStartupTask), true);
+
+TEST(ThreadsStartup, ExitWaitsForARunningTaskBeforeAnyTeardown) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // a fresh process: no threads of other tests
+  EXPECT_EXIT(
+      {
+        cuda::StartStartupTasks(59);
+        static TeardownMark mark;
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "task ended before teardown");
+}
+
+TEST(ThreadsStartup, OffRunsNoTask) {
+  const int before = g_startup_runs.load();
+  ASSERT_EQ(setenv("KILN_STARTUP", "off", 1), 0);
+  cuda::StartStartupTasks(61);
+  unsetenv("KILN_STARTUP");
+  cuda::WaitForStartup();
+  cuda::StartStartupTasks(61);  // started once already (as off): nothing runs later either
+  cuda::WaitForStartup();
+  EXPECT_EQ(g_startup_runs.load(), before);
 }
 
 TEST_P(Threads, OneModuleRunFromThreads) {

@@ -36,6 +36,7 @@
 #include "ops/matrix_views.h"
 #include "ops/ops.h"
 #include "runtime/cuda.h"
+#include "runtime/startup.h"
 #include "runtime/status.h"
 
 namespace kiln::cuda_ops {
@@ -282,8 +283,10 @@ DeviceContext* CreateContext(int device) {  // the current device is `device`
   cublasLtHandle_t handle = nullptr;
   const auto t0 = std::chrono::steady_clock::now();
   const cublasStatus_t status = cublasLtCreate(&handle);
-  AddLibraryStartup(
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  if (!cuda::OnStartupThread()) {  // in the background it delays nothing (runtime/startup.h)
+    AddLibraryStartup(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
   if (status != CUBLAS_STATUS_SUCCESS) {
     ThrowInternal(absl::StrCat("matmul (cuda): cublasLtCreate failed with ", StatusText(status),
                                " on cuda:", device));
@@ -375,6 +378,32 @@ void Launch(const GemmPlan& plan, const GemmKey& key, const DeviceContext& ctx, 
           "cublasLtMatmulDescSetAttribute(BIAS_POINTER)", key);
   CheckCublas(matmul(), "cublasLtMatmul", key);
 }
+
+// ---- Start-up in the background (runtime/startup.h). ---------------------------------------
+
+// What a process's first GEMMs pay once, paid on a startup thread from the device's first
+// allocation: the device's handle (the one every GEMM uses) and the heuristic's first query of
+// each dtype, which loads its tables (~100 ms per dtype on the H200, against 0.2 ms for a later
+// query and 2.5-9 ms for a kernel's first launch: docs/BENCHMARKS.md). Host work only: no kernel,
+// no device memory, so nothing of it shows in a profile or a timing.
+void WarmUpCublasLt(int device) {
+  constexpr int64_t kSide = 64;
+  DeviceGuard guard(device);
+  const DeviceContext& ctx = ContextFor(device);
+  for (DType dtype : {DType::kBFloat16, DType::kFloat32, DType::kFloat16}) {
+    GemmKey key{};
+    key.op = kMatmulName;
+    key.device = device;
+    key.dtype = dtype;
+    key.act = Epilogue::kNone;
+    key.m = key.n = key.k = key.lda = key.ldb = key.ldo = kSide;
+    key.batch = 1;
+    key.align_a = key.align_b = key.align_o = 256;
+    CreatePlan(key, nullptr, ctx.handle);  // the plan is dropped: only the query's tables stay
+  }
+}
+
+const bool kWarmUpRegistered = (cuda::RegisterStartupTask(&WarmUpCublasLt), true);
 
 // ---- Operands: layouts, batch strides, alignment. --------------------------------------------
 

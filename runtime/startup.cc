@@ -1,0 +1,143 @@
+// Background library start-up (see startup.h): a registry of tasks, one thread per device that
+// runs them, a count of running threads that WaitForStartup waits on, a thread_local waiter that
+// makes exit() wait before any teardown, and a holder that joins the threads.
+#include "runtime/startup.h"
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "runtime/settings.h"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+thread_local bool t_on_startup_thread = false;
+std::atomic<bool> g_threads_gone{false};
+
+struct Registry {
+  std::mutex mu;
+  std::vector<StartupTask> tasks ABSL_GUARDED_BY(mu);
+};
+Registry& TheRegistry() {
+  static auto* r = new Registry;  // never destroyed: registered from static initialisers
+  return *r;
+}
+
+// The running threads, joined at exit by the destructor (a task has finished by then when the
+// exiting thread armed the ExitWaiter).
+class Threads {
+ public:
+  ~Threads() {
+    g_threads_gone = true;  // a WaitForStartup during the rest of static teardown returns at once
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      threads.swap(threads_);
+    }
+    for (std::thread& t : threads) t.join();
+  }
+
+  void Start(int device, std::vector<StartupTask> tasks) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++running_;
+    threads_.emplace_back([this, device, tasks = std::move(tasks)] { Run(device, tasks); });
+  }
+
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return running_ == 0; });
+  }
+
+  double Ms() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ms_;
+  }
+
+ private:
+  void Run(int device, const std::vector<StartupTask>& tasks) {
+    t_on_startup_thread = true;
+    // Relaxed: a capture another thread runs in global mode neither stops this thread's calls
+    // nor is broken by them (the tasks never touch a stream but their own).
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) cudaGetLastError();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (StartupTask task : tasks) {
+      try {
+        task(device);
+      } catch (...) {  // best effort: the real use reports what failed
+      }
+    }
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::lock_guard<std::mutex> lock(mu_);
+    ms_ += ms;
+    if (--running_ == 0) done_.notify_all();
+  }
+
+  std::mutex mu_;
+  std::condition_variable done_;
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
+  double ms_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+std::atomic<Threads*> g_threads{nullptr};  // set once by the first start
+
+// Destroyed by exit() on the thread that armed it before static destructors and atexit handlers
+// run (glibc calls the exiting thread's TLS destructors first), so no library a task is inside is
+// torn down under it. Armed by RegisterStartupTask: at static initialisation, the main thread.
+struct ExitWaiter {
+  ~ExitWaiter() { WaitForStartup(); }
+};
+
+}  // namespace
+
+void RegisterStartupTask(StartupTask task) {
+  thread_local ExitWaiter waiter;
+  (void)waiter;
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.tasks.push_back(task);
+}
+
+void StartStartupTasks(int device) {
+  static std::atomic<bool> started[kMaxDevices]{};
+  if (device < 0 || device >= kMaxDevices || started[device].load(std::memory_order_acquire)) {
+    return;
+  }
+  if (started[device].exchange(true) || !EnvBool("KILN_STARTUP")) return;
+  std::vector<StartupTask> tasks;
+  {
+    Registry& r = TheRegistry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    tasks = r.tasks;
+  }
+  if (tasks.empty()) return;
+  static Threads threads;  // joined at exit
+  g_threads.store(&threads, std::memory_order_release);
+  threads.Start(device, std::move(tasks));
+}
+
+void WaitForStartup() {
+  Threads* threads = g_threads.load(std::memory_order_acquire);
+  if (threads == nullptr || t_on_startup_thread || g_threads_gone) return;
+  threads->Wait();
+}
+
+bool OnStartupThread() { return t_on_startup_thread; }
+
+double StartupMs() {
+  Threads* threads = g_threads.load(std::memory_order_acquire);
+  return threads == nullptr || g_threads_gone ? 0 : threads->Ms();
+}
+
+}  // namespace kiln::cuda
