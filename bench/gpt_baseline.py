@@ -179,13 +179,18 @@ def mode_fns(torch, model, mode):
 def measure(torch, model, mode, prompt, new_tokens, iters, sync):
     prefill, decode = mode_fns(torch, model, mode)
     with torch.inference_mode():
+        # Time to first result: the prefill and one decode step, compiles and captures included
+        # (the same steps kiln's `05_gpt --compile-latency` times).
+        t0 = time.perf_counter()
+        generate(torch, prefill, decode, prompt, 2, sync)
+        first_ms = (time.perf_counter() - t0) * 1e3
         for _ in range(2):  # warm-up: compiles and captures
             generate(torch, prefill, decode, prompt, new_tokens, sync)
         runs = [generate(torch, prefill, decode, prompt, new_tokens, sync) for _ in range(iters)]
     med = lambda xs: sorted(xs)[len(xs) // 2]
     pre, dec = med([r[2] for r in runs]), med([r[3] for r in runs])
     return {"prefill_ms": pre, "decode_ms_per_token": dec,
-            "tokens_per_s": prompt.shape[0] * 1e3 / dec}
+            "tokens_per_s": prompt.shape[0] * 1e3 / dec, "first_result_ms": first_ms}
 
 
 def rel_l2(torch, a, b):

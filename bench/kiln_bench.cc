@@ -59,6 +59,7 @@
 #include "ops/ops.h"
 #include "runtime/cuda.h"
 #include "runtime/nvrtc.h"
+#include "runtime/startup.h"
 #include "runtime/status.h"
 
 namespace {
@@ -351,6 +352,10 @@ int CompileLatency(std::chrono::steady_clock::time_point process_t0) {
   cuda::Synchronize();
   const double ms = ms_since(t0);
   const double process_ms = ms_since(process_t0);
+  const auto second_t0 = Clock::now();
+  f({x});  // the steady state the first call's one-time costs are measured against
+  cuda::Synchronize();
+  const double second_ms = ms_since(second_t0);
   const kiln::CompileReport& r = f.report({x});
   const kiln::cuda::KernelCacheStats c = kiln::cuda::GetKernelCacheStats();
   std::printf(
@@ -358,12 +363,13 @@ int CompileLatency(std::chrono::steady_clock::time_point process_t0) {
       "\"compile_report_ms\": %.2f, \"trace_ms\": %.2f, \"passes_ms\": %.2f, "
       "\"lowering_ms\": %.2f, \"nvrtc_ms\": %.2f, \"nvrtc_compiles\": %lld, \"disk_hits\": %lld, "
       "\"choices_ms\": %.2f, \"choices_timed\": %d, \"choices_stored\": %d, "
-      "\"library_startup_ms\": %.2f, \"first_call_ms\": %.2f, \"cache_dir\": %s}\n",
+      "\"library_startup_ms\": %.2f, \"background_startup_ms\": %.2f, "
+      "\"first_call_ms\": %.2f, \"second_call_ms\": %.2f, \"cache_dir\": %s}\n",
       ms, process_ms, context_ms, setup_ms, r.compile_ms, r.trace_ms, r.passes_ms, r.lowering_ms,
       r.nvrtc_ms, static_cast<long long>(c.compiles), static_cast<long long>(c.disk_hits),
       r.timing_ms, r.timed_choices, r.stored_choices,
-      kiln::cuda_ops::GetOneTimeCosts().library_startup_ms, ms - r.compile_ms,
-      JsonString(kiln::cuda::KernelCacheDir()).c_str());
+      kiln::cuda_ops::GetOneTimeCosts().library_startup_ms, kiln::cuda::StartupMs(),
+      ms - r.compile_ms, second_ms, JsonString(kiln::cuda::KernelCacheDir()).c_str());
   return 0;
 }
 
