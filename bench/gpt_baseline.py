@@ -12,6 +12,10 @@ What it is for
         compiled   torch.compile(mode="reduce-overhead") (CUDA graphs via cudagraph trees) with
                    torch._inductor.config.freezing = True, prefill and decode step each compiled
                    once (static shapes)
+        graph      the whole decode step — the model, argmax, the position update and the id's
+                   write into an id buffer — captured by hand as one torch.cuda.CUDAGraph and
+                   replayed per token (eager prefill): the least host work per token PyTorch can
+                   do, as kiln's compiled+graph step also writes the id on the device
     When transformers is importable, GPT2LMHeadModel loaded from the same file cross-checks the
     plain model's fp32 prefill logits (so the layout is read as HF reads it).
 
@@ -176,7 +180,72 @@ def mode_fns(torch, model, mode):
             torch.compile(model.decode, mode="reduce-overhead", dynamic=False))
 
 
+class GraphedDecode:
+    """The decode step of `model` for `batch` rows as one hand-captured CUDA graph: reads tok
+    [B, 1] and pos [1], writes the next token to tok and to ids[:, pos + 1], advances pos."""
+
+    def __init__(self, torch, model, batch, ctx):
+        dev = model.wte.device
+        self.model = model
+        self.tok = torch.zeros(batch, 1, dtype=torch.long, device=dev)
+        self.pos = torch.zeros(1, dtype=torch.long, device=dev)
+        self.ids = torch.zeros(batch, ctx, dtype=torch.long, device=dev)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the capture (cuBLAS workspaces, SDPA choice)
+            for _ in range(3):
+                self.step()
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.logits = self.step()
+
+    def step(self):
+        logits = self.model.decode(self.tok, self.pos)
+        self.tok.copy_(logits.argmax(-1, keepdim=True))
+        self.pos.add_(1)
+        self.ids.index_copy_(1, self.pos, self.tok)
+        return logits
+
+
+def generate_graphed(torch, g, prompt, new_tokens, sync):
+    """generate() with the decode steps replayed from `g` (a GraphedDecode of the same model)."""
+    sync()
+    t0 = time.perf_counter()
+    logits = g.model.prefill(prompt)
+    first = logits.float().clone()
+    t = prompt.shape[1]
+    g.ids[:, :t].copy_(prompt)
+    g.tok.copy_(logits.argmax(-1, keepdim=True))
+    g.ids[:, t:t + 1].copy_(g.tok)
+    g.pos.fill_(t)
+    sync()
+    t1 = time.perf_counter()
+    for _ in range(new_tokens - 1):
+        g.graph.replay()
+    sync()
+    t2 = time.perf_counter()
+    ids = g.ids[:, :t + new_tokens].clone()
+    return ids, first, (t1 - t0) * 1e3, (t2 - t1) * 1e3 / max(1, new_tokens - 1)
+
+
+def measure_graphed(torch, model, prompt, new_tokens, iters, sync):
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        g = GraphedDecode(torch, model, prompt.shape[0], model.slots.shape[0])
+        generate_graphed(torch, g, prompt, 2, sync)
+        first_ms = (time.perf_counter() - t0) * 1e3
+        generate_graphed(torch, g, prompt, new_tokens, sync)
+        runs = [generate_graphed(torch, g, prompt, new_tokens, sync) for _ in range(iters)]
+    med = lambda xs: sorted(xs)[len(xs) // 2]
+    pre, dec = med([r[2] for r in runs]), med([r[3] for r in runs])
+    return {"prefill_ms": pre, "decode_ms_per_token": dec,
+            "tokens_per_s": prompt.shape[0] * 1e3 / dec, "first_result_ms": first_ms}
+
+
 def measure(torch, model, mode, prompt, new_tokens, iters, sync):
+    if mode == "graph":
+        return measure_graphed(torch, model, prompt, new_tokens, iters, sync)
     prefill, decode = mode_fns(torch, model, mode)
     with torch.inference_mode():
         # Time to first result: the prefill and one decode step, compiles and captures included
@@ -386,7 +455,7 @@ def main():
     p.add_argument("--prompt-len", type=int, default=512)
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--dtype", choices=["bf16", "f32"], default="bf16")
-    p.add_argument("--modes", nargs="+", default=["eager", "compiled"])
+    p.add_argument("--modes", nargs="+", default=["eager", "compiled", "graph"])
     p.add_argument("--iters", type=int, default=3)
     p.add_argument("--json")
     p.add_argument("--table", nargs="+", help="JSON files to tabulate (no run)")
