@@ -433,7 +433,10 @@ int Main(const examples::Flags& f, const GptConfig& config, kiln::Device device,
          uint64_t seed, int64_t batch, int64_t prompt_len, int64_t new_tokens, bool profiling) {
   const bool gpu = device.is_cuda();
   kiln::Generator gen(seed);
-  Gpt model(config, gen, {dtype, device});
+  // With a weights file the parameters are only allocated (drawing 124M random values on the CPU
+  // first took seconds of the process's start); the load writes every one of them.
+  const kiln::Init init = f.Given("weights") ? kiln::Init::kNone : kiln::Init::kRandom;
+  Gpt model(config, gen, {.dtype = dtype, .device = device, .init = init});
   if (f.Given("weights")) {
     kiln::LoadOptions o;
     o.map = kiln::gpt2_load_mapping();

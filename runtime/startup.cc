@@ -65,8 +65,8 @@ class Threads {
  private:
   void Run(int device, const std::vector<StartupTask>& tasks) {
     t_on_startup_thread = true;
-    // Relaxed: a capture another thread runs in global mode neither stops this thread's calls
-    // nor is broken by them (the tasks never touch a stream but their own).
+    // Relaxed: a capture another thread runs in global mode neither refuses the CUDA calls a
+    // library makes while starting up (a handle's) nor is broken by them; tasks launch nothing.
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) cudaGetLastError();
     const auto t0 = std::chrono::steady_clock::now();
