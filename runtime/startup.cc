@@ -1,10 +1,12 @@
 // Background library start-up (see startup.h): a registry of tasks, one thread per device that
-// runs them, a count of running threads that WaitForStartup waits on, a thread_local waiter that
-// makes exit() wait before any teardown, and a holder that joins the threads.
+// runs them, the running threads' start times (WaitForStartup waits for none to be left), a
+// thread_local waiter that makes exit() wait before any teardown, and a holder that joins the
+// threads.
 #include "runtime/startup.h"
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -48,28 +50,35 @@ class Threads {
 
   void Start(int device, std::vector<StartupTask> tasks) {
     std::lock_guard<std::mutex> lock(mu_);
-    ++running_;
-    threads_.emplace_back([this, device, tasks = std::move(tasks)] { Run(device, tasks); });
+    const auto t0 = std::chrono::steady_clock::now();
+    running_since_.push_back(t0);
+    threads_.emplace_back([this, device, t0, tasks = std::move(tasks)] { Run(device, t0, tasks); });
   }
 
   void Wait() {
     std::unique_lock<std::mutex> lock(mu_);
-    done_.wait(lock, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return running_ == 0; });
+    done_.wait(lock,
+               [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return running_since_.empty(); });
   }
 
-  double Ms() {
+  double Ms() {  // the finished threads' time, plus the running ones' so far
     std::lock_guard<std::mutex> lock(mu_);
-    return ms_;
+    const auto now = std::chrono::steady_clock::now();
+    double ms = ms_;
+    for (const auto& since : running_since_) {
+      ms += std::chrono::duration<double, std::milli>(now - since).count();
+    }
+    return ms;
   }
 
  private:
-  void Run(int device, const std::vector<StartupTask>& tasks) {
+  void Run(int device, std::chrono::steady_clock::time_point t0,
+           const std::vector<StartupTask>& tasks) {
     t_on_startup_thread = true;
     // Relaxed: a capture another thread runs in global mode neither refuses the CUDA calls a
     // library makes while starting up (a handle's) nor is broken by them; tasks launch nothing.
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) cudaGetLastError();
-    const auto t0 = std::chrono::steady_clock::now();
     for (StartupTask task : tasks) {
       try {
         task(device);
@@ -80,14 +89,16 @@ class Threads {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::lock_guard<std::mutex> lock(mu_);
     ms_ += ms;
-    if (--running_ == 0) done_.notify_all();
+    running_since_.erase(std::find(running_since_.begin(), running_since_.end(), t0));
+    if (running_since_.empty()) done_.notify_all();
   }
 
   std::mutex mu_;
   std::condition_variable done_;
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
-  int running_ ABSL_GUARDED_BY(mu_) = 0;
   double ms_ ABSL_GUARDED_BY(mu_) = 0;
+  // When each running thread started; empty when none runs.
+  std::vector<std::chrono::steady_clock::time_point> running_since_ ABSL_GUARDED_BY(mu_);
 };
 
 std::atomic<Threads*> g_threads{nullptr};  // set once by the first start

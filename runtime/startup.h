@@ -38,8 +38,8 @@ void WaitForStartup();
 // Whether the calling thread is a startup thread (its library start-up is not a compile's).
 bool OnStartupThread();
 
-// Milliseconds the startup threads have spent so far, summed over devices (off the critical path
-// unless something waited for them).
+// Milliseconds the startup threads have spent so far, summed over devices, running ones
+// included (off the critical path unless something waited for them).
 double StartupMs();
 
 }  // namespace kiln::cuda
