@@ -156,21 +156,17 @@ def kiln_gate(entries):
 
 # What addresses kiln's gap on each workload (the published claims name it where kiln is behind).
 ISSUES = [
-    ("attention", "a Hopper flash kernel (wgmma/TMA, as cuDNN's): kiln's is mma.sync, sm_80's "
-     "instructions (#12's goal; not an issue yet)"),
-    ("block_", "a Hopper flash kernel for its attention and a GEMM with the gelu·mul epilogue "
-     "(not issues yet)"),
-    ("decode_", "the single-row layer norms, a launch each (kiln's step now has fewer kernels "
-     "than Inductor's, 9 vs 10: residual adds in the GEMV, gelu in its epilogue); a layer norm "
-     "in the GEMV's prologue would take them (not an issue yet)"),
-    ("mlp_1tok", "a GEMV with the gelu·mul fused, for M = 1 (not an issue yet)"),
-    ("mlp", "a GEMM with the gelu·mul epilogue (not an issue yet)"),
-    ("elementwise", "the generated kernel's memory throughput (loads per thread, not an issue "
-     "yet)"),
-    ("softmax", "the row kernel's memory throughput (not an issue yet)"),
-    ("linear", "the GEMM itself (cuBLASLt on both sides)"),
-    ("tiny_add", "the launch of one tiny kernel (not an issue yet); host cost is the "
-     "dispatcher's"),
+    ("attention", "#30, a Hopper flash kernel (wgmma/TMA, as cuDNN's): kiln's is mma.sync, "
+     "sm_80's instructions"),
+    ("block_", "#30 (a Hopper flash kernel for its attention) and #29 (a Hopper GEMM with the "
+     "gelu·mul epilogue)"),
+    ("decode_", "#28, fewer and fuller kernels per decode step (the norms are in the GEMVs now)"),
+    ("mlp_1tok", "#28, a GEMV with the gelu·mul fused, for M = 1"),
+    ("mlp", "#29, a GEMM with the gelu·mul epilogue (and #27, its unfused rows kernel)"),
+    ("elementwise", "#27, the generated kernel's memory throughput"),
+    ("softmax", "#27, the row kernel's memory throughput"),
+    ("linear", "the GEMM itself (cuBLASLt on both sides; #29 for kiln's own)"),
+    ("tiny_add", "#27, the launch of one tiny kernel; host cost is the dispatcher's"),
 ]
 PAR = 0.03  # within ±3 %: on par
 
