@@ -35,6 +35,8 @@ How to run (GPU machine: torch with CUDA, safetensors; scripts/gpu-run's gpt mod
 Checks (recorded under "checks"; the exit code is 1 when one fails)
     fp32_ids     torch's fp32 greedy ids from kiln's prompt equal kiln's fp32 ids, all new tokens
     bf16_logits  torch's bf16 prefill logits (last position) vs kiln's: relative L2 < 2e-2
+    bf16_decode_logits  the same at kiln's first, middle and last decode steps, torch fed kiln's
+                 ids (teacher forcing)
     hf_logits    (transformers present) the plain model vs GPT2LMHeadModel, fp32, rel L2 < 1e-5
 
 JSON (--json PATH)
@@ -291,6 +293,29 @@ def check_bf16_logits(torch, sd, cfg, path, device, tol=2e-2):
     return {"ok": err < tol, "rel_l2": err, "tol": tol}
 
 
+def check_bf16_decode_logits(torch, sd, cfg, path, device, tol=2e-2):
+    """kiln's logits at the decode steps its file keeps (decode_logits_step_<i>: step 1 reads the
+    prefill's token) against torch's bf16 model fed kiln's own ids, so both sides see the same
+    tokens at every step and their logits compare even where a near-tie made the ids differ."""
+    kiln, _ = load_file(path)
+    prompt, ids = kiln["prompt"].to(device), kiln["ids"].to(device)
+    prefix = "decode_logits_step_"
+    steps = sorted(int(k[len(prefix):]) for k in kiln if k.startswith(prefix))
+    if not steps:
+        return {"ok": False, "error": "no %s* tensors in %s" % (prefix, path)}
+    model = build_model(torch, sd, cfg, torch.bfloat16, device, prompt.shape[0])
+    t = prompt.shape[1]
+    errs = {}
+    with torch.inference_mode():
+        model.prefill(prompt)
+        for i in range(1, steps[-1] + 1):
+            pos = torch.full((1,), t + i - 1, dtype=torch.long, device=device)
+            logits = model.decode(ids[:, t + i - 1:t + i], pos)
+            if i in steps:
+                errs[i] = rel_l2(torch, kiln[prefix + str(i)], logits.float())
+    return {"ok": all(e < tol for e in errs.values()), "rel_l2_by_step": errs, "tol": tol}
+
+
 def check_hf(torch, sd, cfg, device, prompt_len=32):
     try:
         from transformers import GPT2Config, GPT2LMHeadModel
@@ -336,6 +361,8 @@ def run(args):
     if args.kiln_bf16:
         checks.append(("bf16_logits",
                        lambda: check_bf16_logits(torch, sd, cfg, args.kiln_bf16, device)))
+        checks.append(("bf16_decode_logits",
+                       lambda: check_bf16_decode_logits(torch, sd, cfg, args.kiln_bf16, device)))
     for name, fn in checks:
         try:
             out["checks"][name] = fn()

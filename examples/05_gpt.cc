@@ -17,7 +17,8 @@
 // (ids equal in f32, logits close); --compare prints the eager-vs-compiled report of the decode
 // step, or with --profile-step prefill of the prefill call (--profile, --trace and --compare
 // imply --compile). --out FILE writes the prompt, the ids
-// and the prefill logits (float32) for bench/gpt_baseline.py to check against. A line
+// and the prefill logits and three decode steps' logits (float32) for bench/gpt_baseline.py to
+// check against. A line
 // "RESULT {json}" carries the figures for scripts/gpu-run.
 //
 // The KV cache is a fixed-capacity [B, H, ctx, Dh] per layer, one row written per token by
@@ -132,6 +133,9 @@ struct Run {
   Tensor ids;             // [B, T + N]
   Tensor prefill_logits;  // [B, vocab]
   Tensor last_logits;     // [B, vocab] of the last decode step (the prefill's when N = 1)
+  // Decode step i's logits [B, vocab] (step 1 reads the prefill's token), for the steps kept:
+  // the first, the middle and the last (Measure keeps them from its first run only).
+  std::vector<std::pair<int64_t, Tensor>> step_logits;
   double prefill_ms = 0, decode_ms = 0, decode_host_ms = 0, peak_mib = 0;
 };
 
@@ -149,8 +153,13 @@ Session NewSession(const Gpt& model, const Tensor& prompt) {
   return s;
 }
 
-Run Generate(const StepFn& prefill, const StepFn& decode, Session& s, int64_t new_tokens,
-             bool gpu) {
+// The decode steps whose logits a run keeps: the first, the middle and the last.
+bool KeptStep(int64_t i, int64_t new_tokens) {
+  return i == 1 || i == new_tokens / 2 || i == new_tokens - 1;
+}
+
+Run Generate(const StepFn& prefill, const StepFn& decode, Session& s, int64_t new_tokens, bool gpu,
+             bool keep_steps = false) {
   Run r;
   if (gpu) {
     kiln::cuda::Synchronize();
@@ -164,6 +173,9 @@ Run Generate(const StepFn& prefill, const StepFn& decode, Session& s, int64_t ne
   for (int64_t i = 1; i < new_tokens; ++i) {
     r.last_logits = Tensor();  // a CUDA graph's outputs may be reused once dropped
     r.last_logits = decode(s.decode_in)[0];
+    if (keep_steps && KeptStep(i, new_tokens)) {
+      r.step_logits.emplace_back(i, kiln::clone(r.last_logits));
+    }
   }
   const auto t2 = Clock::now();
   if (gpu) kiln::cuda::Synchronize();
@@ -181,7 +193,7 @@ Run Generate(const StepFn& prefill, const StepFn& decode, Session& s, int64_t ne
 // The first run's outputs, with the medians of `iters` more runs' timings.
 Run Measure(const StepFn& prefill, const StepFn& decode, Session& s, int64_t new_tokens, bool gpu,
             int warmup, int iters) {
-  Run first = Generate(prefill, decode, s, new_tokens, gpu);
+  Run first = Generate(prefill, decode, s, new_tokens, gpu, /*keep_steps=*/true);
   // Copies: a CUDA-graph call whose previous outputs are still held runs without its graph.
   first.prefill_logits = kiln::clone(first.prefill_logits);
   first.last_logits = kiln::clone(first.last_logits);
@@ -333,14 +345,18 @@ void PrintIds(const Run& r, int64_t prompt_len) {
 }
 
 void WriteOut(const std::string& path, const Tensor& prompt, const Mode& m, kiln::DType dtype) {
-  kiln::save_safetensors(
-      path,
-      {{"prompt", kiln::to(prompt, kiln::kCPU)},
-       {"ids", kiln::to(m.run.ids, kiln::kCPU)},
-       {"prefill_logits",
-        kiln::to(kiln::cast(m.run.prefill_logits, kiln::DType::kFloat32), kiln::kCPU)}},
-      {{"dtype", kiln::DTypeName(dtype)}, {"mode", m.name}});
-  std::printf("out: %s (prompt, ids and prefill logits of %s)\n", path.c_str(), m.name.c_str());
+  auto host_f32 = [](const Tensor& t) {
+    return kiln::to(kiln::cast(t, kiln::DType::kFloat32), kiln::kCPU);
+  };
+  kiln::NamedTensors out = {{"prompt", kiln::to(prompt, kiln::kCPU)},
+                            {"ids", kiln::to(m.run.ids, kiln::kCPU)},
+                            {"prefill_logits", host_f32(m.run.prefill_logits)}};
+  for (const auto& [step, logits] : m.run.step_logits) {
+    out.emplace_back("decode_logits_step_" + std::to_string(step), host_f32(logits));
+  }
+  kiln::save_safetensors(path, out, {{"dtype", kiln::DTypeName(dtype)}, {"mode", m.name}});
+  std::printf("out: %s (prompt, ids, prefill logits and %zu decode steps' logits of %s)\n",
+              path.c_str(), m.run.step_logits.size(), m.name.c_str());
 }
 
 // Peak memory is measured on a GPU only: null on the CPU (0 would read as a measurement).
