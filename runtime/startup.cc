@@ -125,7 +125,8 @@ void StartStartupTasks(int device) {
   if (device < 0 || device >= kMaxDevices || started[device].load(std::memory_order_acquire)) {
     return;
   }
-  if (started[device].exchange(true) || !EnvBool("KILN_STARTUP")) return;
+  // Nothing starts during static teardown (the holder below may be gone) or with the setting off.
+  if (started[device].exchange(true) || g_threads_gone || !EnvBool("KILN_STARTUP")) return;
   std::vector<StartupTask> tasks;
   {
     Registry& r = TheRegistry();
