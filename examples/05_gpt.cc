@@ -468,7 +468,12 @@ int Main(const examples::Flags& f, const GptConfig& config, kiln::Device device,
               config.layers, config.dim, config.heads, config.vocab, config.ctx, batch, prompt_len,
               new_tokens, kiln::DTypeName(dtype), device.str().c_str());
   const Tensor prompt = MakePrompt(batch, prompt_len, config.vocab, seed, device);
-  if (f.Bool("compile-latency")) return CompileLatency(model, prompt, f.Bool("cuda-graphs"), gpu);
+  if (f.Bool("cuda-graphs") && !gpu) {
+    std::printf("note: --cuda-graphs applies to CUDA devices only; not run on %s\n",
+                device.str().c_str());
+  }
+  const bool cuda_graphs = f.Bool("cuda-graphs") && gpu;
+  if (f.Bool("compile-latency")) return CompileLatency(model, prompt, cuda_graphs, gpu);
   const int warmup = static_cast<int>(f.Int("warmup")), iters = static_cast<int>(f.Int("iters"));
   Mode eager = EagerMode(model, prompt);
   eager.run = Measure(eager.prefill, eager.decode, eager.session, new_tokens, gpu, warmup, iters);
@@ -477,7 +482,7 @@ int Main(const examples::Flags& f, const GptConfig& config, kiln::Device device,
   std::optional<Mode> comp, graphed;
   if (f.Bool("compile") || profiling) {
     comp.emplace(CompiledMode(model, prompt, false, f.Str("dump")));
-    if (f.Bool("cuda-graphs") && gpu) graphed.emplace(CompiledMode(model, prompt, true, ""));
+    if (cuda_graphs) graphed.emplace(CompiledMode(model, prompt, true, ""));
   }
   for (std::optional<Mode>* m : {&comp, &graphed}) {
     if (!m->has_value()) continue;
