@@ -157,6 +157,16 @@ std::string CompileReport::Summary() const {
                       " steps, ", fused_kernels, " fused kernels; symbolic dims: ", symbolic_dims);
 }
 
+std::string CompileReport::CostsJson() const {
+  return absl::StrFormat(
+      R"({"compile_ms":%.3f,"trace_ms":%.3f,"passes_ms":%.3f,"lowering_ms":%.3f,)"
+      R"("nvrtc_ms":%.3f,"nvrtc_compiles":%d,"cache_hits":%d,"choices_ms":%.3f,)"
+      R"("choices_timed":%d,"choices_stored":%d,"library_startup_ms":%.3f,"steps":%d,)"
+      R"("fused_kernels":%d})",
+      compile_ms, trace_ms, passes_ms, lowering_ms, nvrtc_ms, nvrtc_compiles, cache_hits, timing_ms,
+      timed_choices, stored_choices, library_startup_ms, steps, fused_kernels);
+}
+
 struct CompiledFn::State {
   ir::TensorFn fn;
   CompileOptions options;

@@ -424,23 +424,13 @@ int CompileLatency(Gpt& model, const Tensor& prompt, bool cuda_graphs, bool gpu)
   const auto t4 = Clock::now();
   const kiln::CompileReport& p = m.compiled_prefill->report(m.session.prefill_in);
   const kiln::CompileReport& d = m.compiled_decode->report(m.session.decode_in);
-  auto part = [](const kiln::CompileReport& r) {
-    std::ostringstream j;
-    j << "{\"compile_ms\": " << r.compile_ms << ", \"trace_ms\": " << r.trace_ms
-      << ", \"passes_ms\": " << r.passes_ms << ", \"lowering_ms\": " << r.lowering_ms
-      << ", \"nvrtc_ms\": " << r.nvrtc_ms << ", \"nvrtc_compiles\": " << r.nvrtc_compiles
-      << ", \"cache_hits\": " << r.cache_hits << ", \"choices_ms\": " << r.timing_ms
-      << ", \"choices_timed\": " << r.timed_choices << ", \"choices_stored\": " << r.stored_choices
-      << ", \"library_startup_ms\": " << r.library_startup_ms << "}";
-    return j.str();
-  };
   std::printf(
       "COMPILE_LATENCY {\"mode\": \"%s\", \"compile_ms\": %.2f, \"prefill_first_ms\": %.2f, "
       "\"decode_first_ms\": %.2f, \"to_first_result_ms\": %.2f, \"decode_second_ms\": %.2f, "
       "\"process_to_compile_ms\": %.2f, \"process_to_first_result_ms\": %.2f, "
       "\"background_startup_ms\": %.2f, \"prefill\": %s, \"decode\": %s}\n",
       m.name.c_str(), Ms(t0, t1), Ms(t1, t2), Ms(t2, t3), Ms(t0, t3), Ms(t3, t4), before_ms,
-      Ms(g_process_t0, t3), kiln::cuda::StartupMs(), part(p).c_str(), part(d).c_str());
+      Ms(g_process_t0, t3), kiln::cuda::StartupMs(), p.CostsJson().c_str(), d.CostsJson().c_str());
   return 0;
 }
 

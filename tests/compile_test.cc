@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "codegen/executable.h"
@@ -71,6 +72,17 @@ TEST(Compile, ReportBreaksDownTheCompileTime) {
   EXPECT_EQ(r.timed_choices + r.stored_choices, 0);
   EXPECT_NE(s.find("choices 0.0 ms, 0 timed, 0 stored; library start-up 0.0 ms"), std::string::npos)
       << s;
+  // The same figures as JSON.
+  const std::string j = r.CostsJson();
+  EXPECT_EQ(j.front(), '{') << j;
+  EXPECT_EQ(j.back(), '}') << j;
+  for (const std::string& field :
+       {absl::StrFormat("\"compile_ms\":%.3f", r.compile_ms), std::string("\"nvrtc_compiles\":0"),
+        std::string("\"choices_timed\":0,\"choices_stored\":0"),
+        absl::StrCat("\"steps\":", r.steps, ","),
+        absl::StrCat("\"fused_kernels\":", r.fused_kernels, "}")}) {
+    EXPECT_NE(j.find(field), std::string::npos) << field << " not in " << j;
+  }
 }
 
 // The explain log says which linears merge into one GEMM, by their weights' names, and why they
