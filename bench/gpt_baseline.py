@@ -231,33 +231,24 @@ def generate_graphed(torch, g, prompt, new_tokens, sync):
     return ids, first, (t1 - t0) * 1e3, (t2 - t1) * 1e3 / max(1, new_tokens - 1)
 
 
-def measure_graphed(torch, model, prompt, new_tokens, iters, sync):
-    with torch.inference_mode():
-        t0 = time.perf_counter()
-        g = GraphedDecode(torch, model, prompt.shape[0], model.slots.shape[0])
-        generate_graphed(torch, g, prompt, 2, sync)
-        first_ms = (time.perf_counter() - t0) * 1e3
-        generate_graphed(torch, g, prompt, new_tokens, sync)
-        runs = [generate_graphed(torch, g, prompt, new_tokens, sync) for _ in range(iters)]
-    med = lambda xs: sorted(xs)[len(xs) // 2]
-    pre, dec = med([r[2] for r in runs]), med([r[3] for r in runs])
-    return {"prefill_ms": pre, "decode_ms_per_token": dec,
-            "tokens_per_s": prompt.shape[0] * 1e3 / dec, "first_result_ms": first_ms}
-
-
 def measure(torch, model, mode, prompt, new_tokens, iters, sync):
-    if mode == "graph":
-        return measure_graphed(torch, model, prompt, new_tokens, iters, sync)
-    prefill, decode = mode_fns(torch, model, mode)
+    def start():  # what a mode sets up once; returns a generation of n tokens
+        if mode == "graph":
+            g = GraphedDecode(torch, model, prompt.shape[0], model.slots.shape[0])
+            return lambda n: generate_graphed(torch, g, prompt, n, sync)
+        prefill, decode = mode_fns(torch, model, mode)
+        return lambda n: generate(torch, prefill, decode, prompt, n, sync)
+
     with torch.inference_mode():
-        # Time to first result: the prefill and one decode step, compiles and captures included
-        # (the same steps kiln's `05_gpt --compile-latency` times).
+        # Time to first result: the set-up, the prefill and one decode step, compiles and
+        # captures included (the same steps kiln's `05_gpt --compile-latency` times).
         t0 = time.perf_counter()
-        generate(torch, prefill, decode, prompt, 2, sync)
+        run = start()
+        run(2)
         first_ms = (time.perf_counter() - t0) * 1e3
         for _ in range(2):  # warm-up: compiles and captures
-            generate(torch, prefill, decode, prompt, new_tokens, sync)
-        runs = [generate(torch, prefill, decode, prompt, new_tokens, sync) for _ in range(iters)]
+            run(new_tokens)
+        runs = [run(new_tokens) for _ in range(iters)]
     med = lambda xs: sorted(xs)[len(xs) // 2]
     pre, dec = med([r[2] for r in runs]), med([r[3] for r in runs])
     return {"prefill_ms": pre, "decode_ms_per_token": dec,
