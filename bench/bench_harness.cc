@@ -18,7 +18,7 @@
 
 #include "ops/ops.h"
 #include "profiler/device.h"
-#include "runtime/cuda.h"
+#include "runtime/cuda_api.h"
 #include "runtime/nvrtc.h"
 #include "runtime/status.h"
 

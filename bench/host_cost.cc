@@ -36,7 +36,7 @@
 #include "ops/factories.h"
 #include "ops/modules.h"
 #include "ops/ops.h"
-#include "runtime/cuda.h"
+#include "runtime/cuda_api.h"
 #include "runtime/nvrtc.h"
 #include "runtime/status.h"
 

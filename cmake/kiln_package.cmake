@@ -17,7 +17,8 @@
 # time, from a glob checked at every build, so new and edited headers need no list kept here.
 #
 # Dependencies: kiln's libraries are static; the package finds what they need at link time
-# (Abseil, Threads, the CUDA toolkit's cudart, NVRTC, cuBLASLt, CUPTI: kilnConfig.cmake). Public
+# (Abseil, Threads, and with CUDA the toolkit's cudart, NVRTC, cuBLASLt, CUPTI: kilnConfig.cmake;
+# a package built without CUDA needs no toolkit at all). Public
 # headers need Abseil's, never CUDA's (the CUDA libraries are linked but their include directory
 # is not passed on), so a CPU-only user compiles without CUDA headers and needs no nvcc. The JSON
 # parser (nlohmann_json) and DLPack's header are private to libkiln_io and not required.
@@ -49,6 +50,11 @@ foreach(header ${kiln_headers})
   get_filename_component(dir ${header} DIRECTORY)
   install(FILES ${out} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln/${dir})
 endforeach()
+# How kiln was built (CMakeLists.txt generates it from cmake/build_config.h.in).
+configure_file(${PROJECT_BINARY_DIR}/config/runtime/build_config.h
+               ${KILN_HEADER_ROOT}/kiln/runtime/build_config.h COPYONLY)
+install(FILES ${KILN_HEADER_ROOT}/kiln/runtime/build_config.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln/runtime)
 add_custom_target(kiln_headers ALL DEPENDS ${kiln_generated_headers})
 
 # kiln::kiln: every layer, and the <kiln/...> headers.
@@ -71,5 +77,7 @@ configure_package_config_file(cmake/kilnConfig.cmake.in ${PROJECT_BINARY_DIR}/ki
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/kilnConfigVersion.cmake
                                  COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/kilnConfig.cmake ${PROJECT_BINARY_DIR}/kilnConfigVersion.cmake
-              ${PROJECT_SOURCE_DIR}/cmake/kiln_cuda_libs.cmake
         DESTINATION ${KILN_INSTALL_CMAKEDIR})
+if(KILN_WITH_CUDA)
+  install(FILES ${PROJECT_SOURCE_DIR}/cmake/kiln_cuda_libs.cmake DESTINATION ${KILN_INSTALL_CMAKEDIR})
+endif()

@@ -22,6 +22,7 @@
 #include "ir/printer.h"
 #include "ops/cuda/device_timing.h"
 #include "ops/dispatch.h"
+#include "runtime/build_config.h"
 #include "runtime/cuda.h"
 #include "runtime/nvrtc.h"
 #include "runtime/settings.h"
@@ -68,7 +69,9 @@ struct Entry {
   std::unique_ptr<codegen::Executable> exe;
   CompileReport report;
   std::mutex graph_mu;  // serialises CUDA-graph replays (CudaGraphCache is not thread-safe)
-  std::unique_ptr<codegen::CudaGraphCache> graphs;
+  // Shared, not unique: its deleter is bound where it is made (a CUDA build's replay path), so a
+  // build without CUDA never needs CudaGraphCache's code (codegen/cuda_graph.cc).
+  std::shared_ptr<codegen::CudaGraphCache> graphs;
   int64_t graph_changes_reported = -1;  // graphs->changes() when report.cuda_graph was last set
   std::once_flag counted;  // report.kernels/memsets_per_step, filled on the first report()
   // freeze_weights: the user's tensors the plan read at compile time, with their versions then;
@@ -195,6 +198,12 @@ struct CompiledFn::State {
 
 namespace {
 
+// The one-time costs the CUDA backend has paid so far (none without it).
+cuda_ops::OneTimeCosts OneTimeCostsSoFar() {
+  if constexpr (kWithCuda) return cuda_ops::GetOneTimeCosts();
+  return {};
+}
+
 double MsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -236,10 +245,10 @@ void BuildPlan(ir::Graph graph, codegen::SymbolicShapes symbols, const CompileOp
   entry.report.passes_ms = MsSince(passes_start);
   entry.report.final_graph = ir::PrintGraph(graph);
   const cuda::KernelCacheStats cache_before = cuda::GetKernelCacheStats();
-  const cuda_ops::OneTimeCosts costs_before = cuda_ops::GetOneTimeCosts();
+  const cuda_ops::OneTimeCosts costs_before = OneTimeCostsSoFar();
   entry.exe = ValueOrThrow(codegen::Executable::Build(std::move(graph), std::move(symbols)));
   const cuda::KernelCacheStats cache_after = cuda::GetKernelCacheStats();
-  const cuda_ops::OneTimeCosts costs_after = cuda_ops::GetOneTimeCosts();
+  const cuda_ops::OneTimeCosts costs_after = OneTimeCostsSoFar();
   const codegen::Executable& exe = *entry.exe;
   std::set<const codegen::FusedKernel*> dumped;  // a kernel fusions share is dumped once
   for (ir::ValueId v = 0; v < exe.graph().num_values(); ++v) {
@@ -400,20 +409,23 @@ std::vector<Tensor> CompiledFn::operator()(const std::vector<Tensor>& inputs) co
     }
   }
   if (!state_->options.cuda_graphs || !e.exe->on_cuda()) return e.exe->Run(plan_inputs);
-  // Replays one of the entry's CUDA graphs (by input address, or copy-in), capturing after a
-  // plain run when none fits; the report says which, or why none.
-  std::lock_guard<std::mutex> lock(e.graph_mu);
-  if (e.graphs == nullptr) e.graphs = std::make_unique<codegen::CudaGraphCache>(*e.exe);
-  const cuda::ScopedGraphReplay for_graph;  // the plain run before a capture chooses for the graph
-  std::vector<Tensor> out = e.graphs->Run(plan_inputs);
-  if (e.graphs->changes() == e.graph_changes_reported) return out;
-  e.graph_changes_reported = e.graphs->changes();
-  std::string state = e.graphs->Describe();
-  if (state != e.report.cuda_graph) {
-    if (DebugLevel() >= 1) std::cerr << "kiln: CUDA graph " << state << "\n";
-    e.report.cuda_graph = std::move(state);
+  if constexpr (kWithCuda) {  // (a plan on CUDA exists only there)
+    // Replays one of the entry's CUDA graphs (by input address, or copy-in), capturing after a
+    // plain run when none fits; the report says which, or why none.
+    std::lock_guard<std::mutex> lock(e.graph_mu);
+    if (e.graphs == nullptr) e.graphs = std::make_shared<codegen::CudaGraphCache>(*e.exe);
+    const cuda::ScopedGraphReplay for_graph;  // the plain run before a capture chooses for it
+    std::vector<Tensor> out = e.graphs->Run(plan_inputs);
+    if (e.graphs->changes() == e.graph_changes_reported) return out;
+    e.graph_changes_reported = e.graphs->changes();
+    std::string state = e.graphs->Describe();
+    if (state != e.report.cuda_graph) {
+      if (DebugLevel() >= 1) std::cerr << "kiln: CUDA graph " << state << "\n";
+      e.report.cuda_graph = std::move(state);
+    }
+    return out;
   }
-  return out;
+  return e.exe->Run(plan_inputs);
 }
 
 const CompileReport& CompiledFn::report(const std::vector<Tensor>& inputs) const {

@@ -11,6 +11,7 @@
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 #include "profiler/host.h"
+#include "runtime/cuda_api.h"
 #include "runtime/settings.h"
 #include "runtime/status.h"
 

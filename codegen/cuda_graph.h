@@ -29,8 +29,6 @@
 // Not thread-safe: CompiledFn serialises calls that replay graphs.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <memory>
 #include <set>
 #include <string>
@@ -39,6 +37,10 @@
 #include "absl/status/statusor.h"
 #include "codegen/executable.h"
 #include "runtime/cuda.h"
+
+struct CUgraph_st;      // cudaGraph_t
+struct CUgraphExec_st;  // cudaGraphExec_t
+struct CUgraphNode_st;  // cudaGraphNode_t
 
 namespace kiln::codegen {
 
@@ -82,13 +84,13 @@ class CudaGraphPlan {
   const Executable& exe_;
   Binding binding_;
   cuda::Stream stream_;
-  cudaGraph_t graph_ = nullptr;
-  cudaGraphExec_t exec_ = nullptr;
+  ::CUgraph_st* graph_ = nullptr;  // cudaGraph_t (this header needs no CUDA header)
+  ::CUgraphExec_st* exec_ = nullptr;
   std::vector<Tensor> static_inputs_;
   Tensor index_flag_;            // raised by captured index kernels on a bad index
   bool checks_indices_ = false;  // the graph has such kernels: read the flag after each replay
-  std::vector<cudaGraphNode_t> input_copies_;  // memcpy node per input
-  std::vector<const void*> bound_sources_;     // what each memcpy node reads now
+  std::vector<::CUgraphNode_st*> input_copies_;  // memcpy node per input
+  std::vector<const void*> bound_sources_;       // what each memcpy node reads now
   std::vector<OutputTemplate> outputs_;
   std::vector<std::weak_ptr<Storage>> handed_out_;  // the last replay's output storages
   int64_t replays_ = 0, fallbacks_ = 0;

@@ -15,6 +15,7 @@
 #include "ops/gather.h"
 #include "ops/views.h"
 #include "profiler/host.h"
+#include "runtime/build_config.h"
 #include "runtime/cuda.h"
 #include "runtime/status.h"
 
@@ -261,13 +262,18 @@ bool NoPartialOverlap(absl::Span<const Tensor> args) {
 
 std::vector<Tensor> Executable::Run(const std::vector<Tensor>& inputs) const {
   std::vector<Tensor> env(graph_.num_values());
-  // On CUDA, one deferred index check for the whole call (unless the caller owns one: a capture).
-  // The scope asks whether the stream is being captured only when an index kernel needs its flag.
-  std::optional<cuda_ops::IndexCheckScope> checks;
-  if (on_cuda() && !cuda_ops::IndexCheckScope::Active()) checks.emplace();
-  RunSteps(inputs, env);
-  if (checks.has_value() && checks->used()) {
-    cuda_ops::ThrowIfIndexFlagged(checks->flag(), "compiled function");
+  if constexpr (kWithCuda) {
+    // On CUDA, one deferred index check for the whole call (unless the caller owns one: a
+    // capture). The scope asks whether the stream is being captured only when an index kernel
+    // needs its flag.
+    std::optional<cuda_ops::IndexCheckScope> checks;
+    if (on_cuda() && !cuda_ops::IndexCheckScope::Active()) checks.emplace();
+    RunSteps(inputs, env);
+    if (checks.has_value() && checks->used()) {
+      cuda_ops::ThrowIfIndexFlagged(checks->flag(), "compiled function");
+    }
+  } else {
+    RunSteps(inputs, env);
   }
   WriteBackInputs(inputs, env);
   std::vector<Tensor> outs;

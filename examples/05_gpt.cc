@@ -34,6 +34,7 @@
 #include "io/safetensors.h"
 #include "io/state_dict.h"
 #include "ops/cuda/matmul_cuda.h"
+#include "runtime/build_config.h"
 #include "runtime/startup.h"
 
 namespace {
@@ -496,7 +497,9 @@ int Main(const examples::Flags& f, const GptConfig& config, kiln::Device device,
   }
   PrintIds(modes.back()->run, prompt_len);
   if (profiling) ProfileStep(f, eager, *comp, graphed ? &*graphed : nullptr, gpu);
-  if (profiling && gpu) std::printf("%s\n", kiln::cuda_ops::GemvDecisions().c_str());
+  if constexpr (kiln::kWithCuda) {
+    if (profiling && gpu) std::printf("%s\n", kiln::cuda_ops::GemvDecisions().c_str());
+  }
   if (f.Given("out")) WriteOut(f.Str("out"), prompt, *modes.back(), dtype);
   std::printf("RESULT %s\n", ResultJson(f, modes, dtype, decode_kernels, ok, gpu).c_str());
   if (!ok) std::printf("MISMATCH: a check failed (see above)\n");

@@ -1,8 +1,6 @@
 // from_blob (see from_blob.h).
 #include "io/from_blob.h"
 
-#include <cuda_runtime_api.h>
-
 #include "absl/strings/str_cat.h"
 #include "runtime/cuda.h"
 #include "runtime/status.h"
@@ -33,21 +31,17 @@ int64_t ElementSpan(IntList shape, IntList strides, const std::string& what) {
 // Where `data` lives according to the CUDA runtime, when a GPU is present to ask.
 void CheckPointerDevice(const void* data, Device device, const std::string& what) {
   if (!cuda::IsAvailable() || data == nullptr) return;
-  cudaPointerAttributes attr{};
-  if (cudaPointerGetAttributes(&attr, data) != cudaSuccess) {
-    (void)cudaGetLastError();  // a pointer the runtime does not know: plain host memory
-    attr.type = cudaMemoryTypeUnregistered;
-  }
-  const bool on_device = attr.type == cudaMemoryTypeDevice;
+  const cuda::PointerInfo attr = cuda::DescribePointer(data);
+  using Kind = cuda::PointerInfo::Kind;
   if (device.is_cuda()) {
-    KILN_CHECK(attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged,
+    KILN_CHECK(attr.kind == Kind::kDevice || attr.kind == Kind::kManaged,
                "from_blob: the pointer is not CUDA device memory but the device is ", device.str(),
                " (", what, ")");
     KILN_CHECK(attr.device == device.index,
                "from_blob: the pointer is memory of cuda:", attr.device, " but the device is ",
                device.str(), " (", what, ")");
   } else {
-    KILN_CHECK(!on_device, "from_blob: the pointer is memory of cuda:", attr.device,
+    KILN_CHECK(attr.kind != Kind::kDevice, "from_blob: the pointer is memory of cuda:", attr.device,
                " but the device is ", device.str(), " (", what, ")");
   }
 }

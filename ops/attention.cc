@@ -12,6 +12,7 @@
 #include "ops/dispatch.h"
 #include "ops/factories.h"
 #include "profiler/host.h"
+#include "runtime/build_config.h"
 #include "runtime/status.h"
 
 namespace kiln {
@@ -168,9 +169,8 @@ absl::StatusOr<TensorType> Infer(absl::Span<const TensorType> in, const OpAttrs&
 SdpaBackendChoice Choose(absl::Span<const Tensor> in, const OpAttrs& a) {
   const SdpaBackend want = current_sdpa_backend();
   if (want == SdpaBackend::kMath) return {SdpaBackend::kMath, "selected by SdpaBackendGuard"};
-  const bool cuda = in[0].device().is_cuda();
   std::string why;
-  if (cuda) {
+  if (in[0].device().is_cuda()) {
     why = cuda_ops::FlashAttentionUnsupportedReason(in, a);
   } else {
     std::vector<TensorType> types;
@@ -233,17 +233,19 @@ void CpuKernel(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
 
 void CudaKernel(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
                 const OpAttrs& a) {
-  const SdpaBackendChoice choice = Choose(in, a);
-  std::optional<profiler::Range> range;
-  if (KILN_PREDICT_FALSE(profiler::IsActive())) range.emplace(RangeName(choice));
-  if (choice.backend == SdpaBackend::kFlash && cuda_ops::FlashCanWrite(out)) {
-    cuda_ops::LaunchFlashAttention(in, a, out);
-  } else if (choice.backend == SdpaBackend::kFlash) {  // an out= tensor of another layout
-    const Tensor result = NewOutput(def, out.type());
-    cuda_ops::LaunchFlashAttention(in, a, result);
-    CopyInto(result, out);
-  } else {
-    CopyInto(MathForm(in, a), out);
+  if constexpr (kWithCuda) {  // the row has no CUDA kernel otherwise (ops/registry.cc)
+    const SdpaBackendChoice choice = Choose(in, a);
+    std::optional<profiler::Range> range;
+    if (KILN_PREDICT_FALSE(profiler::IsActive())) range.emplace(RangeName(choice));
+    if (choice.backend == SdpaBackend::kFlash && cuda_ops::FlashCanWrite(out)) {
+      cuda_ops::LaunchFlashAttention(in, a, out);
+    } else if (choice.backend == SdpaBackend::kFlash) {  // an out= tensor of another layout
+      const Tensor result = NewOutput(def, out.type());
+      cuda_ops::LaunchFlashAttention(in, a, result);
+      CopyInto(result, out);
+    } else {
+      CopyInto(MathForm(in, a), out);
+    }
   }
 }
 

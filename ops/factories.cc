@@ -7,11 +7,10 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "ops/cuda/fill_kernels.h"
-#include "ops/cuda/random_kernels.h"
+#include "ops/cuda/factories_cuda.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
-#include "runtime/cuda.h"
+#include "runtime/build_config.h"
 #include "runtime/status.h"
 
 namespace kiln {
@@ -73,14 +72,11 @@ Tensor full(IntList shape, double value, DType dtype, Device device) {
   if (device.is_meta() || total == 0) return out;
   uint64_t pattern = 0;
   StorerFor(dtype)(&pattern, 0, value);
-  if (device.is_cuda()) {
-    if (pattern == 0) {
-      KILN_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, total, cuda::CurrentStream()));
-    } else {
-      KILN_CUDA_CHECK(cuda_kernels::FillPattern(
-          out.data_ptr(), out.numel(), static_cast<int>(element), pattern, cuda::CurrentStream()));
+  if constexpr (kWithCuda) {
+    if (device.is_cuda()) {
+      cuda_ops::FillBytes(out, pattern);
+      return out;
     }
-    return out;
   }
   char* bytes = static_cast<char*>(out.data_ptr());
   std::memcpy(bytes, &pattern, element);
@@ -112,8 +108,7 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
                " cannot be converted to ", DTypeName(dtype), " without overflow");
   }
   Tensor out = NewTensor("arange", {n}, dtype, device);
-  KILN_CUDA_CHECK(
-      cuda_kernels::FillArange(out.data_ptr(), n, dtype, start, step, cuda::CurrentStream()));
+  if constexpr (kWithCuda) cuda_ops::FillArange(out, start, step);
   return out;
 }
 
@@ -130,11 +125,11 @@ Tensor RandomDraw(IntList shape, Generator& gen, DType dtype, Device device, boo
   const int64_t n = out.numel();
   const uint64_t base = gen.Reserve(static_cast<uint64_t>((n + 3) / 4));
   if (device.is_meta() || n == 0) return out;
-  if (device.is_cuda()) {
-    const cuda_kernels::ElemType t = *cuda_kernels::ElemTypeOf(dtype);  // floating: checked above
-    KILN_CUDA_CHECK(cuda_kernels::FillRandom(out.data_ptr(), n, t, gen.key(), base, normal,
-                                             cuda::CurrentStream()));
-    return out;
+  if constexpr (kWithCuda) {
+    if (device.is_cuda()) {
+      cuda_ops::FillRandom(out, gen.key(), base, normal);  // floating: checked above
+      return out;
+    }
   }
   const StoreFn store = StorerFor(dtype);
   for (int64_t b = 0; 4 * b < n; ++b) {

@@ -1,8 +1,9 @@
 // The public op API: thin wrappers that fill OpAttrs and dispatch through the registry.
 #include "ops/ops.h"
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
-#include "ops/cuda/matmul_cuda.h"
 #include "ops/dispatch.h"
 #include "ops/infer.h"
 #include "ops/views.h"
@@ -149,8 +150,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                         : Dispatch(OpId::kLinear, {x, weight});
 }
 
-void set_allow_tf32(bool allow) { cuda_ops::SetAllowTf32(allow); }
-bool allow_tf32() { return cuda_ops::AllowTf32(); }
+namespace {
+std::atomic<bool> g_allow_tf32{false};  // read by the CUDA backend's GEMMs (ops/cuda/matmul_cuda.h)
+}  // namespace
+
+void set_allow_tf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }
+bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
 
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
   OpAttrs a;

@@ -16,6 +16,7 @@
 #include "ops/strided.h"
 #include "ops/views.h"
 #include "profiler/host.h"
+#include "runtime/build_config.h"
 #include "runtime/status.h"
 
 namespace kiln {
@@ -103,6 +104,14 @@ int64_t IMul(I x, A) { return Wrap(U(x[0]) * U(x[1])); }
 int64_t IWhere(I x, A) { return x[0] != 0 ? x[1] : x[2]; }
 int64_t IMaskedFill(I x, A a) { return x[1] != 0 ? ScalarAsInt64(a) : x[0]; }
 
+// A row's CUDA kernel: the backend's function, or none in a build without CUDA (no CUDA tensor
+// exists there, so no row is asked for one).
+#if KILN_WITH_CUDA
+#define KILN_CUDA_KERNEL(fn) fn
+#else
+#define KILN_CUDA_KERNEL(fn) nullptr
+#endif
+
 constexpr auto kEw = FusionKind::kElementwise;
 constexpr auto kBc = FusionKind::kBroadcast;
 constexpr auto kRed = FusionKind::kReduction;
@@ -116,14 +125,14 @@ constexpr OpDef Ew(OpId id, const char* name, int arity, FusionKind kind, uint32
                    InferFn infer, ScalarFn fn, std::string_view expr) {
   return OpDef{id,      name,  arity, arity,
                kind,    attrs, infer, cpu::Elementwise,
-               nullptr, fn,    expr,  cuda_ops::Elementwise};
+               nullptr, fn,    expr,  KILN_CUDA_KERNEL(cuda_ops::Elementwise)};
 }
 // An elementwise row whose CPU kernel computes in the operands' common type (integers exactly,
 // ops/cpu/typed_elementwise.h); fusion and the CUDA kernel use `fn` and `expr` as above.
 constexpr OpDef TypedEw(OpId id, const char* name, int arity, FusionKind kind, uint32_t attrs,
                         InferFn infer, KernelFn cpu, ScalarFn fn, std::string_view expr) {
   return OpDef{id,    name, arity,   arity, kind, attrs,
-               infer, cpu,  nullptr, fn,    expr, cuda_ops::Elementwise};
+               infer, cpu,  nullptr, fn,    expr, KILN_CUDA_KERNEL(cuda_ops::Elementwise)};
 }
 
 // An elementwise row that also computes exactly on integers (IntScalarFn).
@@ -194,15 +203,15 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   EwInt(O::kMaskedFill, "masked_fill", 2, kBc, kAttrScalar, infer::MaskedFill, FMaskedFill,
         IMaskedFill, "($1 != 0.f ? $scalar : $0)"),
   Ew(O::kCopy,  "copy",  2, kBc, 0, infer::Copy,      FCopy,  "$1"),
-  Op(O::kSum,  "sum",  1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ReduceSum,  cpu::Sum, cuda_ops::Sum),
-  Op(O::kMean, "mean", 1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ReduceMean, cpu::Mean, cuda_ops::Mean),
-  Op(O::kMax,  "max",  1, 1, kRed, kAttrDims | kAttrKeepdim, infer::Reduce,     cpu::Max, cuda_ops::Max),
-  Op(O::kSoftmax,    "softmax",     1, 1, kRed, kAttrDim, infer::Softmax, cpu::Softmax, cuda_ops::Softmax),
-  Op(O::kLogSoftmax, "log_softmax", 1, 1, kRed, kAttrDim, infer::Softmax, cpu::LogSoftmax, cuda_ops::LogSoftmax),
-  Op(O::kLayerNorm,  "layer_norm",  1, 3, kRed, kAttrEps, infer::LayerNorm, cpu::LayerNorm, cuda_ops::LayerNorm),
-  Op(O::kRmsNorm,    "rms_norm",    1, 2, kRed, kAttrEps, infer::RmsNorm, cpu::RmsNorm, cuda_ops::RmsNorm),
-  VaryingLaunches(Op(O::kMatmul, "matmul", 2, 2, kMm, kAttrTranspose, infer::Matmul, cpu::Matmul, cuda_ops::Matmul)),
-  VaryingLaunches(Op(O::kLinear, "linear", 2, 4, kMm, kAttrEpilogue,  infer::Linear, cpu::Linear, cuda_ops::Linear)),
+  Op(O::kSum,  "sum",  1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ReduceSum,  cpu::Sum, KILN_CUDA_KERNEL(cuda_ops::Sum)),
+  Op(O::kMean, "mean", 1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ReduceMean, cpu::Mean, KILN_CUDA_KERNEL(cuda_ops::Mean)),
+  Op(O::kMax,  "max",  1, 1, kRed, kAttrDims | kAttrKeepdim, infer::Reduce,     cpu::Max, KILN_CUDA_KERNEL(cuda_ops::Max)),
+  Op(O::kSoftmax,    "softmax",     1, 1, kRed, kAttrDim, infer::Softmax, cpu::Softmax, KILN_CUDA_KERNEL(cuda_ops::Softmax)),
+  Op(O::kLogSoftmax, "log_softmax", 1, 1, kRed, kAttrDim, infer::Softmax, cpu::LogSoftmax, KILN_CUDA_KERNEL(cuda_ops::LogSoftmax)),
+  Op(O::kLayerNorm,  "layer_norm",  1, 3, kRed, kAttrEps, infer::LayerNorm, cpu::LayerNorm, KILN_CUDA_KERNEL(cuda_ops::LayerNorm)),
+  Op(O::kRmsNorm,    "rms_norm",    1, 2, kRed, kAttrEps, infer::RmsNorm, cpu::RmsNorm, KILN_CUDA_KERNEL(cuda_ops::RmsNorm)),
+  VaryingLaunches(Op(O::kMatmul, "matmul", 2, 2, kMm, kAttrTranspose, infer::Matmul, cpu::Matmul, KILN_CUDA_KERNEL(cuda_ops::Matmul))),
+  VaryingLaunches(Op(O::kLinear, "linear", 2, 4, kMm, kAttrEpilogue,  infer::Linear, cpu::Linear, KILN_CUDA_KERNEL(cuda_ops::Linear))),
   View(O::kTranspose, "transpose", kAttrDim | kAttrDim2, infer::Transpose, views::Transpose),
   View(O::kPermute,   "permute",   kAttrDims,            infer::Permute,   views::Permute),
   View(O::kReshape,   "reshape",   kAttrDims,            infer::Reshape,   views::Reshape),
@@ -210,16 +219,16 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   View(O::kSlice,     "slice",     kAttrDim | kAttrSlice, infer::Slice,    views::Slice),
   View(O::kUnsqueeze, "unsqueeze", kAttrDim,             infer::Unsqueeze, views::Unsqueeze),
   View(O::kSqueeze,   "squeeze",   kAttrDim | kAttrAllDims, infer::Squeeze, views::Squeeze),
-  Op(O::kContiguous, "contiguous", 1, 1, kOpq, 0, infer::Same, cpu::Copy, cuda_ops::Copy),
-  Op(O::kTriu, "triu", 1, 1, kOpq, kAttrDiagonal, infer::TriMask, cpu::Triu, cuda_ops::Triu),
-  Op(O::kTril, "tril", 1, 1, kOpq, kAttrDiagonal, infer::TriMask, cpu::Tril, cuda_ops::Tril),
+  Op(O::kContiguous, "contiguous", 1, 1, kOpq, 0, infer::Same, cpu::Copy, KILN_CUDA_KERNEL(cuda_ops::Copy)),
+  Op(O::kTriu, "triu", 1, 1, kOpq, kAttrDiagonal, infer::TriMask, cpu::Triu, KILN_CUDA_KERNEL(cuda_ops::Triu)),
+  Op(O::kTril, "tril", 1, 1, kOpq, kAttrDiagonal, infer::TriMask, cpu::Tril, KILN_CUDA_KERNEL(cuda_ops::Tril)),
   Op(O::kAsStrided, "as_strided", 1, 1, kOpq, kAttrDims | kAttrStrided, infer::AsStrided,
      strided::AsStrided, strided::AsStrided),
   UpdatesSelf(Op(O::kAsStridedScatter, "as_strided_scatter", 2, 2, kOpq, kAttrDims | kAttrStrided,
                  infer::AsStridedScatter, strided::AsStridedScatter, strided::AsStridedScatter)),
   HeadsLastOutput(VaryingLaunches(Op(O::kScaledDotProductAttention, "scaled_dot_product_attention",
                                      3, 4, kOpq, kAttrAttention, attention::Infer,
-                                     attention::CpuKernel, attention::CudaKernel))),
+                                     attention::CpuKernel, KILN_CUDA_KERNEL(attention::CudaKernel)))),
   // Typed rows: the expressions stay valid whatever the operands' compute type (float, double,
   // or long long where the renderer computes integers in integers): NaN propagates through
   // minimum/maximum/clamp, clamp's scalar takes the operand's type, pow is KILN_POW_EXPR.
@@ -253,13 +262,13 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   TypedEw(O::kLe, "le", 2, kBc, 0, infer::Compare, cpu::TypedElementwise<cpu::LeOp>, FLe, "(($0) <= ($1))"),
   TypedEw(O::kGt, "gt", 2, kBc, 0, infer::Compare, cpu::TypedElementwise<cpu::GtOp>, FGt, "(($0) > ($1))"),
   TypedEw(O::kGe, "ge", 2, kBc, 0, infer::Compare, cpu::TypedElementwise<cpu::GeOp>, FGe, "(($0) >= ($1))"),
-  Op(O::kEmbedding, "embedding", 2, 2, kOpq, 0, infer::Embedding, cpu::Embedding, cuda_ops::Embedding),
-  Op(O::kIndexSelect, "index_select", 2, 2, kOpq, kAttrDim, infer::IndexSelect, cpu::IndexSelect, cuda_ops::IndexSelect),
-  Op(O::kGather, "gather", 2, 2, kOpq, kAttrDim, infer::Gather, cpu::Gather, cuda_ops::Gather),
-  Op(O::kCat, "cat", 1, kMaxCatInputs, kOpq, kAttrDim, infer::Cat, cpu::Cat, cuda_ops::Cat),
-  VaryingLaunches(Op(O::kArgMax, "argmax", 1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ArgMax, cpu::ArgMax, cuda_ops::ArgMax)),
-  Op(O::kTopK, "topk", 1, 1, kOpq, kAttrDim | kAttrTopK, infer::TopK, cpu::TopK, cuda_ops::TopK),
-  UpdatesSelf(Op(O::kIndexCopy, "index_copy", 3, 3, kOpq, kAttrDim, infer::IndexCopy, cpu::IndexCopy, cuda_ops::IndexCopy)),
+  Op(O::kEmbedding, "embedding", 2, 2, kOpq, 0, infer::Embedding, cpu::Embedding, KILN_CUDA_KERNEL(cuda_ops::Embedding)),
+  Op(O::kIndexSelect, "index_select", 2, 2, kOpq, kAttrDim, infer::IndexSelect, cpu::IndexSelect, KILN_CUDA_KERNEL(cuda_ops::IndexSelect)),
+  Op(O::kGather, "gather", 2, 2, kOpq, kAttrDim, infer::Gather, cpu::Gather, KILN_CUDA_KERNEL(cuda_ops::Gather)),
+  Op(O::kCat, "cat", 1, kMaxCatInputs, kOpq, kAttrDim, infer::Cat, cpu::Cat, KILN_CUDA_KERNEL(cuda_ops::Cat)),
+  VaryingLaunches(Op(O::kArgMax, "argmax", 1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ArgMax, cpu::ArgMax, KILN_CUDA_KERNEL(cuda_ops::ArgMax))),
+  Op(O::kTopK, "topk", 1, 1, kOpq, kAttrDim | kAttrTopK, infer::TopK, cpu::TopK, KILN_CUDA_KERNEL(cuda_ops::TopK)),
+  UpdatesSelf(Op(O::kIndexCopy, "index_copy", 3, 3, kOpq, kAttrDim, infer::IndexCopy, cpu::IndexCopy, KILN_CUDA_KERNEL(cuda_ops::IndexCopy))),
 }};
 // clang-format on
 

@@ -2,8 +2,6 @@
 // allocator (cudaMallocAsync on the device's pool with an unlimited release threshold, so freed
 // blocks stay cached and no cudaMalloc/cudaFree happens on the per-op path; freed blocks are also
 // kept on the host per stream and size, so eager ops allocate with no CUDA call) and copies.
-#include "runtime/cuda.h"
-
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -13,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/cuda_api.h"
 #include "runtime/settings.h"
 #include "runtime/startup.h"
 #include "runtime/status.h"
@@ -398,6 +397,24 @@ void Copy(void* dst, Device dst_device, const void* src, Device src_device, size
   if (dst_device.is_cpu() || src_device.is_cpu()) KILN_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
+PointerInfo DescribePointer(const void* p) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // a pointer the runtime does not know: plain host memory
+    return {};
+  }
+  switch (attr.type) {
+    case cudaMemoryTypeHost:
+      return {PointerInfo::Kind::kPinnedHost, attr.device};
+    case cudaMemoryTypeDevice:
+      return {PointerInfo::Kind::kDevice, attr.device};
+    case cudaMemoryTypeManaged:
+      return {PointerInfo::Kind::kManaged, attr.device};
+    default:
+      return {};
+  }
+}
+
 Allocator* DeviceAllocator() { return IsAvailable() ? &TheAllocator() : nullptr; }
 
 Event::Event() { KILN_CUDA_CHECK(cudaEventCreate(&event_)); }
@@ -410,7 +427,13 @@ float Event::ElapsedMs(const Event& since) const {
   return ms;
 }
 
+void RelaxCaptureModeForThisThread() {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) cudaGetLastError();
+}
+
 Stream::Stream() { KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+void Stream::Synchronize() { KILN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 Stream::~Stream() {
   TheAllocator().ForgetStream(stream_);  // blocks allocated on it must not be freed on a dead one
   cudaStreamDestroy(stream_);

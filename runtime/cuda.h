@@ -3,25 +3,31 @@
 //
 // kiln links the CUDA runtime statically and never links the driver library directly, so the
 // same binary runs (CPU only) on machines without a GPU: cuda::IsAvailable() is false there and
-// every CUDA tensor operation throws a kiln::Error saying so.
+// every CUDA tensor operation throws a kiln::Error saying so. A build without CUDA
+// (runtime/build_config.h) has this header too, answering the same way (runtime/no_cuda.cc).
 //
-//   if (kiln::cuda::IsAvailable()) {
-//     cudaStream_t s = kiln::cuda::CurrentStream();
-//     KILN_CUDA_CHECK(cudaMemsetAsync(p, 0, n, s));
-//   }
+// This header needs no CUDA header: streams and events are CUDA's own handle types, declared
+// here by their struct names (cudaStream_t is CUstream_st*). The backend's sources include
+// runtime/cuda_api.h for CUDA's API and kiln's checked calls (KILN_CUDA_CHECK).
+//
+//   if (kiln::cuda::IsAvailable()) kiln::cuda::Synchronize();
 #pragma once
-
-#include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
-#include "absl/status/status.h"
 #include "runtime/device.h"
 #include "runtime/storage.h"
 
+struct CUstream_st;  // CUDA's stream (cudaStream_t)
+struct CUevent_st;   // CUDA's event (cudaEvent_t)
+
 namespace kiln::cuda {
+
+using StreamHandle = ::CUstream_st*;  // the same type as cudaStream_t
+using EventHandle = ::CUevent_st*;    // the same type as cudaEvent_t
 
 bool IsAvailable();  // a usable CUDA device and driver are present
 int DeviceCount();
@@ -44,13 +50,13 @@ const DeviceProps& Props(int device = 0);
 // kernel cache are thread-safe; memory is freed on the stream it was allocated on, so it is not
 // reused while work queued there may still read it. Handing a tensor to work on another stream
 // without synchronising (an event, or cudaStreamSynchronize) is the caller's to order.
-cudaStream_t CurrentStream();
-void SetCurrentStream(cudaStream_t stream);
+StreamHandle CurrentStream();
+void SetCurrentStream(StreamHandle stream);
 void Synchronize();  // the current device
 // Whether `stream` is being captured into a CUDA graph. A query that fails (the legacy stream
 // while another stream captures in global mode) counts as capturing, its error cleared: nothing
 // may wait for the stream or time it then either.
-bool Capturing(cudaStream_t stream = CurrentStream());
+bool Capturing(StreamHandle stream = CurrentStream());
 // Whether the work this thread issues now will be replayed from a CUDA graph: the current stream
 // is capturing, or a ScopedGraphReplay is alive (the plain run that precedes a plan's capture, so
 // that choices made there are made for the graph). Choices whose winner depends on launch overhead
@@ -67,30 +73,12 @@ class ScopedGraphReplay {
   bool previous_;
 };
 
-// Programmatic dependent launch (sm_90 and later): launches `kernel` (a __global__ function, or a
-// cudaKernel_t cast to const void*) on `stream` so that it may begin while the kernel before it
-// finishes: its blocks become resident and wait on the device, and the launch latency and ramp-up
-// overlap the predecessor's tail. The rule that keeps it correct: such a kernel executes
-// griddepcontrol.wait (kiln_grid_dependency_sync() in generated sources, GridDependencySync() in
-// ops/cuda) before it reads anything an earlier kernel may write or writes anything an earlier
-// kernel may read; before it, only prefetches of data that no kernel writes while it runs
-// (weights). The wait covers every earlier kernel (each waited for its own predecessor), so a
-// buffer the memory planner reuses is safe. Kernels without the wait, and every kernel with
-// KILN_PDL=off, on an older GPU or into a CUDA graph capture (captured plans replayed slower with
-// programmatic edges on the H200), launch plainly. Returns the launch's error.
-cudaError_t LaunchDependent(const void* kernel, dim3 grid, dim3 block, void** args,
-                            size_t shared_bytes, cudaStream_t stream);
-// Whether LaunchDependent overlaps launches on `device` (KILN_PDL and compute capability >= 9.0).
+// Whether LaunchDependent (runtime/cuda_api.h) overlaps launches on `device` (KILN_PDL and
+// compute capability >= 9.0).
 bool DependentLaunchEnabled(int device);
 // Whether a launch on `stream` of `device` now is a dependent one: enabled there and the stream
 // not capturing. Launchers that cannot call LaunchDependent (ops/cuda/*.cu) pass this on.
-bool UseDependentLaunch(int device, cudaStream_t stream = CurrentStream());
-
-// Throws kiln::Error naming `call` and the CUDA error string unless `err` is cudaSuccess.
-// Out-of-memory becomes kResourceExhausted, everything else kInternal.
-void Check(cudaError_t err, const char* call, const char* file, int line);
-// The same as a Status, for infrastructure code.
-absl::Status ToStatus(cudaError_t err, const char* call);
+bool UseDependentLaunch(int device, StreamHandle stream = CurrentStream());
 
 // Caching device allocator statistics (bytes).
 struct MemoryStats {
@@ -108,6 +96,16 @@ void EmptyCache();
 // with respect to the host when either side is host memory.
 void Copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
 
+// What the CUDA runtime knows of a pointer (cudaPointerGetAttributes): plain host memory (also
+// any pointer it does not know), pinned host memory, device memory or managed memory, and the
+// device of the last two.
+struct PointerInfo {
+  enum class Kind { kHost, kPinnedHost, kDevice, kManaged };
+  Kind kind = Kind::kHost;
+  int device = -1;
+};
+PointerInfo DescribePointer(const void* p);
+
 // The caching allocator, or nullptr when no GPU is usable (Storage picks it up for kCUDA).
 Allocator* DeviceAllocator();
 
@@ -117,13 +115,13 @@ class Event {
   ~Event();
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
-  void Record(cudaStream_t stream);
+  void Record(StreamHandle stream);
   void Synchronize();
   float ElapsedMs(const Event& since) const;  // since -> this
-  cudaEvent_t get() const { return event_; }
+  EventHandle get() const { return event_; }
 
  private:
-  cudaEvent_t event_ = nullptr;
+  EventHandle event_ = nullptr;
 };
 
 class Stream {
@@ -132,22 +130,35 @@ class Stream {
   ~Stream();  // waits for the stream's work (the allocator frees its blocks elsewhere afterwards)
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return stream_; }
+  StreamHandle get() const { return stream_; }
+  void Synchronize();  // waits for the work queued on the stream
 
  private:
-  cudaStream_t stream_ = nullptr;
+  StreamHandle stream_ = nullptr;
 };
+
+// The kernel and memset launches of `call`, counted by capturing its second run (CUDA stream
+// capture in thread-local mode on a private stream; the graph is destroyed, never replayed). The
+// first run, outside the capture, lets libraries plan and allocate. `error` says why nothing could
+// be counted ("" when counted): the call threw, or the capture failed.
+struct LaunchTally {
+  int kernels = 0, memsets = 0;
+  std::string error;
+};
+LaunchTally CountCapturedLaunches(const std::function<void()>& call);
+
+// Resets this thread's stream capture mode to relaxed (cudaThreadExchangeStreamCaptureMode), so
+// that a capture another thread runs in global mode does not refuse this thread's CUDA calls.
+void RelaxCaptureModeForThisThread();
 
 // Makes `stream` current for this thread for the guard's lifetime.
 class StreamGuard {
  public:
-  explicit StreamGuard(cudaStream_t stream) : prev_(CurrentStream()) { SetCurrentStream(stream); }
+  explicit StreamGuard(StreamHandle stream) : prev_(CurrentStream()) { SetCurrentStream(stream); }
   ~StreamGuard() { SetCurrentStream(prev_); }
 
  private:
-  cudaStream_t prev_;
+  StreamHandle prev_;
 };
 
 }  // namespace kiln::cuda
-
-#define KILN_CUDA_CHECK(call) ::kiln::cuda::Check((call), #call, __FILE__, __LINE__)

@@ -1,4 +1,5 @@
-// NVRTC compilation and the memory + disk kernel cache (see nvrtc.h).
+// NVRTC compilation, kernel loading and the memory kernel cache (see nvrtc.h; the disk cache
+// is kernel_cache.cc).
 #include "runtime/nvrtc.h"
 
 #include <nvrtc.h>
@@ -16,14 +17,12 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/cuda.h"
+#include "runtime/cuda_api.h"
 #include "runtime/settings.h"
 #include "runtime/status.h"
 
 namespace kiln::cuda {
 namespace {
-
-constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'B', 'I', 'N', '1'};
 
 struct Cache {
   std::mutex mu;
@@ -64,58 +63,6 @@ std::string ArchOfCurrentDevice() {
   return absl::StrCat("sm_", p.major, p.minor);
 }
 
-// Disk cache: header (magic, payload length, payload hash) + payload.
-std::string CachePath(uint64_t key, const char* extension) {
-  const std::string dir = KernelCacheDir();
-  return dir.empty() ? "" : absl::StrCat(dir, "/", absl::Hex(key, absl::kZeroPad16), extension);
-}
-
-}  // namespace
-
-bool ReadCacheFile(uint64_t key, std::string* payload, const char* extension) {
-  const std::string path = CachePath(key, extension);
-  if (path.empty()) return false;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string data = ss.str();
-  const size_t header = sizeof(kMagic) + 16;
-  if (data.size() < header || data.compare(0, sizeof(kMagic), kMagic, sizeof(kMagic)) != 0) {
-    return false;
-  }
-  uint64_t length = 0, hash = 0;
-  std::memcpy(&length, data.data() + 8, 8);
-  std::memcpy(&hash, data.data() + 16, 8);
-  if (data.size() != header + length) return false;  // truncated or padded
-  *payload = data.substr(header);
-  return Fnv1a(*payload) == hash;  // corrupt otherwise: the caller rebuilds
-}
-
-void WriteCacheFile(uint64_t key, const std::string& payload, const char* extension) {
-  const std::string path = CachePath(key, extension);
-  if (path.empty()) return;
-  // Unique per process and per write (threads of one process may write the same key at once).
-  static std::atomic<uint64_t> writes{0};
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid(), ".", writes.fetch_add(1));
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return;  // unwritable directory: the memory cache still works
-    const uint64_t length = payload.size(), hash = Fnv1a(payload);
-    out.write(kMagic, sizeof(kMagic));
-    out.write(reinterpret_cast<const char*>(&length), 8);
-    out.write(reinterpret_cast<const char*>(&hash), 8);
-    out.write(payload.data(), static_cast<std::streamsize>(payload.size()));
-    if (!out) {
-      std::remove(tmp.c_str());
-      return;
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) std::remove(tmp.c_str());
-}
-
-namespace {
-
 // The CUBIN of `source`: from the disk cache, or compiled. Runs without the cache lock, so
 // distinct kernels compile in parallel threads; `stats` counts what it did.
 absl::StatusOr<std::string> CubinFor(const std::string& source, uint64_t key,
@@ -142,29 +89,6 @@ absl::StatusOr<cudaKernel_t> KernelOf(cudaLibrary_t lib, const std::string& kern
 }
 
 }  // namespace
-
-uint64_t Fnv1a(const std::string& data, uint64_t seed) {
-  uint64_t h = seed;
-  for (unsigned char c : data) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-std::string KernelCacheDir() {
-  static const std::string dir = [] {
-    std::string d;
-    if (const std::string dir = EnvPath("KILN_CACHE_DIR"); !dir.empty()) {
-      d = dir;
-    } else if (const char* xdg = std::getenv("XDG_CACHE_HOME")) {
-      d = absl::StrCat(xdg, "/kiln");
-    } else if (const char* home = std::getenv("HOME")) {
-      d = absl::StrCat(home, "/.cache/kiln");
-    }
-    std::error_code ec;
-    if (!d.empty()) std::filesystem::create_directories(d, ec);
-    return ec || d.empty() || access(d.c_str(), W_OK) != 0 ? std::string() : d;
-  }();
-  return dir;
-}
 
 absl::StatusOr<std::string> CompileSource(const std::string& source, const std::string& name,
                                           const std::string& arch, bool cubin) {
@@ -237,11 +161,6 @@ KernelCacheStats GetKernelCacheStats() {
   Cache& cache = TheCache();
   std::lock_guard<std::mutex> lock(cache.mu);
   return cache.stats;
-}
-
-std::string KernelFootprint::ToString() const {
-  return absl::StrCat(name, ": ", registers, " registers, ", shared_bytes, " B shared, ",
-                      local_bytes, " B local, <= ", max_threads, " threads");
 }
 
 absl::StatusOr<KernelFootprint> FootprintOf(cudaKernel_t kernel, const std::string& name) {

@@ -13,9 +13,11 @@
 //
 //   KILN_ASSIGN_OR_RETURN(cudaKernel_t k, cuda::GetKernel(source, "kiln_add_f32"));
 //   cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, block, args, 0, stream);
+//
+// The header needs no CUDA header (a kernel is CUDA's own handle type, declared by its struct
+// name). Without CUDA (runtime/build_config.h) compiling and loading return an error saying so,
+// the statistics are zero and the disk cache's files still work (runtime/kernel_cache.cc).
 #pragma once
-
-#include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <string>
@@ -23,7 +25,11 @@
 #include "absl/status/statusor.h"
 #include "runtime/kernel_cache_stats.h"
 
+struct CUkern_st;  // CUDA's kernel (cudaKernel_t)
+
 namespace kiln::cuda {
+
+using KernelHandle = ::CUkern_st*;  // the same type as cudaKernel_t
 
 // Compiles `source` to PTX (arch like "compute_90") or CUBIN (arch like "sm_90"). Needs no GPU.
 // Errors carry `name`, the compiler log and the source.
@@ -31,7 +37,7 @@ absl::StatusOr<std::string> CompileSource(const std::string& source, const std::
                                           const std::string& arch, bool cubin);
 
 // The kernel `kernel_name` of `source`, compiled for the current device and loaded (cached).
-absl::StatusOr<cudaKernel_t> GetKernel(const std::string& source, const std::string& kernel_name);
+absl::StatusOr<KernelHandle> GetKernel(const std::string& source, const std::string& kernel_name);
 
 // What one compiled kernel uses of the GPU, read from the loaded kernel (cudaFuncGetAttributes):
 // registers per thread, static shared memory, local memory per thread (spills and stack arrays;
@@ -44,7 +50,7 @@ struct KernelFootprint {
   int max_threads = 0;
   std::string ToString() const;  // "kiln_x: 32 registers, 0 B shared, 0 B local, <= 1024 threads"
 };
-absl::StatusOr<KernelFootprint> FootprintOf(cudaKernel_t kernel, const std::string& name);
+absl::StatusOr<KernelFootprint> FootprintOf(KernelHandle kernel, const std::string& name);
 
 KernelCacheStats GetKernelCacheStats();
 

@@ -4,8 +4,6 @@
 // threads.
 #include "runtime/startup.h"
 
-#include <cuda_runtime_api.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -15,6 +13,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "runtime/cuda.h"
 #include "runtime/settings.h"
 
 namespace kiln::cuda {
@@ -77,8 +76,7 @@ class Threads {
     t_on_startup_thread = true;
     // Relaxed: a capture another thread runs in global mode neither refuses the CUDA calls a
     // library makes while starting up (a handle's) nor is broken by them; tasks launch nothing.
-    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) cudaGetLastError();
+    cuda::RelaxCaptureModeForThisThread();
     for (StartupTask task : tasks) {
       try {
         task(device);

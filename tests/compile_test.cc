@@ -691,6 +691,7 @@ std::string FusedSource(const CompiledFn& f, const std::vector<Tensor>& in) {
 // Every fused kernel of the plan compiles with NVRTC (to PTX: no GPU needed), so a CPU run
 // checks the CUDA code the same plan would launch.
 void ExpectFusedSourcesCompile(const CompiledFn& f, const std::vector<Tensor>& in) {
+  if constexpr (!kWithCuda) return;  // no NVRTC in a build without CUDA
   for (const ir::Node& n : f.executable(in).graph().nodes()) {
     if (n.kind != ir::NodeKind::kFusion) continue;
     auto ptx = cuda::CompileSource(codegen::TemplateFor(n)->Source(n), n.name, "compute_90",

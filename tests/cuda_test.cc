@@ -3,8 +3,6 @@
 // kernel cache rejects corrupt files. With a GPU (skipped
 // otherwise, required on the GPU machine via KILN_REQUIRE_GPU=1): allocator statistics, the
 // out-of-memory error, copies, and the disk cache round trip.
-#include "runtime/cuda.h"
-
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -26,6 +24,7 @@
 #include "ops/factories.h"
 #include "ops/ops.h"
 #include "profiler/profiler.h"
+#include "runtime/cuda_api.h"
 #include "runtime/nvrtc.h"
 #include "runtime/settings.h"
 #include "runtime/status.h"

@@ -26,7 +26,7 @@
 #include "ops/factories.h"
 #include "ops/ops.h"
 #include "profiler/profiler.h"
-#include "runtime/cuda.h"
+#include "runtime/cuda_api.h"
 #include "runtime/nvrtc.h"
 #include "runtime/settings.h"
 #include "runtime/status.h"

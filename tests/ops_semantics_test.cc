@@ -427,6 +427,7 @@ TEST(OpsSemantics, ElementwiseRowsFuseOnCpu) { ElementwiseRowsFuse(kCPU); }
 // compile with NVRTC; no GPU needed. The PTX is read back from the compile dump (an interface
 // that outlives changes of the code generator).
 TEST(OpsSemantics, FusedSourcesCompileWithNvrtc) {
+  KILN_SKIP_WITHOUT_NVRTC();
   const auto fn = [](const std::vector<Tensor>& in) {
     return std::vector<Tensor>{
         clamp(where(in[0] > in[1], pow(in[0], in[1]), pow(abs(in[0]), 2.5)), -0.5, 0.5),
@@ -492,6 +493,7 @@ TEST(OpsSemantics, ItemOfATracedValueIsAnError) {
 // takes integers must compile with long long operands (and a float scalar) too. Compiled with
 // NVRTC; no GPU needed. (What pow's expression computes there: IntegerPowersAreTorchs, above.)
 TEST(OpsSemantics, IntegerCapableExpressionsCompileWithLongLongOperands) {
+  KILN_SKIP_WITHOUT_NVRTC();
   std::string body;
   int rows = 0;
   for (OpId id : {OpId::kAbs, OpId::kPowScalar, OpId::kClampMin, OpId::kClampMax, OpId::kEqScalar,

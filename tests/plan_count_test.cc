@@ -16,7 +16,7 @@
 #include "ops/cuda/matmul_cuda.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
-#include "runtime/cuda.h"
+#include "runtime/cuda_api.h"
 #include "runtime/status.h"
 #include "tests/test_util.h"
 

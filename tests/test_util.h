@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/build_config.h"
 #include "runtime/dtype.h"
 #include "runtime/status.h"
 #include "runtime/storage.h"
@@ -95,6 +96,12 @@ inline bool GpuRequired() {
 }
 
 }  // namespace kiln
+
+// NVRTC compiles generated CUDA sources without a GPU, in a build with CUDA (build_config.h).
+#define KILN_SKIP_WITHOUT_NVRTC()                                                              \
+  do {                                                                                         \
+    if constexpr (!::kiln::kWithCuda) GTEST_SKIP() << "kiln was built without CUDA: no NVRTC"; \
+  } while (0)
 
 #define KILN_SKIP_WITHOUT_GPU()                                                     \
   do {                                                                              \

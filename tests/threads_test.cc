@@ -112,7 +112,7 @@ void EagerOpsShareWeights(Device device, DType dtype, StreamUse streams, int ite
     std::unique_ptr<cuda::Stream> own;
     if (device.is_cuda() && streams == StreamUse::kPerThread)
       own = std::make_unique<cuda::Stream>();
-    cudaStream_t stream = own ? own->get() : shared ? shared->get() : nullptr;
+    cuda::StreamHandle stream = own ? own->get() : shared ? shared->get() : nullptr;
     std::unique_ptr<cuda::StreamGuard> guard;
     if (device.is_cuda()) guard = std::make_unique<cuda::StreamGuard>(stream);
     for (int it = 0; it < iterations; ++it) {
@@ -170,7 +170,7 @@ TEST(ThreadsCuda, MemoryFreedByAnotherThreadIsNotReusedEarly) {
       handed = x;
       x = Tensor();
       queued = true;
-      KILN_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+      stream.Synchronize();
     });
     while (!queued) std::this_thread::yield();
     handed = Tensor();  // the last reference: freed now, from this thread
@@ -272,6 +272,7 @@ TEST_P(Threads, OneModuleRunFromThreads) {
 // ---- Kernel caches. ---------------------------------------------------------------------------
 
 TEST(ThreadsNvrtc, ConcurrentCompilesShareOneCacheDirectory) {
+  KILN_SKIP_WITHOUT_NVRTC();
   ASSERT_EQ(cuda::KernelCacheDir(), CacheDir()) << "the disk cache must be on for this test";
   std::atomic<int> bad{0};
   RunThreads([&](int t) {

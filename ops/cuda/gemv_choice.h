@@ -41,7 +41,7 @@ struct GemvProblem {
   int device = 0;
   DType dtype = DType::kFloat32;
   int64_t m = 0, n = 0, k = 0;
-  bool tf32 = false;  // float32 and SetAllowTf32(true): cuBLASLt may pick other kernels
+  bool tf32 = false;  // float32 and set_allow_tf32(true): cuBLASLt may pick other kernels
   bool bias = false;
   bool graph = false;  // issued for a CUDA graph replay (cuda::ForGraphReplay())
   Epilogue act = Epilogue::kNone;

@@ -23,16 +23,12 @@
 #include <cstdint>
 
 #include "ops/cuda/elem_type.h"
+#include "ops/cuda/gemv_limits.h"
 
 namespace kiln::cuda_kernels {
 
 enum class GemvAct { kNone, kRelu, kGeluTanh };
 enum class GemvNorm { kNone, kLayer, kRms };  // a norm of each x row applied as it is read
-
-inline constexpr int64_t kGemvMaxRows = 8;
-// With a norm (GemvArgs::norm) each CTA keeps the normalised x rows in shared memory: m·k
-// elements of the dtype, at most this many bytes (else cudaErrorInvalidValue).
-inline constexpr size_t kMaxNormSharedBytes = 96 * 1024;
 
 struct GemvArgs {
   const void* x;  // [m, k], element (r, i) at x[r * ldx + i]

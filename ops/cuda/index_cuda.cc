@@ -9,7 +9,7 @@
 #include "ops/cpu/kernels.h"
 #include "ops/cuda/index_kernels.h"
 #include "ops/gather.h"
-#include "runtime/cuda.h"
+#include "runtime/cuda_api.h"
 #include "runtime/status.h"
 
 namespace kiln::cuda_ops {

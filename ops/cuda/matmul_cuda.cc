@@ -35,7 +35,7 @@
 #include "ops/dispatch.h"
 #include "ops/matrix_views.h"
 #include "ops/ops.h"
-#include "runtime/cuda.h"
+#include "runtime/cuda_api.h"
 #include "runtime/startup.h"
 #include "runtime/status.h"
 
@@ -47,8 +47,6 @@ constexpr int kMaxDevices = 64;
 constexpr size_t kMaxCachedPlans = 4096;  // dynamic shapes: start over rather than grow forever
 constexpr char kMatmulName[] = "matmul";
 constexpr char kLinearName[] = "linear";
-
-std::atomic<bool> g_allow_tf32{false};
 
 [[noreturn]] void ThrowInternal(const std::string& message) {
   throw Error(absl::InternalError(message));
@@ -530,7 +528,7 @@ GemmKey MakeKey(const char* op, const GemmJob& job, MatrixLayout la, MatrixLayou
   k.op = op;
   k.device = job.out.device().index;
   k.dtype = job.out.dtype();
-  k.tf32 = k.dtype == DType::kFloat32 && AllowTf32();
+  k.tf32 = k.dtype == DType::kFloat32 && allow_tf32();
   k.bias = job.bias.defined();
   k.trans_a = la.trans;
   k.trans_b = lb.trans;
@@ -748,7 +746,7 @@ GemvProblem MakeGemvProblem(const Tensor& x2, const Tensor& w, const Tensor& bia
   p.m = x2.size(0);
   p.n = w.size(0);
   p.k = w.size(1);
-  p.tf32 = p.dtype == DType::kFloat32 && AllowTf32();
+  p.tf32 = p.dtype == DType::kFloat32 && allow_tf32();
   p.bias = bias.defined();
   p.graph = cuda::ForGraphReplay();
   p.act = act;
@@ -866,9 +864,6 @@ void Linear(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const 
   }
   cublas(o);
 }
-
-void SetAllowTf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }
-bool AllowTf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
 
 bool NormLinearGemv(OpId norm, absl::Span<const Tensor> norm_in, double eps,
                     absl::Span<const Tensor> rest, const OpAttrs& attrs, const Tensor& out,

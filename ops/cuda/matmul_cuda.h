@@ -8,7 +8,8 @@
 // GELU[_BIAS], cuBLASLt's GELU being the tanh approximation); where the heuristic has no
 // algorithm with that epilogue, the GEMM runs with the bias alone and the eager relu/gelu op
 // follows. Note cuBLASLt's ReLU epilogue maps NaN to 0 where the relu op keeps NaN.
-// bf16/f16 accumulate in float32; float32 uses TF32 tensor cores only after SetAllowTf32(true).
+// bf16/f16 accumulate in float32; float32 uses TF32 tensor cores only after set_allow_tf32(true)
+// (ops/ops.h).
 //
 // Per device: one cuBLASLt handle, created on first use and shared by every thread. Per distinct
 // problem (the epilogue included): the descriptors and the heuristic's algorithm, cached (under a
@@ -25,7 +26,7 @@
 // (ops/cuda/gemv_choice.h has the rule, its cache key and what happens under graph capture);
 // KILN_GEMV=on|off|auto (default auto) or SetGemvMode forces it, GemvDecisions() shows it.
 //
-//   cuda_ops::SetAllowTf32(true);  // float32 GEMMs may round their inputs to TF32
+//   kiln::set_allow_tf32(true);  // float32 GEMMs may round their inputs to TF32
 //   cuda_ops::SetGemvMode(cuda_ops::GemvMode::kOff);  // linear: cuBLASLt only (an A/B baseline)
 #pragma once
 
@@ -58,11 +59,6 @@ void Linear(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, co
 bool NormLinearGemv(OpId norm, absl::Span<const Tensor> norm_in, double eps,
                     absl::Span<const Tensor> rest, const OpAttrs& attrs, const Tensor& out,
                     const std::function<void(const Tensor& out)>& norm_then_linear);
-
-// Whether float32 GEMMs may use TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32). Default false.
-// Process-wide; affects GEMMs issued after the call.
-void SetAllowTf32(bool allow);
-bool AllowTf32();
 
 // Whether linear with few rows may run kiln's GEMV: kAuto times it against cuBLASLt per problem,
 // kOn always runs it where it applies, kOff never. Process-wide; SetGemvMode overrides the

@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "codegen/families/softmax/fused_softmax_cuda.h"
 #include "ops/cuda/reduce_kernels.h"
-#include "runtime/cuda.h"
+#include "runtime/cuda_api.h"
 #include "runtime/status.h"
 
 namespace kiln::cuda_ops {

@@ -1,8 +1,8 @@
-// kiln's flash attention kernel on the host side (see flash_attention_cuda.h).
+// kiln's flash attention kernel compiled and launched (see flash_attention_cuda.h; which inputs
+// it takes, its configuration and its sources are flash_attention_plan.cc).
 #include "codegen/families/attention/flash_attention_cuda.h"
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "codegen/families/attention/flash_attention_source.h"
 #include "codegen/families/attention/flash_decode_source.h"
-#include "runtime/cuda.h"
+#include "runtime/cuda_api.h"
 #include "runtime/nvrtc.h"
 #include "runtime/settings.h"
 #include "runtime/status.h"
@@ -41,38 +41,6 @@ struct DecodeParams {
 };
 
 constexpr double kLog2e = 1.4426950408889634;
-constexpr int64_t kMaxGridY = 65535;
-
-const char* MaskSuffix(FlashMask m) {
-  static constexpr const char* kNames[] = {"", "_boolmask", "_f32mask", "_f16mask", "_bf16mask"};
-  return kNames[static_cast<int>(m)];
-}
-
-// Strides of a [B, H, T, D]-like tensor of rank 2..4 (0 for absent or size-1 dims).
-struct BatchStrides {
-  long long batch = 0, head = 0, row = 0;
-};
-BatchStrides StridesOf(const Tensor& t) {
-  const int64_t r = t.dim();
-  auto at = [&](int64_t d) -> long long { return t.size(d) == 1 ? 0 : t.stride(d); };
-  return {r >= 4 ? at(0) : 0, r >= 3 ? at(r - 3) : 0, at(r - 2)};
-}
-
-std::string LayoutUnsupported(const Tensor& t, const char* what) {
-  if (t.size(-1) > 1 && t.stride(-1) != 1) {
-    return absl::StrCat(what, " is not contiguous along its head dim (stride ", t.stride(-1),
-                        "); the flash kernel reads rows of 16 bytes");
-  }
-  if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) {
-    return absl::StrCat(what, "'s data is not 16-byte aligned");
-  }
-  const BatchStrides s = StridesOf(t);
-  if (s.batch % 8 != 0 || s.head % 8 != 0 || s.row % 8 != 0) {
-    return absl::StrCat(what, "'s strides ", ShapeString(t.strides()),
-                        " are not multiples of 8 elements (16-byte aligned rows)");
-  }
-  return "";
-}
 
 struct FlashKernel {
   cudaKernel_t kernel = nullptr;
@@ -98,7 +66,7 @@ const FlashKernel& KernelFor(const FlashAttentionConfig& c) {
 }
 
 void SetStrides(const Tensor& t, long long* batch, long long* head, long long* row) {
-  const BatchStrides s = StridesOf(t);
+  const FlashBatchStrides s = FlashStridesOf(t);
   *batch = s.batch;
   *head = s.head;
   *row = s.row;
@@ -116,116 +84,6 @@ void SetMaskStrides(const Tensor& mask, int64_t rank, FlashParams* p) {
   p->m_row = st[2];
   p->m_col = st[3];
 }
-
-}  // namespace
-
-FlashMask FlashMaskOf(DType t) {
-  switch (t) {
-    case DType::kBool:
-      return FlashMask::kBool;
-    case DType::kFloat32:
-      return FlashMask::kFloat32;
-    case DType::kFloat16:
-      return FlashMask::kFloat16;
-    case DType::kBFloat16:
-      return FlashMask::kBFloat16;
-    default:
-      return FlashMask::kNone;
-  }
-}
-
-FlashAttentionConfig PlanFlashAttention(int head_dim, DType dtype, bool causal, FlashMask mask) {
-  FlashAttentionConfig c;
-  c.head_dim = head_dim;
-  c.dtype = dtype;
-  c.causal = causal;
-  c.mask = mask;
-  // Measured on the H200 against the other tilings (tools/flash_attention/README.md): 4 warps
-  // of 32 rows (two m16 tiles share every K/V fragment), 64 keys a tile, two CTAs per SM.
-  c.block_m = 128, c.block_n = 64, c.warps = 4, c.min_blocks = 2;
-  // Head dim 64: Q stays in registers, one barrier per tile. 128: Q is re-read from shared
-  // memory (registers are full with the 128-wide O) and V waits for its own barrier (the one-
-  // barrier order spills there).
-  c.q_in_regs = head_dim == 64;
-  c.one_sync = head_dim == 64;
-  return c;
-}
-
-std::string FlashAttentionKernelName(const FlashAttentionConfig& c) {
-  return absl::StrCat("kiln_flash_attention_d", c.head_dim,
-                      c.dtype == DType::kBFloat16 ? "_bf16" : "_f16", c.causal ? "_causal" : "",
-                      MaskSuffix(c.mask), "_", c.block_m, "x", c.block_n, "w", c.warps,
-                      c.q_in_regs ? "" : "s", c.one_sync ? "" : "_2sync");
-}
-
-std::string RenderFlashAttentionSource(const FlashAttentionConfig& c) {
-  const std::string name = FlashAttentionKernelName(c);
-  std::string s = absl::StrCat("// ", name, ": kiln's flash attention forward\n");
-  auto define = [&s](const char* key, const auto& value) {
-    absl::StrAppend(&s, "#define ", key, " ", value, "\n");
-  };
-  define("KILN_FA_NAME", name);
-  define("KILN_FA_HEAD_DIM", c.head_dim);
-  define("KILN_FA_BLOCK_M", c.block_m);
-  define("KILN_FA_BLOCK_N", c.block_n);
-  define("KILN_FA_WARPS", c.warps);
-  define("KILN_FA_Q_IN_REGS", c.q_in_regs ? 1 : 0);
-  define("KILN_FA_MIN_BLOCKS", c.min_blocks);
-  define("KILN_FA_BF16", c.dtype == DType::kBFloat16 ? 1 : 0);
-  define("KILN_FA_CAUSAL", c.causal ? 1 : 0);
-  define("KILN_FA_MASK", static_cast<int>(c.mask));
-  define("KILN_FA_ONE_SYNC", c.one_sync ? 1 : 0);
-  return s + kFlashParamsSource + kFlashAttentionSource;
-}
-
-std::string FlashAttentionTypesUnsupported(absl::Span<const TensorType> in) {
-  const TensorType &q = in[0], &v = in[2];
-  if (!q.device.is_cuda()) {
-    return absl::StrCat("the inputs are on ", q.device.str(), "; the flash kernel runs on CUDA");
-  }
-  if (q.dtype != DType::kBFloat16 && q.dtype != DType::kFloat16) {
-    return absl::StrCat("dtype ", DTypeName(q.dtype),
-                        "; the flash kernel takes bfloat16 and float16");
-  }
-  const int64_t e = q.shape.back();
-  if (e != 64 && e != 128) {
-    return absl::StrCat("head dim ", e, "; the flash kernel is built for head dims 64 and 128");
-  }
-  if (v.shape.back() != e) {
-    return absl::StrCat("value head dim ", v.shape.back(), " differs from the query/key head dim ",
-                        e);
-  }
-  if (q.rank() > 4) {
-    return absl::StrCat("rank ", q.rank(), "; the flash kernel takes up to 4 dims [B, H, T, D]");
-  }
-  return "";
-}
-
-std::string FlashAttentionUnsupportedReason(absl::Span<const Tensor> in, const OpAttrs& a) {
-  std::vector<TensorType> types;
-  for (const Tensor& t : in) types.push_back(t.type());
-  if (std::string why = FlashAttentionTypesUnsupported(types); !why.empty()) return why;
-  const char* names[] = {"query", "key", "value"};
-  for (int i = 0; i < 3; ++i) {
-    if (std::string why = LayoutUnsupported(in[i], names[i]); !why.empty()) return why;
-  }
-  const cuda::DeviceProps& props = cuda::Props(in[0].device().index);
-  if (props.major < 8) {
-    return absl::StrCat("the GPU is sm_", props.major, props.minor,
-                        "; the flash kernel needs sm_80 or newer (mma.sync on bf16)");
-  }
-  const int64_t l = in[0].size(-2), s = in[1].size(-2);
-  const int64_t bh = in[0].numel() / std::max<int64_t>(l * in[0].size(-1), 1);
-  const FlashAttentionConfig c =
-      PlanFlashAttention(static_cast<int>(in[0].size(-1)), in[0].dtype(), a.is_causal, {});
-  if (l > INT_MAX || s > INT_MAX || bh > INT_MAX || (l + c.block_m - 1) / c.block_m > kMaxGridY) {
-    return absl::StrCat("sizes beyond the kernel's grid: ", bh, " (batch, head) pairs, query ",
-                        "length ", l, ", key length ", s);
-  }
-  return "";
-}
-
-namespace {
 
 // The decode kernels of a configuration (split and combine), cached like the flash kernel.
 struct DecodeKernels {
@@ -279,37 +137,6 @@ void LaunchFlashDecode(const FlashParams& p, const FlashAttentionConfig& config,
 }
 
 }  // namespace
-
-std::string FlashDecodeKernelName(const FlashAttentionConfig& c) {
-  return absl::StrCat("kiln_flash_decode_d", c.head_dim,
-                      c.dtype == DType::kBFloat16 ? "_bf16" : "_f16", c.causal ? "_causal" : "",
-                      MaskSuffix(c.mask));
-}
-
-std::string RenderFlashDecodeSource(const FlashAttentionConfig& c) {
-  const std::string name = FlashDecodeKernelName(c);
-  std::string s = absl::StrCat("// ", name, ": kiln's split-key attention for few query rows\n");
-  auto define = [&s](const char* key, const auto& value) {
-    absl::StrAppend(&s, "#define ", key, " ", value, "\n");
-  };
-  define("KILN_FD_NAME", name);
-  define("KILN_FD_COMBINE_NAME", name + "_combine");
-  define("KILN_FD_HEAD_DIM", c.head_dim);
-  define("KILN_FD_BF16", c.dtype == DType::kBFloat16 ? 1 : 0);
-  define("KILN_FD_CAUSAL", c.causal ? 1 : 0);
-  define("KILN_FD_MASK", static_cast<int>(c.mask));
-  return s + kFlashParamsSource + kFlashDecodeSource;
-}
-
-FlashAttentionConfig ForGrid(FlashAttentionConfig c, int64_t bh, int64_t q_len, int sm_count) {
-  static const bool enabled = EnvBool("KILN_FLASH_SMALL_GRID");
-  const int64_t ctas = bh * ((q_len + c.block_m - 1) / c.block_m);
-  if (!enabled || c.head_dim != 64 || c.block_m != 128 || ctas >= sm_count) return c;
-  c.block_m = 64, c.block_n = 64, c.warps = 4, c.min_blocks = 3;
-  return c;
-}
-
-bool FlashCanWrite(const Tensor& out) { return LayoutUnsupported(out, "out").empty(); }
 
 void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const Tensor& out) {
   const Tensor &q = in[0], &k = in[1], &v = in[2];

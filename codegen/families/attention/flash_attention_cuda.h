@@ -1,5 +1,6 @@
 // kiln's flash attention kernel on the host side: which inputs it runs, its configurations, the
-// source it hands NVRTC, and the launch. The kernel itself is
+// source it hands NVRTC (flash_attention_plan.cc, in every build), and the launch
+// (flash_attention_cuda.cc, the CUDA backend). The kernel itself is
 // codegen/families/attention/flash_attention_source.h; up to kFlashDecodeMaxQueries query rows, the
 // split-key kernels of flash_decode_source.h run.
 //
@@ -46,6 +47,11 @@ FlashAttentionConfig PlanFlashAttention(int head_dim, DType dtype, bool causal, 
 // rows, 3 CTAs per SM), twice the CTAs. KILN_FLASH_SMALL_GRID=0 keeps the 128-row tiles (A/B).
 FlashAttentionConfig ForGrid(FlashAttentionConfig c, int64_t bh, int64_t q_len, int sm_count);
 FlashMask FlashMaskOf(DType mask_dtype);
+// Strides of a [B, H, T, D]-like tensor of rank 2..4 (0 for absent or size-1 dims).
+struct FlashBatchStrides {
+  long long batch = 0, head = 0, row = 0;
+};
+FlashBatchStrides FlashStridesOf(const Tensor& t);
 
 // "kiln_flash_attention_d64_bf16_causal_128x64w4": what the profiler's kernel table shows.
 std::string FlashAttentionKernelName(const FlashAttentionConfig& c);

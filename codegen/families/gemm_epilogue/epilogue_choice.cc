@@ -15,7 +15,7 @@
 #include "ops/cuda/device_timing.h"
 #include "ops/dispatch.h"
 #include "ops/factories.h"
-#include "runtime/cuda.h"
+#include "runtime/cuda_api.h"
 
 namespace kiln::codegen {
 namespace {
@@ -87,19 +87,6 @@ EpilogueChoice StoredOrMeasured(const ir::Graph& graph, const ir::Node& n,
 }
 
 }  // namespace
-
-void RunSplit(absl::Span<const Tensor> in, const OpAttrs& attrs, const Tensor& out) {
-  OpAttrs plain = attrs;
-  plain.epilogue = Epilogue::kNone;
-  if (HasResidual(attrs)) {
-    const Tensor y = Dispatch(OpId::kLinear, in.subspan(0, in.size() - 1), plain);
-    DispatchOut(OpId::kAdd, {y, in.back()}, {}, out);
-    return;
-  }
-  OpAttrs act_attrs;
-  const OpDef* act = EpilogueActivation(attrs.epilogue, &act_attrs);
-  DispatchOut(act->id, {Dispatch(OpId::kLinear, in, plain)}, act_attrs, out);
-}
 
 EpilogueChoice ChooseEpilogue(const ir::Graph& graph, const ir::Node& n) {
   if (!n.type.device.is_cuda() || n.attrs.epilogue == Epilogue::kNone) return {};

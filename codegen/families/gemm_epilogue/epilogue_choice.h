@@ -3,7 +3,8 @@
 // GEMM for some bf16 shapes, so on CUDA the compiled plan times both once per (shapes, dtype,
 // bias, epilogue) on the device, on random operands (ops/cuda/device_timing.h: cold caches, device
 // time alone, as the GEMV choice times), and keeps the faster; the decision is cached for the
-// process. On the CPU the fused form is kept (it is one pass either way).
+// process. On the CPU the fused form is kept (it is one pass either way). The choice is the CUDA
+// backend's (epilogue_choice.cc); RunSplit is in every build (epilogue_template.cc).
 #pragma once
 
 #include <string>

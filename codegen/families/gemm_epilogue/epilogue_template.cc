@@ -10,6 +10,7 @@
 #include "codegen/families/gemm_epilogue/epilogue_fusion.h"
 #include "codegen/fusion_template.h"
 #include "ops/dispatch.h"
+#include "runtime/build_config.h"
 
 namespace kiln::codegen {
 namespace {
@@ -54,11 +55,25 @@ class GemmEpilogue final : public FusionTemplate {
     return std::make_unique<passes::GemmEpilogueFusion>(*this);
   }
   std::unique_ptr<FusedKernel> Lower(const ir::Graph& g, const ir::Node& n) const override {
-    return std::make_unique<LinearEpilogue>(n, ChooseEpilogue(g, n));
+    if constexpr (kWithCuda) return std::make_unique<LinearEpilogue>(n, ChooseEpilogue(g, n));
+    return std::make_unique<LinearEpilogue>(n, EpilogueChoice{});  // fused: the CPU's choice too
   }
 };
 
 }  // namespace
+
+void RunSplit(absl::Span<const Tensor> in, const OpAttrs& attrs, const Tensor& out) {
+  OpAttrs plain = attrs;
+  plain.epilogue = Epilogue::kNone;
+  if (HasResidual(attrs)) {
+    const Tensor y = Dispatch(OpId::kLinear, in.subspan(0, in.size() - 1), plain);
+    DispatchOut(OpId::kAdd, {y, in.back()}, {}, out);
+    return;
+  }
+  OpAttrs act_attrs;
+  const OpDef* act = EpilogueActivation(attrs.epilogue, &act_attrs);
+  DispatchOut(act->id, {Dispatch(OpId::kLinear, in, plain)}, act_attrs, out);
+}
 
 const FusionTemplate& GemmEpilogueTemplate() {
   static const GemmEpilogue kTemplate;

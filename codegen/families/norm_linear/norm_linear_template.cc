@@ -12,9 +12,10 @@
 #include "codegen/families/norm_linear/norm_linear_fusion.h"
 #include "codegen/fusion_template.h"
 #include "codegen/launch_count.h"
-#include "ops/cuda/gemv_kernels.h"
+#include "ops/cuda/gemv_limits.h"
 #include "ops/cuda/matmul_cuda.h"
 #include "ops/dispatch.h"
+#include "runtime/build_config.h"
 
 namespace kiln::codegen {
 namespace {
@@ -82,10 +83,12 @@ class NormLinearKernel final : public FusedKernel {
         norm_into(x);
         linear_of(x, dst);
       };
-      if (out[i].device().is_cuda() &&
-          cuda_ops::NormLinearGemv(norm_op_, norm_in, norm_attrs_.eps, rest, l.attrs, out[i],
-                                   norm_then_linear)) {
-        continue;
+      if constexpr (kWithCuda) {
+        if (out[i].device().is_cuda() &&
+            cuda_ops::NormLinearGemv(norm_op_, norm_in, norm_attrs_.eps, rest, l.attrs, out[i],
+                                     norm_then_linear)) {
+          continue;
+        }
       }
       if (!normed.defined()) {
         normed = Tensor::Empty(norm_type_.shape, norm_type_.dtype, out[i].device());

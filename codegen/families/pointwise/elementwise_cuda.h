@@ -12,11 +12,12 @@
 // indexers sized to the operand count), so the index arithmetic is unrolled over the operands the
 // kernel really has. The same renderer serves the contiguous() copy (a load stored as is).
 //
+// The sources are rendered by elementwise_source.cc (host code, in every build); compiling and
+// launching them by elementwise_cuda.cc (the CUDA backend).
+//
 //   ElementwiseKernels k = CompileElementwiseKernels("kiln_fused_gelu_mul_0", program);
 //   LaunchElementwise(k, {x, u}, {out});
 #pragma once
-
-#include <cuda_runtime_api.h>
 
 #include <memory>
 #include <mutex>
@@ -40,14 +41,14 @@ inline constexpr int kMaxKernelOperands = 32;
 inline constexpr int kMaxKernelRank = 8;
 
 struct ElementwiseKernels {
-  cudaKernel_t contig = nullptr, rows = nullptr;
+  cuda::KernelHandle contig = nullptr, rows = nullptr;
   int vec = 1;  // elements per thread in the vectorised kernels
   int num_inputs = 0, num_outputs = 0;
   bool scalar_params = false;  // the kernels take scalar, iscalar, dscalar (before n)
   struct General {             // the strided kernels, compiled on first use
     std::once_flag once;
     std::string source, base;
-    cudaKernel_t strided = nullptr, strided32 = nullptr, stridedv = nullptr;
+    cuda::KernelHandle strided = nullptr, strided32 = nullptr, stridedv = nullptr;
   };
   std::shared_ptr<General> general;
 };
@@ -64,6 +65,13 @@ std::vector<cuda::KernelFootprint> ElementwiseFootprints(const ElementwiseKernel
 void LaunchElementwise(const ElementwiseKernels& k, absl::Span<const Tensor> in,
                        absl::Span<const Tensor> out, float scalar = 0, int64_t iscalar = 0,
                        double dscalar = 0);
+
+// Elements per thread in the vectorised kernels of `program` (16-byte accesses of its widest
+// operand).
+int ElementwiseVectorWidth(const kir::Program& program);
+// Rows each block-row of a _rows kernel handles per iteration (KILN_EW_ROWS_UNROLL, an A/B knob):
+// the launch sizes its grid by it.
+int ElementwiseRowsUnroll();
 
 // The CUDA source for a program (exposed so tests can compile every variant with NVRTC without a
 // GPU, and for the compiler's dumps).

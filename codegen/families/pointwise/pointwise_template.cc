@@ -7,6 +7,7 @@
 #include "codegen/families/pointwise/elementwise_fusion.h"
 #include "codegen/fused_kernel.h"
 #include "codegen/fusion_template.h"
+#include "runtime/build_config.h"
 
 namespace kiln::codegen {
 namespace {
@@ -74,7 +75,9 @@ class Pointwise final : public FusionTemplate {
   }
   std::unique_ptr<FusedKernel> Lower(const ir::Graph&, const ir::Node& n) const override {
     kir::Program p = LowerFusionBody(*n.body);
-    if (n.type.device.is_cuda()) return std::make_unique<CudaPointwise>(n.name, p);
+    if constexpr (kWithCuda) {
+      if (n.type.device.is_cuda()) return std::make_unique<CudaPointwise>(n.name, p);
+    }
     return std::make_unique<CpuPointwise>(std::move(p));
   }
   std::string KernelIr(const ir::Node& n) const override {

@@ -30,8 +30,6 @@
 // elements give NaN and the finite ones 0 (log_softmax: -inf).
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <string>
 #include <vector>
 
@@ -71,10 +69,13 @@ SoftmaxRowLayout PlanSoftmaxRows(int64_t row_len, int vec);
 // The load width of the `_vec` variant for these dtypes and row length: 16 bytes of the widest
 // dtype; 0 when there is no such variant (a row length it does not divide, or the loop kernel).
 int FusedSoftmaxVectorWidth(const std::vector<DType>& in_types, DType out_type, int64_t row_len);
+// The layout of the one-element-a-load (`_strided`) variant: registers for the planned length,
+// else the three-pass loop kernel.
+SoftmaxRowLayout StridedSoftmaxLayout(const SoftmaxForm& form);
 
 struct FusedSoftmaxKernels {
-  cudaKernel_t vec = nullptr;      // 16-byte loads; null when the row length does not allow it
-  cudaKernel_t strided = nullptr;  // element loads, any strides
+  cuda::KernelHandle vec = nullptr;  // 16-byte loads; null when the row length does not allow it
+  cuda::KernelHandle strided = nullptr;  // element loads, any strides
   SoftmaxRowLayout vec_layout, strided_layout;
   SoftmaxForm form;
   int num_inputs = 0;

@@ -12,6 +12,7 @@
 #include "codegen/families/softmax/softmax_fusion.h"
 #include "codegen/fused_kernel.h"
 #include "codegen/fusion_template.h"
+#include "runtime/build_config.h"
 #include "runtime/status.h"
 
 namespace kiln::codegen {
@@ -130,7 +131,9 @@ class Softmax final : public FusionTemplate {
     return std::make_unique<passes::SoftmaxFusion>(*this);
   }
   std::unique_ptr<FusedKernel> Lower(const ir::Graph&, const Node& n) const override {
-    if (n.type.device.is_cuda()) return std::make_unique<CudaSoftmax>(n);
+    if constexpr (kWithCuda) {
+      if (n.type.device.is_cuda()) return std::make_unique<CudaSoftmax>(n);
+    }
     return std::make_unique<CpuSoftmax>(*n.body);
   }
   std::string KernelIr(const Node& n) const override {
