@@ -10,10 +10,12 @@
 //   kiln::CompiledFn f = kiln::compile(mlp, x);
 //   kiln::save_state_dict(mlp, "mlp.safetensors");
 //
-// It needs no CUDA header (a CPU-only user compiles without the CUDA include directory). What
-// talks to CUDA directly (streams, NVRTC, CUDA graphs: runtime/cuda.h, runtime/nvrtc.h,
-// codegen/cuda_graph.h) is installed too but not included here. kiln's own sources include the
-// headers they need one by one, by their path in the tree ("ops/ops.h").
+// It needs no CUDA header (a CPU-only user compiles without the CUDA include directory): the
+// devices and streams (runtime/cuda.h: cuda::IsAvailable(), memory statistics, StreamGuard) name
+// CUDA's handles without it, and runtime/build_config.h says whether this kiln was built with CUDA
+// (kiln::kWithCuda). CUDA's own API with kiln's checked calls (runtime/cuda_api.h) is installed
+// but not included here. kiln's own sources include the headers they need one by one, by their
+// path in the tree ("ops/ops.h").
 #pragma once
 
 #include "codegen/compare.h"
@@ -32,6 +34,8 @@
 #include "profiler/profiler.h"
 #include "profiler/report.h"
 #include "profiler/timer.h"
+#include "runtime/build_config.h"
+#include "runtime/cuda.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
 #include "runtime/random.h"

@@ -4,7 +4,7 @@
 //
 //   06_llama --model-dir DIR [--prompts "1,2,3;4,5"] [--new-tokens 64] [--dtype f32|bf16]
 //            [--device cpu|cuda] [--temperature T --top-k K --top-p P --seed S]
-//            [--modes eager,compiled,graph] [--out FILE]
+//            [--modes eager,compiled,graph] [--out FILE] [--compare]
 //   06_llama --write-model DIR [--layers 2 --dim 64 --heads 4 --kv-heads 2 --hidden 96
 //            --vocab 128 --seed 0]     a seeded random model in HF's layout (config.json too)
 //
@@ -14,7 +14,9 @@
 // cache); sampled, the same seed gives the same ids again (draws are one per row and step, in
 // batch order, so a prompt alone draws other numbers); every mode gives eager's ids (float32).
 // --out FILE writes the prompts, each mode's ids and the prefill logits (float32) as JSON for
-// bench/llama_twin.py, which checks them against transformers on the same folder.
+// bench/llama_twin.py, which checks them against transformers on the same folder. --compare
+// prints the library's eager-vs-compiled report (kiln::CompareEagerAndCompiled) of the model's
+// full forward over the first prompt (on CUDA also replayed as a CUDA graph).
 #include <cinttypes>
 #include <filesystem>
 #include <fstream>
@@ -51,6 +53,7 @@ void DefineFlags(examples::Flags& f) {
   f.Define("hidden", "96");
   f.Define("vocab", "128");
   f.Define("max-positions", "256");
+  f.Define("compare", "0", true);
 }
 
 std::string ReadFile(const examples::Flags& f, const std::string& path) {
@@ -159,7 +162,7 @@ int main(int argc, char** argv) try {
   examples::Flags f("06_llama",
                     "[--model-dir DIR | --write-model DIR] [--prompts \"1,2;3\"] [--new-tokens N] "
                     "[--dtype f32|bf16] [--device cpu|cuda] [--modes eager,compiled,graph] "
-                    "[--temperature T --top-k K --top-p P --seed S] [--out FILE]");
+                    "[--temperature T --top-k K --top-p P --seed S] [--out FILE] [--compare]");
   DefineFlags(f);
   f.Parse(argc, argv);
   if (f.Given("write-model")) {
@@ -262,6 +265,16 @@ int main(int argc, char** argv) try {
   for (const std::string& name : mode_names) {
     ok &=
         check(absl::StrCat(name, " ids vs ", mode_names[0]), results[name].tokens == first.tokens);
+  }
+  if (f.Bool("compare")) {
+    const std::vector<int64_t>& ids = prompts[0];
+    const Tensor x =
+        kiln::from_vector(std::vector<double>(ids.begin(), ids.end()),
+                          {1, static_cast<int64_t>(ids.size())}, kiln::DType::kInt64, device);
+    const kiln::ComparisonReport r = kiln::CompareEagerAndCompiled(
+        [&model](const std::vector<Tensor>& in) { return std::vector<Tensor>{(*model)(in[0])}; },
+        {x}, {.cuda_graphs = device.is_cuda()});
+    std::printf("\n-- eager vs compiled (full forward, prompt 0) --\n%s", r.ToString().c_str());
   }
   if (f.Given("out")) {
     std::ofstream out(f.Str("out"));

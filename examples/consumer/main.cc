@@ -1,5 +1,6 @@
 // A program that uses kiln the way a project outside kiln does: one include, one target. It
-// builds a small MLP, runs it eagerly and compiled (on the CPU when there is no GPU), saves its
+// builds a small MLP, runs it eagerly and compiled (on the CPU when there is no GPU) and prints
+// the eager-vs-compiled report, saves its
 // weights and loads them into another module, and passes a tensor through DLPack; it prints
 // "consumer: OK" and exits 0 only when every result is what it should be.
 #include <kiln/kiln.h>
@@ -31,6 +32,14 @@ int main() {
     std::remove(path.c_str());
     const bool same_after_load = to_vector(copy(x)) == eager;
 
+    // The eager-vs-compiled report, one library call (on the CPU: wall and host time only).
+    const ComparisonReport compared = CompareEagerAndCompiled(
+        [&mlp](const std::vector<Tensor>& in) { return std::vector<Tensor>{mlp(in[0])}; }, {x});
+    const std::string table = compared.ToString();
+    std::cout << table;
+    const bool reported = compared.others.size() == 1 && compared.others[0].wall_us_per_step > 0 &&
+                          table.find("compiled") != std::string::npos;
+
     DLManagedTensor* exported = to_dlpack(x);
     const bool zero_copy = from_dlpack(exported).data_ptr() == x.data_ptr();
 
@@ -39,7 +48,7 @@ int main() {
               << "\n"
               << "dlpack zero-copy: " << zero_copy << ", own ops/ops.h: " << consumer::Twice(21)
               << "\n";
-    if (worst > 1e-4 || !same_after_load || !zero_copy || consumer::Twice(21) != 42) {
+    if (worst > 1e-4 || !same_after_load || !zero_copy || !reported || consumer::Twice(21) != 42) {
       std::cout << "consumer: FAILED\n";
       return 1;
     }
