@@ -6,7 +6,8 @@
 #   target_link_libraries(app PRIVATE kiln::kiln)
 #   #include <kiln/kiln.h>
 #
-# Headers. kiln's sources include each other by their path in the source tree ("ops/ops.h").
+# Headers. Only the public ones (kiln.h and what it includes, see kiln_public_headers below) are
+# given to users. kiln's sources include each other by their path in the source tree ("ops/ops.h").
 # Rather than rewrite every include of the tree (and of every branch in flight), each header is
 # copied at build time to ${PROJECT_BINARY_DIR}/include/kiln/<layer>/<file>.h with its kiln
 # includes rewritten to "kiln/<layer>/<file>.h" (cmake/kiln_rewrite_header.cmake, a regex on
@@ -30,13 +31,33 @@ set(KILN_LAYERS runtime profiler ops ir passes codegen io models)
 set(KILN_HEADER_ROOT ${PROJECT_BINARY_DIR}/include)
 set(KILN_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/kiln)
 
-# The public header tree: every layer's headers plus the umbrella kiln.h.
-set(kiln_headers kiln.h)
-foreach(layer ${KILN_LAYERS})
-  file(GLOB_RECURSE layer_headers CONFIGURE_DEPENDS RELATIVE ${PROJECT_SOURCE_DIR}
-       ${PROJECT_SOURCE_DIR}/${layer}/*.h)
-  list(APPEND kiln_headers ${layer_headers})
-endforeach()
+# The public header tree: kiln.h and every kiln header it includes, directly or through others
+# (read from the sources at configure time; an edit of one of them configures again), plus
+# with CUDA runtime/cuda_api.h for programs that call CUDA themselves. The other headers are kiln's own:
+# neither in the build tree's include directory nor installed.
+function(kiln_public_headers out)
+  set(todo kiln.h)
+  if(KILN_WITH_CUDA)
+    list(APPEND todo runtime/cuda_api.h)
+  endif()
+  set(seen)
+  while(todo)
+    list(POP_FRONT todo header)
+    if(header IN_LIST seen OR NOT EXISTS ${PROJECT_SOURCE_DIR}/${header})
+      continue()  # (a generated header such as runtime/build_config.h is added below)
+    endif()
+    list(APPEND seen ${header})
+    set_property(DIRECTORY ${PROJECT_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+                 ${PROJECT_SOURCE_DIR}/${header})
+    file(STRINGS ${PROJECT_SOURCE_DIR}/${header} includes REGEX "^#include \"")
+    foreach(line ${includes})
+      string(REGEX REPLACE "^#include \"([^\"]+)\".*" "\\1" included "${line}")
+      list(APPEND todo ${included})
+    endforeach()
+  endwhile()
+  set(${out} ${seen} PARENT_SCOPE)
+endfunction()
+kiln_public_headers(kiln_headers)
 string(REPLACE ";" "," kiln_layer_list "${KILN_LAYERS}")
 set(kiln_generated_headers)
 foreach(header ${kiln_headers})

@@ -101,6 +101,9 @@ const std::vector<Setting>& Settings() {
        "16-byte vectors per thread per iteration in generated contiguous kernels (A/B)"},
       {"KILN_EW_ROWS_UNROLL", Kind::kLevel, "1", "1..4",
        "rows per thread per iteration in generated rows kernels (A/B)"},
+      {"KILN_EW_BLOCKS_PER_SM", Kind::kLevel, "96", "1..512",
+       "blocks per SM of a generated contiguous kernel's grid, at most (its threads loop over the "
+       "rest; A/B)"},
       {"KILN_EW_STREAM", Kind::kBool, "off", "",
        "on: generated contiguous/rows kernels load and store with streaming hints (A/B)"},
   };

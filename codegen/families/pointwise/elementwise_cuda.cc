@@ -167,9 +167,14 @@ bool StridedVecApplies(const Indexer& ix, absl::Span<const Tensor> in, absl::Spa
   return true;
 }
 
+// One thread per 16-byte vector up to KILN_EW_BLOCKS_PER_SM blocks per SM (default 96), grid-stride
+// loops beyond. Measured on the H200 ([8192, 12288] bf16 gelu·mul, 604 MB): 32 blocks per SM
+// 143.9 µs (threads looped ~3 times), 64 141.9, 96 139.3 (one unrolled pass per thread), 128
+// 139.9, 8 151.9; ncu: 84 % of DRAM peak at 32, 88 % at 96.
 void Launch(cudaKernel_t k, void** args, int64_t work) {
   const int block = 256;
-  const int64_t max_grid = static_cast<int64_t>(cuda::Props(0).sm_count) * 32;
+  static const int blocks_per_sm = EnvLevel("KILN_EW_BLOCKS_PER_SM");
+  const int64_t max_grid = static_cast<int64_t>(cuda::Props(0).sm_count) * blocks_per_sm;
   const int64_t grid = std::max<int64_t>(1, std::min((work + block - 1) / block, max_grid));
   KILN_CUDA_CHECK(cuda::LaunchDependent(reinterpret_cast<const void*>(k), dim3(grid), dim3(block),
                                         args, 0, cuda::CurrentStream()));
