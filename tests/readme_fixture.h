@@ -3,7 +3,7 @@
 // headers only, as a user's program has them. The fixture works in a fresh temporary directory
 // holding the files the blocks open: a tiny Llama checkpoint in transformers' layout
 // (model.safetensors, and its config.json as text), a GPT-2-named checkpoint
-// (gpt2/model.safetensors, read into `gpt`) and an unrelated state dict (other.safetensors).
+// (gpt2/model.safetensors, read into `gpt`) and a partial one for mlp (other.safetensors).
 #pragma once
 
 #include <kiln/kiln.h>
@@ -80,8 +80,13 @@ struct Fixture {
     kiln::save_state_dict(llama, "model.safetensors", {.map = kiln::llama_save_mapping()});
     std::filesystem::create_directories("gpt2");
     kiln::save_state_dict(gpt, "gpt2/model.safetensors", {.map = kiln::gpt2_save_mapping()});
-    kiln::GeGLUMLP other(8, 16, gen);
-    kiln::save_state_dict(other, "other.safetensors");
+    // A partial checkpoint for a non-strict load: one of mlp's parameters (its shape) and a key
+    // mlp does not have.
+    const auto [name, param] = mlp.named_parameters().front();
+    kiln::save_safetensors("other.safetensors",
+                           {{name, kiln::randn(param.shape(), gen)},
+                            {"unused.weight", kiln::randn({4}, gen)}},
+                           {});
   }
   ~Fixture() { std::free(ptr); }
 };
