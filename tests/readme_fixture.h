@@ -83,10 +83,9 @@ struct Fixture {
     // A partial checkpoint for a non-strict load: one of mlp's parameters (its shape) and a key
     // mlp does not have.
     const auto [name, param] = mlp.named_parameters().front();
-    kiln::save_safetensors("other.safetensors",
-                           {{name, kiln::randn(param.shape(), gen)},
-                            {"unused.weight", kiln::randn({4}, gen)}},
-                           {});
+    kiln::save_safetensors(
+        "other.safetensors",
+        {{name, kiln::randn(param.shape(), gen)}, {"unused.weight", kiln::randn({4}, gen)}}, {});
   }
   ~Fixture() { std::free(ptr); }
 };

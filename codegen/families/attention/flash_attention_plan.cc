@@ -38,6 +38,12 @@ std::string LayoutUnsupported(const Tensor& t, const char* what) {
   return "";
 }
 
+// "#define KEY VALUE" and a newline: the specialisation a kernel source starts with.
+template <typename V>
+void AppendDefine(std::string* source, const char* key, const V& value) {
+  absl::StrAppend(source, "#define ", key, " ", value, "\n");
+}
+
 }  // namespace
 
 FlashBatchStrides FlashStridesOf(const Tensor& t) {
@@ -88,9 +94,7 @@ std::string FlashAttentionKernelName(const FlashAttentionConfig& c) {
 std::string RenderFlashAttentionSource(const FlashAttentionConfig& c) {
   const std::string name = FlashAttentionKernelName(c);
   std::string s = absl::StrCat("// ", name, ": kiln's flash attention forward\n");
-  auto define = [&s](const char* key, const auto& value) {
-    absl::StrAppend(&s, "#define ", key, " ", value, "\n");
-  };
+  auto define = [&s](const char* key, const auto& value) { AppendDefine(&s, key, value); };
   define("KILN_FA_NAME", name);
   define("KILN_FA_HEAD_DIM", c.head_dim);
   define("KILN_FA_BLOCK_M", c.block_m);
@@ -161,9 +165,7 @@ std::string FlashDecodeKernelName(const FlashAttentionConfig& c) {
 std::string RenderFlashDecodeSource(const FlashAttentionConfig& c) {
   const std::string name = FlashDecodeKernelName(c);
   std::string s = absl::StrCat("// ", name, ": kiln's split-key attention for few query rows\n");
-  auto define = [&s](const char* key, const auto& value) {
-    absl::StrAppend(&s, "#define ", key, " ", value, "\n");
-  };
+  auto define = [&s](const char* key, const auto& value) { AppendDefine(&s, key, value); };
   define("KILN_FD_NAME", name);
   define("KILN_FD_COMBINE_NAME", name + "_combine");
   define("KILN_FD_HEAD_DIM", c.head_dim);
