@@ -71,7 +71,13 @@ absl::StatusOr<std::string> CompileSource(const std::string&, const std::string&
   return absl::FailedPreconditionError(
       absl::StrCat("NVRTC compile of '", name, "': ", kBuiltWithoutCuda));
 }
-absl::StatusOr<KernelHandle> GetKernel(const std::string&, const std::string& kernel_name) {
+absl::StatusOr<std::string> CompileSourceWithReport(const std::string&, const std::string& name,
+                                                    const std::string&, std::string*) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("NVRTC compile of '", name, "': ", kBuiltWithoutCuda));
+}
+absl::StatusOr<KernelHandle> GetKernel(const std::string&, const std::string& kernel_name,
+                                       KernelTarget) {
   return absl::FailedPreconditionError(
       absl::StrCat("loading kernel '", kernel_name, "': ", kBuiltWithoutCuda));
 }

@@ -56,11 +56,43 @@ std::string NvrtcVersion() {
   return absl::StrCat(major, ".", minor);
 }
 
-std::string ArchOfCurrentDevice() {
+std::string ArchOfCurrentDevice(KernelTarget target) {
   int device = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&device));
   const DeviceProps& p = Props(device);
-  return absl::StrCat("sm_", p.major, p.minor);
+  return absl::StrCat("sm_", p.major, p.minor, target.arch_specific ? "a" : "");
+}
+
+// NVRTC's compile of `source`; with `log`, ptxas reports each kernel's resources into it.
+absl::StatusOr<std::string> Compile(const std::string& source, const std::string& name,
+                                    const std::string& arch, bool cubin, std::string* log) {
+  nvrtcProgram prog;
+  KILN_RETURN_IF_ERROR(NvrtcStatus(
+      nvrtcCreateProgram(&prog, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr),
+      "nvrtcCreateProgram", name));
+  const std::string arch_opt = "--gpu-architecture=" + arch;
+  const char* opts[] = {arch_opt.c_str(), "--std=c++17", "--fmad=true", "--ptxas-options=-v"};
+  const nvrtcResult r = nvrtcCompileProgram(prog, log != nullptr ? 4 : 3, opts);
+  if (log != nullptr) *log = ProgramLog(prog);
+  if (r != NVRTC_SUCCESS) {
+    const std::string errors = ProgramLog(prog);
+    nvrtcDestroyProgram(&prog);
+    return absl::InternalError(absl::StrCat("NVRTC failed to compile kernel source '", name,
+                                            "' for ", arch, ":\n", errors, "\n--- source ---\n",
+                                            source));
+  }
+  size_t size = 0;
+  std::string out;
+  absl::Status s = cubin ? NvrtcStatus(nvrtcGetCUBINSize(prog, &size), "nvrtcGetCUBINSize", name)
+                         : NvrtcStatus(nvrtcGetPTXSize(prog, &size), "nvrtcGetPTXSize", name);
+  if (s.ok()) {
+    out.resize(size);
+    s = cubin ? NvrtcStatus(nvrtcGetCUBIN(prog, out.data()), "nvrtcGetCUBIN", name)
+              : NvrtcStatus(nvrtcGetPTX(prog, out.data()), "nvrtcGetPTX", name);
+  }
+  nvrtcDestroyProgram(&prog);
+  KILN_RETURN_IF_ERROR(s);
+  return out;
 }
 
 // The CUBIN of `source`: from the disk cache, or compiled. Runs without the cache lock, so
@@ -73,7 +105,7 @@ absl::StatusOr<std::string> CubinFor(const std::string& source, uint64_t key,
     return cubin;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  KILN_ASSIGN_OR_RETURN(cubin, CompileSource(source, absl::StrCat(absl::Hex(key)), arch, true));
+  KILN_ASSIGN_OR_RETURN(cubin, Compile(source, absl::StrCat(absl::Hex(key)), arch, true, nullptr));
   stats->compile_ms +=
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   ++stats->compiles;
@@ -92,37 +124,19 @@ absl::StatusOr<cudaKernel_t> KernelOf(cudaLibrary_t lib, const std::string& kern
 
 absl::StatusOr<std::string> CompileSource(const std::string& source, const std::string& name,
                                           const std::string& arch, bool cubin) {
-  nvrtcProgram prog;
-  KILN_RETURN_IF_ERROR(NvrtcStatus(
-      nvrtcCreateProgram(&prog, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr),
-      "nvrtcCreateProgram", name));
-  const std::string arch_opt = "--gpu-architecture=" + arch;
-  const char* opts[] = {arch_opt.c_str(), "--std=c++17", "--fmad=true"};
-  const nvrtcResult r = nvrtcCompileProgram(prog, 3, opts);
-  if (r != NVRTC_SUCCESS) {
-    const std::string log = ProgramLog(prog);
-    nvrtcDestroyProgram(&prog);
-    return absl::InternalError(absl::StrCat("NVRTC failed to compile kernel source '", name,
-                                            "' for ", arch, ":\n", log, "\n--- source ---\n",
-                                            source));
-  }
-  size_t size = 0;
-  std::string out;
-  absl::Status s = cubin ? NvrtcStatus(nvrtcGetCUBINSize(prog, &size), "nvrtcGetCUBINSize", name)
-                         : NvrtcStatus(nvrtcGetPTXSize(prog, &size), "nvrtcGetPTXSize", name);
-  if (s.ok()) {
-    out.resize(size);
-    s = cubin ? NvrtcStatus(nvrtcGetCUBIN(prog, out.data()), "nvrtcGetCUBIN", name)
-              : NvrtcStatus(nvrtcGetPTX(prog, out.data()), "nvrtcGetPTX", name);
-  }
-  nvrtcDestroyProgram(&prog);
-  KILN_RETURN_IF_ERROR(s);
-  return out;
+  return Compile(source, name, arch, cubin, nullptr);
 }
 
-absl::StatusOr<cudaKernel_t> GetKernel(const std::string& source, const std::string& kernel_name) {
+absl::StatusOr<std::string> CompileSourceWithReport(const std::string& source,
+                                                    const std::string& name,
+                                                    const std::string& arch, std::string* log) {
+  return Compile(source, name, arch, /*cubin=*/true, log);
+}
+
+absl::StatusOr<cudaKernel_t> GetKernel(const std::string& source, const std::string& kernel_name,
+                                       KernelTarget target) {
   Cache& cache = TheCache();
-  const std::string arch = ArchOfCurrentDevice();
+  const std::string arch = ArchOfCurrentDevice(target);
   const uint64_t key =
       Fnv1a(absl::StrCat(source, "|", arch, "|nvrtc ", NvrtcVersion(), "|--std=c++17 --fmad=true"));
   const std::string kernel_key = absl::StrCat(key, ":", kernel_name);

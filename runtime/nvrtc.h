@@ -36,8 +36,23 @@ using KernelHandle = ::CUkern_st*;  // the same type as cudaKernel_t
 absl::StatusOr<std::string> CompileSource(const std::string& source, const std::string& name,
                                           const std::string& arch, bool cubin);
 
+// CompileSource for a CUBIN with ptxas's resource report: `log` receives NVRTC's log, whose
+// lines say each kernel's registers, shared memory and spill stores/loads ("0 bytes spill
+// stores"). For checks that need no GPU (a kernel family's instances must not spill).
+absl::StatusOr<std::string> CompileSourceWithReport(const std::string& source,
+                                                    const std::string& name,
+                                                    const std::string& arch, std::string* log);
+
+// What GetKernel compiles for. `arch_specific`: the architecture-specific target of the current
+// device ("sm_90a" on compute capability 9.0), which wgmma and setmaxnreg need; such code runs on
+// that exact architecture only, so callers check the device first (cuda::Props).
+struct KernelTarget {
+  bool arch_specific = false;
+};
+
 // The kernel `kernel_name` of `source`, compiled for the current device and loaded (cached).
-absl::StatusOr<KernelHandle> GetKernel(const std::string& source, const std::string& kernel_name);
+absl::StatusOr<KernelHandle> GetKernel(const std::string& source, const std::string& kernel_name,
+                                       KernelTarget target = {});
 
 // What one compiled kernel uses of the GPU, read from the loaded kernel (cudaFuncGetAttributes):
 // registers per thread, static shared memory, local memory per thread (spills and stack arrays;

@@ -87,6 +87,9 @@ const std::vector<Setting>& Settings() {
        "instead of on a background thread from the device's first allocation (runtime/startup.h)"},
       {"KILN_GEMV", Kind::kChoice, "auto", "on|off|auto",
        "linears with few rows: kiln's GEMV (on), cuBLASLt (off), or timed once per shape (auto)"},
+      {"KILN_GEMM", Kind::kChoice, "cublas", "auto|kiln|cublas",
+       "linears kiln's sm_90a GEMM can run (bf16/f16, no activation): timed once per shape against "
+       "cuBLASLt (auto), always kiln's (kiln), or cuBLASLt only (cublas)"},
       {"KILN_PDL", Kind::kBool, "on", "",
        "off: kiln's kernels launch plainly, not as programmatic dependent launches that overlap "
        "the previous kernel's tail (sm_90 and later, outside CUDA graph captures; A/B)"},
@@ -99,7 +102,7 @@ const std::vector<Setting>& Settings() {
        "CompileOptions::disabled_families; a name that is no family is an error at compile())"},
       {"KILN_EW_UNROLL", Kind::kLevel, "4", "1..4",
        "16-byte vectors per thread per iteration in generated contiguous kernels (A/B)"},
-      {"KILN_EW_ROWS_UNROLL", Kind::kLevel, "1", "1..4",
+      {"KILN_EW_ROWS_UNROLL", Kind::kLevel, "4", "1..4",
        "rows per thread per iteration in generated rows kernels (A/B)"},
       {"KILN_EW_BLOCKS_PER_SM", Kind::kLevel, "96", "1..512",
        "blocks per SM of a generated contiguous kernel's grid, at most (its threads loop over the "

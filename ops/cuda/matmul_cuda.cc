@@ -29,6 +29,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "codegen/families/gemm/gemm_cuda.h"
 #include "ops/cuda/device_timing.h"
 #include "ops/cuda/gemv_choice.h"
 #include "ops/cuda/gemv_kernels.h"
@@ -861,6 +862,11 @@ void Linear(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const 
     if (ChooseGemv(MakeGemvProblem(x2, w, bias, o, attrs.epilogue), o, gemv, cublas)) {
       return gemv(o);
     }
+  }
+  // kiln's Hopper GEMM (codegen/families/gemm/) for plain linears it can run, when chosen.
+  if (attrs.epilogue == Epilogue::kNone && m > cuda_kernels::kGemvMaxRows &&
+      Sm90GemmApplies(x2, w, bias, o) && ChooseSm90Gemm(x2, w, bias, o, cublas)) {
+    return RunSm90Gemm(x2, w, bias, o);
   }
   cublas(o);
 }

@@ -182,7 +182,9 @@ void Launch(cudaKernel_t k, void** args, int64_t work) {
 
 void LaunchRows(cudaKernel_t k, void** args, long long rows, long long cols, int vec) {
   // Blocks sized so each x-block covers an equal share of a row's vectors (a 3072-wide bf16 row
-  // is 384 vectors: two blocks of 192 threads, not one of 256 and one half idle).
+  // is 384 vectors: two blocks of 192 threads, not one of 256 and one half idle). Each thread
+  // takes KILN_EW_ROWS_UNROLL rows (default 4; H200, the GeGLU MLP's gelu·mul rows kernel: one
+  // row 39.8 µs, four 37.4 (ncu); the MLP compiled + graph 208.0 -> 206.3 µs, eight 212.1).
   const int64_t groups = cols / vec;
   const int64_t blocks_x = std::min<int64_t>((groups + 255) / 256, 1024);
   const int64_t per_block = (groups + blocks_x - 1) / blocks_x;

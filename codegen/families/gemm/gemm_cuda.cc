@@ -1,0 +1,188 @@
+// The GEMM family's launcher (see gemm_cuda.h): operand checks, the kernel per config (compiled
+// once per process, from the disk cache after the first), TMA maps per call, a persistent grid.
+#include "codegen/families/gemm/gemm_cuda.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "ops/cuda/device_timing.h"
+#include "runtime/cuda_api.h"
+#include "runtime/nvrtc.h"
+#include "runtime/settings.h"
+#include "runtime/status.h"
+#include "runtime/tensor_map.h"
+
+namespace kiln::cuda_ops {
+namespace {
+
+constexpr int64_t kMaxExtent = (int64_t{1} << 31) - 1;
+
+bool RowsAligned(const Tensor& t) {
+  return t.dim() == 2 && t.stride(1) == 1 && t.stride(0) % 8 == 0 && t.stride(0) >= t.size(1) &&
+         reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+}
+
+std::string Describe(const Tensor& t) {
+  return t.defined()
+             ? absl::StrCat(t.shape_string(), " ", DTypeName(t.dtype()), " strides [",
+                            t.dim() > 0 ? t.stride(0) : 0, ", ", t.dim() > 1 ? t.stride(1) : 0, "]")
+             : "none";
+}
+
+// The compiled kernel of `c` with its shared memory raised to what it needs.
+cudaKernel_t KernelFor(const GemmConfig& c) {
+  static std::mutex mu;
+  static auto* kernels = new std::map<std::string, cudaKernel_t>;
+  const std::string name = c.Name();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = kernels->find(name); it != kernels->end()) return it->second;
+  }
+  const cudaKernel_t k =
+      ValueOrThrow(cuda::GetKernel(RenderGemmSource(c), name, {.arch_specific = true}));
+  KILN_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(k),
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       c.shared_bytes()));
+  std::lock_guard<std::mutex> lock(mu);
+  return kernels->emplace(name, k).first->second;
+}
+
+cuda::TensorMap MapOf(const Tensor& t, int box_rows) {
+  return ValueOrThrow(cuda::EncodeTensorMap2D({.base = t.data_ptr(),
+                                               .element_bytes = 2,
+                                               .rows = t.size(0),
+                                               .cols = t.size(1),
+                                               .row_stride = t.stride(0),
+                                               .box_rows = box_rows,
+                                               .box_cols = kGemmBlockK}));
+}
+
+// The auto decisions of this process, by problem ("[8192x6144x768 bf16 bias]"), and their log.
+struct Decisions {
+  std::mutex mu;
+  std::map<std::string, bool> use_sm90;
+  std::vector<std::string> log;
+};
+Decisions& TheDecisions() {
+  static auto* d = new Decisions;  // never destroyed: linear may run during static teardown
+  return *d;
+}
+
+bool Remember(const std::string& problem, bool use, const std::string& how) {
+  Decisions& d = TheDecisions();
+  std::lock_guard<std::mutex> lock(d.mu);
+  auto [it, inserted] = d.use_sm90.try_emplace(problem, use);
+  if (inserted) d.log.push_back(absl::StrCat("sm90 gemm: ", problem, how));
+  return it->second;
+}
+
+}  // namespace
+
+bool Sm90GemmApplies(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out) {
+  const DType t = out.dtype();
+  if (t != DType::kBFloat16 && t != DType::kFloat16) return false;
+  if (x2.dtype() != t || w.dtype() != t || (bias.defined() && bias.dtype() != t)) return false;
+  if (!out.device().is_cuda()) return false;
+  const cuda::DeviceProps& p = cuda::Props(out.device().index);
+  if (p.major != 9 || p.minor != 0) return false;
+  if (!RowsAligned(x2) || !RowsAligned(w) || !RowsAligned(out)) return false;
+  const int64_t m = x2.size(0), k = x2.size(1), n = w.size(0);
+  if (w.size(1) != k || out.size(0) != m || out.size(1) != n) return false;
+  if (m < 1 || n < 1 || k < 1 || m > kMaxExtent || n > kMaxExtent || k > kMaxExtent) return false;
+  if (k % 8 != 0 || n % 8 != 0) return false;
+  return !bias.defined() || (bias.dim() == 1 && bias.size(0) == n && bias.stride(0) == 1);
+}
+
+// The tile width whose waves over the SMs cost least: a wave of tiles bn wide costs about
+// bn + 32 (the per-tile fixed part: prologue, epilogue), so [8192, 768] outputs take 192-wide
+// tiles (256 tiles: two full waves on 132 SMs) where 256-wide ones would leave the second wave
+// half empty. Stages fill the shared memory the width leaves.
+GemmConfig Sm90GemmConfigFor(DType dtype, int64_t m, int64_t n, int64_t, bool bias, int sms) {
+  const int64_t tiles_m = (m + 127) / 128;
+  GemmConfig best{.dtype = dtype, .bias = bias};
+  int64_t best_cost = -1;
+  for (int bn : {256, 192, 128}) {
+    const int64_t waves = (tiles_m * ((n + bn - 1) / bn) + sms - 1) / sms;
+    const int64_t cost = waves * (bn + 32);
+    if (best_cost < 0 || cost < best_cost) {
+      best_cost = cost;
+      best.bn = bn;
+    }
+  }
+  best.stages = 2;
+  while (GemmConfig{dtype, best.bn, best.consumers, best.stages + 1, bias}.shared_bytes() <=
+         227 * 1024) {
+    ++best.stages;
+  }
+  return best;
+}
+
+void RunSm90Gemm(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out) {
+  RunSm90Gemm(x2, w, bias, out,
+              Sm90GemmConfigFor(out.dtype(), x2.size(0), w.size(0), x2.size(1), bias.defined(),
+                                cuda::Props(out.device().index).sm_count));
+}
+
+void RunSm90Gemm(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out,
+                 const GemmConfig& c) {
+  KILN_CHECK(
+      Sm90GemmApplies(x2, w, bias, out) && c.bias == bias.defined() && c.dtype == out.dtype(),
+      "sm_90 GEMM: needs an H100/H200-class GPU (compute capability 9.0) and bf16/f16 x ",
+      "[m, k], w [n, k], out [m, n] with contiguous 16-byte-aligned rows, k and n multiples ",
+      "of 8, bias [n] when the config has one; got x ", Describe(x2), ", w ", Describe(w),
+      ", bias ", Describe(bias), ", out ", Describe(out), ", config ", c.Name());
+  const cudaKernel_t kernel = KernelFor(c);
+  cuda::TensorMap a_map = MapOf(x2, c.bm()), w_map = MapOf(w, c.bn), out_map = MapOf(out, 64);
+  void* bias_ptr = bias.defined() ? const_cast<void*>(bias.data_ptr()) : nullptr;
+  int m = static_cast<int>(x2.size(0)), n = static_cast<int>(w.size(0));
+  int k = static_cast<int>(x2.size(1));
+  void* args[] = {&a_map, &w_map, &out_map, &bias_ptr, &m, &n, &k};
+  const int64_t tiles = ((m + c.bm() - 1) / c.bm()) * ((n + c.bn - 1) / c.bn);
+  const int sms = cuda::Props(out.device().index).sm_count;
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tiles, sms)));
+  KILN_CUDA_CHECK(cuda::LaunchDependent(reinterpret_cast<const void*>(kernel), grid,
+                                        dim3(c.threads()), args, c.shared_bytes(),
+                                        cuda::CurrentStream()));
+}
+
+bool ChooseSm90Gemm(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out,
+                    const std::function<void(const Tensor&)>& cublas) {
+  const std::string mode = EnvChoice("KILN_GEMM");
+  if (mode != "auto") return mode == "kiln";
+  const std::string problem =
+      absl::StrCat("[", x2.size(0), "x", w.size(0), "x", x2.size(1), " ", DTypeName(out.dtype()),
+                   bias.defined() ? " bias" : "", "]");
+  {
+    Decisions& d = TheDecisions();
+    std::lock_guard<std::mutex> lock(d.mu);
+    if (auto it = d.use_sm90.find(problem); it != d.use_sm90.end()) return it->second;
+  }
+  const std::string key = absl::StrCat("sm90gemm|", problem, "|", DeviceIdentity(out.device()));
+  if (std::optional<std::string> stored = LoadDecision(key);
+      stored && (*stored == "sm90" || *stored == "cublasLt")) {
+    return Remember(problem, *stored == "sm90", absl::StrCat(" -> ", *stored, " (stored)"));
+  }
+  if (cuda::Capturing()) return false;  // cuBLASLt, untimed; timed when met outside a capture
+  const Tensor scratch = Tensor::Empty(out.shape(), out.dtype(), out.device());
+  const std::vector<double> us = MedianDeviceUs(
+      out.device(), {[&] { RunSm90Gemm(x2, w, bias, scratch); }, [&] { cublas(scratch); }});
+  const bool use = us[0] < us[1];
+  StoreDecision(key, use ? "sm90" : "cublasLt");
+  return Remember(problem, use,
+                  absl::StrFormat(" %.1f µs vs cublasLt %.1f µs -> %s", us[0], us[1],
+                                  use ? "sm90" : "cublasLt"));
+}
+
+std::string Sm90GemmDecisions() {
+  Decisions& d = TheDecisions();
+  std::lock_guard<std::mutex> lock(d.mu);
+  return absl::StrJoin(d.log, "\n");
+}
+
+}  // namespace kiln::cuda_ops

@@ -1,0 +1,48 @@
+// The GEMM family on the GPU: compiling (NVRTC, sm_90a, cached) and launching the Hopper kernel of
+// gemm_source.h for a linear: out [m, n] = x [m, k] · w [n, k]ᵀ (+ bias [n]).
+//
+//   if (Sm90GemmApplies(x2, w, bias, out)) RunSm90Gemm(x2, w, bias, out);
+//
+// It applies on compute capability 9.0 exactly (sm_90a code runs nowhere else), to bf16 or f16
+// operands of one dtype whose rows are contiguous and 16-byte aligned (TMA's rule: k and the row
+// strides multiples of 8 elements, n a multiple of 8 for the epilogue's stores), with m, n, k
+// below 2^31 and k > 0. Elsewhere linear keeps cuBLASLt.
+//
+// Which of the two runs a linear is chosen per problem (KILN_GEMM, runtime/settings.cc): `cublas`
+// never runs the kernel, `kiln` always where it applies, `auto` times both once per problem (m, n,
+// k, dtype, bias) on the device (ops/cuda/device_timing.h: cold L2, interleaved) and keeps the
+// faster, stored in the kernel cache directory for later processes; a problem first met while
+// the stream captures a CUDA graph takes cuBLASLt (nothing can be timed there).
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "codegen/families/gemm/gemm_source.h"
+#include "runtime/tensor.h"
+
+namespace kiln::cuda_ops {
+
+// Whether RunSm90Gemm takes these operands (bias may be undefined; x2, w, out 2-D on one device).
+bool Sm90GemmApplies(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out);
+
+// The config linear uses for an [m, n, k] problem on a GPU of `sms` SMs (the tile width whose
+// waves cost least, stages to fill shared memory).
+GemmConfig Sm90GemmConfigFor(DType dtype, int64_t m, int64_t n, int64_t k, bool bias, int sms);
+
+// Runs the kernel on the current stream (compiling it on first use). Throws kiln::Error naming the
+// operands when Sm90GemmApplies is false, and for CUDA or NVRTC failures.
+void RunSm90Gemm(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out);
+void RunSm90Gemm(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out,
+                 const GemmConfig& config);
+
+// True when linear should run RunSm90Gemm for these operands (already checked by
+// Sm90GemmApplies) rather than `cublas` (see above); `cublas` runs cuBLASLt into its argument.
+bool ChooseSm90Gemm(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out,
+                    const std::function<void(const Tensor&)>& cublas);
+
+// The auto decisions made so far, one line each: "sm90 gemm: [8192x6144x768 bf16] 98.1 µs vs
+// cublasLt 110.2 µs -> sm90". "" before the first.
+std::string Sm90GemmDecisions();
+
+}  // namespace kiln::cuda_ops

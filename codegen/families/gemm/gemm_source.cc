@@ -1,0 +1,254 @@
+// The GEMM family's sm_90a kernel source (see gemm_source.h): the Hopper primitives as thin
+// inline-PTX wrappers, then the warp-specialised persistent kernel for one GemmConfig.
+#include "codegen/families/gemm/gemm_source.h"
+
+#include "absl/strings/str_cat.h"
+#include "ops/cuda/kernel_render.h"
+#include "runtime/status.h"
+
+namespace kiln::cuda_ops {
+namespace {
+
+constexpr int kMaxSharedBytes = 227 * 1024;  // per CTA on sm_90
+constexpr int kTileGroupM = 8;               // tiles along M that share w's tiles in L2
+
+// The Hopper primitives: mbarriers, TMA copies, wgmma's descriptors and group control. Each
+// wrapper is one PTX instruction (or its wait loop).
+constexpr char kHopperPrimitives[] = R"(
+// CUDA's CUtensorMap (runtime/tensor_map.h encodes it on the host).
+struct alignas(64) KilnTensorMap { unsigned long long opaque[16]; };
+__device__ __forceinline__ unsigned kiln_smem_addr(const void* p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void kiln_mbar_init(unsigned bar, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(arrivals) : "memory");
+}
+// One arrival that also expects `bytes` of asynchronous copies to complete on the barrier.
+__device__ __forceinline__ void kiln_mbar_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+               :: "r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void kiln_mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
+}
+// Waits until the barrier's phase of parity `parity` has completed.
+__device__ __forceinline__ void kiln_mbar_wait(unsigned bar, unsigned parity) {
+  unsigned done = 0;
+  do {
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 " selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  } while (!done);
+}
+// TMA: the box at element (x: column, y: row) of `map` into shared memory at `dst`, completing
+// its bytes on `bar`. Elements outside the tensor arrive as zeros.
+__device__ __forceinline__ void kiln_tma_load_2d(unsigned dst, const KilnTensorMap* map,
+                                                 unsigned bar, int x, int y) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];"
+      :: "r"(dst), "l"((unsigned long long)map), "r"(bar), "r"(x), "r"(y) : "memory");
+}
+// wgmma's shared-memory matrix descriptor of K-major rows of 128 bytes with the 128-byte swizzle
+// (TMA's layout): 8-row groups 1024 bytes apart. +2 steps 16 elements along K.
+__device__ __forceinline__ unsigned long long kiln_wgmma_desc(unsigned addr) {
+  return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void kiln_wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void kiln_wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int kPending> __device__ __forceinline__ void kiln_wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(kPending) : "memory");
+}
+// Keeps the compiler from moving accumulator reads or writes across wgmma's asynchronous use.
+template <int kN> __device__ __forceinline__ void kiln_fence_operands(float (&d)[kN]) {
+  #pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}
+// Two floats rounded into one 32-bit word of two 16-bit values, `lo` at the lower address.
+__device__ __forceinline__ unsigned kiln_pack_bf16x2(float lo, float hi) {
+  unsigned v; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(v) : "f"(hi), "f"(lo)); return v;
+}
+__device__ __forceinline__ unsigned kiln_pack_f16x2(float lo, float hi) {
+  unsigned v; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(v) : "f"(hi), "f"(lo)); return v;
+}
+__device__ __forceinline__ void kiln_st_shared_u32(unsigned addr, unsigned v) {
+  asm volatile("st.shared.u32 [%0], %1;" :: "r"(addr), "r"(v) : "memory");
+}
+// Makes this thread's shared-memory writes visible to the async proxy (a TMA store's reads).
+__device__ __forceinline__ void kiln_fence_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// A barrier of `threads` threads under id `id` (1..15; 0 is __syncthreads').
+__device__ __forceinline__ void kiln_named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
+}
+// TMA: shared memory at `src` into the box at element (x: column, y: row) of `map`; elements
+// outside the tensor are not written. Tracked by the bulk-group functions below.
+__device__ __forceinline__ void kiln_tma_store_2d(const KilnTensorMap* map, unsigned src, int x,
+                                                  int y) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+               :: "l"((unsigned long long)map), "r"(src), "r"(x), "r"(y) : "memory");
+}
+__device__ __forceinline__ void kiln_bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+// Waits until this thread's committed TMA stores have read their shared memory.
+__device__ __forceinline__ void kiln_bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+// Waits until they have completed.
+__device__ __forceinline__ void kiln_bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+)";
+
+// `kiln_wgmma(d, da, dw, accumulate)`: one wgmma.mma_async m64n<bn>k16 into the bn / 2
+// accumulators of each thread (accumulate 0: d = a·w, else d += a·w).
+std::string WgmmaWrapper(const GemmConfig& c) {
+  const int regs = c.bn / 2;
+  const char* type = c.dtype == DType::kFloat16 ? "f16" : "bf16";
+  std::string list, constraints;
+  for (int i = 0; i < regs; ++i) {
+    absl::StrAppend(&list, i ? ", " : "", "%", i);
+    absl::StrAppend(&constraints, i ? ", " : "", "\"+f\"(d[", i, "])");
+  }
+  return absl::StrCat("__device__ __forceinline__ void kiln_wgmma(float (&d)[", regs,
+                      "], unsigned long long da, unsigned long long dw, int accumulate) {\n",
+                      "  asm volatile(\"{\\n .reg .pred p;\\n setp.ne.b32 p, %", regs + 2,
+                      ", 0;\\n\"\n", "               \" wgmma.mma_async.sync.aligned.m64n", c.bn,
+                      "k16.f32.", type, ".", type, " {", list, "}, %", regs, ", %", regs + 1,
+                      ", p, 1, 1, 0, 0;\\n}\\n\"\n", "               : ", constraints,
+                      "\n               : \"l\"(da), \"l\"(dw), \"r\"(accumulate));\n}\n");
+}
+
+// Output tile `tile` as (tm, tn): column tiles walk groups of kTileGroupM row tiles, so the CTAs
+// running at once share w's tiles (and a's) in L2.
+std::string TileOrder() {
+  return absl::StrCat(
+      "__device__ __forceinline__ void kiln_tile_of(int tile, int tiles_m, int tiles_n, int& tm,"
+      " int& tn) {\n  const int per_group = ",
+      kTileGroupM, " * tiles_n, first_m = tile / per_group * ", kTileGroupM,
+      ";\n  const int rows = min(tiles_m - first_m, ", kTileGroupM,
+      "), in_group = tile % per_group;\n  tm = first_m + in_group % rows;\n"
+      "  tn = in_group / rows;\n}\n");
+}
+
+// The consumer's epilogue: thread (warp w, lane l) of consumer c holds rows
+// 64c + 16w + l/4 (+8) and columns 8j + 2(l%4) (+1) of the tile in d[4j + 2h + {0,1}]. They go,
+// bias added and rounded once, into the consumer's staging area of shared memory as kBN / 64
+// boxes of [64 rows][64 columns] in TMA's 128-byte swizzle (16-byte chunk q of row r at chunk
+// q ^ (r % 8): the warp's 32 four-byte writes hit 32 banks), then one thread stores the boxes
+// with TMA while the consumer goes on to its next tile. The staging area is rewritten only once
+// the previous tile's stores have read it.
+std::string Epilogue(const GemmConfig& c) {
+  const bool f16 = c.dtype == DType::kFloat16;
+  const char* to_f = f16 ? "kiln_f16_to_f" : "kiln_bf16_to_f";
+  const char* pack = f16 ? "kiln_pack_f16x2" : "kiln_pack_bf16x2";
+  const std::string bias =
+      c.bias ? absl::StrCat("      const int col = tn * kBN + 8 * j + 2 * (t % 4);\n",
+                            "      const float b0 = col < n ? ", to_f, "(bias[col]) : 0.f;\n",
+                            "      const float b1 = col < n ? ", to_f, "(bias[col + 1]) : 0.f;\n")
+             : "      const float b0 = 0.f, b1 = 0.f;\n";
+  return absl::StrCat(
+      "    if (t == 0) kiln_bulk_wait_read();\n", "    kiln_named_barrier(1 + c, 128);\n",
+      "    const unsigned stage_c = staging + c * kBN * 128;\n",
+      "    const int r0 = (t / 32) * 16 + (t % 32) / 4;  // this thread's first row of 64\n",
+      "    #pragma unroll\n    for (int j = 0; j < kBN / 8; ++j) {\n", bias,
+      "      const unsigned box = stage_c + (j / 8) * 8192, chunk = j % 8;\n",
+      "      #pragma unroll\n      for (int h = 0; h < 2; ++h) {\n",
+      "        const int r = r0 + 8 * h;\n",
+      "        kiln_st_shared_u32(box + r * 128 + ((chunk ^ (r % 8)) * 16) + (t % 4) * 4,\n",
+      "                           ", pack, "(d[4 * j + 2 * h] + b0, d[4 * j + 2 * h + 1] + b1));\n",
+      "      }\n    }\n", "    kiln_fence_async_shared();\n",
+      "    kiln_named_barrier(1 + c, 128);\n", "    if (t == 0) {\n",
+      "      #pragma unroll\n      for (int b = 0; b < kBN / 64; ++b) {\n",
+      "        kiln_tma_store_2d(&out_map, stage_c + b * 8192, tn * kBN + b * 64, tm * kBM + c * "
+      "64);"
+      "\n      }\n      kiln_bulk_commit();\n    }\n");
+}
+
+std::string Kernel(const GemmConfig& c) {
+  // Registers: the producer warpgroup keeps 40, the consumers share the rest of the 64K.
+  const int consumer_regs = c.consumers == 1 ? 240 : 232;
+  return absl::StrCat(
+      "extern \"C\" __global__ void __launch_bounds__(", c.threads(), ", 1) ", c.Name(), "(\n",
+      "    const __grid_constant__ KilnTensorMap a_map, const __grid_constant__ KilnTensorMap "
+      "w_map,\n",
+      "    const __grid_constant__ KilnTensorMap out_map, const kiln_u16* __restrict__ bias, int "
+      "m,\n",
+      "    int n, int k) {\n", "  constexpr int kBM = ", c.bm(), ", kBN = ", c.bn,
+      ", kBK = ", kGemmBlockK, ", kStages = ", c.stages, ", kConsumers = ", c.consumers, ";\n",
+      "  constexpr unsigned kABytes = kBM * kBK * 2, kWBytes = kBN * kBK * 2;\n",
+      "  constexpr unsigned kSlotBytes = kABytes + kWBytes;\n",
+      "  extern __shared__ unsigned char kiln_shared[];\n",
+      "  // Slots at a 1024-byte boundary (the swizzle's period), the barriers after them.\n",
+      "  const unsigned base = (kiln_smem_addr(kiln_shared) + 1023u) & ~1023u;\n",
+      "  const unsigned staging = base + kStages * kSlotBytes;  // the consumers' output tiles\n",
+      "  const unsigned full = staging + kConsumers * kBN * 128, empty = full + 8 * kStages;\n",
+      "  const int tiles_m = (m + kBM - 1) / kBM, tiles_n = (n + kBN - 1) / kBN;\n",
+      "  const int tiles = tiles_m * tiles_n, kblocks = (k + kBK - 1) / kBK;\n",
+      "  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;\n", "  if (threadIdx.x == 0) {\n",
+      "    for (int s = 0; s < kStages; ++s) {\n", "      kiln_mbar_init(full + 8 * s, 1);\n",
+      "      kiln_mbar_init(empty + 8 * s, kConsumers);\n    }\n",
+      "    asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");\n  }\n",
+      "  __syncthreads();\n", "  kiln_grid_dependency_sync();\n",
+      "  if (wg == 0) {  // the producer\n",
+      "    asm volatile(\"setmaxnreg.dec.sync.aligned.u32 40;\");\n", "    if (t != 0) return;\n",
+      "    int it = 0;\n", "    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {\n",
+      "      int tm, tn;\n      kiln_tile_of(tile, tiles_m, tiles_n, tm, tn);\n",
+      "      for (int kb = 0; kb < kblocks; ++kb, ++it) {\n",
+      "        const int s = it % kStages;\n",
+      "        kiln_mbar_wait(empty + 8 * s, ((it / kStages) & 1) ^ 1);\n",
+      "        kiln_mbar_expect_tx(full + 8 * s, kSlotBytes);\n",
+      "        kiln_tma_load_2d(base + s * kSlotBytes, &a_map, full + 8 * s, kb * kBK, tm * "
+      "kBM);\n",
+      "        kiln_tma_load_2d(base + s * kSlotBytes + kABytes, &w_map, full + 8 * s, kb * kBK,"
+      " tn * kBN);\n",
+      "      }\n    }\n    return;\n  }\n", "  asm volatile(\"setmaxnreg.inc.sync.aligned.u32 ",
+      consumer_regs, ";\");\n", "  const int c = wg - 1;  // this consumer's 64 rows of the tile\n",
+      "  float d[kBN / 2];\n", "  int it = 0;\n",
+      "  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {\n",
+      "    int tm, tn;\n    kiln_tile_of(tile, tiles_m, tiles_n, tm, tn);\n",
+      "    for (int kb = 0; kb < kblocks; ++kb, ++it) {\n", "      const int s = it % kStages;\n",
+      "      kiln_mbar_wait(full + 8 * s, (it / kStages) & 1);\n",
+      "      const unsigned long long da = kiln_wgmma_desc(base + s * kSlotBytes + c * 64 * "
+      "128);\n",
+      "      const unsigned long long dw = kiln_wgmma_desc(base + s * kSlotBytes + kABytes);\n",
+      "      kiln_fence_operands(d);\n", "      kiln_wgmma_fence();\n",
+      "      #pragma unroll\n      for (int kk = 0; kk < kBK / 16; ++kk) {\n",
+      "        kiln_wgmma(d, da + 2 * kk, dw + 2 * kk, kb > 0 || kk > 0);\n      }\n",
+      "      kiln_wgmma_commit();\n", "      kiln_fence_operands(d);\n",
+      "      // The slot before this one is read by now: give it back to the producer.\n",
+      "      kiln_wgmma_wait<1>();\n",
+      "      if (kb > 0 && t == 0) kiln_mbar_arrive(empty + 8 * ((it - 1) % kStages));\n",
+      "    }\n", "    kiln_wgmma_wait<0>();\n", "    kiln_fence_operands(d);\n",
+      "    if (t == 0) kiln_mbar_arrive(empty + 8 * ((it - 1) % kStages));\n", Epilogue(c),
+      "  }\n  if (t == 0) kiln_bulk_wait();\n}\n");
+}
+
+}  // namespace
+
+int GemmConfig::shared_bytes() const {
+  return stages * (bm() + bn) * kGemmBlockK * 2 + consumers * bn * 128 + 2 * 8 * stages + 1024;
+}
+
+std::string GemmConfig::Name() const {
+  return absl::StrCat("kiln_gemm_sm90_", dtype == DType::kFloat16 ? "f16" : "bf16", "_", bm(), "x",
+                      bn, "_s", stages, bias ? "_bias" : "");
+}
+
+std::string RenderGemmSource(const GemmConfig& c) {
+  KILN_CHECK((c.dtype == DType::kBFloat16 || c.dtype == DType::kFloat16) && c.bn >= 64 &&
+                 c.bn <= 256 && c.bn % 64 == 0 && c.consumers >= 1 && c.consumers <= 2 &&
+                 c.stages >= 2 && c.shared_bytes() <= kMaxSharedBytes,
+             "sm_90 GEMM kernel: needs bf16 or f16, 64 <= bn <= 256 in steps of 64, 1 or 2 ",
+             "consumer warpgroups, >= 2 stages and at most ", kMaxSharedBytes,
+             " bytes of shared memory; got ", DTypeName(c.dtype), ", bn ", c.bn, ", ", c.consumers,
+             " consumers, ", c.stages, " stages (", c.shared_bytes(), " bytes)");
+  return absl::StrCat(KernelPrelude(), kHopperPrimitives, WgmmaWrapper(c), TileOrder(), Kernel(c));
+}
+
+}  // namespace kiln::cuda_ops

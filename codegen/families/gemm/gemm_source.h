@@ -1,0 +1,47 @@
+// The GEMM family's sm_90a kernel source (Hopper: TMA, mbarriers, wgmma, warp specialisation,
+// persistent tiles): out[m, n] = sum_k a[m, k] * w[n, k] (+ bias[n]), a and w K-major (a linear's
+// x and weight), bf16 or f16 in, float32 accumulators, the input dtype out.
+//
+// One CTA per SM loops over output tiles of bm x bn (grouped along M for L2 reuse). Warpgroup 0
+// is the producer: one thread issues TMA copies of a's [bm, 64] and w's [bn, 64] boxes (128-byte
+// swizzle) into a ring of `stages` shared-memory slots, each guarded by a "full" mbarrier (the
+// copy's bytes arrived) and an "empty" one (both consumers are done with it); it gives most of its
+// registers away (setmaxnreg). Warpgroups 1..consumers each own 64 rows of the tile: per slot,
+// four wgmma.mma_async m64n<bn>k16 read both operands from shared memory through descriptors,
+// the slot before is released once the next slot's group is issued (wgmma.wait_group 1), and at
+// the tile's end the accumulators (bias added, rounded once) are staged in shared memory and
+// stored by TMA, asynchronously: the consumers go on to the next tile, whose slots the producer
+// is already loading.
+//
+// Host code only (renders text; gemm_cuda.h compiles and launches it). sm_90a code runs on
+// compute capability 9.0 exactly: other GPUs keep cuBLASLt.
+#pragma once
+
+#include <string>
+
+#include "runtime/dtype.h"
+
+namespace kiln::cuda_ops {
+
+// One instance of the kernel: a template's parameters, baked into the source.
+struct GemmConfig {
+  DType dtype = DType::kBFloat16;  // a, w and out (bf16 or f16)
+  int bn = 256;                    // tile columns: 64..256, a multiple of 64 (wgmma's n)
+  int consumers = 2;               // consumer warpgroups, 64 tile rows each (bm = 64 * consumers)
+  int stages = 3;                  // shared-memory slots of [bm + bn, 64] elements
+  bool bias = false;               // out += bias[n] (the dtype) before rounding
+  int bm() const { return 64 * consumers; }
+  int threads() const { return 128 * (consumers + 1); }
+  // Dynamic shared memory the kernel needs: slots, the consumers' output staging, barriers and
+  // the 1024-byte alignment.
+  int shared_bytes() const;
+  std::string Name() const;  // "kiln_gemm_sm90_bf16_128x256_s4" (+ "_bias")
+};
+
+inline constexpr int kGemmBlockK = 64;  // a slot's K extent: one 128-byte swizzled row
+
+// The kernel's source; its one kernel is config.Name(). Throws kiln::Error for a config outside
+// the ranges above or over the 227 KB of shared memory a CTA may have.
+std::string RenderGemmSource(const GemmConfig& config);
+
+}  // namespace kiln::cuda_ops

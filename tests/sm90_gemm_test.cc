@@ -1,0 +1,269 @@
+// sm90_gemm_test: the GEMM family's Hopper kernel (codegen/families/gemm/): every config compiles
+// for sm_90a with NVRTC without spilling (no GPU needed), and on an sm_90 GPU the kernel's linear
+// matches the CPU linear on the same values: m, n, k off the tiles (k = 768 and 3072 among them),
+// both tile widths, one and two consumer warpgroups, bias or not, bf16 and f16, rows strided in
+// memory; the operands it refuses are refused with the rule named. GPU cases skip without an sm_90
+// GPU (KILN_REQUIRE_GPU=1 makes a missing GPU fail).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <optional>
+#include <regex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "codegen/families/gemm/gemm_cuda.h"
+#include "codegen/families/gemm/gemm_source.h"
+#include "ops/dispatch.h"
+#include "ops/factories.h"
+#include "ops/ops.h"
+#include "profiler/profiler.h"
+#include "runtime/cuda.h"
+#include "runtime/nvrtc.h"
+#include "runtime/status.h"
+#include "tests/test_util.h"
+
+namespace kiln {
+namespace {
+
+using cuda_ops::GemmConfig;
+
+std::vector<GemmConfig> AllConfigs() {
+  std::vector<GemmConfig> all;
+  for (DType t : {DType::kBFloat16, DType::kFloat16}) {
+    for (int bn : {128, 192, 256}) {
+      for (int consumers : {1, 2}) {
+        for (bool bias : {false, true}) {
+          GemmConfig c{.dtype = t, .bn = bn, .consumers = consumers, .bias = bias};
+          c.stages = 2;
+          while (GemmConfig{c.dtype, c.bn, c.consumers, c.stages + 1, c.bias}.shared_bytes() <=
+                     227 * 1024 &&
+                 c.stages < 8) {
+            ++c.stages;
+          }
+          all.push_back(c);
+        }
+      }
+    }
+  }
+  return all;
+}
+
+// ptxas's "N bytes spill stores, M bytes spill loads" for the source's kernel, as N + M; -1 when
+// the log has no such line.
+int SpillBytes(const std::string& log) {
+  const std::regex spill(R"((\d+) bytes spill stores, (\d+) bytes spill loads)");
+  std::smatch m;
+  if (!std::regex_search(log, m, spill)) return -1;
+  return std::stoi(m[1]) + std::stoi(m[2]);
+}
+
+TEST(GemmSource, EveryConfigCompilesForSm90aWithoutSpills) {
+  KILN_SKIP_WITHOUT_NVRTC();
+  for (const GemmConfig& c : AllConfigs()) {
+    std::string log;
+    auto cubin =
+        cuda::CompileSourceWithReport(cuda_ops::RenderGemmSource(c), c.Name(), "sm_90a", &log);
+    ASSERT_TRUE(cubin.ok()) << c.Name() << ": " << cubin.status().message().substr(0, 4000);
+    EXPECT_EQ(SpillBytes(log), 0) << c.Name() << ":\n" << log;
+    EXPECT_NE(log.find(c.Name()), std::string::npos) << log;
+  }
+}
+
+TEST(GemmSource, ConfigsOutsideTheRangesAreRefused) {
+  GemmConfig too_many_stages{.bn = 256, .consumers = 2, .stages = 4};
+  EXPECT_THROW(cuda_ops::RenderGemmSource(too_many_stages), Error);
+  GemmConfig f32{.dtype = DType::kFloat32};
+  EXPECT_THROW(cuda_ops::RenderGemmSource(f32), Error);
+  GemmConfig odd_width{.bn = 96};
+  EXPECT_THROW(cuda_ops::RenderGemmSource(odd_width), Error);
+}
+
+bool HaveSm90() {
+  if (!cuda::IsAvailable()) return false;
+  const cuda::DeviceProps& p = cuda::Props(0);
+  return p.major == 9 && p.minor == 0;
+}
+
+#define SKIP_WITHOUT_SM90()                                                          \
+  do {                                                                               \
+    KILN_SKIP_WITHOUT_GPU();                                                         \
+    if (!HaveSm90()) GTEST_SKIP() << "the sm_90a GEMM needs compute capability 9.0"; \
+  } while (0)
+
+// The CPU linear of the same (already rounded) values, in float32.
+Tensor CpuReference(const Tensor& x, const Tensor& w, const Tensor& b) {
+  const Tensor xf = to(to(x, kCPU), DType::kFloat32), wf = to(to(w, kCPU), DType::kFloat32);
+  return b.defined() ? linear(xf, wf, to(to(b, kCPU), DType::kFloat32)) : linear(xf, wf);
+}
+
+// The kernel's output against the float32 reference: one rounding of the output (half an ulp of
+// the dtype) plus float32 sums in another order.
+void ExpectMatches(const Tensor& got, const Tensor& want, const std::string& what) {
+  const std::vector<double> g = to_vector(got), r = to_vector(want);
+  ASSERT_EQ(g.size(), r.size()) << what;
+  const double ulp = got.dtype() == DType::kBFloat16 ? 1.0 / 128 : 1.0 / 1024;
+  double largest = 0;
+  for (double v : r) largest = std::max(largest, std::fabs(v));
+  int bad = 0;
+  for (size_t i = 0; i < g.size() && bad < 5; ++i) {
+    const double tol = 0.5 * ulp * std::fabs(r[i]) + 1e-4 * largest + 1e-6;
+    if (!(std::fabs(g[i] - r[i]) <= tol)) {
+      ADD_FAILURE() << what << ": element " << i << " got " << g[i] << " want " << r[i];
+      ++bad;
+    }
+  }
+}
+
+using Problem = std::tuple<int64_t, int64_t, int64_t>;  // m, n, k
+
+class Sm90Gemm : public testing::TestWithParam<Problem> {};
+
+TEST_P(Sm90Gemm, MatchesCpuLinear) {
+  SKIP_WITHOUT_SM90();
+  const auto [m, n, k] = GetParam();
+  for (DType t : {DType::kBFloat16, DType::kFloat16}) {
+    Generator gen(m * 131 + n * 7 + k);
+    const Tensor x = randn({m, k}, gen, t, CUDA(0)) * (1.0 / std::sqrt(static_cast<double>(k)));
+    const Tensor w = randn({n, k}, gen, t, CUDA(0));
+    const Tensor b = randn({n}, gen, t, CUDA(0));
+    for (const GemmConfig& base : AllConfigs()) {
+      if (base.dtype != t) continue;
+      const Tensor bias = base.bias ? b : Tensor();
+      const Tensor out = full({m, n}, -7.0, t, CUDA(0));
+      cuda_ops::RunSm90Gemm(x, w, bias, out, base);
+      ExpectMatches(out, CpuReference(x, w, bias),
+                    absl::StrCat(base.Name(), " m=", m, " n=", n, " k=", k));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Sm90Gemm,
+                         testing::Values(Problem{128, 256, 64}, Problem{1, 8, 8},
+                                         Problem{130, 264, 72}, Problem{257, 3072, 768},
+                                         Problem{64, 128, 3072}, Problem{333, 200, 136},
+                                         Problem{1024, 768, 3072}, Problem{2048, 6144, 768}));
+
+TEST(Sm90GemmOperands, StridedRowsAndColumnSlices) {
+  SKIP_WITHOUT_SM90();
+  Generator gen(5);
+  const DType t = DType::kBFloat16;
+  const Tensor wide_x = randn({300, 1024}, gen, t, CUDA(0)) * (1.0 / 16);
+  const Tensor x = slice(wide_x, 1, 256, 768);  // [300, 512], rows 1024 apart
+  const Tensor wide_w = randn({400, 520}, gen, t, CUDA(0));
+  const Tensor w = slice(wide_w, 0, 8, 392);  // [384, 520] of a [400, 520]
+  const Tensor w2 = slice(w, 1, 0, 512);      // [384, 512], rows 520 apart
+  const Tensor wide_out = full({300, 400}, 3.0, t, CUDA(0));
+  const Tensor out = slice(wide_out, 1, 8, 392);  // rows 400 apart
+  ASSERT_TRUE(cuda_ops::Sm90GemmApplies(x, w2, Tensor(), out));
+  cuda_ops::RunSm90Gemm(x, w2, Tensor(), out);
+  ExpectMatches(out, CpuReference(x, w2, Tensor()), "strided");
+  // Columns of the wide output outside the slice are untouched.
+  const std::vector<double> left = to_vector(slice(wide_out, 1, 0, 8));
+  for (double v : left) ASSERT_EQ(v, 3.0);
+}
+
+TEST(Sm90GemmOperands, RefusedOperandsSayWhy) {
+  SKIP_WITHOUT_SM90();
+  Generator gen(9);
+  const Tensor x = randn({16, 36}, gen, DType::kBFloat16, CUDA(0));  // k = 36: not a multiple of 8
+  const Tensor w = randn({16, 36}, gen, DType::kBFloat16, CUDA(0));
+  const Tensor out = zeros({16, 16}, DType::kBFloat16, CUDA(0));
+  EXPECT_FALSE(cuda_ops::Sm90GemmApplies(x, w, Tensor(), out));
+  try {
+    cuda_ops::RunSm90Gemm(x, w, Tensor(), out);
+    ADD_FAILURE() << "k = 36 ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("multiples of 8"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[16, 36]"), std::string::npos) << e.what();
+  }
+  const Tensor xf = randn({16, 32}, gen, DType::kFloat32, CUDA(0));
+  const Tensor wf = randn({16, 32}, gen, DType::kFloat32, CUDA(0));
+  EXPECT_FALSE(
+      cuda_ops::Sm90GemmApplies(xf, wf, Tensor(), zeros({16, 16}, DType::kFloat32, CUDA(0))));
+}
+
+// Sets an environment variable for a scope and restores it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_.has_value())
+      setenv(name_, old_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// Kernel names of the device work `run` launches (CUPTI).
+std::vector<std::string> KernelNames(const std::function<void()>& run) {
+  profiler::ProfilerOptions o;
+  o.active = 1;
+  profiler::Profiler p(std::move(o));
+  p.Start();
+  run();
+  cuda::Synchronize();
+  p.Step();
+  const profiler::ProfileResult r = p.Stop();
+  EXPECT_TRUE(r.device_available) << r.device_status;
+  std::vector<std::string> names;
+  for (const profiler::DeviceRecord& d : r.device) {
+    if (d.kind == profiler::DeviceKind::kKernel) names.push_back(d.name);
+  }
+  return names;
+}
+
+bool RanSm90Gemm(const std::vector<std::string>& names) {
+  for (const std::string& n : names) {
+    if (n.find("kiln_gemm_sm90") != std::string::npos) return true;
+  }
+  return false;
+}
+
+// linear() takes the kernel where KILN_GEMM says so: always (kiln), never (cublas), or as timed
+// once per problem (auto, whose decision is logged).
+TEST(Sm90GemmLinear, KilnGemmSettingChoosesTheKernel) {
+  SKIP_WITHOUT_SM90();
+  Generator gen(11);
+  const DType t = DType::kBFloat16;
+  const Tensor x = randn({2, 150, 768}, gen, t, CUDA(0)) * (1.0 / 32);
+  const Tensor w = randn({512, 768}, gen, t, CUDA(0));
+  const Tensor b = randn({512}, gen, t, CUDA(0));
+  const Tensor want = CpuReference(reshape(x, {300, 768}), w, b);
+  {
+    ScopedEnv env("KILN_GEMM", "kiln");
+    Tensor y;
+    EXPECT_TRUE(RanSm90Gemm(KernelNames([&] { y = linear(x, w, b); })));
+    EXPECT_EQ(y.shape(), Shape({2, 150, 512}));
+    ExpectMatches(reshape(y, {300, 512}), want, "KILN_GEMM=kiln");
+  }
+  {
+    ScopedEnv env("KILN_GEMM", "cublas");
+    EXPECT_FALSE(RanSm90Gemm(KernelNames([&] { linear(x, w, b); })));
+  }
+  {
+    ScopedEnv env("KILN_GEMM", "auto");
+    const Tensor y = linear(x, w, b);
+    ExpectMatches(reshape(y, {300, 512}), want, "KILN_GEMM=auto");
+    EXPECT_NE(cuda_ops::Sm90GemmDecisions().find("[300x512x768 bf16 bias]"), std::string::npos)
+        << cuda_ops::Sm90GemmDecisions();
+  }
+  {
+    ScopedEnv env("KILN_GEMM", "always");
+    EXPECT_THROW(linear(x, w, b), Error);  // the setting's error names its choices
+  }
+}
+
+}  // namespace
+}  // namespace kiln
