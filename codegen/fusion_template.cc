@@ -11,6 +11,7 @@ namespace kiln::codegen {
 const std::vector<const FusionTemplate*>& FusionTemplates() {
   static const std::vector<const FusionTemplate*> kTable = {
       &AttentionTemplate(),     // before softmax: takes the whole scores chain
+      &GemmTemplate(),          // GeGLU: merged gate/up linear + gelu(gate) * up, after GEMM merge
       &GemmEpilogueTemplate(),  // linear + relu / tanh GELU, after GEMM merge
       &NormLinearTemplate(),    // norm + linear (its epilogue kept): one GEMV for few rows
       &SoftmaxTemplate(),       // before pointwise: takes its prologue producers

@@ -77,6 +77,7 @@ passes::Pipeline CompilePipeline();
 
 // The families (one folder each, codegen/families/<name>/).
 const FusionTemplate& AttentionTemplate();
+const FusionTemplate& GemmTemplate();
 const FusionTemplate& GemmEpilogueTemplate();
 const FusionTemplate& NormLinearTemplate();
 const FusionTemplate& SoftmaxTemplate();

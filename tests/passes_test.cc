@@ -3,7 +3,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "codegen/families/attention/attention_fusion.h"
+#include "codegen/families/gemm/gemm_fusion.h"
 #include "codegen/families/gemm_epilogue/epilogue_fusion.h"
 #include "codegen/families/norm_linear/norm_linear_fusion.h"
 #include "codegen/families/pointwise/elementwise_fusion.h"
@@ -248,6 +250,59 @@ bool Logged(const PassContext& ctx, std::initializer_list<const char*> parts) {
 }
 
 bool Logged(const PassContext& ctx, const std::string& text) { return Logged(ctx, {text.c_str()}); }
+
+// The GeGLU MLP after GEMM merge: one linear, its two halves, gelu_tanh(gate) * up.
+constexpr char kGeglu[] = R"(
+    graph(%10: bf16[4, 8, 64]@cuda:0, %11: bf16[192, 64]@cuda:0, %12: bf16[192]@cuda:0) {
+      %13 = linear(%10, %11, %12) : bf16[4, 8, 192]@cuda:0
+      %14 = slice(%13) {dim=-1, start=0, end=96, step=1} : bf16[4, 8, 96]@cuda:0
+      %15 = slice(%13) {dim=2, start=96, end=192, step=1} : bf16[4, 8, 96]@cuda:0
+      %16 = gelu(%15) {approximate=tanh} : bf16[4, 8, 96]@cuda:0
+      %17 = mul(%16, %14) : bf16[4, 8, 96]@cuda:0
+      return %17
+    })";
+
+TEST(GegluGemmFusion, MergedLinearGeluMulBecomesOneGemmNode) {
+  GegluGemmFusion pass(codegen::GemmTemplate());
+  PassContext ctx;
+  const std::string out = RunPass(pass, kGeglu, &ctx);
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %3 = fusion kiln_fused_linear_slice_gelu_mul_0(%0, %1, %2) : bf16[4, 8, 96]
+    CHECK-NEXT: graph(%0: bf16[4, 8, 64], %1: bf16[192, 64], %2: bf16[192])
+    CHECK-NEXT: %3 = linear(%0, %1, %2)
+    CHECK-NEXT: %4 = slice(%3) {dim=-1, start=0, end=96, step=1}
+    CHECK-NEXT: %5 = slice(%3) {dim=2, start=96, end=192, step=1}
+    CHECK-NEXT: %6 = gelu(%5) {approximate=tanh}
+    CHECK-NEXT: %7 = mul(%6, %4)
+    CHECK-NEXT: return %7
+    CHECK: return %3
+  )")) << out;
+  EXPECT_TRUE(Logged(ctx, {"gemm fusion: GeGLU: linear %3", "as one GEMM at %7"}));
+}
+
+TEST(GegluGemmFusion, RefusalsAreExplained) {
+  struct Case {
+    std::vector<std::pair<std::string, std::string>> edits;
+    std::string why;
+  };
+  const Case cases[] = {
+      {{{"@cuda:0", "@cpu"}}, "runs on CUDA only"},
+      {{{"approximate=tanh", "approximate=none"}}, "erf's"},
+      {{{"dim=2, start=96, end=192", "dim=2, start=0, end=96"}}, "not the two halves"},
+      {{{"return %17", "return %17, %13"}}, "has other users or is a graph output"},
+      {{{"bf16[192, 64]", "bf16[192, 60]"}, {"[4, 8, 64]", "[4, 8, 60]"}}, "k a multiple of 8"},
+  };
+  for (const Case& c : cases) {
+    const std::string ir = absl::StrReplaceAll(kGeglu, c.edits);
+    GegluGemmFusion pass(codegen::GemmTemplate());
+    PassContext ctx;
+    const std::string out = RunPass(pass, ir, &ctx);
+    EXPECT_EQ(out.find("fusion"), std::string::npos) << c.why << "\n" << out;
+    EXPECT_TRUE(Logged(ctx, {"gemm fusion: mul %", c.why.c_str()}))
+        << c.why << "\n"
+        << absl::StrJoin(ctx.explain, "\n");
+  }
+}
 
 TEST(GemmEpilogueFusion, LinearBiasGeluTanhBecomesOneLinear) {
   GemmEpilogueFusion pass(codegen::GemmEpilogueTemplate());

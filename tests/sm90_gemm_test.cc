@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 #include <regex>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -38,14 +39,18 @@ std::vector<GemmConfig> AllConfigs() {
     for (int bn : {128, 192, 256}) {
       for (int consumers : {1, 2}) {
         for (bool bias : {false, true}) {
-          GemmConfig c{.dtype = t, .bn = bn, .consumers = consumers, .bias = bias};
-          c.stages = 2;
-          while (GemmConfig{c.dtype, c.bn, c.consumers, c.stages + 1, c.bias}.shared_bytes() <=
-                     227 * 1024 &&
-                 c.stages < 8) {
-            ++c.stages;
+          for (bool geglu : {false, true}) {
+            if (geglu && bn == 192) continue;
+            GemmConfig c{
+                .dtype = t, .bn = bn, .consumers = consumers, .bias = bias, .geglu = geglu};
+            c.stages = 2;
+            while (GemmConfig{c.dtype, c.bn, c.consumers, c.stages + 1, c.bias, c.geglu}
+                           .shared_bytes() <= 227 * 1024 &&
+                   c.stages < 8) {
+              ++c.stages;
+            }
+            all.push_back(c);
           }
-          all.push_back(c);
         }
       }
     }
@@ -72,6 +77,12 @@ TEST(GemmSource, EveryConfigCompilesForSm90aWithoutSpills) {
     EXPECT_EQ(SpillBytes(log), 0) << c.Name() << ":\n" << log;
     EXPECT_NE(log.find(c.Name()), std::string::npos) << log;
   }
+}
+
+// Kernels are cached by name: two configs with one name would launch each other's kernel.
+TEST(GemmSource, EveryConfigHasItsOwnName) {
+  std::set<std::string> names;
+  for (const GemmConfig& c : AllConfigs()) EXPECT_TRUE(names.insert(c.Name()).second) << c.Name();
 }
 
 TEST(GemmSource, ConfigsOutsideTheRangesAreRefused) {
@@ -132,12 +143,38 @@ TEST_P(Sm90Gemm, MatchesCpuLinear) {
     const Tensor w = randn({n, k}, gen, t, CUDA(0));
     const Tensor b = randn({n}, gen, t, CUDA(0));
     for (const GemmConfig& base : AllConfigs()) {
-      if (base.dtype != t) continue;
+      if (base.dtype != t || base.geglu) continue;
       const Tensor bias = base.bias ? b : Tensor();
       const Tensor out = full({m, n}, -7.0, t, CUDA(0));
       cuda_ops::RunSm90Gemm(x, w, bias, out, base);
       ExpectMatches(out, CpuReference(x, w, bias),
                     absl::StrCat(base.Name(), " m=", m, " n=", n, " k=", k));
+    }
+  }
+}
+
+// GeGLU: out [m, f] = gelu_tanh(x·gateᵀ + b_gate) * (x·upᵀ + b_up) from one kernel over the
+// interleaved weight, against the float32 CPU ops on the same values.
+TEST_P(Sm90Gemm, GegluMatchesCpuOps) {
+  SKIP_WITHOUT_SM90();
+  const auto [m, n, k] = GetParam();
+  if (n % 16 != 0) GTEST_SKIP() << "GeGLU needs 2f = n a multiple of 16";
+  const int64_t f = n / 2;
+  for (DType t : {DType::kBFloat16, DType::kFloat16}) {
+    Generator gen(m * 17 + n + k * 3);
+    const Tensor x = randn({m, k}, gen, t, CUDA(0)) * (1.0 / std::sqrt(static_cast<double>(k)));
+    const Tensor gate = randn({f, k}, gen, t, CUDA(0)), up = randn({f, k}, gen, t, CUDA(0));
+    const Tensor bg = randn({f}, gen, t, CUDA(0)), bu = randn({f}, gen, t, CUDA(0));
+    const Tensor w = cuda_ops::InterleaveGeglu(gate, up);
+    for (const GemmConfig& base : AllConfigs()) {
+      if (base.dtype != t || !base.geglu) continue;
+      const Tensor bias = base.bias ? cuda_ops::InterleaveGeglu(bg, bu) : Tensor();
+      const Tensor out = full({m, f}, -7.0, t, CUDA(0));
+      cuda_ops::RunSm90Gemm(x, w, bias, out, base);
+      const Tensor g = CpuReference(x, gate, base.bias ? bg : Tensor());
+      const Tensor u = CpuReference(x, up, base.bias ? bu : Tensor());
+      ExpectMatches(out, mul(gelu(g, "tanh"), u),
+                    absl::StrCat(base.Name(), " m=", m, " f=", f, " k=", k));
     }
   }
 }
@@ -256,7 +293,7 @@ TEST(Sm90GemmLinear, KilnGemmSettingChoosesTheKernel) {
     ScopedEnv env("KILN_GEMM", "auto");
     const Tensor y = linear(x, w, b);
     ExpectMatches(reshape(y, {300, 512}), want, "KILN_GEMM=auto");
-    EXPECT_NE(cuda_ops::Sm90GemmDecisions().find("[300x512x768 bf16 bias]"), std::string::npos)
+    EXPECT_NE(cuda_ops::Sm90GemmDecisions().find("[300x512x768 bfloat16 bias]"), std::string::npos)
         << cuda_ops::Sm90GemmDecisions();
   }
   {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "ops/cuda/device_timing.h"
+#include "ops/ops.h"
 #include "runtime/cuda_api.h"
 #include "runtime/nvrtc.h"
 #include "runtime/settings.h"
@@ -84,7 +85,8 @@ bool Remember(const std::string& problem, bool use, const std::string& how) {
 
 }  // namespace
 
-bool Sm90GemmApplies(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out) {
+bool Sm90GemmApplies(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out,
+                     bool geglu) {
   const DType t = out.dtype();
   if (t != DType::kBFloat16 && t != DType::kFloat16) return false;
   if (x2.dtype() != t || w.dtype() != t || (bias.defined() && bias.dtype() != t)) return false;
@@ -93,9 +95,9 @@ bool Sm90GemmApplies(const Tensor& x2, const Tensor& w, const Tensor& bias, cons
   if (p.major != 9 || p.minor != 0) return false;
   if (!RowsAligned(x2) || !RowsAligned(w) || !RowsAligned(out)) return false;
   const int64_t m = x2.size(0), k = x2.size(1), n = w.size(0);
-  if (w.size(1) != k || out.size(0) != m || out.size(1) != n) return false;
+  if (w.size(1) != k || out.size(0) != m || out.size(1) != (geglu ? n / 2 : n)) return false;
   if (m < 1 || n < 1 || k < 1 || m > kMaxExtent || n > kMaxExtent || k > kMaxExtent) return false;
-  if (k % 8 != 0 || n % 8 != 0) return false;
+  if (k % 8 != 0 || n % (geglu ? 16 : 8) != 0) return false;
   return !bias.defined() || (bias.dim() == 1 && bias.size(0) == n && bias.stride(0) == 1);
 }
 
@@ -129,14 +131,44 @@ void RunSm90Gemm(const Tensor& x2, const Tensor& w, const Tensor& bias, const Te
                                 cuda::Props(out.device().index).sm_count));
 }
 
+Tensor InterleaveGeglu(const Tensor& gate, const Tensor& up) {
+  KILN_CHECK(gate.shape() == up.shape() && gate.dim() >= 1 && gate.dim() <= 2 &&
+                 gate.size(0) % 8 == 0 && gate.dtype() == up.dtype(),
+             "InterleaveGeglu: gate and up of one shape [f] or [f, k], f a multiple of 8, one "
+             "dtype; got ",
+             Describe(gate), " and ", Describe(up));
+  const int64_t f = gate.size(0);
+  Shape groups = {f / 8, 8}, rows = {2 * f};
+  if (gate.dim() == 2) {
+    groups.push_back(gate.size(1));
+    rows.push_back(gate.size(1));
+  }
+  return contiguous(reshape(stack({reshape(gate, groups), reshape(up, groups)}, 1), rows));
+}
+
+void RunSm90Geglu(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out) {
+  GemmConfig c = Sm90GemmConfigFor(out.dtype(), x2.size(0), w.size(0), x2.size(1), bias.defined(),
+                                   cuda::Props(out.device().index).sm_count);
+  c.geglu = true;
+  if (c.bn == 192) c.bn = 128;
+  c.stages = 2;
+  while (GemmConfig{c.dtype, c.bn, c.consumers, c.stages + 1, c.bias, true}.shared_bytes() <=
+         227 * 1024) {
+    ++c.stages;
+  }
+  RunSm90Gemm(x2, w, bias, out, c);
+}
+
 void RunSm90Gemm(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out,
                  const GemmConfig& c) {
   KILN_CHECK(
-      Sm90GemmApplies(x2, w, bias, out) && c.bias == bias.defined() && c.dtype == out.dtype(),
+      Sm90GemmApplies(x2, w, bias, out, c.geglu) && c.bias == bias.defined() &&
+          c.dtype == out.dtype(),
       "sm_90 GEMM: needs an H100/H200-class GPU (compute capability 9.0) and bf16/f16 x ",
       "[m, k], w [n, k], out [m, n] with contiguous 16-byte-aligned rows, k and n multiples ",
       "of 8, bias [n] when the config has one; got x ", Describe(x2), ", w ", Describe(w),
-      ", bias ", Describe(bias), ", out ", Describe(out), ", config ", c.Name());
+      ", bias ", Describe(bias), ", out ", Describe(out),
+      c.geglu ? " (GeGLU: out [m, n / 2], n a multiple of 16)" : "", ", config ", c.Name());
   const cudaKernel_t kernel = KernelFor(c);
   cuda::TensorMap a_map = MapOf(x2, c.bm()), w_map = MapOf(w, c.bn), out_map = MapOf(out, 64);
   void* bias_ptr = bias.defined() ? const_cast<void*>(bias.data_ptr()) : nullptr;

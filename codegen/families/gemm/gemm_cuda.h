@@ -24,7 +24,15 @@
 namespace kiln::cuda_ops {
 
 // Whether RunSm90Gemm takes these operands (bias may be undefined; x2, w, out 2-D on one device).
-bool Sm90GemmApplies(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out);
+// `geglu`: w (and bias) interleaved by InterleaveGeglu and out [m, n / 2].
+bool Sm90GemmApplies(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out,
+                     bool geglu = false);
+
+// The GeGLU layout of a linear's gate and up halves: rows (bias elements) of `gate` [f, k] and
+// `up` [f, k] in alternating groups of 8 ([2f, k]: gate 0..7, up 0..7, gate 8..15, ...), so that
+// a thread's wgmma accumulators hold a gate value and its up value. f must be a multiple of 8.
+// One copy (a kernel), on gate's device.
+Tensor InterleaveGeglu(const Tensor& gate, const Tensor& up);
 
 // The config linear uses for an [m, n, k] problem on a GPU of `sms` SMs (the tile width whose
 // waves cost least, stages to fill shared memory).
@@ -35,6 +43,9 @@ GemmConfig Sm90GemmConfigFor(DType dtype, int64_t m, int64_t n, int64_t k, bool 
 void RunSm90Gemm(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out);
 void RunSm90Gemm(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out,
                  const GemmConfig& config);
+// out [m, f] = gelu_tanh(x2 · gateᵀ + b_gate) * (x2 · upᵀ + b_up) with w = InterleaveGeglu(gate,
+// up) (bias likewise, or undefined): one kernel, the [m, 2f] product never leaves the SM.
+void RunSm90Geglu(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out);
 
 // True when linear should run RunSm90Gemm for these operands (already checked by
 // Sm90GemmApplies) rather than `cublas` (see above); `cublas` runs cuBLASLt into its argument.

@@ -145,29 +145,43 @@ std::string TileOrder() {
 // the previous tile's stores have read it.
 std::string Epilogue(const GemmConfig& c) {
   const bool f16 = c.dtype == DType::kFloat16;
-  const char* to_f = f16 ? "kiln_f16_to_f" : "kiln_bf16_to_f";
   const char* pack = f16 ? "kiln_pack_f16x2" : "kiln_pack_bf16x2";
-  const std::string bias =
-      c.bias ? absl::StrCat("      const int col = tn * kBN + 8 * j + 2 * (t % 4);\n",
-                            "      const float b0 = col < n ? ", to_f, "(bias[col]) : 0.f;\n",
-                            "      const float b1 = col < n ? ", to_f, "(bias[col + 1]) : 0.f;\n")
-             : "      const float b0 = 0.f, b1 = 0.f;\n";
+  // Output column group jo (8 columns) from kiln_v (an accumulator with the bias added): the column
+  // itself, or for GeGLU gelu_tanh(gate) * up from the interleaved groups 2jo (gate) and 2jo + 1
+  // (up).
+  const std::string value = c.geglu ? "kiln_gelu(kiln_v(d, 2 * jo, h, e, tn, n, bias), 1) * "
+                                      "kiln_v(d, 2 * jo + 1, h, e, tn, n, bias)"
+                                    : "kiln_v(d, jo, h, e, tn, n, bias)";
   return absl::StrCat(
       "    if (t == 0) kiln_bulk_wait_read();\n", "    kiln_named_barrier(1 + c, 128);\n",
-      "    const unsigned stage_c = staging + c * kBN * 128;\n",
+      "    const unsigned stage_c = staging + c * kOutCols * 128;\n",
       "    const int r0 = (t / 32) * 16 + (t % 32) / 4;  // this thread's first row of 64\n",
-      "    #pragma unroll\n    for (int j = 0; j < kBN / 8; ++j) {\n", bias,
-      "      const unsigned box = stage_c + (j / 8) * 8192, chunk = j % 8;\n",
+      "    #pragma unroll\n    for (int jo = 0; jo < kOutCols / 8; ++jo) {\n",
+      "      const unsigned box = stage_c + (jo / 8) * 8192, chunk = jo % 8;\n",
       "      #pragma unroll\n      for (int h = 0; h < 2; ++h) {\n",
-      "        const int r = r0 + 8 * h;\n",
-      "        kiln_st_shared_u32(box + r * 128 + ((chunk ^ (r % 8)) * 16) + (t % 4) * 4,\n",
-      "                           ", pack, "(d[4 * j + 2 * h] + b0, d[4 * j + 2 * h + 1] + b1));\n",
-      "      }\n    }\n", "    kiln_fence_async_shared();\n",
+      "        const int r = r0 + 8 * h;\n", "        float y[2];\n",
+      "        #pragma unroll\n        for (int e = 0; e < 2; ++e) y[e] = ", value, ";\n",
+      "        kiln_st_shared_u32(box + r * 128 + ((chunk ^ (r % 8)) * 16) + (t % 4) * 4, ", pack,
+      "(y[0], y[1]));\n", "      }\n    }\n", "    kiln_fence_async_shared();\n",
       "    kiln_named_barrier(1 + c, 128);\n", "    if (t == 0) {\n",
-      "      #pragma unroll\n      for (int b = 0; b < kBN / 64; ++b) {\n",
-      "        kiln_tma_store_2d(&out_map, stage_c + b * 8192, tn * kBN + b * 64, tm * kBM + c * "
-      "64);"
-      "\n      }\n      kiln_bulk_commit();\n    }\n");
+      "      #pragma unroll\n      for (int b = 0; b < kOutCols / 64; ++b) {\n",
+      "        kiln_tma_store_2d(&out_map, stage_c + b * 8192, tn * kOutCols + b * 64,"
+      " tm * kBM + c * 64);\n",
+      "      }\n      kiln_bulk_commit();\n    }\n");
+}
+
+// kiln_v: an accumulator of the tile with the bias added (see Epilogue).
+std::string AccumulatorValue(const GemmConfig& c) {
+  const char* to_f = c.dtype == DType::kFloat16 ? "kiln_f16_to_f" : "kiln_bf16_to_f";
+  const std::string add_bias = c.bias ? absl::StrCat("  const int col = tn * ", c.bn,
+                                                     " + 8 * j + 2 * (threadIdx.x % 4) + e;\n",
+                                                     "  return d[4 * j + 2 * h + e] + (col < n ? ",
+                                                     to_f, "(bias[col]) : 0.f);\n")
+                                      : "  return d[4 * j + 2 * h + e];\n";
+  return absl::StrCat("__device__ __forceinline__ float kiln_v(const float (&d)[", c.bn / 2,
+                      "], int j, int h, int e, int tn, int n, const kiln_u16* __restrict__ bias) "
+                      "{\n",
+                      add_bias, "}\n");
 }
 
 std::string Kernel(const GemmConfig& c) {
@@ -180,14 +194,16 @@ std::string Kernel(const GemmConfig& c) {
       "    const __grid_constant__ KilnTensorMap out_map, const kiln_u16* __restrict__ bias, int "
       "m,\n",
       "    int n, int k) {\n", "  constexpr int kBM = ", c.bm(), ", kBN = ", c.bn,
-      ", kBK = ", kGemmBlockK, ", kStages = ", c.stages, ", kConsumers = ", c.consumers, ";\n",
+      ", kBK = ", kGemmBlockK, ", kStages = ", c.stages, ", kConsumers = ", c.consumers,
+      ", kOutCols = ", c.out_cols(), ";\n",
       "  constexpr unsigned kABytes = kBM * kBK * 2, kWBytes = kBN * kBK * 2;\n",
       "  constexpr unsigned kSlotBytes = kABytes + kWBytes;\n",
       "  extern __shared__ unsigned char kiln_shared[];\n",
       "  // Slots at a 1024-byte boundary (the swizzle's period), the barriers after them.\n",
       "  const unsigned base = (kiln_smem_addr(kiln_shared) + 1023u) & ~1023u;\n",
       "  const unsigned staging = base + kStages * kSlotBytes;  // the consumers' output tiles\n",
-      "  const unsigned full = staging + kConsumers * kBN * 128, empty = full + 8 * kStages;\n",
+      "  const unsigned full = staging + kConsumers * kOutCols * 128, empty = full + 8 * "
+      "kStages;\n",
       "  const int tiles_m = (m + kBM - 1) / kBM, tiles_n = (n + kBN - 1) / kBN;\n",
       "  const int tiles = tiles_m * tiles_n, kblocks = (k + kBK - 1) / kBK;\n",
       "  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;\n", "  if (threadIdx.x == 0) {\n",
@@ -232,23 +248,27 @@ std::string Kernel(const GemmConfig& c) {
 }  // namespace
 
 int GemmConfig::shared_bytes() const {
-  return stages * (bm() + bn) * kGemmBlockK * 2 + consumers * bn * 128 + 2 * 8 * stages + 1024;
+  return stages * (bm() + bn) * kGemmBlockK * 2 + consumers * out_cols() * 128 + 2 * 8 * stages +
+         1024;
 }
 
 std::string GemmConfig::Name() const {
   return absl::StrCat("kiln_gemm_sm90_", dtype == DType::kFloat16 ? "f16" : "bf16", "_", bm(), "x",
-                      bn, "_s", stages, bias ? "_bias" : "");
+                      bn, "_s", stages, bias ? "_bias" : "", geglu ? "_geglu" : "");
 }
 
 std::string RenderGemmSource(const GemmConfig& c) {
   KILN_CHECK((c.dtype == DType::kBFloat16 || c.dtype == DType::kFloat16) && c.bn >= 64 &&
                  c.bn <= 256 && c.bn % 64 == 0 && c.consumers >= 1 && c.consumers <= 2 &&
-                 c.stages >= 2 && c.shared_bytes() <= kMaxSharedBytes,
+                 c.stages >= 2 && c.shared_bytes() <= kMaxSharedBytes &&
+                 (!c.geglu || c.bn % 128 == 0),
              "sm_90 GEMM kernel: needs bf16 or f16, 64 <= bn <= 256 in steps of 64, 1 or 2 ",
-             "consumer warpgroups, >= 2 stages and at most ", kMaxSharedBytes,
-             " bytes of shared memory; got ", DTypeName(c.dtype), ", bn ", c.bn, ", ", c.consumers,
-             " consumers, ", c.stages, " stages (", c.shared_bytes(), " bytes)");
-  return absl::StrCat(KernelPrelude(), kHopperPrimitives, WgmmaWrapper(c), TileOrder(), Kernel(c));
+             "consumer warpgroups, >= 2 stages, at most ", kMaxSharedBytes,
+             " bytes of shared memory and, for GeGLU, bn 128 or 256; got ", DTypeName(c.dtype),
+             ", bn ", c.bn, c.geglu ? " (GeGLU)" : "", ", ", c.consumers, " consumers, ", c.stages,
+             " stages (", c.shared_bytes(), " bytes)");
+  return absl::StrCat(KernelPrelude(), kHopperPrimitives, WgmmaWrapper(c), TileOrder(),
+                      AccumulatorValue(c), Kernel(c));
 }
 
 }  // namespace kiln::cuda_ops

@@ -30,7 +30,11 @@ struct GemmConfig {
   int consumers = 2;               // consumer warpgroups, 64 tile rows each (bm = 64 * consumers)
   int stages = 3;                  // shared-memory slots of [bm + bn, 64] elements
   bool bias = false;               // out += bias[n] (the dtype) before rounding
+  // GeGLU: w's rows interleave gate and up in groups of 8 (InterleaveGeglu, gemm_cuda.h) and
+  // out [m, n / 2] = gelu_tanh(gate) * up, from the float32 accumulators, rounded once.
+  bool geglu = false;
   int bm() const { return 64 * consumers; }
+  int out_cols() const { return geglu ? bn / 2 : bn; }  // output columns of a tile
   int threads() const { return 128 * (consumers + 1); }
   // Dynamic shared memory the kernel needs: slots, the consumers' output staging, barriers and
   // the 1024-byte alignment.

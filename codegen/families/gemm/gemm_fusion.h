@@ -1,0 +1,43 @@
+// GeGLU GEMM fusion: the merged gate/up linear of a GeGLU MLP and the `gelu_tanh(gate) * up` that
+// reads its two halves become one kFusion node of the gemm family, whose kernel (on the H200)
+// writes only the product: the [m, 2f] linear output never reaches memory.
+//
+//   %2 = linear(%0, %1) : bf16[8192, 6144]                  (after GEMM merge, %1 [6144, 768])
+//   %3 = slice(%2) {dim=-1, start=0, end=3072} ...           up
+//   %4 = slice(%2) {dim=-1, start=3072, end=6144} ...        gate
+//   %5 = gelu(%4) {approximate=tanh}
+//   %6 = mul(%5, %3)
+// becomes
+//   %3 = fusion kiln_fused_linear_slice_slice_gelu_mul_0(%0, %1) : bf16[8192, 3072] { ... }
+//
+// Rules (refusals go to the explain log, prefixed "gemm fusion: "): the mul's operands are a
+// tanh GELU of one half of the linear's last dim and the other half (either order, either half
+// the gate); the linear has no epilogue and only those two slices as users, each slice and the
+// GELU have one user, none is a graph output; the family takes the operands (CUDA, bf16/f16, k
+// and f multiples of 8: RejectsOperands). Runs before elementwise fusion. Does nothing when the
+// family is disabled.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "passes/kernel_family.h"
+
+namespace kiln::passes {
+
+class GegluGemmFusion : public FamilyPass {
+ public:
+  using FamilyPass::FamilyPass;
+  const char* name() const override { return "gemm-fusion"; }
+  absl::StatusOr<bool> Run(ir::Graph& graph, PassContext& ctx) override;
+};
+
+// The GeGLU pattern rooted at mul `v`: the values it spans, or nullopt. `why` (when given)
+// receives the reason a mul of a GELU is not one.
+struct GegluMatch {
+  ir::ValueId linear = -1, gate = -1, up = -1, gelu = -1, mul = -1;
+  bool gate_first = false;  // the gate is the linear's first half
+};
+std::optional<GegluMatch> MatchGeglu(const ir::Graph& g, ir::ValueId v, std::string* why);
+
+}  // namespace kiln::passes
