@@ -146,17 +146,24 @@ Tensor InterleaveGeglu(const Tensor& gate, const Tensor& up) {
   return contiguous(reshape(stack({reshape(gate, groups), reshape(up, groups)}, 1), rows));
 }
 
-void RunSm90Geglu(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out) {
-  GemmConfig c = Sm90GemmConfigFor(out.dtype(), x2.size(0), w.size(0), x2.size(1), bias.defined(),
-                                   cuda::Props(out.device().index).sm_count);
+GemmConfig Sm90GegluConfigFor(DType dtype, int64_t m, int64_t n, int64_t k, bool bias, int sms) {
+  GemmConfig c = Sm90GemmConfigFor(dtype, m, n, k, bias, sms);
   c.geglu = true;
-  if (c.bn == 192) c.bn = 128;
+  if (c.bn == 192) c.bn = 128;  // a tile's output columns must be whole 64-column boxes
   c.stages = 2;
   while (GemmConfig{c.dtype, c.bn, c.consumers, c.stages + 1, c.bias, true}.shared_bytes() <=
          227 * 1024) {
     ++c.stages;
   }
-  RunSm90Gemm(x2, w, bias, out, c);
+  return c;
+}
+
+void PrepareSm90Gemm(const GemmConfig& c) { KernelFor(c); }
+
+void RunSm90Geglu(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out) {
+  RunSm90Gemm(x2, w, bias, out,
+              Sm90GegluConfigFor(out.dtype(), x2.size(0), w.size(0), x2.size(1), bias.defined(),
+                                 cuda::Props(out.device().index).sm_count));
 }
 
 void RunSm90Gemm(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out,

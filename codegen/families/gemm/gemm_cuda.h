@@ -37,6 +37,10 @@ Tensor InterleaveGeglu(const Tensor& gate, const Tensor& up);
 // The config linear uses for an [m, n, k] problem on a GPU of `sms` SMs (the tile width whose
 // waves cost least, stages to fill shared memory).
 GemmConfig Sm90GemmConfigFor(DType dtype, int64_t m, int64_t n, int64_t k, bool bias, int sms);
+// The same for RunSm90Geglu (n: the interleaved weight's rows, 2f).
+GemmConfig Sm90GegluConfigFor(DType dtype, int64_t m, int64_t n, int64_t k, bool bias, int sms);
+// Compiles (or loads from the caches) the kernel of `config` now, so that a first run does not.
+void PrepareSm90Gemm(const GemmConfig& config);
 
 // Runs the kernel on the current stream (compiling it on first use). Throws kiln::Error naming the
 // operands when Sm90GemmApplies is false, and for CUDA or NVRTC failures.

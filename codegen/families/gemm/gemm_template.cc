@@ -7,6 +7,7 @@
 // generated elementwise kernel (the pointwise family's) computes gelu_tanh(gate) * up from its
 // two halves: what the graph ran before this family. On the CPU the body's ops run one by one.
 #include <algorithm>
+#include <mutex>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +22,7 @@
 #if KILN_WITH_CUDA
 #include "codegen/families/gemm/gemm_cuda.h"
 #include "codegen/families/pointwise/elementwise_cuda.h"
+#include "runtime/cuda.h"
 #endif
 
 namespace kiln::codegen {
@@ -92,20 +94,22 @@ class CudaGeglu final : public FusedKernel {
  public:
   CudaGeglu(const ir::Graph& graph, const Node& n)
       : match_(BodyMatch(*n.body)), ops_(OperandsOf(*n.body, match_)), name_(n.name) {
-    const DType t = n.type.dtype;
-    kir::Program p({t, t});  // gelu_tanh(gate) * up, gelu kept in float32 (one reader)
-    OpAttrs tanh;
-    tanh.approximate = GeluApprox::kTanh;
-    const int g = p.Apply(OpId::kGelu, {p.Load(0)}, tanh, t);
-    p.Store(p.Apply(OpId::kMul, {g, p.Load(1)}, {}, t), t);
-    elementwise_ = cuda_ops::CompileElementwiseKernels(name_ + "_apart", p);
-    // A constant weight (and bias) is interleaved once, here.
+    // A constant weight (and bias) is interleaved once, here; with static shapes on an sm_90 GPU
+    // the kernel is compiled here too (lowering runs nodes in parallel threads), not in the
+    // first call.
     const Node& w = graph.node(n.inputs[ops_.w]);
     if (w.kind == NodeKind::kConstant && w.constant.device().is_cuda()) {
       weight_ = Interleave(w.constant);
       if (ops_.bias >= 0 && graph.node(n.inputs[ops_.bias]).kind == NodeKind::kConstant) {
         bias_ = Interleave(graph.node(n.inputs[ops_.bias]).constant);
       }
+    }
+    const cuda::DeviceProps& props = cuda::Props(n.type.device.index);
+    const int64_t f = n.type.shape.back(), k = w.type.shape.back();
+    if (props.major == 9 && props.minor == 0 && n.sym_dims == 0 && f > 0 &&
+        NumElements(n.type.shape) / f > kFewRows) {
+      cuda_ops::PrepareSm90Gemm(cuda_ops::Sm90GegluConfigFor(
+          n.type.dtype, NumElements(n.type.shape) / f, 2 * f, k, ops_.bias >= 0, props.sm_count));
     }
   }
   void Run(absl::Span<const Tensor> in, absl::Span<const Tensor> out) const override {
@@ -130,7 +134,7 @@ class CudaGeglu final : public FusedKernel {
     const int64_t last = y.dim() - 1;
     const Tensor first = slice(y, last, 0, f), second = slice(y, last, f, 2 * f);
     cuda_ops::LaunchElementwise(
-        elementwise_,
+        Apart(out[0].dtype()),
         match_.gate_first ? std::vector<Tensor>{first, second} : std::vector<Tensor>{second, first},
         {out[0]});
   }
@@ -144,7 +148,9 @@ class CudaGeglu final : public FusedKernel {
     return CountCallLaunchesOnce(key, [&] { Run(in, outs); });
   }
   std::vector<cuda::KernelFootprint> Footprints() const override {
-    return cuda_ops::ElementwiseFootprints(elementwise_);
+    std::lock_guard<std::mutex> lock(mu_);
+    return elementwise_.has_value() ? cuda_ops::ElementwiseFootprints(*elementwise_)
+                                    : std::vector<cuda::KernelFootprint>{};
   }
   std::string explain() const override {
     return absl::StrCat("gemm: ", name_, weight_.defined() ? " (weight interleaved once)" : "",
@@ -159,6 +165,20 @@ class CudaGeglu final : public FusedKernel {
     const Tensor first = slice(merged, 0, 0, f), second = slice(merged, 0, f, 2 * f);
     return match_.gate_first ? cuda_ops::InterleaveGeglu(first, second)
                              : cuda_ops::InterleaveGeglu(second, first);
+  }
+  // The elementwise gelu_tanh(gate) * up of the fallback (gelu kept in float32: one reader),
+  // compiled when first needed.
+  const cuda_ops::ElementwiseKernels& Apart(DType t) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!elementwise_.has_value()) {
+      kir::Program p({t, t});
+      OpAttrs tanh;
+      tanh.approximate = GeluApprox::kTanh;
+      const int g = p.Apply(OpId::kGelu, {p.Load(0)}, tanh, t);
+      p.Store(p.Apply(OpId::kMul, {g, p.Load(1)}, {}, t), t);
+      elementwise_ = cuda_ops::CompileElementwiseKernels(name_ + "_apart", p);
+    }
+    return *elementwise_;
   }
   // x's rows as one [m, k] matrix with unit column stride, without a copy; nullopt if none.
   static std::optional<Tensor> RowsOf(const Tensor& x, int64_t m, int64_t k) {
@@ -175,7 +195,8 @@ class CudaGeglu final : public FusedKernel {
   passes::GegluMatch match_;
   Operands ops_;
   std::string name_;
-  cuda_ops::ElementwiseKernels elementwise_;
+  mutable std::mutex mu_;
+  mutable std::optional<cuda_ops::ElementwiseKernels> elementwise_;
   Tensor weight_, bias_;
 };
 #endif
