@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "codegen/families/gemm/gemm_fusion.h"
 #include "codegen/fusion_template.h"
 #include "codegen/launch_count.h"
@@ -141,8 +142,8 @@ class CudaGeglu final : public FusedKernel {
   LaunchCount Launches(absl::Span<const Tensor> in) const override {
     std::vector<Tensor> outs = {Tensor::Empty(OutShape(in), in[0].dtype(), in[0].device())};
     std::string key = absl::StrCat("gemm geglu ", name_, weight_.defined() ? " const" : "");
-    for (const Tensor& t : in) {
-      absl::StrAppend(&key, " ", t.shape_string(), "/", t.strides().size() ? t.stride(-1) : 0, "@",
+    for (const Tensor& t : in) {  // the kernel's path depends on rows, strides and alignment
+      absl::StrAppend(&key, " ", t.shape_string(), "/", absl::StrJoin(t.strides(), ","), "@",
                       reinterpret_cast<uintptr_t>(t.data_ptr()) % 16);
     }
     return CountCallLaunchesOnce(key, [&] { Run(in, outs); });
