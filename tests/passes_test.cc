@@ -290,7 +290,8 @@ TEST(GegluGemmFusion, RefusalsAreExplained) {
       {{{"approximate=tanh", "approximate=none"}}, "erf's"},
       {{{"dim=2, start=96, end=192", "dim=2, start=0, end=96"}}, "not the two halves"},
       {{{"return %17", "return %17, %13"}}, "has other users or is a graph output"},
-      {{{"bf16[192, 64]", "bf16[192, 60]"}, {"[4, 8, 64]", "[4, 8, 60]"}}, "k a multiple of 8"},
+      {{{"bf16[192, 64]", "bf16[192, 60]"}, {"[4, 8, 64]", "[4, 8, 60]"}},
+       "k a positive multiple of 8"},
   };
   for (const Case& c : cases) {
     const std::string ir = absl::StrReplaceAll(kGeglu, c.edits);

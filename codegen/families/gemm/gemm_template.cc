@@ -213,9 +213,11 @@ class GemmFamily final : public FusionTemplate {
     if (x.dtype != DType::kBFloat16 && x.dtype != DType::kFloat16) {
       return absl::StrCat("the GeGLU GEMM takes bf16 or f16, not ", DTypeName(x.dtype));
     }
-    if (w.rank() != 2 || w.shape[1] % 8 != 0 || w.shape[0] % 16 != 0) {
-      return absl::StrCat("the GeGLU GEMM needs k a multiple of 8 and 2f of 16, got a weight ",
-                          ShapeString(w.shape));
+    if (w.rank() != 2 || w.shape[1] % 8 != 0 || w.shape[1] < 8 || w.shape[0] % 16 != 0 ||
+        w.shape[0] < 16) {
+      return absl::StrCat(
+          "the GeGLU GEMM needs k a positive multiple of 8 and 2f of 16, got a weight ",
+          ShapeString(w.shape));
     }
     return "";
   }
