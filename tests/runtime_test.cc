@@ -13,6 +13,7 @@
 #include "runtime/settings.h"
 #include "runtime/status.h"
 #include "runtime/tensor.h"
+#include "tests/test_util.h"
 
 namespace kiln {
 namespace {
@@ -131,29 +132,6 @@ TEST(Device, ParsesAndRejects) {
   EXPECT_EQ(ParseDevice("cpu"), kCPU);
   EXPECT_THROW(ParseDevice("tpu"), Error);
 }
-
-// Sets an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_, old_.c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
-};
 
 TEST(Settings, OneParserAcceptsBooleanWordsAndRejectsTheRest) {
   for (const char* on : {"1", "on", "ON", "true", "Yes"}) {

@@ -6,8 +6,8 @@
 // GPU (KILN_REQUIRE_GPU=1 makes a missing GPU fail).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <functional>
 #include <optional>
 #include <regex>
@@ -43,12 +43,7 @@ std::vector<GemmConfig> AllConfigs() {
             if (geglu && bn == 192) continue;
             GemmConfig c{
                 .dtype = t, .bn = bn, .consumers = consumers, .bias = bias, .geglu = geglu};
-            c.stages = 2;
-            while (GemmConfig{c.dtype, c.bn, c.consumers, c.stages + 1, c.bias, c.geglu}
-                           .shared_bytes() <= 227 * 1024 &&
-                   c.stages < 8) {
-              ++c.stages;
-            }
+            c.stages = std::min(8, c.MostStages());
             all.push_back(c);
           }
         }
@@ -223,25 +218,6 @@ TEST(Sm90GemmOperands, RefusedOperandsSayWhy) {
   EXPECT_FALSE(
       cuda_ops::Sm90GemmApplies(xf, wf, Tensor(), zeros({16, 16}, DType::kFloat32, CUDA(0))));
 }
-
-// Sets an environment variable for a scope and restores it.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_.has_value())
-      setenv(name_, old_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 // Kernel names of the device work `run` launches (CUPTI).
 std::vector<std::string> KernelNames(const std::function<void()>& run) {

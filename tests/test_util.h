@@ -95,6 +95,29 @@ inline bool GpuRequired() {
   return v != nullptr && std::string(v) == "1";
 }
 
+// Sets an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_, old_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
+
 }  // namespace kiln
 
 // NVRTC compiles generated CUDA sources without a GPU, in a build with CUDA (build_config.h).

@@ -117,11 +117,7 @@ GemmConfig Sm90GemmConfigFor(DType dtype, int64_t m, int64_t n, int64_t, bool bi
       best.bn = bn;
     }
   }
-  best.stages = 2;
-  while (GemmConfig{dtype, best.bn, best.consumers, best.stages + 1, bias}.shared_bytes() <=
-         227 * 1024) {
-    ++best.stages;
-  }
+  best.stages = best.MostStages();
   return best;
 }
 
@@ -150,11 +146,7 @@ GemmConfig Sm90GegluConfigFor(DType dtype, int64_t m, int64_t n, int64_t k, bool
   GemmConfig c = Sm90GemmConfigFor(dtype, m, n, k, bias, sms);
   c.geglu = true;
   if (c.bn == 192) c.bn = 128;  // a tile's output columns must be whole 64-column boxes
-  c.stages = 2;
-  while (GemmConfig{c.dtype, c.bn, c.consumers, c.stages + 1, c.bias, true}.shared_bytes() <=
-         227 * 1024) {
-    ++c.stages;
-  }
+  c.stages = c.MostStages();
   return c;
 }
 

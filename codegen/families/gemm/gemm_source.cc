@@ -252,6 +252,16 @@ int GemmConfig::shared_bytes() const {
          1024;
 }
 
+int GemmConfig::MostStages() const {
+  GemmConfig c = *this;
+  c.stages = 2;
+  while (c.stages < 64) {
+    ++c.stages;
+    if (c.shared_bytes() > kMaxSharedBytes) return c.stages - 1;
+  }
+  return c.stages;
+}
+
 std::string GemmConfig::Name() const {
   return absl::StrCat("kiln_gemm_sm90_", dtype == DType::kFloat16 ? "f16" : "bf16", "_", bm(), "x",
                       bn, "_s", stages, bias ? "_bias" : "", geglu ? "_geglu" : "");

@@ -39,6 +39,7 @@ struct GemmConfig {
   // Dynamic shared memory the kernel needs: slots, the consumers' output staging, barriers and
   // the 1024-byte alignment.
   int shared_bytes() const;
+  int MostStages() const;    // the most slots (>= 2) whose shared memory fits a CTA
   std::string Name() const;  // "kiln_gemm_sm90_bf16_128x256_s4" (+ "_bias")
 };
 
