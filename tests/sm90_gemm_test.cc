@@ -1,9 +1,10 @@
 // sm90_gemm_test: the GEMM family's Hopper kernel (codegen/families/gemm/): every config compiles
 // for sm_90a with NVRTC without spilling (no GPU needed), and on an sm_90 GPU the kernel's linear
 // matches the CPU linear on the same values: m, n, k off the tiles (k = 768 and 3072 among them),
-// both tile widths, one and two consumer warpgroups, bias or not, bf16 and f16, rows strided in
-// memory; the operands it refuses are refused with the rule named. GPU cases skip without an sm_90
-// GPU (KILN_REQUIRE_GPU=1 makes a missing GPU fail).
+// every tile width, one and two consumer warpgroups (sharing tiles or ping-pong), bias or not,
+// GeGLU, the epilogue programs of linear's epilogues (relu, tanh GELU, a residual), bf16 and f16,
+// rows strided in memory; the operands and programs it refuses are refused with the rule named. GPU
+// cases skip without an sm_90 GPU (KILN_REQUIRE_GPU=1 makes a missing GPU fail).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,18 +39,56 @@ std::vector<GemmConfig> AllConfigs() {
   for (DType t : {DType::kBFloat16, DType::kFloat16}) {
     for (int bn : {128, 192, 256}) {
       for (int consumers : {1, 2}) {
-        for (bool bias : {false, true}) {
-          for (bool geglu : {false, true}) {
-            if (geglu && bn == 192) continue;
-            GemmConfig c{
-                .dtype = t, .bn = bn, .consumers = consumers, .bias = bias, .geglu = geglu};
-            c.stages = std::min(8, c.MostStages());
-            all.push_back(c);
+        for (bool pingpong : {false, true}) {
+          if (pingpong && consumers != 2) continue;
+          for (bool bias : {false, true}) {
+            for (bool geglu : {false, true}) {
+              if (geglu && bn == 192) continue;
+              GemmConfig c{.dtype = t,
+                           .bn = bn,
+                           .consumers = consumers,
+                           .pingpong = pingpong,
+                           .bias = bias,
+                           .geglu = geglu};
+              c.stages = std::min(8, c.MostStages());
+              all.push_back(c);
+            }
           }
         }
       }
     }
   }
+  return all;
+}
+
+// Linear's epilogues as programs, beside AllConfigs' defaults: relu and tanh GELU after the bias,
+// and a residual with or without one, over every width in both consumer forms (bf16), and the
+// widest tile's residual in f16.
+std::vector<GemmConfig> EpilogueConfigs() {
+  std::vector<GemmConfig> all;
+  auto add = [&](DType t, int bn, bool pingpong, bool bias, bool residual, Epilogue e) {
+    GemmConfig c{.dtype = t, .bn = bn, .pingpong = pingpong, .bias = bias, .residual = residual};
+    c.stages = std::min(8, c.MostStages());
+    if (e != Epilogue::kNone) c.epilogue = cuda_ops::Sm90LinearEpilogue(c, e);
+    all.push_back(c);
+  };
+  for (int bn : {128, 192, 256}) {
+    for (bool pingpong : {false, true}) {
+      add(DType::kBFloat16, bn, pingpong, true, false, Epilogue::kRelu);
+      add(DType::kBFloat16, bn, pingpong, true, false, Epilogue::kGeluTanh);
+      add(DType::kBFloat16, bn, pingpong, true, true, Epilogue::kNone);
+    }
+  }
+  add(DType::kBFloat16, 256, false, false, true, Epilogue::kNone);
+  add(DType::kFloat16, 256, false, true, true, Epilogue::kNone);
+  add(DType::kFloat16, 128, true, false, false, Epilogue::kGeluTanh);
+  return all;
+}
+
+// Every config the tests run: AllConfigs, then EpilogueConfigs.
+std::vector<GemmConfig> EveryConfig() {
+  std::vector<GemmConfig> all = AllConfigs(), more = EpilogueConfigs();
+  all.insert(all.end(), more.begin(), more.end());
   return all;
 }
 
@@ -64,7 +103,7 @@ int SpillBytes(const std::string& log) {
 
 TEST(GemmSource, EveryConfigCompilesForSm90aWithoutSpills) {
   KILN_SKIP_WITHOUT_NVRTC();
-  for (const GemmConfig& c : AllConfigs()) {
+  for (const GemmConfig& c : EveryConfig()) {
     std::string log;
     auto cubin =
         cuda::CompileSourceWithReport(cuda_ops::RenderGemmSource(c), c.Name(), "sm_90a", &log);
@@ -77,7 +116,56 @@ TEST(GemmSource, EveryConfigCompilesForSm90aWithoutSpills) {
 // Kernels are cached by name: two configs with one name would launch each other's kernel.
 TEST(GemmSource, EveryConfigHasItsOwnName) {
   std::set<std::string> names;
-  for (const GemmConfig& c : AllConfigs()) EXPECT_TRUE(names.insert(c.Name()).second) << c.Name();
+  for (const GemmConfig& c : EveryConfig()) EXPECT_TRUE(names.insert(c.Name()).second) << c.Name();
+}
+
+// The epilogue is a kernel-IR program: the default one reads the accumulators, biases and
+// residual in the documented order, and it is rendered into the kernel.
+TEST(GemmSource, EpilogueIsAKernelIrProgram) {
+  GemmConfig geglu{.bn = 128, .bias = true, .geglu = true};
+  EXPECT_EQ(cuda_ops::GemmDefaultEpilogue(geglu).ToString(),
+            "%0 = load in0 : float32\n"
+            "%1 = load in2 : bfloat16\n"
+            "%2 = add(%0, %1) : float32\n"
+            "%3 = load in1 : float32\n"
+            "%4 = load in3 : bfloat16\n"
+            "%5 = add(%3, %4) : float32\n"
+            "%6 = gelu(%2) {approximate=tanh} : float32\n"
+            "%7 = mul(%6, %5) : float32\n"
+            "store out0 = %7 : bfloat16\n");
+  GemmConfig res{.bn = 128, .residual = true};
+  EXPECT_EQ(cuda_ops::GemmDefaultEpilogue(res).ToString(),
+            "%0 = load in0 : float32\n"
+            "%1 = load in1 : bfloat16\n"
+            "%2 = add(%0, %1) : float32\n"
+            "store out0 = %2 : bfloat16\n");
+  GemmConfig relu{.bn = 128, .bias = true};
+  relu.epilogue = cuda_ops::Sm90LinearEpilogue(relu, Epilogue::kRelu);
+  const std::string source = cuda_ops::RenderGemmSource(relu);
+  // The bias is read as stored and converted once.
+  EXPECT_NE(source.find("= kiln_bf16_to_f(kiln_half(bias2[jo], e));"), std::string::npos);
+  EXPECT_NE(relu.Name().find("_bias_ep"), std::string::npos) << relu.Name();
+  // The default program, given explicitly, names the same kernel.
+  GemmConfig explicit_default = res;
+  explicit_default.epilogue = cuda_ops::GemmDefaultEpilogue(res);
+  EXPECT_EQ(explicit_default.Name(), res.Name());
+}
+
+TEST(GemmSource, EpilogueProgramsNotOfTheConfigAreRefused) {
+  GemmConfig c{.bn = 128, .bias = true};
+  kir::Program one_input({DType::kFloat32});  // the bias is missing
+  one_input.Store(one_input.Load(0), DType::kBFloat16);
+  c.epilogue = one_input;
+  try {
+    cuda_ops::RenderGemmSource(c);
+    ADD_FAILURE() << "an epilogue without the bias rendered";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("must read 2 inputs"), std::string::npos) << e.what();
+  }
+  kir::Program f32_out({DType::kFloat32, DType::kBFloat16});
+  f32_out.Store(f32_out.Load(0), DType::kFloat32);  // not the config's dtype
+  c.epilogue = f32_out;
+  EXPECT_THROW(cuda_ops::RenderGemmSource(c), Error);
 }
 
 TEST(GemmSource, ConfigsOutsideTheRangesAreRefused) {
@@ -87,6 +175,8 @@ TEST(GemmSource, ConfigsOutsideTheRangesAreRefused) {
   EXPECT_THROW(cuda_ops::RenderGemmSource(f32), Error);
   GemmConfig odd_width{.bn = 96};
   EXPECT_THROW(cuda_ops::RenderGemmSource(odd_width), Error);
+  GemmConfig lone_pingpong{.bn = 128, .consumers = 1, .pingpong = true};
+  EXPECT_THROW(cuda_ops::RenderGemmSource(lone_pingpong), Error);
 }
 
 bool HaveSm90() {
@@ -145,6 +235,30 @@ TEST_P(Sm90Gemm, MatchesCpuLinear) {
       ExpectMatches(out, CpuReference(x, w, bias),
                     absl::StrCat(base.Name(), " m=", m, " n=", n, " k=", k));
     }
+  }
+}
+
+// The epilogue programs of linear's epilogues against the CPU ops on the same values (the
+// residual's rows 8 elements longer than the output's).
+TEST_P(Sm90Gemm, EpilogueProgramsMatchCpuOps) {
+  SKIP_WITHOUT_SM90();
+  const auto [m, n, k] = GetParam();
+  for (const GemmConfig& c : EpilogueConfigs()) {
+    const DType t = c.dtype;
+    Generator gen(m * 29 + n * 3 + k + c.bn);
+    const Tensor x = randn({m, k}, gen, t, CUDA(0)) * (1.0 / std::sqrt(static_cast<double>(k)));
+    const Tensor w = randn({n, k}, gen, t, CUDA(0));
+    const Tensor bias = c.bias ? randn({n}, gen, t, CUDA(0)) : Tensor();
+    const Tensor residual =
+        c.residual ? slice(randn({m, n + 8}, gen, t, CUDA(0)), 1, 8, n + 8) : Tensor();
+    const Tensor out = full({m, n}, -7.0, t, CUDA(0));
+    cuda_ops::RunSm90Gemm(x, w, bias, out, c, residual);
+    Tensor want = CpuReference(x, w, bias);
+    const std::string text = c.Epilogue().ToString();
+    if (text.find("relu") != std::string::npos) want = relu(want);
+    if (text.find("gelu") != std::string::npos) want = gelu(want, "tanh");
+    if (c.residual) want = add(want, to(to(residual, kCPU), DType::kFloat32));
+    ExpectMatches(out, want, absl::StrCat(c.Name(), " m=", m, " n=", n, " k=", k));
   }
 }
 
@@ -271,6 +385,38 @@ TEST(Sm90GemmLinear, KilnGemmSettingChoosesTheKernel) {
     ExpectMatches(reshape(y, {300, 512}), want, "KILN_GEMM=auto");
     EXPECT_NE(cuda_ops::Sm90GemmDecisions().find("[300x512x768 bfloat16 bias]"), std::string::npos)
         << cuda_ops::Sm90GemmDecisions();
+  }
+  {
+    // A bias at an odd element offset (the epilogue loads pairs): cuBLASLt takes it, same answer.
+    ScopedEnv env("KILN_GEMM", "kiln");
+    const Tensor wide_b = randn({513}, gen, t, CUDA(0));
+    const Tensor odd_b = slice(wide_b, 0, 1, 513);
+    EXPECT_FALSE(
+        cuda_ops::Sm90GemmApplies(reshape(x, {300, 768}), w, odd_b, empty({300, 512}, t, CUDA(0))));
+    Tensor y;
+    EXPECT_FALSE(RanSm90Gemm(KernelNames([&] { y = linear(x, w, odd_b); })));
+    ExpectMatches(reshape(y, {300, 512}), CpuReference(reshape(x, {300, 768}), w, odd_b),
+                  "odd bias");
+  }
+  {
+    // linear's epilogues run inside the kernel: relu, tanh GELU, and a residual (C of the GEMM).
+    ScopedEnv env("KILN_GEMM", "kiln");
+    const Tensor x2 = reshape(x, {300, 768});
+    const Tensor r = randn({300, 512}, gen, t, CUDA(0));
+    for (Epilogue e : {Epilogue::kRelu, Epilogue::kGeluTanh, Epilogue::kAdd}) {
+      OpAttrs attrs;
+      attrs.epilogue = e;
+      std::vector<Tensor> in = {x2, w, b};
+      if (e == Epilogue::kAdd) in.push_back(r);
+      Tensor y;
+      EXPECT_TRUE(RanSm90Gemm(KernelNames([&] { y = Dispatch(OpId::kLinear, in, attrs); })))
+          << EpilogueName(e);
+      const Tensor plain = CpuReference(x2, w, b);
+      const Tensor ref = e == Epilogue::kRelu       ? relu(plain)
+                         : e == Epilogue::kGeluTanh ? gelu(plain, "tanh")
+                                                    : add(plain, to(to(r, kCPU), DType::kFloat32));
+      ExpectMatches(y, ref, absl::StrCat("linear epilogue ", EpilogueName(e)));
+    }
   }
   {
     ScopedEnv env("KILN_GEMM", "always");

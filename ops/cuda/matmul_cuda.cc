@@ -863,10 +863,10 @@ void Linear(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const 
       return gemv(o);
     }
   }
-  // kiln's Hopper GEMM (codegen/families/gemm/) for plain linears it can run, when chosen.
-  if (attrs.epilogue == Epilogue::kNone && m > cuda_kernels::kGemvMaxRows &&
-      Sm90GemmApplies(x2, w, bias, o) && ChooseSm90Gemm(x2, w, bias, o, cublas)) {
-    return RunSm90Gemm(x2, w, bias, o);
+  // kiln's Hopper GEMM (codegen/families/gemm/), the epilogue inside, when chosen.
+  if (m > cuda_kernels::kGemvMaxRows && Sm90GemmApplies(x2, w, bias, o, false, r2) &&
+      ChooseSm90Gemm(x2, w, bias, o, cublas, attrs.epilogue, r2)) {
+    return RunSm90Gemm(x2, w, bias, o, attrs.epilogue, r2);
   }
   cublas(o);
 }

@@ -86,7 +86,7 @@ bool Remember(const std::string& problem, bool use, const std::string& how) {
 }  // namespace
 
 bool Sm90GemmApplies(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out,
-                     bool geglu) {
+                     bool geglu, const Tensor& residual) {
   const DType t = out.dtype();
   if (t != DType::kBFloat16 && t != DType::kFloat16) return false;
   if (x2.dtype() != t || w.dtype() != t || (bias.defined() && bias.dtype() != t)) return false;
@@ -98,7 +98,27 @@ bool Sm90GemmApplies(const Tensor& x2, const Tensor& w, const Tensor& bias, cons
   if (w.size(1) != k || out.size(0) != m || out.size(1) != (geglu ? n / 2 : n)) return false;
   if (m < 1 || n < 1 || k < 1 || m > kMaxExtent || n > kMaxExtent || k > kMaxExtent) return false;
   if (k % 8 != 0 || n % (geglu ? 16 : 8) != 0) return false;
-  return !bias.defined() || (bias.dim() == 1 && bias.size(0) == n && bias.stride(0) == 1);
+  // The epilogue loads the bias and the residual two elements at a time.
+  const bool bias_ok =
+      !bias.defined() || (bias.dim() == 1 && bias.size(0) == n && bias.stride(0) == 1 &&
+                          reinterpret_cast<uintptr_t>(bias.data_ptr()) % 4 == 0);
+  const bool residual_ok = !residual.defined() ||
+                           (residual.dtype() == t && residual.dim() == 2 && residual.size(0) == m &&
+                            residual.size(1) == out.size(1) && residual.stride(1) == 1 &&
+                            residual.stride(0) % 2 == 0 && residual.stride(0) >= residual.size(1) &&
+                            reinterpret_cast<uintptr_t>(residual.data_ptr()) % 4 == 0);
+  return bias_ok && residual_ok;
+}
+
+kir::Program Sm90LinearEpilogue(const GemmConfig& c, Epilogue e) {
+  OpAttrs act_attrs;
+  const OpDef* act = EpilogueActivation(e, &act_attrs);
+  if (act == nullptr) return GemmDefaultEpilogue(c);  // none, or the residual's add
+  kir::Program p(c.EpilogueInputTypes());
+  int y = p.Load(0);
+  if (c.bias) y = p.Apply(OpId::kAdd, {y, p.Load(1)}, {}, DType::kFloat32);
+  p.Store(p.Apply(act->id, {y}, act_attrs, DType::kFloat32), c.dtype);
+  return p;
 }
 
 // The tile width whose waves over the SMs cost least: a wave of tiles bn wide costs about
@@ -121,10 +141,13 @@ GemmConfig Sm90GemmConfigFor(DType dtype, int64_t m, int64_t n, int64_t, bool bi
   return best;
 }
 
-void RunSm90Gemm(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out) {
-  RunSm90Gemm(x2, w, bias, out,
-              Sm90GemmConfigFor(out.dtype(), x2.size(0), w.size(0), x2.size(1), bias.defined(),
-                                cuda::Props(out.device().index).sm_count));
+void RunSm90Gemm(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out,
+                 Epilogue e, const Tensor& residual) {
+  GemmConfig c = Sm90GemmConfigFor(out.dtype(), x2.size(0), w.size(0), x2.size(1), bias.defined(),
+                                   cuda::Props(out.device().index).sm_count);
+  c.residual = residual.defined();
+  if (e != Epilogue::kNone && e != Epilogue::kAdd) c.epilogue = Sm90LinearEpilogue(c, e);
+  RunSm90Gemm(x2, w, bias, out, c, residual);
 }
 
 Tensor InterleaveGeglu(const Tensor& gate, const Tensor& up) {
@@ -159,21 +182,24 @@ void RunSm90Geglu(const Tensor& x2, const Tensor& w, const Tensor& bias, const T
 }
 
 void RunSm90Gemm(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out,
-                 const GemmConfig& c) {
+                 const GemmConfig& c, const Tensor& residual) {
   KILN_CHECK(
-      Sm90GemmApplies(x2, w, bias, out, c.geglu) && c.bias == bias.defined() &&
-          c.dtype == out.dtype(),
+      Sm90GemmApplies(x2, w, bias, out, c.geglu, residual) && c.bias == bias.defined() &&
+          c.residual == residual.defined() && c.dtype == out.dtype(),
       "sm_90 GEMM: needs an H100/H200-class GPU (compute capability 9.0) and bf16/f16 x ",
       "[m, k], w [n, k], out [m, n] with contiguous 16-byte-aligned rows, k and n multiples ",
-      "of 8, bias [n] when the config has one; got x ", Describe(x2), ", w ", Describe(w),
-      ", bias ", Describe(bias), ", out ", Describe(out),
+      "of 8, a contiguous 4-byte-aligned bias [n] and a 4-byte-aligned residual like out with an ",
+      "even row stride when the config has them; got x ", Describe(x2), ", w ", Describe(w),
+      ", bias ", Describe(bias), ", residual ", Describe(residual), ", out ", Describe(out),
       c.geglu ? " (GeGLU: out [m, n / 2], n a multiple of 16)" : "", ", config ", c.Name());
   const cudaKernel_t kernel = KernelFor(c);
   cuda::TensorMap a_map = MapOf(x2, c.bm()), w_map = MapOf(w, c.bn), out_map = MapOf(out, 64);
   void* bias_ptr = bias.defined() ? const_cast<void*>(bias.data_ptr()) : nullptr;
+  void* residual_ptr = residual.defined() ? const_cast<void*>(residual.data_ptr()) : nullptr;
+  long long ldr = residual.defined() ? residual.stride(0) : 0;
   int m = static_cast<int>(x2.size(0)), n = static_cast<int>(w.size(0));
   int k = static_cast<int>(x2.size(1));
-  void* args[] = {&a_map, &w_map, &out_map, &bias_ptr, &m, &n, &k};
+  void* args[] = {&a_map, &w_map, &out_map, &bias_ptr, &residual_ptr, &ldr, &m, &n, &k};
   const int64_t tiles = ((m + c.bm() - 1) / c.bm()) * ((n + c.bn - 1) / c.bn);
   const int sms = cuda::Props(out.device().index).sm_count;
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tiles, sms)));
@@ -183,12 +209,14 @@ void RunSm90Gemm(const Tensor& x2, const Tensor& w, const Tensor& bias, const Te
 }
 
 bool ChooseSm90Gemm(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out,
-                    const std::function<void(const Tensor&)>& cublas) {
+                    const std::function<void(const Tensor&)>& cublas, Epilogue e,
+                    const Tensor& residual) {
   const std::string mode = EnvChoice("KILN_GEMM");
   if (mode != "auto") return mode == "kiln";
   const std::string problem =
       absl::StrCat("[", x2.size(0), "x", w.size(0), "x", x2.size(1), " ", DTypeName(out.dtype()),
-                   bias.defined() ? " bias" : "", "]");
+                   bias.defined() ? " bias" : "", e != Epilogue::kNone ? " " : "",
+                   e != Epilogue::kNone ? EpilogueName(e) : "", "]");
   {
     Decisions& d = TheDecisions();
     std::lock_guard<std::mutex> lock(d.mu);
@@ -202,7 +230,8 @@ bool ChooseSm90Gemm(const Tensor& x2, const Tensor& w, const Tensor& bias, const
   if (cuda::Capturing()) return false;  // cuBLASLt, untimed; timed when met outside a capture
   const Tensor scratch = Tensor::Empty(out.shape(), out.dtype(), out.device());
   const std::vector<double> us = MedianDeviceUs(
-      out.device(), {[&] { RunSm90Gemm(x2, w, bias, scratch); }, [&] { cublas(scratch); }});
+      out.device(),
+      {[&] { RunSm90Gemm(x2, w, bias, scratch, e, residual); }, [&] { cublas(scratch); }});
   const bool use = us[0] < us[1];
   StoreDecision(key, use ? "sm90" : "cublasLt");
   return Remember(problem, use,
