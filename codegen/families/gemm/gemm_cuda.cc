@@ -215,8 +215,8 @@ bool ChooseSm90Gemm(const Tensor& x2, const Tensor& w, const Tensor& bias, const
   if (mode != "auto") return mode == "kiln";
   const std::string problem =
       absl::StrCat("[", x2.size(0), "x", w.size(0), "x", x2.size(1), " ", DTypeName(out.dtype()),
-                   bias.defined() ? " bias" : "", e != Epilogue::kNone ? " " : "",
-                   e != Epilogue::kNone ? EpilogueName(e) : "", "]");
+                   bias.defined() ? " bias" : "",
+                   e != Epilogue::kNone ? absl::StrCat(" ", EpilogueName(e)) : "", "]");
   {
     Decisions& d = TheDecisions();
     std::lock_guard<std::mutex> lock(d.mu);
