@@ -334,19 +334,26 @@ bool UseDependentLaunch(int device, cudaStream_t stream) {
 }
 
 cudaError_t LaunchDependent(const void* kernel, dim3 grid, dim3 block, void** args,
-                            size_t shared_bytes, cudaStream_t stream) {
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
+                            size_t shared_bytes, cudaStream_t stream, dim3 cluster) {
+  cudaLaunchAttribute attrs[2] = {};
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
-  config.attrs = &attr;
+  config.attrs = attrs;
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return cudaGetLastError();
-  config.numAttrs = UseDependentLaunch(device, stream) ? 1 : 0;
+  if (UseDependentLaunch(device, stream)) {
+    attrs[config.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[config.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster.x * cluster.y * cluster.z > 1) {
+    attrs[config.numAttrs].id = cudaLaunchAttributeClusterDimension;
+    attrs[config.numAttrs].val.clusterDim.x = cluster.x;
+    attrs[config.numAttrs].val.clusterDim.y = cluster.y;
+    attrs[config.numAttrs++].val.clusterDim.z = cluster.z;
+  }
   return cudaLaunchKernelExC(&config, kernel, args);
 }
 

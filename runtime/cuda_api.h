@@ -22,9 +22,11 @@ namespace kiln::cuda {
 // (weights). The wait covers every earlier kernel (each waited for its own predecessor), so a
 // buffer the memory planner reuses is safe. Kernels without the wait, and every kernel with
 // KILN_PDL=off, on an older GPU or into a CUDA graph capture (captured plans replayed slower with
-// programmatic edges on the H200), launch plainly. Returns the launch's error.
+// programmatic edges on the H200), launch plainly. A `cluster` other than 1x1x1 launches the
+// grid as thread-block clusters of that shape (sm_90; the grid a multiple of it). Returns the
+// launch's error.
 cudaError_t LaunchDependent(const void* kernel, dim3 grid, dim3 block, void** args,
-                            size_t shared_bytes, StreamHandle stream);
+                            size_t shared_bytes, StreamHandle stream, dim3 cluster = dim3(1, 1, 1));
 // Throws kiln::Error naming `call` and the CUDA error string unless `err` is cudaSuccess.
 // Out-of-memory becomes kResourceExhausted, everything else kInternal.
 void Check(cudaError_t err, const char* call, const char* file, int line);

@@ -87,6 +87,8 @@ const std::vector<Setting>& Settings() {
        "instead of on a background thread from the device's first allocation (runtime/startup.h)"},
       {"KILN_GEMV", Kind::kChoice, "auto", "on|off|auto",
        "linears with few rows: kiln's GEMV (on), cuBLASLt (off), or timed once per shape (auto)"},
+      {"KILN_GEMV_MMA", Kind::kBool, "on", "",
+       "off: kiln's GEMV keeps its FMA loop for 2..8 rows instead of tensor cores (A/B)"},
       {"KILN_GEMM", Kind::kChoice, "cublas", "auto|kiln|cublas",
        "linears kiln's sm_90a GEMM can run (bf16/f16, no activation): timed once per shape against "
        "cuBLASLt (auto), always kiln's (kiln), or cuBLASLt only (cublas)"},
@@ -95,6 +97,9 @@ const std::vector<Setting>& Settings() {
        "the previous kernel's tail (sm_90 and later, outside CUDA graph captures; A/B)"},
       {"KILN_FLASH_SMALL_GRID", Kind::kBool, "on", "",
        "off: flash attention keeps 128-row tiles for small grids (A/B)"},
+      {"KILN_FD_CLUSTER", Kind::kBool, "on", "",
+       "off: the decode attention kernel's key splits merge through a workspace and a second "
+       "kernel instead of one thread-block cluster per row (sm_90 and later; A/B)"},
       {"KILN_CUDA_GRAPH_DOT", Kind::kPath, "", "",
        "a prefix: each captured CUDA graph is written as PREFIX.N.dot (Graphviz)"},
       {"KILN_DISABLED_FAMILIES", Kind::kNames, "", "",

@@ -326,6 +326,54 @@ TEST(SdpaFlash, LongSequencesMatchMath) {
   }
 }
 
+// Decode against a KV cache filled to some position: a bool mask [1, 1, 1, S] keeps the first
+// `filled` keys and the slots after them hold NaN, which the kernels must never read (they read
+// a key's mask before its K and V). Both ways a row's key splits merge on sm_90 (one cluster per
+// row; the workspace and the combine kernel, KILN_FD_CLUSTER=off), many split counts (up to 16
+// a cluster, 1024 keys a split), and the same launch twice (nothing is left behind between
+// calls). The reference is the math form over the filled keys alone, in float32.
+TEST(SdpaFlash, DecodeReadsOnlyTheVisibleKeysOfACache) {
+  KILN_SKIP_WITHOUT_GPU();
+  struct Case {
+    int64_t b, h, l, s, filled, d;
+  };
+  for (const char* cluster : {"on", "off"}) {
+    ScopedEnv env("KILN_FD_CLUSTER", cluster);
+    for (const Case& c : {Case{1, 12, 1, 1024, 537, 64}, Case{8, 12, 1, 1024, 600, 64},
+                          Case{2, 4, 1, 16384, 9001, 128}, Case{1, 2, 3, 300, 1, 64},
+                          Case{3, 2, 4, 77, 77, 128}, Case{1, 1, 1, 40000, 39999, 64}}) {
+      const std::string name = absl::StrCat("cluster ", cluster, " b", c.b, " h", c.h, " l", c.l,
+                                            " s", c.s, " filled ", c.filled, " d", c.d);
+      Generator gen(7);
+      const Tensor q = to(Randn({c.b, c.h, c.l, c.d}, DType::kBFloat16, gen), CUDA(0));
+      const Tensor k_seen = Randn({c.b, c.h, c.filled, c.d}, DType::kBFloat16, gen);
+      const Tensor v_seen = Randn({c.b, c.h, c.filled, c.d}, DType::kBFloat16, gen);
+      auto cache = [&](const Tensor& seen) {
+        Tensor t = full({c.b, c.h, c.s, c.d}, NAN, DType::kBFloat16);
+        copy_(slice(t, 2, 0, c.filled), seen);
+        return to(t, CUDA(0));
+      };
+      const Tensor k = cache(k_seen), v = cache(v_seen);
+      std::vector<double> keep(static_cast<size_t>(c.s), 0.0);
+      for (int64_t j = 0; j < c.filled; ++j) keep[j] = 1.0;
+      const Tensor mask = from_vector(keep, {1, 1, 1, c.s}, DType::kBool, CUDA(0));
+      Tensor want;
+      {
+        SdpaBackendGuard g(SdpaBackend::kMath);
+        want = scaled_dot_product_attention(cast(to(q, kCPU), DType::kFloat32),
+                                            cast(k_seen, DType::kFloat32),
+                                            cast(v_seen, DType::kFloat32));
+      }
+      for (int call = 0; call < 2; ++call) {
+        const Tensor out = scaled_dot_product_attention(q, k, v, mask);
+        ExpectClose(to_vector(out), to_vector(want), {2e-2, 2e-2},
+                    absl::StrCat(name, " call ", call));
+      }
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
 // Random shapes on the GPU (the conformance sweep): B 1..3, query heads 1..4 with K/V
 // heads dividing them (grouped-query), query and key lengths 1..4096 drawn log-uniformly (so
 // most are not multiples of the kernel's tiles) and every 4th case 1..4 query rows (the decode
@@ -661,6 +709,14 @@ TEST(SdpaFlashSource, EveryVariantCompilesWithNvrtc) {
           ASSERT_TRUE(decode_ptx.ok()) << decode_ptx.status().message();
           EXPECT_NE(decode_ptx->find(".entry " + decode + "("), std::string::npos) << decode;
           EXPECT_NE(decode_ptx->find(".entry " + decode + "_combine("), std::string::npos);
+          // On sm_90 a row's splits merge through their cluster's shared memory; before it
+          // (no clusters) the same source compiles without that path.
+          EXPECT_NE(decode_ptx->find("barrier.cluster.wait"), std::string::npos) << decode;
+          EXPECT_NE(decode_ptx->find("mapa.shared::cluster"), std::string::npos) << decode;
+          auto decode_80 = cuda::CompileSource(cuda_ops::RenderFlashDecodeSource(c), decode,
+                                               "compute_80", /*cubin=*/false);
+          ASSERT_TRUE(decode_80.ok()) << decode_80.status().message();
+          EXPECT_EQ(decode_80->find("barrier.cluster"), std::string::npos) << decode;
           // The small-grid tiling (64-row tiles, head dim 64) of the same variant.
           const auto small = cuda_ops::ForGrid(c, 1, 512, 132);
           if (small.block_m == c.block_m) continue;

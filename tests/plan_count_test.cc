@@ -145,8 +145,9 @@ std::pair<int, int> CapturedLaunches(CompiledFn& f, const std::vector<Tensor>& i
   return {kernels, memsets};
 }
 
-// Ops whose launches depend on shapes: decode attention (split-key + combine kernels) and argmax
-// over one long row (memset + split + unpack). The report must count what a call launches.
+// Ops whose launches depend on shapes and device: decode attention (one split-key kernel whose
+// splits merge in a cluster on sm_90, split + combine kernels before it) and argmax over one long
+// row (memset + split + unpack). The report must count what a call launches.
 TEST(PlanCount, DecodeAttentionAndLongArgmaxCountWhatRuns) {
   KILN_SKIP_WITHOUT_GPU();
   Generator gen(3);
@@ -164,7 +165,7 @@ TEST(PlanCount, DecodeAttentionAndLongArgmaxCountWhatRuns) {
   const CompileReport& r = f.report(in);
   EXPECT_EQ(r.kernels_per_step, kernels) << r.final_graph;
   EXPECT_EQ(r.memsets_per_step, memsets) << r.final_graph;
-  EXPECT_GE(kernels, 4);  // split + combine, split + unpack
+  EXPECT_GE(kernels, 3);  // split (+ combine without clusters), split + unpack
 }
 
 TEST(PlanCount, HeadMergeAfterAttentionIsAViewOnCuda) {

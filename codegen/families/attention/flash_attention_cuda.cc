@@ -85,10 +85,39 @@ void SetMaskStrides(const Tensor& mask, int64_t rank, FlashParams* p) {
   p->m_col = st[3];
 }
 
-// The decode kernels of a configuration (split and combine), cached like the flash kernel.
+// The decode kernels of a configuration (split and combine), cached like the flash kernel, and
+// the most splits a row may have as one cluster on this device (0: no clusters, the workspace
+// and the combine kernel).
 struct DecodeKernels {
   cudaKernel_t split = nullptr, combine = nullptr;
+  int max_cluster = 0;
 };
+
+// 16 CTAs a cluster where the device can hold one (a non-portable size), else the portable 8;
+// 0 before sm_90.
+int MaxClusterSplits(cudaKernel_t kernel, int device) {
+  if (cuda::Props(device).major < 9) return 0;
+  const void* f = reinterpret_cast<const void*>(kernel);
+  if (cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+    cudaGetLastError();
+    return 8;
+  }
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = 1, attr.val.clusterDim.y = 16, attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(1, 16);
+  config.blockDim = dim3(128);
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, f, &config) != cudaSuccess) {
+    cudaGetLastError();
+    return 8;
+  }
+  return clusters > 0 ? 16 : 8;
+}
+
 const DecodeKernels& DecodeKernelsFor(const FlashAttentionConfig& c) {
   static std::mutex mu;  // guards `cache`; held while compiling, so a kernel compiles once
   static auto* cache = new std::map<std::string, DecodeKernels>();
@@ -101,16 +130,20 @@ const DecodeKernels& DecodeKernelsFor(const FlashAttentionConfig& c) {
   const std::string source = RenderFlashDecodeSource(c);
   DecodeKernels k{ValueOrThrow(cuda::GetKernel(source, name)),
                   ValueOrThrow(cuda::GetKernel(source, name + "_combine"))};
+  k.max_cluster = MaxClusterSplits(k.split, device);
   return cache->emplace(key, k).first->second;
 }
 
-// Splits of the keys so that the grid holds about 8 CTAs per SM, each run at least 32 keys, at
-// most 1024 runs a row (the combine kernel's shared arrays).
-void ChooseSplits(int64_t rows, int64_t kv_len, int sm_count, DecodeParams* d) {
-  const int64_t target = 8 * static_cast<int64_t>(std::max(sm_count, 1));
-  const int64_t max_splits = std::clamp<int64_t>((kv_len + 31) / 32, 1, 1024);
-  const int64_t want = std::clamp<int64_t>((target + rows - 1) / rows, 1, max_splits);
-  const int64_t len = std::max<int64_t>(1, (kv_len + want - 1) / want);
+// Splits of the keys so that the grid holds about 6 CTAs per SM, each run a multiple of the
+// keys a CTA takes per iteration (64 at head dim 64, 32 at 128), at most `max_splits` runs a row.
+void ChooseSplits(int64_t rows, int64_t kv_len, int head_dim, int sm_count, int64_t max_splits,
+                  DecodeParams* d) {
+  const int64_t step = head_dim == 64 ? 64 : 32;  // kiln_fd::STEP
+  const int64_t target = 6 * static_cast<int64_t>(std::max(sm_count, 1));
+  const int64_t most = std::clamp<int64_t>((kv_len + step - 1) / step, 1, max_splits);
+  const int64_t want = std::clamp<int64_t>((target + rows - 1) / rows, 1, most);
+  const int64_t runs = (kv_len + want - 1) / want;
+  const int64_t len = std::max<int64_t>(step, (runs + step - 1) / step * step);
   d->split_len = static_cast<int>(len);
   d->splits = static_cast<int>(std::max<int64_t>(1, (kv_len + len - 1) / len));
 }
@@ -119,21 +152,26 @@ void LaunchFlashDecode(const FlashParams& p, const FlashAttentionConfig& config,
                        Device device) {
   const DecodeKernels& kernels = DecodeKernelsFor(config);
   DecodeParams d{p, nullptr, 1, 1};
-  ChooseSplits(rows, p.kv_len, cuda::Props(device.index).sm_count, &d);
-  Tensor part;  // the splits' partial results, freed (stream-ordered) after the combine
-  if (d.splits > 1) {
-    part = Tensor::Empty({rows * d.splits * (config.head_dim + 2)}, DType::kFloat32, device);
-    d.part = static_cast<float*>(part.data_ptr());
-  }
+  // KILN_FD_CLUSTER=off: the workspace path (A/B, and its tests on sm_90), read per launch.
+  const bool cluster = kernels.max_cluster > 0 && EnvBool("KILN_FD_CLUSTER");
+  ChooseSplits(rows, p.kv_len, config.head_dim, cuda::Props(device.index).sm_count,
+               cluster ? kernels.max_cluster : 1024, &d);
   void* args[] = {&d};
-  KILN_CUDA_CHECK(cuda::LaunchDependent(reinterpret_cast<const void*>(kernels.split),
-                                        dim3(static_cast<unsigned>(rows), d.splits), dim3(128),
-                                        args, 0, cuda::CurrentStream()));
-  if (d.splits > 1) {
-    KILN_CUDA_CHECK(cuda::LaunchDependent(reinterpret_cast<const void*>(kernels.combine),
-                                          dim3(static_cast<unsigned>(rows)), dim3(128), args, 0,
-                                          cuda::CurrentStream()));
+  const dim3 grid(static_cast<unsigned>(rows), d.splits);
+  if (cluster || d.splits == 1) {  // one kernel: the row's splits merge through their cluster
+    KILN_CUDA_CHECK(cuda::LaunchDependent(reinterpret_cast<const void*>(kernels.split), grid,
+                                          dim3(128), args, 0, cuda::CurrentStream(),
+                                          dim3(1, d.splits, 1)));
+    return;
   }
+  // The splits' partial results, freed (stream-ordered) after the combine.
+  Tensor part = Tensor::Empty({rows * d.splits * (config.head_dim + 2)}, DType::kFloat32, device);
+  d.part = static_cast<float*>(part.data_ptr());
+  KILN_CUDA_CHECK(cuda::LaunchDependent(reinterpret_cast<const void*>(kernels.split), grid,
+                                        dim3(128), args, 0, cuda::CurrentStream()));
+  KILN_CUDA_CHECK(cuda::LaunchDependent(reinterpret_cast<const void*>(kernels.combine),
+                                        dim3(static_cast<unsigned>(rows)), dim3(128), args, 0,
+                                        cuda::CurrentStream()));
 }
 
 }  // namespace

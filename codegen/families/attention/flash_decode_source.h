@@ -5,14 +5,20 @@
 // walking all keys alone, 64 µs for GPT-2's 12 heads over 1024 keys on the H200. Here the keys are
 // split instead (flash-decoding):
 //   * KILN_FD_NAME: CTA (row, split) — row = one query row of one (batch, head), split = a run
-//     of split_len keys — has 4 warps; warp w takes keys w·4 .. w·4+3 of each group of 16, one
-//     lane per D/32 elements of the head dim: 4 keys' K and V rows are loaded before any is used
-//     (memory-level parallelism), each score is a warp-shuffle reduction, and the softmax is
-//     online in fp32 and base 2 (x = s·scale·log2 e + mask·log2 e), as in the flash kernel. The
-//     4 warps' (m, l, O) merge in shared memory; with one split the CTA writes the output row,
-//     otherwise (O unnormalised, m, l) go to a float workspace [rows][splits][D + 2].
-//   * KILN_FD_COMBINE_NAME: one CTA per row merges its splits: O = Σ O_s·2^(m_s - M) / Σ l_s·2^(m_s
-//   - M).
+//     of split_len keys — has 4 warps. A key's K and V rows are read by a group of G = D/8 lanes,
+//     16 bytes each (8 elements), so a warp holds 32/G keys per load and UNROLL loads of K and V
+//     are in flight before any is used (16 keys, 4 KB a warp at D = 64: the bytes in flight are
+//     what a decode step's attention is bound by). Keys the mask hides are not read at all (their
+//     mask byte or value is read first): a KV cache filled to position p of its capacity costs p
+//     keys, not the capacity. Each score is a shuffle reduction within the group; the softmax is
+//     online in fp32 and base 2 (x = s·scale·log2 e + mask·log2 e), as in the flash kernel, one
+//     rescale per UNROLL keys. The groups' (m, l, O) merge in shared memory.
+//   * With one split the CTA writes the output row. With several on sm_90 the splits of a row are
+//     one thread-block cluster (grid y = cluster y = splits, at most 16): each CTA leaves its
+//     (m, l, O) in its shared memory, and after a cluster barrier CTA rank 0 reads the others'
+//     through distributed shared memory and writes O = Σ O_s·2^(m_s - M) / Σ l_s·2^(m_s - M):
+//     one kernel, no workspace. Before sm_90 (no clusters) the splits write a float workspace
+//     [rows][splits][D + 2] and KILN_FD_COMBINE_NAME (one CTA per row) merges it.
 // Semantics match the flash kernel: causal is torch's top-left rule (key j for query i iff
 // j <= i), grouped-query heads read K/V head h / group, the mask (bool: nonzero keeps; additive
 // float32/float16/bfloat16) is broadcast with any strides, and a row with no visible key is
@@ -32,7 +38,8 @@ inline constexpr char kFlashDecodeSource[] = R"KILN_FD(
 // split of the keys and the workspace.
 struct KilnDecodeParams {
   KilnFlashParams f;
-  float* part;    // [rows][splits][D + 2]: O (unnormalised), then m and l; unused with 1 split
+  float* part;    // [rows][splits][D + 2]: O (unnormalised), then m and l; null when the splits
+                  // of a row are one cluster (or there is one split)
   int splits;     // key runs per row (the grid's y)
   int split_len;  // keys per run
 };
@@ -40,9 +47,13 @@ struct KilnDecodeParams {
 namespace kiln_fd {
 
 constexpr int D = KILN_FD_HEAD_DIM;
-constexpr int E = D / 32;     // head-dim elements per lane
+constexpr int VEC = 8;           // elements of a row per lane and load (16 bytes)
+constexpr int G = D / VEC;       // lanes per key: 8 at D = 64, 16 at D = 128
+constexpr int KPW = 32 / G;      // keys per warp and load
 constexpr int WARPS = 4;
-constexpr int UNROLL = 4;     // keys per warp whose K and V rows are in flight together
+constexpr int UNROLL = 4;        // loads of K and V per lane in flight together
+constexpr int GROUPS = WARPS * KPW;           // lane groups of a CTA (partial results)
+constexpr int STEP = GROUPS * UNROLL;         // keys a CTA takes per iteration
 constexpr int kMaxSplits = 1024;  // the host never splits a row further
 constexpr float kLog2e = 1.4426950408889634f;
 static_assert(D == 64 || D == 128, "head dim");
@@ -55,12 +66,21 @@ __device__ __forceinline__ float f16_to_f(unsigned short x) {
   asm("{ cvt.f32.f16 %0, %1; }" : "=f"(f) : "h"(x));
   return f;
 }
-__device__ __forceinline__ float to_f(unsigned x) {
+// Element 2w + h (h = 0 low, 1 high) of a 16-byte vector of 8 elements.
+__device__ __forceinline__ float elem(unsigned w, int h) {
 #if KILN_FD_BF16
-  return bf16_to_f(x & 0xffff);
+  return h ? __uint_as_float(w & 0xffff0000u) : bf16_to_f(w & 0xffff);
 #else
-  return f16_to_f(static_cast<unsigned short>(x & 0xffff));
+  return f16_to_f(static_cast<unsigned short>(h ? w >> 16 : w & 0xffff));
 #endif
+}
+__device__ __forceinline__ void unpack(const uint4& r, float (&out)[VEC]) {
+  const unsigned w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = elem(w[i], 0);
+    out[2 * i + 1] = elem(w[i], 1);
+  }
 }
 __device__ __forceinline__ kiln_u16 from_f(float x) {
   unsigned short r;
@@ -70,21 +90,6 @@ __device__ __forceinline__ kiln_u16 from_f(float x) {
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(x));
 #endif
   return r;
-}
-
-// The E elements of a row this lane owns, as floats (one 4- or 8-byte load).
-__device__ __forceinline__ void load_lane(const kiln_u16* p, float (&out)[E]) {
-#if KILN_FD_HEAD_DIM == 64
-  const unsigned w = *reinterpret_cast<const unsigned*>(p);
-  out[0] = to_f(w);
-  out[1] = to_f(w >> 16);
-#else
-  const uint2 w = *reinterpret_cast<const uint2*>(p);
-  out[0] = to_f(w.x);
-  out[1] = to_f(w.x >> 16);
-  out[2] = to_f(w.y);
-  out[3] = to_f(w.y >> 16);
-#endif
 }
 
 // Whether query row i sees key j, and the key's additive mask in base 2 (*add).
@@ -105,6 +110,7 @@ __device__ __forceinline__ bool visible(const KilnFlashParams& p, const char* ma
 #else
   *add = bf16_to_f(reinterpret_cast<const kiln_u16*>(mask)[off]) * kLog2e;
 #endif
+  keep = keep && *add != neg_inf();  // a -inf key adds nothing: not read either
 #endif
   return keep;
 }
@@ -138,6 +144,27 @@ __device__ __forceinline__ Row row_of(const KilnFlashParams& p, int r) {
   return {bh / p.heads, bh % p.heads, r % p.q_len};
 }
 
+__device__ __forceinline__ kiln_u16* out_row(const KilnFlashParams& p, const Row& row) {
+  return p.o + row.b * p.o_batch + row.h * p.o_head + row.i * p.o_row;
+}
+
+#if __CUDA_ARCH__ >= 900
+// Thread-block clusters (sm_90): the barrier every thread of the cluster's CTAs arrives at, and
+// a float of CTA `rank`'s shared memory at the address `local` has in this CTA's.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;"
+               ::: "memory");
+}
+__device__ __forceinline__ float cluster_load(const float* local, unsigned rank) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+#endif
+
 }  // namespace kiln_fd
 
 extern "C" __global__ void __launch_bounds__(kiln_fd::WARPS * 32) KILN_FD_NAME(const KilnDecodeParams dp) {
@@ -145,6 +172,7 @@ extern "C" __global__ void __launch_bounds__(kiln_fd::WARPS * 32) KILN_FD_NAME(c
   kiln_grid_dependency_sync();
   const KilnFlashParams& p = dp.f;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane / G, c = lane % G;  // this lane's key of the warp's KPW, its 8 elements
   const int r = blockIdx.x, split = blockIdx.y;
   const Row row = row_of(p, r);
   const int hk = row.h / p.group;
@@ -153,74 +181,127 @@ extern "C" __global__ void __launch_bounds__(kiln_fd::WARPS * 32) KILN_FD_NAME(c
 #if KILN_FD_CAUSAL
   j1 = min(j1, row.i + 1);
 #endif
-  const kiln_u16* q = p.q + row.b * p.q_batch + row.h * p.q_head + row.i * p.q_row + lane * E;
-  const kiln_u16* k = p.k + row.b * p.k_batch + hk * p.k_head + lane * E;
-  const kiln_u16* v = p.v + row.b * p.v_batch + hk * p.v_head + lane * E;
+  const kiln_u16* q = p.q + row.b * p.q_batch + row.h * p.q_head + row.i * p.q_row + c * VEC;
+  const kiln_u16* k = p.k + row.b * p.k_batch + hk * p.k_head + c * VEC;
+  const kiln_u16* v = p.v + row.b * p.v_batch + hk * p.v_head + c * VEC;
   const char* mask = static_cast<const char*>(p.mask);
 #if KILN_FD_MASK != 0
   mask += (row.b * p.m_batch + row.h * p.m_head) * (KILN_FD_MASK == 1 ? 1 : KILN_FD_MASK == 2 ? 4 : 2);
 #endif
-  float qf[E];
-  load_lane(q, qf);
+  float qf[VEC];
+  unpack(*reinterpret_cast<const uint4*>(q), qf);
 #pragma unroll
-  for (int e = 0; e < E; ++e) qf[e] *= p.scale_log2;  // scores come out as base-2 logits
-  float m = neg_inf(), l = 0.f, acc[E];
+  for (int e = 0; e < VEC; ++e) qf[e] *= p.scale_log2;  // scores come out as base-2 logits
+  float m = neg_inf(), l = 0.f, acc[VEC];
 #pragma unroll
-  for (int e = 0; e < E; ++e) acc[e] = 0.f;
+  for (int e = 0; e < VEC; ++e) acc[e] = 0.f;
 
-  for (int jb = j0 + warp * UNROLL; jb < j1; jb += WARPS * UNROLL) {
-    float kf[UNROLL][E], vf[UNROLL][E];
+  // The warp's keys of an iteration: jb + u·KPW + g for u < UNROLL (KPW consecutive rows a load).
+  for (int jb = j0 + warp * KPW * UNROLL; jb < j1; jb += STEP) {
+    bool keep[UNROLL];
+    float add[UNROLL];
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
-      const long long j = min(jb + u, j1 - 1);  // past the run: re-read its last key, unused
-      load_lane(k + j * p.k_row, kf[u]);
-      load_lane(v + j * p.v_row, vf[u]);
+      const int j = jb + u * KPW + g;
+      add[u] = 0.f;
+      keep[u] = j < j1 && visible(p, mask, row.i, j, &add[u]);
     }
+    uint4 kr[UNROLL], vr[UNROLL];
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
-      float s = 0.f;
-#pragma unroll
-      for (int e = 0; e < E; ++e) s += qf[e] * kf[u][e];
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-      float add = 0.f;
-      const bool keep = jb + u < j1 && visible(p, mask, row.i, jb + u, &add);
-      const float x = s + add;
-      if (keep && x != neg_inf()) {  // the same for every lane: s is reduced, the mask shared
-        const float m_new = fmaxf(m, x);
-        const float c = exp2f(m - m_new);  // 0 while nothing was seen (m = -inf)
-        const float pr = exp2f(x - m_new);
-        l = l * c + pr;
-#pragma unroll
-        for (int e = 0; e < E; ++e) acc[e] = acc[e] * c + pr * vf[u][e];
-        m = m_new;
+      const long long j = jb + u * KPW + g;
+      kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+      if (keep[u]) {
+        kr[u] = __ldg(reinterpret_cast<const uint4*>(k + j * p.k_row));
+        vr[u] = __ldg(reinterpret_cast<const uint4*>(v + j * p.v_row));
       }
     }
+    float x[UNROLL];
+    float m_new = m;
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      float kf[VEC];
+      unpack(kr[u], kf);
+      float s = 0.f;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) s += qf[e] * kf[e];
+#pragma unroll
+      for (int o = G / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      x[u] = keep[u] ? s + add[u] : neg_inf();  // the same in every lane of the group
+      m_new = fmaxf(m_new, x[u]);
+    }
+    if (m_new != neg_inf()) {  // uniform within the group: something visible so far
+      const float scale = exp2f(m - m_new);  // 0 while nothing was seen (m = -inf)
+      l *= scale;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc[e] *= scale;
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const float pr = exp2f(x[u] - m_new);  // 0 for a hidden key (x = -inf, V not read)
+        float vf[VEC];
+        unpack(vr[u], vf);
+        l += pr;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc[e] += pr * vf[e];
+      }
+      m = m_new;
+    }
   }
 
-  __shared__ float sm[WARPS], sl[WARPS], so[WARPS][D];
-  if (lane == 0) {
-    sm[warp] = m;
-    sl[warp] = l;
+  // The CTA's groups merge in shared memory: thread d < D then holds the CTA's O[d], m and l.
+  __shared__ float sm[GROUPS], sl[GROUPS], so[GROUPS][D];
+  const int grp = warp * KPW + g;
+  if (c == 0) {
+    sm[grp] = m;
+    sl[grp] = l;
   }
 #pragma unroll
-  for (int e = 0; e < E; ++e) so[warp][lane * E + e] = acc[e];
+  for (int e = 0; e < VEC; ++e) so[grp][c * VEC + e] = acc[e];
   __syncthreads();
   const int d = threadIdx.x;
-  if (d >= D) return;
-  float big, sum;
-  const float o = merge(sm, sl, 1, &so[0][d], D, WARPS, &big, &sum);
+  float big = neg_inf(), sum = 0.f, o = 0.f;
+  if (d < D) o = merge(sm, sl, 1, &so[0][d], D, GROUPS, &big, &sum);
   if (dp.splits == 1) {
-    kiln_u16* out = p.o + row.b * p.o_batch + row.h * p.o_head + row.i * p.o_row;
-    out[d] = from_f(sum > 0.f ? o / sum : 0.f);
+    if (d < D) out_row(p, row)[d] = from_f(sum > 0.f ? o / sum : 0.f);
     return;
   }
-  float* part = dp.part + (static_cast<long long>(r) * dp.splits + split) * (D + 2);
-  part[d] = o;
-  if (d == 0) {
-    part[D] = big;
-    part[D + 1] = sum;
+  if (dp.part != nullptr) {  // the workspace and the combine kernel (no clusters)
+    if (d >= D) return;
+    float* part = dp.part + (static_cast<long long>(r) * dp.splits + split) * (D + 2);
+    part[d] = o;
+    if (d == 0) {
+      part[D] = big;
+      part[D + 1] = sum;
+    }
+    return;
   }
+#if __CUDA_ARCH__ >= 900
+  // The row's splits are one cluster: rank 0 merges the others' (m, l, O) from their shared
+  // memory; the second barrier keeps every CTA (and its shared memory) alive until it has.
+  __shared__ float cm, cl, co[D];
+  if (d < D) co[d] = o;
+  if (d == 0) {
+    cm = big;
+    cl = sum;
+  }
+  cluster_sync();
+  unsigned rank;
+  asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  if (rank == 0 && d < D) {
+    float mx = neg_inf();
+    for (int s = 0; s < dp.splits; ++s) mx = fmaxf(mx, cluster_load(&cm, s));
+    float total = 0.f, value = 0.f;
+    if (mx != neg_inf()) {
+      for (int s = 0; s < dp.splits; ++s) {
+        const float w = exp2f(cluster_load(&cm, s) - mx);
+        total += cluster_load(&cl, s) * w;
+        value += cluster_load(&co[d], s) * w;
+      }
+    }
+    out_row(p, row)[d] = from_f(total > 0.f ? value / total : 0.f);
+  }
+  cluster_sync();
+#endif
 }
 
 extern "C" __global__ void __launch_bounds__(128) KILN_FD_COMBINE_NAME(const KilnDecodeParams dp) {
@@ -271,9 +352,7 @@ extern "C" __global__ void __launch_bounds__(128) KILN_FD_COMBINE_NAME(const Kil
     sum += red_sum[t + h * D];
     acc += red_acc[t + h * D];
   }
-  const Row row = row_of(p, r);
-  kiln_u16* out = p.o + row.b * p.o_batch + row.h * p.o_head + row.i * p.o_row;
-  out[t] = from_f(sum > 0.f ? acc / sum : 0.f);
+  out_row(p, row_of(p, r))[t] = from_f(sum > 0.f ? acc / sum : 0.f);
 }
 )KILN_FD";
 
