@@ -1,7 +1,8 @@
 // CUDA linear with few rows on kiln's GEMV (ops/cuda/gemv_kernels.h), forced with
 // SetGemvMode(kOn), against the CPU linear on the same values: m in {1, 2, 3, 8} over the decode
-// shapes and odd ones (n, k of 1, 3, 7, 17), every dtype, bias and epilogue (activations and the
-// residual add); strided x rows,
+// shapes and odd ones (n, k of 1, 3, 7, 17; k 200 and 4104 for the tensor-core path's partial
+// chunk and cluster splits), every dtype, bias and epilogue (activations and the residual add);
+// strided x rows,
 // weight slices misaligned for 16-byte loads, NaN propagation, rows of w beyond 2^31 elements.
 // Then the choice (ops/cuda/gemv_choice.h): kOff runs cuBLASLt (no GEMV kernel in the profile),
 // kAuto records a timed decision, and a problem first met under graph capture runs the GEMV
@@ -144,8 +145,10 @@ std::vector<SweepParam> SweepParams() {
   std::vector<SweepParam> out;
   for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     for (int64_t n : {1, 7, 768, 2304, 50257}) {
-      for (int64_t k : {1, 3, 17, 768, 3072}) {
-        if (n == 50257 && k == 3072) continue;  // 154M weights: the CPU reference alone takes long
+      // 200 and 4104: the tensor-core path's last 64-element chunk in part (2..8 rows of a
+      // 2-byte type, k a multiple of 8), and 4104 its chunks split over a cluster for small n.
+      for (int64_t k : {1, 3, 17, 200, 768, 3072, 4104}) {
+        if (n == 50257 && k >= 3072) continue;  // 154M weights: the CPU reference alone takes long
         out.emplace_back(t, n, k);
       }
     }
@@ -179,7 +182,8 @@ TEST(Gemv, NormPrologueMatchesTheNormThenTheLinear) {
   auto separate = [](const Tensor&) { ADD_FAILURE() << "ran the norm and the linear apart"; };
   int checked = 0;
   for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
-    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{768, 768}, {7, 17}, {50, 100}}) {
+    for (const auto& [n, k] :
+         {std::pair<int64_t, int64_t>{768, 768}, {7, 17}, {50, 100}, {2311, 200}}) {
       Generator gen(n + k);
       const Tensor w = randn({n, k}, gen, t, CUDA(0)) * (1.0 / std::sqrt(static_cast<double>(k)));
       const Tensor b = randn({n}, gen, t, CUDA(0));
@@ -217,7 +221,7 @@ TEST(Gemv, NormPrologueMatchesTheNormThenTheLinear) {
       }
     }
   }
-  EXPECT_EQ(checked, 3 * 3 * 3 * 3 * 3);
+  EXPECT_EQ(checked, 3 * 4 * 3 * 3 * 3);
 }
 
 // What the fused call refuses (it launches nothing, runs nothing and returns false): more rows

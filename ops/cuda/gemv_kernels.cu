@@ -21,6 +21,9 @@
 // with the norm's own kernel.) The plain kernel is unchanged by it: the shared-memory variant is a
 // template flag of the loads.
 //
+// 2..8 rows of float16 / bfloat16 (aligned, k a multiple of 8) take the tensor-core path instead
+// (MmaGemvKernel, NormMmaGemvKernel; see "the tensor-core path" below).
+//
 // Indexing is int64 throughout (a w of n·k > 2^31 elements is the LM head of a large vocabulary);
 // CTAs stride over column tiles, so the grid stays within limits for any n.
 #include <cuda_bf16.h>
@@ -405,6 +408,206 @@ __global__ void __launch_bounds__(kThreads, 1) NormGemvKernel(NormParams<T> np) 
   ColumnTiles<T, M, true>(p, partial);
 }
 
+// ---- the tensor-core path: 2..8 rows of bfloat16 / float16
+// ---------------------------------------
+//
+// With M x rows each weight feeds M FMAs, and the FMA loop above is bound by its instructions (the
+// x loads and conversions for every row) long before HBM is. Here the weights are the A operand of
+// mma.m16n8k16 (16 w rows = 16 output columns, a "tile") and the x rows the B operand (8 columns;
+// rows >= M are zeros), so the products cost nothing and only the weights' bytes remain. The sum
+// over k does not care which k a fragment slot holds as long as A and B agree, so each thread
+// loads whole 16-byte vectors: lane (g, c) = (lane / 4, lane % 4) reads elements 8c .. 8c+7 and
+// 32+8c .. 32+8c+7 of a 64-element chunk of w rows g and g + 8 and of x row g (a load instruction
+// of the warp covers 64 contiguous bytes of each of 8 rows), and k16 step s takes its words 2s
+// and 2s+1. The 4 warps of a CTA take the tile's chunks in turn, kMmaUnroll chunks in flight each;
+// where a tile has many chunks and the grid few tiles, its chunks are also split over the CTAs of
+// a thread-block cluster (grid y, sm_90), whose rank 0 adds the others' sums from their shared
+// memory. Sums are fp32 (the mma's accumulator); bias, activation, residual and the rounding are
+// the FMA path's (Store).
+constexpr int kMmaTile = 16;      // output columns per tile (the mma's M)
+constexpr int kMmaChunk = 64;     // k per chunk (4 mma k-steps)
+constexpr int kMmaUnroll = 2;     // chunks in flight per warp
+constexpr int kMmaMaxSplits = 8;  // CTAs of a cluster sharing one tile's chunks (portable size)
+
+// w rows g and g + 8 and x row g of one chunk, 16 elements each as 8 32-bit words.
+struct MmaChunk {
+  uint32_t wg[8], wh[8], x[8];
+};
+
+__device__ __forceinline__ void Words(const uint4& v, uint32_t* out) {
+  out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+}
+
+// The chunk at k offset kc: this lane's two 16-byte vectors of each of its three rows (zeros past
+// k, for w rows past n and for x rows past m). k is a multiple of 8, so a vector is whole or out.
+template <typename T, bool kSharedX>
+__device__ __forceinline__ void LoadMmaChunk(const Params<T>& p, const T* wg, const T* wh,
+                                             const T* x, int64_t kc, int c, MmaChunk& f) {
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t at = kc + 32 * h + 8 * c;
+    const bool in = at < p.k;
+    Words(in && wg != nullptr ? __ldcs(reinterpret_cast<const uint4*>(wg + at)) : zero,
+          f.wg + 4 * h);
+    Words(in && wh != nullptr ? __ldcs(reinterpret_cast<const uint4*>(wh + at)) : zero,
+          f.wh + 4 * h);
+    uint4 xv = zero;
+    if (in && x != nullptr) {
+      xv = kSharedX ? *reinterpret_cast<const uint4*>(x + at)
+                    : __ldg(reinterpret_cast<const uint4*>(x + at));
+    }
+    Words(xv, f.x + 4 * h);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void Mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                    uint32_t a3, uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void ClusterSync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::
+                   : "memory");
+}
+// The float at `local`'s address in the shared memory of cluster CTA `rank`.
+__device__ __forceinline__ float ClusterLoad(const float* local, unsigned rank) {
+  const auto addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+#endif
+
+// Shared memory of a tile's sums: each warp's accumulators, then the CTA's (one per thread).
+struct MmaShared {
+  float warp[kWarps][4][32];
+  float sums[kThreads];
+};
+
+// One tile: this CTA's share of its chunks (split `split` of `splits`), the sums over warps (and
+// over the cluster when splits > 1), then bias, activation, residual and the store by rank 0.
+// Thread t ends with output (column tile·16 + t / 8, row t % 8).
+template <typename T, bool kSharedX>
+__device__ __forceinline__ void MmaTile(const Params<T>& p, int m, int64_t tile, int split,
+                                        int splits, MmaShared& sh) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int64_t col_g = tile * kMmaTile + g, col_h = col_g + 8;
+  const T* wg = col_g < p.n ? p.w + col_g * p.ldw : nullptr;
+  const T* wh = col_h < p.n ? p.w + col_h * p.ldw : nullptr;
+  const T* x = g < m ? p.x + g * p.ldx : nullptr;
+  const int64_t chunks = (p.k + kMmaChunk - 1) / kMmaChunk;
+  const int stride = kWarps * splits;
+  float d[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int64_t q = int64_t{split} * kWarps + warp; q < chunks; q += int64_t{stride} * kMmaUnroll) {
+    MmaChunk f[kMmaUnroll];
+#pragma unroll
+    for (int u = 0; u < kMmaUnroll; ++u) {
+      const int64_t qu = q + int64_t{u} * stride;
+      LoadMmaChunk<T, kSharedX>(p, wg, wh, x, qu < chunks ? qu * kMmaChunk : p.k, c, f[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kMmaUnroll; ++u) {
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        Mma<T>(d, f[u].wg[2 * s], f[u].wh[2 * s], f[u].wg[2 * s + 1], f[u].wh[2 * s + 1],
+               f[u].x[2 * s], f[u].x[2 * s + 1]);
+      }
+    }
+  }
+  // d[i]: column g + 8 (i / 2), row 2c + i % 2. Thread t takes column t / 8 and row t % 8.
+#pragma unroll
+  for (int i = 0; i < 4; ++i) sh.warp[warp][i][lane] = d[i];
+  __syncthreads();
+  const int t = threadIdx.x, col = t / 8, row = t % 8;
+  const int i = (col / 8) * 2 + row % 2, from = (col % 8) * 4 + row / 2;
+  float v = 0.f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) v += sh.warp[w][i][from];
+  bool store = true;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (splits > 1) {  // the cluster's CTAs hold the other splits: rank 0 adds them up
+    sh.sums[t] = v;
+    ClusterSync();
+    unsigned rank;
+    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    store = rank == 0;
+    if (store) {
+      for (int r = 1; r < splits; ++r) v += ClusterLoad(&sh.sums[t], r);
+    }
+    ClusterSync();  // every CTA's shared memory lives until rank 0 has read it
+  }
+#endif
+  const int64_t out_col = tile * kMmaTile + col;
+  if (store && row < m && out_col < p.n) {
+    const float b = p.bias != nullptr ? ToFloat(p.bias[out_col * p.bias_stride]) : 0.f;
+    float y = Activate(v + b, p.act);
+    if (p.residual != nullptr) y += ToFloat(p.residual[row * p.n + out_col]);
+    p.out[row * p.n + out_col] = FromFloat<T>(y);
+  }
+  __syncthreads();  // sh.warp is written again by the next tile
+}
+
+// This CTA's first chunks of w rows into L2 before the dependency wait (as PrefetchRow).
+template <typename T>
+__device__ __forceinline__ void PrefetchMmaTile(const Params<T>& p, int64_t tile, int split,
+                                                int splits) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t col = tile * kMmaTile + lane % kMmaTile;
+  if (col >= p.n) return;
+  const char* row = reinterpret_cast<const char*>(p.w + col * p.ldw);
+  const int64_t chunk = int64_t{split} * kWarps + warp;
+  const int64_t at = (chunk * kMmaChunk + (lane / kMmaTile) * (kMmaChunk / 2)) * sizeof(T);
+  if (at < p.k * static_cast<int64_t>(sizeof(T)))
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(row + at));
+}
+
+// Grid (tiles, splits), clusters (1, splits): CTA (tile, split) takes split `split` of the tile.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) MmaGemvKernel(Params<T> p, int m) {
+  __shared__ MmaShared sh;
+  PrefetchMmaTile(p, blockIdx.x, blockIdx.y, gridDim.y);
+  GridDependencySync();  // x, residual and out may be earlier kernels' buffers
+  MmaTile<T, false>(p, m, blockIdx.x, blockIdx.y, gridDim.y, sh);
+}
+
+// The norm GEMV on tensor cores: the rows normalised into shared memory once per CTA, as
+// NormGemvKernel does, then tiles blockIdx.x, blockIdx.x + gridDim.x, ... whole (no clusters).
+template <typename T, int M>
+__global__ void __launch_bounds__(kThreads, 1) NormMmaGemvKernel(NormParams<T> np) {
+  __shared__ MmaShared sh;
+  __shared__ RowNorm norms[M];
+  extern __shared__ uint4 normed_words[];
+  PrefetchMmaTile(np.gemv, blockIdx.x, 0, 1);
+  GridDependencySync();  // x, residual and out may be earlier kernels' buffers
+  ComputeRowNorms<T, M>(np, norms);
+  T* normed = reinterpret_cast<T*>(normed_words);
+  NormalizeRows<T, M>(np, norms, normed);
+  Params<T> p = np.gemv;
+  p.x = normed;
+  p.ldx = p.k;
+  const int64_t tiles = (p.n + kMmaTile - 1) / kMmaTile;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    MmaTile<T, true>(p, M, tile, 0, 1, sh);
+  }
+}
+
 // Waits on the device until `ns` nanoseconds have passed since it started.
 __global__ void DelayKernel(int64_t ns) {
   auto now = [] {
@@ -455,6 +658,61 @@ cudaError_t OptInSharedMemory(const std::array<void (*)(NormParams<T>), N>& kern
   return cudaSuccess;
 }
 
+template <typename T, size_t... I>
+std::array<void (*)(NormParams<T>), sizeof...(I)> NormMmaKernelTable(std::index_sequence<I...>) {
+  return {&NormMmaGemvKernel<T, static_cast<int>(I) + 1>...};
+}
+
+// Whether the tensor-core path takes the problem: 2..8 rows of a 2-byte float, w and x rows
+// 16-byte aligned, k whole 16-byte vectors, and not turned off (GemvArgs::tensor_cores).
+template <typename T>
+bool UseMma(const GemvArgs& a, const Params<T>& p) {
+  static_assert(sizeof(T) == 2, "the tensor-core path takes float16 and bfloat16");
+  return a.tensor_cores && a.m >= 2 && p.vec_w && p.vec_x && a.k % kVec<T> == 0;
+}
+
+// Splits of a tile's chunks over a cluster: doubled (up to 8, on sm_90) while the tile's chunks
+// outnumber what the CTAs' warps take in one round and the grid is under 4 CTAs per SM.
+int MmaSplits(int64_t tiles, int64_t k, int sm_count, int major) {
+  if (major < 9) return 1;
+  const int64_t chunks = (k + kMmaChunk - 1) / kMmaChunk;
+  int splits = 1;
+  while (splits < kMmaMaxSplits && int64_t{splits} * kWarps * kMmaUnroll < chunks &&
+         tiles * splits < int64_t{4} * std::max(sm_count, 1)) {
+    splits *= 2;
+  }
+  return splits;
+}
+
+template <typename T>
+cudaError_t LaunchMma(const GemvArgs& a, const Params<T>& p, cudaStream_t stream) {
+  const int64_t tiles = (a.n + kMmaTile - 1) / kMmaTile;
+  if (tiles > kMaxGrid) return cudaErrorInvalidValue;
+  int device = 0, major = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess)
+    e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (e != cudaSuccess) return e;
+  const int splits = MmaSplits(tiles, a.k, a.sm_count, major);
+  cudaLaunchAttribute attrs[2] = {};
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(tiles), splits);
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  config.attrs = attrs;
+  if (a.dependent_launch) {
+    attrs[config.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[config.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (splits > 1) {
+    attrs[config.numAttrs].id = cudaLaunchAttributeClusterDimension;
+    attrs[config.numAttrs].val.clusterDim.x = 1;
+    attrs[config.numAttrs].val.clusterDim.y = splits;
+    attrs[config.numAttrs++].val.clusterDim.z = 1;
+  }
+  return cudaLaunchKernelEx(&config, &MmaGemvKernel<T>, p, static_cast<int>(a.m));
+}
+
 template <typename T>
 cudaError_t LaunchNormed(const GemvArgs& a, const Params<T>& p, int64_t tiles,
                          cudaStream_t stream) {
@@ -472,6 +730,17 @@ cudaError_t LaunchNormed(const GemvArgs& a, const Params<T>& p, int64_t tiles,
   const NormParams<T> np{
       p,          a.norm, static_cast<const T*>(a.norm_weight), static_cast<const T*>(a.norm_bias),
       a.norm_eps, vec};
+  if constexpr (!std::is_same_v<T, float>) {
+    if (UseMma<T>(a, p)) {
+      static const auto mma = NormMmaKernelTable<T>(std::make_index_sequence<kGemvMaxRows>());
+      static const cudaError_t mma_opted_in = OptInSharedMemory<T>(mma);
+      if (mma_opted_in != cudaSuccess) return mma_opted_in;
+      const int64_t mma_tiles = (a.n + kMmaTile - 1) / kMmaTile;
+      return LaunchMaybeDependent(a.dependent_launch, mma[a.m - 1],
+                                  dim3(static_cast<unsigned>(std::min(mma_tiles, ctas))),
+                                  dim3(kThreads), smem, stream, np);
+    }
+  }
   return LaunchMaybeDependent(a.dependent_launch, kernels[a.m - 1], dim3(grid), dim3(kThreads),
                               smem, stream, np);
 }
@@ -496,6 +765,9 @@ cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
   const int cols = kWarps / p.wpc;
   const int64_t tiles = (a.n + cols - 1) / cols;
   if (a.norm != GemvNorm::kNone) return LaunchNormed<T>(a, p, tiles, stream);
+  if constexpr (!std::is_same_v<T, float>) {
+    if (UseMma<T>(a, p)) return LaunchMma<T>(a, p, stream);
+  }
   const auto grid = static_cast<unsigned>(std::min(tiles, kMaxGrid));
   return LaunchMaybeDependent(a.dependent_launch, kernels[a.m - 1], dim3(grid), dim3(kThreads), 0,
                               stream, p);

@@ -46,6 +46,10 @@ struct GemvArgs {
   // Launch as a programmatic dependent launch (runtime/cuda.h): the kernel prefetches its first
   // weight rows into L2 while the previous kernel finishes, then waits for it.
   bool dependent_launch = false;
+  // 2..8 rows of float16 / bfloat16 with 16-byte aligned rows and k a multiple of 8 run on tensor
+  // cores (mma.m16n8k16: the weights as A, the x rows as B), the FMA loop's instructions gone;
+  // false keeps the FMA loop (KILN_GEMV_MMA=off, an A/B).
+  bool tensor_cores = true;
   // A layer norm or RMS norm over each x row, applied as the row is read: x is replaced by the
   // eager norm's output, (x - mean) / sqrt(var + eps) · norm_weight + norm_bias rounded to the
   // dtype (mean 0 for RMS). Every CTA computes the statistics of the x rows itself (k elements of

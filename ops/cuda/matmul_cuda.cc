@@ -37,6 +37,7 @@
 #include "ops/matrix_views.h"
 #include "ops/ops.h"
 #include "runtime/cuda_api.h"
+#include "runtime/settings.h"
 #include "runtime/startup.h"
 #include "runtime/status.h"
 
@@ -788,6 +789,8 @@ void RunGemv(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor
                                        : GemvAct::kNone;
   a.sm_count = cuda::Props(out.device().index).sm_count;
   a.dependent_launch = cuda::UseDependentLaunch(out.device().index);
+  static const bool tensor_cores = EnvBool("KILN_GEMV_MMA");
+  a.tensor_cores = tensor_cores;
   a.norm = norm.kind;
   a.norm_weight = norm.weight.defined() ? norm.weight.data_ptr() : nullptr;
   a.norm_bias = norm.bias.defined() ? norm.bias.data_ptr() : nullptr;
