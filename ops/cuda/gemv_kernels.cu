@@ -408,8 +408,7 @@ __global__ void __launch_bounds__(kThreads, 1) NormGemvKernel(NormParams<T> np) 
   ColumnTiles<T, M, true>(p, partial);
 }
 
-// ---- the tensor-core path: 2..8 rows of bfloat16 / float16
-// ---------------------------------------
+// ---- The tensor-core path: 2..8 rows of bfloat16 / float16. ----------------------------------
 //
 // With M x rows each weight feeds M FMAs, and the FMA loop above is bound by its instructions (the
 // x loads and conversions for every row) long before HBM is. Here the weights are the A operand of
