@@ -18,9 +18,10 @@ class Sdpa final : public FusedKernel {
   void Run(absl::Span<const Tensor> in, absl::Span<const Tensor> out) const override {
     DispatchOut(OpId::kScaledDotProductAttention, in, attrs_, out[0]);
   }
-  // Counted by capturing the op on CUDA: the flash kernel is one launch, but up to four query
-  // rows run the split-key kernels and their combine, and the math form runs its matmuls, scale,
-  // mask and softmax. On the CPU: one kernel.
+  // Counted by capturing the op on CUDA: the flash kernel is one launch, up to four query rows
+  // run the split-key kernel (one launch on sm_90, where a row's splits merge in their cluster;
+  // before it, or with KILN_FD_CLUSTER=off, a combine kernel too), and the math form runs its
+  // matmuls, scale, mask and softmax. On the CPU: one kernel.
   LaunchCount Launches(absl::Span<const Tensor> in) const override {
     if (in.empty() || !in[0].device().is_cuda()) return {1, 0, ""};
     return CountLaunchesOnce(OpId::kScaledDotProductAttention, in, attrs_);
