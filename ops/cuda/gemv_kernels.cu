@@ -389,6 +389,21 @@ __device__ void NormalizeRows(const NormParams<T>& np, const RowNorm* norms, T* 
   __syncthreads();
 }
 
+// Every CTA's prologue with a norm: the rows' statistics, the rows normalised into shared memory
+// (`words`, m·k elements), and the GEMV's parameters reading x from there.
+template <typename T, int M>
+__device__ __forceinline__ Params<T> NormalizeIntoShared(const NormParams<T>& np, RowNorm* norms,
+                                                         uint4* words) {
+  ComputeRowNorms<T, M>(np, norms);
+  T* normed = reinterpret_cast<T*>(words);
+  NormalizeRows<T, M>(np, norms, normed);
+  Params<T> p = np.gemv;
+  p.x = normed;
+  p.ldx = p.k;
+  p.vec_x = p.k % kVec<T> == 0;  // rows of whole vectors stay 16-byte aligned
+  return p;
+}
+
 // The GEMV of the normalised x rows: statistics and the normalised rows in shared memory once per
 // CTA (m·k elements of dynamic shared memory), then the plain kernel's column loop over them.
 template <typename T, int M>
@@ -398,14 +413,7 @@ __global__ void __launch_bounds__(kThreads, 1) NormGemvKernel(NormParams<T> np) 
   extern __shared__ uint4 normed_words[];
   PrefetchFirstTile(np.gemv);
   GridDependencySync();  // x, residual and out may be earlier kernels' buffers
-  ComputeRowNorms<T, M>(np, norms);
-  T* normed = reinterpret_cast<T*>(normed_words);
-  NormalizeRows<T, M>(np, norms, normed);
-  Params<T> p = np.gemv;
-  p.x = normed;
-  p.ldx = p.k;
-  p.vec_x = p.k % kVec<T> == 0;  // rows of whole vectors stay 16-byte aligned
-  ColumnTiles<T, M, true>(p, partial);
+  ColumnTiles<T, M, true>(NormalizeIntoShared<T, M>(np, norms, normed_words), partial);
 }
 
 // ---- The tensor-core path: 2..8 rows of bfloat16 / float16. ----------------------------------
@@ -596,12 +604,7 @@ __global__ void __launch_bounds__(kThreads, 1) NormMmaGemvKernel(NormParams<T> n
   extern __shared__ uint4 normed_words[];
   PrefetchMmaTile(np.gemv, blockIdx.x, blockIdx.y, gridDim.y);
   GridDependencySync();  // x, residual and out may be earlier kernels' buffers
-  ComputeRowNorms<T, M>(np, norms);
-  T* normed = reinterpret_cast<T*>(normed_words);
-  NormalizeRows<T, M>(np, norms, normed);
-  Params<T> p = np.gemv;
-  p.x = normed;
-  p.ldx = p.k;
+  const Params<T> p = NormalizeIntoShared<T, M>(np, norms, normed_words);
   const int64_t tiles = (p.n + kMmaTile - 1) / kMmaTile;
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     MmaTile<T, true>(p, M, tile, blockIdx.y, gridDim.y, sh);
