@@ -389,6 +389,21 @@ __device__ void NormalizeRows(const NormParams<T>& np, const RowNorm* norms, T* 
   __syncthreads();
 }
 
+// Every CTA's prologue with a norm: the rows' statistics, the rows normalised into shared memory
+// (`words`, m·k elements), and the GEMV's parameters reading x from there.
+template <typename T, int M>
+__device__ __forceinline__ Params<T> NormalizeIntoShared(const NormParams<T>& np, RowNorm* norms,
+                                                         uint4* words) {
+  ComputeRowNorms<T, M>(np, norms);
+  T* normed = reinterpret_cast<T*>(words);
+  NormalizeRows<T, M>(np, norms, normed);
+  Params<T> p = np.gemv;
+  p.x = normed;
+  p.ldx = p.k;
+  p.vec_x = p.k % kVec<T> == 0;  // rows of whole vectors stay 16-byte aligned
+  return p;
+}
+
 // The GEMV of the normalised x rows: statistics and the normalised rows in shared memory once per
 // CTA (m·k elements of dynamic shared memory), then the plain kernel's column loop over them.
 template <typename T, int M>
@@ -398,14 +413,7 @@ __global__ void __launch_bounds__(kThreads, 1) NormGemvKernel(NormParams<T> np) 
   extern __shared__ uint4 normed_words[];
   PrefetchFirstTile(np.gemv);
   GridDependencySync();  // x, residual and out may be earlier kernels' buffers
-  ComputeRowNorms<T, M>(np, norms);
-  T* normed = reinterpret_cast<T*>(normed_words);
-  NormalizeRows<T, M>(np, norms, normed);
-  Params<T> p = np.gemv;
-  p.x = normed;
-  p.ldx = p.k;
-  p.vec_x = p.k % kVec<T> == 0;  // rows of whole vectors stay 16-byte aligned
-  ColumnTiles<T, M, true>(p, partial);
+  ColumnTiles<T, M, true>(NormalizeIntoShared<T, M>(np, norms, normed_words), partial);
 }
 
 // ---- The tensor-core path: 2..8 rows of bfloat16 / float16. ----------------------------------
@@ -587,23 +595,19 @@ __global__ void __launch_bounds__(kThreads) MmaGemvKernel(Params<T> p, int m) {
 }
 
 // The norm GEMV on tensor cores: the rows normalised into shared memory once per CTA, as
-// NormGemvKernel does, then tiles blockIdx.x, blockIdx.x + gridDim.x, ... whole (no clusters).
+// NormGemvKernel does, then tiles blockIdx.x, blockIdx.x + gridDim.x, ..., each split over the
+// grid's y as MmaGemvKernel's are (every CTA of a cluster walks the same tiles).
 template <typename T, int M>
 __global__ void __launch_bounds__(kThreads, 1) NormMmaGemvKernel(NormParams<T> np) {
   __shared__ MmaShared sh;
   __shared__ RowNorm norms[M];
   extern __shared__ uint4 normed_words[];
-  PrefetchMmaTile(np.gemv, blockIdx.x, 0, 1);
+  PrefetchMmaTile(np.gemv, blockIdx.x, blockIdx.y, gridDim.y);
   GridDependencySync();  // x, residual and out may be earlier kernels' buffers
-  ComputeRowNorms<T, M>(np, norms);
-  T* normed = reinterpret_cast<T*>(normed_words);
-  NormalizeRows<T, M>(np, norms, normed);
-  Params<T> p = np.gemv;
-  p.x = normed;
-  p.ldx = p.k;
+  const Params<T> p = NormalizeIntoShared<T, M>(np, norms, normed_words);
   const int64_t tiles = (p.n + kMmaTile - 1) / kMmaTile;
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    MmaTile<T, true>(p, M, tile, 0, 1, sh);
+    MmaTile<T, true>(p, M, tile, blockIdx.y, gridDim.y, sh);
   }
 }
 
@@ -683,23 +687,29 @@ int MmaSplits(int64_t tiles, int64_t k, int sm_count, int major) {
   return splits;
 }
 
-template <typename T>
-cudaError_t LaunchMma(const GemvArgs& a, const Params<T>& p, cudaStream_t stream) {
-  const int64_t tiles = (a.n + kMmaTile - 1) / kMmaTile;
-  if (tiles > kMaxGrid) return cudaErrorInvalidValue;
-  int device = 0, major = 0;
-  cudaError_t e = cudaGetDevice(&device);
-  if (e == cudaSuccess)
-    e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  if (e != cudaSuccess) return e;
-  const int splits = MmaSplits(tiles, a.k, a.sm_count, major);
+// The device's compute capability major (0 and the error when it cannot be read).
+cudaError_t DeviceMajor(int* major) {
+  int device = 0;
+  *major = 0;
+  const cudaError_t e = cudaGetDevice(&device);
+  return e != cudaSuccess
+             ? e
+             : cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, device);
+}
+
+// Launches a tensor-core GEMV kernel on grid (grid_x, splits), as clusters (1, splits) when
+// splits > 1, and as a programmatic dependent launch when `dependent`.
+template <typename... Params, typename... Args>
+cudaError_t LaunchSplit(bool dependent, void (*kernel)(Params...), int64_t grid_x, int splits,
+                        size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchAttribute attrs[2] = {};
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(tiles), splits);
+  config.gridDim = dim3(static_cast<unsigned>(grid_x), splits);
   config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
   config.stream = stream;
   config.attrs = attrs;
-  if (a.dependent_launch) {
+  if (dependent) {
     attrs[config.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attrs[config.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
   }
@@ -709,7 +719,17 @@ cudaError_t LaunchMma(const GemvArgs& a, const Params<T>& p, cudaStream_t stream
     attrs[config.numAttrs].val.clusterDim.y = splits;
     attrs[config.numAttrs++].val.clusterDim.z = 1;
   }
-  return cudaLaunchKernelEx(&config, &MmaGemvKernel<T>, p, static_cast<int>(a.m));
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+template <typename T>
+cudaError_t LaunchMma(const GemvArgs& a, const Params<T>& p, cudaStream_t stream) {
+  const int64_t tiles = (a.n + kMmaTile - 1) / kMmaTile;
+  if (tiles > kMaxGrid) return cudaErrorInvalidValue;
+  int major = 0;
+  if (const cudaError_t e = DeviceMajor(&major); e != cudaSuccess) return e;
+  return LaunchSplit(a.dependent_launch, &MmaGemvKernel<T>, tiles,
+                     MmaSplits(tiles, a.k, a.sm_count, major), 0, stream, p, static_cast<int>(a.m));
 }
 
 template <typename T>
@@ -735,9 +755,12 @@ cudaError_t LaunchNormed(const GemvArgs& a, const Params<T>& p, int64_t tiles,
       static const cudaError_t mma_opted_in = OptInSharedMemory<T>(mma);
       if (mma_opted_in != cudaSuccess) return mma_opted_in;
       const int64_t mma_tiles = (a.n + kMmaTile - 1) / kMmaTile;
-      return LaunchMaybeDependent(a.dependent_launch, mma[a.m - 1],
-                                  dim3(static_cast<unsigned>(std::min(mma_tiles, ctas))),
-                                  dim3(kThreads), smem, stream, np);
+      int major = 0;
+      if (const cudaError_t e = DeviceMajor(&major); e != cudaSuccess) return e;
+      const int splits = MmaSplits(mma_tiles, a.k, a.sm_count, major);
+      return LaunchSplit(a.dependent_launch, mma[a.m - 1],
+                         std::max<int64_t>(1, std::min(mma_tiles, ctas / splits)), splits, smem,
+                         stream, np);
     }
   }
   return LaunchMaybeDependent(a.dependent_launch, kernels[a.m - 1], dim3(grid), dim3(kThreads),
