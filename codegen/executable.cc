@@ -102,22 +102,50 @@ void Executable::PlanLiveness() {
 // operand is an input the function writes, that no later step reads (through views neither)
 // and that is not itself an output.
 void Executable::PlanInPlace(const std::vector<int>& last_read) {
-  const std::vector<int>& updates = graph_.input_updates();
   for (size_t i = 0; i < steps_.size(); ++i) {
     Step& s = steps_[i];
     const Node& n = graph_.node(s.value);
-    if (s.kind != Step::Kind::kOp || !GetOpDef(n.op).updates_self) continue;
-    const ValueId self = n.inputs[0];
-    const auto& inputs = graph_.inputs();
-    const auto input = std::find(inputs.begin(), inputs.end(), self);
-    if (input == inputs.end() || pinned_[self] || last_read[self] != static_cast<int>(i)) continue;
-    const int index = static_cast<int>(input - inputs.begin());
-    if (std::find(updates.begin(), updates.end(), index) == updates.end()) continue;
-    s.in_place_input = index;
-    lowering_notes_.push_back(absl::StrCat("in place: ", GetOpDef(n.op).name, " %", s.value,
-                                           " updates input ", index,
-                                           " (not copied back after the call)"));
+    const int step = static_cast<int>(i);
+    if (s.kind == Step::Kind::kOp && GetOpDef(n.op).updates_self) {
+      s.in_place_input = InPlaceInput(n.inputs[0], step, last_read);
+      if (s.in_place_input < 0) continue;
+      lowering_notes_.push_back(absl::StrCat("in place: ", GetOpDef(n.op).name, " %", s.value,
+                                             " updates input ", s.in_place_input,
+                                             " (not copied back after the call)"));
+    }
+    if (s.kind != Step::Kind::kFamily || n.kind != NodeKind::kFusion) continue;
+    const ir::Graph& body = *n.body;
+    std::vector<bool> claimed(n.inputs.size(), false);  // an operand is written by one output
+    for (size_t o = 0; o < body.outputs().size(); ++o) {
+      const Node& b = body.node(body.outputs()[o]);
+      if (b.kind != NodeKind::kOp || !GetOpDef(b.op).updates_self) continue;
+      const auto& body_inputs = body.inputs();
+      const auto at = std::find(body_inputs.begin(), body_inputs.end(), b.inputs[0]);
+      if (at == body_inputs.end()) continue;
+      const int operand = static_cast<int>(at - body_inputs.begin());
+      const int input = claimed[operand] ? -1 : InPlaceInput(n.inputs[operand], step, last_read);
+      if (input < 0) {
+        ++s.updates_out_of_place;
+        continue;
+      }
+      claimed[operand] = true;
+      s.in_place_outputs.push_back({static_cast<int>(o), operand, input});
+      lowering_notes_.push_back(absl::StrCat("in place: ", n.name, " %", s.value, " output ", o,
+                                             " (", GetOpDef(b.op).name, ") updates input ", input,
+                                             " (not copied back after the call)"));
+    }
   }
+}
+
+// The graph input `self` is when step `step` may update it in place: an input the function
+// writes, not an output's base, read by no later step; else -1.
+int Executable::InPlaceInput(ValueId self, int step, const std::vector<int>& last_read) const {
+  const auto& inputs = graph_.inputs();
+  const auto input = std::find(inputs.begin(), inputs.end(), self);
+  if (input == inputs.end() || pinned_[self] || last_read[self] != step) return -1;
+  const int index = static_cast<int>(input - inputs.begin());
+  const std::vector<int>& updates = graph_.input_updates();
+  return std::find(updates.begin(), updates.end(), index) == updates.end() ? -1 : index;
 }
 
 namespace {
@@ -209,8 +237,36 @@ Shape BroadcastOf(absl::Span<const Tensor> args) {
 
 }  // namespace
 
+namespace {
+
+// A fresh tensor for output `o` of a fusion body: in the layout its op asks for (an attention
+// result's heads-last layout, which the reshape after it views for free), else contiguous.
+Tensor NewFusionOutput(const ir::Graph& body, size_t o, const Shape& shape, Device device) {
+  const Node& b = body.node(body.outputs()[o]);
+  const TensorType type{shape, b.type.dtype, device};
+  return b.kind == NodeKind::kOp ? NewOutput(GetOpDef(b.op), type) : Tensor::Empty(type);
+}
+
+// Whether args[i] shares no memory with another operand (a fused kernel may then write it).
+bool NoOverlap(absl::Span<const Tensor> args, size_t i) {
+  for (size_t j = 0; j < args.size(); ++j) {
+    if (j != i && GetMemOverlap(args[i], args[j]) != MemOverlap::kNo) return false;
+  }
+  return true;
+}
+
+// Whether inputs[i] shares no memory with another input (an in-place step may then write it).
+bool Exclusive(const std::vector<Tensor>& inputs, size_t i) {
+  for (size_t j = 0; j < inputs.size(); ++j) {
+    if (j != i && GetMemOverlap(inputs[i], inputs[j]) != MemOverlap::kNo) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 void Executable::RunFamily(const Step& s, absl::Span<const Tensor> args,
-                           std::vector<Tensor>& env) const {
+                           const std::vector<Tensor>& inputs, std::vector<Tensor>& env) const {
   const Node& n = graph_.node(s.value);
   std::optional<profiler::OpRange> range;  // a fused kernel is one op to the profiler
   if (KILN_PREDICT_FALSE(profiler::IsActive()) && n.kind == NodeKind::kFusion) {
@@ -223,15 +279,25 @@ void Executable::RunFamily(const Step& s, absl::Span<const Tensor> args,
     // symbolic dims), every output the broadcast of its operands.
     const bool sized = symbols_.empty() || n.sym_dims == 0;
     const Shape shape = sized ? Shape() : BroadcastOf(args);
-    for (ValueId o : n.body->outputs()) {
-      const TensorType& t = n.body->type(o);
-      outs.push_back(Tensor::Empty(sized ? t.shape : shape, t.dtype, n.type.device));
+    for (size_t o = 0; o < n.body->outputs().size(); ++o) {
+      const auto in_place =
+          std::find_if(s.in_place_outputs.begin(), s.in_place_outputs.end(),
+                       [&](const InPlaceOutput& p) { return p.output == static_cast<int>(o); });
+      if (in_place != s.in_place_outputs.end() && Exclusive(inputs, in_place->input) &&
+          NoOverlap(args, in_place->operand)) {
+        outs.push_back(args[in_place->operand]);
+        continue;
+      }
+      const TensorType& t = n.body->type(n.body->outputs()[o]);
+      outs.push_back(NewFusionOutput(*n.body, o, sized ? t.shape : shape, n.type.device));
     }
   } else {
     const OpDef& def = GetOpDef(n.op);  // an op family (attention): the row's result layout
     outs.push_back(NewOutput(def, symbols_.empty() ? n.type : InferOrThrow(def, args, n.attrs)));
   }
-  if (outs[0].numel() > 0) s.kernel->Run(args, outs);
+  // A node that updates operands runs even when its first output is empty (the writes).
+  const bool updates = !s.in_place_outputs.empty() || s.updates_out_of_place > 0;
+  if (outs[0].numel() > 0 || updates) s.kernel->Run(args, outs);
   env[s.value] = outs[0];
   for (size_t k = 0; k < s.results.size(); ++k) {
     if (s.results[k] >= 0) env[s.results[k]] = outs[k + 1];
@@ -239,14 +305,6 @@ void Executable::RunFamily(const Step& s, absl::Span<const Tensor> args,
 }
 
 namespace {
-
-// Whether inputs[i] shares no memory with another input (an in-place step may then write it).
-bool Exclusive(const std::vector<Tensor>& inputs, size_t i) {
-  for (size_t j = 0; j < inputs.size(); ++j) {
-    if (j != i && GetMemOverlap(inputs[i], inputs[j]) != MemOverlap::kNo) return false;
-  }
-  return true;
-}
 
 // Whether an in-place step may write its first operand: no other operand overlaps it in part (the
 // in-place form would refuse such a call; a kernel copies an operand that is all of self first).
@@ -330,7 +388,7 @@ void Executable::RunSteps(const std::vector<Tensor>& inputs, std::vector<Tensor>
             n.op, args, symbol_values.empty() ? n.attrs : InstantiateAttrs(n, symbol_values));
         break;
       case Step::Kind::kFamily:
-        RunFamily(s, args, env);
+        RunFamily(s, args, inputs, env);
         break;
       case Step::Kind::kResult:
         break;  // bound by its fusion's step
@@ -363,6 +421,7 @@ std::vector<Tensor> PlanLayouts(const ir::Graph& g, std::vector<bool>* copies) {
     layout[v] = n.kind == NodeKind::kOp
                     ? NewOutput(GetOpDef(n.op), {n.type.shape, n.type.dtype, kMeta})
                     : fresh;
+    if (n.kind == NodeKind::kFusion) layout[v] = NewFusionOutput(*n.body, 0, n.type.shape, kMeta);
     if (n.kind == NodeKind::kConstant) {
       layout[v] = fresh.as_strided(n.constant.shape(), n.constant.strides(), 0);
     } else if (n.kind == NodeKind::kOp && GetOpDef(n.op).view != nullptr) {
@@ -413,6 +472,7 @@ LaunchTally Executable::CountLaunches() const {
     switch (s.kind) {
       case Step::Kind::kFamily:  // the family says (FusedKernel::Launches)
         c = s.kernel->Launches(n.type.device.is_cuda() ? placeholders(n) : std::vector<Tensor>{});
+        c.kernels += s.updates_out_of_place;  // each fills its copy of the operand first
         break;
       case Step::Kind::kOp:  // one kernel (an updates_self op out of place first copies self)
         if (n.type.device.is_cuda() && GetOpDef(n.op).cuda_launches_vary) {
@@ -435,7 +495,9 @@ LaunchTally Executable::CountLaunches() const {
 
 int Executable::input_copy_backs() const {
   int in_place = 0;
-  for (const Step& s : steps_) in_place += s.in_place_input >= 0;
+  for (const Step& s : steps_) {
+    in_place += (s.in_place_input >= 0) + static_cast<int>(s.in_place_outputs.size());
+  }
   return static_cast<int>(graph_.input_updates().size()) - in_place;
 }
 

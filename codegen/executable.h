@@ -18,7 +18,10 @@
 // copied back. A decode step writing one row of a KV cache moves that row, and a prefill writing
 // the prompt's rows moves those, not the cache. At run time the input must not share memory with
 // another input, nor in part with another operand of the node, else the node runs out of place
-// as traced.
+// as traced. A fusion node whose body output updates one of its operands that way (the attention
+// family's KV-cache append) is given the operand itself as that output, under the same rules
+// (and no overlap at all with its other operands); else a fresh output, which its kernel first
+// fills with the operand's value (FusedKernel::Run).
 //
 // On CUDA a Run defers the index checks of gather and index_copy kernels to one wait at its end
 // (ops/cuda/index_cuda.h), before the inputs written in place are copied back.
@@ -38,6 +41,15 @@
 
 namespace kiln::codegen {
 
+// A fusion output that its kernel may write over one of its operands: a body output that is an
+// updates_self op (index_copy) of a body input which is a graph input the function updates (a
+// KV cache the attention family's node appends to; see the header's "In place").
+struct InPlaceOutput {
+  int output = 0;   // the body output
+  int operand = 0;  // the node's operand it updates
+  int input = 0;    // that operand's graph input index
+};
+
 struct Step {
   enum class Kind { kOp, kView, kFamily, kResult };
   ir::ValueId value;
@@ -46,6 +58,8 @@ struct Step {
   std::vector<ir::ValueId> results;           // kFamily fusions: result node of output k + 1
   std::vector<ir::ValueId> last_uses;         // values dead after this step: released
   int in_place_input = -1;  // kOp on an input it may update in place (see the header): its index
+  std::vector<InPlaceOutput> in_place_outputs;  // kFamily fusions
+  int updates_out_of_place = 0;  // kFamily: outputs updating an operand in a copy of it (a kernel)
 };
 
 // What one Run launches, for inputs of contiguous strides at the traced sizes: kernels of fused
@@ -100,7 +114,9 @@ class Executable {
   void PlanInPlace(const std::vector<int>& last_read);
   void PlanOutputCopies();
   void PlanMemory();
-  void RunFamily(const Step& s, absl::Span<const Tensor> args, std::vector<Tensor>& env) const;
+  void RunFamily(const Step& s, absl::Span<const Tensor> args, const std::vector<Tensor>& inputs,
+                 std::vector<Tensor>& env) const;
+  int InPlaceInput(ir::ValueId self, int step, const std::vector<int>& last_read) const;
   void RunSteps(const std::vector<Tensor>& inputs, std::vector<Tensor>& env) const;
   void WriteBackInputs(const std::vector<Tensor>& inputs, const std::vector<Tensor>& env) const;
   const LaunchTally& Tally() const;
