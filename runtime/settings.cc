@@ -100,6 +100,9 @@ const std::vector<Setting>& Settings() {
       {"KILN_FD_CLUSTER", Kind::kBool, "on", "",
        "off: the decode attention kernel's key splits merge through a workspace and a second "
        "kernel instead of one thread-block cluster per row (sm_90 and later; A/B)"},
+      {"KILN_KV_APPEND", Kind::kBool, "on", "",
+       "off: a compiled KV-cache append fused with the attention reading the cache runs as "
+       "index_copy kernels before the attention kernel, not inside it (A/B)"},
       {"KILN_CUDA_GRAPH_DOT", Kind::kPath, "", "",
        "a prefix: each captured CUDA graph is written as PREFIX.N.dot (Graphviz)"},
       {"KILN_DISABLED_FAMILIES", Kind::kNames, "", "",

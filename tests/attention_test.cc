@@ -374,6 +374,73 @@ TEST(SdpaFlash, DecodeReadsOnlyTheVisibleKeysOfACache) {
   }
 }
 
+// The decode kernel that appends the step's keys and values to the caches itself (a compiled
+// index_copy_ x2 + attention, codegen/families/attention/attention_fusion.h) against the same
+// step run eagerly (the index_copy kernels, then the decode kernel over the caches): outputs and
+// caches alike, both merges of the splits, head dims 64 and 128, both dtypes, grouped-query heads,
+// 1 to 4 new rows, causal or a bool mask, caches whose unwritten slots hold NaN (never read).
+TEST(SdpaFlash, DecodeKernelAppendsToTheCachesAsTheOpsWould) {
+  KILN_SKIP_WITHOUT_GPU();
+  struct Case {
+    int64_t b, h, hk, t, s, d;
+    DType dtype;
+    bool causal;
+  };
+  const Case cases[] = {{1, 12, 12, 1, 1024, 64, DType::kBFloat16, false},
+                        {8, 4, 2, 1, 300, 128, DType::kFloat16, false},
+                        {2, 4, 1, 3, 77, 64, DType::kBFloat16, true},
+                        {3, 2, 2, 4, 5000, 128, DType::kBFloat16, false}};
+  for (const char* cluster : {"on", "off"}) {
+    ScopedEnv env("KILN_FD_CLUSTER", cluster);
+    for (const Case& c : cases) {
+      const std::string name = absl::StrCat("cluster ", cluster, " b", c.b, " h", c.h, "/", c.hk,
+                                            " t", c.t, " s", c.s, " d", c.d);
+      Generator gen(17);
+      const int64_t filled = c.s / 2;  // slots filled before the step; the step writes the next
+      Tensor k = full({c.b, c.hk, c.s, c.d}, NAN, c.dtype),
+             v = full({c.b, c.hk, c.s, c.d}, NAN, c.dtype);
+      copy_(slice(k, 2, 0, filled), Randn({c.b, c.hk, filled, c.d}, c.dtype, gen));
+      copy_(slice(v, 2, 0, filled), Randn({c.b, c.hk, filled, c.d}, c.dtype, gen));
+      std::vector<double> slots, keep;
+      for (int64_t i = 0; i < c.t; ++i) slots.push_back(static_cast<double>(filled + i));
+      for (int64_t i = 0; i < c.t; ++i) {
+        for (int64_t j = 0; j < c.s; ++j) keep.push_back(j <= filled + i);
+      }
+      const std::vector<Tensor> in = {to(Randn({c.b, c.h, c.t, c.d}, c.dtype, gen), CUDA(0)),
+                                      to(k, CUDA(0)),
+                                      to(v, CUDA(0)),
+                                      from_vector(slots, {c.t}, DType::kInt64, CUDA(0)),
+                                      to(Randn({c.b, c.hk, c.t, c.d}, c.dtype, gen), CUDA(0)),
+                                      to(Randn({c.b, c.hk, c.t, c.d}, c.dtype, gen), CUDA(0)),
+                                      from_vector(keep, {1, 1, c.t, c.s}, DType::kBool, CUDA(0))};
+      const bool causal = c.causal;
+      auto step = [causal](const std::vector<Tensor>& x) {
+        index_copy_(x[1], 2, x[3], x[4]);
+        index_copy_(x[2], 2, x[3], x[5]);
+        // Causal: the new rows' queries see the filled slots by the mask's rule as well.
+        return std::vector<Tensor>{scaled_dot_product_attention(
+            x[0], x[1], x[2], causal ? Tensor() : x[6], false, std::nullopt, true)};
+      };
+      std::vector<Tensor> eager = {in[0], clone(in[1]), clone(in[2]), in[3], in[4], in[5], in[6]};
+      const Tensor want = step(eager)[0];
+      CompiledFn f = compile(step, {in[0], clone(in[1]), clone(in[2]), in[3], in[4], in[5], in[6]});
+      for (int call = 0; call < 2; ++call) {
+        std::vector<Tensor> x = {in[0], clone(in[1]), clone(in[2]), in[3], in[4], in[5], in[6]};
+        const Tensor got = f(x)[0];
+        ExpectClose(to_vector(got), to_vector(want), {1e-6, 0}, name + " output");
+        ExpectClose(to_vector(x[1]), to_vector(eager[1]), {0, 0}, name + " key cache");
+        ExpectClose(to_vector(x[2]), to_vector(eager[2]), {0, 0}, name + " value cache");
+      }
+      const CompileReport& r = f.report(in);
+      EXPECT_NE(r.final_graph.find("kiln_fused_index_copy_scaled_dot_product_attention"),
+                std::string::npos)
+          << name << "\n"
+          << r.final_graph;
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
 // Random shapes on the GPU (the conformance sweep): B 1..3, query heads 1..4 with K/V
 // heads dividing them (grouped-query), query and key lengths 1..4096 drawn log-uniformly (so
 // most are not multiples of the kernel's tiles) and every 4th case 1..4 query rows (the decode
@@ -717,6 +784,15 @@ TEST(SdpaFlashSource, EveryVariantCompilesWithNvrtc) {
                                                "compute_80", /*cubin=*/false);
           ASSERT_TRUE(decode_80.ok()) << decode_80.status().message();
           EXPECT_EQ(decode_80->find("barrier.cluster"), std::string::npos) << decode;
+          // The decode kernel that also appends the new key and value rows to the caches.
+          auto append = c;
+          append.kv_append = true;
+          const std::string append_name = cuda_ops::FlashDecodeKernelName(append);
+          EXPECT_EQ(append_name, decode + "_append");
+          auto append_ptx = cuda::CompileSource(cuda_ops::RenderFlashDecodeSource(append),
+                                                append_name, "compute_90", /*cubin=*/false);
+          ASSERT_TRUE(append_ptx.ok()) << append_ptx.status().message();
+          EXPECT_NE(append_ptx->find(".entry " + append_name + "("), std::string::npos);
           // The small-grid tiling (64-row tiles, head dim 64) of the same variant.
           const auto small = cuda_ops::ForGrid(c, 1, 512, 132);
           if (small.block_m == c.block_m) continue;

@@ -199,6 +199,100 @@ TEST(CompileSemantics, IndexCopyIntoInputsOnCuda) {
   IndexCopyIntoInputs(CUDA(0));
 }
 
+// A decode step: the new keys and values written into the caches (index_copy_), then attention
+// over them. The attention family fuses the three (codegen/families/attention/attention_fusion.h;
+// on CUDA one decode kernel writes the rows and attends): outputs and caches as eager, for
+// grouped-query heads and one or two new rows; in place on the caller's caches, or out of place
+// when the old cache is read afterwards; with repeated slots the attention reads the row the cache
+// keeps; a slot outside the cache is an error that writes nothing.
+void KvAppendAttention(Device device) {
+  Generator gen(11);
+  const DType dt = device.is_cuda() ? DType::kBFloat16 : DType::kFloat32;
+  auto rnd = [&](Shape shape) { return to(cast(randn(shape, gen), dt), device); };
+  auto slots = [&](std::vector<double> v) {
+    const int64_t n = static_cast<int64_t>(v.size());
+    return to(from_vector(v, {n}, DType::kInt64), device);
+  };
+  // in: q [2, 4, T, 64], k and v caches [2, 2, 32, 64] (two key heads), slots [T], new k and v
+  // [2, 2, T, 64], keep-mask [1, 1, T, 32].
+  const Fn step = [](const std::vector<Tensor>& in) {
+    index_copy_(in[1], 2, in[3], in[4]);
+    index_copy_(in[2], 2, in[3], in[5]);
+    return std::vector<Tensor>{
+        scaled_dot_product_attention(in[0], in[1], in[2], in[6], false, std::nullopt, true)};
+  };
+  const Fn old_cache_read_after = [](const std::vector<Tensor>& in) {
+    const Tensor before = in[1] * 1.0;  // fused into the kernel after the write: reads the input
+    index_copy_(in[1], 2, in[3], in[4]);
+    index_copy_(in[2], 2, in[3], in[5]);
+    const Tensor o =
+        scaled_dot_product_attention(in[0], in[1], in[2], in[6], false, std::nullopt, true);
+    return std::vector<Tensor>{o, before * 2.0 + 1.0};
+  };
+  for (int64_t t : {1, 2}) {
+    std::vector<double> keep;
+    for (int64_t i = 0; i < t; ++i) {
+      for (int64_t j = 0; j < 32; ++j) keep.push_back(j <= 9 + i);
+    }
+    const Tensor mask = to(from_vector(keep, {1, 1, t, 32}, DType::kBool), device);
+    const std::vector<Tensor> in = {
+        rnd({2, 4, t, 64}),
+        rnd({2, 2, 32, 64}),
+        rnd({2, 2, 32, 64}),
+        slots(t == 1 ? std::vector<double>{9} : std::vector<double>{9, 10}),
+        rnd({2, 2, t, 64}),
+        rnd({2, 2, t, 64}),
+        mask};
+    const std::string what = absl::StrCat("KV append, ", t, " new rows");
+    for (const CompileOptions& o : Modes(device)) {
+      ExpectSameAsEager(step, in, o, what);
+      ExpectSameAsEager(old_cache_read_after, in, o, what + ", old cache read after");
+    }
+    const std::string fused = "kiln_fused_index_copy_scaled_dot_product_attention";
+    EXPECT_EQ(InPlaceLines(compile(step, Clones(in)), in, fused), 2) << what;
+    // The key cache's old value is read afterwards: only the value cache is written in place.
+    EXPECT_EQ(InPlaceLines(compile(old_cache_read_after, Clones(in)), in, fused), 1) << what;
+    EXPECT_NE(compile(step, Clones(in)).report(in).final_graph.find(fused), std::string::npos);
+  }
+  // Two new rows for one slot: the cache keeps one of them (which one is unspecified, as for
+  // index_copy_), and the attention reads the one it keeps.
+  std::vector<Tensor> in = {rnd({2, 4, 2, 64}),
+                            rnd({2, 2, 32, 64}),
+                            rnd({2, 2, 32, 64}),
+                            slots({5, 5}),
+                            rnd({2, 2, 2, 64}),
+                            rnd({2, 2, 2, 64}),
+                            to(full({1, 1, 2, 32}, 1.0, DType::kBool), device)};
+  CompiledFn f = compile(step, Clones(in));
+  const Tensor got = f(in)[0];
+  const Tensor want =
+      scaled_dot_product_attention(in[0], in[1], in[2], in[6], false, std::nullopt, true);
+  ExpectEqualTensors(got, want, "repeated slots: the attention over the cache it left");
+  // A slot past the cache: kOutOfRange, and the caches keep their values.
+  const Tensor k_before = clone(in[1]), v_before = clone(in[2]);
+  in[0] = rnd({2, 4, 1, 64}), in[4] = rnd({2, 2, 1, 64}), in[5] = rnd({2, 2, 1, 64});
+  in[6] = to(full({1, 1, 1, 32}, 1.0, DType::kBool), device);
+  for (const CompileOptions& o : Modes(device)) {
+    in[3] = slots({3});
+    CompiledFn g = compile(step, Clones(in), o);
+    in[3] = slots({32});
+    try {
+      g(in);
+      ADD_FAILURE() << "a slot past the cache was not reported";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), absl::StatusCode::kOutOfRange) << e.what();
+    }
+    ExpectEqualTensors(in[1], k_before, "bad slot: the key cache");
+    ExpectEqualTensors(in[2], v_before, "bad slot: the value cache");
+  }
+}
+
+TEST(CompileSemantics, KvAppendAttentionOnCpu) { KvAppendAttention(kCPU); }
+TEST(CompileSemantics, KvAppendAttentionOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  KvAppendAttention(CUDA(0));
+}
+
 // A write through a view of an input (a prefill filling the first rows of a KV cache) runs in
 // place: the traced scatter writes the window into the input, with no copy of the whole input and
 // no copy back. A source that overlaps the input in part, or a strided input, still gives the

@@ -795,6 +795,117 @@ TEST(AttentionFusion, NearMissesAreExplained) {
   }
 }
 
+// A decode step's KV-cache writes and the attention reading the caches: one fusion node whose
+// body is the three ops, the updated caches its further outputs.
+constexpr char kKvAppendInputs[] = R"(
+    graph(%0: bf16[2, 4, 1, 64]@cpu, %1: bf16[2, 2, 16, 64]@cpu, %2: bf16[2, 2, 16, 64]@cpu,
+          %3: i64[1]@cpu, %4: bf16[2, 2, 1, 64]@cpu, %5: bf16[2, 2, 1, 64]@cpu,
+          %6: bool[1, 1, 1, 16]@cpu, %7: i64[1]@cpu) {
+)";
+
+TEST(AttentionFusion, AKvCacheAppendJoinsTheAttentionReadingTheCaches) {
+  AttentionFusion pass(codegen::AttentionTemplate());
+  PassContext ctx;
+  const std::string out = RunPass(pass, absl::StrCat(kKvAppendInputs, R"(
+      %8 = index_copy(%1, %3, %4) {dim=2} : bf16[2, 2, 16, 64]@cpu
+      %9 = index_copy(%2, %3, %5) {dim=-2} : bf16[2, 2, 16, 64]@cpu
+      %10 = scaled_dot_product_attention(%0, %8, %9, %6) {scale=0.125, enable_gqa=true} : bf16[2, 4, 1, 64]@cpu
+      return %10, %8, %9
+    })"),
+                                  &ctx);
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %[[F:[0-9]+]] = fusion kiln_fused_index_copy_scaled_dot_product_attention_0(%1, %3, %4, %2, %5, %0, %6) : bf16[2, 4, 1, 64]@cpu
+    CHECK: index_copy(
+    CHECK: index_copy(
+    CHECK: scaled_dot_product_attention(
+    CHECK: %[[K:[0-9]+]] = result %[[F]] #1 : bf16[2, 2, 16, 64]@cpu
+    CHECK-NEXT: %[[V:[0-9]+]] = result %[[F]] #2 : bf16[2, 2, 16, 64]@cpu
+    CHECK-NEXT: return %[[F]], %[[K]], %[[V]]
+  )")) << out;
+  EXPECT_TRUE(Logged(ctx, "one kernel writes the new rows and attends over them"))
+      << absl::StrJoin(ctx.explain, "\n");
+  absl::StatusOr<ir::Graph> fused = ir::ParseGraph(out);
+  ASSERT_TRUE(fused.ok()) << fused.status().message();
+  int nodes = 0;
+  for (const ir::Node& n : fused->nodes()) {
+    if (n.kind != ir::NodeKind::kFusion) continue;
+    ++nodes;
+    passes::KvAppendBody roles;
+    ASSERT_TRUE(passes::ParseKvAppendBody(*n.body, &roles));
+    EXPECT_EQ(roles.q, 5);
+    EXPECT_EQ(roles.k_cache, 0);
+    EXPECT_EQ(roles.v_cache, 3);
+    EXPECT_EQ(roles.slots, 1);
+    EXPECT_EQ(roles.mask, 6);
+    EXPECT_EQ(roles.k_out, 1);
+    EXPECT_EQ(roles.v_out, 2);
+    EXPECT_EQ(roles.dim, 2);
+    EXPECT_TRUE(roles.attention.enable_gqa);
+  }
+  EXPECT_EQ(nodes, 1);
+}
+
+TEST(AttentionFusion, KvAppendNearMissesAreExplained) {
+  struct Case {
+    const char* body;
+    const char* why;
+  };
+  const Case cases[] = {
+      {R"(%8 = index_copy(%1, %3, %4) {dim=2} : bf16[2, 2, 16, 64]@cpu
+          %9 = index_copy(%2, %7, %5) {dim=2} : bf16[2, 2, 16, 64]@cpu)",
+       "the key and value rows go to different index tensors"},
+      {R"(%8 = index_copy(%1, %3, %4) {dim=2} : bf16[2, 2, 16, 64]@cpu
+          %9 = index_copy(%1, %3, %5) {dim=2} : bf16[2, 2, 16, 64]@cpu)",
+       "the key and value caches are one tensor"},
+      {R"(%11 = slice(%1) {dim=0, start=1, end=2, step=1} : bf16[1, 2, 16, 64]@cpu
+          %8 = index_copy(%1, %3, %11) {dim=0} : bf16[2, 2, 16, 64]@cpu
+          %9 = index_copy(%2, %3, %5) {dim=2} : bf16[2, 2, 16, 64]@cpu)",
+       "the rows are not written along the key-row dim (-2)"},
+  };
+  for (const Case& c : cases) {
+    AttentionFusion pass(codegen::AttentionTemplate());
+    PassContext ctx;
+    const std::string out = RunPass(pass, absl::StrCat(kKvAppendInputs, c.body, R"(
+        %10 = scaled_dot_product_attention(%0, %8, %9, %6) {scale=0.125, enable_gqa=true} : bf16[2, 4, 1, 64]@cpu
+        return %10, %8, %9
+      })"),
+                                    &ctx);
+    EXPECT_TRUE(FileCheck(out, "CHECK-NOT: fusion")) << c.why << "\n" << out;
+    EXPECT_TRUE(Logged(ctx, c.why)) << c.why << "\n" << absl::StrJoin(ctx.explain, "\n");
+  }
+}
+
+// Eight query rows (a prefill, not a decode step) keep the writes apart; so does a query that
+// depends on the write (the node would read its own output).
+TEST(AttentionFusion, KvAppendNeedsADecodeStepThatDoesNotReadItsOwnWrite) {
+  AttentionFusion pass(codegen::AttentionTemplate());
+  PassContext ctx;
+  std::string out = RunPass(pass, R"(
+    graph(%0: bf16[2, 2, 8, 64]@cpu, %1: bf16[2, 2, 16, 64]@cpu, %2: bf16[2, 2, 16, 64]@cpu,
+          %3: i64[1]@cpu, %4: bf16[2, 2, 1, 64]@cpu, %5: bf16[2, 2, 1, 64]@cpu) {
+      %8 = index_copy(%1, %3, %4) {dim=2} : bf16[2, 2, 16, 64]@cpu
+      %9 = index_copy(%2, %3, %5) {dim=2} : bf16[2, 2, 16, 64]@cpu
+      %10 = scaled_dot_product_attention(%0, %8, %9) {scale=0.125} : bf16[2, 2, 8, 64]@cpu
+      return %10, %8, %9
+    })",
+                            &ctx);
+  EXPECT_TRUE(FileCheck(out, "CHECK-NOT: fusion")) << out;
+  EXPECT_TRUE(Logged(ctx, "up to 4 query rows")) << absl::StrJoin(ctx.explain, "\n");
+  PassContext ctx2;
+  out = RunPass(pass, R"(
+    graph(%1: bf16[2, 2, 16, 64]@cpu, %2: bf16[2, 2, 16, 64]@cpu,
+          %3: i64[1]@cpu, %4: bf16[2, 2, 1, 64]@cpu, %5: bf16[2, 2, 1, 64]@cpu) {
+      %8 = index_copy(%1, %3, %4) {dim=2} : bf16[2, 2, 16, 64]@cpu
+      %9 = index_copy(%2, %3, %5) {dim=2} : bf16[2, 2, 16, 64]@cpu
+      %11 = slice(%8) {dim=2, start=0, end=1, step=1} : bf16[2, 2, 1, 64]@cpu
+      %10 = scaled_dot_product_attention(%11, %8, %9) {scale=0.125} : bf16[2, 2, 1, 64]@cpu
+      return %10, %8, %9
+    })",
+                &ctx2);
+  EXPECT_TRUE(FileCheck(out, "CHECK-NOT: fusion")) << out;
+  EXPECT_TRUE(Logged(ctx2, "depends on the writes")) << absl::StrJoin(ctx2.explain, "\n");
+}
+
 TEST(SoftmaxFusion, ALoneSoftmaxStaysAnOpAndElementwiseFusionSkipsTheFusion) {
   Pipeline p;
   p.Add(std::make_unique<SoftmaxFusion>(codegen::SoftmaxTemplate()));

@@ -173,6 +173,50 @@ TEST(PlanCount, HeadMergeAfterAttentionIsAViewOnCuda) {
   ExpectHeadMergeIsAView(CUDA(0));
 }
 
+// A decode step's KV-cache append fused with its attention (attention_fusion.h), then the head
+// merge: in place on the caches, the fused node is the step's only kernel (the merge views its
+// heads-last result) on the CPU; on CUDA the report counts what a call launches, two kernels fewer
+// than with the attention family off (the two index_copy kernels).
+void ExpectKvAppendCounts(Device device) {
+  Generator gen(8);
+  const DType t = device.is_cuda() ? DType::kBFloat16 : DType::kFloat32;
+  auto rnd = [&](Shape s) { return to(cast(randn(s, gen), t), device); };
+  const std::vector<Tensor> in = {
+      rnd({2, 4, 2, 64}),  rnd({2, 4, 64, 64}),
+      rnd({2, 4, 64, 64}), to(from_vector({7, 8}, {2}, DType::kInt64), device),
+      rnd({2, 4, 2, 64}),  rnd({2, 4, 2, 64})};
+  auto fn = [](const std::vector<Tensor>& x) {
+    index_copy_(x[1], 2, x[3], x[4]);
+    index_copy_(x[2], 2, x[3], x[5]);
+    const Tensor y = scaled_dot_product_attention(x[0], x[1], x[2]);
+    return std::vector<Tensor>{reshape(permute(y, {0, 2, 1, 3}), {2, 2, 256})};
+  };
+  CompileOptions o;
+  o.mode = CompileOptions::Mode::kCompiled;
+  CompiledFn f = compile(fn, in, o);
+  (void)f(in);  // warm: kernels compiled outside the capture
+  const CompileReport& r = f.report(in);
+  ASSERT_NE(r.final_graph.find("kiln_fused_index_copy_scaled_dot_product_attention"),
+            std::string::npos)
+      << r.final_graph;
+  if (!device.is_cuda()) {
+    EXPECT_EQ(r.kernels_per_step, 1) << r.final_graph;
+    return;
+  }
+  const auto [kernels, memsets] = CapturedLaunches(f, in);
+  EXPECT_EQ(r.kernels_per_step, kernels) << r.final_graph;
+  o.disabled_families = {"attention"};
+  CompiledFn apart = compile(fn, in, o);
+  (void)apart(in);
+  EXPECT_EQ(apart.report(in).kernels_per_step, kernels + 2) << apart.report(in).final_graph;
+}
+
+TEST(PlanCount, KvAppendAttentionIsOneNodeOnCpu) { ExpectKvAppendCounts(kCPU); }
+TEST(PlanCount, KvAppendAttentionCountsWhatRunsOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  ExpectKvAppendCounts(CUDA(0));
+}
+
 // A residual add in the GEMM (linear {epilogue=add}), fused or split by the epilogue timing, and
 // a decode-sized one (the GEMV or cuBLASLt): the report counts what a call launches.
 TEST(PlanCount, ResidualEpilogueCountsWhatRuns) {

@@ -46,6 +46,18 @@ unsigned* DeferredFlag(Device device) {
   return t_index_scope != nullptr ? t_index_scope->Take(device) : nullptr;
 }
 
+}  // namespace
+
+unsigned* KernelIndexFlag(Device device) {
+  if (unsigned* flag = DeferredFlag(device)) return flag;
+  if (!cuda::Capturing(cuda::CurrentStream())) return nullptr;
+  unsigned* global = nullptr;
+  KILN_CUDA_CHECK(cuda_kernels::GlobalIndexErrorFlag(&global));
+  return global;
+}
+
+namespace {
+
 // The flag's value, after waiting for the current stream.
 unsigned ReadFlag(const unsigned* device_flag) {
   const cudaStream_t stream = cuda::CurrentStream();

@@ -69,6 +69,11 @@ class IndexCheckScope {
   bool used_ = false;
 };
 
+// The flag a kernel that checks its own indices raises (the decode attention's fused KV-cache
+// append): the scope's (see "Deferred checks"), or the device-global one while the stream is being
+// captured with no scope; nullptr otherwise (the caller then runs the checked index ops instead).
+unsigned* KernelIndexFlag(Device device);
+
 // A zeroed 4-byte device flag for the index kernels (zeroed on the current stream), e.g. for an
 // IndexCheckScope that outlives a CUDA graph.
 Tensor ZeroedFlag(Device device);

@@ -410,6 +410,10 @@ cudaError_t TakeGlobalIndexError(bool* seen, cudaStream_t stream) {
   return err;
 }
 
+cudaError_t GlobalIndexErrorFlag(unsigned** flag) {
+  return cudaGetSymbolAddress(reinterpret_cast<void**>(flag), g_index_error);
+}
+
 cudaError_t ArgMaxRows(const void* x, int64_t* out, int64_t rows, int64_t n, ElemType t,
                        cudaStream_t stream) {
   if (rows < 0 || n < 1) return cudaErrorInvalidValue;

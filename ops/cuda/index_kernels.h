@@ -33,6 +33,9 @@ cudaError_t CheckIndexRange(const void* index, int64_t n, int64_t stride, bool i
                             unsigned* bad, cudaStream_t stream);
 // Reads and clears the device-global flag; waits for `stream`.
 cudaError_t TakeGlobalIndexError(bool* seen, cudaStream_t stream);
+// The device-global flag's address on the current device (for kernels compiled elsewhere that
+// raise it: the decode attention's fused KV-cache append).
+cudaError_t GlobalIndexErrorFlag(unsigned** flag);
 
 // out[r] = the index of the largest value of x[r, 0..n) for a contiguous [rows, n] x, n >= 1.
 cudaError_t ArgMaxRows(const void* x, int64_t* out, int64_t rows, int64_t n, ElemType t,

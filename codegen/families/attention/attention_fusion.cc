@@ -1,6 +1,7 @@
 // Attention fusion (see attention_fusion.h).
 #include "codegen/families/attention/attention_fusion.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -9,6 +10,7 @@
 #include "ops/dispatch.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
+#include "passes/fusion_groups.h"
 #include "runtime/status.h"
 
 namespace kiln::passes {
@@ -220,7 +222,130 @@ Graph Rewrite(const Graph& g, const std::map<ValueId, Match>& matches) {
   return out;
 }
 
+// ---- KV-cache appends joining the attention that reads them ---------------------------------
+
+constexpr char kAppendLog[] = "attention fusion: KV append ";
+
+int64_t WrapDim(int64_t dim, int64_t rank) { return dim < 0 ? dim + rank : dim; }
+
+// Values that depend on `a` or `b` (themselves included). Ids are in topological order.
+std::vector<bool> DependsOn(const Graph& g, ValueId a, ValueId b) {
+  std::vector<bool> d(g.num_values(), false);
+  d[a] = d[b] = true;
+  for (ValueId v = std::min(a, b); v < g.num_values(); ++v) {
+    for (ValueId u : g.node(v).inputs) d[v] = d[v] || d[u];
+  }
+  return d;
+}
+
+// Why the cache writes feeding attention node `a` (its key and value are index_copy nodes) cannot
+// join it ("" when they can).
+std::string AppendRefusal(const Graph& g, ValueId a, const FusionGroups& grp,
+                          const KernelFamily& family) {
+  const Node& n = g.node(a);
+  const ValueId k = n.inputs[1], v = n.inputs[2];
+  const Node &kn = g.node(k), &vn = g.node(v);
+  if (k == v) return "the key and the value are one index_copy";
+  if (kn.inputs[0] == vn.inputs[0]) return "the key and value caches are one tensor";
+  if (kn.inputs[1] != vn.inputs[1]) return "the key and value rows go to different index tensors";
+  const int64_t rank = g.type(k).rank();
+  if (rank < 2 || WrapDim(kn.attrs.dim, rank) != rank - 2 ||
+      WrapDim(vn.attrs.dim, g.type(v).rank()) != rank - 2) {
+    return "the rows are not written along the key-row dim (-2)";
+  }
+  const TensorType& slots = g.type(kn.inputs[1]);
+  if (slots.rank() != 1 || slots.shape[0] < 1 || slots.shape[0] > kKvAppendMaxRows) {
+    return absl::StrCat("the index is ", Describe(slots), "; the fused append takes 1 to ",
+                        kKvAppendMaxRows, " rows");
+  }
+  const TensorType& q = g.type(n.inputs[0]);
+  if (q.rank() < 2 || q.shape[q.rank() - 2] > kKvAppendMaxRows) {
+    return absl::StrCat("query ", Describe(q), ": the fused append takes up to ", kKvAppendMaxRows,
+                        " query rows (a decode step)");
+  }
+  if ((n.sym_dims | kn.sym_dims | vn.sym_dims) != 0) {
+    return "symbolic dims (a dynamic shape): the fused node's shape is fixed at compile time";
+  }
+  if (grp.group_of[k] != -1 || grp.group_of[v] != -1) return "a write is already in a group";
+  const std::vector<bool> after = DependsOn(g, k, v);
+  for (const Node* m : {&n, &kn, &vn}) {
+    for (ValueId in : m->inputs) {
+      if (in != k && in != v && after[in]) {
+        return absl::StrCat("%", in, ", which the node would read, depends on the writes");
+      }
+    }
+  }
+  std::vector<TensorType> types;
+  for (ValueId in : n.inputs) types.push_back(g.type(in));
+  if (std::string why = family.RejectsOperands(types); !why.empty()) {
+    return absl::StrCat("the attention kernel does not take these operands: ", why);
+  }
+  return "";
+}
+
+// Groups each attention node whose key and value are index_copy writes with them; rewrites the
+// graph when any formed.
+bool FuseKvAppends(Graph& graph, PassContext& ctx, const KernelFamily& family) {
+  FusionGroups grp(graph, {});
+  grp.log_prefix = kAppendLog;
+  for (ValueId a = 0; a < graph.num_values(); ++a) {
+    if (!graph.IsOp(a, OpId::kScaledDotProductAttention)) continue;
+    const ValueId k = graph.node(a).inputs[1], v = graph.node(a).inputs[2];
+    if (!graph.IsOp(k, OpId::kIndexCopy) || !graph.IsOp(v, OpId::kIndexCopy)) continue;
+    if (const std::string why = AppendRefusal(graph, a, grp, family); !why.empty()) {
+      ctx.explain.push_back(absl::StrCat(kAppendLog, "not fused: the writes %", k, ", %", v,
+                                         " into the caches attention %", a, " reads: ", why));
+      continue;
+    }
+    const int gid = static_cast<int>(grp.groups.size());
+    std::vector<ValueId> members = {std::min(k, v), std::max(k, v), a};
+    for (ValueId m : members) grp.group_of[m] = gid;
+    grp.groups.push_back(std::move(members));
+    ctx.explain.push_back(absl::StrCat(kAppendLog, "%", k, ", %", v, " -> attention %", a,
+                                       ": one kernel writes the new rows and attends over them"));
+  }
+  return RewriteFusionGroups(graph, grp);
+}
+
 }  // namespace
+
+bool ParseKvAppendBody(const Graph& body, KvAppendBody* roles) {
+  const auto& outs = body.outputs();
+  if (outs.empty() || !body.IsOp(outs[0], OpId::kScaledDotProductAttention)) return false;
+  int ops = 0;
+  for (const Node& n : body.nodes()) ops += n.kind == NodeKind::kOp ? 1 : 0;
+  const Node& a = body.node(outs[0]);
+  if (ops != 3 || a.inputs.size() < 3) return false;
+  const ValueId k = a.inputs[1], v = a.inputs[2];
+  if (k == v || !body.IsOp(k, OpId::kIndexCopy) || !body.IsOp(v, OpId::kIndexCopy)) return false;
+  auto input_of = [&](ValueId x) {  // the body-input position of x, or -1
+    const auto& in = body.inputs();
+    const auto it = std::find(in.begin(), in.end(), x);
+    return it == in.end() ? -1 : static_cast<int>(it - in.begin());
+  };
+  const Node &kn = body.node(k), &vn = body.node(v);
+  KvAppendBody r;
+  r.q = input_of(a.inputs[0]);
+  r.mask = a.inputs.size() > 3 ? input_of(a.inputs[3]) : -1;
+  r.k_cache = input_of(kn.inputs[0]), r.v_cache = input_of(vn.inputs[0]);
+  r.slots = input_of(kn.inputs[1]);
+  r.k_new = input_of(kn.inputs[2]), r.v_new = input_of(vn.inputs[2]);
+  const int64_t rank = body.type(k).rank();
+  r.dim = static_cast<int>(WrapDim(kn.attrs.dim, rank));
+  r.attention = a.attrs;
+  for (size_t o = 1; o < outs.size(); ++o) {
+    if (outs[o] == k) r.k_out = static_cast<int>(o);
+    if (outs[o] == v) r.v_out = static_cast<int>(o);
+  }
+  const bool operands = r.q >= 0 && r.k_cache >= 0 && r.v_cache >= 0 && r.slots >= 0 &&
+                        r.k_new >= 0 && r.v_new >= 0 && (a.inputs.size() == 3 || r.mask >= 0);
+  if (!operands || kn.inputs[1] != vn.inputs[1] || r.k_cache == r.v_cache || r.dim != rank - 2 ||
+      WrapDim(vn.attrs.dim, body.type(v).rank()) != rank - 2) {
+    return false;
+  }
+  *roles = r;
+  return true;
+}
 
 absl::StatusOr<bool> AttentionFusion::Run(Graph& graph, PassContext& ctx) {
   if (!ctx.Enabled(family_.name())) return false;
@@ -247,9 +372,9 @@ absl::StatusOr<bool> AttentionFusion::Run(Graph& graph, PassContext& ctx) {
         m.scale, m.causal ? ", causal" : "", m.mask >= 0 && !m.causal ? ", with a mask" : "", ")"));
     matches.emplace(v, m);
   }
-  if (matches.empty()) return false;
-  graph = Rewrite(graph, matches);
-  return true;
+  if (!matches.empty()) graph = Rewrite(graph, matches);
+  const bool appended = FuseKvAppends(graph, ctx, family_);
+  return !matches.empty() || appended;
 }
 
 }  // namespace kiln::passes

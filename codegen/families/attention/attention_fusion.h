@@ -20,11 +20,43 @@
 // handles the chain). Does nothing when the family is disabled.
 // Requires a verified, canonicalised graph; rewrites the final matmul in place (its operands are
 // all defined before it) and leaves the chain dead for DCE.
+//
+// Then a decode step's KV-cache append joins the attention that reads it (one kernel, where the
+// writes were two more launches):
+//
+//   %k2 = index_copy(%k_cache, %pos, %k_new) {dim=2}   (index_copy_: the cache written in place)
+//   %v2 = index_copy(%v_cache, %pos, %v_new) {dim=2}
+//   %o = scaled_dot_product_attention(%q, %k2, %v2, %mask)
+//   ->
+//   %o = fusion kiln_fused_index_copy_scaled_dot_product_attention_0(...)  (the three as its body)
+//   %k2 = result %o #1, %v2 = result %o #2
+//
+// when both writes go along the key-row dim (-2) at the same index tensor into two different
+// caches, with at most kFlashDecodeMaxQueries query rows and new rows, static shapes, and
+// nothing the node reads depending on the writes. The plan runs the node in place on the caches
+// where it would run the index_copy ops in place (codegen/executable.h); the CUDA kernel writes
+// the new rows itself and reads them from k_new / v_new (flash_decode_source.h). Refusals are
+// logged ("attention fusion: KV append not fused: ...").
 #pragma once
 
 #include "passes/kernel_family.h"
 
 namespace kiln::passes {
+
+// The most query rows and appended rows the fused KV append takes (the decode kernel's
+// kFlashDecodeMaxQueries).
+inline constexpr int64_t kKvAppendMaxRows = 4;
+
+// Where the operands of a KV-append attention body (above) are: positions among the body's
+// inputs, and among its outputs the updated caches (-1: not an output of the node).
+struct KvAppendBody {
+  int q = -1, k_cache = -1, v_cache = -1, mask = -1, slots = -1, k_new = -1, v_new = -1;
+  int k_out = -1, v_out = -1;
+  int dim = 2;        // the index_copy dim (the caches' key-row dim)
+  OpAttrs attention;  // the scaled_dot_product_attention's attributes
+};
+// Whether `body` is a KV-append attention body; fills `roles` when it is.
+bool ParseKvAppendBody(const ir::Graph& body, KvAppendBody* roles);
 
 class AttentionFusion : public FamilyPass {
  public:

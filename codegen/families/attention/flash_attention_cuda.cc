@@ -36,9 +36,29 @@ struct FlashParams {
 // Mirrors KilnDecodeParams (flash_decode_source.h).
 struct DecodeParams {
   FlashParams f;
-  float* part;
-  int splits, split_len;
+  float* part = nullptr;
+  int splits = 1, split_len = 1;
+  const void *k_new = nullptr, *v_new = nullptr;
+  const void* slots = nullptr;
+  long long slot_stride = 0;
+  long long kn_batch = 0, kn_head = 0, kn_row = 0, vn_batch = 0, vn_head = 0, vn_row = 0;
+  unsigned* bad = nullptr;
+  int n_new = 0, slots64 = 0;
 };
+
+// The fused append's fields of the decode parameters.
+void SetAppend(const FlashKvAppend& a, DecodeParams* d) {
+  d->k_new = a.k_new.data_ptr();
+  d->v_new = a.v_new.data_ptr();
+  d->slots = a.slots.data_ptr();
+  d->slot_stride = a.slots.stride(0);
+  d->slots64 = a.slots.dtype() == DType::kInt64 ? 1 : 0;
+  d->n_new = static_cast<int>(a.slots.numel());
+  d->bad = a.bad;
+  const FlashBatchStrides k = FlashStridesOf(a.k_new), v = FlashStridesOf(a.v_new);
+  d->kn_batch = k.batch, d->kn_head = k.head, d->kn_row = k.row;
+  d->vn_batch = v.batch, d->vn_head = v.head, d->vn_row = v.row;
+}
 
 constexpr double kLog2e = 1.4426950408889634;
 
@@ -149,9 +169,10 @@ void ChooseSplits(int64_t rows, int64_t kv_len, int head_dim, int sm_count, int6
 }
 
 void LaunchFlashDecode(const FlashParams& p, const FlashAttentionConfig& config, int64_t rows,
-                       Device device) {
+                       Device device, const FlashKvAppend* append) {
   const DecodeKernels& kernels = DecodeKernelsFor(config);
-  DecodeParams d{p, nullptr, 1, 1};
+  DecodeParams d{p};
+  if (append != nullptr) SetAppend(*append, &d);
   // KILN_FD_CLUSTER=off: the workspace path (A/B, and its tests on sm_90), read per launch.
   const bool cluster = kernels.max_cluster > 0 && EnvBool("KILN_FD_CLUSTER");
   ChooseSplits(rows, p.kv_len, config.head_dim, cuda::Props(device.index).sm_count,
@@ -176,15 +197,19 @@ void LaunchFlashDecode(const FlashParams& p, const FlashAttentionConfig& config,
 
 }  // namespace
 
-void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const Tensor& out) {
+void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const Tensor& out,
+                          const FlashKvAppend* append) {
   const Tensor &q = in[0], &k = in[1], &v = in[2];
   const bool has_mask = in.size() > 3;
   const int64_t rank = q.dim();
   const int64_t batch = rank >= 4 ? q.size(0) : 1, heads = rank >= 3 ? q.size(-3) : 1;
-  const FlashAttentionConfig config =
+  FlashAttentionConfig config =
       ForGrid(PlanFlashAttention(static_cast<int>(q.size(-1)), q.dtype(), a.is_causal,
                                  has_mask ? FlashMaskOf(in[3].dtype()) : FlashMask::kNone),
               batch * heads, q.size(-2), cuda::Props(q.device().index).sm_count);
+  config.kv_append = append != nullptr;
+  KILN_CHECK(append == nullptr || append->bad != nullptr,
+             "scaled_dot_product_attention: a fused KV-cache append needs an index-error flag");
   FlashParams p{};
   p.q = q.data_ptr(), p.k = k.data_ptr(), p.v = v.data_ptr(), p.o = out.data_ptr();
   SetStrides(q, &p.q_batch, &p.q_head, &p.q_row);
@@ -201,9 +226,11 @@ void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const T
   p.kv_len = static_cast<int>(k.size(-2));
   p.scale_log2 = static_cast<float>(a.scale * kLog2e);
   if (p.q_len <= kFlashDecodeMaxQueries) {
-    LaunchFlashDecode(p, config, batch * heads * p.q_len, q.device());
+    LaunchFlashDecode(p, config, batch * heads * p.q_len, q.device(), append);
     return;
   }
+  KILN_CHECK(append == nullptr, "scaled_dot_product_attention: a fused KV-cache append needs at ",
+             "most ", kFlashDecodeMaxQueries, " query rows, got ", p.q_len);
   const FlashKernel& kernel = KernelFor(config);
   const dim3 grid(static_cast<unsigned>(batch * heads),
                   static_cast<unsigned>((p.q_len + config.block_m - 1) / config.block_m));

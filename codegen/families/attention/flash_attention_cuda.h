@@ -34,6 +34,7 @@ struct FlashAttentionConfig {
   // CTAs per SM the register budget is cut for (__launch_bounds__), one barrier per K/V tile.
   int block_m = 128, block_n = 64, warps = 4, min_blocks = 2;
   bool q_in_regs = true, one_sync = true;
+  bool kv_append = false;  // the decode kernel also appends rows to the caches (KvAppend)
 
   int threads() const { return warps * 32; }
   int shared_bytes() const { return (block_m + 4 * block_n) * head_dim * 2; }  // Q, 2x K, 2x V
@@ -73,6 +74,22 @@ inline constexpr int64_t kFlashDecodeMaxQueries = 4;
 std::string FlashDecodeKernelName(const FlashAttentionConfig& c);
 std::string RenderFlashDecodeSource(const FlashAttentionConfig& c);
 
+// A KV-cache append fused into the decode kernel (the attention family's node for
+// `index_copy_(k_cache, -2, slots, k_new); index_copy_(v_cache, -2, slots, v_new);
+// sdpa(q, k_cache, v_cache, ...)`): the kernel writes row t of k_new / v_new into row slots[t]
+// of the caches it is given as k and v, and reads those rows from k_new / v_new. A slot outside
+// the cache raises `*bad` and writes nothing (index_copy's rule; the caller reports it).
+struct FlashKvAppend {
+  Tensor slots;             // int64 or int32, 1-D, at most kFlashDecodeMaxQueries
+  Tensor k_new, v_new;      // the caches' shapes with slots.numel() rows, the same layout rules
+  unsigned* bad = nullptr;  // the launch needs one (ops/cuda/index_cuda.h KernelIndexFlag)
+};
+// Why the decode kernel cannot run sdpa(in) with `append` ("" when it can): the flash kernel's
+// own rules, then at most kFlashDecodeMaxQueries query rows and new rows, and the new rows'
+// dtype, shape and layout.
+std::string FlashKvAppendUnsupportedReason(absl::Span<const Tensor> in, const OpAttrs& a,
+                                           const FlashKvAppend& append);
+
 // Whether the kernels can write `out` in place: the inferred type, contiguous head dim, 16-byte
 // aligned rows (a contiguous result, or the heads-last one Dispatch allocates, always can).
 bool FlashCanWrite(const Tensor& out);
@@ -80,6 +97,9 @@ bool FlashCanWrite(const Tensor& out);
 // out = scaled_dot_product_attention(q, k, v[, mask]) on the current stream; the operands must
 // pass FlashAttentionUnsupportedReason and `out` FlashCanWrite. Throws kiln::Error with the NVRTC
 // log or the CUDA error.
-void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const Tensor& out);
+// With `append` (which must pass FlashKvAppendUnsupportedReason) the decode kernel also writes
+// the new rows into in[1] and in[2].
+void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const Tensor& out,
+                          const FlashKvAppend* append = nullptr);
 
 }  // namespace kiln::cuda_ops

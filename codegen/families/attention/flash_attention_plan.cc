@@ -156,10 +156,39 @@ std::string FlashAttentionUnsupportedReason(absl::Span<const Tensor> in, const O
   return "";
 }
 
+std::string FlashKvAppendUnsupportedReason(absl::Span<const Tensor> in, const OpAttrs& a,
+                                           const FlashKvAppend& append) {
+  if (std::string why = FlashAttentionUnsupportedReason(in, a); !why.empty()) return why;
+  const Tensor &q = in[0], &k = in[1], &slots = append.slots;
+  if (q.size(-2) > kFlashDecodeMaxQueries) {
+    return absl::StrCat(q.size(-2), " query rows; the decode kernel appends for up to ",
+                        kFlashDecodeMaxQueries);
+  }
+  if (slots.dim() != 1 || slots.numel() < 1 || slots.numel() > kFlashDecodeMaxQueries ||
+      (slots.dtype() != DType::kInt64 && slots.dtype() != DType::kInt32)) {
+    return absl::StrCat("slots ", Describe(slots.type()), "; the decode kernel appends 1 to ",
+                        kFlashDecodeMaxQueries, " rows at int64 or int32 slots");
+  }
+  const char* names[] = {"new key", "new value"};
+  const Tensor* rows[] = {&append.k_new, &append.v_new};
+  for (int i = 0; i < 2; ++i) {
+    const Tensor& cache = in[1 + i];
+    Shape want = cache.shape();
+    want[cache.dim() - 2] = slots.numel();
+    if (rows[i]->dtype() != k.dtype() || rows[i]->shape() != want) {
+      return absl::StrCat(names[i], " ", Describe(rows[i]->type()), " is not ",
+                          DTypeName(k.dtype()), ShapeString(want),
+                          " (the cache's shape with one row a slot)");
+    }
+    if (std::string why = LayoutUnsupported(*rows[i], names[i]); !why.empty()) return why;
+  }
+  return "";
+}
+
 std::string FlashDecodeKernelName(const FlashAttentionConfig& c) {
   return absl::StrCat("kiln_flash_decode_d", c.head_dim,
                       c.dtype == DType::kBFloat16 ? "_bf16" : "_f16", c.causal ? "_causal" : "",
-                      MaskSuffix(c.mask));
+                      MaskSuffix(c.mask), c.kv_append ? "_append" : "");
 }
 
 std::string RenderFlashDecodeSource(const FlashAttentionConfig& c) {
@@ -172,6 +201,7 @@ std::string RenderFlashDecodeSource(const FlashAttentionConfig& c) {
   define("KILN_FD_BF16", c.dtype == DType::kBFloat16 ? 1 : 0);
   define("KILN_FD_CAUSAL", c.causal ? 1 : 0);
   define("KILN_FD_MASK", static_cast<int>(c.mask));
+  define("KILN_FD_APPEND", c.kv_append ? 1 : 0);
   return s + kFlashParamsSource + kFlashDecodeSource;
 }
 

@@ -24,9 +24,14 @@
 // float32/float16/bfloat16) is broadcast with any strides, and a row with no visible key is
 // written as zeros.
 //
+// With KILN_FD_APPEND the kernel also appends up to 4 rows to the caches it reads (a decode
+// step's index_copy_ of the new key and value into its KV cache, fused by the attention family):
+// one CTA of each (batch, key head) writes them, and every CTA reads an appended key's row from
+// the new rows instead of the cache, so the write and the reads need no ordering between CTAs.
+//
 // Specialisation: KILN_FD_NAME, KILN_FD_COMBINE_NAME, KILN_FD_HEAD_DIM (64 or 128), KILN_FD_BF16
 // (1 bfloat16, 0 float16), KILN_FD_CAUSAL (0/1), KILN_FD_MASK (as KILN_FA_MASK: 0 none, 1 bool,
-// 2/3/4 additive float32/float16/bfloat16).
+// 2/3/4 additive float32/float16/bfloat16), KILN_FD_APPEND (0/1).
 #pragma once
 
 #include "codegen/families/attention/flash_attention_source.h"
@@ -42,6 +47,14 @@ struct KilnDecodeParams {
                   // of a row are one cluster (or there is one split)
   int splits;     // key runs per row (the grid's y)
   int split_len;  // keys per run
+  // A KV-cache append fused in (KILN_FD_APPEND): row t of k_new / v_new ([B, Hk, n_new, D]
+  // strides below) is written into row slots[t] of the caches k / v.
+  const kiln_u16* k_new; const kiln_u16* v_new;
+  const void* slots;      // n_new indices, int64 (slots64) or int32, slot_stride apart
+  long long slot_stride;
+  long long kn_batch, kn_head, kn_row, vn_batch, vn_head, vn_row;
+  unsigned* bad;          // raised for a slot outside [0, kv_len) (its rows are not written)
+  int n_new, slots64;
 };
 
 namespace kiln_fd {
@@ -55,6 +68,7 @@ constexpr int UNROLL = 4;        // loads of K and V per lane in flight together
 constexpr int GROUPS = WARPS * KPW;           // lane groups of a CTA (partial results)
 constexpr int STEP = GROUPS * UNROLL;         // keys a CTA takes per iteration
 constexpr int kMaxSplits = 1024;  // the host never splits a row further
+constexpr int kMaxNew = 4;        // appended rows (kFlashDecodeMaxQueries)
 constexpr float kLog2e = 1.4426950408889634f;
 static_assert(D == 64 || D == 128, "head dim");
 
@@ -148,6 +162,36 @@ __device__ __forceinline__ kiln_u16* out_row(const KilnFlashParams& p, const Row
   return p.o + row.b * p.o_batch + row.h * p.o_head + row.i * p.o_row;
 }
 
+#if KILN_FD_APPEND
+// Appended slot t as the kernel reads it (an index of any of the two integer types).
+__device__ __forceinline__ long long raw_slot(const KilnDecodeParams& dp, int t) {
+  return dp.slots64 ? static_cast<const long long*>(dp.slots)[t * dp.slot_stride]
+                    : static_cast<const int*>(dp.slots)[t * dp.slot_stride];
+}
+
+// The appended rows of (batch b, key head hk), written into the caches by one CTA of theirs:
+// thread (kv, c) copies the 16 bytes c of K (kv = 0) or V of each new row, t = 0, 1, .. in order,
+// so of two rows for one slot the last one stays (the reads below take the last one too). Every
+// CTA reads an appended row from k_new / v_new, never from the cache: no CTA waits for this one.
+__device__ void append_rows(const KilnDecodeParams& dp, int b, int hk) {
+  const KilnFlashParams& p = dp.f;
+  const int kv = threadIdx.x / G, c = threadIdx.x % G;
+  if (kv >= 2) return;
+  for (int t = 0; t < dp.n_new; ++t) {
+    const long long s = raw_slot(dp, t);
+    if (s < 0 || s >= p.kv_len) {
+      if (threadIdx.x == 0) *dp.bad = 1u;  // reported by the caller's index check
+      continue;
+    }
+    const kiln_u16* src = kv == 0 ? dp.k_new + b * dp.kn_batch + hk * dp.kn_head + t * dp.kn_row
+                                  : dp.v_new + b * dp.vn_batch + hk * dp.vn_head + t * dp.vn_row;
+    kiln_u16* dst = const_cast<kiln_u16*>(kv == 0 ? p.k + b * p.k_batch + hk * p.k_head + s * p.k_row
+                                                  : p.v + b * p.v_batch + hk * p.v_head + s * p.v_row);
+    *reinterpret_cast<uint4*>(dst + c * VEC) = *reinterpret_cast<const uint4*>(src + c * VEC);
+  }
+}
+#endif
+
 #if __CUDA_ARCH__ >= 900
 // Thread-block clusters (sm_90): the barrier every thread of the cluster's CTAs arrives at, and
 // a float of CTA `rank`'s shared memory at the address `local` has in this CTA's.
@@ -188,6 +232,18 @@ extern "C" __global__ void __launch_bounds__(kiln_fd::WARPS * 32) KILN_FD_NAME(c
 #if KILN_FD_MASK != 0
   mask += (row.b * p.m_batch + row.h * p.m_head) * (KILN_FD_MASK == 1 ? 1 : KILN_FD_MASK == 2 ? 4 : 2);
 #endif
+#if KILN_FD_APPEND
+  // The appended slots (-1: none, or out of range) and where their rows are read from.
+  int slot[kMaxNew];
+#pragma unroll
+  for (int t = 0; t < kMaxNew; ++t) {
+    const long long s = t < dp.n_new ? raw_slot(dp, t) : -1;
+    slot[t] = s >= 0 && s < p.kv_len ? static_cast<int>(s) : -1;
+  }
+  if (split == 0 && row.i == 0 && row.h % p.group == 0) append_rows(dp, row.b, hk);
+  const kiln_u16* k_new = dp.k_new + row.b * dp.kn_batch + hk * dp.kn_head + c * VEC;
+  const kiln_u16* v_new = dp.v_new + row.b * dp.vn_batch + hk * dp.vn_head + c * VEC;
+#endif
   float qf[VEC];
   unpack(*reinterpret_cast<const uint4*>(q), qf);
 #pragma unroll
@@ -212,8 +268,19 @@ extern "C" __global__ void __launch_bounds__(kiln_fd::WARPS * 32) KILN_FD_NAME(c
       const long long j = jb + u * KPW + g;
       kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
       if (keep[u]) {
-        kr[u] = __ldg(reinterpret_cast<const uint4*>(k + j * p.k_row));
-        vr[u] = __ldg(reinterpret_cast<const uint4*>(v + j * p.v_row));
+        const kiln_u16* kp = k + j * p.k_row;
+        const kiln_u16* vp = v + j * p.v_row;
+#if KILN_FD_APPEND
+#pragma unroll
+        for (int t = 0; t < kMaxNew; ++t) {  // an appended key: its new row (the last one wins)
+          if (slot[t] == j) {
+            kp = k_new + t * dp.kn_row;
+            vp = v_new + t * dp.vn_row;
+          }
+        }
+#endif
+        kr[u] = __ldg(reinterpret_cast<const uint4*>(kp));
+        vr[u] = __ldg(reinterpret_cast<const uint4*>(vp));
       }
     }
     float x[UNROLL];
