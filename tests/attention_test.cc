@@ -784,11 +784,12 @@ TEST(SdpaFlashSource, EveryVariantCompilesWithNvrtc) {
                                                "compute_80", /*cubin=*/false);
           ASSERT_TRUE(decode_80.ok()) << decode_80.status().message();
           EXPECT_EQ(decode_80->find("barrier.cluster"), std::string::npos) << decode;
-          // The decode kernel that also appends the new key and value rows to the caches.
+          // The decode kernel that also appends the new key and value rows to the caches (one
+          // row; the four-row variant on one configuration a head dim).
           auto append = c;
-          append.kv_append = true;
+          append.kv_append = causal || m != FlashMask::kNone || t != DType::kBFloat16 ? 1 : 4;
           const std::string append_name = cuda_ops::FlashDecodeKernelName(append);
-          EXPECT_EQ(append_name, decode + "_append");
+          EXPECT_EQ(append_name, absl::StrCat(decode, "_append", append.kv_append));
           auto append_ptx = cuda::CompileSource(cuda_ops::RenderFlashDecodeSource(append),
                                                 append_name, "compute_90", /*cubin=*/false);
           ASSERT_TRUE(append_ptx.ok()) << append_ptx.status().message();

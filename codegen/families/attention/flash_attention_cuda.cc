@@ -207,7 +207,8 @@ void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const T
       ForGrid(PlanFlashAttention(static_cast<int>(q.size(-1)), q.dtype(), a.is_causal,
                                  has_mask ? FlashMaskOf(in[3].dtype()) : FlashMask::kNone),
               batch * heads, q.size(-2), cuda::Props(q.device().index).sm_count);
-  config.kv_append = append != nullptr;
+  // One new row (a decode step) compares each key with one slot; more take the 4-row variant.
+  config.kv_append = append == nullptr ? 0 : append->slots.numel() == 1 ? 1 : 4;
   KILN_CHECK(append == nullptr || append->bad != nullptr,
              "scaled_dot_product_attention: a fused KV-cache append needs an index-error flag");
   FlashParams p{};

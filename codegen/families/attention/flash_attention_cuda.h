@@ -34,7 +34,9 @@ struct FlashAttentionConfig {
   // CTAs per SM the register budget is cut for (__launch_bounds__), one barrier per K/V tile.
   int block_m = 128, block_n = 64, warps = 4, min_blocks = 2;
   bool q_in_regs = true, one_sync = true;
-  bool kv_append = false;  // the decode kernel also appends rows to the caches (KvAppend)
+  // The decode kernel also appends rows to the caches (FlashKvAppend): 0 no, else the most rows
+  // its variant takes (1 for a decode step's token, or 4).
+  int kv_append = 0;
 
   int threads() const { return warps * 32; }
   int shared_bytes() const { return (block_m + 4 * block_n) * head_dim * 2; }  // Q, 2x K, 2x V

@@ -188,7 +188,8 @@ std::string FlashKvAppendUnsupportedReason(absl::Span<const Tensor> in, const Op
 std::string FlashDecodeKernelName(const FlashAttentionConfig& c) {
   return absl::StrCat("kiln_flash_decode_d", c.head_dim,
                       c.dtype == DType::kBFloat16 ? "_bf16" : "_f16", c.causal ? "_causal" : "",
-                      MaskSuffix(c.mask), c.kv_append ? "_append" : "");
+                      MaskSuffix(c.mask),
+                      c.kv_append > 0 ? absl::StrCat("_append", c.kv_append) : "");
 }
 
 std::string RenderFlashDecodeSource(const FlashAttentionConfig& c) {
@@ -201,7 +202,7 @@ std::string RenderFlashDecodeSource(const FlashAttentionConfig& c) {
   define("KILN_FD_BF16", c.dtype == DType::kBFloat16 ? 1 : 0);
   define("KILN_FD_CAUSAL", c.causal ? 1 : 0);
   define("KILN_FD_MASK", static_cast<int>(c.mask));
-  define("KILN_FD_APPEND", c.kv_append ? 1 : 0);
+  define("KILN_FD_APPEND", c.kv_append);
   return s + kFlashParamsSource + kFlashDecodeSource;
 }
 

@@ -24,14 +24,17 @@
 // float32/float16/bfloat16) is broadcast with any strides, and a row with no visible key is
 // written as zeros.
 //
-// With KILN_FD_APPEND the kernel also appends up to 4 rows to the caches it reads (a decode
+// With KILN_FD_APPEND the kernel also appends 1 (or up to 4) rows to the caches it reads (a decode
 // step's index_copy_ of the new key and value into its KV cache, fused by the attention family):
-// one CTA of each (batch, key head) writes them, and every CTA reads an appended key's row from
-// the new rows instead of the cache, so the write and the reads need no ordering between CTAs.
+// one CTA of each (batch, key head) writes them, and no CTA reads an appended key's row from the
+// cache: the key loop skips the appended slots, and after it the CTA whose run holds one reads its
+// row from the new rows (a one-key step of lane group 0), so the write and the reads need no
+// ordering between CTAs, and the loop keeps its registers (the new rows' pointers live after it).
 //
 // Specialisation: KILN_FD_NAME, KILN_FD_COMBINE_NAME, KILN_FD_HEAD_DIM (64 or 128), KILN_FD_BF16
 // (1 bfloat16, 0 float16), KILN_FD_CAUSAL (0/1), KILN_FD_MASK (as KILN_FA_MASK: 0 none, 1 bool,
-// 2/3/4 additive float32/float16/bfloat16), KILN_FD_APPEND (0/1).
+// 2/3/4 additive float32/float16/bfloat16), KILN_FD_APPEND (0: none; else the most rows appended:
+// 1, the decode step's one token, compares each key with one slot; 4 with four).
 #pragma once
 
 #include "codegen/families/attention/flash_attention_source.h"
@@ -68,7 +71,9 @@ constexpr int UNROLL = 4;        // loads of K and V per lane in flight together
 constexpr int GROUPS = WARPS * KPW;           // lane groups of a CTA (partial results)
 constexpr int STEP = GROUPS * UNROLL;         // keys a CTA takes per iteration
 constexpr int kMaxSplits = 1024;  // the host never splits a row further
-constexpr int kMaxNew = 4;        // appended rows (kFlashDecodeMaxQueries)
+#if KILN_FD_APPEND
+constexpr int kMaxNew = KILN_FD_APPEND;  // appended rows this variant takes (1, or up to 4)
+#endif
 constexpr float kLog2e = 1.4426950408889634f;
 static_assert(D == 64 || D == 128, "head dim");
 
@@ -162,6 +167,45 @@ __device__ __forceinline__ kiln_u16* out_row(const KilnFlashParams& p, const Row
   return p.o + row.b * p.o_batch + row.h * p.o_head + row.i * p.o_row;
 }
 
+// One online-softmax step of a lane group over N keys whose K and V chunks are kr / vr (zeros
+// for a hidden key, keep false): the scores by a shuffle reduction within the group (every lane
+// of the warp takes part), then one rescale of (m, l, acc) and the weighted V rows.
+template <int N>
+__device__ __forceinline__ void attend(const float (&qf)[VEC], const uint4 (&kr)[N],
+                                       const uint4 (&vr)[N], const bool (&keep)[N],
+                                       const float (&add)[N], float& m, float& l,
+                                       float (&acc)[VEC]) {
+  float x[N];
+  float m_new = m;
+#pragma unroll
+  for (int u = 0; u < N; ++u) {
+    float kf[VEC];
+    unpack(kr[u], kf);
+    float s = 0.f;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) s += qf[e] * kf[e];
+#pragma unroll
+    for (int o = G / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    x[u] = keep[u] ? s + add[u] : neg_inf();  // the same in every lane of the group
+    m_new = fmaxf(m_new, x[u]);
+  }
+  if (m_new == neg_inf()) return;  // uniform within the group: nothing visible so far
+  const float scale = exp2f(m - m_new);  // 0 while nothing was seen (m = -inf)
+  l *= scale;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) acc[e] *= scale;
+#pragma unroll
+  for (int u = 0; u < N; ++u) {
+    const float pr = exp2f(x[u] - m_new);  // 0 for a hidden key (x = -inf, V not read)
+    float vf[VEC];
+    unpack(vr[u], vf);
+    l += pr;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) acc[e] += pr * vf[e];
+  }
+  m = m_new;
+}
+
 #if KILN_FD_APPEND
 // Appended slot t as the kernel reads it (an index of any of the two integer types).
 __device__ __forceinline__ long long raw_slot(const KilnDecodeParams& dp, int t) {
@@ -233,7 +277,8 @@ extern "C" __global__ void __launch_bounds__(kiln_fd::WARPS * 32) KILN_FD_NAME(c
   mask += (row.b * p.m_batch + row.h * p.m_head) * (KILN_FD_MASK == 1 ? 1 : KILN_FD_MASK == 2 ? 4 : 2);
 #endif
 #if KILN_FD_APPEND
-  // The appended slots (-1: none, or out of range) and where their rows are read from.
+  // The appended slots (-1: none, or out of range): the loop below skips them, the tail after
+  // it reads their rows from k_new / v_new.
   int slot[kMaxNew];
 #pragma unroll
   for (int t = 0; t < kMaxNew; ++t) {
@@ -241,8 +286,6 @@ extern "C" __global__ void __launch_bounds__(kiln_fd::WARPS * 32) KILN_FD_NAME(c
     slot[t] = s >= 0 && s < p.kv_len ? static_cast<int>(s) : -1;
   }
   if (split == 0 && row.i == 0 && row.h % p.group == 0) append_rows(dp, row.b, hk);
-  const kiln_u16* k_new = dp.k_new + row.b * dp.kn_batch + hk * dp.kn_head + c * VEC;
-  const kiln_u16* v_new = dp.v_new + row.b * dp.vn_batch + hk * dp.vn_head + c * VEC;
 #endif
   float qf[VEC];
   unpack(*reinterpret_cast<const uint4*>(q), qf);
@@ -261,6 +304,10 @@ extern "C" __global__ void __launch_bounds__(kiln_fd::WARPS * 32) KILN_FD_NAME(c
       const int j = jb + u * KPW + g;
       add[u] = 0.f;
       keep[u] = j < j1 && visible(p, mask, row.i, j, &add[u]);
+#if KILN_FD_APPEND
+#pragma unroll
+      for (int t = 0; t < kMaxNew; ++t) keep[u] = keep[u] && j != slot[t];  // the tail's
+#endif
     }
     uint4 kr[UNROLL], vr[UNROLL];
 #pragma unroll
@@ -268,52 +315,37 @@ extern "C" __global__ void __launch_bounds__(kiln_fd::WARPS * 32) KILN_FD_NAME(c
       const long long j = jb + u * KPW + g;
       kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
       if (keep[u]) {
-        const kiln_u16* kp = k + j * p.k_row;
-        const kiln_u16* vp = v + j * p.v_row;
+        kr[u] = __ldg(reinterpret_cast<const uint4*>(k + j * p.k_row));
+        vr[u] = __ldg(reinterpret_cast<const uint4*>(v + j * p.v_row));
+      }
+    }
+    attend(qf, kr, vr, keep, add, m, l, acc);
+  }
 #if KILN_FD_APPEND
+  // The appended keys of this CTA's run, from the new rows: warp 0, each in lane group 0 (the
+  // other groups take part in the shuffles with nothing to keep). Of two rows for one slot the
+  // last one counts, as the cache keeps it (append_rows).
+  if (warp == 0) {
 #pragma unroll
-        for (int t = 0; t < kMaxNew; ++t) {  // an appended key: its new row (the last one wins)
-          if (slot[t] == j) {
-            kp = k_new + t * dp.kn_row;
-            vp = v_new + t * dp.vn_row;
-          }
-        }
-#endif
-        kr[u] = __ldg(reinterpret_cast<const uint4*>(kp));
-        vr[u] = __ldg(reinterpret_cast<const uint4*>(vp));
+    for (int t = 0; t < kMaxNew; ++t) {
+      const int j = slot[t];
+      bool keep[1] = {g == 0 && t < dp.n_new && j >= j0 && j < j1};
+#pragma unroll
+      for (int t2 = 0; t2 < kMaxNew; ++t2) keep[0] = keep[0] && !(t2 > t && slot[t2] == j);
+      float add[1] = {0.f};
+      keep[0] = keep[0] && visible(p, mask, row.i, j, &add[0]);
+      uint4 kr[1] = {make_uint4(0, 0, 0, 0)}, vr[1] = {make_uint4(0, 0, 0, 0)};
+      if (keep[0]) {
+        const long long b = row.b, h = hk;
+        kr[0] = __ldg(reinterpret_cast<const uint4*>(dp.k_new + b * dp.kn_batch + h * dp.kn_head +
+                                                     t * dp.kn_row + c * VEC));
+        vr[0] = __ldg(reinterpret_cast<const uint4*>(dp.v_new + b * dp.vn_batch + h * dp.vn_head +
+                                                     t * dp.vn_row + c * VEC));
       }
-    }
-    float x[UNROLL];
-    float m_new = m;
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      float kf[VEC];
-      unpack(kr[u], kf);
-      float s = 0.f;
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) s += qf[e] * kf[e];
-#pragma unroll
-      for (int o = G / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-      x[u] = keep[u] ? s + add[u] : neg_inf();  // the same in every lane of the group
-      m_new = fmaxf(m_new, x[u]);
-    }
-    if (m_new != neg_inf()) {  // uniform within the group: something visible so far
-      const float scale = exp2f(m - m_new);  // 0 while nothing was seen (m = -inf)
-      l *= scale;
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) acc[e] *= scale;
-#pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {
-        const float pr = exp2f(x[u] - m_new);  // 0 for a hidden key (x = -inf, V not read)
-        float vf[VEC];
-        unpack(vr[u], vf);
-        l += pr;
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) acc[e] += pr * vf[e];
-      }
-      m = m_new;
+      attend(qf, kr, vr, keep, add, m, l, acc);
     }
   }
+#endif
 
   // The CTA's groups merge in shared memory: thread d < D then holds the CTA's O[d], m and l.
   __shared__ float sm[GROUPS], sl[GROUPS], so[GROUPS][D];
