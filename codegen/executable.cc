@@ -247,8 +247,11 @@ Tensor NewFusionOutput(const ir::Graph& body, size_t o, const Shape& shape, Devi
   return b.kind == NodeKind::kOp ? NewOutput(GetOpDef(b.op), type) : Tensor::Empty(type);
 }
 
-// Whether args[i] shares no memory with another operand (a fused kernel may then write it).
-bool NoOverlap(absl::Span<const Tensor> args, size_t i) {
+// Whether a fused kernel may write args[i] in place: it shares no memory with another operand
+// and no element of its own is reachable twice (an expanded cache stays out of place, as eager
+// index_copy_ refuses to write one).
+bool Writable(absl::Span<const Tensor> args, size_t i) {
+  if (args[i].has_internal_overlap()) return false;
   for (size_t j = 0; j < args.size(); ++j) {
     if (j != i && GetMemOverlap(args[i], args[j]) != MemOverlap::kNo) return false;
   }
@@ -284,7 +287,7 @@ void Executable::RunFamily(const Step& s, absl::Span<const Tensor> args,
           std::find_if(s.in_place_outputs.begin(), s.in_place_outputs.end(),
                        [&](const InPlaceOutput& p) { return p.output == static_cast<int>(o); });
       if (in_place != s.in_place_outputs.end() && Exclusive(inputs, in_place->input) &&
-          NoOverlap(args, in_place->operand)) {
+          Writable(args, in_place->operand)) {
         outs.push_back(args[in_place->operand]);
         continue;
       }

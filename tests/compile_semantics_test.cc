@@ -287,6 +287,30 @@ void KvAppendAttention(Device device) {
   }
 }
 
+// An expanded cache (one row broadcast over the slots): eager index_copy_ refuses to write it, and
+// so does the compiled step (the fused node never writes an expanded operand in place).
+TEST(CompileSemantics, KvAppendIntoAnExpandedCacheIsRefusedAsEagerly) {
+  Generator gen(12);
+  const Fn step = [](const std::vector<Tensor>& in) {
+    index_copy_(in[1], 2, in[3], in[4]);
+    index_copy_(in[2], 2, in[3], in[5]);
+    return std::vector<Tensor>{scaled_dot_product_attention(in[0], in[1], in[2])};
+  };
+  const Tensor pos = from_vector({3}, {1}, DType::kInt64);
+  std::vector<Tensor> in = {randn({1, 2, 1, 64}, gen), randn({1, 2, 8, 64}, gen),
+                            randn({1, 2, 8, 64}, gen), pos,
+                            randn({1, 2, 1, 64}, gen), randn({1, 2, 1, 64}, gen)};
+  CompiledFn f = compile(step, Clones(in));
+  in[1] = expand(randn({1, 2, 1, 64}, gen), {1, 2, 8, 64});
+  std::vector<Tensor> e = in;
+  const std::string eager = ErrorOf([&] { step(e); });
+  std::vector<Tensor> x = in;
+  x[1] = expand(clone(slice(in[1], 2, 0, 1)), {1, 2, 8, 64});
+  const std::string compiled = ErrorOf([&] { f(x); });
+  EXPECT_NE(eager, "(no error)");
+  EXPECT_NE(compiled, "(no error)") << "eager: " << eager;
+}
+
 TEST(CompileSemantics, KvAppendAttentionOnCpu) { KvAppendAttention(kCPU); }
 TEST(CompileSemantics, KvAppendAttentionOnCuda) {
   KILN_SKIP_WITHOUT_GPU();
