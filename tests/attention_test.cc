@@ -427,7 +427,11 @@ TEST(SdpaFlash, DecodeKernelAppendsToTheCachesAsTheOpsWould) {
       for (int call = 0; call < 2; ++call) {
         std::vector<Tensor> x = {in[0], clone(in[1]), clone(in[2]), in[3], in[4], in[5], in[6]};
         const Tensor got = f(x)[0];
-        ExpectClose(to_vector(got), to_vector(want), {1e-6, 0}, name + " output");
+        // The appended keys enter the softmax last (the tail), not in key order: the float
+        // sums may differ in their last bits, so the rounded outputs by an ulp at most (on the
+        // H200 they came out equal); the caches are copies, equal to the bit.
+        ExpectClose(to_vector(got), to_vector(want),
+                    {1e-6, c.dtype == DType::kBFloat16 ? 8e-3 : 1e-3}, name + " output");
         ExpectClose(to_vector(x[1]), to_vector(eager[1]), {0, 0}, name + " key cache");
         ExpectClose(to_vector(x[2]), to_vector(eager[2]), {0, 0}, name + " value cache");
       }
