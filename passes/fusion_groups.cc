@@ -42,6 +42,16 @@ FusionGroups::FusionGroups(const Graph& g, const FamilyLimits& limits)
   for (ValueId v : g.outputs()) is_output[v] = true;
 }
 
+std::vector<bool> DependentsOf(const Graph& g, const std::vector<ValueId>& roots) {
+  std::vector<bool> d(g.num_values(), false);
+  for (ValueId r : roots) d[r] = true;
+  const ValueId first = *std::min_element(roots.begin(), roots.end());
+  for (ValueId v = first; v < g.num_values(); ++v) {  // ids are in topological order
+    for (ValueId u : g.node(v).inputs) d[v] = d[v] || d[u];
+  }
+  return d;
+}
+
 namespace {
 
 // External values read by a group's members.

@@ -32,6 +32,10 @@ struct FusionGroups {
   FamilyLimits limits;       // of the family whose kernels the groups become
 };
 
+// Which values depend on any of `roots` (the roots included): a group that reads one of them
+// while holding a root would sit on a cycle through its own output.
+std::vector<bool> DependentsOf(const ir::Graph& g, const std::vector<ir::ValueId>& roots);
+
 // Why `v` cannot be an elementwise fusion member at all ("" if it can).
 std::string Unfusable(const ir::Graph& g, ir::ValueId v, const FamilyLimits& limits);
 // Grows the group of `root` (already in groups) backwards to a fixed point by the rules above;

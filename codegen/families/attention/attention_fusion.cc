@@ -228,16 +228,6 @@ constexpr char kAppendLog[] = "attention fusion: KV append ";
 
 int64_t WrapDim(int64_t dim, int64_t rank) { return dim < 0 ? dim + rank : dim; }
 
-// Values that depend on `a` or `b` (themselves included). Ids are in topological order.
-std::vector<bool> DependsOn(const Graph& g, ValueId a, ValueId b) {
-  std::vector<bool> d(g.num_values(), false);
-  d[a] = d[b] = true;
-  for (ValueId v = std::min(a, b); v < g.num_values(); ++v) {
-    for (ValueId u : g.node(v).inputs) d[v] = d[v] || d[u];
-  }
-  return d;
-}
-
 // Why the cache writes feeding attention node `a` (its key and value are index_copy nodes) cannot
 // join it ("" when they can).
 std::string AppendRefusal(const Graph& g, ValueId a, const FusionGroups& grp,
@@ -267,7 +257,7 @@ std::string AppendRefusal(const Graph& g, ValueId a, const FusionGroups& grp,
     return "symbolic dims (a dynamic shape): the fused node's shape is fixed at compile time";
   }
   if (grp.group_of[k] != -1 || grp.group_of[v] != -1) return "a write is already in a group";
-  const std::vector<bool> after = DependsOn(g, k, v);
+  const std::vector<bool> after = DependentsOf(g, {k, v});
   for (const Node* m : {&n, &kn, &vn}) {
     for (ValueId in : m->inputs) {
       if (in != k && in != v && after[in]) {

@@ -32,16 +32,6 @@ std::vector<TensorType> OperandTypes(const Graph& g, ValueId norm, ValueId lin) 
   return t;
 }
 
-// Which values depend on any of `roots` (the roots included). Ids are in topological order.
-std::vector<bool> Downstream(const Graph& g, const std::vector<ValueId>& roots) {
-  std::vector<bool> d(g.num_values(), false);
-  for (ValueId r : roots) d[r] = true;
-  for (ValueId v = roots.front(); v < g.num_values(); ++v) {
-    for (ValueId u : g.node(v).inputs) d[v] = d[v] || d[u];
-  }
-  return d;
-}
-
 // Why norm `norm` cannot join its users, the linears `lins` (in id order; "" if it can).
 std::string Refusal(const Graph& g, ValueId norm, const std::vector<ValueId>& lins,
                     const FusionGroups& grp, const KernelFamily& family) {
@@ -55,7 +45,7 @@ std::string Refusal(const Graph& g, ValueId norm, const std::vector<ValueId>& li
   if (g.node(norm).sym_dims != 0) {
     return "symbolic dims (a dynamic shape): the fused node's shape is fixed at compile time";
   }
-  const std::vector<bool> downstream = Downstream(g, lins);
+  const std::vector<bool> downstream = DependentsOf(g, lins);
   for (ValueId lin : lins) {
     const auto& in = g.node(lin).inputs;
     for (size_t i = 1; i < in.size(); ++i) {
