@@ -124,12 +124,9 @@ void Executable::PlanInPlace(const std::vector<int>& last_read) {
       if (at == body_inputs.end()) continue;
       const int operand = static_cast<int>(at - body_inputs.begin());
       const int input = claimed[operand] ? -1 : InPlaceInput(n.inputs[operand], step, last_read);
-      if (input < 0) {
-        ++s.updates_out_of_place;
-        continue;
-      }
+      s.updated_outputs.push_back({static_cast<int>(o), operand, input});
+      if (input < 0) continue;
       claimed[operand] = true;
-      s.in_place_outputs.push_back({static_cast<int>(o), operand, input});
       lowering_notes_.push_back(absl::StrCat("in place: ", n.name, " %", s.value, " output ", o,
                                              " (", GetOpDef(b.op).name, ") updates input ", input,
                                              " (not copied back after the call)"));
@@ -283,24 +280,25 @@ void Executable::RunFamily(const Step& s, absl::Span<const Tensor> args,
     const bool sized = symbols_.empty() || n.sym_dims == 0;
     const Shape shape = sized ? Shape() : BroadcastOf(args);
     for (size_t o = 0; o < n.body->outputs().size(); ++o) {
-      const auto in_place =
-          std::find_if(s.in_place_outputs.begin(), s.in_place_outputs.end(),
-                       [&](const InPlaceOutput& p) { return p.output == static_cast<int>(o); });
-      if (in_place != s.in_place_outputs.end() && Exclusive(inputs, in_place->input) &&
-          Writable(args, in_place->operand)) {
-        outs.push_back(args[in_place->operand]);
+      const auto updated =
+          std::find_if(s.updated_outputs.begin(), s.updated_outputs.end(),
+                       [&](const UpdatedOutput& u) { return u.output == static_cast<int>(o); });
+      const bool has = updated != s.updated_outputs.end();
+      if (has && updated->input >= 0 && Exclusive(inputs, updated->input) &&
+          Writable(args, updated->operand)) {
+        outs.push_back(args[updated->operand]);
         continue;
       }
       const TensorType& t = n.body->type(n.body->outputs()[o]);
       outs.push_back(NewFusionOutput(*n.body, o, sized ? t.shape : shape, n.type.device));
+      if (has) DispatchOut(OpId::kContiguous, {args[updated->operand]}, {}, outs.back());
     }
   } else {
     const OpDef& def = GetOpDef(n.op);  // an op family (attention): the row's result layout
     outs.push_back(NewOutput(def, symbols_.empty() ? n.type : InferOrThrow(def, args, n.attrs)));
   }
   // A node that updates operands runs even when its first output is empty (the writes).
-  const bool updates = !s.in_place_outputs.empty() || s.updates_out_of_place > 0;
-  if (outs[0].numel() > 0 || updates) s.kernel->Run(args, outs);
+  if (outs[0].numel() > 0 || !s.updated_outputs.empty()) s.kernel->Run(args, outs);
   env[s.value] = outs[0];
   for (size_t k = 0; k < s.results.size(); ++k) {
     if (s.results[k] >= 0) env[s.results[k]] = outs[k + 1];
@@ -475,7 +473,7 @@ LaunchTally Executable::CountLaunches() const {
     switch (s.kind) {
       case Step::Kind::kFamily:  // the family says (FusedKernel::Launches)
         c = s.kernel->Launches(n.type.device.is_cuda() ? placeholders(n) : std::vector<Tensor>{});
-        c.kernels += s.updates_out_of_place;  // each fills its copy of the operand first
+        for (const UpdatedOutput& u : s.updated_outputs) c.kernels += u.input < 0;  // the copy
         break;
       case Step::Kind::kOp:  // one kernel (an updates_self op out of place first copies self)
         if (n.type.device.is_cuda() && GetOpDef(n.op).cuda_launches_vary) {
@@ -499,7 +497,8 @@ LaunchTally Executable::CountLaunches() const {
 int Executable::input_copy_backs() const {
   int in_place = 0;
   for (const Step& s : steps_) {
-    in_place += (s.in_place_input >= 0) + static_cast<int>(s.in_place_outputs.size());
+    in_place += s.in_place_input >= 0;
+    for (const UpdatedOutput& u : s.updated_outputs) in_place += u.input >= 0;
   }
   return static_cast<int>(graph_.input_updates().size()) - in_place;
 }

@@ -20,8 +20,8 @@
 // another input, nor in part with another operand of the node, else the node runs out of place
 // as traced. A fusion node whose body output updates one of its operands that way (the attention
 // family's KV-cache append) is given the operand itself as that output, under the same rules
-// (and no overlap at all with its other operands); else a fresh output, which its kernel first
-// fills with the operand's value (FusedKernel::Run).
+// (and no overlap at all with its other operands); else a fresh output that the plan fills with
+// the operand's value before the kernel runs.
 //
 // On CUDA a Run defers the index checks of gather and index_copy kernels to one wait at its end
 // (ops/cuda/index_cuda.h), before the inputs written in place are copied back.
@@ -41,13 +41,14 @@
 
 namespace kiln::codegen {
 
-// A fusion output that its kernel may write over one of its operands: a body output that is an
-// updates_self op (index_copy) of a body input which is a graph input the function updates (a
-// KV cache the attention family's node appends to; see the header's "In place").
-struct InPlaceOutput {
+// A fusion output whose body op updates one of the node's operands (an updates_self op, index_copy,
+// of a body input: a KV cache the attention family's node appends to; see "In place" above). The
+// kernel gets the operand itself when the plan may write it (input >= 0, and no overlap at run
+// time), else a fresh output that the plan first fills with the operand's value.
+struct UpdatedOutput {
   int output = 0;   // the body output
   int operand = 0;  // the node's operand it updates
-  int input = 0;    // that operand's graph input index
+  int input = -1;   // that operand's graph input index when it may be written in place, else -1
 };
 
 struct Step {
@@ -58,8 +59,7 @@ struct Step {
   std::vector<ir::ValueId> results;           // kFamily fusions: result node of output k + 1
   std::vector<ir::ValueId> last_uses;         // values dead after this step: released
   int in_place_input = -1;  // kOp on an input it may update in place (see the header): its index
-  std::vector<InPlaceOutput> in_place_outputs;  // kFamily fusions
-  int updates_out_of_place = 0;  // kFamily: outputs updating an operand in a copy of it (a kernel)
+  std::vector<UpdatedOutput> updated_outputs;  // kFamily fusions
 };
 
 // What one Run launches, for inputs of contiguous strides at the traced sizes: kernels of fused

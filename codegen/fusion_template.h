@@ -34,9 +34,9 @@ class FusedKernel {
   virtual ~FusedKernel() = default;
   // Computes the node's outputs (allocated by the caller with the node's output types: the
   // fusion body's outputs, or the op's type) from its inputs. Enqueued on the current stream.
-  // An output whose body op updates an operand (index_copy of a body input) may be that operand
-  // itself (the plan's in-place write, codegen/executable.h) or a fresh tensor, which the kernel
-  // fills with the operand's value first.
+  // An output whose body op updates an operand (index_copy of a body input) already holds the
+  // operand's value: it is the operand itself (the plan's in-place write, codegen/executable.h)
+  // or the plan's copy of it.
   virtual void Run(absl::Span<const Tensor> inputs, absl::Span<const Tensor> outputs) const = 0;
   // Kernels and memsets one Run launches on inputs laid out like `inputs` (placeholders of the
   // plan's layouts: contents undefined), for the plan's kernels per step. The one place a family

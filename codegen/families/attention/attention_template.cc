@@ -75,15 +75,13 @@ class KvAppendAttention final : public FusedKernel {
   }
 
  private:
-  // The updated cache: the node's output (the operand itself when the plan writes it in place,
-  // else a fresh tensor given the operand's value first), or a copy when it is not an output.
+  // The updated cache: the node's output (holding the cache's value: FusedKernel::Run), or a
+  // copy of the cache when the updated one is not an output.
   static Tensor Cache(absl::Span<const Tensor> in, absl::Span<const Tensor> out, int operand,
                       int output) {
-    const Tensor& cache = in[operand];
-    const Tensor t = output >= 0 ? out[output] : Tensor::Empty(cache.type());
-    const bool same = t.storage() == cache.storage() && t.offset() == cache.offset() &&
-                      t.strides() == cache.strides();  // the operand itself (the plan's in place)
-    if (!same) DispatchOut(OpId::kContiguous, {cache}, {}, t);
+    if (output >= 0) return out[output];
+    const Tensor t = Tensor::Empty(in[operand].type());
+    DispatchOut(OpId::kContiguous, {in[operand]}, {}, t);
     return t;
   }
 
