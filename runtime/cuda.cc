@@ -404,6 +404,13 @@ void Copy(void* dst, Device dst_device, const void* src, Device src_device, size
   if (dst_device.is_cpu() || src_device.is_cpu()) KILN_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
+void CopyRows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+              size_t rows) {
+  if (rows == 0 || row_bytes == 0) return;
+  KILN_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows,
+                                    cudaMemcpyDeviceToDevice, CurrentStream()));
+}
+
 PointerInfo DescribePointer(const void* p) {
   cudaPointerAttributes attr{};
   if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {

@@ -95,6 +95,11 @@ void EmptyCache();
 // Copies between host and device buffers (any direction) on the current stream; synchronous
 // with respect to the host when either side is host memory.
 void Copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
+// Copies `rows` rows of `row_bytes` between device buffers whose rows start `dst_pitch` and
+// `src_pitch` bytes apart (cudaMemcpy2DAsync on the current stream): a strided copy without a
+// kernel (and so without a kernel compile).
+void CopyRows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+              size_t rows);
 
 // What the CUDA runtime knows of a pointer (cudaPointerGetAttributes): plain host memory (also
 // any pointer it does not know), pinned host memory, device memory or managed memory, and the

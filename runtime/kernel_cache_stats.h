@@ -9,6 +9,10 @@ namespace kiln::cuda {
 struct KernelCacheStats {
   int64_t memory_hits = 0, disk_hits = 0, compiles = 0;
   double compile_ms = 0;
+  // Compiles started on a background thread (GetKernelOrCompileInBackground) and the time they
+  // took, off the caller's path (not in compiles / compile_ms).
+  int64_t background_compiles = 0;
+  double background_ms = 0;
 };
 
 }  // namespace kiln::cuda

@@ -54,6 +54,9 @@ void EmptyCache() {}
 void Copy(void*, Device dst_device, const void*, Device src_device, size_t) {
   ThrowNoCuda(absl::StrCat("copy from ", src_device.str(), " to ", dst_device.str()).c_str());
 }
+void CopyRows(void*, size_t, const void*, size_t, size_t, size_t) {
+  ThrowNoCuda("device row copy");
+}
 PointerInfo DescribePointer(const void*) { return {}; }
 Allocator* DeviceAllocator() { return nullptr; }
 
@@ -80,6 +83,11 @@ absl::StatusOr<KernelHandle> GetKernel(const std::string&, const std::string& ke
                                        KernelTarget) {
   return absl::FailedPreconditionError(
       absl::StrCat("loading kernel '", kernel_name, "': ", kBuiltWithoutCuda));
+}
+absl::StatusOr<KernelHandle> GetKernelOrCompileInBackground(const std::string& source,
+                                                            const std::string& kernel_name,
+                                                            KernelTarget target) {
+  return GetKernel(source, kernel_name, target);
 }
 absl::StatusOr<KernelFootprint> FootprintOf(KernelHandle, const std::string& name) {
   return absl::FailedPreconditionError(

@@ -9,8 +9,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
@@ -19,13 +22,18 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/cuda_api.h"
 #include "runtime/settings.h"
+#include "runtime/startup.h"
 #include "runtime/status.h"
 
 namespace kiln::cuda {
 namespace {
 
+using CubinResult = absl::StatusOr<std::string>;
+
 struct Cache {
   std::mutex mu;
+  // Background compiles by source key, running or done and not yet loaded.
+  std::unordered_map<uint64_t, std::shared_future<CubinResult>> background ABSL_GUARDED_BY(mu);
   std::unordered_map<uint64_t, cudaLibrary_t> libraries ABSL_GUARDED_BY(mu);  // by source key
   std::unordered_map<std::string, cudaKernel_t> kernels ABSL_GUARDED_BY(mu);  // key + kernel name
   KernelCacheStats stats ABSL_GUARDED_BY(mu);
@@ -133,32 +141,49 @@ absl::StatusOr<std::string> CompileSourceWithReport(const std::string& source,
   return Compile(source, name, arch, /*cubin=*/true, log);
 }
 
-absl::StatusOr<cudaKernel_t> GetKernel(const std::string& source, const std::string& kernel_name,
-                                       KernelTarget target) {
-  Cache& cache = TheCache();
-  const std::string arch = ArchOfCurrentDevice(target);
-  const uint64_t key =
-      Fnv1a(absl::StrCat(source, "|", arch, "|nvrtc ", NvrtcVersion(), "|--std=c++17 --fmad=true"));
+namespace {
+
+// The cache key of `source` compiled for `arch`.
+uint64_t SourceKey(const std::string& source, const std::string& arch) {
+  return Fnv1a(
+      absl::StrCat(source, "|", arch, "|nvrtc ", NvrtcVersion(), "|--std=c++17 --fmad=true"));
+}
+
+// The kernel from the memory cache (a loaded library, or a cubin a background compile left);
+// nullptr when neither has it. `pending`: set to the running background compile of the source.
+absl::StatusOr<cudaKernel_t> FromMemory(Cache& cache, uint64_t key, const std::string& kernel_name,
+                                        std::shared_future<CubinResult>* pending)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache.mu) {
   const std::string kernel_key = absl::StrCat(key, ":", kernel_name);
-  {
-    std::lock_guard<std::mutex> lock(cache.mu);
-    if (auto it = cache.kernels.find(kernel_key); it != cache.kernels.end()) {
-      ++cache.stats.memory_hits;
-      return it->second;
-    }
-    if (auto lib = cache.libraries.find(key); lib != cache.libraries.end()) {
-      KILN_ASSIGN_OR_RETURN(cudaKernel_t kernel, KernelOf(lib->second, kernel_name));
-      return cache.kernels.emplace(kernel_key, kernel).first->second;
-    }
+  if (auto it = cache.kernels.find(kernel_key); it != cache.kernels.end()) {
+    ++cache.stats.memory_hits;
+    return it->second;
   }
-  // Disk read or NVRTC compile outside the lock (two threads racing on one source both build
-  // it; the first to load keeps its library).
-  KernelCacheStats done;
-  KILN_ASSIGN_OR_RETURN(const std::string cubin, CubinFor(source, key, arch, &done));
-  std::lock_guard<std::mutex> lock(cache.mu);
-  cache.stats.disk_hits += done.disk_hits;
-  cache.stats.compiles += done.compiles;
-  cache.stats.compile_ms += done.compile_ms;
+  auto lib = cache.libraries.find(key);
+  if (lib == cache.libraries.end()) {
+    auto bg = cache.background.find(key);
+    if (bg == cache.background.end()) return nullptr;
+    if (bg->second.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      *pending = bg->second;
+      return nullptr;
+    }
+    const CubinResult& cubin = bg->second.get();
+    KILN_RETURN_IF_ERROR(cubin.status());
+    cudaLibrary_t loaded = nullptr;
+    KILN_RETURN_IF_ERROR(ToStatus(
+        cudaLibraryLoadData(&loaded, cubin->data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+        "cudaLibraryLoadData"));
+    lib = cache.libraries.emplace(key, loaded).first;
+    cache.background.erase(bg);
+  }
+  KILN_ASSIGN_OR_RETURN(cudaKernel_t kernel, KernelOf(lib->second, kernel_name));
+  return cache.kernels.emplace(kernel_key, kernel).first->second;
+}
+
+// Loads `cubin` (or takes the library another thread loaded first) and returns its kernel.
+absl::StatusOr<cudaKernel_t> Load(Cache& cache, uint64_t key, const std::string& kernel_name,
+                                  const std::string& cubin)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache.mu) {
   auto lib = cache.libraries.find(key);
   if (lib == cache.libraries.end()) {
     cudaLibrary_t loaded = nullptr;
@@ -168,7 +193,84 @@ absl::StatusOr<cudaKernel_t> GetKernel(const std::string& source, const std::str
     lib = cache.libraries.emplace(key, loaded).first;
   }
   KILN_ASSIGN_OR_RETURN(cudaKernel_t kernel, KernelOf(lib->second, kernel_name));
-  return cache.kernels.emplace(kernel_key, kernel).first->second;
+  return cache.kernels.emplace(absl::StrCat(key, ":", kernel_name), kernel).first->second;
+}
+
+void AddStats(Cache& cache, const KernelCacheStats& done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache.mu) {
+  cache.stats.disk_hits += done.disk_hits;
+  cache.stats.compiles += done.compiles;
+  cache.stats.compile_ms += done.compile_ms;
+}
+
+}  // namespace
+
+absl::StatusOr<cudaKernel_t> GetKernel(const std::string& source, const std::string& kernel_name,
+                                       KernelTarget target) {
+  Cache& cache = TheCache();
+  const std::string arch = ArchOfCurrentDevice(target);
+  const uint64_t key = SourceKey(source, arch);
+  std::shared_future<CubinResult> pending;
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    KILN_ASSIGN_OR_RETURN(cudaKernel_t kernel, FromMemory(cache, key, kernel_name, &pending));
+    if (kernel != nullptr) return kernel;
+  }
+  if (pending.valid()) {  // a background compile of this source runs: wait for it, not twice
+    pending.wait();
+    std::lock_guard<std::mutex> lock(cache.mu);
+    std::shared_future<CubinResult> unused;
+    return FromMemory(cache, key, kernel_name, &unused);
+  }
+  // Disk read or NVRTC compile outside the lock (two threads racing on one source both build
+  // it; the first to load keeps its library).
+  KernelCacheStats done;
+  KILN_ASSIGN_OR_RETURN(const std::string cubin, CubinFor(source, key, arch, &done));
+  std::lock_guard<std::mutex> lock(cache.mu);
+  AddStats(cache, done);
+  return Load(cache, key, kernel_name, cubin);
+}
+
+absl::StatusOr<cudaKernel_t> GetKernelOrCompileInBackground(const std::string& source,
+                                                            const std::string& kernel_name,
+                                                            KernelTarget target) {
+  Cache& cache = TheCache();
+  const std::string arch = ArchOfCurrentDevice(target);
+  const uint64_t key = SourceKey(source, arch);
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    std::shared_future<CubinResult> pending;
+    KILN_ASSIGN_OR_RETURN(cudaKernel_t kernel, FromMemory(cache, key, kernel_name, &pending));
+    if (kernel != nullptr || pending.valid()) return kernel;
+  }
+  std::string cubin;
+  if (ReadCacheFile(key, &cubin)) {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    ++cache.stats.disk_hits;
+    return Load(cache, key, kernel_name, cubin);
+  }
+  auto promise = std::make_shared<std::promise<CubinResult>>();
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    if (cache.background.count(key) != 0 || cache.libraries.count(key) != 0) return nullptr;
+    cache.background.emplace(key, promise->get_future().share());
+    ++cache.stats.background_compiles;
+  }
+  RunInBackground([promise, source, key, arch] {
+    KernelCacheStats done;
+    CubinResult cubin = absl::InternalError("background compile: interrupted");
+    try {
+      cubin = CubinFor(source, key, arch, &done);
+    } catch (const std::exception& e) {  // the waiters get an error, never a broken promise
+      cubin = absl::InternalError(absl::StrCat("background compile: ", e.what()));
+    }
+    {
+      Cache& cache = TheCache();
+      std::lock_guard<std::mutex> lock(cache.mu);
+      cache.stats.background_ms += done.compile_ms;
+    }
+    promise->set_value(std::move(cubin));
+  });
+  return nullptr;
 }
 
 KernelCacheStats GetKernelCacheStats() {

@@ -54,6 +54,16 @@ struct KernelTarget {
 absl::StatusOr<KernelHandle> GetKernel(const std::string& source, const std::string& kernel_name,
                                        KernelTarget target = {});
 
+// GetKernel for a caller with a fallback: the kernel when the memory or disk cache has it (or a
+// background compile of it has finished), loaded; nullptr when it would have to be compiled, in
+// which case its compile starts on a background thread (runtime/startup.h RunInBackground; once
+// per source) and the caller runs its fallback meanwhile. A GetKernel of the same source waits
+// for that compile instead of starting another. A failed background compile's error comes back
+// from the next call.
+absl::StatusOr<KernelHandle> GetKernelOrCompileInBackground(const std::string& source,
+                                                            const std::string& kernel_name,
+                                                            KernelTarget target = {});
+
 // What one compiled kernel uses of the GPU, read from the loaded kernel (cudaFuncGetAttributes):
 // registers per thread, static shared memory, local memory per thread (spills and stack arrays;
 // 0 for a kernel that spills nothing), and the largest block it can launch.

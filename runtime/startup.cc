@@ -1,7 +1,7 @@
-// Background library start-up (see startup.h): a registry of tasks, one thread per device that
-// runs them, the running threads' start times (WaitForStartup waits for none to be left), a
-// thread_local waiter that makes exit() wait before any teardown, and a holder that joins the
-// threads.
+// Background library start-up and jobs (see startup.h): a registry of tasks, a thread per device
+// that runs them (and one per background job), the running threads' start times (a wait waits for
+// none to be left), a thread_local waiter that makes exit() wait before any teardown, and holders
+// that join the threads.
 #include "runtime/startup.h"
 
 #include <algorithm>
@@ -33,8 +33,8 @@ Registry& TheRegistry() {
   return *r;
 }
 
-// The running threads, joined at exit by the destructor (a task has finished by then when the
-// exiting thread armed the ExitWaiter).
+// The running threads of one kind (startup, background jobs), joined at exit by the destructor
+// (a task has finished by then when the exiting thread armed the ExitWaiter).
 class Threads {
  public:
   ~Threads() {
@@ -47,11 +47,12 @@ class Threads {
     for (std::thread& t : threads) t.join();
   }
 
-  void Start(int device, std::vector<StartupTask> tasks) {
+  // Runs `work` on a new thread; `startup`: the thread is a startup thread (OnStartupThread).
+  void Start(std::function<void()> work, bool startup) {
     std::lock_guard<std::mutex> lock(mu_);
     const auto t0 = std::chrono::steady_clock::now();
     running_since_.push_back(t0);
-    threads_.emplace_back([this, device, t0, tasks = std::move(tasks)] { Run(device, t0, tasks); });
+    threads_.emplace_back([this, t0, startup, work = std::move(work)] { Run(t0, startup, work); });
   }
 
   void Wait() {
@@ -71,17 +72,15 @@ class Threads {
   }
 
  private:
-  void Run(int device, std::chrono::steady_clock::time_point t0,
-           const std::vector<StartupTask>& tasks) {
-    t_on_startup_thread = true;
+  void Run(std::chrono::steady_clock::time_point t0, bool startup,
+           const std::function<void()>& work) {
+    t_on_startup_thread = startup;
     // Relaxed: a capture another thread runs in global mode neither refuses the CUDA calls a
     // library makes while starting up (a handle's) nor is broken by them; tasks launch nothing.
     cuda::RelaxCaptureModeForThisThread();
-    for (StartupTask task : tasks) {
-      try {
-        task(device);
-      } catch (...) {  // best effort: the real use reports what failed
-      }
+    try {
+      work();
+    } catch (...) {  // best effort: the real use reports what failed
     }
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -100,12 +99,23 @@ class Threads {
 };
 
 std::atomic<Threads*> g_threads{nullptr};  // set once by the first start
+std::atomic<Threads*> g_jobs{nullptr};     // set once by the first background job
+
+// The background jobs' holder (joined at exit), made by the first job.
+Threads& Jobs() {
+  static Threads jobs;
+  g_jobs.store(&jobs, std::memory_order_release);
+  return jobs;
+}
 
 // Destroyed by exit() on the thread that armed it before static destructors and atexit handlers
 // run (glibc calls the exiting thread's TLS destructors first), so no library a task is inside is
 // torn down under it. Armed by RegisterStartupTask: at static initialisation, the main thread.
 struct ExitWaiter {
-  ~ExitWaiter() { WaitForStartup(); }
+  ~ExitWaiter() {
+    WaitForStartup();
+    WaitForBackgroundJobs();
+  }
 };
 
 }  // namespace
@@ -134,7 +144,33 @@ void StartStartupTasks(int device) {
   if (tasks.empty()) return;
   static Threads threads;  // joined at exit
   g_threads.store(&threads, std::memory_order_release);
-  threads.Start(device, std::move(tasks));
+  threads.Start(
+      [device, tasks = std::move(tasks)] {
+        for (StartupTask task : tasks) {
+          try {
+            task(device);
+          } catch (...) {  // best effort: the real use reports what failed
+          }
+        }
+      },
+      /*startup=*/true);
+}
+
+void RunInBackground(std::function<void()> job) {
+  if (g_threads_gone) {  // static teardown: the holders may be gone
+    try {
+      job();
+    } catch (...) {
+    }
+    return;
+  }
+  Jobs().Start(std::move(job), /*startup=*/false);
+}
+
+void WaitForBackgroundJobs() {
+  Threads* jobs = g_jobs.load(std::memory_order_acquire);
+  if (jobs == nullptr || g_threads_gone) return;
+  jobs->Wait();
 }
 
 void WaitForStartup() {

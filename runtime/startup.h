@@ -16,7 +16,13 @@
 //
 //   // ops/cuda/matmul_cuda.cc, at static initialisation:
 //   const bool registered = (cuda::RegisterStartupTask(&WarmUpCublasLt), true);
+//
+// RunInBackground starts one job (a kernel's NVRTC compile that a plan runs a fallback during) on
+// a thread of its own under the same exit rule; it is not startup work (StartupMs, WaitForStartup
+// leave it out).
 #pragma once
+
+#include <functional>
 
 namespace kiln::cuda {
 
@@ -34,6 +40,14 @@ void StartStartupTasks(int device);
 // Blocks until every task started so far has finished (at once when none runs, and on a startup
 // thread itself).
 void WaitForStartup();
+
+// Runs `job` on a background thread now (a job's exceptions are swallowed: it reports through
+// what it sets). Process exit waits for it as for a startup task; during static teardown the job
+// runs on the calling thread instead.
+void RunInBackground(std::function<void()> job);
+
+// Blocks until every job RunInBackground started so far has finished.
+void WaitForBackgroundJobs();
 
 // Whether the calling thread is a startup thread (its library start-up is not a compile's).
 bool OnStartupThread();

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +28,7 @@
 #include "runtime/cuda_api.h"
 #include "runtime/nvrtc.h"
 #include "runtime/settings.h"
+#include "runtime/startup.h"
 #include "runtime/status.h"
 #include "tests/test_util.h"
 
@@ -612,6 +614,51 @@ TEST(KernelCache, DecisionsComeBackUnderTheirKeyUnlessRetimed) {
   EXPECT_FALSE(cuda_ops::LoadDecision(key).has_value());
   std::filesystem::remove(path);
   EXPECT_FALSE(cuda_ops::LoadDecision(key).has_value());
+}
+
+// A source no cache has: GetKernelOrCompileInBackground returns no kernel and compiles it on a
+// background thread (once, however often asked); a GetKernel meanwhile waits for that compile;
+// once it is done the kernel comes back loaded, and a source NVRTC rejects reports its error.
+TEST(KernelCache, BackgroundCompileServesLaterCallsAndWaiters) {
+  KILN_SKIP_WITHOUT_GPU();
+  // A source unique to this process, so that neither cache has it.
+  const std::string name = "kiln_bg_test";
+  const std::string src = absl::StrCat(
+      "// ", getpid(), " ", std::chrono::steady_clock::now().time_since_epoch().count(),
+      "\nextern \"C\" __global__ void ", name, "(float* x) { x[threadIdx.x] += 1.0f; }\n");
+  const cuda::KernelCacheStats before = cuda::GetKernelCacheStats();
+  auto first = cuda::GetKernelOrCompileInBackground(src, name);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  EXPECT_EQ(*first, nullptr) << "nothing cached: no kernel yet";
+  auto again = cuda::GetKernelOrCompileInBackground(src, name);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  auto waited = cuda::GetKernel(src, name);  // waits for the running compile
+  ASSERT_TRUE(waited.ok()) << waited.status().message();
+  ASSERT_NE(*waited, nullptr);
+  auto later = cuda::GetKernelOrCompileInBackground(src, name);
+  ASSERT_TRUE(later.ok()) << later.status().message();
+  EXPECT_EQ(*later, *waited);
+  const cuda::KernelCacheStats after = cuda::GetKernelCacheStats();
+  EXPECT_EQ(after.background_compiles - before.background_compiles, 1) << "compiled once";
+  EXPECT_EQ(after.compiles, before.compiles) << "the waiter compiled it again";
+  EXPECT_GT(after.background_ms, before.background_ms);
+  const Tensor x = zeros({32}, DType::kFloat32, CUDA(0));
+  void* px = x.data_ptr();
+  void* args[] = {&px};
+  KILN_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(*later), dim3(1), dim3(32), args,
+                                   0, cuda::CurrentStream()));
+  EXPECT_EQ(to_vector(x), std::vector<double>(32, 1.0));
+
+  const std::string bad = absl::StrCat("// ", getpid(), "\nextern \"C\" __global__ void ", name,
+                                       "_bad() { undeclared_name = 1; }\n");
+  auto bad_first = cuda::GetKernelOrCompileInBackground(bad, name + "_bad");
+  ASSERT_TRUE(bad_first.ok());
+  EXPECT_EQ(*bad_first, nullptr);
+  cuda::WaitForBackgroundJobs();
+  auto bad_later = cuda::GetKernelOrCompileInBackground(bad, name + "_bad");
+  ASSERT_FALSE(bad_later.ok());
+  EXPECT_NE(std::string(bad_later.status().message()).find("undeclared_name"), std::string::npos)
+      << bad_later.status().message();
 }
 
 // Run by the ctest entry kernel_cache_unwritable_dir with KILN_CACHE_DIR=/proc/kiln-cache (a

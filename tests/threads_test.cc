@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -235,6 +236,39 @@ TEST(ThreadsStartup, ExitWaitsForARunningTaskBeforeAnyTeardown) {
   EXPECT_EXIT(
       {
         cuda::StartStartupTasks(59);
+        static TeardownMark mark;
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "task ended before teardown");
+}
+
+// A background job runs off the calling thread, is no startup work, and exit waits for it too.
+TEST(ThreadsBackground, JobsRunOffTheCallerAndAreWaitedFor) {
+  std::atomic<int> done{0};
+  std::atomic<bool> on_startup_thread{true};
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<bool> elsewhere{false};
+  for (int i = 0; i < 3; ++i) {
+    cuda::RunInBackground([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      elsewhere = std::this_thread::get_id() != caller;
+      on_startup_thread = cuda::OnStartupThread();
+      done.fetch_add(1);
+    });
+  }
+  cuda::WaitForBackgroundJobs();
+  EXPECT_EQ(done.load(), 3) << "WaitForBackgroundJobs returned before its jobs ended";
+  EXPECT_TRUE(elsewhere.load());
+  EXPECT_FALSE(on_startup_thread.load()) << "a background job is not startup work";
+  cuda::RunInBackground([] { throw std::runtime_error("swallowed: reported through its result"); });
+  cuda::WaitForBackgroundJobs();
+}
+
+TEST(ThreadsBackground, ExitWaitsForARunningJobBeforeAnyTeardown) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        cuda::RunInBackground([] { SlowStartupTask(59); });
         static TeardownMark mark;
         std::exit(0);
       },
