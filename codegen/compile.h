@@ -109,6 +109,10 @@ struct CompileReport {
   // so compiles another thread runs meanwhile count too.
   double compile_ms = 0, trace_ms = 0, passes_ms = 0, lowering_ms = 0, nvrtc_ms = 0;
   int nvrtc_compiles = 0, cache_hits = 0;
+  // Kernels that no cache had and whose family has a fallback (the gemm family's Hopper GEMM):
+  // they compile on a background thread while the plan's calls run the fallback, and a CUDA
+  // graph capture of the plan waits for them (KILN_BACKGROUND_COMPILE=off: compiled here).
+  int background_compiles = 0;
   // The one-time costs inside lowering (ops/cuda/device_timing.h), process-wide counters too:
   // per-shape choices timed (and their ms) or read back from the cache directory, and library
   // start-up (the cuBLASLt handle of a device's first GEMM).
@@ -165,5 +169,10 @@ CompiledFn compile(ir::TensorFn fn, const std::vector<Tensor>& example_inputs,
 // A module with one input and one output. The compiled function refers to the module: calling
 // it after the module is destroyed raises an error (a new signature would retrace it).
 CompiledFn compile(Module& module, const Tensor& example_input, CompileOptions options = {});
+
+// Blocks until the kernels compiled functions left compiling in the background (see
+// CompileReport::background_compiles) are compiled; the next call of such a function runs them.
+// For timing a plan, or profiling it, as it runs from then on.
+void WaitForBackgroundCompiles();
 
 }  // namespace kiln

@@ -23,7 +23,8 @@ bool Mergeable(const Graph& g, const Node& n) {
          g.node(n.inputs[1]).constant.defined();
 }
 
-// Concatenates weights along dim 0 with the device's copy kernel writing into row slices.
+// Concatenates weights along dim 0: a byte copy of each contiguous one into its rows (the device's
+// copy kernel for a strided one).
 Tensor ConcatRows(const std::vector<Tensor>& ws) {
   int64_t rows = 0;
   for (const Tensor& w : ws) rows += w.size(0);
@@ -33,7 +34,12 @@ Tensor ConcatRows(const std::vector<Tensor>& ws) {
   int64_t at = 0;
   for (const Tensor& w : ws) {
     const Tensor dst = out.as_strided(w.shape(), out.strides(), at * out.stride(0));
-    kernel(copy, {&w, 1}, dst, {});
+    if (w.is_contiguous() && w.device() == out.device()) {  // a byte copy: no kernel to compile
+      CopyBytes(dst.data_ptr(), dst.device(), w.data_ptr(), w.device(),
+                w.numel() * w.element_size());
+    } else {
+      kernel(copy, {&w, 1}, dst, {});
+    }
     at += w.size(0);
   }
   return out;

@@ -36,22 +36,37 @@ std::string Describe(const Tensor& t) {
              : "none";
 }
 
-// The compiled kernel of `c` with its shared memory raised to what it needs.
-cudaKernel_t KernelFor(const GemmConfig& c) {
-  static std::mutex mu;
-  static auto* kernels = new std::map<std::string, cudaKernel_t>;
-  const std::string name = c.Name();
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (auto it = kernels->find(name); it != kernels->end()) return it->second;
-  }
-  const cudaKernel_t k =
-      ValueOrThrow(cuda::GetKernel(RenderGemmSource(c), name, {.arch_specific = true}));
+// The loaded kernels by config name, each with its shared memory raised to what it needs.
+struct Loaded {
+  std::mutex mu;
+  std::map<std::string, cudaKernel_t> kernels;
+};
+Loaded& TheLoaded() {
+  static auto* loaded = new Loaded;
+  return *loaded;
+}
+
+cudaKernel_t Remember(const GemmConfig& c, cudaKernel_t k) {
   KILN_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(k),
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        c.shared_bytes()));
-  std::lock_guard<std::mutex> lock(mu);
-  return kernels->emplace(name, k).first->second;
+  Loaded& loaded = TheLoaded();
+  std::lock_guard<std::mutex> lock(loaded.mu);
+  return loaded.kernels.emplace(c.Name(), k).first->second;
+}
+
+cudaKernel_t LoadedKernel(const std::string& name) {
+  Loaded& loaded = TheLoaded();
+  std::lock_guard<std::mutex> lock(loaded.mu);
+  auto it = loaded.kernels.find(name);
+  return it == loaded.kernels.end() ? nullptr : it->second;
+}
+
+// The compiled kernel of `c` (compiled now if no cache has it).
+cudaKernel_t KernelFor(const GemmConfig& c) {
+  if (cudaKernel_t k = LoadedKernel(c.Name())) return k;
+  return Remember(
+      c, ValueOrThrow(cuda::GetKernel(RenderGemmSource(c), c.Name(), {.arch_specific = true})));
 }
 
 cuda::TensorMap MapOf(const Tensor& t, int box_rows) {
@@ -157,6 +172,16 @@ Tensor InterleaveGeglu(const Tensor& gate, const Tensor& up) {
              "dtype; got ",
              Describe(gate), " and ", Describe(up));
   const int64_t f = gate.size(0);
+  if (gate.is_contiguous() && up.is_contiguous() && gate.device().is_cuda() &&
+      up.device() == gate.device()) {  // two strided copies, no kernel (none to compile)
+    const size_t group = 8 * (gate.dim() == 2 ? gate.size(1) : 1) * gate.element_size();
+    Tensor out = Tensor::Empty(gate.dim() == 2 ? Shape{2 * f, gate.size(1)} : Shape{2 * f},
+                               gate.dtype(), gate.device());
+    char* dst = static_cast<char*>(out.data_ptr());
+    cuda::CopyRows(dst, 2 * group, gate.data_ptr(), group, group, f / 8);
+    cuda::CopyRows(dst + group, 2 * group, up.data_ptr(), group, group, f / 8);
+    return out;
+  }
   Shape groups = {f / 8, 8}, rows = {2 * f};
   if (gate.dim() == 2) {
     groups.push_back(gate.size(1));
@@ -174,6 +199,13 @@ GemmConfig Sm90GegluConfigFor(DType dtype, int64_t m, int64_t n, int64_t k, bool
 }
 
 void PrepareSm90Gemm(const GemmConfig& c) { KernelFor(c); }
+
+bool Sm90GemmKernelReady(const GemmConfig& c) {
+  if (LoadedKernel(c.Name()) != nullptr) return true;
+  const cudaKernel_t k = ValueOrThrow(
+      cuda::GetKernelOrCompileInBackground(RenderGemmSource(c), c.Name(), {.arch_specific = true}));
+  return k != nullptr && Remember(c, k) != nullptr;
+}
 
 void RunSm90Geglu(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out) {
   RunSm90Gemm(x2, w, bias, out,

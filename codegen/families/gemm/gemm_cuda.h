@@ -49,6 +49,11 @@ GemmConfig Sm90GegluConfigFor(DType dtype, int64_t m, int64_t n, int64_t k, bool
 kir::Program Sm90LinearEpilogue(const GemmConfig& config, Epilogue e);
 // Compiles (or loads from the caches) the kernel of `config` now, so that a first run does not.
 void PrepareSm90Gemm(const GemmConfig& config);
+// PrepareSm90Gemm for a caller with a fallback: true when the kernel of `config` is loaded or a
+// cache has it (loaded now); false when it must be compiled, which then starts on a background
+// thread (cuda::GetKernelOrCompileInBackground) and a later call returns true once it is done.
+// A RunSm90Gemm meanwhile waits for that compile.
+bool Sm90GemmKernelReady(const GemmConfig& config);
 
 // Runs the kernel on the current stream (compiling it on first use): linear with epilogue `e`
 // (kAdd: `residual` added), or one config. Throws kiln::Error naming the operands when

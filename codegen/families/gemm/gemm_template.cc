@@ -18,6 +18,7 @@
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 #include "runtime/build_config.h"
+#include "runtime/settings.h"
 #include "runtime/status.h"
 
 #if KILN_WITH_CUDA
@@ -96,8 +97,9 @@ class CudaGeglu final : public FusedKernel {
   CudaGeglu(const ir::Graph& graph, const Node& n)
       : match_(BodyMatch(*n.body)), ops_(OperandsOf(*n.body, match_)), name_(n.name) {
     // A constant weight (and bias) is interleaved once, here; with static shapes on an sm_90 GPU
-    // the kernel is compiled here too (lowering runs nodes in parallel threads), not in the
-    // first call.
+    // the kernel is loaded here too when a cache has it (else it compiles in the background and
+    // the fallback's kernel is compiled here), or compiled here with background compiles off
+    // (lowering runs nodes in parallel threads), not in the first call.
     const Node& w = graph.node(n.inputs[ops_.w]);
     if (w.kind == NodeKind::kConstant && w.constant.device().is_cuda()) {
       weight_ = Interleave(w.constant);
@@ -109,8 +111,13 @@ class CudaGeglu final : public FusedKernel {
     const int64_t f = n.type.shape.back(), k = w.type.shape.back();
     if (props.major == 9 && props.minor == 0 && n.sym_dims == 0 && f > 0 &&
         NumElements(n.type.shape) / f > kFewRows) {
-      cuda_ops::PrepareSm90Gemm(cuda_ops::Sm90GegluConfigFor(
-          n.type.dtype, NumElements(n.type.shape) / f, 2 * f, k, ops_.bias >= 0, props.sm_count));
+      const cuda_ops::GemmConfig c = cuda_ops::Sm90GegluConfigFor(
+          n.type.dtype, NumElements(n.type.shape) / f, 2 * f, k, ops_.bias >= 0, props.sm_count);
+      if (!background_) {
+        cuda_ops::PrepareSm90Gemm(c);
+      } else if (!cuda_ops::Sm90GemmKernelReady(c)) {
+        Apart(n.type.dtype);  // the fallback's kernel, compiled now: the first calls run it
+      }
     }
   }
   void Run(absl::Span<const Tensor> in, absl::Span<const Tensor> out) const override {
@@ -125,7 +132,7 @@ class CudaGeglu final : public FusedKernel {
       const Tensor b = ops_.bias < 0     ? Tensor()
                        : bias_.defined() ? bias_
                                          : Interleave(in[ops_.bias]);
-      if (cuda_ops::Sm90GemmApplies(*x2, w, b, o2, /*geglu=*/true)) {
+      if (cuda_ops::Sm90GemmApplies(*x2, w, b, o2, /*geglu=*/true) && KernelReady(*x2, w, b, o2)) {
         return cuda_ops::RunSm90Geglu(*x2, w, b, o2);
       }
     }
@@ -160,6 +167,15 @@ class CudaGeglu final : public FusedKernel {
   }
 
  private:
+  // Whether the GEMM's kernel for these operands can run now. With background compiles (the
+  // default) a kernel no cache has compiles on a background thread while calls run the
+  // fallback; a CUDA graph capture (or a launch count) waits for it, so a captured plan has it.
+  bool KernelReady(const Tensor& x2, const Tensor& w, const Tensor& b, const Tensor& o2) const {
+    if (!background_ || cuda::Capturing()) return true;
+    return cuda_ops::Sm90GemmKernelReady(
+        cuda_ops::Sm90GegluConfigFor(o2.dtype(), x2.size(0), w.size(0), x2.size(1), b.defined(),
+                                     cuda::Props(o2.device().index).sm_count));
+  }
   // The gate and up halves of a merged [2f, ...] weight or bias, interleaved for the kernel.
   Tensor Interleave(const Tensor& merged) const {
     const int64_t f = merged.size(0) / 2;
@@ -195,6 +211,7 @@ class CudaGeglu final : public FusedKernel {
 
   passes::GegluMatch match_;
   Operands ops_;
+  const bool background_ = EnvBool("KILN_BACKGROUND_COMPILE");  // read at lowering (A/B)
   std::string name_;
   mutable std::mutex mu_;
   mutable std::optional<cuda_ops::ElementwiseKernels> elementwise_;
