@@ -124,6 +124,7 @@ void MakeCompiledStep(const Workload& w, const std::shared_ptr<InputSet>& set, b
   }
   row->compiled =
       std::make_shared<kiln::CompiledFn>(kiln::compile(traced, row->compiled_inputs, o));
+  kiln::WaitForBackgroundCompiles();  // timed as the plan runs from now on, not its fallback
   std::shared_ptr<kiln::CompiledFn> f = row->compiled;
   const std::vector<Tensor> inputs = row->compiled_inputs;
   row->step = [f, inputs, set] { return (*f)(inputs); };
@@ -352,6 +353,12 @@ int CompileLatency(std::chrono::steady_clock::time_point process_t0) {
   cuda::Synchronize();
   const double ms = ms_since(t0);
   const double process_ms = ms_since(process_t0);
+  // Kernels left compiling in the background (the first calls ran their fallback): when the plan
+  // runs its own kernels, from the compile call.
+  kiln::WaitForBackgroundCompiles();
+  const double final_kernels_ms = ms_since(t0);
+  f({x});  // the first call with them (a kernel's module loads)
+  cuda::Synchronize();
   const auto second_t0 = Clock::now();
   f({x});  // the steady state the first call's one-time costs are measured against
   cuda::Synchronize();
@@ -364,12 +371,15 @@ int CompileLatency(std::chrono::steady_clock::time_point process_t0) {
       "\"lowering_ms\": %.2f, \"nvrtc_ms\": %.2f, \"nvrtc_compiles\": %lld, \"disk_hits\": %lld, "
       "\"choices_ms\": %.2f, \"choices_timed\": %d, \"choices_stored\": %d, "
       "\"library_startup_ms\": %.2f, \"background_startup_ms\": %.2f, "
+      "\"background_compiles\": %d, \"background_compile_ms\": %.2f, "
+      "\"final_kernels_ms\": %.2f, "
       "\"first_call_ms\": %.2f, \"second_call_ms\": %.2f, \"cache_dir\": %s}\n",
       ms, process_ms, context_ms, setup_ms, r.compile_ms, r.trace_ms, r.passes_ms, r.lowering_ms,
       r.nvrtc_ms, static_cast<long long>(c.compiles), static_cast<long long>(c.disk_hits),
       r.timing_ms, r.timed_choices, r.stored_choices,
       kiln::cuda_ops::GetOneTimeCosts().library_startup_ms, kiln::cuda::StartupMs(),
-      ms - r.compile_ms, second_ms, JsonString(kiln::cuda::KernelCacheDir()).c_str());
+      r.background_compiles, c.background_ms, final_kernels_ms, ms - r.compile_ms, second_ms,
+      JsonString(kiln::cuda::KernelCacheDir()).c_str());
   return 0;
 }
 
