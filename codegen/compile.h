@@ -109,9 +109,10 @@ struct CompileReport {
   // so compiles another thread runs meanwhile count too.
   double compile_ms = 0, trace_ms = 0, passes_ms = 0, lowering_ms = 0, nvrtc_ms = 0;
   int nvrtc_compiles = 0, cache_hits = 0;
-  // Kernels that no cache had and whose family has a fallback (the gemm family's Hopper GEMM):
-  // they compile on a background thread while the plan's calls run the fallback, and a CUDA
-  // graph capture of the plan waits for them (KILN_BACKGROUND_COMPILE=off: compiled here).
+  // With KILN_BACKGROUND_COMPILE=on (off by default: compiled here), kernels that no cache had
+  // and whose family has a fallback (the gemm family's Hopper GEMM): they compile on a
+  // background thread while the plan's calls run the fallback, and a CUDA graph capture of the
+  // plan waits for them.
   int background_compiles = 0;
   // The one-time costs inside lowering (ops/cuda/device_timing.h), process-wide counters too:
   // per-shape choices timed (and their ms) or read back from the cache directory, and library

@@ -85,10 +85,10 @@ const std::vector<Setting>& Settings() {
       {"KILN_STARTUP", Kind::kBool, "on", "",
        "off: library start-up (cuBLASLt's handle and heuristic tables) is paid at first use "
        "instead of on a background thread from the device's first allocation (runtime/startup.h)"},
-      {"KILN_BACKGROUND_COMPILE", Kind::kBool, "on", "",
-       "off: a kernel no cache has is compiled by compile() even where its family has a fallback "
-       "(the gemm family's Hopper GEMM); on, it compiles on a background thread while the "
-       "plan's first calls run the fallback, and a CUDA graph capture waits for it"},
+      {"KILN_BACKGROUND_COMPILE", Kind::kBool, "off", "",
+       "on: a kernel no cache has whose family has a fallback (the gemm family's Hopper GEMM) "
+       "compiles on a background thread while the plan's first calls run the fallback (a CUDA "
+       "graph capture waits for it); off: compile() compiles it"},
       {"KILN_GEMV", Kind::kChoice, "auto", "on|off|auto",
        "linears with few rows: kiln's GEMV (on), cuBLASLt (off), or timed once per shape (auto)"},
       {"KILN_GEMV_MMA", Kind::kBool, "on", "",
