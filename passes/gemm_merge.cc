@@ -34,7 +34,8 @@ Tensor ConcatRows(const std::vector<Tensor>& ws) {
   int64_t at = 0;
   for (const Tensor& w : ws) {
     const Tensor dst = out.as_strided(w.shape(), out.strides(), at * out.stride(0));
-    if (w.is_contiguous() && w.device() == out.device()) {  // a byte copy: no kernel to compile
+    if (w.is_contiguous() && w.device() == out.device() && w.dtype() == out.dtype()) {
+      // a byte copy: no kernel to compile
       CopyBytes(dst.data_ptr(), dst.device(), w.data_ptr(), w.device(),
                 w.numel() * w.element_size());
     } else {

@@ -116,6 +116,33 @@ TEST(Compile, ExplainSaysWhyGemmsMergeOrNot) {
   EXPECT_EQ(line_with(unmerged.report({x}), "merged"), "");
 }
 
+// GEMM merge concatenates the weights it merges: a contiguous one byte for byte, a strided one
+// (a transposed view) with the copy kernel; the merged GEMM's halves are each linear's result.
+void MergesContiguousAndStridedWeights(Device device) {
+  Generator gen(17);
+  const Tensor wa = randn({24, 32}, gen, DType::kFloat32, device);
+  const Tensor wb_t = randn({32, 40}, gen, DType::kFloat32, device);
+  const Tensor wb = transpose(wb_t, 0, 1);  // [40, 32], not contiguous
+  ASSERT_FALSE(wb.is_contiguous());
+  Fn fn = [&](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{linear(in[0], wa), linear(in[0], wb)};
+  };
+  const Tensor x = randn({6, 32}, gen, DType::kFloat32, device);
+  CompileOptions frozen;
+  frozen.freeze_weights = true;
+  CompiledFn f = compile(fn, {x}, frozen);
+  EXPECT_NE(f.report({x}).final_graph.find("merged("), std::string::npos)
+      << f.report({x}).final_graph;
+  ExpectSame(f({x}), fn({x}), absl::StrCat("merged weights on ", device.str()));
+}
+TEST(Compile, GemmMergeCopiesContiguousAndStridedWeightsOnCpu) {
+  MergesContiguousAndStridedWeights(kCPU);
+}
+TEST(Compile, GemmMergeCopiesContiguousAndStridedWeightsOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  MergesContiguousAndStridedWeights(CUDA(0));
+}
+
 TEST(Compile, GeGLUMlpFusesToThreeKernels) {
   Generator gen(0);
   GeGLUMLP mlp(32, 64, gen);
