@@ -228,12 +228,9 @@ constexpr char kAppendLog[] = "attention fusion: KV append ";
 
 int64_t WrapDim(int64_t dim, int64_t rank) { return dim < 0 ? dim + rank : dim; }
 
-// Why the cache writes feeding attention node `a` (its key and value are index_copy nodes) cannot
-// join it ("" when they can).
-std::string AppendRefusal(const Graph& g, ValueId a, const FusionGroups& grp,
-                          const KernelFamily& family) {
-  const Node& n = g.node(a);
-  const ValueId k = n.inputs[1], v = n.inputs[2];
+// Why index_copy writes `k` and `v` are not one KV append (two caches, one index, rows along dim
+// -2): "" when they are. The pass's rule and the body's (ParseKvAppendBody).
+std::string KvWritesRefusal(const Graph& g, ValueId k, ValueId v) {
   const Node &kn = g.node(k), &vn = g.node(v);
   if (k == v) return "the key and the value are one index_copy";
   if (kn.inputs[0] == vn.inputs[0]) return "the key and value caches are one tensor";
@@ -243,6 +240,17 @@ std::string AppendRefusal(const Graph& g, ValueId a, const FusionGroups& grp,
       WrapDim(vn.attrs.dim, g.type(v).rank()) != rank - 2) {
     return "the rows are not written along the key-row dim (-2)";
   }
+  return "";
+}
+
+// Why the cache writes feeding attention node `a` (its key and value are index_copy nodes) cannot
+// join it ("" when they can).
+std::string AppendRefusal(const Graph& g, ValueId a, const FusionGroups& grp,
+                          const KernelFamily& family) {
+  const Node& n = g.node(a);
+  const ValueId k = n.inputs[1], v = n.inputs[2];
+  const Node &kn = g.node(k), &vn = g.node(v);
+  if (std::string why = KvWritesRefusal(g, k, v); !why.empty()) return why;
   const TensorType& slots = g.type(kn.inputs[1]);
   if (slots.rank() != 1 || slots.shape[0] < 1 || slots.shape[0] > kKvAppendMaxRows) {
     return absl::StrCat("the index is ", Describe(slots), "; the fused append takes 1 to ",
@@ -307,7 +315,10 @@ bool ParseKvAppendBody(const Graph& body, KvAppendBody* roles) {
   const Node& a = body.node(outs[0]);
   if (ops != 3 || a.inputs.size() < 3) return false;
   const ValueId k = a.inputs[1], v = a.inputs[2];
-  if (k == v || !body.IsOp(k, OpId::kIndexCopy) || !body.IsOp(v, OpId::kIndexCopy)) return false;
+  if (!body.IsOp(k, OpId::kIndexCopy) || !body.IsOp(v, OpId::kIndexCopy) ||
+      !KvWritesRefusal(body, k, v).empty()) {
+    return false;
+  }
   auto input_of = [&](ValueId x) {  // the body-input position of x, or -1
     const auto& in = body.inputs();
     const auto it = std::find(in.begin(), in.end(), x);
@@ -329,10 +340,7 @@ bool ParseKvAppendBody(const Graph& body, KvAppendBody* roles) {
   }
   const bool operands = r.q >= 0 && r.k_cache >= 0 && r.v_cache >= 0 && r.slots >= 0 &&
                         r.k_new >= 0 && r.v_new >= 0 && (a.inputs.size() == 3 || r.mask >= 0);
-  if (!operands || kn.inputs[1] != vn.inputs[1] || r.k_cache == r.v_cache || r.dim != rank - 2 ||
-      WrapDim(vn.attrs.dim, body.type(v).rank()) != rank - 2) {
-    return false;
-  }
+  if (!operands) return false;
   *roles = r;
   return true;
 }
