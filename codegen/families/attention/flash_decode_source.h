@@ -213,6 +213,13 @@ __device__ __forceinline__ long long raw_slot(const KilnDecodeParams& dp, int t)
                     : static_cast<const int*>(dp.slots)[t * dp.slot_stride];
 }
 
+// Row t of the new keys (kv = 0) or values (kv = 1) of batch b, key head hk.
+__device__ __forceinline__ const kiln_u16* new_row(const KilnDecodeParams& dp, int kv, long long b,
+                                                   long long hk, int t) {
+  return kv == 0 ? dp.k_new + b * dp.kn_batch + hk * dp.kn_head + t * dp.kn_row
+                 : dp.v_new + b * dp.vn_batch + hk * dp.vn_head + t * dp.vn_row;
+}
+
 // The appended rows of (batch b, key head hk), written into the caches by one CTA of theirs:
 // thread (kv, c) copies the 16 bytes c of K (kv = 0) or V of each new row, t = 0, 1, .. in order,
 // so of two rows for one slot the last one stays (the reads below take the last one too). Every
@@ -227,8 +234,7 @@ __device__ void append_rows(const KilnDecodeParams& dp, int b, int hk) {
       if (threadIdx.x == 0) *dp.bad = 1u;  // reported by the caller's index check
       continue;
     }
-    const kiln_u16* src = kv == 0 ? dp.k_new + b * dp.kn_batch + hk * dp.kn_head + t * dp.kn_row
-                                  : dp.v_new + b * dp.vn_batch + hk * dp.vn_head + t * dp.vn_row;
+    const kiln_u16* src = new_row(dp, kv, b, hk, t);
     kiln_u16* dst = const_cast<kiln_u16*>(kv == 0 ? p.k + b * p.k_batch + hk * p.k_head + s * p.k_row
                                                   : p.v + b * p.v_batch + hk * p.v_head + s * p.v_row);
     *reinterpret_cast<uint4*>(dst + c * VEC) = *reinterpret_cast<const uint4*>(src + c * VEC);
@@ -345,11 +351,8 @@ extern "C" __global__ void KILN_FD_BOUNDS KILN_FD_NAME(const KilnDecodeParams dp
       keep[0] = keep[0] && visible(p, mask, row.i, j, &add[0]);
       uint4 kr[1] = {make_uint4(0, 0, 0, 0)}, vr[1] = {make_uint4(0, 0, 0, 0)};
       if (keep[0]) {
-        const long long b = row.b, h = hk;
-        kr[0] = __ldg(reinterpret_cast<const uint4*>(dp.k_new + b * dp.kn_batch + h * dp.kn_head +
-                                                     t * dp.kn_row + c * VEC));
-        vr[0] = __ldg(reinterpret_cast<const uint4*>(dp.v_new + b * dp.vn_batch + h * dp.vn_head +
-                                                     t * dp.vn_row + c * VEC));
+        kr[0] = __ldg(reinterpret_cast<const uint4*>(new_row(dp, 0, row.b, hk, t) + c * VEC));
+        vr[0] = __ldg(reinterpret_cast<const uint4*>(new_row(dp, 1, row.b, hk, t) + c * VEC));
       }
       attend(qf, kr, vr, keep, add, m, l, acc);
     }
