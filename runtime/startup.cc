@@ -50,6 +50,7 @@ class Threads {
   // Runs `work` on a new thread; `startup`: the thread is a startup thread (OnStartupThread).
   void Start(std::function<void()> work, bool startup) {
     std::lock_guard<std::mutex> lock(mu_);
+    JoinFinishedLocked();
     const auto t0 = std::chrono::steady_clock::now();
     running_since_.push_back(t0);
     threads_.emplace_back([this, t0, startup, work = std::move(work)] { Run(t0, startup, work); });
@@ -87,7 +88,21 @@ class Threads {
     std::lock_guard<std::mutex> lock(mu_);
     ms_ += ms;
     running_since_.erase(std::find(running_since_.begin(), running_since_.end(), t0));
+    finished_.push_back(std::this_thread::get_id());
     if (running_since_.empty()) done_.notify_all();
+  }
+
+  // Joins the threads whose work has ended (each background compile is a thread: their handles
+  // do not pile up until exit).
+  void JoinFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const std::thread::id id : finished_) {
+      auto it = std::find_if(threads_.begin(), threads_.end(),
+                             [id](const std::thread& t) { return t.get_id() == id; });
+      if (it == threads_.end()) continue;
+      it->join();  // at most the few instructions after its last lock
+      threads_.erase(it);
+    }
+    finished_.clear();
   }
 
   std::mutex mu_;
@@ -96,6 +111,7 @@ class Threads {
   double ms_ ABSL_GUARDED_BY(mu_) = 0;
   // When each running thread started; empty when none runs.
   std::vector<std::chrono::steady_clock::time_point> running_since_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread::id> finished_ ABSL_GUARDED_BY(mu_);  // ended, not joined yet
 };
 
 std::atomic<Threads*> g_threads{nullptr};  // set once by the first start

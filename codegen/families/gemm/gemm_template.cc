@@ -167,9 +167,10 @@ class CudaGeglu final : public FusedKernel {
   }
 
  private:
-  // Whether the GEMM's kernel for these operands can run now. With background compiles (the
-  // default) a kernel no cache has compiles on a background thread while calls run the
-  // fallback; a CUDA graph capture (or a launch count) waits for it, so a captured plan has it.
+  // Whether the GEMM's kernel for these operands can run now. With background compiles
+  // (KILN_BACKGROUND_COMPILE=on) a kernel no cache has compiles on a background thread while
+  // calls run the fallback; a CUDA graph capture (or a launch count) waits for it, so a captured
+  // plan has it.
   bool KernelReady(const Tensor& x2, const Tensor& w, const Tensor& b, const Tensor& o2) const {
     if (!background_ || cuda::Capturing()) return true;
     return cuda_ops::Sm90GemmKernelReady(
