@@ -149,51 +149,57 @@ uint64_t SourceKey(const std::string& source, const std::string& arch) {
       absl::StrCat(source, "|", arch, "|nvrtc ", NvrtcVersion(), "|--std=c++17 --fmad=true"));
 }
 
-// The kernel from the memory cache (a loaded library, or a cubin a background compile left);
-// nullptr when neither has it. `pending`: set to the running background compile of the source.
-absl::StatusOr<cudaKernel_t> FromMemory(Cache& cache, uint64_t key, const std::string& kernel_name,
-                                        std::shared_future<CubinResult>* pending)
+// The library of `key`: the loaded one, or `cubin` loaded now.
+absl::StatusOr<cudaLibrary_t> LibraryFor(Cache& cache, uint64_t key, const std::string& cubin)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache.mu) {
-  const std::string kernel_key = absl::StrCat(key, ":", kernel_name);
-  if (auto it = cache.kernels.find(kernel_key); it != cache.kernels.end()) {
-    ++cache.stats.memory_hits;
-    return it->second;
-  }
-  auto lib = cache.libraries.find(key);
-  if (lib == cache.libraries.end()) {
-    auto bg = cache.background.find(key);
-    if (bg == cache.background.end()) return nullptr;
-    if (bg->second.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
-      *pending = bg->second;
-      return nullptr;
-    }
-    const CubinResult& cubin = bg->second.get();
-    KILN_RETURN_IF_ERROR(cubin.status());
-    cudaLibrary_t loaded = nullptr;
-    KILN_RETURN_IF_ERROR(ToStatus(
-        cudaLibraryLoadData(&loaded, cubin->data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
-        "cudaLibraryLoadData"));
-    lib = cache.libraries.emplace(key, loaded).first;
-    cache.background.erase(bg);
-  }
-  KILN_ASSIGN_OR_RETURN(cudaKernel_t kernel, KernelOf(lib->second, kernel_name));
-  return cache.kernels.emplace(kernel_key, kernel).first->second;
+  if (auto lib = cache.libraries.find(key); lib != cache.libraries.end()) return lib->second;
+  cudaLibrary_t loaded = nullptr;
+  KILN_RETURN_IF_ERROR(
+      ToStatus(cudaLibraryLoadData(&loaded, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+               "cudaLibraryLoadData"));
+  return cache.libraries.emplace(key, loaded).first->second;
+}
+
+// Kernel `kernel_name` of library `lib` (the source of `key`), remembered by name.
+absl::StatusOr<cudaKernel_t> KernelIn(Cache& cache, uint64_t key, cudaLibrary_t lib,
+                                      const std::string& kernel_name)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache.mu) {
+  KILN_ASSIGN_OR_RETURN(cudaKernel_t kernel, KernelOf(lib, kernel_name));
+  return cache.kernels.emplace(absl::StrCat(key, ":", kernel_name), kernel).first->second;
 }
 
 // Loads `cubin` (or takes the library another thread loaded first) and returns its kernel.
 absl::StatusOr<cudaKernel_t> Load(Cache& cache, uint64_t key, const std::string& kernel_name,
                                   const std::string& cubin)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache.mu) {
-  auto lib = cache.libraries.find(key);
-  if (lib == cache.libraries.end()) {
-    cudaLibrary_t loaded = nullptr;
-    KILN_RETURN_IF_ERROR(ToStatus(
-        cudaLibraryLoadData(&loaded, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
-        "cudaLibraryLoadData"));
-    lib = cache.libraries.emplace(key, loaded).first;
+  KILN_ASSIGN_OR_RETURN(cudaLibrary_t lib, LibraryFor(cache, key, cubin));
+  return KernelIn(cache, key, lib, kernel_name);
+}
+
+// The kernel from the memory cache (a loaded library, or a cubin a background compile left);
+// nullptr when neither has it. `pending`: set to the running background compile of the source.
+absl::StatusOr<cudaKernel_t> FromMemory(Cache& cache, uint64_t key, const std::string& kernel_name,
+                                        std::shared_future<CubinResult>* pending)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache.mu) {
+  if (auto it = cache.kernels.find(absl::StrCat(key, ":", kernel_name));
+      it != cache.kernels.end()) {
+    ++cache.stats.memory_hits;
+    return it->second;
   }
-  KILN_ASSIGN_OR_RETURN(cudaKernel_t kernel, KernelOf(lib->second, kernel_name));
-  return cache.kernels.emplace(absl::StrCat(key, ":", kernel_name), kernel).first->second;
+  if (auto lib = cache.libraries.find(key); lib != cache.libraries.end()) {
+    return KernelIn(cache, key, lib->second, kernel_name);
+  }
+  auto bg = cache.background.find(key);
+  if (bg == cache.background.end()) return nullptr;
+  if (bg->second.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    *pending = bg->second;
+    return nullptr;
+  }
+  const CubinResult& cubin = bg->second.get();
+  KILN_RETURN_IF_ERROR(cubin.status());  // the entry stays: every later call reports it
+  absl::StatusOr<cudaKernel_t> kernel = Load(cache, key, kernel_name, *cubin);
+  if (kernel.ok()) cache.background.erase(bg);  // the library holds the code now
+  return kernel;
 }
 
 void AddStats(Cache& cache, const KernelCacheStats& done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache.mu) {
@@ -257,12 +263,13 @@ absl::StatusOr<cudaKernel_t> GetKernelOrCompileInBackground(const std::string& s
   }
   RunInBackground([promise, source, key, arch] {
     KernelCacheStats done;
-    CubinResult cubin = absl::InternalError("background compile: interrupted");
-    try {
-      cubin = CubinFor(source, key, arch, &done);
-    } catch (const std::exception& e) {  // the waiters get an error, never a broken promise
-      cubin = absl::InternalError(absl::StrCat("background compile: ", e.what()));
-    }
+    CubinResult cubin = [&]() -> CubinResult {
+      try {
+        return CubinFor(source, key, arch, &done);
+      } catch (const std::exception& e) {  // the waiters get an error, never a broken promise
+        return absl::InternalError(absl::StrCat("background compile: ", e.what()));
+      }
+    }();
     {
       Cache& cache = TheCache();
       std::lock_guard<std::mutex> lock(cache.mu);

@@ -204,7 +204,9 @@ bool Sm90GemmKernelReady(const GemmConfig& c) {
   if (LoadedKernel(c.Name()) != nullptr) return true;
   const cudaKernel_t k = ValueOrThrow(
       cuda::GetKernelOrCompileInBackground(RenderGemmSource(c), c.Name(), {.arch_specific = true}));
-  return k != nullptr && Remember(c, k) != nullptr;
+  if (k == nullptr) return false;
+  Remember(c, k);
+  return true;
 }
 
 void RunSm90Geglu(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out) {
