@@ -199,9 +199,10 @@ Tensor CpuReference(const Tensor& x, const Tensor& w, const Tensor& b) {
   return b.defined() ? linear(xf, wf, to(to(b, kCPU), DType::kFloat32)) : linear(xf, wf);
 }
 
-// The kernel's output against the float32 reference: one rounding of the output (half an ulp of
-// the dtype) plus float32 sums in another order.
-void ExpectMatches(const Tensor& got, const Tensor& want, const std::string& what) {
+// `got` against `want` element by element: |got - want| <= value_ulps ulps of |want| +
+// largest_ulps ulps of max |want| + largest_share of max |want| + 1e-6 (ulp: the dtype's epsilon).
+void ExpectWithin(const Tensor& got, const Tensor& want, const std::string& what, double value_ulps,
+                  double largest_ulps, double largest_share) {
   const std::vector<double> g = to_vector(got), r = to_vector(want);
   ASSERT_EQ(g.size(), r.size()) << what;
   const double ulp = got.dtype() == DType::kBFloat16 ? 1.0 / 128 : 1.0 / 1024;
@@ -209,12 +210,19 @@ void ExpectMatches(const Tensor& got, const Tensor& want, const std::string& wha
   for (double v : r) largest = std::max(largest, std::fabs(v));
   int bad = 0;
   for (size_t i = 0; i < g.size() && bad < 5; ++i) {
-    const double tol = 0.5 * ulp * std::fabs(r[i]) + 1e-4 * largest + 1e-6;
+    const double tol =
+        value_ulps * ulp * std::fabs(r[i]) + (largest_ulps * ulp + largest_share) * largest + 1e-6;
     if (!(std::fabs(g[i] - r[i]) <= tol)) {
       ADD_FAILURE() << what << ": element " << i << " got " << g[i] << " want " << r[i];
       ++bad;
     }
   }
+}
+
+// The kernel's output against the float32 reference: one rounding of the output (half an ulp of
+// the dtype) plus float32 sums in another order.
+void ExpectMatches(const Tensor& got, const Tensor& want, const std::string& what) {
+  ExpectWithin(got, want, what, 0.5, 0, 1e-4);
 }
 
 using Problem = std::tuple<int64_t, int64_t, int64_t>;  // m, n, k
@@ -429,18 +437,7 @@ TEST(Sm90GemmLinear, KilnGemmSettingChoosesTheKernel) {
 // A compiled result against the eager module's, which rounds after each op: a few ulps apart, and
 // near zero (gelu(gate) * up of small products) a few ulps of the largest value.
 void ExpectCloseToEager(const Tensor& got, const Tensor& eager, const std::string& what) {
-  const std::vector<double> g = to_vector(got), r = to_vector(eager);
-  ASSERT_EQ(g.size(), r.size()) << what;
-  const double ulp = got.dtype() == DType::kBFloat16 ? 1.0 / 128 : 1.0 / 1024;
-  double largest = 0;
-  for (double v : r) largest = std::max(largest, std::fabs(v));
-  int bad = 0;
-  for (size_t i = 0; i < g.size() && bad < 5; ++i) {
-    if (!(std::fabs(g[i] - r[i]) <= 4 * ulp * std::fabs(r[i]) + 2 * ulp * largest)) {
-      ADD_FAILURE() << what << ": element " << i << " got " << g[i] << " eager " << r[i];
-      ++bad;
-    }
-  }
+  ExpectWithin(got, eager, what, 4, 2, 0);
 }
 
 // A compiled GeGLU MLP whose Hopper GEMM no cache has: compile() leaves the kernel compiling in the
