@@ -40,4 +40,18 @@ struct TensorMap2D {
 // bytes, 1 <= box sides <= 256, rows and cols in 1..2^32 (the driver's limits).
 absl::StatusOr<TensorMap> EncodeTensorMap2D(const TensorMap2D& t);
 
+// A [batch, heads, rows, cols] tensor of 2-byte elements with any element strides (cols
+// contiguous), copied in boxes of box_rows x box_cols of one (batch, head): attention's q, k and
+// v, [B, H, T, D] or a [B, T, H, D] tensor viewed as one, read in place. A kernel addresses a box
+// by (col, row, head, batch). Strides of size-1 dims do not matter.
+struct TensorMap4D {
+  const void* base = nullptr;
+  int64_t batch = 1, heads = 1, rows = 0, cols = 0;
+  int64_t batch_stride = 0, head_stride = 0, row_stride = 0;
+  int box_rows = 0, box_cols = 0;  // box_cols * 2 == 128: the 128-byte swizzle
+};
+// The map, or an error naming the rule broken: EncodeTensorMap2D's, for every stride of a dim
+// larger than 1.
+absl::StatusOr<TensorMap> EncodeTensorMap4D(const TensorMap4D& t);
+
 }  // namespace kiln::cuda
