@@ -101,6 +101,13 @@ const std::vector<Setting>& Settings() {
        "the previous kernel's tail (sm_90 and later, outside CUDA graph captures; A/B)"},
       {"KILN_FLASH_SMALL_GRID", Kind::kBool, "on", "",
        "off: flash attention keeps 128-row tiles for small grids (A/B)"},
+      {"KILN_FLASH_SM90", Kind::kBool, "on", "",
+       "off: attention without a mask runs the mma.sync flash kernel on sm_90 too, not the Hopper "
+       "kernel (TMA, wgmma; A/B)"},
+      {"KILN_FLASH_SM90_BLOCK_N", Kind::kLevel, "0", "0..128",
+       "keys per K/V tile of the Hopper attention kernel, 64 or 128 (0: its plan's; A/B)"},
+      {"KILN_FLASH_SM90_STAGES", Kind::kLevel, "0", "0..8",
+       "K/V tiles in flight in the Hopper attention kernel (0: its plan's; A/B)"},
       {"KILN_FD_CLUSTER", Kind::kBool, "on", "",
        "off: the decode attention kernel's key splits merge through a workspace and a second "
        "kernel instead of one thread-block cluster per row (sm_90 and later; A/B)"},

@@ -9,12 +9,14 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/families/attention/flash_attention_sm90.h"
 #include "codegen/families/attention/flash_attention_source.h"
 #include "codegen/families/attention/flash_decode_source.h"
 #include "runtime/cuda_api.h"
 #include "runtime/nvrtc.h"
 #include "runtime/settings.h"
 #include "runtime/status.h"
+#include "runtime/tensor_map.h"
 
 namespace kiln::cuda_ops {
 namespace {
@@ -195,6 +197,70 @@ void LaunchFlashDecode(const FlashParams& p, const FlashAttentionConfig& config,
                                         cuda::CurrentStream()));
 }
 
+// The Hopper kernel of a configuration, compiled for sm_90a and cached like KernelFor's.
+cudaKernel_t Sm90KernelFor(const FlashSm90Config& c) {
+  static std::mutex mu;  // guards `cache`; held while compiling, so a kernel compiles once
+  static auto* cache = new std::map<std::string, cudaKernel_t>();
+  int device = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&device));
+  const std::string name = c.Name();
+  const std::string key = absl::StrCat(name, "@", device);
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache->find(key); it != cache->end()) return it->second;
+  cudaKernel_t k =
+      ValueOrThrow(cuda::GetKernel(RenderFlashSm90Source(c), name, {.arch_specific = true}));
+  KILN_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(k),
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       c.shared_bytes()));
+  return cache->emplace(key, k).first->second;
+}
+
+// The rank-4 TMA map of q, k or v ([B, H, T, D] of any strides, ranks 2..4), in boxes of
+// `box_rows` rows and 64 columns; an error where TMA cannot address the tensor.
+absl::StatusOr<cuda::TensorMap> AttentionMap(const Tensor& t, int box_rows) {
+  const int64_t r = t.dim();
+  const FlashBatchStrides s = FlashStridesOf(t);
+  return cuda::EncodeTensorMap4D({.base = t.data_ptr(),
+                                  .batch = r >= 4 ? t.size(0) : 1,
+                                  .heads = r >= 3 ? t.size(r - 3) : 1,
+                                  .rows = t.size(r - 2),
+                                  .cols = t.size(r - 1),
+                                  .batch_stride = s.batch,
+                                  .head_stride = s.head,
+                                  .row_stride = s.row,
+                                  .box_rows = box_rows,
+                                  .box_cols = 64});
+}
+
+// Runs the Hopper kernel (flash_attention_sm90.h) where it applies: an sm_90 GPU, no mask, head
+// dim 64 or 128, KILN_FLASH_SM90 on, operands TMA can address. False: the caller runs the mma.sync
+// kernel.
+bool LaunchFlashSm90(absl::Span<const Tensor> in, const OpAttrs& a, const FlashParams& p,
+                     int64_t batch, int64_t heads) {
+  const Tensor &q = in[0], &k = in[1], &v = in[2];
+  const int head_dim = static_cast<int>(q.size(-1));
+  const cuda::DeviceProps& props = cuda::Props(q.device().index);
+  if (in.size() > 3 || props.major != 9 || props.minor != 0 || !EnvBool("KILN_FLASH_SM90") ||
+      (head_dim != 64 && head_dim != 128) || v.size(-1) != head_dim) {
+    return false;
+  }
+  const FlashSm90Config c = PlanFlashSm90(head_dim, q.dtype(), a.is_causal);
+  const int64_t tiles = (p.q_len + FlashSm90Config::kBlockM - 1) / FlashSm90Config::kBlockM;
+  if (tiles > 65535 || p.kv_len < 1) return false;
+  absl::StatusOr<cuda::TensorMap> q_map = AttentionMap(q, FlashSm90Config::kBlockM),
+                                  k_map = AttentionMap(k, c.block_n),
+                                  v_map = AttentionMap(v, c.block_n);
+  if (!q_map.ok() || !k_map.ok() || !v_map.ok()) return false;
+  const cudaKernel_t kernel = Sm90KernelFor(c);
+  FlashParams params = p;
+  void* args[] = {&*q_map, &*k_map, &*v_map, &params};
+  KILN_CUDA_CHECK(cuda::LaunchDependent(
+      reinterpret_cast<const void*>(kernel),
+      dim3(static_cast<unsigned>(batch * heads), static_cast<unsigned>(tiles)),
+      dim3(FlashSm90Config::kThreads), args, c.shared_bytes(), cuda::CurrentStream()));
+  return true;
+}
+
 }  // namespace
 
 void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const Tensor& out,
@@ -232,6 +298,7 @@ void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const T
   }
   KILN_CHECK(append == nullptr, "scaled_dot_product_attention: a fused KV-cache append needs at ",
              "most ", kFlashDecodeMaxQueries, " query rows, got ", p.q_len);
+  if (LaunchFlashSm90(in, a, p, batch, heads)) return;
   const FlashKernel& kernel = KernelFor(config);
   const dim3 grid(static_cast<unsigned>(batch * heads),
                   static_cast<unsigned>((p.q_len + config.block_m - 1) / config.block_m));

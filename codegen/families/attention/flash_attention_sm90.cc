@@ -1,0 +1,299 @@
+// The Hopper attention kernel's configuration and source (see flash_attention_sm90.h). Host code
+// only: a build without CUDA renders the same source.
+#include "codegen/families/attention/flash_attention_sm90.h"
+
+#include "absl/strings/str_cat.h"
+#include "codegen/families/attention/flash_attention_source.h"
+#include "ops/cuda/hopper_primitives.h"
+#include "runtime/settings.h"
+#include "runtime/status.h"
+
+namespace kiln::cuda_ops {
+namespace {
+
+constexpr int kMaxSharedBytes = 227 * 1024;  // per CTA on sm_90
+
+// The kernel after its #defines, the parameter block (flash_attention_source.h), the Hopper
+// primitives and the two wgmma wrappers: kiln_fa3_qk (S = Q·Kᵀ, both from shared memory) and
+// kiln_fa3_pv (O += P·V, P from registers, V MN-major).
+constexpr char kKernel[] = R"KILN_FA3(
+namespace kiln_fa3 {
+
+constexpr int D = KILN_FA3_HEAD_DIM, BM = 64, BN = KILN_FA3_BLOCK_N, STAGES = KILN_FA3_STAGES;
+constexpr int SN = BN / 2, ON = D / 2;          // S and O accumulators per thread
+constexpr unsigned Q_CHUNK = BM * 128, KV_CHUNK = BN * 128;  // bytes of 64 columns of a tile
+constexpr unsigned Q_BYTES = BM * D * 2, KV_BYTES = BN * D * 2;
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+__device__ __forceinline__ float exp2_approx(float x) {  // ex2.approx(-inf) = +0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+#if KILN_FA3_BF16
+  return kiln_pack_bf16x2(lo, hi);
+#else
+  return kiln_pack_f16x2(lo, hi);
+#endif
+}
+
+// Tile j's K and V (keys n0 .. n0 + BN) into one slot of the ring, each half completing on its
+// own barrier; issued by one thread. Keys past the end arrive as zeros.
+__device__ __forceinline__ void load_kv(const KilnTensorMap* k_map, const KilnTensorMap* v_map,
+                                        unsigned sk, unsigned sv, unsigned k_bar, unsigned v_bar,
+                                        int n0, int head, int batch) {
+  kiln_mbar_expect_tx(k_bar, KV_BYTES);
+#pragma unroll
+  for (int c = 0; c < D / 64; ++c) kiln_tma_load_4d(sk + c * KV_CHUNK, k_map, k_bar, c * 64, n0, head, batch);
+  kiln_mbar_expect_tx(v_bar, KV_BYTES);
+#pragma unroll
+  for (int c = 0; c < D / 64; ++c) kiln_tma_load_4d(sv + c * KV_CHUNK, v_map, v_bar, c * 64, n0, head, batch);
+}
+
+}  // namespace kiln_fa3
+
+extern "C" __global__ void __launch_bounds__(128, KILN_FA3_MIN_BLOCKS) KILN_FA3_NAME(
+    const __grid_constant__ KilnTensorMap q_map, const __grid_constant__ KilnTensorMap k_map,
+    const __grid_constant__ KilnTensorMap v_map, const KilnFlashParams p) {
+  using namespace kiln_fa3;
+  extern __shared__ unsigned char kiln_smem[];
+  // Q, then the K slots, the V slots (all at 1024-byte boundaries: the swizzle's period), then
+  // the barriers: Q's, K's per slot, V's per slot.
+  const unsigned sq = (kiln_smem_addr(kiln_smem) + 1023u) & ~1023u;
+  const unsigned sk = sq + Q_BYTES, sv = sk + STAGES * KV_BYTES;
+  const unsigned q_bar = sv + STAGES * KV_BYTES, k_bar = q_bar + 8, v_bar = k_bar + 8 * STAGES;
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  const int batch = blockIdx.x / p.heads, head = blockIdx.x % p.heads, kv_head = head / p.group;
+  const int m0 = (gridDim.y - 1 - blockIdx.y) * BM;  // the longest (causal) row tiles start first
+  int n_end = p.kv_len;
+#if KILN_FA3_CAUSAL
+  n_end = min(n_end, m0 + BM);  // keys past the CTA's last row are masked for all its rows
+#endif
+  const int n_tiles = (n_end + BN - 1) / BN;
+  if (t == 0) {
+    kiln_mbar_init(q_bar, 1);
+    for (int s = 0; s < STAGES; ++s) {
+      kiln_mbar_init(k_bar + 8 * s, 1);
+      kiln_mbar_init(v_bar + 8 * s, 1);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  kiln_grid_dependency_sync();
+  if (t == 0) {
+    kiln_mbar_expect_tx(q_bar, Q_BYTES);
+#pragma unroll
+    for (int c = 0; c < D / 64; ++c) kiln_tma_load_4d(sq + c * Q_CHUNK, &q_map, q_bar, c * 64, m0, head, batch);
+    for (int j = 0; j < STAGES && j < n_tiles; ++j) {
+      load_kv(&k_map, &v_map, sk + j * KV_BYTES, sv + j * KV_BYTES, k_bar + 8 * j, v_bar + 8 * j,
+              j * BN, kv_head, batch);
+    }
+  }
+
+  // Thread (warp w, lane l) holds rows 16w + l/4 (+8) of the tile and, of each 8-column group g
+  // of S or O, columns 8g + 2(l%4) (+1), in acc[4g + 2h + e] (h: the row half, e: the column).
+  float o[ON];
+#pragma unroll
+  for (int i = 0; i < ON; ++i) o[i] = 0.f;
+  float row_max[2] = {neg_inf(), neg_inf()}, row_sum[2] = {0.f, 0.f};
+  const int row_lo = m0 + warp * 16 + lane / 4;
+  kiln_mbar_wait(q_bar, 0);
+
+  for (int j = 0; j < n_tiles; ++j) {
+    const int s = j % STAGES, n0 = j * BN;
+    const unsigned parity = (j / STAGES) & 1;
+    const unsigned sk_s = sk + s * KV_BYTES, sv_s = sv + s * KV_BYTES;
+    float sc[SN];
+    kiln_mbar_wait(k_bar + 8 * s, parity);
+    kiln_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const int c = kk / 4, k4 = kk % 4;  // the 64-dim chunk, 16 dims (32 bytes) in it
+      kiln_fa3_qk(sc, kiln_wgmma_desc(sq + c * Q_CHUNK) + 2 * k4,
+                  kiln_wgmma_desc(sk_s + c * KV_CHUNK) + 2 * k4, kk);
+    }
+    kiln_wgmma_commit();
+    kiln_wgmma_wait<0>();
+    kiln_fence_operands(sc);
+
+    // Per-element work only where needed: the ragged end of the keys, the diagonal, or a scale
+    // that is not positive (the fast path's max of raw scores needs scale > 0).
+    bool masked = n0 + BN > p.kv_len || !(p.scale_log2 > 0.f);
+#if KILN_FA3_CAUSAL
+    masked = masked || n0 + BN - 1 > m0;
+#endif
+    if (masked) {
+#pragma unroll
+      for (int i = 0; i < SN; ++i) {
+        const int col = n0 + 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
+        [[maybe_unused]] const int row = row_lo + 8 * ((i / 2) % 2);
+        bool keep = col < p.kv_len;
+#if KILN_FA3_CAUSAL
+        keep = keep && col <= row;
+#endif
+        sc[i] = keep ? sc[i] * p.scale_log2 : neg_inf();
+      }
+    }
+    // Online softmax in base-2 logits (see flash_attention_source.h online_softmax).
+    float mx[2];
+    bool grow = false;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float m = neg_inf();
+#pragma unroll
+      for (int g = 0; g < BN / 8; ++g) m = fmaxf(m, fmaxf(sc[4 * g + 2 * h], sc[4 * g + 2 * h + 1]));
+      mx[h] = masked ? m : m * p.scale_log2;
+      grow = grow || mx[h] > row_max[h] + 8.f;
+    }
+    if (__any_sync(0xffffffffu, grow)) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float m = mx[h];
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        const float m_new = fmaxf(row_max[h], m);
+        const float alpha = exp2_approx(row_max[h] - (m_new == neg_inf() ? 0.f : m_new));
+        row_max[h] = m_new;
+        row_sum[h] *= alpha;
+#pragma unroll
+        for (int g = 0; g < D / 8; ++g) {
+          o[4 * g + 2 * h] *= alpha;
+          o[4 * g + 2 * h + 1] *= alpha;
+        }
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float m_use = row_max[h] == neg_inf() ? 0.f : row_max[h];
+      float sum = 0.f;
+#pragma unroll
+      for (int g = 0; g < BN / 8; ++g)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float x = sc[4 * g + 2 * h + e];
+          const float pr = exp2_approx(masked ? x - m_use : fmaf(x, p.scale_log2, -m_use));
+          sc[4 * g + 2 * h + e] = pr;
+          sum += pr;
+        }
+      row_sum[h] += sum;  // this thread's part; the quad's are added at the end
+    }
+    // P as wgmma's A fragments: the accumulators of column groups 2kk and 2kk + 1.
+    unsigned pa[BN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      pa[kk][0] = pack2(sc[8 * kk + 0], sc[8 * kk + 1]);
+      pa[kk][1] = pack2(sc[8 * kk + 2], sc[8 * kk + 3]);
+      pa[kk][2] = pack2(sc[8 * kk + 4], sc[8 * kk + 5]);
+      pa[kk][3] = pack2(sc[8 * kk + 6], sc[8 * kk + 7]);
+    }
+    kiln_mbar_wait(v_bar + 8 * s, parity);
+    kiln_fence_operands(o);
+    kiln_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      kiln_fa3_pv(o, pa[kk], kiln_wgmma_desc_mn(sv_s + kk * 16 * 128, KV_CHUNK), 1);
+    }
+    kiln_wgmma_commit();
+    kiln_wgmma_wait<0>();
+    kiln_fence_operands(o);
+    if (j + STAGES < n_tiles) {
+      __syncthreads();  // every warp's wgmma has read the slot: refill it
+      if (t == 0) {
+        load_kv(&k_map, &v_map, sk_s, sv_s, k_bar + 8 * s, v_bar + 8 * s, (j + STAGES) * BN,
+                kv_head, batch);
+      }
+    }
+  }
+
+  // Normalise; stage the rows in Q's shared memory (free: every wgmma reading it has completed)
+  // in the same swizzle, then 16-byte stores of the rows that exist.
+  __syncthreads();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = row_sum[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = l > 0.f ? 1.f / l : 0.f;  // a row with no keys: zeros
+    const int r = warp * 16 + lane / 4 + 8 * h;
+#pragma unroll
+    for (int g = 0; g < D / 8; ++g) {
+      const unsigned at = sq + (g / 8) * Q_CHUNK + r * 128 + (((g % 8) ^ (r % 8)) << 4) + (lane % 4) * 4;
+      kiln_st_shared_u32(at, pack2(o[4 * g + 2 * h] * inv, o[4 * g + 2 * h + 1] * inv));
+    }
+  }
+  __syncthreads();
+  kiln_u16* out = p.o + batch * p.o_batch + head * p.o_head;
+#pragma unroll
+  for (int i = t; i < BM * D / 8; i += 128) {
+    const int r = i / (D / 8), g = i % (D / 8);
+    if (m0 + r < p.q_len) {
+      const unsigned at = sq + (g / 8) * Q_CHUNK + r * 128 + (((g % 8) ^ (r % 8)) << 4);
+      unsigned v0, v1, v2, v3;
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3) : "r"(at));
+      asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};"
+                   :: "l"(out + (long long)(m0 + r) * p.o_row + g * 8), "r"(v0), "r"(v1), "r"(v2),
+                      "r"(v3) : "memory");
+    }
+  }
+}
+)KILN_FA3";
+
+template <typename V>
+void AppendDefine(std::string* source, const char* key, const V& value) {
+  absl::StrAppend(source, "#define ", key, " ", value, "\n");
+}
+
+}  // namespace
+
+int FlashSm90Config::shared_bytes() const {
+  return 1024 + (kBlockM + 2 * stages * block_n) * head_dim * 2 + 8 * (1 + 2 * stages);
+}
+
+std::string FlashSm90Config::Name() const {
+  return absl::StrCat("kiln_flash_sm90_d", head_dim, dtype == DType::kFloat16 ? "_f16" : "_bf16",
+                      causal ? "_causal" : "", "_", kBlockM, "x", block_n, "_s", stages, "_b",
+                      min_blocks);
+}
+
+FlashSm90Config PlanFlashSm90(int head_dim, DType dtype, bool causal) {
+  FlashSm90Config c;
+  c.head_dim = head_dim;
+  c.dtype = dtype;
+  c.causal = causal;
+  // Two CTAs an SM: head dim 64 with 128-key tiles, three in flight (104 KB of shared memory a
+  // CTA); 128 with 64-key tiles, two in flight (80 KB).
+  c.block_n = head_dim == 64 ? 128 : 64;
+  c.stages = head_dim == 64 ? 3 : 2;
+  c.min_blocks = 2;
+  if (const int n = EnvLevel("KILN_FLASH_SM90_BLOCK_N"); n != 0) c.block_n = n;
+  if (const int s = EnvLevel("KILN_FLASH_SM90_STAGES"); s != 0) c.stages = s;
+  return c;
+}
+
+std::string RenderFlashSm90Source(const FlashSm90Config& c) {
+  KILN_CHECK((c.head_dim == 64 || c.head_dim == 128) &&
+                 (c.dtype == DType::kBFloat16 || c.dtype == DType::kFloat16) &&
+                 (c.block_n == 64 || c.block_n == 128) && c.stages >= 1 && c.stages <= 8 &&
+                 c.min_blocks >= 1 && c.min_blocks <= 4 && c.shared_bytes() <= kMaxSharedBytes,
+             "sm_90 attention kernel: needs head dim 64 or 128, bf16 or f16, 64 or 128 keys a ",
+             "tile, 1..8 stages, 1..4 CTAs an SM, at most ", kMaxSharedBytes,
+             " bytes of shared memory; got ", c.Name(), " (", c.shared_bytes(), " bytes)");
+  std::string source;
+  AppendDefine(&source, "KILN_FA3_NAME", c.Name());
+  AppendDefine(&source, "KILN_FA3_HEAD_DIM", c.head_dim);
+  AppendDefine(&source, "KILN_FA3_BLOCK_N", c.block_n);
+  AppendDefine(&source, "KILN_FA3_STAGES", c.stages);
+  AppendDefine(&source, "KILN_FA3_MIN_BLOCKS", c.min_blocks);
+  AppendDefine(&source, "KILN_FA3_BF16", c.dtype == DType::kBFloat16 ? 1 : 0);
+  AppendDefine(&source, "KILN_FA3_CAUSAL", c.causal ? 1 : 0);
+  absl::StrAppend(
+      &source, kFlashParamsSource, HopperPrimitivesSource(),
+      RenderWgmma("kiln_fa3_qk", c.block_n, c.dtype, {}),
+      RenderWgmma("kiln_fa3_pv", c.head_dim, c.dtype, {.a_in_registers = true, .b_mn_major = true}),
+      kKernel);
+  return source;
+}
+
+}  // namespace kiln::cuda_ops

@@ -1,0 +1,52 @@
+// kiln's Hopper attention kernel (sm_90a, generated with NVRTC): the forward pass of
+// scaled_dot_product_attention without a mask, causal or not, head dim 64 or 128, bf16 or f16,
+// grouped-query heads, q/k/v of any strides with a contiguous head dim (a [B, T, H, D] tensor
+// viewed as [B, H, T, D] read in place), any lengths. The host side that needs no GPU: the
+// configuration, its name and its source (flash_attention_cuda.cc compiles and launches it).
+//
+// Design: a CTA of one warpgroup (128 threads) owns 64 query rows of one (batch, head); two or
+// three CTAs share an SM, so one's softmax runs while another's wgmma keeps the tensor cores busy.
+// Q and a ring of `stages` K/V tiles of block_n keys are copied by TMA (rank-4 tensor maps, the
+// 128-byte swizzle) into shared memory, each tile's K and V on their own mbarrier, issued by one
+// thread `stages` tiles ahead. S = Q·Kᵀ is one wgmma.mma_async m64n<block_n>k16 per 16 dims, both
+// operands in shared memory (K-major); the online softmax runs on the accumulators in registers
+// (fp32, base 2, the scale folded into one FFMA, the running max moved only when it grows by more
+// than 2^8); P stays in registers as the A operand of O += P·V, one m64n<head dim>k16 per 16 keys
+// with V MN-major in shared memory. Causal: tiles past the CTA's last row are never loaded, only
+// tiles crossing the diagonal or the end of the keys pay for per-element masking, the longest
+// rows are scheduled first. The output is staged in Q's shared memory and written with 16-byte
+// stores. A fully masked row (no keys) is written as zeros.
+//
+// sm_90a code runs on compute capability 9.0 exactly; elsewhere, and for masks, the mma.sync
+// kernel (flash_attention_source.h) runs.
+#pragma once
+
+#include <string>
+
+#include "runtime/dtype.h"
+
+namespace kiln::cuda_ops {
+
+struct FlashSm90Config {
+  int head_dim = 64;  // 64 or 128
+  DType dtype = DType::kBFloat16;
+  bool causal = false;
+  int block_n = 128;   // keys per K/V tile: 64 or 128
+  int stages = 3;      // K/V tiles in flight
+  int min_blocks = 2;  // CTAs per SM the registers are cut for (__launch_bounds__)
+
+  static constexpr int kBlockM = 64;  // query rows per CTA (one warpgroup)
+  static constexpr int kThreads = 128;
+  int shared_bytes() const;  // Q, the K/V ring, barriers and the 1024-byte alignment
+  // "kiln_flash_sm90_d64_bf16_causal_64x128_s3_b2"
+  std::string Name() const;
+};
+
+// The tiling kiln runs (KILN_FLASH_SM90_BLOCK_N and KILN_FLASH_SM90_STAGES override it for A/B).
+FlashSm90Config PlanFlashSm90(int head_dim, DType dtype, bool causal);
+
+// The kernel's source (its one kernel is config.Name()). Throws kiln::Error for a config outside
+// the ranges above or over a CTA's 227 KB of shared memory.
+std::string RenderFlashSm90Source(const FlashSm90Config& config);
+
+}  // namespace kiln::cuda_ops

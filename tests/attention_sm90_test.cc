@@ -1,0 +1,274 @@
+// The attention family's Hopper kernel (codegen/families/attention/flash_attention_sm90.h): every
+// configuration compiles for sm_90a with NVRTC without spilling (no GPU needed), names say what
+// each instance is, configurations outside the ranges are refused; on an sm_90 GPU, random shapes
+// (ragged lengths, causal with Lq != Lk, grouped-query heads, [B, T, H, D] views, head dims 64 and
+// 128, bf16 and f16, every tiling) against float32 math and against the mma.sync kernel, the
+// kernel the profiler sees, and the fallbacks (a mask, KILN_FLASH_SM90=off).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <regex>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "codegen/families/attention/flash_attention_sm90.h"
+#include "ops/factories.h"
+#include "ops/ops.h"
+#include "profiler/profiler.h"
+#include "runtime/cuda.h"
+#include "runtime/nvrtc.h"
+#include "runtime/status.h"
+#include "tests/test_util.h"
+
+namespace kiln {
+namespace {
+
+using cuda_ops::FlashSm90Config;
+
+// Every instance the planner or the A/B settings can produce.
+std::vector<FlashSm90Config> AllConfigs() {
+  std::vector<FlashSm90Config> all;
+  for (int d : {64, 128}) {
+    for (DType t : {DType::kBFloat16, DType::kFloat16}) {
+      for (bool causal : {false, true}) {
+        FlashSm90Config c = cuda_ops::PlanFlashSm90(d, t, causal);
+        all.push_back(c);
+        FlashSm90Config other = c;  // the other tile width, two stages
+        other.block_n = c.block_n == 64 ? 128 : 64;
+        other.stages = 2;
+        all.push_back(other);
+      }
+    }
+  }
+  return all;
+}
+
+// ptxas's spill bytes for the kernel (stores + loads); -1 when the log has no such line.
+int SpillBytes(const std::string& log) {
+  const std::regex spill(R"((\d+) bytes spill stores, (\d+) bytes spill loads)");
+  std::smatch m;
+  if (!std::regex_search(log, m, spill)) return -1;
+  return std::stoi(m[1]) + std::stoi(m[2]);
+}
+
+TEST(FlashSm90Source, EveryConfigCompilesForSm90aWithoutSpills) {
+  KILN_SKIP_WITHOUT_NVRTC();
+  for (const FlashSm90Config& c : AllConfigs()) {
+    std::string log;
+    auto cubin =
+        cuda::CompileSourceWithReport(cuda_ops::RenderFlashSm90Source(c), c.Name(), "sm_90a", &log);
+    ASSERT_TRUE(cubin.ok()) << c.Name() << ": " << cubin.status().message().substr(0, 4000);
+    EXPECT_EQ(SpillBytes(log), 0) << c.Name() << ":\n" << log;
+    EXPECT_NE(log.find(c.Name()), std::string::npos) << log;
+  }
+}
+
+TEST(FlashSm90Source, NamesSayWhatEachInstanceIs) {
+  std::set<std::string> names;
+  for (const FlashSm90Config& c : AllConfigs()) EXPECT_TRUE(names.insert(c.Name()).second);
+  const FlashSm90Config c = cuda_ops::PlanFlashSm90(64, DType::kBFloat16, true);
+  EXPECT_EQ(c.Name(), "kiln_flash_sm90_d64_bf16_causal_64x128_s3_b2");
+  EXPECT_EQ(cuda_ops::PlanFlashSm90(128, DType::kFloat16, false).Name(),
+            "kiln_flash_sm90_d128_f16_64x64_s2_b2");
+}
+
+// `run` throws kiln::Error whose message contains `words`.
+void ExpectThrowsWith(const std::function<void()>& run, const std::string& words) {
+  try {
+    run();
+    ADD_FAILURE() << "no error; expected one saying \"" << words << "\"";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+
+TEST(FlashSm90Source, RefusesConfigsOutsideItsRanges) {
+  FlashSm90Config c;
+  c.head_dim = 96;
+  ExpectThrowsWith([&] { cuda_ops::RenderFlashSm90Source(c); }, "head dim 64 or 128");
+  c = FlashSm90Config{};
+  c.dtype = DType::kFloat32;
+  ExpectThrowsWith([&] { cuda_ops::RenderFlashSm90Source(c); }, "bf16 or f16");
+  c = FlashSm90Config{};
+  c.head_dim = 128;
+  c.stages = 8;  // 8 x 64 KB of K/V
+  ExpectThrowsWith([&] { cuda_ops::RenderFlashSm90Source(c); }, "bytes of shared memory");
+}
+
+TEST(FlashSm90Source, TheAbSettingsChangeThePlan) {
+  ScopedEnv n("KILN_FLASH_SM90_BLOCK_N", "64"), s("KILN_FLASH_SM90_STAGES", "4");
+  const FlashSm90Config c = cuda_ops::PlanFlashSm90(64, DType::kBFloat16, false);
+  EXPECT_EQ(c.block_n, 64);
+  EXPECT_EQ(c.stages, 4);
+}
+
+// ---- on an sm_90 GPU -------------------------------------------------------------------------
+
+bool OnSm90() {
+  if (!GpuPresent()) return false;
+  const cuda::DeviceProps& p = cuda::Props(0);
+  return p.major == 9 && p.minor == 0;
+}
+
+#define SKIP_WITHOUT_SM90()                                         \
+  do {                                                              \
+    KILN_SKIP_WITHOUT_GPU();                                        \
+    if (!OnSm90()) GTEST_SKIP() << "the kernel needs an sm_90 GPU"; \
+  } while (0)
+
+// Kernel names of the device work `run` launches (CUPTI).
+std::vector<std::string> KernelNames(const std::function<void()>& run) {
+  profiler::ProfilerOptions o;
+  o.active = 1;
+  profiler::Profiler p(std::move(o));
+  p.Start();
+  run();
+  cuda::Synchronize();
+  p.Step();
+  const profiler::ProfileResult r = p.Stop();
+  EXPECT_TRUE(r.device_available) << r.device_status;
+  std::vector<std::string> names;
+  for (const profiler::DeviceRecord& d : r.device) {
+    if (d.kind == profiler::DeviceKind::kKernel) names.push_back(d.name);
+  }
+  return names;
+}
+
+bool Ran(const std::vector<std::string>& names, const std::string& prefix) {
+  for (const std::string& n : names) {
+    if (n.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
+Tensor RandnOn(const std::vector<int64_t>& shape, DType dtype, Generator& gen) {
+  return to(cast(randn(shape, gen, DType::kFloat32), dtype), CUDA(0));
+}
+
+Tolerance Loose(DType t) {  // bf16 rounds P to 8 bits before the second product
+  return t == DType::kBFloat16 ? Tolerance{2e-2, 2e-2} : Tolerance{4e-3, 4e-3};
+}
+
+struct Shape {
+  int64_t b, hq, hkv, lq, lk, d;
+  bool causal, bthd;
+  DType dtype;
+  std::string Name() const {
+    return absl::StrCat("q [", b, ",", hq, ",", lq, ",", d, "] k [", b, ",", hkv, ",", lk, ",", d,
+                        "]", causal ? " causal" : "", bthd ? " bthd" : "", " ", DTypeName(dtype));
+  }
+};
+
+// q, k, v of the shape ([B, T, H, D] storage viewed as [B, H, T, D] when bthd).
+std::vector<Tensor> Operands(const Shape& s, Generator& gen) {
+  auto make = [&](int64_t h, int64_t l) {
+    if (!s.bthd) return RandnOn({s.b, h, l, s.d}, s.dtype, gen);
+    return transpose(RandnOn({s.b, l, h, s.d}, s.dtype, gen), 1, 2);
+  };
+  return {make(s.hq, s.lq), make(s.hkv, s.lk), make(s.hkv, s.lk)};
+}
+
+Tensor Sdpa(const std::vector<Tensor>& in, const Shape& s) {
+  return scaled_dot_product_attention(in[0], in[1], in[2], Tensor(), s.causal, std::nullopt,
+                                      s.hq != s.hkv);
+}
+
+Tensor Float32Math(const std::vector<Tensor>& in, const Shape& s) {
+  SdpaBackendGuard g(SdpaBackend::kMath);
+  return scaled_dot_product_attention(cast(in[0], DType::kFloat32), cast(in[1], DType::kFloat32),
+                                      cast(in[2], DType::kFloat32), Tensor(), s.causal,
+                                      std::nullopt, s.hq != s.hkv);
+}
+
+// Random shapes: lengths 5..3000 drawn log-uniformly (most not multiples of 64 or 128), causal
+// with Lq != Lk both ways, GQA, views; each against float32 math, and the mma.sync kernel's result
+// on the same inputs (KILN_FLASH_SM90=off) within the same tolerance.
+TEST(FlashSm90, RandomShapesMatchFloat32MathAndTheMmaSyncKernel) {
+  SKIP_WITHOUT_SM90();
+  Generator gen(90);
+  auto length = [&] {
+    return std::max<int64_t>(5, std::llround(std::exp(gen.Uniform() * std::log(3000.0))));
+  };
+  for (int i = 0; i < 24; ++i) {
+    Shape s;
+    s.b = 1 + static_cast<int64_t>(gen.Uniform() * 2);
+    s.hkv = 1 + static_cast<int64_t>(gen.Uniform() * 2);
+    s.hq = s.hkv * (i % 3 == 0 ? 2 : 1);
+    s.lq = length();
+    s.lk = i % 4 == 0 ? s.lq : length();
+    s.d = i % 2 == 0 ? 64 : 128;
+    s.causal = i % 3 != 1;
+    s.bthd = i % 5 == 2;
+    s.dtype = i % 4 < 2 ? DType::kBFloat16 : DType::kFloat16;
+    const std::vector<Tensor> in = Operands(s, gen);
+    Tensor out;
+    const std::vector<std::string> names = KernelNames([&] { out = Sdpa(in, s); });
+    EXPECT_TRUE(Ran(names, "kiln_flash_sm90_")) << s.Name();
+    Tensor mma;
+    {
+      ScopedEnv off("KILN_FLASH_SM90", "off");
+      mma = Sdpa(in, s);
+    }
+    const std::vector<double> got = to_vector(out);
+    ExpectClose(got, to_vector(Float32Math(in, s)), Loose(s.dtype), s.Name() + " vs float32");
+    ExpectClose(got, to_vector(mma), Loose(s.dtype), s.Name() + " vs mma.sync");
+    if (::testing::Test::HasFailure()) break;  // one shape's report
+  }
+}
+
+// Every tiling the A/B settings select computes the same as the plan's.
+TEST(FlashSm90, EveryTilingMatchesFloat32Math) {
+  SKIP_WITHOUT_SM90();
+  Generator gen(91);
+  for (const char* block_n : {"64", "128"}) {
+    for (const char* stages : {"1", "2", "3"}) {
+      for (int64_t d : {64, 128}) {
+        if (d == 128 && std::string(block_n) == "128" && std::string(stages) == "3") continue;
+        ScopedEnv n("KILN_FLASH_SM90_BLOCK_N", block_n), st("KILN_FLASH_SM90_STAGES", stages);
+        const Shape s{2, 2, 1, 333, 517, d, true, false, DType::kBFloat16};
+        const std::vector<Tensor> in = Operands(s, gen);
+        ExpectClose(to_vector(Sdpa(in, s)), to_vector(Float32Math(in, s)), Loose(s.dtype),
+                    absl::StrCat(s.Name(), " block_n ", block_n, " stages ", stages));
+      }
+    }
+  }
+}
+
+// Scales of any sign: zero, negative (the per-element path, whose max needs no positive scale),
+// large (logits far apart: the running max moves).
+TEST(FlashSm90, ScalesOfAnySignMatchFloat32Math) {
+  SKIP_WITHOUT_SM90();
+  Generator gen(92);
+  const Shape s{1, 2, 2, 200, 300, 64, false, false, DType::kBFloat16};
+  const std::vector<Tensor> in = Operands(s, gen);
+  for (double scale : {0.0, -0.125, 4.0}) {
+    const Tensor out =
+        scaled_dot_product_attention(in[0], in[1], in[2], Tensor(), false, scale, false);
+    SdpaBackendGuard g(SdpaBackend::kMath);
+    const Tensor want =
+        scaled_dot_product_attention(cast(in[0], DType::kFloat32), cast(in[1], DType::kFloat32),
+                                     cast(in[2], DType::kFloat32), Tensor(), false, scale, false);
+    ExpectClose(to_vector(out), to_vector(want), Loose(s.dtype), absl::StrCat("scale ", scale));
+  }
+}
+
+// A mask, or the setting off, runs the mma.sync kernel instead.
+TEST(FlashSm90, MasksAndTheSettingFallBackToTheMmaSyncKernel) {
+  SKIP_WITHOUT_SM90();
+  Generator gen(93);
+  const Shape s{1, 2, 2, 100, 100, 64, false, false, DType::kBFloat16};
+  const std::vector<Tensor> in = Operands(s, gen);
+  const Tensor mask = to(full({100, 100}, 1.0, DType::kBool), CUDA(0));
+  std::vector<std::string> names = KernelNames(
+      [&] { scaled_dot_product_attention(in[0], in[1], in[2], mask, false, std::nullopt, false); });
+  EXPECT_FALSE(Ran(names, "kiln_flash_sm90_"));
+  EXPECT_TRUE(Ran(names, "kiln_flash_attention_"));
+  ScopedEnv off("KILN_FLASH_SM90", "off");
+  names = KernelNames([&] { Sdpa(in, s); });
+  EXPECT_FALSE(Ran(names, "kiln_flash_sm90_"));
+  EXPECT_TRUE(Ran(names, "kiln_flash_attention_"));
+}
+
+}  // namespace
+}  // namespace kiln
