@@ -107,7 +107,10 @@ const std::vector<Setting>& Settings() {
       {"KILN_FLASH_SM90_BLOCK_N", Kind::kLevel, "0", "0..128",
        "keys per K/V tile of the Hopper attention kernel, 64 or 128 (0: its plan's; A/B)"},
       {"KILN_FLASH_SM90_STAGES", Kind::kLevel, "0", "0..8",
-       "K/V tiles in flight in the Hopper attention kernel (0: its plan's; A/B)"},
+       "K/V tiles in flight in the Hopper attention kernel, 2..8 (0: its plan's; A/B)"},
+      {"KILN_FLASH_SM90_CONSUMERS", Kind::kLevel, "0", "0..2",
+       "warpgroups sharing a K/V tile in the Hopper attention kernel: 1 (CTAs of 64 rows, several "
+       "an SM) or 2 (128 rows, one persistent CTA an SM; 0: its plan's; A/B)"},
       {"KILN_FD_CLUSTER", Kind::kBool, "on", "",
        "off: the decode attention kernel's key splits merge through a workspace and a second "
        "kernel instead of one thread-block cluster per row (sm_90 and later; A/B)"},

@@ -38,6 +38,10 @@ std::vector<FlashSm90Config> AllConfigs() {
         other.block_n = c.block_n == 64 ? 128 : 64;
         other.stages = 2;
         all.push_back(other);
+        FlashSm90Config flip = c;  // the other form: one consumer or two
+        flip.consumers = 3 - c.consumers;
+        flip.stages = 2;
+        all.push_back(flip);
       }
     }
   }
@@ -68,9 +72,9 @@ TEST(FlashSm90Source, NamesSayWhatEachInstanceIs) {
   std::set<std::string> names;
   for (const FlashSm90Config& c : AllConfigs()) EXPECT_TRUE(names.insert(c.Name()).second);
   const FlashSm90Config c = cuda_ops::PlanFlashSm90(64, DType::kBFloat16, true);
-  EXPECT_EQ(c.Name(), "kiln_flash_sm90_d64_bf16_causal_64x128_s3_b2");
+  EXPECT_EQ(c.Name(), "kiln_flash_sm90_d64_bf16_causal_64x128_s2_b3");
   EXPECT_EQ(cuda_ops::PlanFlashSm90(128, DType::kFloat16, false).Name(),
-            "kiln_flash_sm90_d128_f16_64x64_s2_b2");
+            "kiln_flash_sm90_d128_f16_128x64_s5_persistent");
 }
 
 // `run` throws kiln::Error whose message contains `words`.
@@ -94,13 +98,19 @@ TEST(FlashSm90Source, RefusesConfigsOutsideItsRanges) {
   c.head_dim = 128;
   c.stages = 8;  // 8 x 64 KB of K/V
   ExpectThrowsWith([&] { cuda_ops::RenderFlashSm90Source(c); }, "bytes of shared memory");
+  c = FlashSm90Config{};
+  c.stages = 1;  // tile j's K would wait for tile j-1's V to leave the one slot: a deadlock
+  ExpectThrowsWith([&] { cuda_ops::RenderFlashSm90Source(c); }, "2..8 stages");
 }
 
 TEST(FlashSm90Source, TheAbSettingsChangeThePlan) {
-  ScopedEnv n("KILN_FLASH_SM90_BLOCK_N", "64"), s("KILN_FLASH_SM90_STAGES", "4");
+  ScopedEnv n("KILN_FLASH_SM90_BLOCK_N", "64"), s("KILN_FLASH_SM90_STAGES", "4"),
+      w("KILN_FLASH_SM90_CONSUMERS", "2");
   const FlashSm90Config c = cuda_ops::PlanFlashSm90(64, DType::kBFloat16, false);
   EXPECT_EQ(c.block_n, 64);
   EXPECT_EQ(c.stages, 4);
+  EXPECT_EQ(c.consumers, 2);
+  EXPECT_EQ(c.Name(), "kiln_flash_sm90_d64_bf16_128x64_s4_persistent");
 }
 
 // ---- on an sm_90 GPU -------------------------------------------------------------------------
@@ -217,19 +227,29 @@ TEST(FlashSm90, RandomShapesMatchFloat32MathAndTheMmaSyncKernel) {
   }
 }
 
-// Every tiling the A/B settings select computes the same as the plan's.
+// Every tiling the A/B settings select computes the same as the plan's: both forms (one or two
+// consumer warpgroups), both tile widths, 2 and 3 stages; causal with Lq < Lk and Lq > Lk.
 TEST(FlashSm90, EveryTilingMatchesFloat32Math) {
   SKIP_WITHOUT_SM90();
   Generator gen(91);
-  for (const char* block_n : {"64", "128"}) {
-    for (const char* stages : {"1", "2", "3"}) {
-      for (int64_t d : {64, 128}) {
-        if (d == 128 && std::string(block_n) == "128" && std::string(stages) == "3") continue;
-        ScopedEnv n("KILN_FLASH_SM90_BLOCK_N", block_n), st("KILN_FLASH_SM90_STAGES", stages);
-        const Shape s{2, 2, 1, 333, 517, d, true, false, DType::kBFloat16};
-        const std::vector<Tensor> in = Operands(s, gen);
-        ExpectClose(to_vector(Sdpa(in, s)), to_vector(Float32Math(in, s)), Loose(s.dtype),
-                    absl::StrCat(s.Name(), " block_n ", block_n, " stages ", stages));
+  for (const char* consumers : {"1", "2"}) {
+    for (const char* block_n : {"64", "128"}) {
+      for (const char* stages : {"2", "3"}) {
+        for (int64_t d : {64, 128}) {
+          const FlashSm90Config c{.head_dim = static_cast<int>(d),
+                                  .block_n = std::atoi(block_n),
+                                  .stages = std::atoi(stages),
+                                  .consumers = std::atoi(consumers)};
+          if (c.shared_bytes() > 227 * 1024) continue;
+          ScopedEnv w("KILN_FLASH_SM90_CONSUMERS", consumers),
+              n("KILN_FLASH_SM90_BLOCK_N", block_n), st("KILN_FLASH_SM90_STAGES", stages);
+          for (const auto& [lq, lk] : {std::pair<int64_t, int64_t>{333, 517}, {700, 300}}) {
+            const Shape s{2, 2, 1, lq, lk, d, true, false, DType::kBFloat16};
+            const std::vector<Tensor> in = Operands(s, gen);
+            ExpectClose(to_vector(Sdpa(in, s)), to_vector(Float32Math(in, s)), Loose(s.dtype),
+                        absl::StrCat(s.Name(), " ", c.Name()));
+          }
+        }
       }
     }
   }

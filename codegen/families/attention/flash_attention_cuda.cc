@@ -3,6 +3,7 @@
 #include "codegen/families/attention/flash_attention_cuda.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -245,19 +246,23 @@ bool LaunchFlashSm90(absl::Span<const Tensor> in, const OpAttrs& a, const FlashP
     return false;
   }
   const FlashSm90Config c = PlanFlashSm90(head_dim, q.dtype(), a.is_causal);
-  const int64_t tiles = (p.q_len + FlashSm90Config::kBlockM - 1) / FlashSm90Config::kBlockM;
-  if (tiles > 65535 || p.kv_len < 1) return false;
-  absl::StatusOr<cuda::TensorMap> q_map = AttentionMap(q, FlashSm90Config::kBlockM),
+  const int64_t tiles = (p.q_len + c.block_m() - 1) / c.block_m(), pairs = batch * heads;
+  if (tiles > 65535 || pairs * tiles > INT_MAX || p.kv_len < 1) return false;
+  absl::StatusOr<cuda::TensorMap> q_map = AttentionMap(q, c.block_m()),
                                   k_map = AttentionMap(k, c.block_n),
                                   v_map = AttentionMap(v, c.block_n);
   if (!q_map.ok() || !k_map.ok() || !v_map.ok()) return false;
   const cudaKernel_t kernel = Sm90KernelFor(c);
   FlashParams params = p;
-  void* args[] = {&*q_map, &*k_map, &*v_map, &params};
-  KILN_CUDA_CHECK(cuda::LaunchDependent(
-      reinterpret_cast<const void*>(kernel),
-      dim3(static_cast<unsigned>(batch * heads), static_cast<unsigned>(tiles)),
-      dim3(FlashSm90Config::kThreads), args, c.shared_bytes(), cuda::CurrentStream()));
+  int q_tiles = static_cast<int>(tiles), works = static_cast<int>(pairs * tiles);
+  void* args[] = {&*q_map, &*k_map, &*v_map, &params, &q_tiles, &works};
+  // One CTA per (pair, row tile), or (two consumers) one persistent CTA an SM.
+  const dim3 grid = c.consumers == 1
+                        ? dim3(static_cast<unsigned>(pairs), static_cast<unsigned>(tiles))
+                        : dim3(static_cast<unsigned>(std::min(works, props.sm_count)));
+  KILN_CUDA_CHECK(cuda::LaunchDependent(reinterpret_cast<const void*>(kernel), grid,
+                                        dim3(c.threads()), args, c.shared_bytes(),
+                                        cuda::CurrentStream()));
   return true;
 }
 

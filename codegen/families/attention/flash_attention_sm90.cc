@@ -19,7 +19,9 @@ constexpr int kMaxSharedBytes = 227 * 1024;  // per CTA on sm_90
 constexpr char kKernel[] = R"KILN_FA3(
 namespace kiln_fa3 {
 
-constexpr int D = KILN_FA3_HEAD_DIM, BM = 64, BN = KILN_FA3_BLOCK_N, STAGES = KILN_FA3_STAGES;
+constexpr int D = KILN_FA3_HEAD_DIM, BN = KILN_FA3_BLOCK_N, STAGES = KILN_FA3_STAGES;
+constexpr int CONSUMERS = KILN_FA3_CONSUMERS;   // warpgroups of 64 query rows each
+constexpr int BM = 64 * CONSUMERS;              // query rows of a CTA's tile
 constexpr int SN = BN / 2, ON = D / 2;          // S and O accumulators per thread
 constexpr unsigned Q_CHUNK = BM * 128, KV_CHUNK = BN * 128;  // bytes of 64 columns of a tile
 constexpr unsigned Q_BYTES = BM * D * 2, KV_BYTES = BN * D * 2;
@@ -51,16 +53,134 @@ __device__ __forceinline__ void load_kv(const KilnTensorMap* k_map, const KilnTe
   for (int c = 0; c < D / 64; ++c) kiln_tma_load_4d(sv + c * KV_CHUNK, v_map, v_bar, c * 64, n0, head, batch);
 }
 
+// S = Q·Kᵀ of the K tile at `sk_s`, issued as one wgmma group (not waited for).
+__device__ __forceinline__ void issue_qk(float (&sc)[SN], unsigned sq, unsigned sk_s) {
+  kiln_wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const int c = kk / 4, k4 = kk % 4;  // the 64-dim chunk, 16 dims (32 bytes) in it
+    kiln_fa3_qk(sc, kiln_wgmma_desc(sq + c * Q_CHUNK) + 2 * k4,
+                kiln_wgmma_desc(sk_s + c * KV_CHUNK) + 2 * k4, kk);
+  }
+  kiln_wgmma_commit();
+}
+
+// O += P·V of the V tile at `sv_s`, P from registers, issued as one wgmma group.
+__device__ __forceinline__ void issue_pv(float (&o)[ON], const unsigned (&pa)[BN / 16][4],
+                                         unsigned sv_s) {
+  kiln_wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) {
+    kiln_fa3_pv(o, pa[kk], kiln_wgmma_desc_mn(sv_s + kk * 16 * 128, KV_CHUNK), 1);
+  }
+  kiln_wgmma_commit();
+}
+
+// The running max and sum of this thread's two rows.
+struct Rows {
+  float max[2], sum[2];
+};
+
+// Online softmax of one tile in base-2 logits: masks where needed, moves a row's running max only
+// when the tile's exceeds it by more than 2^8 (alpha[h]: the factor O must then be scaled by; 1
+// otherwise), turns the scores into probabilities and adds them to the sums. Touches no O.
+__device__ __forceinline__ void softmax(float (&sc)[SN], Rows& r, float (&alpha)[2],
+                                        const KilnFlashParams& p, int n0, int m0, int row_lo,
+                                        int lane) {
+  // Per-element work only where needed: the ragged end of the keys, the diagonal, or a scale
+  // that is not positive (the fast path's max of raw scores needs scale > 0).
+  bool masked = n0 + BN > p.kv_len || !(p.scale_log2 > 0.f);
+#if KILN_FA3_CAUSAL
+  masked = masked || n0 + BN - 1 > m0;
+#endif
+  if (masked) {
+#pragma unroll
+    for (int i = 0; i < SN; ++i) {
+      const int col = n0 + 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
+      [[maybe_unused]] const int row = row_lo + 8 * ((i / 2) % 2);
+      bool keep = col < p.kv_len;
+#if KILN_FA3_CAUSAL
+      keep = keep && col <= row;
+#endif
+      sc[i] = keep ? sc[i] * p.scale_log2 : neg_inf();
+    }
+  }
+  float mx[2];
+  bool grow = false;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float m = neg_inf();
+#pragma unroll
+    for (int g = 0; g < BN / 8; ++g) m = fmaxf(m, fmaxf(sc[4 * g + 2 * h], sc[4 * g + 2 * h + 1]));
+    mx[h] = masked ? m : m * p.scale_log2;
+    grow = grow || mx[h] > r.max[h] + 8.f;
+    alpha[h] = 1.f;
+  }
+  if (__any_sync(0xffffffffu, grow)) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float m = mx[h];
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      const float m_new = fmaxf(r.max[h], m);
+      // exp2(-inf - m) = 0 drops a row's empty past; an all -inf row keeps p = 0 (no NaN)
+      alpha[h] = exp2_approx(r.max[h] - (m_new == neg_inf() ? 0.f : m_new));
+      r.max[h] = m_new;
+      r.sum[h] *= alpha[h];
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float m_use = r.max[h] == neg_inf() ? 0.f : r.max[h];
+    float sum = 0.f;
+#pragma unroll
+    for (int g = 0; g < BN / 8; ++g)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float x = sc[4 * g + 2 * h + e];
+        const float pr = exp2_approx(masked ? x - m_use : fmaf(x, p.scale_log2, -m_use));
+        sc[4 * g + 2 * h + e] = pr;
+        sum += pr;
+      }
+    r.sum[h] += sum;  // this thread's part; the quad's are added at the end
+  }
+}
+
+__device__ __forceinline__ void rescale(float (&o)[ON], const float (&alpha)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (alpha[h] == 1.f) continue;
+#pragma unroll
+    for (int g = 0; g < D / 8; ++g) {
+      o[4 * g + 2 * h] *= alpha[h];
+      o[4 * g + 2 * h + 1] *= alpha[h];
+    }
+  }
+}
+
+// P as wgmma's A fragments: the accumulators of column groups 2kk and 2kk + 1.
+__device__ __forceinline__ void pack_p(const float (&sc)[SN], unsigned (&pa)[BN / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) {
+    pa[kk][0] = pack2(sc[8 * kk + 0], sc[8 * kk + 1]);
+    pa[kk][1] = pack2(sc[8 * kk + 2], sc[8 * kk + 3]);
+    pa[kk][2] = pack2(sc[8 * kk + 4], sc[8 * kk + 5]);
+    pa[kk][3] = pack2(sc[8 * kk + 6], sc[8 * kk + 7]);
+  }
+}
+
 }  // namespace kiln_fa3
 
+#if KILN_FA3_CONSUMERS == 1
 extern "C" __global__ void __launch_bounds__(128, KILN_FA3_MIN_BLOCKS) KILN_FA3_NAME(
     const __grid_constant__ KilnTensorMap q_map, const __grid_constant__ KilnTensorMap k_map,
     const __grid_constant__ KilnTensorMap v_map, const KilnFlashParams p) {
   using namespace kiln_fa3;
-  extern __shared__ unsigned char kiln_smem[];
   // Q, then the K slots, the V slots (all at 1024-byte boundaries: the swizzle's period), then
   // the barriers: Q's, K's per slot, V's per slot.
-  const unsigned sq = (kiln_smem_addr(kiln_smem) + 1023u) & ~1023u;
+  extern __shared__ __align__(1024) unsigned char kiln_smem[];
+  const unsigned sq = kiln_smem_addr(kiln_smem);
+  if (sq % 1024 != 0) __trap();  // the declaration's alignment is what the swizzle needs
   const unsigned sk = sq + Q_BYTES, sv = sk + STAGES * KV_BYTES;
   const unsigned q_bar = sv + STAGES * KV_BYTES, k_bar = q_bar + 8, v_bar = k_bar + 8 * STAGES;
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
@@ -96,122 +216,55 @@ extern "C" __global__ void __launch_bounds__(128, KILN_FA3_MIN_BLOCKS) KILN_FA3_
   float o[ON];
 #pragma unroll
   for (int i = 0; i < ON; ++i) o[i] = 0.f;
-  float row_max[2] = {neg_inf(), neg_inf()}, row_sum[2] = {0.f, 0.f};
+  Rows rows = {{neg_inf(), neg_inf()}, {0.f, 0.f}};
   const int row_lo = m0 + warp * 16 + lane / 4;
+  float sc[SN], alpha[2];
+  unsigned pa[BN / 16][4];
   kiln_mbar_wait(q_bar, 0);
-
-  for (int j = 0; j < n_tiles; ++j) {
-    const int s = j % STAGES, n0 = j * BN;
-    const unsigned parity = (j / STAGES) & 1;
-    const unsigned sk_s = sk + s * KV_BYTES, sv_s = sv + s * KV_BYTES;
-    float sc[SN];
-    kiln_mbar_wait(k_bar + 8 * s, parity);
-    kiln_wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const int c = kk / 4, k4 = kk % 4;  // the 64-dim chunk, 16 dims (32 bytes) in it
-      kiln_fa3_qk(sc, kiln_wgmma_desc(sq + c * Q_CHUNK) + 2 * k4,
-                  kiln_wgmma_desc(sk_s + c * KV_CHUNK) + 2 * k4, kk);
-    }
-    kiln_wgmma_commit();
-    kiln_wgmma_wait<0>();
+  // Tile 0's scores and probabilities. Then each tile j's S = Q·K(j)ᵀ is issued with the
+  // previous tile's O += P·V and its softmax runs while that product does (FlashAttention-3's
+  // intra-warpgroup overlap); O is rescaled once the product is in.
+  kiln_mbar_wait(k_bar, 0);
+  issue_qk(sc, sq, sk);
+  kiln_wgmma_wait<0>();
+  kiln_fence_operands(sc);
+  softmax(sc, rows, alpha, p, 0, m0, row_lo, lane);  // O is zero: alpha needs no use
+  pack_p(sc, pa);
+  for (int j = 1; j < n_tiles; ++j) {
+    const int s = j % STAGES, prev = (j - 1) % STAGES;
+    kiln_mbar_wait(k_bar + 8 * s, (j / STAGES) & 1);
+    issue_qk(sc, sq, sk + s * KV_BYTES);
+    kiln_mbar_wait(v_bar + 8 * prev, ((j - 1) / STAGES) & 1);
+    kiln_fence_operands(o);
+    issue_pv(o, pa, sv + prev * KV_BYTES);
+    kiln_wgmma_wait<1>();  // S(j) is in; P(j-1)·V(j-1) may still run
     kiln_fence_operands(sc);
-
-    // Per-element work only where needed: the ragged end of the keys, the diagonal, or a scale
-    // that is not positive (the fast path's max of raw scores needs scale > 0).
-    bool masked = n0 + BN > p.kv_len || !(p.scale_log2 > 0.f);
-#if KILN_FA3_CAUSAL
-    masked = masked || n0 + BN - 1 > m0;
-#endif
-    if (masked) {
-#pragma unroll
-      for (int i = 0; i < SN; ++i) {
-        const int col = n0 + 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
-        [[maybe_unused]] const int row = row_lo + 8 * ((i / 2) % 2);
-        bool keep = col < p.kv_len;
-#if KILN_FA3_CAUSAL
-        keep = keep && col <= row;
-#endif
-        sc[i] = keep ? sc[i] * p.scale_log2 : neg_inf();
-      }
-    }
-    // Online softmax in base-2 logits (see flash_attention_source.h online_softmax).
-    float mx[2];
-    bool grow = false;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float m = neg_inf();
-#pragma unroll
-      for (int g = 0; g < BN / 8; ++g) m = fmaxf(m, fmaxf(sc[4 * g + 2 * h], sc[4 * g + 2 * h + 1]));
-      mx[h] = masked ? m : m * p.scale_log2;
-      grow = grow || mx[h] > row_max[h] + 8.f;
-    }
-    if (__any_sync(0xffffffffu, grow)) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float m = mx[h];
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-        const float m_new = fmaxf(row_max[h], m);
-        const float alpha = exp2_approx(row_max[h] - (m_new == neg_inf() ? 0.f : m_new));
-        row_max[h] = m_new;
-        row_sum[h] *= alpha;
-#pragma unroll
-        for (int g = 0; g < D / 8; ++g) {
-          o[4 * g + 2 * h] *= alpha;
-          o[4 * g + 2 * h + 1] *= alpha;
-        }
-      }
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float m_use = row_max[h] == neg_inf() ? 0.f : row_max[h];
-      float sum = 0.f;
-#pragma unroll
-      for (int g = 0; g < BN / 8; ++g)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float x = sc[4 * g + 2 * h + e];
-          const float pr = exp2_approx(masked ? x - m_use : fmaf(x, p.scale_log2, -m_use));
-          sc[4 * g + 2 * h + e] = pr;
-          sum += pr;
-        }
-      row_sum[h] += sum;  // this thread's part; the quad's are added at the end
-    }
-    // P as wgmma's A fragments: the accumulators of column groups 2kk and 2kk + 1.
-    unsigned pa[BN / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      pa[kk][0] = pack2(sc[8 * kk + 0], sc[8 * kk + 1]);
-      pa[kk][1] = pack2(sc[8 * kk + 2], sc[8 * kk + 3]);
-      pa[kk][2] = pack2(sc[8 * kk + 4], sc[8 * kk + 5]);
-      pa[kk][3] = pack2(sc[8 * kk + 6], sc[8 * kk + 7]);
-    }
-    kiln_mbar_wait(v_bar + 8 * s, parity);
-    kiln_fence_operands(o);
-    kiln_wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      kiln_fa3_pv(o, pa[kk], kiln_wgmma_desc_mn(sv_s + kk * 16 * 128, KV_CHUNK), 1);
-    }
-    kiln_wgmma_commit();
+    softmax(sc, rows, alpha, p, j * BN, m0, row_lo, lane);
     kiln_wgmma_wait<0>();
     kiln_fence_operands(o);
-    if (j + STAGES < n_tiles) {
-      __syncthreads();  // every warp's wgmma has read the slot: refill it
+    rescale(o, alpha);
+    pack_p(sc, pa);
+    if (j - 1 + STAGES < n_tiles) {
+      __syncthreads();  // every warp's wgmma has read slot `prev`: refill it
       if (t == 0) {
-        load_kv(&k_map, &v_map, sk_s, sv_s, k_bar + 8 * s, v_bar + 8 * s, (j + STAGES) * BN,
-                kv_head, batch);
+        load_kv(&k_map, &v_map, sk + prev * KV_BYTES, sv + prev * KV_BYTES, k_bar + 8 * prev,
+                v_bar + 8 * prev, (j - 1 + STAGES) * BN, kv_head, batch);
       }
     }
   }
+  const int last = (n_tiles - 1) % STAGES;
+  kiln_mbar_wait(v_bar + 8 * last, ((n_tiles - 1) / STAGES) & 1);
+  kiln_fence_operands(o);
+  issue_pv(o, pa, sv + last * KV_BYTES);
+  kiln_wgmma_wait<0>();
+  kiln_fence_operands(o);
 
   // Normalise; stage the rows in Q's shared memory (free: every wgmma reading it has completed)
   // in the same swizzle, then 16-byte stores of the rows that exist.
   __syncthreads();
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float l = row_sum[h];
+    float l = rows.sum[h];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const float inv = l > 0.f ? 1.f / l : 0.f;  // a row with no keys: zeros
@@ -238,6 +291,135 @@ extern "C" __global__ void __launch_bounds__(128, KILN_FA3_MIN_BLOCKS) KILN_FA3_
     }
   }
 }
+#else
+// Two consumer warpgroups share each K/V tile (128 query rows a tile), a producer warpgroup (one
+// thread) copies, and one CTA an SM loops over the (batch, head, row tile) work items: the
+// producer loads the next item's Q and first K/V tiles while the consumers finish the current
+// one. The producer gives most of its registers to the consumers (setmaxnreg).
+extern "C" __global__ void __launch_bounds__(384, 1) KILN_FA3_NAME(
+    const __grid_constant__ KilnTensorMap q_map, const __grid_constant__ KilnTensorMap k_map,
+    const __grid_constant__ KilnTensorMap v_map, const KilnFlashParams p, int q_tiles, int works) {
+  using namespace kiln_fa3;
+  extern __shared__ __align__(1024) unsigned char kiln_smem[];
+  const unsigned sq = kiln_smem_addr(kiln_smem);
+  if (sq % 1024 != 0) __trap();  // the declaration's alignment is what the swizzle needs
+  const unsigned sk = sq + Q_BYTES, sv = sk + STAGES * KV_BYTES;
+  // Barriers: Q full, Q empty, then per slot K full, V full, K/V empty.
+  const unsigned q_full = sv + STAGES * KV_BYTES, q_empty = q_full + 8, k_full = q_empty + 8;
+  const unsigned v_full = k_full + 8 * STAGES, kv_empty = v_full + 8 * STAGES;
+  const int t = threadIdx.x % 128, wg = threadIdx.x / 128, warp = t / 32, lane = t % 32;
+  const int bh = works / q_tiles;
+  if (threadIdx.x == 0) {
+    kiln_mbar_init(q_full, 1);
+    kiln_mbar_init(q_empty, CONSUMERS);
+    for (int s = 0; s < STAGES; ++s) {
+      kiln_mbar_init(k_full + 8 * s, 1);
+      kiln_mbar_init(v_full + 8 * s, 1);
+      kiln_mbar_init(kv_empty + 8 * s, CONSUMERS);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  kiln_grid_dependency_sync();
+  // Work item w: row tile q_tiles - 1 - w / bh (the longest causal tiles first) of pair w % bh.
+  auto item = [&](int w, int& batch, int& head, int& m0, int& n_tiles) {
+    const int pair = w % bh;
+    batch = pair / p.heads;
+    head = pair % p.heads;
+    m0 = (q_tiles - 1 - w / bh) * BM;
+    int n_end = p.kv_len;
+#if KILN_FA3_CAUSAL
+    n_end = min(n_end, m0 + BM);
+#endif
+    n_tiles = (n_end + BN - 1) / BN;
+  };
+  if (wg == CONSUMERS) {  // the producer: one thread issues every copy
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (t != 0) return;
+    int it = 0, done = 0;
+    for (int w = blockIdx.x; w < works; w += gridDim.x, ++done) {
+      int batch, head, m0, n_tiles;
+      item(w, batch, head, m0, n_tiles);
+      kiln_mbar_wait(q_empty, (done & 1) ^ 1);
+      kiln_mbar_expect_tx(q_full, Q_BYTES);
+#pragma unroll
+      for (int c = 0; c < D / 64; ++c) kiln_tma_load_4d(sq + c * Q_CHUNK, &q_map, q_full, c * 64, m0, head, batch);
+      for (int j = 0; j < n_tiles; ++j, ++it) {
+        const int s = it % STAGES;
+        kiln_mbar_wait(kv_empty + 8 * s, ((it / STAGES) & 1) ^ 1);
+        load_kv(&k_map, &v_map, sk + s * KV_BYTES, sv + s * KV_BYTES, k_full + 8 * s,
+                v_full + 8 * s, j * BN, head / p.group, batch);
+      }
+    }
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  const unsigned sq_c = sq + wg * 64 * 128;  // this consumer's 64 rows of each Q chunk
+  int it = 0, done = 0;
+  for (int w = blockIdx.x; w < works; w += gridDim.x, ++done) {
+    int batch, head, m0, n_tiles;
+    item(w, batch, head, m0, n_tiles);
+    const int row0 = m0 + wg * 64, row_lo = row0 + warp * 16 + lane / 4;
+    float o[ON];
+#pragma unroll
+    for (int i = 0; i < ON; ++i) o[i] = 0.f;
+    Rows rows = {{neg_inf(), neg_inf()}, {0.f, 0.f}};
+    float sc[SN], alpha[2];
+    unsigned pa[BN / 16][4];
+    kiln_mbar_wait(q_full, done & 1);
+    kiln_mbar_wait(k_full + 8 * (it % STAGES), (it / STAGES) & 1);
+    issue_qk(sc, sq_c, sk + (it % STAGES) * KV_BYTES);
+    kiln_wgmma_wait<0>();
+    kiln_fence_operands(sc);
+    if (n_tiles == 1 && t == 0) kiln_mbar_arrive(q_empty);  // Q read for the last time
+    softmax(sc, rows, alpha, p, 0, row0, row_lo, lane);
+    pack_p(sc, pa);
+    for (int j = 1; j < n_tiles; ++j) {
+      const int s = (it + j) % STAGES, prev = (it + j - 1) % STAGES;
+      kiln_mbar_wait(k_full + 8 * s, ((it + j) / STAGES) & 1);
+      issue_qk(sc, sq_c, sk + s * KV_BYTES);
+      kiln_mbar_wait(v_full + 8 * prev, ((it + j - 1) / STAGES) & 1);
+      kiln_fence_operands(o);
+      issue_pv(o, pa, sv + prev * KV_BYTES);
+      kiln_wgmma_wait<1>();
+      kiln_fence_operands(sc);
+      if (j == n_tiles - 1 && t == 0) kiln_mbar_arrive(q_empty);
+      softmax(sc, rows, alpha, p, j * BN, row0, row_lo, lane);
+      kiln_wgmma_wait<0>();
+      kiln_fence_operands(o);
+      if (t == 0) kiln_mbar_arrive(kv_empty + 8 * prev);  // this consumer is done with the slot
+      rescale(o, alpha);
+      pack_p(sc, pa);
+    }
+    const int last = (it + n_tiles - 1) % STAGES;
+    kiln_mbar_wait(v_full + 8 * last, ((it + n_tiles - 1) / STAGES) & 1);
+    kiln_fence_operands(o);
+    issue_pv(o, pa, sv + last * KV_BYTES);
+    kiln_wgmma_wait<0>();
+    kiln_fence_operands(o);
+    if (t == 0) kiln_mbar_arrive(kv_empty + 8 * last);
+    it += n_tiles;
+    // Normalise and store this thread's pairs (4 bytes each) of the rows that exist.
+    kiln_u16* out = p.o + batch * p.o_batch + head * p.o_head;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float l = rows.sum[h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const int row = row_lo + 8 * h;
+      if (row < p.q_len) {
+        kiln_u16* o_row = out + (long long)row * p.o_row + 2 * (lane % 4);
+#pragma unroll
+        for (int g = 0; g < D / 8; ++g) {
+          *reinterpret_cast<unsigned*>(o_row + 8 * g) =
+              pack2(o[4 * g + 2 * h] * inv, o[4 * g + 2 * h + 1] * inv);
+        }
+      }
+    }
+  }
+}
+#endif
 )KILN_FA3";
 
 template <typename V>
@@ -248,13 +430,13 @@ void AppendDefine(std::string* source, const char* key, const V& value) {
 }  // namespace
 
 int FlashSm90Config::shared_bytes() const {
-  return 1024 + (kBlockM + 2 * stages * block_n) * head_dim * 2 + 8 * (1 + 2 * stages);
+  return (block_m() + 2 * stages * block_n) * head_dim * 2 + 8 * (2 + 3 * stages);
 }
 
 std::string FlashSm90Config::Name() const {
   return absl::StrCat("kiln_flash_sm90_d", head_dim, dtype == DType::kFloat16 ? "_f16" : "_bf16",
-                      causal ? "_causal" : "", "_", kBlockM, "x", block_n, "_s", stages, "_b",
-                      min_blocks);
+                      causal ? "_causal" : "", "_", block_m(), "x", block_n, "_s", stages,
+                      consumers == 2 ? "_persistent" : absl::StrCat("_b", min_blocks));
 }
 
 FlashSm90Config PlanFlashSm90(int head_dim, DType dtype, bool causal) {
@@ -262,11 +444,21 @@ FlashSm90Config PlanFlashSm90(int head_dim, DType dtype, bool causal) {
   c.head_dim = head_dim;
   c.dtype = dtype;
   c.causal = causal;
-  // Two CTAs an SM: head dim 64 with 128-key tiles, three in flight (104 KB of shared memory a
-  // CTA); 128 with 64-key tiles, two in flight (80 KB).
-  c.block_n = head_dim == 64 ? 128 : 64;
-  c.stages = head_dim == 64 ? 3 : 2;
-  c.min_blocks = 2;
+  // Measured on the H200 (attention_bench, 2026-12-03): head dim 64 runs one warpgroup a CTA,
+  // three CTAs an SM, 128-key tiles, two in flight (72 KB a CTA: [8,16,1024,64] causal 61.7 us
+  // against 67.7 with three in flight and two CTAs an SM, 70.3 with two consumers); head dim 128
+  // two consumers sharing 64-key tiles, five in flight (192 KB; [8,16,1024,128] causal 104.6 us
+  // against 116.7 with one consumer, 111.1 with 128-key tiles).
+  if (const int w = EnvLevel("KILN_FLASH_SM90_CONSUMERS"); w != 0) {
+    c.consumers = w;
+  } else {
+    c.consumers = head_dim == 64 ? 1 : 2;
+  }
+  if (c.consumers == 1) {
+    c.block_n = 128, c.stages = 2, c.min_blocks = 3;
+  } else {
+    c.block_n = 64, c.stages = 5;
+  }
   if (const int n = EnvLevel("KILN_FLASH_SM90_BLOCK_N"); n != 0) c.block_n = n;
   if (const int s = EnvLevel("KILN_FLASH_SM90_STAGES"); s != 0) c.stages = s;
   return c;
@@ -275,17 +467,21 @@ FlashSm90Config PlanFlashSm90(int head_dim, DType dtype, bool causal) {
 std::string RenderFlashSm90Source(const FlashSm90Config& c) {
   KILN_CHECK((c.head_dim == 64 || c.head_dim == 128) &&
                  (c.dtype == DType::kBFloat16 || c.dtype == DType::kFloat16) &&
-                 (c.block_n == 64 || c.block_n == 128) && c.stages >= 1 && c.stages <= 8 &&
-                 c.min_blocks >= 1 && c.min_blocks <= 4 && c.shared_bytes() <= kMaxSharedBytes,
+                 (c.block_n == 64 || c.block_n == 128) && c.stages >= 2 && c.stages <= 8 &&
+                 c.min_blocks >= 1 && c.min_blocks <= 4 && (c.consumers == 1 || c.consumers == 2) &&
+                 c.shared_bytes() <= kMaxSharedBytes,
              "sm_90 attention kernel: needs head dim 64 or 128, bf16 or f16, 64 or 128 keys a ",
-             "tile, 1..8 stages, 1..4 CTAs an SM, at most ", kMaxSharedBytes,
-             " bytes of shared memory; got ", c.Name(), " (", c.shared_bytes(), " bytes)");
+             "tile, 2..8 stages (tile j's S is computed while tile j-1's V is read), 1..4 CTAs an "
+             "SM, 1 or 2 consumer warpgroups, at most ",
+             kMaxSharedBytes, " bytes of shared memory; got ", c.Name(), " (", c.shared_bytes(),
+             " bytes)");
   std::string source;
   AppendDefine(&source, "KILN_FA3_NAME", c.Name());
   AppendDefine(&source, "KILN_FA3_HEAD_DIM", c.head_dim);
   AppendDefine(&source, "KILN_FA3_BLOCK_N", c.block_n);
   AppendDefine(&source, "KILN_FA3_STAGES", c.stages);
   AppendDefine(&source, "KILN_FA3_MIN_BLOCKS", c.min_blocks);
+  AppendDefine(&source, "KILN_FA3_CONSUMERS", c.consumers);
   AppendDefine(&source, "KILN_FA3_BF16", c.dtype == DType::kBFloat16 ? 1 : 0);
   AppendDefine(&source, "KILN_FA3_CAUSAL", c.causal ? 1 : 0);
   absl::StrAppend(

@@ -4,18 +4,21 @@
 // viewed as [B, H, T, D] read in place), any lengths. The host side that needs no GPU: the
 // configuration, its name and its source (flash_attention_cuda.cc compiles and launches it).
 //
-// Design: a CTA of one warpgroup (128 threads) owns 64 query rows of one (batch, head); two or
-// three CTAs share an SM, so one's softmax runs while another's wgmma keeps the tensor cores busy.
+// Design: a CTA of one warpgroup (128 threads) owns 64 query rows of one (batch, head); three
+// CTAs share an SM, so one's softmax runs while another's wgmma keeps the tensor cores busy. Or
+// (head dim 128) two consumer warpgroups share each K/V tile of a persistent CTA, one an SM.
 // Q and a ring of `stages` K/V tiles of block_n keys are copied by TMA (rank-4 tensor maps, the
 // 128-byte swizzle) into shared memory, each tile's K and V on their own mbarrier, issued by one
 // thread `stages` tiles ahead. S = Q·Kᵀ is one wgmma.mma_async m64n<block_n>k16 per 16 dims, both
 // operands in shared memory (K-major); the online softmax runs on the accumulators in registers
 // (fp32, base 2, the scale folded into one FFMA, the running max moved only when it grows by more
 // than 2^8); P stays in registers as the A operand of O += P·V, one m64n<head dim>k16 per 16 keys
-// with V MN-major in shared memory. Causal: tiles past the CTA's last row are never loaded, only
-// tiles crossing the diagonal or the end of the keys pay for per-element masking, the longest
-// rows are scheduled first. The output is staged in Q's shared memory and written with 16-byte
-// stores. A fully masked row (no keys) is written as zeros.
+// with V MN-major in shared memory. Tile j's S = Q·Kᵀ is issued together with tile j-1's P·V, and
+// tile j's softmax runs while that product does (FlashAttention-3's intra-warpgroup overlap).
+// Causal: tiles past the CTA's last row are never loaded, only tiles crossing the diagonal or the
+// end of the keys pay for per-element masking, the longest rows are scheduled first. The output is
+// staged in Q's shared memory and written with 16-byte stores. A fully masked row (no keys) is
+// written as zeros.
 //
 // sm_90a code runs on compute capability 9.0 exactly; elsewhere, and for masks, the mma.sync
 // kernel (flash_attention_source.h) runs.
@@ -32,13 +35,17 @@ struct FlashSm90Config {
   DType dtype = DType::kBFloat16;
   bool causal = false;
   int block_n = 128;   // keys per K/V tile: 64 or 128
-  int stages = 3;      // K/V tiles in flight
-  int min_blocks = 2;  // CTAs per SM the registers are cut for (__launch_bounds__)
+  int stages = 2;      // K/V tiles in flight: 2..8
+  int min_blocks = 3;  // CTAs per SM the registers are cut for (__launch_bounds__; 1 consumer)
+  // 1: a CTA is one warpgroup of 64 query rows, min_blocks CTAs an SM. 2: two warpgroups share
+  // each K/V tile (128 rows), a producer warpgroup copies, one persistent CTA an SM walks the
+  // work.
+  int consumers = 1;
 
-  static constexpr int kBlockM = 64;  // query rows per CTA (one warpgroup)
-  static constexpr int kThreads = 128;
-  int shared_bytes() const;  // Q, the K/V ring, barriers and the 1024-byte alignment
-  // "kiln_flash_sm90_d64_bf16_causal_64x128_s3_b2"
+  int block_m() const { return 64 * consumers; }  // query rows of a CTA's tile
+  int threads() const { return consumers == 1 ? 128 : 384; }
+  int shared_bytes() const;  // Q, the K/V ring and the barriers
+  // "kiln_flash_sm90_d64_bf16_causal_64x128_s3_b2" ("_128x128_s4_persistent" for 2 consumers)
   std::string Name() const;
 };
 
