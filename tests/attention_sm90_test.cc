@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <functional>
-#include <regex>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +18,7 @@
 #include "runtime/cuda.h"
 #include "runtime/nvrtc.h"
 #include "runtime/status.h"
+#include "tests/kernel_test_util.h"
 #include "tests/test_util.h"
 
 namespace kiln {
@@ -46,14 +46,6 @@ std::vector<FlashSm90Config> AllConfigs() {
     }
   }
   return all;
-}
-
-// ptxas's spill bytes for the kernel (stores + loads); -1 when the log has no such line.
-int SpillBytes(const std::string& log) {
-  const std::regex spill(R"((\d+) bytes spill stores, (\d+) bytes spill loads)");
-  std::smatch m;
-  if (!std::regex_search(log, m, spill)) return -1;
-  return std::stoi(m[1]) + std::stoi(m[2]);
 }
 
 TEST(FlashSm90Source, EveryConfigCompilesForSm90aWithoutSpills) {
@@ -126,24 +118,6 @@ bool OnSm90() {
     KILN_SKIP_WITHOUT_GPU();                                        \
     if (!OnSm90()) GTEST_SKIP() << "the kernel needs an sm_90 GPU"; \
   } while (0)
-
-// Kernel names of the device work `run` launches (CUPTI).
-std::vector<std::string> KernelNames(const std::function<void()>& run) {
-  profiler::ProfilerOptions o;
-  o.active = 1;
-  profiler::Profiler p(std::move(o));
-  p.Start();
-  run();
-  cuda::Synchronize();
-  p.Step();
-  const profiler::ProfileResult r = p.Stop();
-  EXPECT_TRUE(r.device_available) << r.device_status;
-  std::vector<std::string> names;
-  for (const profiler::DeviceRecord& d : r.device) {
-    if (d.kind == profiler::DeviceKind::kKernel) names.push_back(d.name);
-  }
-  return names;
-}
 
 bool Ran(const std::vector<std::string>& names, const std::string& prefix) {
   for (const std::string& n : names) {

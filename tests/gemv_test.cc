@@ -31,6 +31,7 @@
 #include "runtime/nvrtc.h"
 #include "runtime/settings.h"
 #include "runtime/status.h"
+#include "tests/kernel_test_util.h"
 #include "tests/test_util.h"
 
 namespace kiln {
@@ -397,24 +398,6 @@ TEST(Gemv, RowsBeyondTwoToThe31Elements) {
 }
 
 // ---- The choice. ----------------------------------------------------------------------------
-
-// Kernel names of the device work `run` launches, recorded by the profiler (CUPTI).
-std::vector<std::string> KernelNames(const std::function<void()>& run) {
-  ProfilerOptions o;
-  o.active = 1;
-  Profiler p(std::move(o));
-  p.Start();
-  run();
-  cuda::Synchronize();
-  p.Step();
-  const ProfileResult r = p.Stop();
-  EXPECT_TRUE(r.device_available) << r.device_status;
-  std::vector<std::string> names;
-  for (const DeviceRecord& d : r.device) {
-    if (d.kind == DeviceKind::kKernel) names.push_back(d.name);
-  }
-  return names;
-}
 
 int CountGemv(const std::vector<std::string>& names) {
   return static_cast<int>(std::count_if(names.begin(), names.end(), [](const std::string& s) {

@@ -11,7 +11,6 @@
 #include <cmath>
 #include <functional>
 #include <optional>
-#include <regex>
 #include <set>
 #include <string>
 #include <tuple>
@@ -29,6 +28,7 @@
 #include "runtime/cuda.h"
 #include "runtime/nvrtc.h"
 #include "runtime/status.h"
+#include "tests/kernel_test_util.h"
 #include "tests/test_util.h"
 
 namespace kiln {
@@ -92,15 +92,6 @@ std::vector<GemmConfig> EveryConfig() {
   std::vector<GemmConfig> all = AllConfigs(), more = EpilogueConfigs();
   all.insert(all.end(), more.begin(), more.end());
   return all;
-}
-
-// ptxas's "N bytes spill stores, M bytes spill loads" for the source's kernel, as N + M; -1 when
-// the log has no such line.
-int SpillBytes(const std::string& log) {
-  const std::regex spill(R"((\d+) bytes spill stores, (\d+) bytes spill loads)");
-  std::smatch m;
-  if (!std::regex_search(log, m, spill)) return -1;
-  return std::stoi(m[1]) + std::stoi(m[2]);
 }
 
 TEST(GemmSource, EveryConfigCompilesForSm90aWithoutSpills) {
@@ -341,24 +332,6 @@ TEST(Sm90GemmOperands, RefusedOperandsSayWhy) {
   const Tensor wf = randn({16, 32}, gen, DType::kFloat32, CUDA(0));
   EXPECT_FALSE(
       cuda_ops::Sm90GemmApplies(xf, wf, Tensor(), zeros({16, 16}, DType::kFloat32, CUDA(0))));
-}
-
-// Kernel names of the device work `run` launches (CUPTI).
-std::vector<std::string> KernelNames(const std::function<void()>& run) {
-  profiler::ProfilerOptions o;
-  o.active = 1;
-  profiler::Profiler p(std::move(o));
-  p.Start();
-  run();
-  cuda::Synchronize();
-  p.Step();
-  const profiler::ProfileResult r = p.Stop();
-  EXPECT_TRUE(r.device_available) << r.device_status;
-  std::vector<std::string> names;
-  for (const profiler::DeviceRecord& d : r.device) {
-    if (d.kind == profiler::DeviceKind::kKernel) names.push_back(d.name);
-  }
-  return names;
 }
 
 bool RanSm90Gemm(const std::vector<std::string>& names) {
