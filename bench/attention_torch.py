@@ -4,7 +4,7 @@ bench/torch_baseline.py measures it (cold L2, the GPU kept busy behind a spin ke
 CUDA-event times), repetitions interleaved backend by backend; each backend's answer is checked
 against float32 math on the first batch first.
 
-    python3 bench/attention_torch.py [--reps 3] [--only s1024_d64_causal,...]
+    python3 bench/attention_torch.py [--reps 3] [--only s1024_d64_causal,...] [--backends cudnn,flash]
 
 Prints one line per shape and backend, the format of attention_bench:
     "attention <shape> torch_<backend> <device µs> [min-max] us <TFLOP/s> TFLOP/s"
@@ -31,7 +31,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--only", default="")
+    ap.add_argument("--backends", default=",".join(BACKENDS))
     args = ap.parse_args()
+    backends = [b for b in args.backends.split(",") if b in BACKENDS]
     only = [s for s in args.only.split(",") if s]
     cfg = tb.Config(argparse.Namespace(quick=False, no_prequeue=False, no_kernels=True,
                                        reps=args.reps))
@@ -43,7 +45,7 @@ def main():
         want = F.scaled_dot_product_attention(q[0].float(), k[0].float(), v[0].float(),
                                               is_causal=causal)
         steps = {}
-        for backend in BACKENDS:
+        for backend in backends:
             ctx = tb.sdpa_backend_ctx(backend)
             def step(ctx=ctx):
                 with ctx():
