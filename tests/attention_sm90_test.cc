@@ -1,8 +1,8 @@
-// The attention family's Hopper kernel (codegen/families/attention/flash_attention_sm90.h): every
-// configuration compiles for sm_90a with NVRTC without spilling (no GPU needed), names say what
-// each instance is, configurations outside the ranges are refused; on an sm_90 GPU, random shapes
-// (ragged lengths, causal with Lq != Lk, grouped-query heads, [B, T, H, D] views, head dims 64 and
-// 128, bf16 and f16, every tiling) against float32 math and against the mma.sync kernel, the
+// The attention family's Hopper kernel (codegen/families/attention/flash_attention_sm90_source.h):
+// every configuration compiles for sm_90a with NVRTC without spilling (no GPU needed), names say
+// what each instance is, configurations outside the ranges are refused; on an sm_90 GPU, random
+// shapes (ragged lengths, causal with Lq != Lk, grouped-query heads, [B, T, H, D] views, head dims
+// 64 and 128, bf16 and f16, every tiling) against float32 math and against the mma.sync kernel, the
 // kernel the profiler sees, and the fallbacks (a mask, KILN_FLASH_SM90=off).
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "codegen/families/attention/flash_attention_sm90.h"
+#include "codegen/families/attention/flash_attention_sm90_source.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
 #include "profiler/profiler.h"

@@ -7,7 +7,7 @@
 //                                     RenderWgmma("kiln_wgmma", 128, DType::kBFloat16, {}), ...);
 //
 // Users: the GEMM family (codegen/families/gemm/gemm_source.cc) and the attention family's sm_90
-// kernel (codegen/families/attention/flash_attention_sm90.cc).
+// kernel (codegen/families/attention/flash_attention_sm90_source.cc).
 #pragma once
 
 #include <string>

@@ -10,7 +10,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
-#include "codegen/families/attention/flash_attention_sm90.h"
+#include "codegen/families/attention/flash_attention_sm90_source.h"
 #include "codegen/families/attention/flash_attention_source.h"
 #include "codegen/families/attention/flash_decode_source.h"
 #include "runtime/cuda_api.h"
@@ -233,9 +233,9 @@ absl::StatusOr<cuda::TensorMap> AttentionMap(const Tensor& t, int box_rows) {
                                   .box_cols = 64});
 }
 
-// Runs the Hopper kernel (flash_attention_sm90.h) where it applies: an sm_90 GPU, no mask, head
-// dim 64 or 128, KILN_FLASH_SM90 on, operands TMA can address. False: the caller runs the mma.sync
-// kernel.
+// Runs the Hopper kernel (flash_attention_sm90_source.h) where it applies: an sm_90 GPU, no mask,
+// head dim 64 or 128, KILN_FLASH_SM90 on, operands TMA can address. False: the caller runs the
+// mma.sync kernel.
 bool LaunchFlashSm90(absl::Span<const Tensor> in, const OpAttrs& a, const FlashParams& p,
                      int64_t batch, int64_t heads) {
   const Tensor &q = in[0], &k = in[1], &v = in[2];

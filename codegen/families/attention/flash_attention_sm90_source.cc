@@ -1,6 +1,6 @@
-// The Hopper attention kernel's configuration and source (see flash_attention_sm90.h). Host code
-// only: a build without CUDA renders the same source.
-#include "codegen/families/attention/flash_attention_sm90.h"
+// The Hopper attention kernel's configuration and source (see flash_attention_sm90_source.h). Host
+// code only: a build without CUDA renders the same source.
+#include "codegen/families/attention/flash_attention_sm90_source.h"
 
 #include "absl/strings/str_cat.h"
 #include "codegen/families/attention/flash_attention_source.h"
