@@ -52,8 +52,7 @@ TEST(FlashSm90Source, EveryConfigCompilesForSm90aWithoutSpills) {
   KILN_SKIP_WITHOUT_NVRTC();
   for (const FlashSm90Config& c : AllConfigs()) {
     std::string log;
-    auto cubin =
-        cuda::CompileSourceWithReport(cuda_ops::RenderFlashSm90Source(c), c.Name(), "sm_90a", &log);
+    auto cubin = CompileForReport(cuda_ops::RenderFlashSm90Source(c), c.Name(), "sm_90a", &log);
     ASSERT_TRUE(cubin.ok()) << c.Name() << ": " << cubin.status().message().substr(0, 4000);
     EXPECT_EQ(SpillBytes(log), 0) << c.Name() << ":\n" << log;
     EXPECT_NE(log.find(c.Name()), std::string::npos) << log;

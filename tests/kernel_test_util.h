@@ -3,14 +3,20 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <functional>
 #include <regex>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "profiler/profiler.h"
 #include "runtime/cuda.h"
+#include "runtime/nvrtc.h"
 
 namespace kiln {
 
@@ -21,6 +27,20 @@ inline int SpillBytes(const std::string& log) {
   std::smatch m;
   if (!std::regex_search(log, m, spill)) return -1;
   return std::stoi(m[1]) + std::stoi(m[2]);
+}
+
+// cuda::CompileSourceWithReport for a resource check: the source gets a global variable of a name
+// no other compile used (process, counter, time), so that no compile cache on the way can serve
+// it without ptxas's report. (On the GPU machine a second compile of the same source in a later
+// process came back in milliseconds with an empty log.)
+inline absl::StatusOr<std::string> CompileForReport(const std::string& source,
+                                                    const std::string& name,
+                                                    const std::string& arch, std::string* log) {
+  static std::atomic<int> count{0};
+  const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+  const std::string nonce = absl::StrCat("\nextern \"C\" __device__ int kiln_report_", getpid(),
+                                         "_", count++, "_", now, " = 1;\n");
+  return cuda::CompileSourceWithReport(source + nonce, name, arch, log);
 }
 
 // Kernel names of the device work `run` launches, recorded by the profiler (CUPTI).

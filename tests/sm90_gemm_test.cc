@@ -98,8 +98,7 @@ TEST(GemmSource, EveryConfigCompilesForSm90aWithoutSpills) {
   KILN_SKIP_WITHOUT_NVRTC();
   for (const GemmConfig& c : EveryConfig()) {
     std::string log;
-    auto cubin =
-        cuda::CompileSourceWithReport(cuda_ops::RenderGemmSource(c), c.Name(), "sm_90a", &log);
+    auto cubin = CompileForReport(cuda_ops::RenderGemmSource(c), c.Name(), "sm_90a", &log);
     ASSERT_TRUE(cubin.ok()) << c.Name() << ": " << cubin.status().message().substr(0, 4000);
     EXPECT_EQ(SpillBytes(log), 0) << c.Name() << ":\n" << log;
     EXPECT_NE(log.find(c.Name()), std::string::npos) << log;
