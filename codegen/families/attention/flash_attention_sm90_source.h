@@ -17,8 +17,9 @@
 // tile j's softmax runs while that product does (FlashAttention-3's intra-warpgroup overlap).
 // Causal: tiles past the CTA's last row are never loaded, only tiles crossing the diagonal or the
 // end of the keys pay for per-element masking, the longest rows are scheduled first. The output is
-// staged in Q's shared memory and written with 16-byte stores. A fully masked row (no keys) is
-// written as zeros.
+// staged in Q's shared memory and written with 16-byte stores (the persistent form, whose Q buffer
+// already holds the next item's rows, stores each thread's pairs from registers). A fully masked
+// row (no keys) is written as zeros.
 //
 // sm_90a code runs on compute capability 9.0 exactly; elsewhere, and for masks, the mma.sync
 // kernel (flash_attention_source.h) runs.
@@ -45,11 +46,12 @@ struct FlashSm90Config {
   int block_m() const { return 64 * consumers; }  // query rows of a CTA's tile
   int threads() const { return consumers == 1 ? 128 : 384; }
   int shared_bytes() const;  // Q, the K/V ring and the barriers
-  // "kiln_flash_sm90_d64_bf16_causal_64x128_s3_b2" ("_128x128_s4_persistent" for 2 consumers)
+  // "kiln_flash_sm90_d64_bf16_causal_64x128_s2_b3" ("_128x64_s5_persistent" for 2 consumers)
   std::string Name() const;
 };
 
-// The tiling kiln runs (KILN_FLASH_SM90_BLOCK_N and KILN_FLASH_SM90_STAGES override it for A/B).
+// The form and tiling kiln runs (KILN_FLASH_SM90_CONSUMERS, KILN_FLASH_SM90_BLOCK_N and
+// KILN_FLASH_SM90_STAGES override them for A/B).
 FlashSm90Config PlanFlashSm90(int head_dim, DType dtype, bool causal);
 
 // The kernel's source (its one kernel is config.Name()). Throws kiln::Error for a config outside
