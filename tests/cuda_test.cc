@@ -30,6 +30,7 @@
 #include "runtime/settings.h"
 #include "runtime/startup.h"
 #include "runtime/status.h"
+#include "runtime/tensor_map.h"
 #include "tests/test_util.h"
 
 namespace kiln {
@@ -562,6 +563,96 @@ TEST(CudaFactories, MatchTheCpuBitForBitAndCapture) {
   EXPECT_EQ(error, "");
   EXPECT_EQ(end, cudaSuccess) << cudaGetErrorString(end);
   if (graph != nullptr) cudaGraphDestroy(graph);
+}
+
+// ---- TMA tensor maps: what TMA cannot address is refused before the driver is asked ----------
+
+// `map` failed with InvalidArgument naming `rule`.
+void ExpectRefused(const absl::StatusOr<cuda::TensorMap>& map, const std::string& rule) {
+  ASSERT_FALSE(map.ok());
+  EXPECT_EQ(map.status().code(), absl::StatusCode::kInvalidArgument) << map.status();
+  EXPECT_NE(map.status().message().find(rule), std::string::npos) << map.status();
+}
+
+TEST(TensorMap, RefusesWhatTmaCannotAddress2D) {
+  alignas(16) static char data[1 << 16];
+  const cuda::TensorMap2D ok{
+      .base = data, .rows = 64, .cols = 64, .row_stride = 64, .box_rows = 64, .box_cols = 64};
+  cuda::TensorMap2D t = ok;
+  t.base = data + 2;
+  ExpectRefused(cuda::EncodeTensorMap2D(t), "aligned to 16 bytes");
+  t = ok;
+  t.row_stride = 68;  // 136 bytes
+  ExpectRefused(cuda::EncodeTensorMap2D(t), "multiple of 16 bytes");
+  t = ok;
+  t.row_stride = 32;  // shorter than a row
+  ExpectRefused(cuda::EncodeTensorMap2D(t), "at least cols");
+  t = ok;
+  t.box_rows = 257;
+  ExpectRefused(cuda::EncodeTensorMap2D(t), "box sides in 1..256");
+  t = ok;
+  t.box_cols = 32;  // 64 bytes with the 128-byte swizzle
+  ExpectRefused(cuda::EncodeTensorMap2D(t), "128 bytes");
+  t = ok;
+  t.rows = 0;
+  ExpectRefused(cuda::EncodeTensorMap2D(t), "1..2^32 rows");
+}
+
+TEST(TensorMap, RefusesWhatTmaCannotAddress4D) {
+  alignas(16) static char data[1 << 16];
+  // [2, 4, 16, 64] with a [B, T, H, D] tensor's strides, viewed as [B, H, T, D].
+  const cuda::TensorMap4D ok{.base = data,
+                             .batch = 2,
+                             .heads = 4,
+                             .rows = 16,
+                             .cols = 64,
+                             .batch_stride = 16 * 4 * 64,
+                             .head_stride = 64,
+                             .row_stride = 4 * 64,
+                             .box_rows = 16,
+                             .box_cols = 64};
+  cuda::TensorMap4D t = ok;
+  t.base = data + 8;
+  ExpectRefused(cuda::EncodeTensorMap4D(t), "aligned to 16 bytes");
+  t = ok;
+  t.head_stride = 4;  // 8 bytes between heads
+  ExpectRefused(cuda::EncodeTensorMap4D(t), "multiples of 16 bytes");
+  t = ok;
+  t.batch_stride = 0;  // a broadcast batch of two: TMA has no zero stride
+  ExpectRefused(cuda::EncodeTensorMap4D(t), "multiples of 16 bytes");
+  t = ok;
+  t.box_cols = 128;  // 256-byte rows
+  ExpectRefused(cuda::EncodeTensorMap4D(t), "of 128 bytes");
+  t = ok;
+  t.box_rows = 0;
+  ExpectRefused(cuda::EncodeTensorMap4D(t), "box rows in 1..256");
+  t = ok;
+  t.heads = 0;
+  ExpectRefused(cuda::EncodeTensorMap4D(t), "every size in 1..2^32");
+}
+
+// The strides of size-1 dims are never used, so any value passes the checks (on a GPU the driver
+// encodes the map; without one the encoder is unavailable, not the map refused).
+TEST(TensorMap, IgnoresTheStridesOfSize1Dims) {
+  alignas(16) static char host[1 << 16];
+  // The driver encodes device addresses: a GPU's allocation where there is one.
+  const Tensor buffer = GpuPresent() ? empty({16, 64}, DType::kBFloat16, CUDA(0)) : Tensor();
+  const cuda::TensorMap4D t{.base = buffer.defined() ? buffer.data_ptr() : host,
+                            .batch = 1,
+                            .heads = 1,
+                            .rows = 16,
+                            .cols = 64,
+                            .batch_stride = 0,
+                            .head_stride = 3,
+                            .row_stride = 64,
+                            .box_rows = 16,
+                            .box_cols = 64};
+  const absl::StatusOr<cuda::TensorMap> map = cuda::EncodeTensorMap4D(t);
+  if (GpuPresent()) {
+    EXPECT_TRUE(map.ok()) << map.status();
+  } else if (!map.ok()) {
+    EXPECT_NE(map.status().code(), absl::StatusCode::kInvalidArgument) << map.status();
+  }
 }
 
 TEST(KernelCache, DetectsTruncatedAndCorruptFiles) {
