@@ -574,61 +574,55 @@ void ExpectRefused(const absl::StatusOr<cuda::TensorMap>& map, const std::string
   EXPECT_NE(map.status().message().find(rule), std::string::npos) << map.status();
 }
 
+// Each copy of `ok` with one field broken (`broken`: the change and the rule it breaks) is
+// refused by `encode` with that rule named.
+template <typename Map, typename Encode>
+void ExpectEachRefused(
+    const Map& ok, Encode encode,
+    const std::vector<std::pair<std::function<void(Map&)>, std::string>>& broken) {
+  for (const auto& [change, rule] : broken) {
+    Map t = ok;
+    change(t);
+    ExpectRefused(encode(t), rule);
+  }
+}
+
 TEST(TensorMap, RefusesWhatTmaCannotAddress2D) {
   alignas(16) static char data[1 << 16];
-  const cuda::TensorMap2D ok{
+  using M = cuda::TensorMap2D;
+  const M ok{
       .base = data, .rows = 64, .cols = 64, .row_stride = 64, .box_rows = 64, .box_cols = 64};
-  cuda::TensorMap2D t = ok;
-  t.base = data + 2;
-  ExpectRefused(cuda::EncodeTensorMap2D(t), "aligned to 16 bytes");
-  t = ok;
-  t.row_stride = 68;  // 136 bytes
-  ExpectRefused(cuda::EncodeTensorMap2D(t), "multiple of 16 bytes");
-  t = ok;
-  t.row_stride = 32;  // shorter than a row
-  ExpectRefused(cuda::EncodeTensorMap2D(t), "at least cols");
-  t = ok;
-  t.box_rows = 257;
-  ExpectRefused(cuda::EncodeTensorMap2D(t), "box sides in 1..256");
-  t = ok;
-  t.box_cols = 32;  // 64 bytes with the 128-byte swizzle
-  ExpectRefused(cuda::EncodeTensorMap2D(t), "128 bytes");
-  t = ok;
-  t.rows = 0;
-  ExpectRefused(cuda::EncodeTensorMap2D(t), "1..2^32 rows");
+  ExpectEachRefused<M>(ok, cuda::EncodeTensorMap2D,
+                       {{[&](M& t) { t.base = data + 2; }, "aligned to 16 bytes"},
+                        {[](M& t) { t.row_stride = 68; }, "multiple of 16 bytes"},  // 136 bytes
+                        {[](M& t) { t.row_stride = 32; }, "at least cols"},  // shorter than a row
+                        {[](M& t) { t.box_rows = 257; }, "box sides in 1..256"},
+                        {[](M& t) { t.box_cols = 32; }, "128 bytes"},  // 64 with the swizzle
+                        {[](M& t) { t.rows = 0; }, "1..2^32 rows"}});
 }
 
 TEST(TensorMap, RefusesWhatTmaCannotAddress4D) {
   alignas(16) static char data[1 << 16];
+  using M = cuda::TensorMap4D;
   // [2, 4, 16, 64] with a [B, T, H, D] tensor's strides, viewed as [B, H, T, D].
-  const cuda::TensorMap4D ok{.base = data,
-                             .batch = 2,
-                             .heads = 4,
-                             .rows = 16,
-                             .cols = 64,
-                             .batch_stride = 16 * 4 * 64,
-                             .head_stride = 64,
-                             .row_stride = 4 * 64,
-                             .box_rows = 16,
-                             .box_cols = 64};
-  cuda::TensorMap4D t = ok;
-  t.base = data + 8;
-  ExpectRefused(cuda::EncodeTensorMap4D(t), "aligned to 16 bytes");
-  t = ok;
-  t.head_stride = 4;  // 8 bytes between heads
-  ExpectRefused(cuda::EncodeTensorMap4D(t), "multiples of 16 bytes");
-  t = ok;
-  t.batch_stride = 0;  // a broadcast batch of two: TMA has no zero stride
-  ExpectRefused(cuda::EncodeTensorMap4D(t), "multiples of 16 bytes");
-  t = ok;
-  t.box_cols = 128;  // 256-byte rows
-  ExpectRefused(cuda::EncodeTensorMap4D(t), "of 128 bytes");
-  t = ok;
-  t.box_rows = 0;
-  ExpectRefused(cuda::EncodeTensorMap4D(t), "box rows in 1..256");
-  t = ok;
-  t.heads = 0;
-  ExpectRefused(cuda::EncodeTensorMap4D(t), "every size in 1..2^32");
+  const M ok{.base = data,
+             .batch = 2,
+             .heads = 4,
+             .rows = 16,
+             .cols = 64,
+             .batch_stride = 16 * 4 * 64,
+             .head_stride = 64,
+             .row_stride = 4 * 64,
+             .box_rows = 16,
+             .box_cols = 64};
+  ExpectEachRefused<M>(
+      ok, cuda::EncodeTensorMap4D,
+      {{[&](M& t) { t.base = data + 8; }, "aligned to 16 bytes"},
+       {[](M& t) { t.head_stride = 4; }, "multiples of 16 bytes"},   // 8 bytes between heads
+       {[](M& t) { t.batch_stride = 0; }, "multiples of 16 bytes"},  // TMA has no zero stride
+       {[](M& t) { t.box_cols = 128; }, "of 128 bytes"},             // 256-byte rows
+       {[](M& t) { t.box_rows = 0; }, "box rows in 1..256"},
+       {[](M& t) { t.heads = 0; }, "every size in 1..2^32"}});
 }
 
 // The strides of size-1 dims are never used, so any value passes the checks (on a GPU the driver
