@@ -5,6 +5,8 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "runtime/cuda_api.h"
 #include "runtime/status.h"
@@ -105,8 +107,9 @@ absl::StatusOr<TensorMap> EncodeTensorMap2D(const TensorMap2D& t) {
 absl::StatusOr<TensorMap> EncodeTensorMap4D(const TensorMap4D& t) {
   const auto base = reinterpret_cast<uintptr_t>(t.base);
   const int64_t sizes[4] = {t.cols, t.rows, t.heads, t.batch};
-  // A size-1 dim's stride is never used: any legal value stands in for it.
-  const int64_t fill = t.rows * t.row_stride * 2;
+  // A size-1 dim's stride is never used (a one-key view may carry 0): any legal value stands in
+  // for it, here the bytes of a dense head.
+  const int64_t fill = t.rows * std::max(t.row_stride, t.cols) * 2;
   int64_t strides[3] = {t.row_stride * 2, t.head_stride * 2, t.batch_stride * 2};
   for (int d = 0; d < 3; ++d) {
     if (sizes[d + 1] == 1) strides[d] = (fill + 15) / 16 * 16;

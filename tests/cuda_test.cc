@@ -631,21 +631,31 @@ TEST(TensorMap, IgnoresTheStridesOfSize1Dims) {
   alignas(16) static char host[1 << 16];
   // The driver encodes device addresses: a GPU's allocation where there is one.
   const Tensor buffer = GpuPresent() ? empty({16, 64}, DType::kBFloat16, CUDA(0)) : Tensor();
-  const cuda::TensorMap4D t{.base = buffer.defined() ? buffer.data_ptr() : host,
-                            .batch = 1,
-                            .heads = 1,
-                            .rows = 16,
-                            .cols = 64,
-                            .batch_stride = 0,
-                            .head_stride = 3,
-                            .row_stride = 64,
-                            .box_rows = 16,
-                            .box_cols = 64};
-  const absl::StatusOr<cuda::TensorMap> map = cuda::EncodeTensorMap4D(t);
-  if (GpuPresent()) {
-    EXPECT_TRUE(map.ok()) << map.status();
-  } else if (!map.ok()) {
-    EXPECT_NE(map.status().code(), absl::StatusCode::kInvalidArgument) << map.status();
+  struct Case {
+    int64_t batch, heads, rows, batch_stride, head_stride, row_stride;
+  };
+  const Case cases[] = {
+      {1, 1, 16, 0, 3, 64},  // one (batch, head): their strides are anything
+      {1, 2, 1, 0, 64, 0},   // one key, its row stride 0 (an expanded view)
+      {2, 1, 1, 64, 1, 1},   // one key and one head, strides of 1 element
+  };
+  for (const Case& c : cases) {
+    const cuda::TensorMap4D t{.base = buffer.defined() ? buffer.data_ptr() : host,
+                              .batch = c.batch,
+                              .heads = c.heads,
+                              .rows = c.rows,
+                              .cols = 64,
+                              .batch_stride = c.batch_stride,
+                              .head_stride = c.head_stride,
+                              .row_stride = c.row_stride,
+                              .box_rows = 16,
+                              .box_cols = 64};
+    const absl::StatusOr<cuda::TensorMap> map = cuda::EncodeTensorMap4D(t);
+    if (GpuPresent()) {
+      EXPECT_TRUE(map.ok()) << map.status();
+    } else if (!map.ok()) {
+      EXPECT_NE(map.status().code(), absl::StatusCode::kInvalidArgument) << map.status();
+    }
   }
 }
 
