@@ -104,13 +104,20 @@ const std::vector<Setting>& Settings() {
       {"KILN_FLASH_SM90", Kind::kBool, "on", "",
        "off: attention without a mask runs the mma.sync flash kernel on sm_90 too, not the Hopper "
        "kernel (TMA, wgmma; A/B)"},
-      {"KILN_FLASH_SM90_BLOCK_N", Kind::kLevel, "0", "0..128",
-       "keys per K/V tile of the Hopper attention kernel, 64 or 128 (0: its plan's; A/B)"},
+      {"KILN_FLASH_SM90_BLOCK_N", Kind::kLevel, "0", "0..256",
+       "keys per K/V tile of the Hopper attention kernel, a multiple of 16 in 64..256 (0: its "
+       "plan's; A/B)"},
       {"KILN_FLASH_SM90_STAGES", Kind::kLevel, "0", "0..8",
        "K/V tiles in flight in the Hopper attention kernel, 2..8 (0: its plan's; A/B)"},
-      {"KILN_FLASH_SM90_CONSUMERS", Kind::kLevel, "0", "0..2",
+      {"KILN_FLASH_SM90_CONSUMERS", Kind::kLevel, "0", "0..3",
        "warpgroups sharing a K/V tile in the Hopper attention kernel: 1 (CTAs of 64 rows, several "
-       "an SM) or 2 (128 rows, one persistent CTA an SM; 0: its plan's; A/B)"},
+       "an SM) or 2..3 (64 rows each, one persistent CTA an SM; 0: its plan's; A/B)"},
+      {"KILN_FLASH_SM90_L2_SECTIONS", Kind::kBool, "on", "",
+       "off: the Hopper attention kernel's CTAs run each row tile over every (batch, head) in "
+       "turn, not over sections of heads whose K/V fit in L2 (A/B)"},
+      {"KILN_FLASH_SM90_PINGPONG", Kind::kBool, "on", "",
+       "off: the Hopper attention kernel's two consumer warpgroups issue their wgmma unordered, "
+       "not in turns (ping-pong; A/B)"},
       {"KILN_FD_CLUSTER", Kind::kBool, "on", "",
        "off: the decode attention kernel's key splits merge through a workspace and a second "
        "kernel instead of one thread-block cluster per row (sm_90 and later; A/B)"},

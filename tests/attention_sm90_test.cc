@@ -26,22 +26,31 @@ namespace {
 
 using cuda_ops::FlashSm90Config;
 
-// Every instance the planner or the A/B settings can produce.
+// The planner's instance of every form (one, two or three consumer warpgroups), with the other
+// tile width at two stages, and the persistent forms without turns: every instance the planner
+// or the A/B settings of the plan produce (three consumers at head dim 128 have the registers
+// for 64-key tiles only).
 std::vector<FlashSm90Config> AllConfigs() {
   std::vector<FlashSm90Config> all;
   for (int d : {64, 128}) {
     for (DType t : {DType::kBFloat16, DType::kFloat16}) {
       for (bool causal : {false, true}) {
-        FlashSm90Config c = cuda_ops::PlanFlashSm90(d, t, causal);
-        all.push_back(c);
-        FlashSm90Config other = c;  // the other tile width, two stages
-        other.block_n = c.block_n == 64 ? 128 : 64;
-        other.stages = 2;
-        all.push_back(other);
-        FlashSm90Config flip = c;  // the other form: one consumer or two
-        flip.consumers = 3 - c.consumers;
-        flip.stages = 2;
-        all.push_back(flip);
+        for (const char* consumers : {"1", "2", "3"}) {
+          ScopedEnv w("KILN_FLASH_SM90_CONSUMERS", consumers);
+          const FlashSm90Config c = cuda_ops::PlanFlashSm90(d, t, causal);
+          all.push_back(c);
+          if (c.consumers != 3 || d != 128) {
+            FlashSm90Config other = c;  // the other tile width, two stages
+            other.block_n = c.block_n == 64 ? 128 : 64;
+            other.stages = 2;
+            all.push_back(other);
+          }
+          if (c.consumers > 1) {
+            FlashSm90Config unordered = c;
+            unordered.pingpong = false;
+            all.push_back(unordered);
+          }
+        }
       }
     }
   }
@@ -65,7 +74,9 @@ TEST(FlashSm90Source, NamesSayWhatEachInstanceIs) {
   const FlashSm90Config c = cuda_ops::PlanFlashSm90(64, DType::kBFloat16, true);
   EXPECT_EQ(c.Name(), "kiln_flash_sm90_d64_bf16_causal_64x128_s2_b3");
   EXPECT_EQ(cuda_ops::PlanFlashSm90(128, DType::kFloat16, false).Name(),
-            "kiln_flash_sm90_d128_f16_128x64_s5_persistent");
+            "kiln_flash_sm90_d128_f16_128x128_s3_persistent");
+  EXPECT_EQ(cuda_ops::PlanFlashSm90(64, DType::kBFloat16, false).Name(),
+            "kiln_flash_sm90_d64_bf16_192x128_s4_persistent");
 }
 
 // `run` throws kiln::Error whose message contains `words`.
@@ -92,6 +103,14 @@ TEST(FlashSm90Source, RefusesConfigsOutsideItsRanges) {
   c = FlashSm90Config{};
   c.stages = 1;  // tile j's K would wait for tile j-1's V to leave the one slot: a deadlock
   ExpectThrowsWith([&] { cuda_ops::RenderFlashSm90Source(c); }, "2..8 stages");
+  for (int keys : {48, 72, 272}) {  // wgmma and the softmax take 64..256 keys by 16
+    c = FlashSm90Config{};
+    c.block_n = keys;
+    ExpectThrowsWith([&] { cuda_ops::RenderFlashSm90Source(c); }, "64..256 keys");
+  }
+  c = FlashSm90Config{};
+  c.consumers = 4;
+  ExpectThrowsWith([&] { cuda_ops::RenderFlashSm90Source(c); }, "1..3 consumer warpgroups");
 }
 
 TEST(FlashSm90Source, TheAbSettingsChangeThePlan) {
@@ -102,6 +121,9 @@ TEST(FlashSm90Source, TheAbSettingsChangeThePlan) {
   EXPECT_EQ(c.stages, 4);
   EXPECT_EQ(c.consumers, 2);
   EXPECT_EQ(c.Name(), "kiln_flash_sm90_d64_bf16_128x64_s4_persistent");
+  ScopedEnv pp("KILN_FLASH_SM90_PINGPONG", "off");
+  EXPECT_EQ(cuda_ops::PlanFlashSm90(64, DType::kBFloat16, false).Name(),
+            "kiln_flash_sm90_d64_bf16_128x64_s4_persistent_unordered");
 }
 
 // ---- on an sm_90 GPU -------------------------------------------------------------------------
@@ -200,28 +222,54 @@ TEST(FlashSm90, RandomShapesMatchFloat32MathAndTheMmaSyncKernel) {
   }
 }
 
-// Every tiling the A/B settings select computes the same as the plan's: both forms (one or two
-// consumer warpgroups), both tile widths, 2 and 3 stages; causal with Lq < Lk and Lq > Lk.
+// Every tiling the A/B settings select computes the same as the plan's: every form (one, two or
+// three consumer warpgroups; two without turns), three tile widths, 2 and 3 stages; causal with
+// Lq < Lk and Lq > Lk.
 TEST(FlashSm90, EveryTilingMatchesFloat32Math) {
   SKIP_WITHOUT_SM90();
   Generator gen(91);
-  for (const char* consumers : {"1", "2"}) {
-    for (const char* block_n : {"64", "128"}) {
+  for (const char* consumers : {"1", "2", "2u", "3"}) {  // 2u: two consumers without turns
+    for (const char* block_n : {"64", "128", "176"}) {
       for (const char* stages : {"2", "3"}) {
         for (int64_t d : {64, 128}) {
+          const bool turns = std::string(consumers) != "2u";
           const FlashSm90Config c{.head_dim = static_cast<int>(d),
                                   .block_n = std::atoi(block_n),
                                   .stages = std::atoi(stages),
-                                  .consumers = std::atoi(consumers)};
+                                  .consumers = std::atoi(consumers),
+                                  .pingpong = turns};
           if (c.shared_bytes() > 227 * 1024) continue;
-          ScopedEnv w("KILN_FLASH_SM90_CONSUMERS", consumers),
-              n("KILN_FLASH_SM90_BLOCK_N", block_n), st("KILN_FLASH_SM90_STAGES", stages);
+          const std::string n_consumers = absl::StrCat(c.consumers);
+          ScopedEnv w("KILN_FLASH_SM90_CONSUMERS", n_consumers.c_str()),
+              n("KILN_FLASH_SM90_BLOCK_N", block_n), st("KILN_FLASH_SM90_STAGES", stages),
+              pp("KILN_FLASH_SM90_PINGPONG", turns ? "on" : "off");
           for (const auto& [lq, lk] : {std::pair<int64_t, int64_t>{333, 517}, {700, 300}}) {
             const Shape s{2, 2, 1, lq, lk, d, true, false, DType::kBFloat16};
             const std::vector<Tensor> in = Operands(s, gen);
             ExpectClose(to_vector(Sdpa(in, s)), to_vector(Float32Math(in, s)), Loose(s.dtype),
                         absl::StrCat(s.Name(), " ", c.Name()));
           }
+        }
+      }
+    }
+  }
+}
+
+// Lengths at and around the tile edges, down to one key, run the Hopper kernel (the launcher
+// takes every TMA-addressable operand) and match float32 math.
+TEST(FlashSm90, EdgeLengthsRunTheHopperKernelAndMatchFloat32Math) {
+  SKIP_WITHOUT_SM90();
+  Generator gen(94);
+  for (int64_t d : {64, 128}) {
+    for (int64_t lk : {1, 2, 63, 64, 65, 128, 129}) {
+      for (int64_t lq : {5, 64, 129}) {
+        for (bool causal : {false, true}) {
+          const Shape s{1, 2, 2, lq, lk, d, causal, false, DType::kBFloat16};
+          const std::vector<Tensor> in = Operands(s, gen);
+          Tensor out;
+          const std::vector<std::string> names = KernelNames([&] { out = Sdpa(in, s); });
+          EXPECT_TRUE(Ran(names, "kiln_flash_sm90_")) << s.Name();
+          ExpectClose(to_vector(out), to_vector(Float32Math(in, s)), Loose(s.dtype), s.Name());
         }
       }
     }

@@ -233,6 +233,13 @@ absl::StatusOr<cuda::TensorMap> AttentionMap(const Tensor& t, int box_rows) {
                                   .box_cols = 64});
 }
 
+// The (batch, head) pairs whose CTAs the Hopper kernel runs together: as many as keep their K and
+// V (`kv_bytes` each) within a third of L2, so that they are read from memory once.
+int L2Section(const cuda::DeviceProps& props, int64_t kv_bytes, int64_t pairs) {
+  const int64_t fit = static_cast<int64_t>(props.l2_bytes / 3) / std::max<int64_t>(kv_bytes, 1);
+  return static_cast<int>(std::clamp<int64_t>(fit, 1, pairs));
+}
+
 // Runs the Hopper kernel (flash_attention_sm90_source.h) where it applies: an sm_90 GPU, no mask,
 // head dim 64 or 128, KILN_FLASH_SM90 on, operands TMA can address. False: the caller runs the
 // mma.sync kernel.
@@ -255,7 +262,10 @@ bool LaunchFlashSm90(absl::Span<const Tensor> in, const OpAttrs& a, const FlashP
   const cudaKernel_t kernel = Sm90KernelFor(c);
   FlashParams params = p;
   int q_tiles = static_cast<int>(tiles), works = static_cast<int>(pairs * tiles);
-  void* args[] = {&*q_map, &*k_map, &*v_map, &params, &q_tiles, &works};
+  int section = EnvBool("KILN_FLASH_SM90_L2_SECTIONS")
+                    ? L2Section(props, int64_t{p.kv_len} * head_dim * 4, pairs)
+                    : static_cast<int>(pairs);
+  void* args[] = {&*q_map, &*k_map, &*v_map, &params, &section, &q_tiles, &works};
   // One CTA per (pair, row tile), or (two consumers) one persistent CTA an SM.
   const dim3 grid = c.consumers == 1
                         ? dim3(static_cast<unsigned>(pairs), static_cast<unsigned>(tiles))

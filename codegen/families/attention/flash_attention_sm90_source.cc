@@ -40,17 +40,21 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
 #endif
 }
 
-// Tile j's K and V (keys n0 .. n0 + BN) into one slot of the ring, each half completing on its
-// own barrier; issued by one thread. Keys past the end arrive as zeros.
+// Tile j's K or V (keys n0 .. n0 + BN) into one slot of the ring, completing on `bar`; issued by
+// one thread. Keys past the end arrive as zeros.
+__device__ __forceinline__ void load_tile(const KilnTensorMap* map, unsigned dst, unsigned bar,
+                                          int n0, int head, int batch) {
+  kiln_mbar_expect_tx(bar, KV_BYTES);
+#pragma unroll
+  for (int c = 0; c < D / 64; ++c) kiln_tma_load_4d(dst + c * KV_CHUNK, map, bar, c * 64, n0, head, batch);
+}
+
+// Tile j's K and V into one slot, each on its own barrier.
 __device__ __forceinline__ void load_kv(const KilnTensorMap* k_map, const KilnTensorMap* v_map,
                                         unsigned sk, unsigned sv, unsigned k_bar, unsigned v_bar,
                                         int n0, int head, int batch) {
-  kiln_mbar_expect_tx(k_bar, KV_BYTES);
-#pragma unroll
-  for (int c = 0; c < D / 64; ++c) kiln_tma_load_4d(sk + c * KV_CHUNK, k_map, k_bar, c * 64, n0, head, batch);
-  kiln_mbar_expect_tx(v_bar, KV_BYTES);
-#pragma unroll
-  for (int c = 0; c < D / 64; ++c) kiln_tma_load_4d(sv + c * KV_CHUNK, v_map, v_bar, c * 64, n0, head, batch);
+  load_tile(k_map, sk, k_bar, n0, head, batch);
+  load_tile(v_map, sv, v_bar, n0, head, batch);
 }
 
 // S = Q·Kᵀ of the K tile at `sk_s`, issued as one wgmma group (not waited for).
@@ -74,6 +78,32 @@ __device__ __forceinline__ void issue_pv(float (&o)[ON], const unsigned (&pa)[BN
     kiln_fa3_pv(o, pa[kk], kiln_wgmma_desc_mn(sv_s + kk * 16 * 128, KV_CHUNK), 1);
   }
   kiln_wgmma_commit();
+}
+
+// The persistent form's ping-pong (FlashAttention-3): the consumer warpgroups issue their wgmma in
+// turns, w after w - 1, so one's products run while the others' softmax does. Named barrier 1 + w:
+// the 128 threads of w wait on it, the 128 of w - 1 arrive.
+__device__ __forceinline__ void turn_wait(int wg) {
+#if KILN_FA3_PINGPONG
+  asm volatile("bar.sync %0, 256;" ::"r"(1 + wg) : "memory");
+#endif
+}
+__device__ __forceinline__ void turn_pass(int wg) {
+#if KILN_FA3_PINGPONG
+  asm volatile("bar.arrive %0, 256;" ::"r"(1 + (wg + 1) % CONSUMERS) : "memory");
+#endif
+}
+
+// Work item w of pairs * q_tiles: the (batch, head) pairs in sections of `section`, whose K and V
+// fit in L2 together, one section after the other; within one, the row tiles longest first (the
+// causal ones), each over the section's pairs. The CTAs running at once then read the K/V of a
+// few heads, from L2, not of every head, from memory.
+__device__ __forceinline__ void work_item(int w, int q_tiles, int pairs, int section, int& pair,
+                                          int& tile) {
+  const int first = w / (section * q_tiles) * section;
+  const int n = min(section, pairs - first), r = w - first * q_tiles;
+  tile = q_tiles - 1 - r / n;
+  pair = first + r % n;
 }
 
 // The running max and sum of this thread's two rows.
@@ -174,7 +204,7 @@ __device__ __forceinline__ void pack_p(const float (&sc)[SN], unsigned (&pa)[BN 
 #if KILN_FA3_CONSUMERS == 1
 extern "C" __global__ void __launch_bounds__(128, KILN_FA3_MIN_BLOCKS) KILN_FA3_NAME(
     const __grid_constant__ KilnTensorMap q_map, const __grid_constant__ KilnTensorMap k_map,
-    const __grid_constant__ KilnTensorMap v_map, const KilnFlashParams p) {
+    const __grid_constant__ KilnTensorMap v_map, const KilnFlashParams p, int section) {
   using namespace kiln_fa3;
   // Q, then the K slots, the V slots (all at 1024-byte boundaries: the swizzle's period), then
   // the barriers: Q's, K's per slot, V's per slot.
@@ -184,8 +214,10 @@ extern "C" __global__ void __launch_bounds__(128, KILN_FA3_MIN_BLOCKS) KILN_FA3_
   const unsigned sk = sq + Q_BYTES, sv = sk + STAGES * KV_BYTES;
   const unsigned q_bar = sv + STAGES * KV_BYTES, k_bar = q_bar + 8, v_bar = k_bar + 8 * STAGES;
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
-  const int batch = blockIdx.x / p.heads, head = blockIdx.x % p.heads, kv_head = head / p.group;
-  const int m0 = (gridDim.y - 1 - blockIdx.y) * BM;  // the longest (causal) row tiles start first
+  int pair, tile;  // CTAs start in the order of their linear index
+  work_item(blockIdx.x + blockIdx.y * gridDim.x, gridDim.y, gridDim.x, section, pair, tile);
+  const int batch = pair / p.heads, head = pair % p.heads, kv_head = head / p.group;
+  const int m0 = tile * BM;
   int n_end = p.kv_len;
 #if KILN_FA3_CAUSAL
   n_end = min(n_end, m0 + BM);  // keys past the CTA's last row are masked for all its rows
@@ -292,21 +324,24 @@ extern "C" __global__ void __launch_bounds__(128, KILN_FA3_MIN_BLOCKS) KILN_FA3_
   }
 }
 #else
-// Two consumer warpgroups share each K/V tile (128 query rows a tile), a producer warpgroup (one
-// thread) copies, and one CTA an SM loops over the (batch, head, row tile) work items: the
+// Two or three consumer warpgroups share each K/V tile (64 query rows each), a producer warpgroup
+// (one thread) copies, and one CTA an SM loops over the (batch, head, row tile) work items: the
 // producer loads the next item's Q and first K/V tiles while the consumers finish the current
 // one. The producer gives most of its registers to the consumers (setmaxnreg).
-extern "C" __global__ void __launch_bounds__(384, 1) KILN_FA3_NAME(
+extern "C" __global__ void __launch_bounds__(128 * (KILN_FA3_CONSUMERS + 1), 1) KILN_FA3_NAME(
     const __grid_constant__ KilnTensorMap q_map, const __grid_constant__ KilnTensorMap k_map,
-    const __grid_constant__ KilnTensorMap v_map, const KilnFlashParams p, int q_tiles, int works) {
+    const __grid_constant__ KilnTensorMap v_map, const KilnFlashParams p, int section, int q_tiles,
+    int works) {
   using namespace kiln_fa3;
   extern __shared__ __align__(1024) unsigned char kiln_smem[];
   const unsigned sq = kiln_smem_addr(kiln_smem);
   if (sq % 1024 != 0) __trap();  // the declaration's alignment is what the swizzle needs
   const unsigned sk = sq + Q_BYTES, sv = sk + STAGES * KV_BYTES;
-  // Barriers: Q full, Q empty, then per slot K full, V full, K/V empty.
+  // Barriers: Q full, Q empty, then per slot K full, V full, K empty, V empty (a K slot is free
+  // once S is in, before its V's product has run).
   const unsigned q_full = sv + STAGES * KV_BYTES, q_empty = q_full + 8, k_full = q_empty + 8;
-  const unsigned v_full = k_full + 8 * STAGES, kv_empty = v_full + 8 * STAGES;
+  const unsigned v_full = k_full + 8 * STAGES, k_empty = v_full + 8 * STAGES;
+  const unsigned v_empty = k_empty + 8 * STAGES;
   const int t = threadIdx.x % 128, wg = threadIdx.x / 128, warp = t / 32, lane = t % 32;
   const int bh = works / q_tiles;
   if (threadIdx.x == 0) {
@@ -315,18 +350,19 @@ extern "C" __global__ void __launch_bounds__(384, 1) KILN_FA3_NAME(
     for (int s = 0; s < STAGES; ++s) {
       kiln_mbar_init(k_full + 8 * s, 1);
       kiln_mbar_init(v_full + 8 * s, 1);
-      kiln_mbar_init(kv_empty + 8 * s, CONSUMERS);
+      kiln_mbar_init(k_empty + 8 * s, CONSUMERS);
+      kiln_mbar_init(v_empty + 8 * s, CONSUMERS);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
   kiln_grid_dependency_sync();
-  // Work item w: row tile q_tiles - 1 - w / bh (the longest causal tiles first) of pair w % bh.
   auto item = [&](int w, int& batch, int& head, int& m0, int& n_tiles) {
-    const int pair = w % bh;
+    int pair, tile;
+    work_item(w, q_tiles, bh, section, pair, tile);
     batch = pair / p.heads;
     head = pair % p.heads;
-    m0 = (q_tiles - 1 - w / bh) * BM;
+    m0 = tile * BM;
     int n_end = p.kv_len;
 #if KILN_FA3_CAUSAL
     n_end = min(n_end, m0 + BM);
@@ -334,7 +370,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) KILN_FA3_NAME(
     n_tiles = (n_end + BN - 1) / BN;
   };
   if (wg == CONSUMERS) {  // the producer: one thread issues every copy
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+#if KILN_FA3_CONSUMERS == 2
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
+#else
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
+#endif
     if (t != 0) return;
     int it = 0, done = 0;
     for (int w = blockIdx.x; w < works; w += gridDim.x, ++done) {
@@ -346,15 +386,24 @@ extern "C" __global__ void __launch_bounds__(384, 1) KILN_FA3_NAME(
       for (int c = 0; c < D / 64; ++c) kiln_tma_load_4d(sq + c * Q_CHUNK, &q_map, q_full, c * 64, m0, head, batch);
       for (int j = 0; j < n_tiles; ++j, ++it) {
         const int s = it % STAGES;
-        kiln_mbar_wait(kv_empty + 8 * s, ((it / STAGES) & 1) ^ 1);
-        load_kv(&k_map, &v_map, sk + s * KV_BYTES, sv + s * KV_BYTES, k_full + 8 * s,
-                v_full + 8 * s, j * BN, head / p.group, batch);
+        const int phase = ((it / STAGES) & 1) ^ 1;
+        kiln_mbar_wait(k_empty + 8 * s, phase);
+        load_tile(&k_map, sk + s * KV_BYTES, k_full + 8 * s, j * BN, head / p.group, batch);
+        kiln_mbar_wait(v_empty + 8 * s, phase);
+        load_tile(&v_map, sv + s * KV_BYTES, v_full + 8 * s, j * BN, head / p.group, batch);
       }
     }
     return;
   }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+#if KILN_FA3_CONSUMERS == 2
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
+#else
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 160;");
+#endif
   const unsigned sq_c = sq + wg * 64 * 128;  // this consumer's 64 rows of each Q chunk
+  // Every issue of wgmma (a tile's first S, each S(j) with P(j-1)·V(j-1), the last P·V) is a turn;
+  // consumer 0 takes the first, and absorbs the last consumer's last pass after its loop.
+  if (wg == CONSUMERS - 1) turn_pass(wg);
   int it = 0, done = 0;
   for (int w = blockIdx.x; w < works; w += gridDim.x, ++done) {
     int batch, head, m0, n_tiles;
@@ -368,36 +417,44 @@ extern "C" __global__ void __launch_bounds__(384, 1) KILN_FA3_NAME(
     unsigned pa[BN / 16][4];
     kiln_mbar_wait(q_full, done & 1);
     kiln_mbar_wait(k_full + 8 * (it % STAGES), (it / STAGES) & 1);
+    turn_wait(wg);
     issue_qk(sc, sq_c, sk + (it % STAGES) * KV_BYTES);
+    turn_pass(wg);
     kiln_wgmma_wait<0>();
     kiln_fence_operands(sc);
+    if (t == 0) kiln_mbar_arrive(k_empty + 8 * (it % STAGES));
     if (n_tiles == 1 && t == 0) kiln_mbar_arrive(q_empty);  // Q read for the last time
     softmax(sc, rows, alpha, p, 0, row0, row_lo, lane);
     pack_p(sc, pa);
     for (int j = 1; j < n_tiles; ++j) {
       const int s = (it + j) % STAGES, prev = (it + j - 1) % STAGES;
       kiln_mbar_wait(k_full + 8 * s, ((it + j) / STAGES) & 1);
-      issue_qk(sc, sq_c, sk + s * KV_BYTES);
       kiln_mbar_wait(v_full + 8 * prev, ((it + j - 1) / STAGES) & 1);
+      turn_wait(wg);
+      issue_qk(sc, sq_c, sk + s * KV_BYTES);
       kiln_fence_operands(o);
       issue_pv(o, pa, sv + prev * KV_BYTES);
+      turn_pass(wg);
       kiln_wgmma_wait<1>();
       kiln_fence_operands(sc);
+      if (t == 0) kiln_mbar_arrive(k_empty + 8 * s);  // S(j) is in: K(j)'s slot is free
       if (j == n_tiles - 1 && t == 0) kiln_mbar_arrive(q_empty);
       softmax(sc, rows, alpha, p, j * BN, row0, row_lo, lane);
       kiln_wgmma_wait<0>();
       kiln_fence_operands(o);
-      if (t == 0) kiln_mbar_arrive(kv_empty + 8 * prev);  // this consumer is done with the slot
+      if (t == 0) kiln_mbar_arrive(v_empty + 8 * prev);  // P(j-1)·V(j-1) is in
       rescale(o, alpha);
       pack_p(sc, pa);
     }
     const int last = (it + n_tiles - 1) % STAGES;
     kiln_mbar_wait(v_full + 8 * last, ((it + n_tiles - 1) / STAGES) & 1);
     kiln_fence_operands(o);
+    turn_wait(wg);
     issue_pv(o, pa, sv + last * KV_BYTES);
+    turn_pass(wg);
     kiln_wgmma_wait<0>();
     kiln_fence_operands(o);
-    if (t == 0) kiln_mbar_arrive(kv_empty + 8 * last);
+    if (t == 0) kiln_mbar_arrive(v_empty + 8 * last);
     it += n_tiles;
     // Normalise and store this thread's pairs (4 bytes each) of the rows that exist.
     kiln_u16* out = p.o + batch * p.o_batch + head * p.o_head;
@@ -418,6 +475,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KILN_FA3_NAME(
       }
     }
   }
+  if (wg == 0) turn_wait(wg);  // the last consumer's last pass: no arrival outlives the CTA
 }
 #endif
 )KILN_FA3";
@@ -430,13 +488,15 @@ void AppendDefine(std::string* source, const char* key, const V& value) {
 }  // namespace
 
 int FlashSm90Config::shared_bytes() const {
-  return (block_m() + 2 * stages * block_n) * head_dim * 2 + 8 * (2 + 3 * stages);
+  return (block_m() + 2 * stages * block_n) * head_dim * 2 + 8 * (2 + 4 * stages);
 }
 
 std::string FlashSm90Config::Name() const {
   return absl::StrCat("kiln_flash_sm90_d", head_dim, dtype == DType::kFloat16 ? "_f16" : "_bf16",
                       causal ? "_causal" : "", "_", block_m(), "x", block_n, "_s", stages,
-                      consumers == 2 ? "_persistent" : absl::StrCat("_b", min_blocks));
+                      consumers == 1 ? absl::StrCat("_b", min_blocks)
+                      : pingpong     ? "_persistent"
+                                     : "_persistent_unordered");
 }
 
 FlashSm90Config PlanFlashSm90(int head_dim, DType dtype, bool causal) {
@@ -444,35 +504,40 @@ FlashSm90Config PlanFlashSm90(int head_dim, DType dtype, bool causal) {
   c.head_dim = head_dim;
   c.dtype = dtype;
   c.causal = causal;
-  // Measured on the H200 (attention_bench, 2026-12-03): head dim 64 runs one warpgroup a CTA,
-  // three CTAs an SM, 128-key tiles, two in flight (72 KB a CTA: [8,16,1024,64] causal 61.7 us
-  // against 67.7 with three in flight and two CTAs an SM, 70.3 with two consumers); head dim 128
-  // two consumers sharing 64-key tiles, five in flight (192 KB; [8,16,1024,128] causal 104.6 us
-  // against 116.7 with one consumer, 111.1 with 128-key tiles).
+  // Measured on the H200 (attention_bench, 2026-12-04, device us at [8,16,L,D]): head dim 64
+  // causal runs one warpgroup a CTA, three CTAs an SM, 128-key tiles, two in flight (72 KB a CTA;
+  // L 1024: 62.5 against 74.2 with two persistent consumers); head dim 64 otherwise three
+  // consumers of a persistent CTA sharing 128-key tiles, four in flight (L 4096: 1199 against
+  // 1303 with one-warpgroup CTAs); head dim 128 two consumers sharing 128-key tiles, three in
+  // flight (224 KB; L 4096: 1908 against 2094 with 64-key tiles, five in flight).
   if (const int w = EnvLevel("KILN_FLASH_SM90_CONSUMERS"); w != 0) {
     c.consumers = w;
   } else {
-    c.consumers = head_dim == 64 ? 1 : 2;
+    c.consumers = head_dim == 128 ? 2 : causal ? 1 : 3;
   }
-  if (c.consumers == 1) {
-    c.block_n = 128, c.stages = 2, c.min_blocks = 3;
-  } else {
-    c.block_n = 64, c.stages = 5;
+  c.block_n = 128, c.stages = 2, c.min_blocks = 3;
+  if (c.consumers == 1 && head_dim == 128) c.block_n = 64, c.min_blocks = 2;  // registers
+  if (c.consumers == 2) c.stages = 3;
+  if (c.consumers == 3) {  // 160 registers a consumer: 64-key tiles at head dim 128
+    c.stages = head_dim == 128 ? 5 : 4;
+    if (head_dim == 128) c.block_n = 64;
   }
   if (const int n = EnvLevel("KILN_FLASH_SM90_BLOCK_N"); n != 0) c.block_n = n;
   if (const int s = EnvLevel("KILN_FLASH_SM90_STAGES"); s != 0) c.stages = s;
+  c.pingpong = EnvBool("KILN_FLASH_SM90_PINGPONG");
   return c;
 }
 
 std::string RenderFlashSm90Source(const FlashSm90Config& c) {
   KILN_CHECK((c.head_dim == 64 || c.head_dim == 128) &&
                  (c.dtype == DType::kBFloat16 || c.dtype == DType::kFloat16) &&
-                 (c.block_n == 64 || c.block_n == 128) && c.stages >= 2 && c.stages <= 8 &&
-                 c.min_blocks >= 1 && c.min_blocks <= 4 && (c.consumers == 1 || c.consumers == 2) &&
-                 c.shared_bytes() <= kMaxSharedBytes,
-             "sm_90 attention kernel: needs head dim 64 or 128, bf16 or f16, 64 or 128 keys a ",
-             "tile, 2..8 stages (tile j's S is computed while tile j-1's V is read), 1..4 CTAs an "
-             "SM, 1 or 2 consumer warpgroups, at most ",
+                 c.block_n % 16 == 0 && c.block_n >= 64 && c.block_n <= 256 && c.stages >= 2 &&
+                 c.stages <= 8 && c.min_blocks >= 1 && c.min_blocks <= 4 && c.consumers >= 1 &&
+                 c.consumers <= 3 && c.shared_bytes() <= kMaxSharedBytes,
+             "sm_90 attention kernel: needs head dim 64 or 128, bf16 or f16, 64..256 keys a ",
+             "tile (a multiple of 16), 2..8 stages (tile j's S is computed while tile j-1's V is "
+             "read), 1..4 CTAs an "
+             "SM, 1..3 consumer warpgroups, at most ",
              kMaxSharedBytes, " bytes of shared memory; got ", c.Name(), " (", c.shared_bytes(),
              " bytes)");
   std::string source;
@@ -482,6 +547,7 @@ std::string RenderFlashSm90Source(const FlashSm90Config& c) {
   AppendDefine(&source, "KILN_FA3_STAGES", c.stages);
   AppendDefine(&source, "KILN_FA3_MIN_BLOCKS", c.min_blocks);
   AppendDefine(&source, "KILN_FA3_CONSUMERS", c.consumers);
+  AppendDefine(&source, "KILN_FA3_PINGPONG", c.pingpong ? 1 : 0);
   AppendDefine(&source, "KILN_FA3_BF16", c.dtype == DType::kBFloat16 ? 1 : 0);
   AppendDefine(&source, "KILN_FA3_CAUSAL", c.causal ? 1 : 0);
   absl::StrAppend(

@@ -38,20 +38,23 @@ struct FlashSm90Config {
   int block_n = 128;   // keys per K/V tile: 64 or 128
   int stages = 2;      // K/V tiles in flight: 2..8
   int min_blocks = 3;  // CTAs per SM the registers are cut for (__launch_bounds__; 1 consumer)
-  // 1: a CTA is one warpgroup of 64 query rows, min_blocks CTAs an SM. 2: two warpgroups share
-  // each K/V tile (128 rows), a producer warpgroup copies, one persistent CTA an SM walks the
-  // work.
+  // 1: a CTA is one warpgroup of 64 query rows, min_blocks CTAs an SM. 2 or 3: that many
+  // warpgroups share each K/V tile (64 rows each), a producer warpgroup copies, one persistent CTA
+  // an SM walks the work.
   int consumers = 1;
+  // 2 or 3 consumers: they take turns issuing wgmma (FlashAttention-3's ping-pong, named
+  // barriers), so one's softmax runs under the others' products.
+  bool pingpong = true;
 
   int block_m() const { return 64 * consumers; }  // query rows of a CTA's tile
-  int threads() const { return consumers == 1 ? 128 : 384; }
+  int threads() const { return consumers == 1 ? 128 : 128 * (consumers + 1); }
   int shared_bytes() const;  // Q, the K/V ring and the barriers
   // "kiln_flash_sm90_d64_bf16_causal_64x128_s2_b3" ("_128x64_s5_persistent" for 2 consumers)
   std::string Name() const;
 };
 
-// The form and tiling kiln runs (KILN_FLASH_SM90_CONSUMERS, KILN_FLASH_SM90_BLOCK_N and
-// KILN_FLASH_SM90_STAGES override them for A/B).
+// The form and tiling kiln runs (KILN_FLASH_SM90_CONSUMERS, KILN_FLASH_SM90_BLOCK_N,
+// KILN_FLASH_SM90_STAGES and KILN_FLASH_SM90_PINGPONG override them for A/B).
 FlashSm90Config PlanFlashSm90(int head_dim, DType dtype, bool causal);
 
 // The kernel's source (its one kernel is config.Name()). Throws kiln::Error for a config outside
