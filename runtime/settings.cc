@@ -112,8 +112,8 @@ const std::vector<Setting>& Settings() {
       {"KILN_FLASH_SM90_CONSUMERS", Kind::kLevel, "0", "0..3",
        "warpgroups sharing a K/V tile in the Hopper attention kernel: 1 (CTAs of 64 rows, several "
        "an SM) or 2..3 (64 rows each, one persistent CTA an SM; 0: its plan's; A/B)"},
-      {"KILN_FLASH_SM90_L2_SECTIONS", Kind::kBool, "on", "",
-       "off: the Hopper attention kernel's CTAs run each row tile over every (batch, head) in "
+      {"KILN_FLASH_L2_SECTIONS", Kind::kBool, "on", "",
+       "off: the flash attention kernels' CTAs run each row tile over every (batch, head) in "
        "turn, not over sections of heads whose K/V fit in L2 (A/B)"},
       {"KILN_FLASH_SM90_PINGPONG", Kind::kBool, "on", "",
        "off: the Hopper attention kernel's two consumer warpgroups issue their wgmma unordered, "

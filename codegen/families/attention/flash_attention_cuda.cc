@@ -34,6 +34,7 @@ struct FlashParams {
   long long m_batch, m_head, m_row, m_col;
   int heads, group, q_len, kv_len;
   float scale_log2;
+  int section;
 };
 
 // Mirrors KilnDecodeParams (flash_decode_source.h).
@@ -86,6 +87,15 @@ const FlashKernel& KernelFor(const FlashAttentionConfig& c) {
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        c.shared_bytes()));
   return cache->emplace(key, k).first->second;
+}
+
+// The (batch, head) pairs whose CTAs a flash kernel runs together (kiln_flash_work_item): as many
+// as keep their K and V (`kv_bytes` each) within a third of L2, so that each is read from memory
+// once; every pair at once (one row tile of each in turn) with KILN_FLASH_L2_SECTIONS off.
+int L2Section(int device, int64_t kv_bytes, int64_t pairs) {
+  if (!EnvBool("KILN_FLASH_L2_SECTIONS")) return static_cast<int>(pairs);
+  const int64_t l2 = static_cast<int64_t>(cuda::Props(device).l2_bytes);
+  return static_cast<int>(std::clamp<int64_t>(l2 / 3 / std::max<int64_t>(kv_bytes, 1), 1, pairs));
 }
 
 void SetStrides(const Tensor& t, long long* batch, long long* head, long long* row) {
@@ -233,13 +243,6 @@ absl::StatusOr<cuda::TensorMap> AttentionMap(const Tensor& t, int box_rows) {
                                   .box_cols = 64});
 }
 
-// The (batch, head) pairs whose CTAs the Hopper kernel runs together: as many as keep their K and
-// V (`kv_bytes` each) within a third of L2, so that they are read from memory once.
-int L2Section(const cuda::DeviceProps& props, int64_t kv_bytes, int64_t pairs) {
-  const int64_t fit = static_cast<int64_t>(props.l2_bytes / 3) / std::max<int64_t>(kv_bytes, 1);
-  return static_cast<int>(std::clamp<int64_t>(fit, 1, pairs));
-}
-
 // Runs the Hopper kernel (flash_attention_sm90_source.h) where it applies: an sm_90 GPU, no mask,
 // head dim 64 or 128, KILN_FLASH_SM90 on, operands TMA can address. False: the caller runs the
 // mma.sync kernel.
@@ -262,10 +265,7 @@ bool LaunchFlashSm90(absl::Span<const Tensor> in, const OpAttrs& a, const FlashP
   const cudaKernel_t kernel = Sm90KernelFor(c);
   FlashParams params = p;
   int q_tiles = static_cast<int>(tiles), works = static_cast<int>(pairs * tiles);
-  int section = EnvBool("KILN_FLASH_SM90_L2_SECTIONS")
-                    ? L2Section(props, int64_t{p.kv_len} * head_dim * 4, pairs)
-                    : static_cast<int>(pairs);
-  void* args[] = {&*q_map, &*k_map, &*v_map, &params, &section, &q_tiles, &works};
+  void* args[] = {&*q_map, &*k_map, &*v_map, &params, &q_tiles, &works};
   // One CTA per (pair, row tile), or (two consumers) one persistent CTA an SM.
   const dim3 grid = c.consumers == 1
                         ? dim3(static_cast<unsigned>(pairs), static_cast<unsigned>(tiles))
@@ -307,6 +307,7 @@ void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const T
   p.q_len = static_cast<int>(q.size(-2));
   p.kv_len = static_cast<int>(k.size(-2));
   p.scale_log2 = static_cast<float>(a.scale * kLog2e);
+  p.section = L2Section(q.device().index, int64_t{p.kv_len} * k.size(-1) * 4, batch * heads);
   if (p.q_len <= kFlashDecodeMaxQueries) {
     LaunchFlashDecode(p, config, batch * heads * p.q_len, q.device(), append);
     return;

@@ -94,18 +94,6 @@ __device__ __forceinline__ void turn_pass(int wg) {
 #endif
 }
 
-// Work item w of pairs * q_tiles: the (batch, head) pairs in sections of `section`, whose K and V
-// fit in L2 together, one section after the other; within one, the row tiles longest first (the
-// causal ones), each over the section's pairs. The CTAs running at once then read the K/V of a
-// few heads, from L2, not of every head, from memory.
-__device__ __forceinline__ void work_item(int w, int q_tiles, int pairs, int section, int& pair,
-                                          int& tile) {
-  const int first = w / (section * q_tiles) * section;
-  const int n = min(section, pairs - first), r = w - first * q_tiles;
-  tile = q_tiles - 1 - r / n;
-  pair = first + r % n;
-}
-
 // The running max and sum of this thread's two rows.
 struct Rows {
   float max[2], sum[2];
@@ -204,7 +192,7 @@ __device__ __forceinline__ void pack_p(const float (&sc)[SN], unsigned (&pa)[BN 
 #if KILN_FA3_CONSUMERS == 1
 extern "C" __global__ void __launch_bounds__(128, KILN_FA3_MIN_BLOCKS) KILN_FA3_NAME(
     const __grid_constant__ KilnTensorMap q_map, const __grid_constant__ KilnTensorMap k_map,
-    const __grid_constant__ KilnTensorMap v_map, const KilnFlashParams p, int section) {
+    const __grid_constant__ KilnTensorMap v_map, const KilnFlashParams p) {
   using namespace kiln_fa3;
   // Q, then the K slots, the V slots (all at 1024-byte boundaries: the swizzle's period), then
   // the barriers: Q's, K's per slot, V's per slot.
@@ -215,7 +203,8 @@ extern "C" __global__ void __launch_bounds__(128, KILN_FA3_MIN_BLOCKS) KILN_FA3_
   const unsigned q_bar = sv + STAGES * KV_BYTES, k_bar = q_bar + 8, v_bar = k_bar + 8 * STAGES;
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
   int pair, tile;  // CTAs start in the order of their linear index
-  work_item(blockIdx.x + blockIdx.y * gridDim.x, gridDim.y, gridDim.x, section, pair, tile);
+  kiln_flash_work_item(blockIdx.x + blockIdx.y * gridDim.x, gridDim.y, gridDim.x, p.section, pair,
+                       tile);
   const int batch = pair / p.heads, head = pair % p.heads, kv_head = head / p.group;
   const int m0 = tile * BM;
   int n_end = p.kv_len;
@@ -330,8 +319,7 @@ extern "C" __global__ void __launch_bounds__(128, KILN_FA3_MIN_BLOCKS) KILN_FA3_
 // one. The producer gives most of its registers to the consumers (setmaxnreg).
 extern "C" __global__ void __launch_bounds__(128 * (KILN_FA3_CONSUMERS + 1), 1) KILN_FA3_NAME(
     const __grid_constant__ KilnTensorMap q_map, const __grid_constant__ KilnTensorMap k_map,
-    const __grid_constant__ KilnTensorMap v_map, const KilnFlashParams p, int section, int q_tiles,
-    int works) {
+    const __grid_constant__ KilnTensorMap v_map, const KilnFlashParams p, int q_tiles, int works) {
   using namespace kiln_fa3;
   extern __shared__ __align__(1024) unsigned char kiln_smem[];
   const unsigned sq = kiln_smem_addr(kiln_smem);
@@ -359,7 +347,7 @@ extern "C" __global__ void __launch_bounds__(128 * (KILN_FA3_CONSUMERS + 1), 1) 
   kiln_grid_dependency_sync();
   auto item = [&](int w, int& batch, int& head, int& m0, int& n_tiles) {
     int pair, tile;
-    work_item(w, q_tiles, bh, section, pair, tile);
+    kiln_flash_work_item(w, q_tiles, bh, p.section, pair, tile);
     batch = pair / p.heads;
     head = pair % p.heads;
     m0 = tile * BM;

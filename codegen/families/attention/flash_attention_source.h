@@ -22,7 +22,8 @@
 //   * Causal (torch's is_causal: key j attends to query i iff j <= i, aligned top-left): tiles
 //     past a CTA's last row are never loaded, a warp skips tiles past its own last row, and only
 //     tiles crossing the diagonal (or the ragged end of the keys, or any tile when a mask is
-//     given) pay for per-element masking. CTAs with the most tiles are scheduled first.
+//     given) pay for per-element masking. CTAs with the most tiles are scheduled first, over
+//     sections of (batch, head) pairs whose K/V fit in L2 (kiln_flash_work_item).
 //   * Grouped-query attention: query head h reads K/V head h / group.
 //   * Any lengths: Q/K/V rows past the end are zero-filled by cp.async (src-size 0), keys past
 //     the end are masked, rows past the end are not stored. The output is staged through the
@@ -72,7 +73,21 @@ struct KilnFlashParams {
   int group;       // query heads per key/value head (1 without grouped-query attention)
   int q_len, kv_len;
   float scale_log2;  // scale * log2(e)
+  int section;       // (batch, head) pairs whose CTAs run together (kiln_flash_work_item)
 };
+
+// Work item w of pairs * q_tiles (a CTA's linear index, or a persistent CTA's w-th item): the
+// (batch, head) pairs in sections of `section`, whose K and V fit in L2 together, one section
+// after the other; within one, the row tiles longest first (the causal ones), each over the
+// section's pairs. The CTAs running at once then read the K/V of a few heads, from L2, not of
+// every head, from memory.
+__device__ __forceinline__ void kiln_flash_work_item(int w, int q_tiles, int pairs, int section,
+                                                     int& pair, int& tile) {
+  const int first = w / (section * q_tiles) * section;
+  const int n = min(section, pairs - first), r = w - first * q_tiles;
+  tile = q_tiles - 1 - r / n;
+  pair = first + r % n;
+}
 )KILN_FA";
 
 // The flash kernel; its source is kFlashParamsSource followed by this text.
@@ -401,8 +416,11 @@ KILN_FA_NAME(const KilnFlashParams p) {
   kiln_grid_dependency_sync();
   extern __shared__ __align__(128) unsigned char kiln_smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int b = blockIdx.x / p.heads, h = blockIdx.x % p.heads, hk = h / p.group;
-  const int m0 = (gridDim.y - 1 - blockIdx.y) * BM;  // the longest (causal) row tiles start first
+  int pair, tile;  // CTAs start in the order of their linear index
+  kiln_flash_work_item(blockIdx.x + blockIdx.y * gridDim.x, gridDim.y, gridDim.x, p.section, pair,
+                       tile);
+  const int b = pair / p.heads, h = pair % p.heads, hk = h / p.group;
+  const int m0 = tile * BM;
   const int row0 = m0 + warp * WM;                   // the warp's first query row
 
   const kiln_u16* q = p.q + b * p.q_batch + h * p.q_head + m0 * p.q_row;
