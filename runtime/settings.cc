@@ -114,10 +114,11 @@ const std::vector<Setting>& Settings() {
        "an SM) or 2..3 (64 rows each, one persistent CTA an SM; 0: its plan's; A/B)"},
       {"KILN_FLASH_L2_SECTIONS", Kind::kBool, "on", "",
        "off: the flash attention kernels' CTAs run each row tile over every (batch, head) in "
-       "turn, not over sections of heads whose K/V fit in L2 (A/B)"},
+       "turn, not over sections of heads whose K/V fit in L2 (the mma.sync kernel always does for "
+       "causal attention; A/B)"},
       {"KILN_FLASH_SM90_PINGPONG", Kind::kBool, "on", "",
-       "off: the Hopper attention kernel's two consumer warpgroups issue their wgmma unordered, "
-       "not in turns (ping-pong; A/B)"},
+       "off: the Hopper attention kernel's consumer warpgroups (persistent form) issue their "
+       "wgmma unordered, not in turns (ping-pong; A/B)"},
       {"KILN_FD_CLUSTER", Kind::kBool, "on", "",
        "off: the decode attention kernel's key splits merge through a workspace and a second "
        "kernel instead of one thread-block cluster per row (sm_90 and later; A/B)"},

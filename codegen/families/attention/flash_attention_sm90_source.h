@@ -6,17 +6,20 @@
 //
 // Design: a CTA of one warpgroup (128 threads) owns 64 query rows of one (batch, head); three
 // CTAs share an SM, so one's softmax runs while another's wgmma keeps the tensor cores busy. Or
-// (head dim 128) two consumer warpgroups share each K/V tile of a persistent CTA, one an SM.
+// (head dim 128, and head dim 64 without causality) two or three consumer warpgroups share each
+// K/V tile of a persistent CTA, one an SM, fed by a producer warpgroup, and issue their wgmma in
+// turns (FlashAttention-3's ping-pong). Either way the work goes in sections of (batch, head)
+// pairs whose K/V fit in L2 together, longest row tiles first (kiln_flash_work_item).
 // Q and a ring of `stages` K/V tiles of block_n keys are copied by TMA (rank-4 tensor maps, the
 // 128-byte swizzle) into shared memory, each tile's K and V on their own mbarrier, issued by one
-// thread `stages` tiles ahead. S = Q·Kᵀ is one wgmma.mma_async m64n<block_n>k16 per 16 dims, both
+// thread `stages` tiles ahead (a K slot refilled once its S is in, a V slot once its P·V is). S = Q·Kᵀ is one wgmma.mma_async m64n<block_n>k16 per 16 dims, both
 // operands in shared memory (K-major); the online softmax runs on the accumulators in registers
 // (fp32, base 2, the scale folded into one FFMA, the running max moved only when it grows by more
 // than 2^8); P stays in registers as the A operand of O += P·V, one m64n<head dim>k16 per 16 keys
 // with V MN-major in shared memory. Tile j's S = Q·Kᵀ is issued together with tile j-1's P·V, and
 // tile j's softmax runs while that product does (FlashAttention-3's intra-warpgroup overlap).
 // Causal: tiles past the CTA's last row are never loaded, only tiles crossing the diagonal or the
-// end of the keys pay for per-element masking, the longest rows are scheduled first. The output is
+// end of the keys pay for per-element masking. The output is
 // staged in Q's shared memory and written with 16-byte stores (the persistent form, whose Q buffer
 // already holds the next item's rows, stores each thread's pairs from registers). A fully masked
 // row (no keys) is written as zeros.
