@@ -22,6 +22,7 @@
 #include "codegen/compile.h"
 #include "io/dlpack.h"
 #include "io/from_blob.h"
+#include "io/kernel_package.h"
 #include "io/safetensors.h"
 #include "io/state_dict.h"
 #include "models/causal_lm.h"

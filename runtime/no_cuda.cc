@@ -89,6 +89,16 @@ absl::StatusOr<KernelHandle> GetKernelOrCompileInBackground(const std::string& s
                                                             KernelTarget target) {
   return GetKernel(source, kernel_name, target);
 }
+absl::StatusOr<KernelHandle> LoadKernelImage(const std::string&, const std::string& kernel_name) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("loading kernel '", kernel_name, "': ", kBuiltWithoutCuda));
+}
+absl::StatusOr<std::vector<size_t>> KernelParamSizes(KernelHandle) {
+  return absl::FailedPreconditionError(kBuiltWithoutCuda);
+}
+absl::Status LaunchKernel(KernelHandle, const unsigned (&)[3], const unsigned (&)[3], int, void**) {
+  return absl::FailedPreconditionError(kBuiltWithoutCuda);
+}
 absl::StatusOr<KernelFootprint> FootprintOf(KernelHandle, const std::string& name) {
   return absl::FailedPreconditionError(
       absl::StrCat("footprint of kernel '", name, "': ", kBuiltWithoutCuda));

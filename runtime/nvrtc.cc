@@ -2,6 +2,7 @@
 // is kernel_cache.cc).
 #include "runtime/nvrtc.h"
 
+#include <cuda.h>
 #include <nvrtc.h>
 #include <unistd.h>
 
@@ -234,6 +235,64 @@ absl::StatusOr<cudaKernel_t> GetKernel(const std::string& source, const std::str
   std::lock_guard<std::mutex> lock(cache.mu);
   AddStats(cache, done);
   return Load(cache, key, kernel_name, cubin);
+}
+
+absl::StatusOr<cudaKernel_t> LoadKernelImage(const std::string& image,
+                                             const std::string& kernel_name) {
+  Cache& cache = TheCache();
+  const uint64_t key = Fnv1a(absl::StrCat("kiln kernel image|", image));
+  std::lock_guard<std::mutex> lock(cache.mu);
+  if (auto it = cache.kernels.find(absl::StrCat(key, ":", kernel_name));
+      it != cache.kernels.end()) {
+    return it->second;
+  }
+  return Load(cache, key, kernel_name, image);
+}
+
+absl::StatusOr<std::vector<size_t>> KernelParamSizes(cudaKernel_t kernel) {
+  using GetParamInfo = CUresult (*)(CUkernel, size_t, size_t*, size_t*);
+  static const GetParamInfo get = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuKernelGetParamInfo", &fn, 12040,
+                                                           cudaEnableDefault, &found);
+    return e == cudaSuccess && found == cudaDriverEntryPointSuccess
+               ? reinterpret_cast<GetParamInfo>(fn)
+               : nullptr;
+  }();
+  if (get == nullptr) {
+    return absl::UnavailableError("the driver has no cuKernelGetParamInfo (CUDA 12.4 or later)");
+  }
+  // The driver resolves the kernel in the current context: make the device's primary one current
+  // (the runtime does so lazily, at its first call that needs it).
+  int device = 0;
+  KILN_RETURN_IF_ERROR(ToStatus(cudaGetDevice(&device), "cudaGetDevice"));
+  KILN_RETURN_IF_ERROR(ToStatus(cudaSetDevice(device), "cudaSetDevice"));
+  std::vector<size_t> sizes;
+  for (size_t i = 0;; ++i) {
+    size_t offset = 0, size = 0;
+    const CUresult r = get(reinterpret_cast<CUkernel>(kernel), i, &offset, &size);
+    if (r == CUDA_ERROR_INVALID_VALUE) break;  // past the last parameter
+    if (r != CUDA_SUCCESS) {
+      return absl::InternalError(absl::StrCat("cuKernelGetParamInfo failed (CUresult ", r, ")"));
+    }
+    sizes.push_back(size);
+  }
+  return sizes;
+}
+
+absl::Status LaunchKernel(cudaKernel_t kernel, const unsigned (&grid)[3],
+                          const unsigned (&block)[3], int shared_bytes, void** args) {
+  const void* fn = reinterpret_cast<const void*>(kernel);
+  if (shared_bytes > 48 * 1024) {
+    KILN_RETURN_IF_ERROR(ToStatus(
+        cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes),
+        "cudaFuncSetAttribute"));
+  }
+  return ToStatus(
+      cudaLaunchKernel(fn, dim3(grid[0], grid[1], grid[2]), dim3(block[0], block[1], block[2]),
+                       args, static_cast<size_t>(shared_bytes), CurrentStream()),
+      "cudaLaunchKernel");
 }
 
 absl::StatusOr<cudaKernel_t> GetKernelOrCompileInBackground(const std::string& source,

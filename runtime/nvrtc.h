@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "runtime/kernel_cache_stats.h"
@@ -63,6 +64,21 @@ absl::StatusOr<KernelHandle> GetKernel(const std::string& source, const std::str
 absl::StatusOr<KernelHandle> GetKernelOrCompileInBackground(const std::string& source,
                                                             const std::string& kernel_name,
                                                             KernelTarget target = {});
+
+// A kernel from a prebuilt image (kernel packages, io/kernel_package.h): a CUBIN for the current
+// device's architecture or PTX the driver compiles, loaded once per image (by its hash) and kept.
+absl::StatusOr<KernelHandle> LoadKernelImage(const std::string& image,
+                                             const std::string& kernel_name);
+
+// The byte size of each parameter of a loaded kernel, as the driver reports it
+// (cuKernelGetParamInfo): what a package's manifest says of its entry point is checked with it.
+absl::StatusOr<std::vector<size_t>> KernelParamSizes(KernelHandle kernel);
+
+// Launches `kernel` on the current stream: grid and block as {x, y, z}, `shared_bytes` of dynamic
+// shared memory (the kernel's limit raised first when above 48 KiB), `args` one pointer per
+// parameter.
+absl::Status LaunchKernel(KernelHandle kernel, const unsigned (&grid)[3],
+                          const unsigned (&block)[3], int shared_bytes, void** args);
 
 // What one compiled kernel uses of the GPU, read from the loaded kernel (cudaFuncGetAttributes):
 // registers per thread, static shared memory, local memory per thread (spills and stack arrays;
