@@ -65,11 +65,15 @@ const std::regex& Sha256Rule() {
   return r;
 }
 
+// `where` ("kernels[0].") names an element that must be a JSON object.
+absl::Status RequireObject(const Json& j, const std::string& where) {
+  if (j.is_object()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "kernel package manifest: ", where.substr(0, where.size() - 1), " must be an object"));
+}
+
 absl::StatusOr<KernelBinary> ParseBinary(const Json& j, const std::string& where) {
-  if (!j.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("kernel package manifest: ", where, " must be an object"));
-  }
+  KILN_RETURN_IF_ERROR(RequireObject(j, where));
   KernelBinary b;
   KILN_ASSIGN_OR_RETURN(b.arch, StringField(j, where, "arch", ArchRule(),
                                             "a target like sm_90a, sm_90 or compute_80"));
@@ -81,10 +85,7 @@ absl::StatusOr<KernelBinary> ParseBinary(const Json& j, const std::string& where
 }
 
 absl::StatusOr<KernelSpec> ParseKernel(const Json& j, const std::string& where) {
-  if (!j.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("kernel package manifest: ", where, " must be an object"));
-  }
+  KILN_RETURN_IF_ERROR(RequireObject(j, where));
   KernelSpec k;
   KILN_ASSIGN_OR_RETURN(k.name, StringField(j, where, "name", NameRule(),
                                             "a name of letters, digits, '_', '.', '-'"));

@@ -103,6 +103,13 @@ TEST(KernelPackageManifest, RefusesWhatIsMalformedNamingTheField) {
     EXPECT_NE(std::string(m.status().message()).find(c.words), std::string::npos)
         << m.status().message();
   }
+  const absl::StatusOr<KernelPackageManifest> not_object = ParseKernelPackageManifest(
+      absl::StrReplaceAll(good, {{"\"binaries\": [\n        {", "\"binaries\": [\n        7, {"}}));
+  ASSERT_FALSE(not_object.ok());
+  EXPECT_NE(
+      std::string(not_object.status().message()).find("kernels[0].binaries[0] must be an object"),
+      std::string::npos)
+      << not_object.status().message();
   EXPECT_FALSE(ParseKernelPackageManifest("").ok());
   EXPECT_FALSE(ParseKernelPackageManifest("{\"format\": 1, \"name\": \"x\", \"version\": \"1\", "
                                           "\"kernels\": []}")
