@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
@@ -33,7 +34,8 @@ absl::StatusOr<std::string> StringField(const Json& j, const std::string& where,
         absl::StrCat("kernel package manifest: ", where, key, " must be a string (", what, ")"));
   }
   const std::string value = it->get<std::string>();
-  if (!std::regex_match(value, rule)) {
+  // (Checked before the regex: libstdc++'s matcher recurses once per character repeated.)
+  if (value.size() > 256 || !std::regex_match(value, rule)) {
     return absl::InvalidArgumentError(absl::StrCat("kernel package manifest: ", where, key,
                                                    " must be ", what, ", got \"", value, "\""));
   }
@@ -166,9 +168,8 @@ std::string Describe(const KernelPackageManifest& m, const std::string& dir) {
   return absl::StrCat("kernel package '", m.name, "' ", m.version, " (", dir, ")");
 }
 
-// The kernel of `spec` loaded for the current device, its parameters checked.
-PackagedKernel LoadKernel(const KernelSpec& spec, const std::filesystem::path& dir,
-                          const std::string& who) {
+// The binary of `spec` that runs on the current device; throws naming what the package has.
+const KernelBinary& BinaryForThisGpu(const KernelSpec& spec, const std::string& who) {
   const cuda::DeviceProps& props = cuda::Props();
   const KernelBinary* b = ChooseKernelBinary(spec, props.major, props.minor);
   if (b == nullptr) {
@@ -180,17 +181,24 @@ PackagedKernel LoadKernel(const KernelSpec& spec, const std::filesystem::path& d
               " (a CUBIN runs on its own major version, arch-specific 'a' code on its exact "
               "capability only, PTX on its capability or newer)");
   }
-  const std::string image = ValueOrThrow(ReadFile(dir / b->file));
+  return *b;
+}
+
+// Kernel `spec` from `image` (the bytes whose checksum passed), its parameters checked.
+PackagedKernel LoadKernel(const KernelSpec& spec, const KernelBinary& b, const std::string& image,
+                          const std::string& who) {
   absl::StatusOr<cuda::KernelHandle> handle = cuda::LoadKernelImage(image, spec.entry);
-  KILN_CHECK(handle.ok(), who, ": kernel '", spec.name, "' (", b->file, ", entry ", spec.entry,
+  KILN_CHECK(handle.ok(), who, ": kernel '", spec.name, "' (", b.file, ", entry ", spec.entry,
              ") does not load: ", handle.status().message());
-  const std::vector<size_t> sizes = ValueOrThrow(cuda::KernelParamSizes(*handle));
-  std::vector<int> got(sizes.begin(), sizes.end());
+  absl::StatusOr<std::vector<size_t>> sizes = cuda::KernelParamSizes(*handle);
+  KILN_CHECK(sizes.ok(), who, ": kernel '", spec.name, "' (entry ", spec.entry,
+             "): its parameters cannot be read: ", sizes.status().message());
+  std::vector<int> got(sizes->begin(), sizes->end());
   KILN_CHECK(got == spec.param_bytes, who, ": kernel '", spec.name, "' (entry ", spec.entry,
              "): the manifest says ", spec.param_bytes.size(), " parameters of [",
-             absl::StrJoin(spec.param_bytes, ", "), "] bytes, its binary ", b->file, " has ",
+             absl::StrJoin(spec.param_bytes, ", "), "] bytes, its binary ", b.file, " has ",
              got.size(), " of [", absl::StrJoin(got, ", "), "]");
-  return PackagedKernel{spec.name, spec.entry, b->arch, spec.param_bytes, *handle};
+  return PackagedKernel{spec.name, spec.entry, b.arch, spec.param_bytes, *handle};
 }
 
 }  // namespace
@@ -201,7 +209,7 @@ absl::StatusOr<KernelPackageManifest> ParseKernelPackageManifest(const std::stri
     return absl::InvalidArgumentError("kernel package manifest: not a JSON object");
   }
   const auto format = j.find("format");
-  if (format == j.end() || !format->is_number_integer() || format->get<int>() != kFormat) {
+  if (format == j.end() || !format->is_number_integer() || format->get<int64_t>() != kFormat) {
     return absl::InvalidArgumentError(absl::StrCat("kernel package manifest: format must be ",
                                                    kFormat, " (this kiln's), got ",
                                                    format == j.end() ? "none" : format->dump()));
@@ -277,10 +285,23 @@ void BuildKernelPackage(const std::string& dir, const std::string& name, const s
                         const std::vector<KernelSource>& kernels,
                         const std::vector<std::string>& archs) {
   KILN_CHECK(!archs.empty(), "kernel package '", name, "': no target architectures");
+  // The manifest it will write, checked as a reader checks it before anything is compiled or
+  // written (names become file names; checksums stand in as zeros).
+  KernelPackageManifest planned{name, version, {}};
+  for (const KernelSource& k : kernels) {
+    KernelSpec spec{k.name, k.entry, k.param_bytes, {}};
+    for (const std::string& arch : archs)
+      spec.binaries.push_back({arch, "x", std::string(64, '0')});
+    planned.kernels.push_back(std::move(spec));
+  }
+  const absl::StatusOr<KernelPackageManifest> checked =
+      ParseKernelPackageManifest(KernelPackageManifestJson(planned));
+  KILN_CHECK(checked.ok(), "kernel package '", name, "' not built: ", checked.status().message());
   KernelPackageManifest m{name, version, {}};
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   KILN_CHECK(!ec, "kernel package '", name, "': cannot create ", dir, ": ", ec.message());
+  std::filesystem::remove(std::filesystem::path(dir) / kManifest, ec);  // no stale manifest
   for (const KernelSource& k : kernels) {
     KernelSpec spec{k.name, k.entry, k.param_bytes, {}};
     for (const std::string& arch : archs) {
@@ -324,6 +345,8 @@ KernelPackage KernelPackage::Load(const std::string& dir, const std::string& ver
   const std::string who = Describe(*m, dir);
   KILN_CHECK(KernelPackageVersionMatches(m->version, version_pin), who,
              ": the version does not match the pin \"", version_pin, "\"");
+  // Every binary read once and checked; the driver gets these bytes, not a second read.
+  std::map<std::string, std::string> verified;
   for (const KernelSpec& k : m->kernels) {
     for (const KernelBinary& b : k.binaries) {
       absl::StatusOr<std::string> data = ReadFile(root / b.file);
@@ -332,14 +355,19 @@ KernelPackage KernelPackage::Load(const std::string& dir, const std::string& ver
       KILN_CHECK(sum == b.sha256, who, ": kernel '", k.name, "': ", b.file,
                  " fails its checksum (SHA-256 ", sum, ", the manifest says ", b.sha256,
                  "): a corrupted or replaced file");
+      verified[b.file] = *std::move(data);
     }
   }
   KILN_CHECK(cuda::IsAvailable(), who,
              ": no CUDA GPU to load its kernels on (this machine or this build of kiln has none)");
+  std::vector<const KernelBinary*> chosen;  // every kernel's binary before any is loaded
+  for (const KernelSpec& k : m->kernels) chosen.push_back(&BinaryForThisGpu(k, who));
   KernelPackage p;
   p.name_ = m->name;
   p.version_ = m->version;
-  for (const KernelSpec& k : m->kernels) p.kernels_.push_back(LoadKernel(k, root, who));
+  for (size_t i = 0; i < m->kernels.size(); ++i) {
+    p.kernels_.push_back(LoadKernel(m->kernels[i], *chosen[i], verified.at(chosen[i]->file), who));
+  }
   return p;
 }
 

@@ -21,8 +21,11 @@
 // Load checks, in order, with a kiln::Error naming the package and the rule broken: the manifest
 // (JSON, fields, types), the version against the pin, every binary's SHA-256, a CUDA GPU, a
 // binary for its architecture, then each kernel's parameters as the driver reports them against
-// the manifest's. A package that fails any check leaves nothing behind. BuildKernelPackage writes
-// one from CUDA sources with NVRTC (no GPU needed; tools/kiln_package is its command line).
+// the manifest's. Every binary is read once: the bytes whose checksum passed are the bytes loaded.
+// A package that fails a check is not returned; every check but the last (the parameters) runs
+// before any of its binaries is loaded, and what was loaded stays only in kiln's kernel cache.
+// BuildKernelPackage writes one from CUDA sources with NVRTC (no GPU needed; tools/kiln_package is
+// its command line), checking names, version, targets and sizes before it compiles or writes.
 #pragma once
 
 #include <string>

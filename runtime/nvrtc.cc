@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/cuda_api.h"
 #include "runtime/settings.h"
+#include "runtime/sha256.h"
 #include "runtime/startup.h"
 #include "runtime/status.h"
 
@@ -240,7 +241,9 @@ absl::StatusOr<cudaKernel_t> GetKernel(const std::string& source, const std::str
 absl::StatusOr<cudaKernel_t> LoadKernelImage(const std::string& image,
                                              const std::string& kernel_name) {
   Cache& cache = TheCache();
-  const uint64_t key = Fnv1a(absl::StrCat("kiln kernel image|", image));
+  // Keyed by SHA-256 (its first 64 bits), not FNV-1a: a package's image must not be able to
+  // collide with another's and get that one's code.
+  const uint64_t key = std::stoull(Sha256Hex(image).substr(0, 16), nullptr, 16);
   std::lock_guard<std::mutex> lock(cache.mu);
   if (auto it = cache.kernels.find(absl::StrCat(key, ":", kernel_name));
       it != cache.kernels.end()) {

@@ -66,7 +66,8 @@ absl::StatusOr<KernelHandle> GetKernelOrCompileInBackground(const std::string& s
                                                             KernelTarget target = {});
 
 // A kernel from a prebuilt image (kernel packages, io/kernel_package.h): a CUBIN for the current
-// device's architecture or PTX the driver compiles, loaded once per image (by its hash) and kept.
+// device's architecture or PTX the driver compiles, loaded once per image (by its SHA-256) and
+// kept.
 absl::StatusOr<KernelHandle> LoadKernelImage(const std::string& image,
                                              const std::string& kernel_name);
 

@@ -47,10 +47,17 @@ TEST(Sha256, MatchesTheStandardsVectors) {
             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
   EXPECT_EQ(Sha256Hex(std::string(1000000, 'a')),
             "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
-  // The padding's edges (55, 56 and 64 bytes: one block, two blocks, a full block) give
-  // distinct, stable digests.
-  EXPECT_NE(Sha256Hex(std::string(55, 'x')), Sha256Hex(std::string(56, 'x')));
-  EXPECT_EQ(Sha256Hex(std::string(64, 'x')), Sha256Hex(std::string(64, 'x')));
+  // The padding's edges: 55 bytes fill one block with the length, 56 need a second; 63, 64, 119,
+  // 120 around whole blocks (digests from Python's hashlib).
+  const std::pair<int, const char*> edges[] = {
+      {55, "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318"},
+      {56, "b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970686ec6738a"},
+      {63, "7d3e74a05d7db15bce4ad9ec0658ea98e3f06eeecf16b4c6fff2da457ddc2f34"},
+      {64, "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb"},
+      {119, "31eba51c313a5c08226adf18d4a359cfdfd8d2e816b13f4af952f7ea6584dcfb"},
+      {120, "2f3d335432c70b580af0e8e1b3674a7c020d683aa5f73aaaedfdc55af904c21c"},
+  };
+  for (const auto& [n, digest] : edges) EXPECT_EQ(Sha256Hex(std::string(n, 'a')), digest) << n;
 }
 
 KernelPackageManifest SampleManifest() {
@@ -110,6 +117,13 @@ TEST(KernelPackageManifest, RefusesWhatIsMalformedNamingTheField) {
       std::string(not_object.status().message()).find("kernels[0].binaries[0] must be an object"),
       std::string::npos)
       << not_object.status().message();
+  const absl::StatusOr<KernelPackageManifest> huge = ParseKernelPackageManifest(
+      absl::StrReplaceAll(good, {{"\"1.2.0\"", "\"1" + std::string(300000, '0') + "\""}}));
+  ASSERT_FALSE(huge.ok());  // refused by length, never handed to the regex
+  EXPECT_NE(std::string(huge.status().message()).find("version must be"), std::string::npos);
+  EXPECT_FALSE(ParseKernelPackageManifest(
+                   absl::StrReplaceAll(good, {{"\"format\": 1", "\"format\": 4294967297"}}))
+                   .ok());  // not truncated to 1
   EXPECT_FALSE(ParseKernelPackageManifest("").ok());
   EXPECT_FALSE(ParseKernelPackageManifest("{\"format\": 1, \"name\": \"x\", \"version\": \"1\", "
                                           "\"kernels\": []}")
@@ -220,6 +234,30 @@ TEST(KernelPackage, RefusesABrokenPackageNamingWhatIsWrong) {
     std::filesystem::remove(dir + "/manifest.json");
     ExpectThrowsWith([&] { KernelPackage::Load(dir); }, {"no readable manifest.json"});
   }
+}
+
+// What the builder would write is checked before it compiles or writes anything: a kernel name
+// that would leave the folder, a bad version, a size, a repeated target.
+TEST(KernelPackage, BuilderRefusesBadInputBeforeWritingAnything) {
+  const std::string dir = TempPath("refused");
+  std::filesystem::remove_all(dir);
+  const KernelSource add{"add", "pkg_add", kAddSource, {8, 4, 4}};
+  KernelSource escape = add;
+  escape.name = "../../escape";
+  ExpectThrowsWith([&] { BuildKernelPackage(dir, "adder", "1.0", {escape}, {"compute_80"}); },
+                   {"not built", "kernels[0].name"});
+  ExpectThrowsWith([&] { BuildKernelPackage(dir, "adder", "one", {add}, {"compute_80"}); },
+                   {"version must be"});
+  KernelSource zero = add;
+  zero.param_bytes = {8, 0};
+  ExpectThrowsWith([&] { BuildKernelPackage(dir, "adder", "1.0", {zero}, {"compute_80"}); },
+                   {"1..4096"});
+  ExpectThrowsWith(
+      [&] {
+        BuildKernelPackage(dir, "adder", "1.0", {add}, {"compute_80", "compute_80"});
+      },
+      {"two for compute_80"});
+  EXPECT_FALSE(std::filesystem::exists(dir));
 }
 
 TEST(KernelPackage, WithoutAGpuASoundPackageIsRefusedSayingSo) {

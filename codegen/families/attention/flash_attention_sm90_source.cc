@@ -358,11 +358,7 @@ extern "C" __global__ void __launch_bounds__(128 * (KILN_FA3_CONSUMERS + 1), 1) 
     n_tiles = (n_end + BN - 1) / BN;
   };
   if (wg == CONSUMERS) {  // the producer: one thread issues every copy
-#if KILN_FA3_CONSUMERS == 2
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
-#else
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
-#endif
     if (t != 0) return;
     int it = 0, done = 0;
     for (int w = blockIdx.x; w < works; w += gridDim.x, ++done) {

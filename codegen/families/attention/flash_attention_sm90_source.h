@@ -12,17 +12,17 @@
 // pairs whose K/V fit in L2 together, longest row tiles first (kiln_flash_work_item).
 // Q and a ring of `stages` K/V tiles of block_n keys are copied by TMA (rank-4 tensor maps, the
 // 128-byte swizzle) into shared memory, each tile's K and V on their own mbarrier, issued by one
-// thread `stages` tiles ahead (a K slot refilled once its S is in, a V slot once its P·V is). S = Q·Kᵀ is one wgmma.mma_async m64n<block_n>k16 per 16 dims, both
-// operands in shared memory (K-major); the online softmax runs on the accumulators in registers
-// (fp32, base 2, the scale folded into one FFMA, the running max moved only when it grows by more
-// than 2^8); P stays in registers as the A operand of O += P·V, one m64n<head dim>k16 per 16 keys
-// with V MN-major in shared memory. Tile j's S = Q·Kᵀ is issued together with tile j-1's P·V, and
-// tile j's softmax runs while that product does (FlashAttention-3's intra-warpgroup overlap).
-// Causal: tiles past the CTA's last row are never loaded, only tiles crossing the diagonal or the
-// end of the keys pay for per-element masking. The output is
-// staged in Q's shared memory and written with 16-byte stores (the persistent form, whose Q buffer
-// already holds the next item's rows, stores each thread's pairs from registers). A fully masked
-// row (no keys) is written as zeros.
+// thread `stages` tiles ahead (a K slot refilled once its S is in, a V slot once its P·V is). S =
+// Q·Kᵀ is one wgmma.mma_async m64n<block_n>k16 per 16 dims, both operands in shared memory
+// (K-major); the online softmax runs on the accumulators in registers (fp32, base 2, the scale
+// folded into one FFMA, the running max moved only when it grows by more than 2^8); P stays in
+// registers as the A operand of O += P·V, one m64n<head dim>k16 per 16 keys with V MN-major in
+// shared memory. Tile j's S = Q·Kᵀ is issued together with tile j-1's P·V, and tile j's softmax
+// runs while that product does (FlashAttention-3's intra-warpgroup overlap). Causal: tiles past the
+// CTA's last row are never loaded, only tiles crossing the diagonal or the end of the keys pay for
+// per-element masking. The output is staged in Q's shared memory and written with 16-byte stores
+// (the persistent form, whose Q buffer already holds the next item's rows, stores each thread's
+// pairs from registers). A fully masked row (no keys) is written as zeros.
 //
 // sm_90a code runs on compute capability 9.0 exactly; elsewhere, and for masks, the mma.sync
 // kernel (flash_attention_source.h) runs.
@@ -38,7 +38,7 @@ struct FlashSm90Config {
   int head_dim = 64;  // 64 or 128
   DType dtype = DType::kBFloat16;
   bool causal = false;
-  int block_n = 128;   // keys per K/V tile: 64 or 128
+  int block_n = 128;   // keys per K/V tile: a multiple of 16 in 64..256
   int stages = 2;      // K/V tiles in flight: 2..8
   int min_blocks = 3;  // CTAs per SM the registers are cut for (__launch_bounds__; 1 consumer)
   // 1: a CTA is one warpgroup of 64 query rows, min_blocks CTAs an SM. 2 or 3: that many
