@@ -1,0 +1,52 @@
+// Collectives over a group of ranks (issue #33, its first part): the interface every backend
+// implements, with torch.distributed's semantics, and the backend whose ranks are threads of one
+// process, on which the parallel math is tested on any machine (CI has no GPU). The NCCL backend
+// (one process or thread per GPU) implements the same interface.
+//
+//   RunThreadRanks(2, [&](ProcessGroup& pg) {
+//     Tensor t = full({4}, pg.rank() + 1.0);
+//     pg.all_reduce(t);                     // every rank: [3, 3, 3, 3]
+//     Tensor g = pg.all_gather(t);          // [8]: rank 0's then rank 1's
+//   });
+//
+// Every rank must call the same collectives in the same order with tensors of the same shape and
+// dtype; a rank that calls another collective, passes another shape, or does not come within the
+// group's timeout makes every rank's call throw kiln::Error naming the collective, its sequence
+// number and the ranks that differ. Reductions run in rank order in the tensor's dtype, so every
+// rank gets bit-identical results.
+#pragma once
+
+#include <chrono>
+#include <functional>
+
+#include "runtime/tensor.h"
+
+namespace kiln {
+
+enum class ReduceOp { kSum, kMax };
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+
+  // In place: `t` becomes the elementwise reduction of every rank's `t`.
+  virtual void all_reduce(Tensor& t, ReduceOp op = ReduceOp::kSum) = 0;
+  // Every rank's `t` concatenated along dim 0, in rank order (a new tensor on `t`'s device).
+  virtual Tensor all_gather(const Tensor& t) = 0;
+  // The reduction of every rank's `t` (dim 0 a multiple of the world size), split along dim 0
+  // into world_size equal parts: this rank's part.
+  virtual Tensor reduce_scatter(const Tensor& t, ReduceOp op = ReduceOp::kSum) = 0;
+  // In place: `t` becomes rank `src`'s `t`.
+  virtual void broadcast(Tensor& t, int src) = 0;
+};
+
+// Runs `body` on `world_size` threads, one rank each, sharing one group; returns when all are
+// done. If a rank throws, the others' pending and later collectives throw too ("rank R failed"),
+// and the first rank's error is rethrown here. `timeout`: how long a collective waits for the
+// other ranks before it throws.
+void RunThreadRanks(int world_size, const std::function<void(ProcessGroup&)>& body,
+                    std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+}  // namespace kiln

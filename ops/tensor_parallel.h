@@ -1,0 +1,61 @@
+// Tensor parallelism, Megatron-style (issue #33): linear layers split across the ranks of a
+// ProcessGroup (ops/distributed.h), built from the full single-device module so that loading a
+// checkpoint and keeping each rank's shard is one constructor call.
+//
+//   ColumnParallelLinear: rank r keeps rows [r·out/n, (r+1)·out/n) of the weight and bias; its
+//     output is rank r's slice of the last dim. No communication.
+//   RowParallelLinear: rank r keeps columns [r·in/n, (r+1)·in/n) of the weight; its input is rank
+//     r's slice of the last dim; the partial products are all-reduced (sum) and the bias, whole
+//     on every rank, added once after the reduction.
+//   TensorParallelGeGLUMLP: gate and up column-parallel, down row-parallel: one all-reduce.
+//
+//   RunThreadRanks(2, [&](ProcessGroup& pg) {
+//     TensorParallelGeGLUMLP tp(full_mlp, pg);
+//     Tensor y = tp(x);  // every rank: full_mlp(x), up to the reduction's rounding
+//   });
+//
+// The split sizes must divide by the world size (a clear error names the layer and the sizes).
+#pragma once
+
+#include "ops/distributed.h"
+#include "ops/modules.h"
+
+namespace kiln {
+
+class ColumnParallelLinear : public Module {
+ public:
+  ColumnParallelLinear(const Linear& full, ProcessGroup& group);
+  Tensor forward(const Tensor& x) override;
+  const char* type_name() const override { return "ColumnParallelLinear"; }
+
+ private:
+  Tensor& weight_;
+  Tensor& bias_;
+};
+
+class RowParallelLinear : public Module {
+ public:
+  RowParallelLinear(const Linear& full, ProcessGroup& group);
+  // `x_shard`: this rank's slice of the input's last dim.
+  Tensor forward(const Tensor& x_shard) override;
+  const char* type_name() const override { return "RowParallelLinear"; }
+
+ private:
+  ProcessGroup& group_;
+  Tensor& weight_;
+  Tensor& bias_;
+};
+
+class TensorParallelGeGLUMLP : public Module {
+ public:
+  TensorParallelGeGLUMLP(GeGLUMLP& full, ProcessGroup& group);
+  Tensor forward(const Tensor& x) override;  // x whole on every rank; the result too
+  const char* type_name() const override { return "TensorParallelGeGLUMLP"; }
+
+ private:
+  ColumnParallelLinear& gate_;
+  ColumnParallelLinear& up_;
+  RowParallelLinear& down_;
+};
+
+}  // namespace kiln
