@@ -79,16 +79,6 @@ TEST(FlashSm90Source, NamesSayWhatEachInstanceIs) {
             "kiln_flash_sm90_d64_bf16_192x128_s4_persistent");
 }
 
-// `run` throws kiln::Error whose message contains `words`.
-void ExpectThrowsWith(const std::function<void()>& run, const std::string& words) {
-  try {
-    run();
-    ADD_FAILURE() << "no error; expected one saying \"" << words << "\"";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
-  }
-}
-
 TEST(FlashSm90Source, RefusesConfigsOutsideItsRanges) {
   FlashSm90Config c;
   c.head_dim = 96;

@@ -23,16 +23,6 @@
 namespace kiln {
 namespace {
 
-// `run` throws kiln::Error whose message contains `words`.
-void ExpectThrowsWith(const std::function<void()>& run, const std::string& words) {
-  try {
-    run();
-    ADD_FAILURE() << "no error; expected one saying \"" << words << "\"";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
-  }
-}
-
 // Rank r's tensor: [6] of r * 10 + i (i = 0..5), float32.
 Tensor RankTensor(int r) {
   std::vector<double> v;

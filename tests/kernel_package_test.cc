@@ -27,19 +27,6 @@
 namespace kiln {
 namespace {
 
-// `run` throws kiln::Error whose message contains every one of `words`.
-void ExpectThrowsWith(const std::function<void()>& run, const std::vector<std::string>& words) {
-  try {
-    run();
-    ADD_FAILURE() << "no error; expected one saying \"" << words[0] << "\"";
-  } catch (const Error& e) {
-    for (const std::string& w : words) {
-      EXPECT_NE(std::string(e.what()).find(w), std::string::npos)
-          << "missing \"" << w << "\" in: " << e.what();
-    }
-  }
-}
-
 TEST(Sha256, MatchesTheStandardsVectors) {
   EXPECT_EQ(Sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
@@ -213,26 +200,26 @@ TEST(KernelPackage, RefusesABrokenPackageNamingWhatIsWrong) {
     std::string ptx = ReadText(dir + "/add.compute_80.ptx");
     ptx[ptx.size() / 2] ^= 1;  // one flipped bit
     WriteText(dir + "/add.compute_80.ptx", ptx);
-    ExpectThrowsWith([&] { KernelPackage::Load(dir); },
-                     {"'adder' 1.4.2", "add.compute_80.ptx fails its checksum"});
+    ExpectThrowsWith([&] { KernelPackage::Load(dir); }, "'adder' 1.4.2",
+                     "add.compute_80.ptx fails its checksum");
   }
   {
     const std::string dir = BuildSample("missing", {"sm_90a"});
     std::filesystem::remove(dir + "/add.sm_90a.cubin");
-    ExpectThrowsWith([&] { KernelPackage::Load(dir); }, {"add.sm_90a.cubin is missing"});
+    ExpectThrowsWith([&] { KernelPackage::Load(dir); }, "add.sm_90a.cubin is missing");
   }
   {
     const std::string dir = BuildSample("pinned", {"compute_80"});
-    ExpectThrowsWith([&] { KernelPackage::Load(dir, "1.5"); },
-                     {"'adder' 1.4.2", "does not match the pin \"1.5\""});
-    ExpectThrowsWith([&] { KernelPackage::Load(dir, "1.4.20"); }, {"the pin \"1.4.20\""});
+    ExpectThrowsWith([&] { KernelPackage::Load(dir, "1.5"); }, "'adder' 1.4.2",
+                     "does not match the pin \"1.5\"");
+    ExpectThrowsWith([&] { KernelPackage::Load(dir, "1.4.20"); }, "the pin \"1.4.20\"");
   }
   {
     const std::string dir = BuildSample("garbled", {"compute_80"});
     WriteText(dir + "/manifest.json", "{\"format\": 1, \"name\": ");
-    ExpectThrowsWith([&] { KernelPackage::Load(dir); }, {"not a JSON object"});
+    ExpectThrowsWith([&] { KernelPackage::Load(dir); }, "not a JSON object");
     std::filesystem::remove(dir + "/manifest.json");
-    ExpectThrowsWith([&] { KernelPackage::Load(dir); }, {"no readable manifest.json"});
+    ExpectThrowsWith([&] { KernelPackage::Load(dir); }, "no readable manifest.json");
   }
 }
 
@@ -245,18 +232,18 @@ TEST(KernelPackage, BuilderRefusesBadInputBeforeWritingAnything) {
   KernelSource escape = add;
   escape.name = "../../escape";
   ExpectThrowsWith([&] { BuildKernelPackage(dir, "adder", "1.0", {escape}, {"compute_80"}); },
-                   {"not built", "kernels[0].name"});
+                   "not built", "kernels[0].name");
   ExpectThrowsWith([&] { BuildKernelPackage(dir, "adder", "one", {add}, {"compute_80"}); },
-                   {"version must be"});
+                   "version must be");
   KernelSource zero = add;
   zero.param_bytes = {8, 0};
   ExpectThrowsWith([&] { BuildKernelPackage(dir, "adder", "1.0", {zero}, {"compute_80"}); },
-                   {"1..4096"});
+                   "1..4096");
   ExpectThrowsWith(
       [&] {
         BuildKernelPackage(dir, "adder", "1.0", {add}, {"compute_80", "compute_80"});
       },
-      {"two for compute_80"});
+      "two for compute_80");
   EXPECT_FALSE(std::filesystem::exists(dir));
 }
 
@@ -264,7 +251,7 @@ TEST(KernelPackage, WithoutAGpuASoundPackageIsRefusedSayingSo) {
   KILN_SKIP_WITHOUT_NVRTC();
   if (cuda::IsAvailable()) GTEST_SKIP() << "a GPU is present (the GPU tests load the package)";
   const std::string dir = BuildSample("nogpu", {"sm_90a", "compute_80"});
-  ExpectThrowsWith([&] { KernelPackage::Load(dir, "1.4"); }, {"'adder' 1.4.2", "no CUDA GPU"});
+  ExpectThrowsWith([&] { KernelPackage::Load(dir, "1.4"); }, "'adder' 1.4.2", "no CUDA GPU");
 }
 
 // ---- on a GPU ---------------------------------------------------------------------------
@@ -289,8 +276,8 @@ TEST(KernelPackageOnGpu, LoadsAndRunsItsKernel) {
     add.Launch({4}, {256}, 0, {&data, &a, &n});
     const std::vector<double> got = to_vector(x);
     for (int i = 0; i < n; ++i) ASSERT_EQ(got[i], i + 0.5) << i;
-    ExpectThrowsWith([&] { add.Launch({4}, {256}, 0, {&data, &a}); }, {"takes 3 arguments, got 2"});
-    ExpectThrowsWith([&] { pkg.kernel("mul"); }, {"has no kernel 'mul'; it has add"});
+    ExpectThrowsWith([&] { add.Launch({4}, {256}, 0, {&data, &a}); }, "takes 3 arguments, got 2");
+    ExpectThrowsWith([&] { pkg.kernel("mul"); }, "has no kernel 'mul'; it has add");
   }
 }
 
@@ -314,8 +301,8 @@ TEST(KernelPackageOnGpu, RefusesAPackageWithoutThisGpusArchitecture) {
   const cuda::DeviceProps& p = cuda::Props();
   const std::string other = p.major == 8 ? "sm_90a" : "sm_80";  // a CUBIN of another major
   const std::string dir = BuildSample("other_arch", {other});
-  ExpectThrowsWith([&] { KernelPackage::Load(dir); },
-                   {"kernel 'add' has no binary for this GPU", other});
+  ExpectThrowsWith([&] { KernelPackage::Load(dir); }, "kernel 'add' has no binary for this GPU",
+                   other);
 }
 
 TEST(KernelPackageOnGpu, RefusesParametersThatDoNotMatchTheBinary) {
@@ -326,7 +313,7 @@ TEST(KernelPackageOnGpu, RefusesParametersThatDoNotMatchTheBinary) {
   m.kernels[0].param_bytes = {8, 8};
   WriteText(dir + "/manifest.json", KernelPackageManifestJson(m));
   ExpectThrowsWith([&] { KernelPackage::Load(dir); },
-                   {"the manifest says 2 parameters of [8, 8] bytes", "has 3 of [8, 4, 4]"});
+                   "the manifest says 2 parameters of [8, 8] bytes", "has 3 of [8, 4, 4]");
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,21 @@ inline Tolerance RelativeToleranceFor(DType t, const std::vector<double>& refere
   }
   const double rtol = ToleranceFor(t).rtol;
   return {(t == DType::kFloat32 ? rtol : half_fraction) * largest, rtol};
+}
+
+// `run` throws kiln::Error whose message contains each of `words` (the op, the shapes, the rule).
+template <typename... Words>
+void ExpectThrowsWith(const std::function<void()>& run, const Words&... words) {
+  const std::vector<std::string> all = {std::string(words)...};
+  try {
+    run();
+    ADD_FAILURE() << "no error; expected one saying \"" << all.at(0) << "\"";
+  } catch (const Error& e) {
+    for (const std::string& w : all) {
+      EXPECT_NE(std::string(e.what()).find(w), std::string::npos)
+          << "missing \"" << w << "\" in: " << e.what();
+    }
+  }
 }
 
 inline void ExpectClose(const std::vector<double>& got, const std::vector<double>& want,
