@@ -150,17 +150,23 @@ absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
   return s.str();
 }
 
+// `data` into `path` through a temporary file renamed into place (removed on failure).
 void WriteFile(const std::filesystem::path& path, const std::string& data) {
   const std::filesystem::path tmp = path.string() + ".part";
+  bool written;
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out.write(data.data(), static_cast<std::streamsize>(data.size()));
-    KILN_CHECK(out.good(), "kernel package: cannot write ", tmp.string());
+    written = out.good();
   }
   std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  KILN_CHECK(!ec, "kernel package: cannot rename ", tmp.string(), " to ", path.string(), ": ",
-             ec.message());
+  if (written) std::filesystem::rename(tmp, path, ec);
+  if (!written || ec) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    KILN_FAIL("kernel package: cannot write ", path.string(), written ? ": " : "",
+              ec ? ec.message() : "");
+  }
 }
 
 // "package 'name' 1.2.0 (dir)": how errors name a package.
@@ -285,40 +291,36 @@ void BuildKernelPackage(const std::string& dir, const std::string& name, const s
                         const std::vector<KernelSource>& kernels,
                         const std::vector<std::string>& archs) {
   KILN_CHECK(!archs.empty(), "kernel package '", name, "': no target architectures");
-  // The manifest it will write, checked as a reader checks it before anything is compiled or
-  // written (names become file names; checksums stand in as zeros).
-  KernelPackageManifest planned{name, version, {}};
-  for (const KernelSource& k : kernels) {
-    KernelSpec spec{k.name, k.entry, k.param_bytes, {}};
-    for (const std::string& arch : archs)
-      spec.binaries.push_back({arch, "x", std::string(64, '0')});
-    planned.kernels.push_back(std::move(spec));
-  }
-  const absl::StatusOr<KernelPackageManifest> checked =
-      ParseKernelPackageManifest(KernelPackageManifestJson(planned));
-  KILN_CHECK(checked.ok(), "kernel package '", name, "' not built: ", checked.status().message());
+  // The manifest it will write, with the file names it will use, checked as a reader checks it
+  // before anything is compiled or written (names become file names; the checksums stand in as
+  // zeros until the binaries exist).
   KernelPackageManifest m{name, version, {}};
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  KILN_CHECK(!ec, "kernel package '", name, "': cannot create ", dir, ": ", ec.message());
-  std::filesystem::remove(std::filesystem::path(dir) / kManifest, ec);  // no stale manifest
   for (const KernelSource& k : kernels) {
     KernelSpec spec{k.name, k.entry, k.param_bytes, {}};
     for (const std::string& arch : archs) {
-      const Target t = TargetOf(arch);
-      KILN_CHECK(t.capability != 0, "kernel package '", name, "': target \"", arch,
-                 "\" is not like sm_90a, sm_90 or compute_80");
-      const std::string binary =
-          ValueOrThrow(cuda::CompileSource(k.source, k.entry, arch, t.cubin));
-      const std::string file = absl::StrCat(k.name, ".", arch, t.cubin ? ".cubin" : ".ptx");
-      WriteFile(std::filesystem::path(dir) / file, binary);
-      spec.binaries.push_back({arch, file, Sha256Hex(binary)});
+      const std::string file =
+          absl::StrCat(k.name, ".", arch, TargetOf(arch).cubin ? ".cubin" : ".ptx");
+      spec.binaries.push_back({arch, file, std::string(64, '0')});
     }
     m.kernels.push_back(std::move(spec));
   }
-  // Checked as a reader will check it, then written last.
-  ValueOrThrow(ParseKernelPackageManifest(KernelPackageManifestJson(m)));
-  WriteFile(std::filesystem::path(dir) / kManifest, KernelPackageManifestJson(m));
+  const absl::StatusOr<KernelPackageManifest> checked =
+      ParseKernelPackageManifest(KernelPackageManifestJson(m));
+  KILN_CHECK(checked.ok(), "kernel package '", name, "' not built: ", checked.status().message());
+  const std::filesystem::path root(dir);
+  std::error_code ec;
+  std::filesystem::create_directories(root, ec);
+  KILN_CHECK(!ec, "kernel package '", name, "': cannot create ", dir, ": ", ec.message());
+  std::filesystem::remove(root / kManifest, ec);  // no stale manifest while the binaries change
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    for (KernelBinary& b : m.kernels[i].binaries) {
+      const std::string binary = ValueOrThrow(
+          cuda::CompileSource(kernels[i].source, kernels[i].entry, b.arch, TargetOf(b.arch).cubin));
+      WriteFile(root / b.file, binary);
+      b.sha256 = Sha256Hex(binary);
+    }
+  }
+  WriteFile(root / kManifest, KernelPackageManifestJson(m));  // last: the package is whole
 }
 
 void PackagedKernel::Launch(const std::vector<unsigned>& grid, const std::vector<unsigned>& block,

@@ -7,7 +7,6 @@
 
 #include <condition_variable>
 #include <exception>
-#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -197,17 +196,9 @@ class ThreadGroup : public ProcessGroup {
   Tensor Run(Kind kind, ReduceOp op, int src, const Tensor& t, Fn compute) {
     KILN_CHECK(t.defined(), KindName(kind), ": the tensor is undefined");
     const int64_t seq = seq_++;
-    Call call{kind, op, src, contiguous(to(t, kCPU))};
-    Tensor result;
-    try {
-      const std::vector<Call> calls = world_.Exchange(rank_, std::move(call), seq);
-      result = compute(calls);
-    } catch (const Error&) {
-      throw;
-    } catch (const std::exception& e) {
-      world_.Abort(absl::StrCat("rank ", rank_, " failed in ", KindName(kind), ": ", e.what()));
-      throw;
-    }
+    // (A throw from here on reaches RunThreadRanks, which fails the group.)
+    const Tensor result =
+        compute(world_.Exchange(rank_, Call{kind, op, src, contiguous(to(t, kCPU))}, seq));
     world_.Done(rank_, seq);
     return result;
   }
@@ -224,13 +215,19 @@ void RunThreadRanks(int world_size, const std::function<void(ProcessGroup&)>& bo
   KILN_CHECK(world_size >= 1 && world_size <= 1024, "RunThreadRanks: world size ", world_size,
              " is not in 1..1024");
   ThreadWorld world(world_size, timeout);
+  // Each rank's error, and whether it is only the echo of another rank's failure (kAborted).
   std::vector<std::exception_ptr> errors(world_size);
+  std::vector<char> echo(world_size, 0);  // not vector<bool>: the ranks write it at once
   std::vector<std::thread> threads;
   for (int r = 0; r < world_size; ++r) {
     threads.emplace_back([&, r] {
       ThreadGroup group(world, r);
       try {
         body(group);
+      } catch (const Error& e) {
+        errors[r] = std::current_exception();
+        echo[r] = e.status().code() == absl::StatusCode::kAborted;
+        world.Abort(absl::StrCat("rank ", r, " failed: ", e.what()));
       } catch (const std::exception& e) {
         errors[r] = std::current_exception();
         world.Abort(absl::StrCat("rank ", r, " failed: ", e.what()));
@@ -241,20 +238,11 @@ void RunThreadRanks(int world_size, const std::function<void(ProcessGroup&)>& bo
     });
   }
   for (std::thread& t : threads) t.join();
-  // The first failure: a rank's own error before the "another rank failed" ones it caused.
-  for (const std::exception_ptr& e : errors) {
-    if (e == nullptr) continue;
-    try {
-      std::rethrow_exception(e);
-    } catch (const Error& err) {
-      if (err.status().code() == absl::StatusCode::kAborted) continue;
-      throw;
-    } catch (...) {
-      throw;
+  // The first rank's own error comes back before the echoes it caused in the others.
+  for (bool echoes : {false, true}) {
+    for (int r = 0; r < world_size; ++r) {
+      if (errors[r] != nullptr && (echo[r] != 0) == echoes) std::rethrow_exception(errors[r]);
     }
-  }
-  for (const std::exception_ptr& e : errors) {
-    if (e != nullptr) std::rethrow_exception(e);
   }
 }
 

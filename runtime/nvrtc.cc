@@ -245,11 +245,7 @@ absl::StatusOr<cudaKernel_t> LoadKernelImage(const std::string& image,
   // collide with another's and get that one's code.
   const uint64_t key = std::stoull(Sha256Hex(image).substr(0, 16), nullptr, 16);
   std::lock_guard<std::mutex> lock(cache.mu);
-  if (auto it = cache.kernels.find(absl::StrCat(key, ":", kernel_name));
-      it != cache.kernels.end()) {
-    return it->second;
-  }
-  return Load(cache, key, kernel_name, image);
+  return Load(cache, key, kernel_name, image);  // the library loaded once, kept by its key
 }
 
 absl::StatusOr<std::vector<size_t>> KernelParamSizes(cudaKernel_t kernel) {

@@ -42,7 +42,7 @@ struct Params {  // KilnFlashParams
       o_row, m_batch, m_head, m_row, m_col;
   int heads, group, q_len, kv_len;
   float scale_log2;
-  int section;  // every pair at once: the row tiles in turn over all of them
+  int section;  // (batch, head) pairs run together: all of them, the row tiles in turn
 };
 
 inline std::string& LastError() {
@@ -160,33 +160,20 @@ inline int Launch(const KfArgs* a) {
   const KfConfig& c = a->cfg;
   cudaKernel_t k = Load(c);
   if (k == nullptr) return 1;
-  Params p{a->q,
-           a->k,
-           a->v,
-           a->o,
-           a->mask,
-           a->q_b,
-           a->q_h,
-           a->q_r,
-           a->k_b,
-           a->k_h,
-           a->k_r,
-           a->v_b,
-           a->v_h,
-           a->v_r,
-           a->o_b,
-           a->o_h,
-           a->o_r,
-           a->m_b,
-           a->m_h,
-           a->m_r,
-           a->m_c,
-           a->heads,
-           a->group,
-           a->q_len,
-           a->kv_len,
-           static_cast<float>(a->scale * 1.4426950408889634),
-           a->batch * a->heads};
+  Params p{a->q,      a->k,
+           a->v,      a->o,
+           a->mask,   a->q_b,
+           a->q_h,    a->q_r,
+           a->k_b,    a->k_h,
+           a->k_r,    a->v_b,
+           a->v_h,    a->v_r,
+           a->o_b,    a->o_h,
+           a->o_r,    a->m_b,
+           a->m_h,    a->m_r,
+           a->m_c,    a->heads,
+           a->group,  a->q_len,
+           a->kv_len, static_cast<float>(a->scale * 1.4426950408889634)};
+  p.section = a->batch * a->heads;
   dim3 grid(a->batch * a->heads, (a->q_len + c.bm - 1) / c.bm);
   void* args[] = {&p};
   cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, dim3(c.warps * 32), args,

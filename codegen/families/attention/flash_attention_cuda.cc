@@ -90,12 +90,14 @@ const FlashKernel& KernelFor(const FlashAttentionConfig& c) {
 }
 
 // The (batch, head) pairs whose CTAs a flash kernel runs together (kiln_flash_work_item): as many
-// as keep their K and V (`kv_bytes` each) within a third of L2, so that each is read from memory
-// once; every pair at once (one row tile of each in turn) with KILN_FLASH_L2_SECTIONS off.
-int L2Section(int device, int64_t kv_bytes, int64_t pairs) {
+// as keep their K and V (kv_len keys of head_dim, 2 bytes each) within a third of L2, so that each
+// is read from memory once; every pair at once (one row tile of each in turn) with
+// KILN_FLASH_L2_SECTIONS off.
+int L2Section(int device, int64_t kv_len, int64_t head_dim, int64_t pairs) {
   if (!EnvBool("KILN_FLASH_L2_SECTIONS")) return static_cast<int>(pairs);
   const int64_t l2 = static_cast<int64_t>(cuda::Props(device).l2_bytes);
-  return static_cast<int>(std::clamp<int64_t>(l2 / 3 / std::max<int64_t>(kv_bytes, 1), 1, pairs));
+  const int64_t kv_bytes = std::max<int64_t>(kv_len * head_dim * 4, 1);
+  return static_cast<int>(std::clamp<int64_t>(l2 / 3 / kv_bytes, 1, pairs));
 }
 
 void SetStrides(const Tensor& t, long long* batch, long long* head, long long* row) {
@@ -264,6 +266,7 @@ bool LaunchFlashSm90(absl::Span<const Tensor> in, const OpAttrs& a, const FlashP
   if (!q_map.ok() || !k_map.ok() || !v_map.ok()) return false;
   const cudaKernel_t kernel = Sm90KernelFor(c);
   FlashParams params = p;
+  params.section = L2Section(q.device().index, p.kv_len, head_dim, pairs);
   int q_tiles = static_cast<int>(tiles), works = static_cast<int>(pairs * tiles);
   void* args[] = {&*q_map, &*k_map, &*v_map, &params, &q_tiles, &works};
   // One CTA per (pair, row tile), or (two consumers) one persistent CTA an SM.
@@ -307,7 +310,6 @@ void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const T
   p.q_len = static_cast<int>(q.size(-2));
   p.kv_len = static_cast<int>(k.size(-2));
   p.scale_log2 = static_cast<float>(a.scale * kLog2e);
-  p.section = L2Section(q.device().index, int64_t{p.kv_len} * k.size(-1) * 4, batch * heads);
   if (p.q_len <= kFlashDecodeMaxQueries) {
     LaunchFlashDecode(p, config, batch * heads * p.q_len, q.device(), append);
     return;
@@ -319,7 +321,8 @@ void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const T
   // every pair: in sections its last section's long tiles start late (H200, [8,16,1024,128]
   // causal: 156.5 us in sections against 130.6), while without a mask sections win (4096 keys,
   // head dim 128: 3125 against 3376).
-  if (a.is_causal) p.section = static_cast<int>(batch * heads);
+  p.section = a.is_causal ? static_cast<int>(batch * heads)
+                          : L2Section(q.device().index, p.kv_len, k.size(-1), batch * heads);
   const FlashKernel& kernel = KernelFor(config);
   const dim3 grid(static_cast<unsigned>(batch * heads),
                   static_cast<unsigned>((p.q_len + config.block_m - 1) / config.block_m));

@@ -520,8 +520,7 @@ std::string RenderFlashSm90Source(const FlashSm90Config& c) {
                  c.consumers <= 3 && c.shared_bytes() <= kMaxSharedBytes,
              "sm_90 attention kernel: needs head dim 64 or 128, bf16 or f16, 64..256 keys a ",
              "tile (a multiple of 16), 2..8 stages (tile j's S is computed while tile j-1's V is "
-             "read), 1..4 CTAs an "
-             "SM, 1..3 consumer warpgroups, at most ",
+             "read), 1..4 CTAs an SM, 1..3 consumer warpgroups, at most ",
              kMaxSharedBytes, " bytes of shared memory; got ", c.Name(), " (", c.shared_bytes(),
              " bytes)");
   std::string source;
