@@ -29,6 +29,7 @@
 #include "models/generate.h"
 #include "models/llama.h"
 #include "models/sampling.h"
+#include "ops/custom_op.h"
 #include "ops/distributed.h"
 #include "ops/factories.h"
 #include "ops/modules.h"

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ir/printer.h"
+#include "ops/custom_op.h"
 #include "runtime/status.h"
 
 namespace kiln::ir {
@@ -23,7 +24,7 @@ std::string Describe(const Graph& g, ValueId v) {
     case NodeKind::kConstant:
       return absl::StrCat("%", v, " (constant \"", n.name, "\")");
     case NodeKind::kOp:
-      if (n.op >= OpId::kNumOps) return absl::StrCat("%", v, " (op #", static_cast<int>(n.op), ")");
+      if (!IsKnownOp(n.op)) return absl::StrCat("%", v, " (op #", static_cast<int>(n.op), ")");
       return absl::StrCat("%", v, " (", GetOpDef(n.op).name, ")");
     case NodeKind::kFusion:
       return absl::StrCat("%", v, " (fusion ", n.name, ")");
@@ -74,7 +75,7 @@ absl::Status CheckInputsAndOutputs(const Graph& g, const std::string& where) {
 
 absl::Status CheckOp(const Graph& g, ValueId v, const std::string& where) {
   const Node& n = g.node(v);
-  if (n.op >= OpId::kNumOps) return Fail(where, absl::StrCat(Describe(g, v), ": unknown op id"));
+  if (!IsKnownOp(n.op)) return Fail(where, absl::StrCat(Describe(g, v), ": unknown op id"));
   const OpDef& def = GetOpDef(n.op);
   const int arity = static_cast<int>(n.inputs.size());
   if (arity < def.min_inputs || arity > def.max_inputs) {

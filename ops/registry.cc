@@ -11,6 +11,7 @@
 #include "ops/cuda/index_cuda.h"
 #include "ops/cuda/matmul_cuda.h"
 #include "ops/cuda/reduce_cuda.h"
+#include "ops/custom_op.h"
 #include "ops/infer.h"
 #include "ops/op_def.h"
 #include "ops/strided.h"
@@ -282,14 +283,18 @@ static_assert(RowsInEnumOrder(), "registry rows must follow the OpId enum, one r
 
 [[noreturn, gnu::noinline, gnu::cold]] void ThrowNoOp(int i) {
   throw Error(absl::InvalidArgumentError(
-      absl::StrCat("no op with id ", i, " (the registry has ", kNumOps, " ops)")));
+      absl::StrCat("no op with id ", i, " (the registry has ", kNumOps,
+                   " built-in ops and the custom ops registered so far)")));
 }
 
 }  // namespace
 
 const OpDef& GetOpDef(OpId id) {
   const int i = static_cast<int>(id);
-  if (KILN_PREDICT_FALSE(i < 0 || i >= kNumOps)) ThrowNoOp(i);
+  if (KILN_PREDICT_FALSE(i < 0 || i >= kNumOps)) {
+    if (const OpDef* row = CustomOpRow(id)) return *row;  // ops/custom_op.h
+    ThrowNoOp(i);
+  }
   return kRows[i];
 }
 
@@ -305,7 +310,7 @@ const OpDef* FindOpDef(std::string_view name) {
   for (const OpDef& def : kRows) {
     if (name == def.name) return &def;
   }
-  return nullptr;
+  return FindCustomOpRow(name);
 }
 
 const char* EpilogueName(Epilogue e) {
