@@ -1,5 +1,6 @@
-# The CUDA libraries kiln links, as imported targets: kiln::cuda_nvrtc, kiln::cuda_cublasLt and
-# kiln::cuda_cupti. Used by kiln's build
+# The CUDA libraries kiln uses, as imported targets: kiln::cuda_nvrtc, kiln::cuda_cublasLt and
+# kiln::cuda_cupti (NVRTC is not linked: runtime/nvrtc.cc loads it at the first compile, by its
+# soname or else by this target's path). Used by kiln's build
 # and, installed next to kilnConfig.cmake, by projects that find_package(kiln), so the installed
 # package names no path of the machine it was built on. Expects find_package(CUDAToolkit).
 #

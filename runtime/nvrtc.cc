@@ -1,8 +1,10 @@
 // NVRTC compilation, kernel loading and the memory kernel cache (see nvrtc.h; the disk cache
-// is kernel_cache.cc).
+// is kernel_cache.cc). NVRTC itself is loaded at the first compile (dlopen), not linked: a
+// process that only loads prebuilt kernels never maps it.
 #include "runtime/nvrtc.h"
 
 #include <cuda.h>
+#include <dlfcn.h>
 #include <nvrtc.h>
 #include <unistd.h>
 
@@ -45,25 +47,78 @@ Cache& TheCache() {
   return *c;
 }
 
+// NVRTC's entry points, resolved from the library at the first compile. `error` says why it
+// could not be loaded ("" when it was): compiling then fails with it, loading kernels does not.
+struct NvrtcLib {
+  decltype(&nvrtcGetErrorString) GetErrorString = nullptr;
+  decltype(&nvrtcCreateProgram) CreateProgram = nullptr;
+  decltype(&nvrtcCompileProgram) CompileProgram = nullptr;
+  decltype(&nvrtcDestroyProgram) DestroyProgram = nullptr;
+  decltype(&nvrtcGetProgramLogSize) GetProgramLogSize = nullptr;
+  decltype(&nvrtcGetProgramLog) GetProgramLog = nullptr;
+  decltype(&nvrtcGetCUBINSize) GetCUBINSize = nullptr;
+  decltype(&nvrtcGetCUBIN) GetCUBIN = nullptr;
+  decltype(&nvrtcGetPTXSize) GetPTXSize = nullptr;
+  decltype(&nvrtcGetPTX) GetPTX = nullptr;
+  std::string error;
+};
+
+template <typename Fn>
+bool Resolve(void* handle, const char* symbol, Fn* fn, std::string* error) {
+  *fn = reinterpret_cast<Fn>(dlsym(handle, symbol));
+  if (*fn == nullptr && error->empty()) error->assign(absl::StrCat("it has no ", symbol));
+  return *fn != nullptr;
+}
+
+// The library of the toolkit kiln was built with, by its soname (the executable's run path and
+// the loader's search path), else by the path the build found it at.
+NvrtcLib LoadNvrtc() {
+  NvrtcLib lib;
+  const std::string soname = absl::StrCat("libnvrtc.so.", CUDA_VERSION / 1000);
+  void* handle = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
+#ifdef KILN_NVRTC_PATH
+  if (handle == nullptr) handle = dlopen(KILN_NVRTC_PATH, RTLD_NOW | RTLD_LOCAL);
+#endif
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    lib.error = absl::StrCat(
+        "NVRTC (", soname, ") could not be loaded: ", why != nullptr ? why : "not found",
+        "; kiln needs it to compile kernels (kernel packages load without it)");
+    return lib;
+  }
+  std::string missing;
+  Resolve(handle, "nvrtcGetErrorString", &lib.GetErrorString, &missing);
+  Resolve(handle, "nvrtcCreateProgram", &lib.CreateProgram, &missing);
+  Resolve(handle, "nvrtcCompileProgram", &lib.CompileProgram, &missing);
+  Resolve(handle, "nvrtcDestroyProgram", &lib.DestroyProgram, &missing);
+  Resolve(handle, "nvrtcGetProgramLogSize", &lib.GetProgramLogSize, &missing);
+  Resolve(handle, "nvrtcGetProgramLog", &lib.GetProgramLog, &missing);
+  Resolve(handle, "nvrtcGetCUBINSize", &lib.GetCUBINSize, &missing);
+  Resolve(handle, "nvrtcGetCUBIN", &lib.GetCUBIN, &missing);
+  Resolve(handle, "nvrtcGetPTXSize", &lib.GetPTXSize, &missing);
+  Resolve(handle, "nvrtcGetPTX", &lib.GetPTX, &missing);
+  if (!missing.empty()) lib.error = absl::StrCat("NVRTC (", soname, ") is unusable: ", missing);
+  return lib;  // the handle stays open for the process
+}
+
+const NvrtcLib& Nvrtc() {
+  static const NvrtcLib* lib = new NvrtcLib(LoadNvrtc());
+  return *lib;
+}
+
 absl::Status NvrtcStatus(nvrtcResult r, const char* call, const std::string& name) {
   if (r == NVRTC_SUCCESS) return absl::OkStatus();
   return absl::InternalError(
-      absl::StrCat(call, " failed for kernel source '", name, "': ", nvrtcGetErrorString(r)));
+      absl::StrCat(call, " failed for kernel source '", name, "': ", Nvrtc().GetErrorString(r)));
 }
 
 std::string ProgramLog(nvrtcProgram prog) {
   size_t size = 0;
-  if (nvrtcGetProgramLogSize(prog, &size) != NVRTC_SUCCESS || size <= 1) return "";
+  if (Nvrtc().GetProgramLogSize(prog, &size) != NVRTC_SUCCESS || size <= 1) return "";
   std::string log(size, '\0');
-  nvrtcGetProgramLog(prog, log.data());
+  Nvrtc().GetProgramLog(prog, log.data());
   log.resize(size - 1);
   return log;
-}
-
-std::string NvrtcVersion() {
-  int major = 0, minor = 0;
-  nvrtcVersion(&major, &minor);
-  return absl::StrCat(major, ".", minor);
 }
 
 std::string ArchOfCurrentDevice(KernelTarget target) {
@@ -76,31 +131,36 @@ std::string ArchOfCurrentDevice(KernelTarget target) {
 // NVRTC's compile of `source`; with `log`, ptxas reports each kernel's resources into it.
 absl::StatusOr<std::string> Compile(const std::string& source, const std::string& name,
                                     const std::string& arch, bool cubin, std::string* log) {
+  const NvrtcLib& nvrtc = Nvrtc();
+  if (!nvrtc.error.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("compiling kernel source '", name, "': ", nvrtc.error));
+  }
   nvrtcProgram prog;
   KILN_RETURN_IF_ERROR(NvrtcStatus(
-      nvrtcCreateProgram(&prog, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr),
+      nvrtc.CreateProgram(&prog, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr),
       "nvrtcCreateProgram", name));
   const std::string arch_opt = "--gpu-architecture=" + arch;
   const char* opts[] = {arch_opt.c_str(), "--std=c++17", "--fmad=true", "--ptxas-options=-v"};
-  const nvrtcResult r = nvrtcCompileProgram(prog, log != nullptr ? 4 : 3, opts);
+  const nvrtcResult r = nvrtc.CompileProgram(prog, log != nullptr ? 4 : 3, opts);
   if (log != nullptr) *log = ProgramLog(prog);
   if (r != NVRTC_SUCCESS) {
     const std::string errors = ProgramLog(prog);
-    nvrtcDestroyProgram(&prog);
+    nvrtc.DestroyProgram(&prog);
     return absl::InternalError(absl::StrCat("NVRTC failed to compile kernel source '", name,
                                             "' for ", arch, ":\n", errors, "\n--- source ---\n",
                                             source));
   }
   size_t size = 0;
   std::string out;
-  absl::Status s = cubin ? NvrtcStatus(nvrtcGetCUBINSize(prog, &size), "nvrtcGetCUBINSize", name)
-                         : NvrtcStatus(nvrtcGetPTXSize(prog, &size), "nvrtcGetPTXSize", name);
+  absl::Status s = cubin ? NvrtcStatus(nvrtc.GetCUBINSize(prog, &size), "nvrtcGetCUBINSize", name)
+                         : NvrtcStatus(nvrtc.GetPTXSize(prog, &size), "nvrtcGetPTXSize", name);
   if (s.ok()) {
     out.resize(size);
-    s = cubin ? NvrtcStatus(nvrtcGetCUBIN(prog, out.data()), "nvrtcGetCUBIN", name)
-              : NvrtcStatus(nvrtcGetPTX(prog, out.data()), "nvrtcGetPTX", name);
+    s = cubin ? NvrtcStatus(nvrtc.GetCUBIN(prog, out.data()), "nvrtcGetCUBIN", name)
+              : NvrtcStatus(nvrtc.GetPTX(prog, out.data()), "nvrtcGetPTX", name);
   }
-  nvrtcDestroyProgram(&prog);
+  nvrtc.DestroyProgram(&prog);
   KILN_RETURN_IF_ERROR(s);
   return out;
 }
@@ -145,10 +205,11 @@ absl::StatusOr<std::string> CompileSourceWithReport(const std::string& source,
 
 namespace {
 
-// The cache key of `source` compiled for `arch`.
+// The cache key of `source` compiled for `arch` by the NVRTC of the toolkit kiln was built with
+// (its version as the toolkit's, so that a cached kernel loads without loading NVRTC).
 uint64_t SourceKey(const std::string& source, const std::string& arch) {
-  return Fnv1a(
-      absl::StrCat(source, "|", arch, "|nvrtc ", NvrtcVersion(), "|--std=c++17 --fmad=true"));
+  return Fnv1a(absl::StrCat(source, "|", arch, "|nvrtc ", CUDA_VERSION / 1000, ".",
+                            CUDA_VERSION % 1000 / 10, "|--std=c++17 --fmad=true"));
 }
 
 // The library of `key`: the loaded one, or `cubin` loaded now.
