@@ -1,38 +1,64 @@
 // 03_mlp: the GeGLU MLP of the series, x [64·128, 768] -> 3072 -> 768, no bias, tanh GELU:
 // down(gelu(gate(x)) * up(x)). Eager runs 5 kernels (3 GEMMs, gelu, mul); compiled runs 3
 // (one GEMM over the concatenated gate/up weights, one fused gelu·mul kernel, the down GEMM).
-// Also the 3-layer Linear+bias+GELU MLP (--variant mlp3).
+// Also the 3-layer Linear+bias+GELU MLP (--variant mlp3), and the series' "kernels hub" row
+// (--variant package): the same MLP with gelu(gate)·up computed by a kernel loaded from a kernel
+// package (examples/hub_kernels.h, registered as a custom op; bf16 on a GPU): eager and compiled
+// run 3 kernels (the gate/up GEMM, the package's kernel, the down GEMM). --package DIR loads the
+// package in DIR (else one is built with NVRTC into a temporary folder first);
+// --build-package DIR only writes the package (any machine with NVRTC, no GPU needed).
 //
 //   03_mlp [--device cpu|cuda] [--dtype ...] [--tokens N] [--dim D] [--hidden H]
-//          [--variant geglu|mlp3] [--compile] [--cuda-graphs] [--profile] [--sort KEY] [--trace
-//          FILE] [--compare]
+//          [--variant geglu|mlp3|package] [--package DIR] [--build-package DIR] [--compile]
+//          [--cuda-graphs] [--profile] [--sort KEY] [--trace FILE] [--compare]
 //          [--dump DIR] [--warmup W] [--iters I]
 // Defaults reproduce the series' shapes on a GPU (8192 tokens, bf16) and scale the token count
 // down on the CPU (256 tokens, float32), and say so.
 // --profile prints the op table (sorted by --sort, torch's keys accepted) and, on a GPU, the kernel
 // table of 3 profiled steps (wait 1, warm-up 1); --trace FILE writes a Perfetto/Chrome trace;
 // --compare prints the eager-vs-compiled report.
+#include <filesystem>
+
 #include "examples/common.h"
+#include "examples/hub_kernels.h"
 #include "ops/modules.h"
 
 int main(int argc, char** argv) {
   using namespace kiln;
-  examples::Flags f(
-      "03_mlp",
-      "[--device cpu|cuda] [--dtype float32|float16|bfloat16] [--tokens N] [--dim D] "
-      "[--hidden H] [--variant geglu|mlp3] [--compile] [--cuda-graphs] [--profile] [--sort KEY] "
-      "[--trace FILE] [--compare] [--dump DIR] [--warmup W] "
-      "[--iters I]");
+  examples::Flags f("03_mlp",
+                    "[--device cpu|cuda] [--dtype float32|float16|bfloat16] [--tokens N] [--dim D] "
+                    "[--hidden H] [--variant geglu|mlp3|package] [--package DIR] [--build-package "
+                    "DIR] [--compile] [--cuda-graphs] [--profile] [--sort KEY] "
+                    "[--trace FILE] [--compare] [--dump DIR] [--warmup W] "
+                    "[--iters I]");
   examples::DefineCommonFlags(f);
   f.Define("tokens", "");
   f.Define("dim", "768");
   f.Define("hidden", "3072");
   f.Define("variant", "geglu");
+  f.Define("package", "");
+  f.Define("build-package", "");
   f.Parse(argc, argv);
+  if (f.Given("build-package")) {
+    try {
+      examples::BuildHubPackage(f.Str("build-package"));
+      std::printf("wrote kernel package %s %s to %s\n", examples::kHubPackageName,
+                  examples::kHubPackageVersion, f.Str("build-package").c_str());
+      return 0;
+    } catch (const Error& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return 2;
+    }
+  }
   const auto [device, dtype] = examples::DeviceAndDType(f);
   const bool gpu = device.is_cuda();
   const std::string variant = f.Str("variant");
-  if (variant != "geglu" && variant != "mlp3") f.Usage("--variant must be geglu or mlp3");
+  if (variant != "geglu" && variant != "mlp3" && variant != "package") {
+    f.Usage("--variant must be geglu, mlp3 or package");
+  }
+  if (variant == "package" && dtype != DType::kBFloat16) {
+    f.Usage("--variant package runs the package's bf16 kernel: give --dtype bfloat16");
+  }
   if (!f.Given("tokens")) {
     f.Define("tokens", gpu ? "8192" : "256");
     std::printf("shapes: %s\n",
@@ -43,27 +69,62 @@ int main(int argc, char** argv) {
     Generator gen(0);
     const ModuleOptions o{dtype, device};
     std::shared_ptr<Module> model;
-    if (variant == "geglu") {
-      model = std::make_shared<GeGLUMLP>(dim, hidden, gen, o);
-    } else {
+    std::optional<CustomOp> act;  // --variant package: the package's kernel as an op
+    Tensor gate_up;               // and the gate and up weights as one [2·hidden, dim] matrix
+    if (variant == "mlp3") {
       model = std::make_shared<MLP>(std::vector<int64_t>{dim, hidden, hidden, dim}, gen, o);
+    } else {
+      model = std::make_shared<GeGLUMLP>(dim, hidden, gen, o);
+    }
+    if (variant == "package") {
+      std::string dir = f.Str("package");
+      if (dir.empty()) {
+        dir = (std::filesystem::temp_directory_path() / "kiln_hub_activation").string();
+        std::filesystem::remove_all(dir);
+        examples::BuildHubPackage(dir);
+        std::printf("package: built %s %s with NVRTC into %s (--package DIR loads a built one)\n",
+                    examples::kHubPackageName, examples::kHubPackageVersion, dir.c_str());
+      }
+      static const KernelPackage pkg = KernelPackage::Load(dir, "0.1");
+      act = examples::RegisterGeluAndMul(pkg);
+      std::printf("package: %s %s from %s, kernel %s (%s)\n", pkg.name().c_str(),
+                  pkg.version().c_str(), dir.c_str(), pkg.kernel("gelu_tanh_and_mul").entry.c_str(),
+                  pkg.kernel("gelu_tanh_and_mul").arch.c_str());
+      auto& geglu = static_cast<GeGLUMLP&>(*model);
+      gate_up = cat({geglu.gate().weight(), geglu.up().weight()}, 0);
     }
     examples::Example ex;
-    ex.title = (variant == "geglu" ? "GeGLU MLP" : "3-layer MLP") + std::string(": x [") +
-               std::to_string(tokens) + ", " + std::to_string(dim) + "] -> " +
-               std::to_string(hidden) + " -> " + std::to_string(dim) + ", " + DTypeName(dtype) +
-               " on " + device.str();
+    ex.title = (variant == "mlp3"      ? "3-layer MLP"
+                : variant == "package" ? "GeGLU MLP, activation from a kernel package"
+                                       : "GeGLU MLP") +
+               std::string(": x [") + std::to_string(tokens) + ", " + std::to_string(dim) +
+               "] -> " + std::to_string(hidden) + " -> " + std::to_string(dim) + ", " +
+               DTypeName(dtype) + " on " + device.str();
     ex.inputs = {randn({tokens, dim}, gen, dtype, device)};
     ex.fn = [model](const std::vector<Tensor>& in) { return std::vector<Tensor>{(*model)(in[0])}; };
     ex.tensor_names = [model] { return model->named_tensors(); };
+    if (variant == "package") {
+      auto* geglu = static_cast<GeGLUMLP*>(model.get());
+      ex.fn = [geglu, act, gate_up](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{
+            linear((*act)({linear(in[0], gate_up)}), geglu->down().weight())};
+      };
+      ex.tensor_names = [model, gate_up] {
+        auto names = model->named_tensors();
+        names.emplace_back("gate_up.weight", gate_up);
+        return names;
+      };
+    }
     // GeGLU: three [dim x hidden] GEMMs; mlp3: dim -> hidden -> hidden -> dim.
-    ex.flops = variant == "geglu" ? 2.0 * tokens * dim * hidden * 3
-                                  : 2.0 * tokens * (dim * hidden + hidden * hidden + hidden * dim);
+    ex.flops = variant != "mlp3" ? 2.0 * tokens * dim * hidden * 3
+                                 : 2.0 * tokens * (dim * hidden + hidden * hidden + hidden * dim);
     examples::Results r;
     const int rc = examples::RunExample(f, ex, &r);
     std::printf("lesson: the compiled plan runs %d kernels per step (eager: %s)\n",
                 r.compiled.kernels,
-                variant == "geglu" ? "5 — 3 GEMMs, gelu, mul" : "3 GEMMs + 2 gelu");
+                variant == "geglu"     ? "5 — 3 GEMMs, gelu, mul"
+                : variant == "package" ? "3 — 2 GEMMs and the package's kernel"
+                                       : "3 GEMMs + 2 gelu");
     if (r.ran_compiled) {
       const double e = gpu ? r.eager.timing.device_us : r.eager.timing.wall_us;
       const double c = gpu ? r.compiled.timing.device_us : r.compiled.timing.wall_us;
