@@ -109,10 +109,10 @@ std::string FusedTable(const std::vector<FusedKernelInfo>& fused, bool device) {
 
 std::string CompileCostText(const CompileCost& c) {
   const int64_t hits = c.cache.memory_hits + c.cache.disk_hits;
-  if (c.nvrtc_ms == 0 && hits == 0 && c.cache.compiles == 0) {  // a CPU plan: nothing for NVRTC
-    return absl::StrCat(
-        "Compile cost: ", c.kernels,
-        " fused kernels; no NVRTC compile or cached kernel in this process (a CPU plan)\n");
+  // A CPU plan, or a CUDA plan of library calls and prebuilt kernels only: nothing for NVRTC.
+  if (c.nvrtc_ms == 0 && hits == 0 && c.cache.compiles == 0) {
+    return absl::StrCat("Compile cost: ", c.kernels,
+                        " fused kernels; no NVRTC compile or cached kernel in this process\n");
   }
   return absl::StrCat("Compile cost: NVRTC ", Fixed(c.nvrtc_ms, 1), " ms for ", c.kernels,
                       " kernels (", Fixed(c.kernels ? c.nvrtc_ms / c.kernels : 0, 1),
