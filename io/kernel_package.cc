@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "io/files.h"
 #include "runtime/cuda.h"
 #include "runtime/nvrtc.h"
 #include "runtime/sha256.h"
@@ -140,33 +141,6 @@ Target TargetOf(const std::string& arch) {
     t.specific = m[3] == "a";
   }
   return t;
-}
-
-absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path.string()));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// `data` into `path` through a temporary file renamed into place (removed on failure).
-void WriteFile(const std::filesystem::path& path, const std::string& data) {
-  const std::filesystem::path tmp = path.string() + ".part";
-  bool written;
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(data.data(), static_cast<std::streamsize>(data.size()));
-    written = out.good();
-  }
-  std::error_code ec;
-  if (written) std::filesystem::rename(tmp, path, ec);
-  if (!written || ec) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    KILN_FAIL("kernel package: cannot write ", path.string(), written ? ": " : "",
-              ec ? ec.message() : "");
-  }
 }
 
 // "package 'name' 1.2.0 (dir)": how errors name a package.
@@ -316,11 +290,12 @@ void BuildKernelPackage(const std::string& dir, const std::string& name, const s
     for (KernelBinary& b : m.kernels[i].binaries) {
       const std::string binary = ValueOrThrow(
           cuda::CompileSource(kernels[i].source, kernels[i].entry, b.arch, TargetOf(b.arch).cubin));
-      WriteFile(root / b.file, binary);
+      WriteFileAtomically(root / b.file, binary, "kernel package");
       b.sha256 = Sha256Hex(binary);
     }
   }
-  WriteFile(root / kManifest, KernelPackageManifestJson(m));  // last: the package is whole
+  WriteFileAtomically(root / kManifest, KernelPackageManifestJson(m),
+                      "kernel package");  // last: the package is whole
 }
 
 void PackagedKernel::Launch(const std::vector<unsigned>& grid, const std::vector<unsigned>& block,
@@ -340,7 +315,7 @@ void PackagedKernel::Launch(const std::vector<unsigned>& grid, const std::vector
 
 KernelPackage KernelPackage::Load(const std::string& dir, const std::string& version_pin) {
   const std::filesystem::path root(dir);
-  absl::StatusOr<std::string> text = ReadFile(root / kManifest);
+  absl::StatusOr<std::string> text = ReadFileBytes(root / kManifest);
   KILN_CHECK(text.ok(), "kernel package (", dir, "): no readable ", kManifest, " in it");
   absl::StatusOr<KernelPackageManifest> m = ParseKernelPackageManifest(*text);
   KILN_CHECK(m.ok(), "kernel package (", dir, "): ", m.status().message());
@@ -351,7 +326,7 @@ KernelPackage KernelPackage::Load(const std::string& dir, const std::string& ver
   std::map<std::string, std::string> verified;
   for (const KernelSpec& k : m->kernels) {
     for (const KernelBinary& b : k.binaries) {
-      absl::StatusOr<std::string> data = ReadFile(root / b.file);
+      absl::StatusOr<std::string> data = ReadFileBytes(root / b.file);
       KILN_CHECK(data.ok(), who, ": kernel '", k.name, "': its binary ", b.file, " is missing");
       const std::string sum = Sha256Hex(*data);
       KILN_CHECK(sum == b.sha256, who, ": kernel '", k.name, "': ", b.file,
