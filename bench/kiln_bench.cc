@@ -53,6 +53,8 @@
 #include "bench/bench_harness.h"
 #include "bench/bench_workloads.h"
 #include "codegen/compile.h"
+#include "io/safetensors.h"
+#include "models/export.h"
 #include "ops/cuda/device_timing.h"
 #include "ops/factories.h"
 #include "ops/modules.h"
@@ -383,6 +385,65 @@ int CompileLatency(std::chrono::steady_clock::time_point process_t0) {
   return 0;
 }
 
+// The MLP of --compile-latency (seeded: an exporting and a loading process make the same input).
+struct LatencyMlp {
+  kiln::Generator gen{7};
+  kiln::GeGLUMLP mlp{768, 3072, gen, kiln::ModuleOptions{kiln::DType::kBFloat16, kiln::CUDA()}};
+  Tensor x = kiln::randn({8192, 768}, gen, kiln::DType::kBFloat16, kiln::CUDA());
+};
+
+// --export-plan DIR: the MLP compiled (frozen weights) and exported (models/export.h), with its
+// input and result in DIR/io.safetensors for --load-latency's check.
+int ExportPlan(const std::string& dir) {
+  LatencyMlp m;
+  kiln::CompileOptions frozen;
+  frozen.freeze_weights = true;
+  const kiln::CompiledFn f = kiln::compile(m.mlp, m.x, frozen);
+  kiln::WaitForBackgroundCompiles();
+  kiln::Export(f, {m.x}, dir);
+  kiln::save_safetensors(dir + "/io.safetensors", {{"x", m.x}, {"y", f({m.x})[0]}});
+  std::printf("exported the MLP's plan to %s\n", dir.c_str());
+  return 0;
+}
+
+// --load-latency DIR: process start to the first result of the exported MLP in this fresh
+// process (context, loading the folder, building the plan, the first call), whether it equals
+// the exporter's result bit for bit, and whether NVRTC was ever mapped, as one JSON line.
+int LoadLatency(const std::string& dir, std::chrono::steady_clock::time_point process_t0) {
+  using Clock = std::chrono::steady_clock;
+  auto ms_since = [](Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+  };
+  const auto context_t0 = Clock::now();
+  KILN_CUDA_CHECK(cudaFree(nullptr));
+  const double context_ms = ms_since(context_t0);
+  const kiln::NamedTensors io = kiln::load_safetensors(dir + "/io.safetensors", kiln::CUDA());
+  cuda::Synchronize();
+  const auto t0 = Clock::now();
+  const kiln::LoadedFn g = kiln::LoadCompiled(dir);
+  const double load_ms = ms_since(t0);
+  const Tensor y = g({io[0].second})[0];
+  cuda::Synchronize();
+  const double first_ms = ms_since(t0), process_ms = ms_since(process_t0);
+  const auto second_t0 = Clock::now();
+  g({io[0].second});
+  cuda::Synchronize();
+  const double second_ms = ms_since(second_t0);
+  const bool identical = kiln::to_vector(kiln::eq(y, io[1].second)) ==
+                         std::vector<double>(static_cast<size_t>(y.numel()), 1.0);
+  std::ifstream maps("/proc/self/maps");
+  std::stringstream text;
+  text << maps.rdbuf();
+  std::printf(
+      "{\"process_ms\": %.2f, \"context_ms\": %.2f, \"load_ms\": %.2f, "
+      "\"load_to_first_result_ms\": %.2f, \"second_call_ms\": %.2f, \"kernels\": %d, "
+      "\"identical\": %s, \"nvrtc_mapped\": %s}\n",
+      process_ms, context_ms, load_ms, first_ms, second_ms, g.kernels(),
+      identical ? "true" : "false",
+      text.str().find("libnvrtc") != std::string::npos ? "true" : "false");
+  return identical ? 0 : 1;
+}
+
 // A known sample in the correctness-file format, on the CPU (bench/compare_test.py reads it
 // back): inputs x bf16 [2, 3], mask bool [2, 2], w f32 [3]; mode "eager" outputs x and w * 2,
 // mode "compiled+graph" outputs x.
@@ -403,13 +464,14 @@ void Usage(const char* argv0) {
   std::printf(
       "usage: %s [--json PATH] [--quick] [--reps N] [--only KEY,...] [--check-dir DIR]\n"
       "          [--sync-dir DIR] [--no-prequeue] [--no-kernels]\n"
-      "       %s --compile-latency | --write-check-sample DIR | --list\n"
+      "       %s --compile-latency | --export-plan DIR | --load-latency DIR\n"
+      "          | --write-check-sample DIR | --list\n"
       "  kiln's benchmark (see the header of bench/kiln_bench.cc)\n",
       argv0, argv0);
 }
 
 struct Args {
-  std::string json, only, check_dir, sync_dir, sample_dir;
+  std::string json, only, check_dir, sync_dir, sample_dir, export_dir, load_dir;
   bool compile_latency = false, list = false;
   Config cfg;
 };
@@ -439,6 +501,10 @@ bool Parse(int argc, char** argv, Args* a) {
       a->cfg.count_kernels = false;
     } else if (s == "--compile-latency") {
       a->compile_latency = true;
+    } else if (s == "--export-plan" && has_value) {
+      a->export_dir = argv[++i];
+    } else if (s == "--load-latency" && has_value) {
+      a->load_dir = argv[++i];
     } else if (s == "--list") {
       a->list = true;
     } else {
@@ -530,6 +596,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (args.compile_latency) return CompileLatency(process_t0);
+  if (!args.export_dir.empty()) return ExportPlan(args.export_dir);
+  if (!args.load_dir.empty()) return LoadLatency(args.load_dir, process_t0);
   RunInfo info;
   if (!ReadDevice(&info)) return 1;
   info.check_dir = args.check_dir;

@@ -103,6 +103,11 @@ absl::StatusOr<KernelFootprint> FootprintOf(KernelHandle, const std::string& nam
   return absl::FailedPreconditionError(
       absl::StrCat("footprint of kernel '", name, "': ", kBuiltWithoutCuda));
 }
+absl::StatusOr<std::vector<KernelBinaryImage>> ServedKernelImages() {
+  return std::vector<KernelBinaryImage>{};  // a build without CUDA runs no kernel of its own
+}
+void AddPrebuiltKernels(const std::vector<KernelBinaryImage>&) {}
+
 KernelCacheStats GetKernelCacheStats() { return {}; }
 
 }  // namespace kiln::cuda

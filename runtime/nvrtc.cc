@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -165,12 +166,39 @@ absl::StatusOr<std::string> Compile(const std::string& source, const std::string
   return out;
 }
 
+// Ahead of time (models/export.h): every source GetKernel has served (key -> source, arch), and
+// CUBINs given for keys (an exported plan's kernels), taken before the disk cache and NVRTC.
+struct Aot {
+  std::mutex mu;
+  std::map<uint64_t, std::pair<std::string, std::string>> served ABSL_GUARDED_BY(mu);
+  std::unordered_map<uint64_t, std::string> prebuilt ABSL_GUARDED_BY(mu);
+};
+Aot& TheAot() {
+  static auto* aot = new Aot();
+  return *aot;
+}
+
+void NoteKernelUse(uint64_t key, const std::string& source, const std::string& arch) {
+  Aot& aot = TheAot();
+  std::lock_guard<std::mutex> lock(aot.mu);
+  if (aot.served.count(key) == 0) aot.served.emplace(key, std::make_pair(source, arch));
+}
+
+bool Prebuilt(uint64_t key, std::string* cubin) {
+  Aot& aot = TheAot();
+  std::lock_guard<std::mutex> lock(aot.mu);
+  auto it = aot.prebuilt.find(key);
+  if (it == aot.prebuilt.end()) return false;
+  *cubin = it->second;
+  return true;
+}
+
 // The CUBIN of `source`: from the disk cache, or compiled. Runs without the cache lock, so
 // distinct kernels compile in parallel threads; `stats` counts what it did.
 absl::StatusOr<std::string> CubinFor(const std::string& source, uint64_t key,
                                      const std::string& arch, KernelCacheStats* stats) {
   std::string cubin;
-  if (ReadCacheFile(key, &cubin)) {
+  if (Prebuilt(key, &cubin) || ReadCacheFile(key, &cubin)) {
     ++stats->disk_hits;
     return cubin;
   }
@@ -278,6 +306,7 @@ absl::StatusOr<cudaKernel_t> GetKernel(const std::string& source, const std::str
   Cache& cache = TheCache();
   const std::string arch = ArchOfCurrentDevice(target);
   const uint64_t key = SourceKey(source, arch);
+  NoteKernelUse(key, source, arch);
   std::shared_future<CubinResult> pending;
   {
     std::lock_guard<std::mutex> lock(cache.mu);
@@ -361,6 +390,7 @@ absl::StatusOr<cudaKernel_t> GetKernelOrCompileInBackground(const std::string& s
   Cache& cache = TheCache();
   const std::string arch = ArchOfCurrentDevice(target);
   const uint64_t key = SourceKey(source, arch);
+  NoteKernelUse(key, source, arch);
   {
     std::lock_guard<std::mutex> lock(cache.mu);
     std::shared_future<CubinResult> pending;
@@ -368,7 +398,7 @@ absl::StatusOr<cudaKernel_t> GetKernelOrCompileInBackground(const std::string& s
     if (kernel != nullptr || pending.valid()) return kernel;
   }
   std::string cubin;
-  if (ReadCacheFile(key, &cubin)) {
+  if (Prebuilt(key, &cubin) || ReadCacheFile(key, &cubin)) {
     std::lock_guard<std::mutex> lock(cache.mu);
     ++cache.stats.disk_hits;
     return Load(cache, key, kernel_name, cubin);
@@ -415,6 +445,28 @@ absl::StatusOr<KernelFootprint> FootprintOf(cudaKernel_t kernel, const std::stri
   }
   return KernelFootprint{name, a.numRegs, static_cast<int>(a.sharedSizeBytes),
                          static_cast<int>(a.localSizeBytes), a.maxThreadsPerBlock};
+}
+
+absl::StatusOr<std::vector<KernelBinaryImage>> ServedKernelImages() {
+  std::map<uint64_t, std::pair<std::string, std::string>> served;
+  {
+    Aot& aot = TheAot();
+    std::lock_guard<std::mutex> lock(aot.mu);
+    served = aot.served;
+  }
+  std::vector<KernelBinaryImage> images;
+  for (const auto& [key, what] : served) {
+    KernelCacheStats unused;
+    KILN_ASSIGN_OR_RETURN(std::string cubin, CubinFor(what.first, key, what.second, &unused));
+    images.push_back({key, what.second, std::move(cubin)});
+  }
+  return images;
+}
+
+void AddPrebuiltKernels(const std::vector<KernelBinaryImage>& kernels) {
+  Aot& aot = TheAot();
+  std::lock_guard<std::mutex> lock(aot.mu);
+  for (const KernelBinaryImage& k : kernels) aot.prebuilt.emplace(k.key, k.cubin);
 }
 
 }  // namespace kiln::cuda

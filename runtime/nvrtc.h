@@ -94,6 +94,19 @@ struct KernelFootprint {
 };
 absl::StatusOr<KernelFootprint> FootprintOf(KernelHandle kernel, const std::string& name);
 
+// Ahead-of-time export (models/export.h). ServedKernelImages: the CUBIN of every kernel GetKernel
+// has served in this process (from the disk cache, or compiled again): kiln's kernel users keep
+// the handles they got, so what a plan runs is known only as "everything loaded so far".
+// AddPrebuiltKernels gives CUBINs for keys: GetKernel takes them before the disk cache and NVRTC,
+// so a plan whose kernels are all given never compiles.
+struct KernelBinaryImage {
+  uint64_t key = 0;
+  std::string arch;  // "sm_90", "sm_90a"
+  std::string cubin;
+};
+absl::StatusOr<std::vector<KernelBinaryImage>> ServedKernelImages();
+void AddPrebuiltKernels(const std::vector<KernelBinaryImage>& kernels);
+
 KernelCacheStats GetKernelCacheStats();
 
 // The disk cache directory in use ("" when disabled).

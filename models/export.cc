@@ -1,0 +1,303 @@
+// Ahead-of-time export and loading of compiled plans (see export.h): the manifest, the files and
+// their checks, the kernels given to the kernel cache, the loaded plan's calls.
+#include "models/export.h"
+
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "codegen/cuda_graph.h"
+#include "codegen/executable.h"
+#include "io/files.h"
+#include "io/safetensors.h"
+#include "ir/parser.h"
+#include "ir/printer.h"
+#include "ops/ops.h"
+#include "runtime/build_config.h"
+#include "runtime/cuda.h"
+#include "runtime/nvrtc.h"
+#include "runtime/sha256.h"
+#include "runtime/status.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+constexpr int kFormat = 1;
+constexpr char kManifest[] = "manifest.json";
+constexpr char kGraph[] = "graph.txt";
+constexpr char kConstants[] = "constants.safetensors";
+
+// What a loaded plan needs to know of the exporter's call.
+struct InputSpec {
+  TensorType type;
+  bool contiguous = true;
+};
+
+struct Manifest {
+  std::string kiln, arch;  // kiln's build; "sm_90" or "cpu"
+  std::vector<InputSpec> inputs;
+  std::vector<int> input_updates;
+  std::map<std::string, std::string> files;  // relative path -> SHA-256
+};
+
+std::string ConstantName(int k) { return absl::StrCat("constant_", k); }
+
+std::string KernelFile(const cuda::KernelBinaryImage& k) {
+  return absl::StrCat("kernels/", absl::Hex(k.key, absl::kZeroPad16), ".", k.arch, ".cubin");
+}
+
+// The architecture a plan's kernels are for: the GPU of its CUDA inputs, or "cpu".
+std::string ArchOf(const std::vector<TensorType>& inputs) {
+  for (const TensorType& t : inputs) {
+    if (!t.device.is_cuda()) continue;
+    const cuda::DeviceProps& p = cuda::Props(t.device.index);
+    return absl::StrCat("sm_", p.major, p.minor);
+  }
+  return "cpu";
+}
+
+std::string ThisMachinesArch(const std::string& wanted) {
+  if (wanted == "cpu") return "cpu";
+  if (!cuda::IsAvailable()) return "no CUDA GPU";
+  const cuda::DeviceProps& p = cuda::Props();
+  return absl::StrCat("sm_", p.major, p.minor, " (", p.name, ")");
+}
+
+std::string ManifestJson(const Manifest& m) {
+  Json inputs = Json::array();
+  for (const InputSpec& in : m.inputs) {
+    inputs.push_back({{"dtype", DTypeName(in.type.dtype)},
+                      {"shape", in.type.shape},
+                      {"device", in.type.device.str()},
+                      {"contiguous", in.contiguous}});
+  }
+  Json j = {{"format", kFormat},
+            {"kiln", m.kiln},
+            {"arch", m.arch},
+            {"inputs", inputs},
+            {"input_updates", m.input_updates},
+            {"files", m.files}};
+  return j.dump(2) + "\n";
+}
+
+DType DTypeNamed(const std::string& name) {
+  for (int d = 0; d < kNumDTypes; ++d) {
+    if (name == DTypeName(static_cast<DType>(d))) return static_cast<DType>(d);
+  }
+  KILN_FAIL("unknown dtype \"", name, "\"");
+}
+
+Manifest ParseManifest(const std::string& text) {
+  Manifest m;
+  const Json j = Json::parse(text);  // throws on malformed text (caught by the caller)
+  if (j.at("format").get<int>() != kFormat) {
+    KILN_FAIL("format ", j.at("format").dump(), " (this kiln reads format ", kFormat, ")");
+  }
+  m.kiln = j.at("kiln").get<std::string>();
+  m.arch = j.at("arch").get<std::string>();
+  for (const Json& in : j.at("inputs")) {
+    InputSpec s;
+    s.type.dtype = DTypeNamed(in.at("dtype").get<std::string>());
+    s.type.shape = in.at("shape").get<Shape>();
+    s.type.device = ParseDevice(in.at("device").get<std::string>());
+    s.contiguous = in.at("contiguous").get<bool>();
+    m.inputs.push_back(s);
+  }
+  m.input_updates = j.at("input_updates").get<std::vector<int>>();
+  m.files = j.at("files").get<std::map<std::string, std::string>>();
+  return m;
+}
+
+// The graph's constants in value order (the text's order: ParseGraph numbers values as written).
+std::vector<ir::ValueId> ConstantsOf(const ir::Graph& g) {
+  std::vector<ir::ValueId> constants;
+  for (ir::ValueId v = 0; v < g.num_values(); ++v) {
+    if (g.node(v).kind == ir::NodeKind::kConstant) constants.push_back(v);
+  }
+  return constants;
+}
+
+// Parses `text` and gives constant k the tensor value(k, its type), checked against that type.
+ir::Graph GraphWithConstants(const std::string& text,
+                             const std::function<Tensor(int, const TensorType&)>& value,
+                             const std::vector<int>& input_updates) {
+  ir::Graph g = ValueOrThrow(ir::ParseGraph(text));
+  const std::vector<ir::ValueId> constants = ConstantsOf(g);
+  for (size_t k = 0; k < constants.size(); ++k) {
+    ir::Node& n = g.mutable_node(constants[k]);
+    n.constant = value(static_cast<int>(k), n.type);
+    KILN_CHECK(n.constant.type() == n.type, "constant ", k, " (\"", n.name, "\") is ",
+               Describe(n.constant.type()), " where the graph reads ", Describe(n.type));
+  }
+  g.mutable_input_updates() = input_updates;
+  return g;
+}
+
+std::vector<Tensor> ConstantValues(const ir::Graph& g) {
+  std::vector<Tensor> values;
+  for (ir::ValueId v : ConstantsOf(g)) values.push_back(g.node(v).constant);
+  return values;
+}
+
+}  // namespace
+
+void Export(const CompiledFn& fn, const std::vector<Tensor>& example_inputs,
+            const std::string& dir) {
+  const codegen::Executable& exe = fn.executable(example_inputs);
+  const ir::Graph& graph = exe.graph();
+  const std::string where = absl::StrCat("Export(", dir, ")");
+  KILN_CHECK(exe.symbols().empty(), where, ": the plan has symbolic dims (",
+             exe.symbols().Describe(), "); compile with dynamic = kNone to export one signature");
+  KILN_CHECK(graph.inputs().size() == example_inputs.size(), where, ": the function writes ",
+             graph.inputs().size() - example_inputs.size(),
+             " tensor(s) it captured in place (a KV cache?); pass them as inputs to export it");
+  Manifest m;
+  m.kiln = KILN_BUILD_ID;
+  for (const Tensor& x : example_inputs) m.inputs.push_back({x.type(), x.is_contiguous()});
+  std::vector<TensorType> types;
+  for (const InputSpec& in : m.inputs) types.push_back(in.type);
+  m.arch = ArchOf(types);
+  m.input_updates = graph.input_updates();
+  const std::string text = ir::PrintGraph(graph);
+  const std::vector<Tensor> constants = ConstantValues(graph);
+
+  // The plan rebuilt from what is written and run once (the text round-trips; a kernel compiled
+  // at its first call is loaded), then every kernel this process has loaded is written.
+  auto constant = [&](int k, const TensorType&) { return constants.at(k); };
+  std::unique_ptr<codegen::Executable> rebuilt =
+      ValueOrThrow(codegen::Executable::Build(GraphWithConstants(text, constant, m.input_updates)));
+  rebuilt->Run(example_inputs);
+  if (rebuilt->on_cuda()) cuda::Synchronize();
+  const std::vector<cuda::KernelBinaryImage> kernels = ValueOrThrow(cuda::ServedKernelImages());
+
+  NamedTensors named;
+  for (size_t k = 0; k < constants.size(); ++k) {
+    named.emplace_back(ConstantName(static_cast<int>(k)), constants[k]);
+  }
+  std::error_code ec;
+  fs::create_directories(fs::path(dir) / "kernels", ec);
+  KILN_CHECK(!ec, where, ": cannot create ", dir, ": ", ec.message());
+  const fs::path root(dir);
+  auto write = [&](const std::string& file, const std::string& bytes) {
+    WriteFileAtomically(root / file, bytes, where);
+    m.files[file] = Sha256Hex(bytes);
+  };
+  write(kGraph, text);
+  write(kConstants, serialize_safetensors(named));
+  for (const cuda::KernelBinaryImage& k : kernels) write(KernelFile(k), k.cubin);
+  WriteFileAtomically(root / kManifest, ManifestJson(m), where);  // last: the folder is whole
+}
+
+struct LoadedFn::State {
+  std::string dir, text;
+  Manifest manifest;
+  std::unique_ptr<codegen::Executable> exe;
+  int kernels = 0;
+  LoadOptions options;
+  std::mutex graph_mu;  // serialises CUDA-graph replays
+  std::shared_ptr<codegen::CudaGraphCache> graphs;
+
+  void CheckInputs(const std::vector<Tensor>& inputs) const {
+    const std::vector<InputSpec>& want = manifest.inputs;
+    KILN_CHECK(inputs.size() == want.size(), "LoadedFn(", dir, "): expected ", want.size(),
+               " inputs, got ", inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      KILN_CHECK(inputs[i].defined(), "LoadedFn(", dir, "): input ", i, " is undefined");
+      KILN_CHECK(inputs[i].type() == want[i].type, "LoadedFn(", dir, "): input ", i, " is ",
+                 Describe(inputs[i].type()), "; the plan was exported for ", Describe(want[i].type),
+                 " (an exported plan serves its signature only)");
+      KILN_CHECK(inputs[i].is_contiguous() == want[i].contiguous, "LoadedFn(", dir, "): input ", i,
+                 " is ", inputs[i].is_contiguous() ? "" : "not ",
+                 "contiguous; the plan was exported for a",
+                 want[i].contiguous ? " contiguous" : " strided", " one");
+    }
+  }
+};
+
+std::vector<Tensor> LoadedFn::operator()(const std::vector<Tensor>& inputs) const {
+  State& s = *state_;
+  s.CheckInputs(inputs);
+  if (!s.options.cuda_graphs || !s.exe->on_cuda()) return s.exe->Run(inputs);
+  if constexpr (kWithCuda) {
+    std::lock_guard<std::mutex> lock(s.graph_mu);
+    if (s.graphs == nullptr) s.graphs = std::make_shared<codegen::CudaGraphCache>(*s.exe);
+    const cuda::ScopedGraphReplay for_graph;
+    return s.graphs->Run(inputs);
+  }
+  return s.exe->Run(inputs);
+}
+
+const codegen::Executable& LoadedFn::executable() const { return *state_->exe; }
+const std::string& LoadedFn::graph_text() const { return state_->text; }
+int LoadedFn::kernels() const { return state_->kernels; }
+
+LoadedFn LoadCompiled(const std::string& dir, LoadOptions options) {
+  const fs::path root(dir);
+  auto fail = [&](const std::string& why) { KILN_FAIL("LoadCompiled(", dir, "): ", why); };
+  absl::StatusOr<std::string> manifest_text = ReadFileBytes(root / kManifest);
+  if (!manifest_text.ok()) fail(std::string(manifest_text.status().message()));
+  auto state = std::make_shared<LoadedFn::State>();
+  state->dir = dir;
+  state->options = options;
+  try {
+    state->manifest = ParseManifest(*manifest_text);
+  } catch (const std::exception& e) {
+    fail(absl::StrCat("manifest.json does not parse: ", e.what()));
+  }
+  const Manifest& m = state->manifest;
+  if (m.kiln != KILN_BUILD_ID) {
+    fail(absl::StrCat("exported by kiln ", m.kiln, "; this is kiln ", KILN_BUILD_ID,
+                      " (a plan is read by the kiln that wrote it: export it again)"));
+  }
+  std::map<std::string, std::string> bytes;
+  for (const auto& [file, sha] : m.files) {
+    absl::StatusOr<std::string> data = ReadFileBytes(root / file);
+    if (!data.ok()) fail(std::string(data.status().message()));
+    if (Sha256Hex(*data) != sha) fail(absl::StrCat(file, " fails its SHA-256 check (corrupted)"));
+    bytes[file] = *std::move(data);
+  }
+  if (!bytes.count(kGraph) || !bytes.count(kConstants)) {
+    fail(absl::StrCat("the manifest lists no ", kGraph, " or no ", kConstants));
+  }
+  const std::string here = ThisMachinesArch(m.arch);
+  if (here != m.arch && here.rfind(m.arch + " ", 0) != 0) {
+    fail(absl::StrCat("exported for ", m.arch, "; this machine has ", here));
+  }
+  std::vector<cuda::KernelBinaryImage> kernels;
+  for (const auto& [file, data] : bytes) {
+    if (file.rfind("kernels/", 0) != 0) continue;
+    const std::string name = file.substr(8);  // <16 hex digits>.<arch>.cubin
+    const size_t dot = name.find('.');
+    if (dot != 16) fail(absl::StrCat("kernel file ", file, " is not named <key>.<arch>.cubin"));
+    kernels.push_back({std::stoull(name.substr(0, 16), nullptr, 16),
+                       name.substr(17, name.size() - 17 - 6), data});
+  }
+  try {
+    const SafetensorsFile file = SafetensorsFile::FromBytes(bytes[kConstants], kConstants);
+    int read = 0;
+    auto constant = [&](int k, const TensorType& type) {
+      ++read;
+      return file.Load(ConstantName(k), type.device);  // to the device the plan reads it on
+    };
+    ir::Graph g = GraphWithConstants(bytes[kGraph], constant, m.input_updates);
+    KILN_CHECK(read == static_cast<int>(file.entries().size()), "the graph reads ", read,
+               " constants, ", kConstants, " holds ", file.entries().size());
+    cuda::AddPrebuiltKernels(kernels);
+    state->exe = ValueOrThrow(codegen::Executable::Build(std::move(g)));
+  } catch (const Error& e) {
+    fail(e.what());
+  }
+  state->text = bytes[kGraph];
+  state->kernels = static_cast<int>(kernels.size());
+  LoadedFn fn;
+  fn.state_ = std::move(state);
+  return fn;
+}
+
+}  // namespace kiln

@@ -1,0 +1,254 @@
+// Ahead-of-time export (models/export.h): a compiled plan written to a folder and loaded back runs
+// with the compiled function's results, bit for bit; a function that writes its input in place
+// still does; what is not exportable says why; a broken folder is refused with the rule named
+// (checksum, manifest, kiln build, architecture) and a call with another signature too. On a GPU,
+// in a fresh process (forked before this one touches CUDA): a child compiles and exports a bf16
+// GeGLU MLP and a causal attention, this process loads them with NVRTC never mapped and gets the
+// child's results exactly, plain and as a CUDA graph.
+#include "models/export.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "codegen/executable.h"
+#include "io/safetensors.h"
+#include "ops/factories.h"
+#include "ops/modules.h"
+#include "ops/ops.h"
+#include "runtime/cuda.h"
+#include "tests/io_test_util.h"
+#include "tests/test_util.h"
+
+namespace kiln {
+namespace {
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+
+std::string Bits(const std::vector<Tensor>& out) {
+  std::string b;
+  for (const Tensor& t : out) b += Bytes(t);
+  return b;
+}
+
+struct Mlp {
+  Generator gen{7};
+  GeGLUMLP mlp;
+  Tensor x;
+  explicit Mlp(Device device = kCPU, DType dtype = DType::kFloat32)
+      : mlp(32, 64, gen, {dtype, device}), x(randn({16, 32}, gen, dtype, device)) {}
+};
+
+CompileOptions Frozen() {
+  CompileOptions o;
+  o.mode = CompileOptions::Mode::kCompiled;
+  o.freeze_weights = true;
+  return o;
+}
+
+TEST(Export, ALoadedPlanComputesWhatTheCompiledOneDoes) {
+  Mlp m;
+  const CompiledFn f = compile(m.mlp, m.x, Frozen());
+  const std::string dir = TempPath("export_mlp");
+  std::filesystem::remove_all(dir);
+  Export(f, {m.x}, dir);
+  const LoadedFn g = LoadCompiled(dir);
+  EXPECT_EQ(Bits(g({m.x})), Bits(f({m.x})));
+  EXPECT_EQ(g.graph_text(), f.report({m.x}).final_graph);
+  EXPECT_EQ(g.kernels(), 0);  // a CPU plan
+  Generator gen(3);
+  const Tensor y = randn({16, 32}, gen);  // other values, same signature
+  EXPECT_EQ(Bits(g({y})), Bits(f({y})));
+  // Another signature is refused, naming both.
+  ExpectThrowsWith(
+      [&] {
+        g({randn({8, 32}, gen)});
+      },
+      "input 0 is float32[8, 32]", "exported for float32[16, 32]");
+  ExpectThrowsWith([&] { g({transpose(randn({32, 16}, gen), 0, 1)}); }, "not contiguous");
+  ExpectThrowsWith([&] { g({m.x, m.x}); }, "expected 1 inputs, got 2");
+}
+
+TEST(Export, AFunctionThatWritesItsInputStillDoes) {
+  auto fn = [](const std::vector<Tensor>& in) {
+    add_(in[0], 1.0);
+    return std::vector<Tensor>{mul(in[0], 2.0)};
+  };
+  const Tensor x = full({4, 4}, 1.0);
+  const CompiledFn f = compile(fn, {x}, {.mode = CompileOptions::Mode::kCompiled});
+  const std::string dir = TempPath("export_inplace");
+  std::filesystem::remove_all(dir);
+  Export(f, {clone(x)}, dir);
+  const LoadedFn g = LoadCompiled(dir);
+  const Tensor a = full({4, 4}, 1.0);
+  EXPECT_EQ(to_vector(g({a})[0]), std::vector<double>(16, 4.0));
+  EXPECT_EQ(to_vector(a), std::vector<double>(16, 2.0));
+}
+
+TEST(Export, SaysWhatItCannotExport) {
+  auto fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{gelu(in[0])}; };
+  CompileOptions o{.mode = CompileOptions::Mode::kCompiled};
+  o.dynamic = CompileOptions::Dynamic::kDims;
+  o.dynamic_dims = {{0, 0}};
+  const Tensor x = ones({8, 4});
+  const CompiledFn f = compile(fn, {x}, o);
+  ExpectThrowsWith([&] { Export(f, {x}, TempPath("export_symbolic")); }, "symbolic dims",
+                   "dynamic = kNone");
+}
+
+TEST(Export, ABrokenFolderIsRefusedNamingTheRule) {
+  Mlp m;
+  const CompiledFn f = compile(m.mlp, m.x, Frozen());
+  const std::string good = TempPath("export_good");
+  std::filesystem::remove_all(good);
+  Export(f, {m.x}, good);
+  auto broken = [&](const std::string& name, const std::function<void(const std::string&)>& edit) {
+    const std::string dir = TempPath("export_broken_" + name);
+    std::filesystem::remove_all(dir);
+    std::filesystem::copy(good, dir, std::filesystem::copy_options::recursive);
+    edit(dir);
+    return dir;
+  };
+  const std::string manifest = ReadText(good + "/manifest.json");
+  ExpectThrowsWith([&] { LoadCompiled(TempPath("export_none")); }, "cannot read", "manifest.json");
+  ExpectThrowsWith(
+      [&] {
+        LoadCompiled(broken("graph", [](const std::string& d) {
+          WriteText(d + "/graph.txt", ReadText(d + "/graph.txt") + " ");
+        }));
+      },
+      "graph.txt fails its SHA-256 check");
+  ExpectThrowsWith(
+      [&] {
+        LoadCompiled(broken("constants", [](const std::string& d) {
+          std::string c = ReadText(d + "/constants.safetensors");
+          c.back() ^= 1;
+          WriteText(d + "/constants.safetensors", c);
+        }));
+      },
+      "constants.safetensors fails its SHA-256 check");
+  ExpectThrowsWith(
+      [&] {
+        LoadCompiled(broken("json", [&](const std::string& d) {
+          WriteText(d + "/manifest.json", manifest.substr(0, manifest.size() / 2));
+        }));
+      },
+      "manifest.json does not parse");
+  ExpectThrowsWith(
+      [&] {
+        LoadCompiled(broken("kiln", [&](const std::string& d) {
+          WriteText(d + "/manifest.json",
+                    absl::StrReplaceAll(manifest, {{"\"kiln\": \"", "\"kiln\": \"0.0.1+old-"}}));
+        }));
+      },
+      "exported by kiln 0.0.1+old-", "export it again");
+  ExpectThrowsWith(
+      [&] {
+        LoadCompiled(broken("arch", [&](const std::string& d) {
+          WriteText(d + "/manifest.json",
+                    absl::StrReplaceAll(manifest, {{"\"arch\": \"cpu\"", "\"arch\": \"sm_75\""}}));
+        }));
+      },
+      "exported for sm_75; this machine has");
+  ExpectThrowsWith(
+      [&] {
+        LoadCompiled(broken("format", [&](const std::string& d) {
+          WriteText(d + "/manifest.json",
+                    absl::StrReplaceAll(manifest, {{"\"format\": 1", "\"format\": 9"}}));
+        }));
+      },
+      "format 9 (this kiln reads format 1)");
+  EXPECT_EQ(Bits(LoadCompiled(good)({m.x})), Bits(f({m.x})));  // the original still loads
+}
+
+// ---- On a GPU, in a fresh process ----------------------------------------------------------
+
+bool NvrtcMapped() { return ReadText("/proc/self/maps").find("libnvrtc") != std::string::npos; }
+
+// The series' two rows at small sizes: a bf16 GeGLU MLP and naive causal attention.
+std::vector<Tensor> Attention(const std::vector<Tensor>& in) {
+  const Tensor s = mul(matmul(in[0], transpose(in[1], -2, -1)), 0.125);
+  const Tensor mask = triu(ones({in[0].size(2), in[1].size(2)}, DType::kBool, in[0].device()), 1);
+  return {matmul(softmax(masked_fill(s, mask, -INFINITY), -1), in[2])};
+}
+
+// In a child: compiles and exports both, saving inputs and results beside them.
+void ExportInAChild(const std::string& root) {
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    try {
+      Mlp m(CUDA(0), DType::kBFloat16);
+      const CompiledFn f = compile(m.mlp, m.x, Frozen());
+      Export(f, {m.x}, root + "/mlp");
+      save_safetensors(root + "/mlp.io.safetensors", {{"x", m.x}, {"y", f({m.x})[0]}});
+      Generator gen(5);
+      std::vector<Tensor> qkv;
+      for (int i = 0; i < 3; ++i) {
+        qkv.push_back(randn({2, 4, 256, 64}, gen, DType::kBFloat16, CUDA(0)));
+      }
+      const CompiledFn a = compile(Attention, qkv, Frozen());
+      Export(a, qkv, root + "/attention");
+      save_safetensors(root + "/attention.io.safetensors",
+                       {{"q", qkv[0]}, {"k", qkv[1]}, {"v", qkv[2]}, {"y", a(qkv)[0]}});
+      _exit(0);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "export child: %s\n", e.what());
+      _exit(1);
+    }
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the exporting child failed";
+}
+
+TEST(ExportOnGpu, AFreshProcessRunsExportedPlansWithoutNvrtc) {
+  KILN_SKIP_WITHOUT_NVRTC();
+  // Asked of the file system: CUDA must not start in this process before the fork.
+  if (!GpuPresent() || !std::filesystem::exists("/dev/nvidiactl")) {
+    if (GpuRequired()) FAIL() << "KILN_REQUIRE_GPU=1 but no CUDA device";
+    GTEST_SKIP() << "no CUDA device";
+  }
+  ASSERT_FALSE(NvrtcMapped());
+  const std::string root = TempPath("export_gpu");
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root);
+  ExportInAChild(root);
+  for (const std::string name : {"mlp", "attention"}) {
+    const NamedTensors io = load_safetensors(root + "/" + name + ".io.safetensors", CUDA(0));
+    std::vector<Tensor> inputs;
+    for (size_t i = 0; i + 1 < io.size(); ++i) inputs.push_back(io[i].second);
+    const std::string want = Bytes(io.back().second);
+    const auto t0 = std::chrono::steady_clock::now();
+    const LoadedFn g = LoadCompiled(root + "/" + name);
+    const std::string got = Bits(g(inputs));
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("%s: LoadCompiled to first result %.1f ms, %d kernels in the folder\n",
+                name.c_str(), ms, g.kernels());
+    EXPECT_EQ(got, want) << name;
+    EXPECT_GT(g.kernels(), 0) << name;
+    const LoadedFn graphed = LoadCompiled(root + "/" + name, {.cuda_graphs = true});
+    for (int call = 0; call < 3; ++call) EXPECT_EQ(Bits(graphed(inputs)), want) << name << call;
+  }
+  EXPECT_FALSE(NvrtcMapped()) << "loading and running exported plans mapped NVRTC";
+}
+
+}  // namespace
+}  // namespace kiln
