@@ -1,10 +1,10 @@
 // Ahead-of-time export (models/export.h): a compiled plan written to a folder and loaded back runs
 // with the compiled function's results, bit for bit; a function that writes its input in place
 // still does; what is not exportable says why; a broken folder is refused with the rule named
-// (checksum, manifest, kiln build, architecture) and a call with another signature too. On a GPU,
-// in a fresh process (forked before this one touches CUDA): a child compiles and exports a bf16
-// GeGLU MLP and a causal attention, this process loads them with NVRTC never mapped and gets the
-// child's results exactly, plain and as a CUDA graph.
+// (checksum, manifest, kiln build, architecture) and a call with another signature too. On a GPU:
+// another process (this binary again) compiles and exports a bf16 GeGLU MLP and a causal
+// attention, this one loads them with NVRTC never mapped and gets that process's results exactly,
+// plain and as a CUDA graph.
 #include "models/export.h"
 
 #include <gtest/gtest.h>
@@ -188,48 +188,53 @@ std::vector<Tensor> Attention(const std::vector<Tensor>& in) {
   return {matmul(softmax(masked_fill(s, mask, -INFINITY), -1), in[2])};
 }
 
-// In a child: compiles and exports both, saving inputs and results beside them.
-void ExportInAChild(const std::string& root) {
+constexpr char kChildDir[] = "KILN_EXPORT_TEST_DIR";
+
+// Compiles and exports both into `root`, saving inputs and results beside them.
+void ExportBoth(const std::string& root) {
+  Mlp m(CUDA(0), DType::kBFloat16);
+  const CompiledFn f = compile(m.mlp, m.x, Frozen());
+  Export(f, {m.x}, root + "/mlp");
+  save_safetensors(root + "/mlp.io.safetensors", {{"x", m.x}, {"y", f({m.x})[0]}});
+  Generator gen(5);
+  std::vector<Tensor> qkv;
+  for (int i = 0; i < 3; ++i) qkv.push_back(randn({2, 4, 256, 64}, gen, DType::kBFloat16, CUDA(0)));
+  const CompiledFn a = compile(Attention, qkv, Frozen());
+  Export(a, qkv, root + "/attention");
+  save_safetensors(root + "/attention.io.safetensors",
+                   {{"q", qkv[0]}, {"k", qkv[1]}, {"v", qkv[2]}, {"y", a(qkv)[0]}});
+}
+
+// The exporting process: this binary run again (fork, then exec at once: CUDA, which this process
+// may have started, does not survive a fork), asked by kChildDir to run only ExportBoth.
+void ExportInAFreshProcess(const std::string& root) {
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    try {
-      Mlp m(CUDA(0), DType::kBFloat16);
-      const CompiledFn f = compile(m.mlp, m.x, Frozen());
-      Export(f, {m.x}, root + "/mlp");
-      save_safetensors(root + "/mlp.io.safetensors", {{"x", m.x}, {"y", f({m.x})[0]}});
-      Generator gen(5);
-      std::vector<Tensor> qkv;
-      for (int i = 0; i < 3; ++i) {
-        qkv.push_back(randn({2, 4, 256, 64}, gen, DType::kBFloat16, CUDA(0)));
-      }
-      const CompiledFn a = compile(Attention, qkv, Frozen());
-      Export(a, qkv, root + "/attention");
-      save_safetensors(root + "/attention.io.safetensors",
-                       {{"q", qkv[0]}, {"k", qkv[1]}, {"v", qkv[2]}, {"y", a(qkv)[0]}});
-      _exit(0);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "export child: %s\n", e.what());
-      _exit(1);
-    }
+    setenv(kChildDir, root.c_str(), 1);
+    execl("/proc/self/exe", "export_test", "--gtest_filter=ExportOnGpu.ExportingProcess",
+          static_cast<char*>(nullptr));
+    _exit(127);
   }
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the exporting child failed";
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the exporting process failed";
+}
+
+// Not a test of its own: the exporting process of the test below (skipped when run otherwise).
+TEST(ExportOnGpu, ExportingProcess) {
+  const char* root = std::getenv(kChildDir);
+  if (root == nullptr) GTEST_SKIP() << "the exporting process of AFreshProcessRuns... only";
+  ExportBoth(root);
 }
 
 TEST(ExportOnGpu, AFreshProcessRunsExportedPlansWithoutNvrtc) {
-  KILN_SKIP_WITHOUT_NVRTC();
-  // Asked of the file system: CUDA must not start in this process before the fork.
-  if (!GpuPresent() || !std::filesystem::exists("/dev/nvidiactl")) {
-    if (GpuRequired()) FAIL() << "KILN_REQUIRE_GPU=1 but no CUDA device";
-    GTEST_SKIP() << "no CUDA device";
-  }
+  KILN_SKIP_WITHOUT_GPU();
   ASSERT_FALSE(NvrtcMapped());
   const std::string root = TempPath("export_gpu");
   std::filesystem::remove_all(root);
   std::filesystem::create_directories(root);
-  ExportInAChild(root);
+  ExportInAFreshProcess(root);
   for (const std::string name : {"mlp", "attention"}) {
     const NamedTensors io = load_safetensors(root + "/" + name + ".io.safetensors", CUDA(0));
     std::vector<Tensor> inputs;
