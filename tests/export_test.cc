@@ -235,11 +235,13 @@ TEST(ExportOnGpu, AFreshProcessRunsExportedPlansWithoutNvrtc) {
   std::filesystem::remove_all(root);
   std::filesystem::create_directories(root);
   ExportInAFreshProcess(root);
-  for (const std::string name : {"mlp", "attention"}) {
-    const NamedTensors io = load_safetensors(root + "/" + name + ".io.safetensors", CUDA(0));
+  const std::vector<std::pair<std::string, std::vector<std::string>>> plans = {
+      {"mlp", {"x"}}, {"attention", {"q", "k", "v"}}};
+  for (const auto& [name, input_names] : plans) {
+    const SafetensorsFile io = SafetensorsFile::Open(root + "/" + name + ".io.safetensors");
     std::vector<Tensor> inputs;
-    for (size_t i = 0; i + 1 < io.size(); ++i) inputs.push_back(io[i].second);
-    const std::string want = Bytes(io.back().second);
+    for (const std::string& in : input_names) inputs.push_back(io.Load(in, CUDA(0)));
+    const std::string want = Bytes(io.Load("y"));
     const auto t0 = std::chrono::steady_clock::now();
     const LoadedFn g = LoadCompiled(root + "/" + name);
     const std::string got = Bits(g(inputs));
