@@ -3,26 +3,36 @@
 //   --variant inplace  the same with masked_fill_;
 //   --variant sdpa     scaled_dot_product_attention(q, k, v, is_causal) with --backend math
 //                      (kiln ops composed), flash (kiln's tensor-core kernel) or auto;
-//   --variant all      (default) each of them.
+//   --variant all      (default) each of them;
+//   --variant package  the series' "kernels hub" row: kiln's flash kernel loaded from a kernel
+//                      package (examples/hub_kernels.h; bf16, head dim 64 or 128, on a GPU) and
+//                      called as a custom op. --package DIR loads the package in DIR (else one is
+//                      built with NVRTC into a temporary folder first); --build-package DIR only
+//                      writes it (any machine with NVRTC).
 // Compiled, the naive and in-place code become one attention node (the attention fusion pass
 // finds the pattern; the report's explain log says so): one flash kernel per step on a GPU.
 // Prints the peak device memory of each and the backend chosen, with the reason.
 //
-//   04_attention [--variant naive|inplace|sdpa|all] [--backend math|flash|auto]
+//   04_attention [--variant naive|inplace|sdpa|all|package] [--backend math|flash|auto]
+//                [--package DIR] [--build-package DIR]
 //                [--device cpu|cuda] [--dtype ...] [--batch B] [--heads H] [--seq T] [--head-dim D]
 //                [--compile] [--cuda-graphs] [--profile] [--sort KEY] [--trace FILE] [--compare]
 //                [--dump DIR] [--warmup W] [--iters I]
 // --profile prints the op table (sorted by --sort, torch's keys accepted) and, on a GPU, the kernel
 // table of 3 profiled steps (wait 1, warm-up 1); --trace FILE writes a Perfetto/Chrome trace;
 // --compare prints the eager-vs-compiled report.
+#include <filesystem>
+
 #include "examples/common.h"
+#include "examples/hub_kernels.h"
 #include "ops/modules.h"
 
 int main(int argc, char** argv) {
   using namespace kiln;
   examples::Flags f(
       "04_attention",
-      "[--variant naive|inplace|sdpa|all] [--backend math|flash|auto] [--device cpu|cuda] [--dtype "
+      "[--variant naive|inplace|sdpa|all|package] [--package DIR] [--build-package DIR] [--backend "
+      "math|flash|auto] [--device cpu|cuda] [--dtype "
       "float32|float16|bfloat16] [--batch B] [--heads H] "
       "[--seq T] [--head-dim D] [--compile] [--cuda-graphs] [--profile] [--sort KEY] [--trace "
       "FILE] [--compare] "
@@ -34,7 +44,20 @@ int main(int argc, char** argv) {
   f.Define("head-dim", "64");
   f.Define("variant", "all");
   f.Define("backend", "auto");
+  f.Define("package", "");
+  f.Define("build-package", "");
   f.Parse(argc, argv);
+  if (f.Given("build-package")) {
+    try {
+      examples::BuildHubAttentionPackage(f.Str("build-package"));
+      std::printf("wrote kernel package %s %s to %s\n", examples::kAttentionPackageName,
+                  examples::kHubPackageVersion, f.Str("build-package").c_str());
+      return 0;
+    } catch (const Error& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return 2;
+    }
+  }
   const auto [device, dtype] = examples::DeviceAndDType(f);
   const bool gpu = device.is_cuda();
   if (!f.Given("seq")) {
@@ -52,8 +75,9 @@ int main(int argc, char** argv) {
                                      randn({b, h, t, d}, gen, dtype, device),
                                      randn({b, h, t, d}, gen, dtype, device)};
     const std::string variant = f.Str("variant"), backend_name = f.Str("backend");
-    KILN_CHECK(variant == "all" || variant == "naive" || variant == "inplace" || variant == "sdpa",
-               "04_attention: --variant is naive, inplace, sdpa or all, got ", variant);
+    KILN_CHECK(variant == "all" || variant == "naive" || variant == "inplace" ||
+                   variant == "sdpa" || variant == "package",
+               "04_attention: --variant is naive, inplace, sdpa, package or all, got ", variant);
     KILN_CHECK(backend_name == "auto" || backend_name == "math" || backend_name == "flash",
                "04_attention: --backend is math, flash or auto, got ", backend_name);
     const SdpaBackend backend = backend_name == "math"    ? SdpaBackend::kMath
@@ -64,12 +88,31 @@ int main(int argc, char** argv) {
                               std::to_string(t) + ", " + std::to_string(d) + "] " +
                               DTypeName(dtype) + " on " + device.str();
     std::vector<std::pair<std::string, double>> peaks;
-    for (const char* v : {"naive", "inplace", "sdpa"}) {
-      if (variant != "all" && variant != v) continue;
+    for (const char* v : {"naive", "inplace", "sdpa", "package"}) {
+      if (variant != v && (variant != "all" || std::string(v) == "package")) continue;
       const std::string name = v;
       examples::Example ex;
       ex.inputs = qkv;
-      if (name == "sdpa") {
+      if (name == "package") {
+        std::string dir = f.Str("package");
+        if (dir.empty()) {
+          dir = (std::filesystem::temp_directory_path() / "kiln_hub_flash_attn").string();
+          std::filesystem::remove_all(dir);
+          examples::BuildHubAttentionPackage(dir);
+          std::printf("package: built %s %s with NVRTC into %s (--package DIR loads a built one)\n",
+                      examples::kAttentionPackageName, examples::kHubPackageVersion, dir.c_str());
+        }
+        static const KernelPackage pkg = KernelPackage::Load(dir, "0.1");
+        const CustomOp op = examples::RegisterFlashAttention(pkg, static_cast<int>(d));
+        const PackagedKernel& k = pkg.kernel("causal_d" + std::to_string(d));
+        std::printf("package: %s %s from %s, kernel %s (%s)\n", pkg.name().c_str(),
+                    pkg.version().c_str(), dir.c_str(), k.entry.c_str(), k.arch.c_str());
+        ex.title =
+            "causal attention, kernel from a package (" + std::string(op.name()) + "), " + shape;
+        ex.fn = [op](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{op({in[0], in[1], in[2]})};
+        };
+      } else if (name == "sdpa") {
         const SdpaBackendChoice c = sdpa_backend_choice(qkv[0], qkv[1], qkv[2], {}, true);
         std::printf("sdpa backend: %s (%s)\n", SdpaBackendName(c.backend), c.reason.c_str());
         ex.title =

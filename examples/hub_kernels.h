@@ -1,7 +1,10 @@
-// The examples' stand-in for the series' "kernels hub" package: a hand-written GeGLU activation
-// kernel (out = gelu_tanh(gate) · up over x = [gate | up], as the hub's `gelu_tanh_and_mul`),
-// built into a kernel package (io/kernel_package.h) and registered as a custom op
-// (ops/custom_op.h) from the package's loaded binary: no NVRTC at run time.
+// The examples' stand-ins for the series' "kernels hub" packages, each built into a kernel
+// package (io/kernel_package.h) and registered as a custom op (ops/custom_op.h) from the package's
+// loaded binary (no NVRTC at run time):
+//  - "activation" (03_mlp): a hand-written GeGLU activation kernel, out = gelu_tanh(gate) · up
+//    over x = [gate | up], as the hub's `gelu_tanh_and_mul`;
+//  - "flash_attn" (04_attention): kiln's own flash-attention kernel (the mma.sync one, which runs
+//    on sm_80 and later), causal, bf16, head dims 64 and 128, as the hub's flash-attn.
 //
 //   BuildHubPackage("pkg");                              // once, on any machine with NVRTC
 //   const KernelPackage pkg = KernelPackage::Load("pkg", "0.1");
@@ -9,9 +12,12 @@
 //   Tensor h = act({linear(x, gate_up_weight)});        // [N, 2H] -> [N, H]
 #pragma once
 
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/families/attention/flash_attention_cuda.h"
 #include "io/kernel_package.h"
 #include "ops/custom_op.h"
 #include "ops/ops.h"
@@ -101,6 +107,70 @@ inline kiln::CustomOp RegisterGeluAndMul(const kiln::KernelPackage& pkg) {
     l.grid[0] = static_cast<unsigned>(
         std::min<int64_t>((work + 255) / 256, int64_t{kiln::cuda::Props().sm_count} * 16));
     l.args.Add(in[0]).Add(out).Add<long long>(rows).Add<long long>(hidden);
+    return l;
+  };
+  return kiln::RegisterCustomOp(std::move(s));
+}
+
+inline constexpr char kAttentionPackageName[] = "flash_attn";
+
+// The flash kernel's configuration for causal bf16 attention of head dim `d`.
+inline kiln::cuda_ops::FlashAttentionConfig HubFlashConfig(int d) {
+  return kiln::cuda_ops::PlanFlashAttention(d, kiln::DType::kBFloat16, /*causal=*/true,
+                                            kiln::cuda_ops::FlashMask::kNone);
+}
+
+// Writes the "flash_attn" package into `dir`: kiln's flash kernel for head dims 64 and 128 (sm_90
+// and sm_80 CUBINs), named "causal_d64" and "causal_d128".
+inline void BuildHubAttentionPackage(const std::string& dir) {
+  std::vector<kiln::KernelSource> kernels;
+  for (int d : {64, 128}) {
+    const auto c = HubFlashConfig(d);
+    kernels.push_back({absl::StrCat("causal_d", d),
+                       kiln::cuda_ops::FlashAttentionKernelName(c),
+                       kiln::cuda_ops::RenderFlashAttentionSource(c),
+                       {static_cast<int>(sizeof(kiln::cuda_ops::FlashParams))}});
+  }
+  kiln::BuildKernelPackage(dir, kAttentionPackageName, kHubPackageVersion, kernels,
+                           {"sm_90", "sm_80"});
+}
+
+// The package's kernel for head dim `d` as the op `flash_attn_causal_d<d>`: q, k, v [B, H, T, d]
+// bf16 -> [B, H, T, d], causal, scale 1/sqrt(d).
+inline kiln::CustomOp RegisterFlashAttention(const kiln::KernelPackage& pkg, int d) {
+  const std::string name = absl::StrCat("flash_attn_causal_d", d);
+  if (std::optional<kiln::CustomOp> op = kiln::FindCustomOp(name)) return *op;
+  kiln::CustomOpSpec s;
+  s.name = name;
+  s.num_inputs = 3;
+  const kiln::PackagedKernel& k = pkg.kernel(absl::StrCat("causal_d", d));
+  s.entry = k.entry;
+  s.kernel = k.handle;
+  s.infer = [d](absl::Span<const kiln::TensorType> in) -> absl::StatusOr<kiln::TensorType> {
+    for (const kiln::TensorType& t : in) {
+      if (t.dtype != kiln::DType::kBFloat16 || t.shape.size() != 4 || t.shape[3] != d) {
+        return absl::InvalidArgumentError(absl::StrCat("expects bf16 [B, H, T, ", d, "], got ",
+                                                       kiln::DTypeName(t.dtype),
+                                                       kiln::ShapeString(t.shape)));
+      }
+    }
+    if (in[1].shape != in[2].shape || in[0].shape[0] != in[1].shape[0] ||
+        in[0].shape[1] != in[1].shape[1]) {
+      return absl::InvalidArgumentError("q, k and v must share B and H, and k and v their shape");
+    }
+    return in[0];
+  };
+  s.launch = [d](absl::Span<const kiln::Tensor> in, const kiln::Tensor& out) {
+    kiln::OpAttrs a;
+    a.is_causal = true;
+    a.scale = 1.0 / std::sqrt(static_cast<double>(d));
+    const kiln::cuda_ops::FlashLaunchDescription f =
+        kiln::cuda_ops::DescribeFlashLaunch(HubFlashConfig(d), in, a, out);
+    kiln::CustomLaunch l;
+    l.grid = {f.grid[0], f.grid[1], f.grid[2]};
+    l.block = {f.block[0], f.block[1], f.block[2]};
+    l.shared_bytes = f.shared_bytes;
+    l.args.AddBytes(f.params);
     return l;
   };
   return kiln::RegisterCustomOp(std::move(s));

@@ -50,17 +50,22 @@ inline constexpr int kMaxCustomOps = 256;
 
 // A kernel's arguments in order, each as the bytes of its parameter: Add(tensor) passes the
 // tensor's data pointer, Add<T>(value) a trivially copyable value of the parameter's exact type
-// (long long for a 64-bit count, float for a float). Their number and sizes are checked against
-// the kernel's parameters as the driver reports them at the first launch.
+// (long long for a 64-bit count, float for a float, a parameter struct by value), AddBytes the
+// bytes of one parameter as they are. Their number and sizes are checked against the kernel's
+// parameters as the driver reports them at the first launch.
 class KernelArgs {
  public:
   KernelArgs& Add(const Tensor& t);
   template <typename T>
   KernelArgs& Add(const T& value) {
-    static_assert(std::is_trivially_copyable_v<T> && !std::is_pointer_v<T> && sizeof(T) <= 64,
-                  "a kernel argument is a tensor or a trivially copyable value of <= 64 bytes");
+    static_assert(std::is_trivially_copyable_v<T> && !std::is_pointer_v<T>,
+                  "a kernel argument is a tensor or a trivially copyable value");
     std::string bytes(sizeof(T), '\0');
     std::memcpy(bytes.data(), &value, sizeof(T));
+    args_.push_back(std::move(bytes));
+    return *this;
+  }
+  KernelArgs& AddBytes(std::string bytes) {
     args_.push_back(std::move(bytes));
     return *this;
   }

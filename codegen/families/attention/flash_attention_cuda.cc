@@ -22,21 +22,6 @@
 namespace kiln::cuda_ops {
 namespace {
 
-// Mirrors KilnFlashParams in the kernel source, field for field.
-struct FlashParams {
-  const void *q, *k, *v;
-  void* o;
-  const void* mask;
-  long long q_batch, q_head, q_row;
-  long long k_batch, k_head, k_row;
-  long long v_batch, v_head, v_row;
-  long long o_batch, o_head, o_row;
-  long long m_batch, m_head, m_row, m_col;
-  int heads, group, q_len, kv_len;
-  float scale_log2;
-  int section;
-};
-
 // Mirrors KilnDecodeParams (flash_decode_source.h).
 struct DecodeParams {
   FlashParams f;
@@ -63,8 +48,6 @@ void SetAppend(const FlashKvAppend& a, DecodeParams* d) {
   d->kn_batch = k.batch, d->kn_head = k.head, d->kn_row = k.row;
   d->vn_batch = v.batch, d->vn_head = v.head, d->vn_row = v.row;
 }
-
-constexpr double kLog2e = 1.4426950408889634;
 
 struct FlashKernel {
   cudaKernel_t kernel = nullptr;
@@ -98,26 +81,6 @@ int L2Section(int device, int64_t kv_len, int64_t head_dim, int64_t pairs) {
   const int64_t l2 = static_cast<int64_t>(cuda::Props(device).l2_bytes);
   const int64_t kv_bytes = std::max<int64_t>(kv_len * head_dim * 4, 1);
   return static_cast<int>(std::clamp<int64_t>(l2 / 3 / kv_bytes, 1, pairs));
-}
-
-void SetStrides(const Tensor& t, long long* batch, long long* head, long long* row) {
-  const FlashBatchStrides s = FlashStridesOf(t);
-  *batch = s.batch;
-  *head = s.head;
-  *row = s.row;
-}
-
-// The mask's strides over the output's [..., L, S] (0 where it broadcasts).
-void SetMaskStrides(const Tensor& mask, int64_t rank, FlashParams* p) {
-  int64_t st[4] = {0, 0, 0, 0};  // over [B, H, L, S] of a rank-`rank` output
-  const int64_t lead = rank - mask.dim();
-  for (int64_t d = 0; d < mask.dim(); ++d) {
-    st[4 - rank + lead + d] = mask.size(d) == 1 ? 0 : mask.stride(d);
-  }
-  p->m_batch = st[0];
-  p->m_head = st[1];
-  p->m_row = st[2];
-  p->m_col = st[3];
 }
 
 // The decode kernels of a configuration (split and combine), cached like the flash kernel, and
@@ -295,21 +258,7 @@ void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const T
   config.kv_append = append == nullptr ? 0 : append->slots.numel() == 1 ? 1 : 4;
   KILN_CHECK(append == nullptr || append->bad != nullptr,
              "scaled_dot_product_attention: a fused KV-cache append needs an index-error flag");
-  FlashParams p{};
-  p.q = q.data_ptr(), p.k = k.data_ptr(), p.v = v.data_ptr(), p.o = out.data_ptr();
-  SetStrides(q, &p.q_batch, &p.q_head, &p.q_row);
-  SetStrides(k, &p.k_batch, &p.k_head, &p.k_row);
-  SetStrides(v, &p.v_batch, &p.v_head, &p.v_row);
-  SetStrides(out, &p.o_batch, &p.o_head, &p.o_row);
-  if (has_mask) {
-    p.mask = in[3].data_ptr();
-    SetMaskStrides(in[3], rank, &p);
-  }
-  p.heads = static_cast<int>(heads);
-  p.group = static_cast<int>(rank >= 3 ? heads / k.size(-3) : 1);
-  p.q_len = static_cast<int>(q.size(-2));
-  p.kv_len = static_cast<int>(k.size(-2));
-  p.scale_log2 = static_cast<float>(a.scale * kLog2e);
+  FlashParams p = MakeFlashParams(in, a, out);
   if (p.q_len <= kFlashDecodeMaxQueries) {
     LaunchFlashDecode(p, config, batch * heads * p.q_len, q.device(), append);
     return;

@@ -56,6 +56,37 @@ struct FlashBatchStrides {
 };
 FlashBatchStrides FlashStridesOf(const Tensor& t);
 
+// KilnFlashParams (flash_attention_source.h) on the host, field for field.
+struct FlashParams {
+  const void *q, *k, *v;
+  void* o;
+  const void* mask;
+  long long q_batch, q_head, q_row;
+  long long k_batch, k_head, k_row;
+  long long v_batch, v_head, v_row;
+  long long o_batch, o_head, o_row;
+  long long m_batch, m_head, m_row, m_col;
+  int heads, group, q_len, kv_len;
+  float scale_log2;
+  int section;
+};
+// The parameters of out = sdpa(q, k, v[, mask]) for operands FlashAttentionUnsupportedReason
+// accepts: pointers, strides, lengths, heads, the scale; `section` every (batch, head) pair.
+FlashParams MakeFlashParams(absl::Span<const Tensor> in, const OpAttrs& a, const Tensor& out);
+
+// One launch of the (mma.sync) flash kernel of `c` by whoever holds it prebuilt (a kernel package
+// built from RenderFlashAttentionSource(c): 04_attention --variant package): grid, block, dynamic
+// shared memory and the bytes of its one parameter. `c` must fit the operands (head dim, dtype,
+// causal, mask kind: checked, with the rule named); any tiling of it runs any lengths.
+struct FlashLaunchDescription {
+  unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
+  int shared_bytes = 0;
+  std::string params;
+};
+FlashLaunchDescription DescribeFlashLaunch(const FlashAttentionConfig& c,
+                                           absl::Span<const Tensor> in, const OpAttrs& a,
+                                           const Tensor& out);
+
 // "kiln_flash_attention_d64_bf16_causal_128x64w4": what the profiler's kernel table shows.
 std::string FlashAttentionKernelName(const FlashAttentionConfig& c);
 // The full CUDA source of one configuration: its #defines, then the kernel text.

@@ -11,6 +11,7 @@
 #include "codegen/families/attention/flash_decode_source.h"
 #include "runtime/cuda.h"
 #include "runtime/settings.h"
+#include "runtime/status.h"
 
 namespace kiln::cuda_ops {
 namespace {
@@ -204,6 +205,78 @@ std::string RenderFlashDecodeSource(const FlashAttentionConfig& c) {
   define("KILN_FD_MASK", static_cast<int>(c.mask));
   define("KILN_FD_APPEND", c.kv_append);
   return s + kFlashParamsSource + kFlashDecodeSource;
+}
+
+namespace {
+
+void SetStrides(const Tensor& t, long long* batch, long long* head, long long* row) {
+  const FlashBatchStrides s = FlashStridesOf(t);
+  *batch = s.batch;
+  *head = s.head;
+  *row = s.row;
+}
+
+// The mask's strides over the output's [..., L, S] (0 where it broadcasts).
+void SetMaskStrides(const Tensor& mask, int64_t rank, FlashParams* p) {
+  int64_t st[4] = {0, 0, 0, 0};  // over [B, H, L, S] of a rank-`rank` output
+  const int64_t lead = rank - mask.dim();
+  for (int64_t d = 0; d < mask.dim(); ++d) {
+    st[4 - rank + lead + d] = mask.size(d) == 1 ? 0 : mask.stride(d);
+  }
+  p->m_batch = st[0];
+  p->m_head = st[1];
+  p->m_row = st[2];
+  p->m_col = st[3];
+}
+
+}  // namespace
+
+FlashParams MakeFlashParams(absl::Span<const Tensor> in, const OpAttrs& a, const Tensor& out) {
+  constexpr double kLog2e = 1.4426950408889634;
+  const Tensor &q = in[0], &k = in[1], &v = in[2];
+  const int64_t rank = q.dim();
+  const int64_t batch = rank >= 4 ? q.size(0) : 1, heads = rank >= 3 ? q.size(-3) : 1;
+  FlashParams p{};
+  p.q = q.data_ptr(), p.k = k.data_ptr(), p.v = v.data_ptr(), p.o = out.data_ptr();
+  SetStrides(q, &p.q_batch, &p.q_head, &p.q_row);
+  SetStrides(k, &p.k_batch, &p.k_head, &p.k_row);
+  SetStrides(v, &p.v_batch, &p.v_head, &p.v_row);
+  SetStrides(out, &p.o_batch, &p.o_head, &p.o_row);
+  if (in.size() > 3) {
+    p.mask = in[3].data_ptr();
+    SetMaskStrides(in[3], rank, &p);
+  }
+  p.heads = static_cast<int>(heads);
+  p.group = static_cast<int>(rank >= 3 ? heads / k.size(-3) : 1);
+  p.q_len = static_cast<int>(q.size(-2));
+  p.kv_len = static_cast<int>(k.size(-2));
+  p.scale_log2 = static_cast<float>(a.scale * kLog2e);
+  p.section = static_cast<int>(batch * heads);
+  return p;
+}
+
+FlashLaunchDescription DescribeFlashLaunch(const FlashAttentionConfig& c,
+                                           absl::Span<const Tensor> in, const OpAttrs& a,
+                                           const Tensor& out) {
+  const std::string why = FlashAttentionUnsupportedReason(in, a);
+  KILN_CHECK(why.empty(), "flash attention (prebuilt): ", why);
+  KILN_CHECK(FlashCanWrite(out), "flash attention (prebuilt): the output's layout is not one the ",
+             "kernel writes (", Describe(out.type()), ")");
+  const FlashMask mask = in.size() > 3 ? FlashMaskOf(in[3].dtype()) : FlashMask::kNone;
+  KILN_CHECK(c.head_dim == in[0].size(-1) && c.dtype == in[0].dtype() && c.causal == a.is_causal &&
+                 c.mask == mask,
+             "flash attention (prebuilt): the kernel ", FlashAttentionKernelName(c),
+             " does not fit these operands (head dim ", in[0].size(-1), ", ",
+             DTypeName(in[0].dtype()), a.is_causal ? ", causal" : "", ", mask kind ",
+             static_cast<int>(mask), ")");
+  const FlashParams p = MakeFlashParams(in, a, out);
+  FlashLaunchDescription d;
+  d.grid[0] = static_cast<unsigned>(p.section);  // every (batch, head) pair
+  d.grid[1] = static_cast<unsigned>((p.q_len + c.block_m - 1) / c.block_m);
+  d.block[0] = static_cast<unsigned>(c.threads());
+  d.shared_bytes = c.shared_bytes();
+  d.params.assign(reinterpret_cast<const char*>(&p), sizeof(p));
+  return d;
 }
 
 FlashAttentionConfig ForGrid(FlashAttentionConfig c, int64_t bh, int64_t q_len, int sm_count) {
