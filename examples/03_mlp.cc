@@ -17,8 +17,6 @@
 // --profile prints the op table (sorted by --sort, torch's keys accepted) and, on a GPU, the kernel
 // table of 3 profiled steps (wait 1, warm-up 1); --trace FILE writes a Perfetto/Chrome trace;
 // --compare prints the eager-vs-compiled report.
-#include <filesystem>
-
 #include "examples/common.h"
 #include "examples/hub_kernels.h"
 #include "ops/modules.h"
@@ -40,15 +38,8 @@ int main(int argc, char** argv) {
   f.Define("build-package", "");
   f.Parse(argc, argv);
   if (f.Given("build-package")) {
-    try {
-      examples::BuildHubPackage(f.Str("build-package"));
-      std::printf("wrote kernel package %s %s to %s\n", examples::kHubPackageName,
-                  examples::kHubPackageVersion, f.Str("build-package").c_str());
-      return 0;
-    } catch (const Error& e) {
-      std::fprintf(stderr, "error: %s\n", e.what());
-      return 2;
-    }
+    return examples::WriteHubPackage(f.Str("build-package"), examples::kHubPackageName,
+                                     examples::BuildHubPackage);
   }
   const auto [device, dtype] = examples::DeviceAndDType(f);
   const bool gpu = device.is_cuda();
@@ -77,19 +68,9 @@ int main(int argc, char** argv) {
       model = std::make_shared<GeGLUMLP>(dim, hidden, gen, o);
     }
     if (variant == "package") {
-      std::string dir = f.Str("package");
-      if (dir.empty()) {
-        dir = (std::filesystem::temp_directory_path() / "kiln_hub_activation").string();
-        std::filesystem::remove_all(dir);
-        examples::BuildHubPackage(dir);
-        std::printf("package: built %s %s with NVRTC into %s (--package DIR loads a built one)\n",
-                    examples::kHubPackageName, examples::kHubPackageVersion, dir.c_str());
-      }
-      static const KernelPackage pkg = KernelPackage::Load(dir, "0.1");
-      act = examples::RegisterGeluAndMul(pkg);
-      std::printf("package: %s %s from %s, kernel %s (%s)\n", pkg.name().c_str(),
-                  pkg.version().c_str(), dir.c_str(), pkg.kernel("gelu_tanh_and_mul").entry.c_str(),
-                  pkg.kernel("gelu_tanh_and_mul").arch.c_str());
+      act = examples::RegisterGeluAndMul(
+          examples::LoadHubPackage(f.Str("package"), examples::kHubPackageName,
+                                   examples::BuildHubPackage, "gelu_tanh_and_mul"));
       auto& geglu = static_cast<GeGLUMLP&>(*model);
       gate_up = cat({geglu.gate().weight(), geglu.up().weight()}, 0);
     }

@@ -21,8 +21,6 @@
 // --profile prints the op table (sorted by --sort, torch's keys accepted) and, on a GPU, the kernel
 // table of 3 profiled steps (wait 1, warm-up 1); --trace FILE writes a Perfetto/Chrome trace;
 // --compare prints the eager-vs-compiled report.
-#include <filesystem>
-
 #include "examples/common.h"
 #include "examples/hub_kernels.h"
 #include "ops/modules.h"
@@ -48,15 +46,8 @@ int main(int argc, char** argv) {
   f.Define("build-package", "");
   f.Parse(argc, argv);
   if (f.Given("build-package")) {
-    try {
-      examples::BuildHubAttentionPackage(f.Str("build-package"));
-      std::printf("wrote kernel package %s %s to %s\n", examples::kAttentionPackageName,
-                  examples::kHubPackageVersion, f.Str("build-package").c_str());
-      return 0;
-    } catch (const Error& e) {
-      std::fprintf(stderr, "error: %s\n", e.what());
-      return 2;
-    }
+    return examples::WriteHubPackage(f.Str("build-package"), examples::kAttentionPackageName,
+                                     examples::BuildHubAttentionPackage);
   }
   const auto [device, dtype] = examples::DeviceAndDType(f);
   const bool gpu = device.is_cuda();
@@ -94,19 +85,11 @@ int main(int argc, char** argv) {
       examples::Example ex;
       ex.inputs = qkv;
       if (name == "package") {
-        std::string dir = f.Str("package");
-        if (dir.empty()) {
-          dir = (std::filesystem::temp_directory_path() / "kiln_hub_flash_attn").string();
-          std::filesystem::remove_all(dir);
-          examples::BuildHubAttentionPackage(dir);
-          std::printf("package: built %s %s with NVRTC into %s (--package DIR loads a built one)\n",
-                      examples::kAttentionPackageName, examples::kHubPackageVersion, dir.c_str());
-        }
-        static const KernelPackage pkg = KernelPackage::Load(dir, "0.1");
-        const CustomOp op = examples::RegisterFlashAttention(pkg, static_cast<int>(d));
-        const PackagedKernel& k = pkg.kernel("causal_d" + std::to_string(d));
-        std::printf("package: %s %s from %s, kernel %s (%s)\n", pkg.name().c_str(),
-                    pkg.version().c_str(), dir.c_str(), k.entry.c_str(), k.arch.c_str());
+        const CustomOp op = examples::RegisterFlashAttention(
+            examples::LoadHubPackage(f.Str("package"), examples::kAttentionPackageName,
+                                     examples::BuildHubAttentionPackage,
+                                     "causal_d" + std::to_string(d)),
+            static_cast<int>(d));
         ex.title =
             "causal attention, kernel from a package (" + std::string(op.name()) + "), " + shape;
         ex.fn = [op](const std::vector<Tensor>& in) {

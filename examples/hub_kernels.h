@@ -13,6 +13,9 @@
 #pragma once
 
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -113,6 +116,41 @@ inline kiln::CustomOp RegisterGeluAndMul(const kiln::KernelPackage& pkg) {
 }
 
 inline constexpr char kAttentionPackageName[] = "flash_attn";
+
+// --build-package DIR: writes the package `build` makes into `dir`; the exit code (2 on error).
+inline int WriteHubPackage(const std::string& dir, const char* name,
+                           void (*build)(const std::string&)) {
+  try {
+    build(dir);
+    std::printf("wrote kernel package %s %s to %s\n", name, kHubPackageVersion, dir.c_str());
+    return 0;
+  } catch (const kiln::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+}
+
+// The package in `dir` (version 0.1.x), or, when `dir` is empty, the one `build` writes into a
+// temporary folder first (with NVRTC); says which, and which binary of `kernel` this GPU takes.
+// The package stays loaded for the process (its kernels outlive the ops registered from them).
+inline const kiln::KernelPackage& LoadHubPackage(std::string dir, const char* name,
+                                                 void (*build)(const std::string&),
+                                                 const std::string& kernel) {
+  if (dir.empty()) {
+    dir = (std::filesystem::temp_directory_path() / (std::string("kiln_hub_") + name)).string();
+    std::filesystem::remove_all(dir);
+    build(dir);
+    std::printf("package: built %s %s with NVRTC into %s (--package DIR loads a built one)\n", name,
+                kHubPackageVersion, dir.c_str());
+  }
+  static auto* packages = new std::vector<std::unique_ptr<kiln::KernelPackage>>();
+  packages->push_back(std::make_unique<kiln::KernelPackage>(kiln::KernelPackage::Load(dir, "0.1")));
+  const kiln::KernelPackage& pkg = *packages->back();
+  const kiln::PackagedKernel& k = pkg.kernel(kernel);
+  std::printf("package: %s %s from %s, kernel %s (%s)\n", pkg.name().c_str(), pkg.version().c_str(),
+              dir.c_str(), k.entry.c_str(), k.arch.c_str());
+  return pkg;
+}
 
 // The flash kernel's configuration for causal bf16 attention of head dim `d`.
 inline kiln::cuda_ops::FlashAttentionConfig HubFlashConfig(int d) {

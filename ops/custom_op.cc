@@ -50,6 +50,17 @@ Entry& EntryOf(const OpDef& def) { return *TheTable().entries[SlotOf(def.id)]; }
   KILN_FAIL("custom op '", op, "': ", why);
 }
 
+// Calls the user's function `what` of op `op`: an error it throws comes back naming the op.
+template <typename F>
+auto CallUser(const std::string& op, const char* what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    throw Error(absl::Status(e.code(), absl::StrCat("custom op '", op, "': its ", what,
+                                                    " function failed: ", e.what())));
+  }
+}
+
 absl::StatusOr<TensorType> InferSlot(int slot, absl::Span<const TensorType> inputs) {
   const CustomOpSpec& spec = TheTable().entries[slot]->spec;
   absl::StatusOr<TensorType> type = spec.infer(inputs);
@@ -126,7 +137,7 @@ void RunCuda(const OpDef& def, absl::Span<const Tensor> inputs, const Tensor& ou
   absl::InlinedVector<Tensor, 4> in;
   for (const Tensor& t : inputs) in.push_back(contiguous(t));
   const Tensor dst = out.is_contiguous() ? out : Tensor::Empty(out.type());
-  const CustomLaunch l = e.spec.launch(in, dst);
+  const CustomLaunch l = CallUser(e.spec.name, "launch", [&] { return e.spec.launch(in, dst); });
   const cuda::KernelHandle kernel = LoadedKernel(e);
   CheckLaunch(e, l);
   absl::InlinedVector<void*, 8> args;
@@ -147,9 +158,9 @@ void RunCpu(const OpDef& def, absl::Span<const Tensor> inputs, const Tensor& out
   }
   absl::InlinedVector<Tensor, 4> in;
   for (const Tensor& t : inputs) in.push_back(contiguous(t));
-  if (out.is_contiguous()) return e.spec.cpu(in, out);
-  const Tensor dst = Tensor::Empty(out.type());
-  e.spec.cpu(in, dst);
+  const Tensor dst = out.is_contiguous() ? out : Tensor::Empty(out.type());
+  CallUser(e.spec.name, "cpu", [&] { e.spec.cpu(in, dst); });
+  if (dst.is_same(out)) return;
   DispatchOut(OpId::kContiguous, {dst}, {}, out);
 }
 

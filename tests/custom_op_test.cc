@@ -151,6 +151,14 @@ TEST(CustomOp, WithoutACpuKernelSaysToRunItOnCuda) {
                    "no CPU kernel was registered", "run it on CUDA tensors");
 }
 
+TEST(CustomOp, AnErrorOfTheUsersFunctionNamesTheOp) {
+  CustomOpSpec s = SquareSpec("square_cpu_throws");
+  s.cpu = [](absl::Span<const Tensor>, const Tensor&) { KILN_FAIL("unsupported layout"); };
+  const CustomOp op = Registered(std::move(s));
+  ExpectThrowsWith([&] { op({ones({4})}); }, "custom op 'square_cpu_throws'",
+                   "its cpu function failed: unsupported layout");
+}
+
 TEST(CustomOp, TheProfilerNamesItsRange) {
   const CustomOp op = Square();
   profiler::ProfilerOptions o;

@@ -30,17 +30,6 @@
 namespace kiln {
 namespace {
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void WriteText(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
-}
-
 std::string Bits(const std::vector<Tensor>& out) {
   std::string b;
   for (const Tensor& t : out) b += Bytes(t);
@@ -178,8 +167,6 @@ TEST(Export, ABrokenFolderIsRefusedNamingTheRule) {
 }
 
 // ---- On a GPU, in a fresh process ----------------------------------------------------------
-
-bool NvrtcMapped() { return ReadText("/proc/self/maps").find("libnvrtc") != std::string::npos; }
 
 // The series' two rows at small sizes: a bf16 GeGLU MLP and naive causal attention.
 std::vector<Tensor> Attention(const std::vector<Tensor>& in) {

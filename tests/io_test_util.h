@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -34,6 +36,22 @@ inline std::string Bytes(const Tensor& t) {
   const Tensor host = contiguous(to(t, kCPU));
   return std::string(static_cast<const char*>(host.data_ptr()),
                      static_cast<size_t>(host.numel() * host.element_size()));
+}
+
+// A file's bytes ("" when it cannot be read), and `text` written over a file.
+inline std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+inline void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+
+// Whether this process has NVRTC mapped (/proc/self/maps), for the tests of its lazy loading.
+inline bool NvrtcMapped() {
+  return ReadText("/proc/self/maps").find("libnvrtc") != std::string::npos;
 }
 
 // A path in the test's temporary directory, unique to this process.

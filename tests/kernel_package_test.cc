@@ -167,17 +167,6 @@ std::string BuildSample(const std::string& name, const std::vector<std::string>&
   return dir;
 }
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void WriteText(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
-}
-
 TEST(KernelPackage, BuildsAPackageWithNvrtcThatParses) {
   KILN_SKIP_WITHOUT_NVRTC();
   const std::string dir = BuildSample("built", {"sm_90a", "sm_80", "compute_80"});

@@ -30,13 +30,6 @@ extern "C" __global__ void kiln_lazy_neg(const float* x, float* y, long long n) 
 }
 )";
 
-bool NvrtcMapped() {
-  std::ifstream maps("/proc/self/maps");
-  std::stringstream text;
-  text << maps.rdbuf();
-  return text.str().find("libnvrtc") != std::string::npos;
-}
-
 // Builds the package in a child process: this one never calls NVRTC.
 void BuildInAChild(const std::string& dir, const std::vector<std::string>& archs) {
   const pid_t pid = fork();
