@@ -6,6 +6,7 @@
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -255,8 +256,15 @@ LoadedFn LoadCompiled(const std::string& dir, LoadOptions options) {
     fail(absl::StrCat("exported by kiln ", m.kiln, "; this is kiln ", KILN_BUILD_ID,
                       " (a plan is read by the kiln that wrote it: export it again)"));
   }
+  // The files: the graph, the constants and kernels/<16 hex digits>.<arch>.cubin, nothing else
+  // (no path leaves the folder).
+  static const std::regex kKernelFile("kernels/([0-9a-f]{16})\\.(sm_[0-9]+a?)\\.cubin");
   std::map<std::string, std::string> bytes;
   for (const auto& [file, sha] : m.files) {
+    if (file != kGraph && file != kConstants && !std::regex_match(file, kKernelFile)) {
+      fail(absl::StrCat("the manifest lists \"", file, "\", which is not ", kGraph, ", ",
+                        kConstants, " or kernels/<key>.<arch>.cubin"));
+    }
     absl::StatusOr<std::string> data = ReadFileBytes(root / file);
     if (!data.ok()) fail(std::string(data.status().message()));
     if (Sha256Hex(*data) != sha) fail(absl::StrCat(file, " fails its SHA-256 check (corrupted)"));
@@ -271,12 +279,9 @@ LoadedFn LoadCompiled(const std::string& dir, LoadOptions options) {
   }
   std::vector<cuda::KernelBinaryImage> kernels;
   for (const auto& [file, data] : bytes) {
-    if (file.rfind("kernels/", 0) != 0) continue;
-    const std::string name = file.substr(8);  // <16 hex digits>.<arch>.cubin
-    const size_t dot = name.find('.');
-    if (dot != 16) fail(absl::StrCat("kernel file ", file, " is not named <key>.<arch>.cubin"));
-    kernels.push_back({std::stoull(name.substr(0, 16), nullptr, 16),
-                       name.substr(17, name.size() - 17 - 6), data});
+    std::smatch match;
+    if (!std::regex_match(file, match, kKernelFile)) continue;
+    kernels.push_back({std::stoull(match[1].str(), nullptr, 16), match[2].str(), data});
   }
   try {
     const SafetensorsFile file = SafetensorsFile::FromBytes(bytes[kConstants], kConstants);

@@ -163,6 +163,14 @@ TEST(Export, ABrokenFolderIsRefusedNamingTheRule) {
         }));
       },
       "format 9 (this kiln reads format 1)");
+  ExpectThrowsWith(
+      [&] {
+        LoadCompiled(broken("path", [&](const std::string& d) {
+          WriteText(d + "/manifest.json",
+                    absl::StrReplaceAll(manifest, {{"\"graph.txt\":", "\"../graph.txt\":"}}));
+        }));
+      },
+      "lists \"../graph.txt\", which is not graph.txt");
   EXPECT_EQ(Bits(LoadCompiled(good)({m.x})), Bits(f({m.x})));  // the original still loads
 }
 
