@@ -63,7 +63,12 @@ auto CallUser(const std::string& op, const char* what, F&& f) -> decltype(f()) {
 
 absl::StatusOr<TensorType> InferSlot(int slot, absl::Span<const TensorType> inputs) {
   const CustomOpSpec& spec = TheTable().entries[slot]->spec;
-  absl::StatusOr<TensorType> type = spec.infer(inputs);
+  absl::StatusOr<TensorType> type;
+  try {
+    type = spec.infer(inputs);
+  } catch (const Error& e) {  // thrown instead of returned: the dispatcher names the op
+    return e.status();
+  }
   if (type.ok()) type->device = inputs[0].device;
   return type;
 }

@@ -157,6 +157,12 @@ TEST(CustomOp, AnErrorOfTheUsersFunctionNamesTheOp) {
   const CustomOp op = Registered(std::move(s));
   ExpectThrowsWith([&] { op({ones({4})}); }, "custom op 'square_cpu_throws'",
                    "its cpu function failed: unsupported layout");
+  CustomOpSpec t = SquareSpec("square_infer_throws");
+  t.infer = [](absl::Span<const TensorType>) -> absl::StatusOr<TensorType> {
+    KILN_FAIL("rank 3 only");
+  };
+  const CustomOp bad = Registered(std::move(t));
+  ExpectThrowsWith([&] { bad({ones({4})}); }, "square_infer_throws: rank 3 only", "float32[4]");
 }
 
 TEST(CustomOp, TheProfilerNamesItsRange) {
