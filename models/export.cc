@@ -12,10 +12,12 @@
 #include "absl/strings/str_join.h"
 #include "codegen/cuda_graph.h"
 #include "codegen/executable.h"
+#include "codegen/fusion_template.h"
 #include "io/files.h"
 #include "io/safetensors.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
+#include "ir/verifier.h"
 #include "ops/ops.h"
 #include "runtime/build_config.h"
 #include "runtime/cuda.h"
@@ -140,6 +142,23 @@ ir::Graph GraphWithConstants(const std::string& text,
   return g;
 }
 
+// The graph reads the manifest's inputs, and writes back only inputs it has, from its outputs.
+void CheckSignature(const ir::Graph& g, const Manifest& m) {
+  KILN_CHECK(g.inputs().size() == m.inputs.size(), "the graph takes ", g.inputs().size(),
+             " inputs, the manifest lists ", m.inputs.size());
+  for (size_t i = 0; i < m.inputs.size(); ++i) {
+    KILN_CHECK(g.type(g.inputs()[i]) == m.inputs[i].type, "input ", i, " is ",
+               Describe(g.type(g.inputs()[i])), " in the graph, ", Describe(m.inputs[i].type),
+               " in the manifest");
+  }
+  KILN_CHECK(m.input_updates.size() <= g.outputs().size(), "the manifest writes back ",
+             m.input_updates.size(), " inputs from a graph of ", g.outputs().size(), " outputs");
+  for (int i : m.input_updates) {
+    KILN_CHECK(i >= 0 && i < static_cast<int>(m.inputs.size()), "input_updates names input ", i,
+               " of ", m.inputs.size());
+  }
+}
+
 std::vector<Tensor> ConstantValues(const ir::Graph& g) {
   std::vector<Tensor> values;
   for (ir::ValueId v : ConstantsOf(g)) values.push_back(g.node(v).constant);
@@ -173,7 +192,9 @@ void Export(const CompiledFn& fn, const std::vector<Tensor>& example_inputs,
   auto constant = [&](int k, const TensorType&) { return constants.at(k); };
   std::unique_ptr<codegen::Executable> rebuilt =
       ValueOrThrow(codegen::Executable::Build(GraphWithConstants(text, constant, m.input_updates)));
-  rebuilt->Run(example_inputs);
+  std::vector<Tensor> run_inputs = example_inputs;  // copies of those the function writes
+  for (int i : m.input_updates) run_inputs[i] = clone(run_inputs[i]);
+  rebuilt->Run(run_inputs);
   if (rebuilt->on_cuda()) cuda::Synchronize();
   const std::vector<cuda::KernelBinaryImage> kernels = ValueOrThrow(cuda::ServedKernelImages());
 
@@ -291,6 +312,8 @@ LoadedFn LoadCompiled(const std::string& dir, LoadOptions options) {
       return file.Load(ConstantName(k), type.device);  // to the device the plan reads it on
     };
     ir::Graph g = GraphWithConstants(bytes[kGraph], constant, m.input_updates);
+    CheckSignature(g, m);
+    ThrowIfError(ir::Verify(g, codegen::CheckFusionBody));
     KILN_CHECK(read == static_cast<int>(file.entries().size()), "the graph reads ", read,
                " constants, ", kConstants, " holds ", file.entries().size());
     cuda::AddPrebuiltKernels(kernels);

@@ -39,7 +39,8 @@ namespace kiln {
 
 // Writes the plan of `fn` serving `example_inputs` (compiled if needed) into `dir` (created;
 // the manifest last). Builds the plan once more from the written text and runs it on the inputs
-// (the text round-trips; a kernel compiled at a plan's first call is loaded). Throws kiln::Error.
+// (the text round-trips; a kernel compiled at a plan's first call is loaded; inputs the function
+// writes in place are copied first, so exporting writes none). Throws kiln::Error.
 void Export(const CompiledFn& fn, const std::vector<Tensor>& example_inputs,
             const std::string& dir);
 

@@ -83,7 +83,9 @@ TEST(Export, AFunctionThatWritesItsInputStillDoes) {
   const CompiledFn f = compile(fn, {x}, {.mode = CompileOptions::Mode::kCompiled});
   const std::string dir = TempPath("export_inplace");
   std::filesystem::remove_all(dir);
-  Export(f, {clone(x)}, dir);
+  const Tensor example = full({4, 4}, 1.0);
+  Export(f, {example}, dir);
+  EXPECT_EQ(to_vector(example), std::vector<double>(16, 1.0));  // exporting wrote nothing
   const LoadedFn g = LoadCompiled(dir);
   const Tensor a = full({4, 4}, 1.0);
   EXPECT_EQ(to_vector(g({a})[0]), std::vector<double>(16, 4.0));
@@ -171,6 +173,15 @@ TEST(Export, ABrokenFolderIsRefusedNamingTheRule) {
         }));
       },
       "lists \"../graph.txt\", which is not graph.txt");
+  ExpectThrowsWith(
+      [&] {
+        LoadCompiled(broken("updates", [&](const std::string& d) {
+          WriteText(
+              d + "/manifest.json",
+              absl::StrReplaceAll(manifest, {{"\"input_updates\": []", "\"input_updates\": [7]"}}));
+        }));
+      },
+      "input_updates names input 7 of 1");
   EXPECT_EQ(Bits(LoadCompiled(good)({m.x})), Bits(f({m.x})));  // the original still loads
 }
 
