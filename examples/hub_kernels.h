@@ -89,9 +89,6 @@ inline kiln::CustomOp RegisterGeluAndMul(const kiln::KernelPackage& pkg) {
   if (std::optional<kiln::CustomOp> op = kiln::FindCustomOp("gelu_tanh_and_mul")) return *op;
   kiln::CustomOpSpec s;
   s.name = "gelu_tanh_and_mul";
-  const kiln::PackagedKernel& k = pkg.kernel("gelu_tanh_and_mul");
-  s.entry = k.entry;
-  s.kernel = k.handle;
   s.infer = [](absl::Span<const kiln::TensorType> in) -> absl::StatusOr<kiln::TensorType> {
     kiln::TensorType t = in[0];
     if (t.dtype != kiln::DType::kBFloat16 || t.shape.empty() || t.shape.back() % 2 != 0) {
@@ -112,7 +109,7 @@ inline kiln::CustomOp RegisterGeluAndMul(const kiln::KernelPackage& pkg) {
     l.args.Add(in[0]).Add(out).Add<long long>(rows).Add<long long>(hidden);
     return l;
   };
-  return kiln::RegisterCustomOp(std::move(s));
+  return pkg.RegisterOp("gelu_tanh_and_mul", std::move(s));
 }
 
 inline constexpr char kAttentionPackageName[] = "flash_attn";
@@ -181,9 +178,6 @@ inline kiln::CustomOp RegisterFlashAttention(const kiln::KernelPackage& pkg, int
   kiln::CustomOpSpec s;
   s.name = name;
   s.num_inputs = 3;
-  const kiln::PackagedKernel& k = pkg.kernel(absl::StrCat("causal_d", d));
-  s.entry = k.entry;
-  s.kernel = k.handle;
   s.infer = [d](absl::Span<const kiln::TensorType> in) -> absl::StatusOr<kiln::TensorType> {
     for (const kiln::TensorType& t : in) {
       if (t.dtype != kiln::DType::kBFloat16 || t.shape.size() != 4 || t.shape[3] != d) {
@@ -211,7 +205,7 @@ inline kiln::CustomOp RegisterFlashAttention(const kiln::KernelPackage& pkg, int
     l.args.AddBytes(f.params);
     return l;
   };
-  return kiln::RegisterCustomOp(std::move(s));
+  return pkg.RegisterOp(absl::StrCat("causal_d", d), std::move(s));
 }
 
 }  // namespace examples

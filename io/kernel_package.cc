@@ -358,4 +358,14 @@ const PackagedKernel& KernelPackage::kernel(const std::string& kernel) const {
             absl::StrJoin(names, ", "));
 }
 
+CustomOp KernelPackage::RegisterOp(const std::string& kernel, CustomOpSpec spec) const {
+  const PackagedKernel& k = this->kernel(kernel);
+  KILN_CHECK(spec.source.empty() && spec.image.empty() && spec.kernel == nullptr,
+             "kernel package '", name_, "' ", version_, ": the op '", spec.name,
+             "' takes the package's kernel '", kernel, "'; give it no source, image or kernel");
+  spec.entry = k.entry;
+  spec.kernel = k.handle;
+  return RegisterCustomOp(std::move(spec));
+}
+
 }  // namespace kiln

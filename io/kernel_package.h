@@ -17,6 +17,7 @@
 //   KernelPackage pkg = KernelPackage::Load("/opt/kernels/geglu", "1.2");  // any 1.2.x
 //   const PackagedKernel& k = pkg.kernel("geglu");
 //   k.Launch({blocks, 1, 1}, {256, 1, 1}, 0, {&x_ptr, &out_ptr, &n});
+//   CustomOp geglu = pkg.RegisterOp("geglu", spec);  // or as an op: spec's name, infer, launch
 //
 // Load checks, in order, with a kiln::Error naming the package and the rule broken: the manifest
 // (JSON, fields, types), the version against the pin, every binary's SHA-256, a CUDA GPU, a
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ops/custom_op.h"
 
 namespace kiln {
 
@@ -100,6 +102,11 @@ class KernelPackage {
   const std::vector<PackagedKernel>& kernels() const { return kernels_; }
   // Throws kiln::Error naming the package and the kernels it has when there is no `kernel`.
   const PackagedKernel& kernel(const std::string& kernel) const;
+  // Registers `kernel` as a custom op (ops/custom_op.h): `spec` gives the op's name, inference,
+  // launch and optional CPU reference; its entry and kernel are this package's (any source, image
+  // or kernel it names is an error). The loaded kernel stays in kiln's kernel cache, so the op
+  // outlives this object. Throws kiln::Error as RegisterCustomOp does.
+  CustomOp RegisterOp(const std::string& kernel, CustomOpSpec spec) const;
 
  private:
   std::string name_, version_;

@@ -274,9 +274,13 @@ TEST(CustomOpOnGpu, KernelFromAnImageOrAPackage) {
                      {{"square", "kiln_test_scaled_square", kSquareSource, {8, 8, 8}}}, {arch});
   static const KernelPackage pkg = KernelPackage::Load(dir, "2");  // kernels outlive the op
   CustomOpSpec from_package = SquareSpec("square_from_package");
+  ExpectThrowsWith([&] { pkg.RegisterOp("square", from_package); },
+                   "the op 'square_from_package' takes the package's kernel 'square'");
   from_package.source.clear();
-  from_package.kernel = pkg.kernel("square").handle;
-  EXPECT_EQ(to_vector(Registered(std::move(from_package))({x})), SquareOf(x));
+  from_package.entry.clear();
+  std::optional<CustomOp> packaged = FindCustomOp("square_from_package");
+  if (!packaged) packaged = pkg.RegisterOp("square", std::move(from_package));
+  EXPECT_EQ(to_vector((*packaged)({x})), SquareOf(x));
 }
 
 TEST(CustomOpOnGpu, ALaunchThatDoesNotFitTheKernelIsRefused) {
