@@ -51,13 +51,19 @@ CompileOptions Frozen() {
   return o;
 }
 
+// `f` exported for `inputs` into a fresh temporary folder `name`.
+std::string ExportedTo(const std::string& name, const CompiledFn& f,
+                       const std::vector<Tensor>& inputs) {
+  const std::string dir = TempPath(name);
+  std::filesystem::remove_all(dir);
+  Export(f, inputs, dir);
+  return dir;
+}
+
 TEST(Export, ALoadedPlanComputesWhatTheCompiledOneDoes) {
   Mlp m;
   const CompiledFn f = compile(m.mlp, m.x, Frozen());
-  const std::string dir = TempPath("export_mlp");
-  std::filesystem::remove_all(dir);
-  Export(f, {m.x}, dir);
-  const LoadedFn g = LoadCompiled(dir);
+  const LoadedFn g = LoadCompiled(ExportedTo("export_mlp", f, {m.x}));
   EXPECT_EQ(Bits(g({m.x})), Bits(f({m.x})));
   EXPECT_EQ(g.graph_text(), f.report({m.x}).final_graph);
   EXPECT_EQ(g.kernels(), 0);  // a CPU plan
@@ -81,10 +87,8 @@ TEST(Export, AFunctionThatWritesItsInputStillDoes) {
   };
   const Tensor x = full({4, 4}, 1.0);
   const CompiledFn f = compile(fn, {x}, {.mode = CompileOptions::Mode::kCompiled});
-  const std::string dir = TempPath("export_inplace");
-  std::filesystem::remove_all(dir);
   const Tensor example = full({4, 4}, 1.0);
-  Export(f, {example}, dir);
+  const std::string dir = ExportedTo("export_inplace", f, {example});
   EXPECT_EQ(to_vector(example), std::vector<double>(16, 1.0));  // exporting wrote nothing
   const LoadedFn g = LoadCompiled(dir);
   const Tensor a = full({4, 4}, 1.0);
@@ -106,82 +110,48 @@ TEST(Export, SaysWhatItCannotExport) {
 TEST(Export, ABrokenFolderIsRefusedNamingTheRule) {
   Mlp m;
   const CompiledFn f = compile(m.mlp, m.x, Frozen());
-  const std::string good = TempPath("export_good");
-  std::filesystem::remove_all(good);
-  Export(f, {m.x}, good);
-  auto broken = [&](const std::string& name, const std::function<void(const std::string&)>& edit) {
-    const std::string dir = TempPath("export_broken_" + name);
+  const std::string good = ExportedTo("export_good", f, {m.x});
+  const std::string manifest = ReadText(good + "/manifest.json");
+  // One break each: the file it rewrites, how, and the words the refusal must hold.
+  struct Break {
+    std::string name, file;
+    std::function<std::string(const std::string&)> edit;
+    std::string says;
+  };
+  auto in_manifest = [](std::string from, std::string to) {
+    return [from, to](const std::string& text) { return absl::StrReplaceAll(text, {{from, to}}); };
+  };
+  const std::vector<Break> breaks = {
+      {"graph", "graph.txt", [](const std::string& t) { return t + " "; },
+       "graph.txt fails its SHA-256 check"},
+      {"constants", "constants.safetensors",
+       [](std::string t) {
+         t.back() ^= 1;
+         return t;
+       },
+       "constants.safetensors fails its SHA-256 check"},
+      {"json", "manifest.json", [](const std::string& t) { return t.substr(0, t.size() / 2); },
+       "manifest.json does not parse"},
+      {"kiln", "manifest.json", in_manifest("\"kiln\": \"", "\"kiln\": \"0.0.1+old-"),
+       "exported by kiln 0.0.1+old-"},
+      {"arch", "manifest.json", in_manifest("\"arch\": \"cpu\"", "\"arch\": \"sm_75\""),
+       "exported for sm_75; this machine has"},
+      {"format", "manifest.json", in_manifest("\"format\": 1", "\"format\": 9"),
+       "format 9 (this kiln reads format 1)"},
+      {"path", "manifest.json", in_manifest("\"graph.txt\":", "\"../graph.txt\":"),
+       "lists \"../graph.txt\", which is not graph.txt"},
+      {"updates", "manifest.json", in_manifest("\"input_updates\": []", "\"input_updates\": [7]"),
+       "input_updates names input 7 of 1"},
+  };
+  ASSERT_NE(manifest.find("\"input_updates\": []"), std::string::npos);  // the edits apply
+  for (const Break& b : breaks) {
+    const std::string dir = TempPath("export_broken_" + b.name);
     std::filesystem::remove_all(dir);
     std::filesystem::copy(good, dir, std::filesystem::copy_options::recursive);
-    edit(dir);
-    return dir;
-  };
-  const std::string manifest = ReadText(good + "/manifest.json");
+    WriteText(dir + "/" + b.file, b.edit(ReadText(dir + "/" + b.file)));
+    ExpectThrowsWith([&] { LoadCompiled(dir); }, absl::StrCat("LoadCompiled(", dir, ")"), b.says);
+  }
   ExpectThrowsWith([&] { LoadCompiled(TempPath("export_none")); }, "cannot read", "manifest.json");
-  ExpectThrowsWith(
-      [&] {
-        LoadCompiled(broken("graph", [](const std::string& d) {
-          WriteText(d + "/graph.txt", ReadText(d + "/graph.txt") + " ");
-        }));
-      },
-      "graph.txt fails its SHA-256 check");
-  ExpectThrowsWith(
-      [&] {
-        LoadCompiled(broken("constants", [](const std::string& d) {
-          std::string c = ReadText(d + "/constants.safetensors");
-          c.back() ^= 1;
-          WriteText(d + "/constants.safetensors", c);
-        }));
-      },
-      "constants.safetensors fails its SHA-256 check");
-  ExpectThrowsWith(
-      [&] {
-        LoadCompiled(broken("json", [&](const std::string& d) {
-          WriteText(d + "/manifest.json", manifest.substr(0, manifest.size() / 2));
-        }));
-      },
-      "manifest.json does not parse");
-  ExpectThrowsWith(
-      [&] {
-        LoadCompiled(broken("kiln", [&](const std::string& d) {
-          WriteText(d + "/manifest.json",
-                    absl::StrReplaceAll(manifest, {{"\"kiln\": \"", "\"kiln\": \"0.0.1+old-"}}));
-        }));
-      },
-      "exported by kiln 0.0.1+old-", "export it again");
-  ExpectThrowsWith(
-      [&] {
-        LoadCompiled(broken("arch", [&](const std::string& d) {
-          WriteText(d + "/manifest.json",
-                    absl::StrReplaceAll(manifest, {{"\"arch\": \"cpu\"", "\"arch\": \"sm_75\""}}));
-        }));
-      },
-      "exported for sm_75; this machine has");
-  ExpectThrowsWith(
-      [&] {
-        LoadCompiled(broken("format", [&](const std::string& d) {
-          WriteText(d + "/manifest.json",
-                    absl::StrReplaceAll(manifest, {{"\"format\": 1", "\"format\": 9"}}));
-        }));
-      },
-      "format 9 (this kiln reads format 1)");
-  ExpectThrowsWith(
-      [&] {
-        LoadCompiled(broken("path", [&](const std::string& d) {
-          WriteText(d + "/manifest.json",
-                    absl::StrReplaceAll(manifest, {{"\"graph.txt\":", "\"../graph.txt\":"}}));
-        }));
-      },
-      "lists \"../graph.txt\", which is not graph.txt");
-  ExpectThrowsWith(
-      [&] {
-        LoadCompiled(broken("updates", [&](const std::string& d) {
-          WriteText(
-              d + "/manifest.json",
-              absl::StrReplaceAll(manifest, {{"\"input_updates\": []", "\"input_updates\": [7]"}}));
-        }));
-      },
-      "input_updates names input 7 of 1");
   EXPECT_EQ(Bits(LoadCompiled(good)({m.x})), Bits(f({m.x})));  // the original still loads
 }
 
