@@ -65,11 +65,10 @@ std::string ArchOf(const std::vector<TensorType>& inputs) {
   return "cpu";
 }
 
-std::string ThisMachinesArch(const std::string& wanted) {
-  if (wanted == "cpu") return "cpu";
-  if (!cuda::IsAvailable()) return "no CUDA GPU";
-  const cuda::DeviceProps& p = cuda::Props();
-  return absl::StrCat("sm_", p.major, p.minor, " (", p.name, ")");
+std::vector<TensorType> TypesOf(const std::vector<InputSpec>& inputs) {
+  std::vector<TensorType> types;
+  for (const InputSpec& in : inputs) types.push_back(in.type);
+  return types;
 }
 
 std::string ManifestJson(const Manifest& m) {
@@ -180,9 +179,7 @@ void Export(const CompiledFn& fn, const std::vector<Tensor>& example_inputs,
   Manifest m;
   m.kiln = KILN_BUILD_ID;
   for (const Tensor& x : example_inputs) m.inputs.push_back({x.type(), x.is_contiguous()});
-  std::vector<TensorType> types;
-  for (const InputSpec& in : m.inputs) types.push_back(in.type);
-  m.arch = ArchOf(types);
+  m.arch = ArchOf(TypesOf(m.inputs));
   m.input_updates = graph.input_updates();
   const std::string text = ir::PrintGraph(graph);
   const std::vector<Tensor> constants = ConstantValues(graph);
@@ -294,10 +291,10 @@ LoadedFn LoadCompiled(const std::string& dir, LoadOptions options) {
   if (!bytes.count(kGraph) || !bytes.count(kConstants)) {
     fail(absl::StrCat("the manifest lists no ", kGraph, " or no ", kConstants));
   }
-  const std::string here = ThisMachinesArch(m.arch);
-  if (here != m.arch && here.rfind(m.arch + " ", 0) != 0) {
-    fail(absl::StrCat("exported for ", m.arch, "; this machine has ", here));
-  }
+  // The architecture of the devices the plan's inputs name, on this machine.
+  const std::string here =
+      m.arch != "cpu" && !cuda::IsAvailable() ? "no CUDA GPU" : ArchOf(TypesOf(m.inputs));
+  if (here != m.arch) fail(absl::StrCat("exported for ", m.arch, "; this machine has ", here));
   std::vector<cuda::KernelBinaryImage> kernels;
   for (const auto& [file, data] : bytes) {
     std::smatch match;

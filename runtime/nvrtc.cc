@@ -181,7 +181,7 @@ Aot& TheAot() {
 void NoteKernelUse(uint64_t key, const std::string& source, const std::string& arch) {
   Aot& aot = TheAot();
   std::lock_guard<std::mutex> lock(aot.mu);
-  if (aot.served.count(key) == 0) aot.served.emplace(key, std::make_pair(source, arch));
+  aot.served.try_emplace(key, source, arch);
 }
 
 bool Prebuilt(uint64_t key, std::string* cubin) {
@@ -306,13 +306,13 @@ absl::StatusOr<cudaKernel_t> GetKernel(const std::string& source, const std::str
   Cache& cache = TheCache();
   const std::string arch = ArchOfCurrentDevice(target);
   const uint64_t key = SourceKey(source, arch);
-  NoteKernelUse(key, source, arch);
   std::shared_future<CubinResult> pending;
   {
     std::lock_guard<std::mutex> lock(cache.mu);
     KILN_ASSIGN_OR_RETURN(cudaKernel_t kernel, FromMemory(cache, key, kernel_name, &pending));
     if (kernel != nullptr) return kernel;
   }
+  NoteKernelUse(key, source, arch);  // a kernel in memory was noted when it was first loaded
   if (pending.valid()) {  // a background compile of this source runs: wait for it, not twice
     pending.wait();
     std::lock_guard<std::mutex> lock(cache.mu);
@@ -390,13 +390,13 @@ absl::StatusOr<cudaKernel_t> GetKernelOrCompileInBackground(const std::string& s
   Cache& cache = TheCache();
   const std::string arch = ArchOfCurrentDevice(target);
   const uint64_t key = SourceKey(source, arch);
-  NoteKernelUse(key, source, arch);
   {
     std::lock_guard<std::mutex> lock(cache.mu);
     std::shared_future<CubinResult> pending;
     KILN_ASSIGN_OR_RETURN(cudaKernel_t kernel, FromMemory(cache, key, kernel_name, &pending));
     if (kernel != nullptr || pending.valid()) return kernel;
   }
+  NoteKernelUse(key, source, arch);
   std::string cubin;
   if (Prebuilt(key, &cubin) || ReadCacheFile(key, &cubin)) {
     std::lock_guard<std::mutex> lock(cache.mu);
