@@ -137,21 +137,30 @@ void CheckLaunch(const Entry& e, const CustomLaunch& l) {
   }
 }
 
-void RunCuda(const OpDef& def, absl::Span<const Tensor> inputs, const Tensor& out, const OpAttrs&) {
-  Entry& e = EntryOf(def);
+// Runs `kernel` on contiguous copies of the inputs that are not contiguous, into `out` or, when
+// `out` is strided (an out= argument), into a contiguous temporary copied into it.
+template <typename Kernel>
+void RunContiguous(absl::Span<const Tensor> inputs, const Tensor& out, Kernel&& kernel) {
   absl::InlinedVector<Tensor, 4> in;
   for (const Tensor& t : inputs) in.push_back(contiguous(t));
   const Tensor dst = out.is_contiguous() ? out : Tensor::Empty(out.type());
-  const CustomLaunch l = CallUser(e.spec.name, "launch", [&] { return e.spec.launch(in, dst); });
-  const cuda::KernelHandle kernel = LoadedKernel(e);
-  CheckLaunch(e, l);
-  absl::InlinedVector<void*, 8> args;
-  for (const std::string& a : l.args.bytes()) args.push_back(const_cast<char*>(a.data()));
-  const unsigned grid[3] = {l.grid[0], l.grid[1], l.grid[2]};
-  const unsigned block[3] = {l.block[0], l.block[1], l.block[2]};
-  const absl::Status s = cuda::LaunchKernel(kernel, grid, block, l.shared_bytes, args.data());
-  if (!s.ok()) Fail(e.spec.name, absl::StrCat("launching '", e.spec.entry, "': ", s.message()));
+  kernel(absl::Span<const Tensor>(in), dst);
   if (!dst.is_same(out)) DispatchOut(OpId::kContiguous, {dst}, {}, out);
+}
+
+void RunCuda(const OpDef& def, absl::Span<const Tensor> inputs, const Tensor& out, const OpAttrs&) {
+  Entry& e = EntryOf(def);
+  RunContiguous(inputs, out, [&e](absl::Span<const Tensor> in, const Tensor& dst) {
+    const CustomLaunch l = CallUser(e.spec.name, "launch", [&] { return e.spec.launch(in, dst); });
+    const cuda::KernelHandle kernel = LoadedKernel(e);
+    CheckLaunch(e, l);
+    absl::InlinedVector<void*, 8> args;
+    for (const std::string& a : l.args.bytes()) args.push_back(const_cast<char*>(a.data()));
+    const unsigned grid[3] = {l.grid[0], l.grid[1], l.grid[2]};
+    const unsigned block[3] = {l.block[0], l.block[1], l.block[2]};
+    const absl::Status s = cuda::LaunchKernel(kernel, grid, block, l.shared_bytes, args.data());
+    if (!s.ok()) Fail(e.spec.name, absl::StrCat("launching '", e.spec.entry, "': ", s.message()));
+  });
 }
 
 void RunCpu(const OpDef& def, absl::Span<const Tensor> inputs, const Tensor& out, const OpAttrs&) {
@@ -161,12 +170,9 @@ void RunCpu(const OpDef& def, absl::Span<const Tensor> inputs, const Tensor& out
         "custom op '", e.spec.name, "': no CPU kernel was registered (CustomOpSpec::cpu); ",
         "run it on CUDA tensors")));
   }
-  absl::InlinedVector<Tensor, 4> in;
-  for (const Tensor& t : inputs) in.push_back(contiguous(t));
-  const Tensor dst = out.is_contiguous() ? out : Tensor::Empty(out.type());
-  CallUser(e.spec.name, "cpu", [&] { e.spec.cpu(in, dst); });
-  if (dst.is_same(out)) return;
-  DispatchOut(OpId::kContiguous, {dst}, {}, out);
+  RunContiguous(inputs, out, [&e](absl::Span<const Tensor> in, const Tensor& dst) {
+    CallUser(e.spec.name, "cpu", [&] { e.spec.cpu(in, dst); });
+  });
 }
 
 bool IsIdentifier(const std::string& s) {
