@@ -137,6 +137,9 @@ const std::vector<Setting>& Settings() {
       {"KILN_EW_BLOCKS_PER_SM", Kind::kLevel, "96", "1..512",
        "blocks per SM of a generated contiguous kernel's grid, at most (its threads loop over the "
        "rest; A/B)"},
+      {"KILN_EW_SMALL", Kind::kBool, "on", "",
+       "off: contiguous work of one block runs the generated _contig kernel, not the straight-line "
+       "_small one (A/B)"},
       {"KILN_EW_STREAM", Kind::kBool, "off", "",
        "on: generated contiguous/rows kernels load and store with streaming hints (A/B)"},
   };

@@ -58,6 +58,7 @@ TEST(NvrtcCodegen, EveryElementwiseVariantCompiles) {
       auto ptx = cuda::CompileSource(src, name, "compute_90", /*cubin=*/false);
       ASSERT_TRUE(ptx.ok()) << ptx.status().message();
       EXPECT_NE(ptx->find(name + "_contig"), std::string::npos);
+      EXPECT_NE(ptx->find(name + "_small"), std::string::npos);
       EXPECT_NE(ptx->find(name + "_rows"), std::string::npos);
       EXPECT_NE(ptx->find(name + "_strided"), std::string::npos);
       EXPECT_NE(ptx->find(name + "_stridedv"), std::string::npos);
@@ -286,6 +287,47 @@ TEST(CudaElementwise, RowsPathLayoutsMatchCpu) {
     }
     ExpectClose(to_vector(c.fn(gpu)), to_vector(c.fn(cpu)), ToleranceFor(c.dtype), c.name);
   }
+}
+
+// Contiguous work of one block runs the straight-line _small kernel (one vector a thread, the
+// scalar tail in one more thread), larger work the grid-stride _contig kernel: lengths around
+// every edge (empty, one element, a partial vector, exactly 256 vectors, one past) give the CPU's
+// bits, and the kernel that ran is the one the edge says.
+TEST(CudaElementwise, SmallAndContigKernelsMeetAtOneBlock) {
+  KILN_SKIP_WITHOUT_GPU();
+  Generator gen(12);
+  for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+    const int64_t vec = 16 / DTypeSize(t), edge = cuda_ops::kSmallKernelThreads * vec;
+    for (int64_t n : {int64_t{0}, int64_t{1}, vec - 1, vec, vec + 1, int64_t{16}, edge - vec - 1,
+                      edge - 1, edge, edge + 1, edge + vec, 3 * edge + 5}) {
+      const Tensor a = cast(randn({n}, gen), t), b = cast(randn({n}, gen), t);
+      const Tensor sum = add(to(a, CUDA(0)), to(b, CUDA(0)));
+      const Tensor scaled = mul(to(a, CUDA(0)), 3.0);
+      const std::string what = absl::StrCat(DTypeName(t), " n=", n);
+      EXPECT_EQ(to_vector(sum), to_vector(add(a, b))) << what;
+      EXPECT_EQ(to_vector(scaled), to_vector(mul(a, 3.0))) << what;
+    }
+  }
+  auto kernel_of = [&gen](int64_t n) {
+    const Tensor a = to(randn({n}, gen), CUDA(0));
+    profiler::ProfilerOptions o;
+    o.active = 1;
+    profiler::Profiler p(std::move(o));
+    p.Start();
+    add(a, a);
+    cuda::Synchronize();
+    p.Step();
+    const profiler::ProfileResult r = p.Stop();
+    std::string name;
+    for (const profiler::DeviceRecord& d : r.device) {
+      if (d.kind == profiler::DeviceKind::kKernel) name = d.name;
+    }
+    return name;
+  };
+  const int64_t edge = cuda_ops::kSmallKernelThreads * 4;  // float32: 4 elements a vector
+  EXPECT_EQ(kernel_of(16), "kiln_add_float32_float32_to_float32_small");
+  EXPECT_EQ(kernel_of(edge), "kiln_add_float32_float32_to_float32_small");
+  EXPECT_EQ(kernel_of(edge + 1), "kiln_add_float32_float32_to_float32_contig");
 }
 
 // Programmatic dependent launch (runtime/cuda.h LaunchDependent): a kernel launched as a dependent

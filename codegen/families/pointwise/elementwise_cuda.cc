@@ -27,7 +27,7 @@ std::vector<cuda::KernelFootprint> ElementwiseFootprints(const ElementwiseKernel
   const std::string base = k.general != nullptr ? k.general->base : "kiln_elementwise";
   std::vector<cuda::KernelFootprint> f;
   for (const auto& [kernel, suffix] :
-       {std::pair{k.contig, "_contig"}, std::pair{k.rows, "_rows"}}) {
+       {std::pair{k.contig, "_contig"}, std::pair{k.small, "_small"}, std::pair{k.rows, "_rows"}}) {
     if (kernel != nullptr) f.push_back(ValueOrThrow(cuda::FootprintOf(kernel, base + suffix)));
   }
   return f;
@@ -37,6 +37,7 @@ ElementwiseKernels CompileElementwiseKernels(const std::string& base, const kir:
   const std::string src = RenderElementwiseSource(base, p, kFastVariants);
   ElementwiseKernels k;
   k.contig = ValueOrThrow(cuda::GetKernel(src, base + "_contig"));
+  k.small = ValueOrThrow(cuda::GetKernel(src, base + "_small"));
   k.rows = ValueOrThrow(cuda::GetKernel(src, base + "_rows"));
   k.vec = ElementwiseVectorWidth(p);
   k.num_inputs = p.num_inputs();
@@ -180,6 +181,17 @@ void Launch(cudaKernel_t k, void** args, int64_t work) {
                                         args, 0, cuda::CurrentStream()));
 }
 
+// The _small kernel: one block of `threads` rounded up to whole warps (KILN_EW_SMALL=off: the
+// _contig kernel instead, for A/B).
+bool LaunchSmall(cudaKernel_t k, void** args, int64_t threads) {
+  static const bool on = EnvBool("KILN_EW_SMALL");
+  if (!on || k == nullptr || threads > kSmallKernelThreads) return false;
+  const int block = static_cast<int>((std::max<int64_t>(threads, 1) + 31) / 32 * 32);
+  KILN_CUDA_CHECK(cuda::LaunchDependent(reinterpret_cast<const void*>(k), dim3(1), dim3(block),
+                                        args, 0, cuda::CurrentStream()));
+  return true;
+}
+
 void LaunchRows(cudaKernel_t k, void** args, long long rows, long long cols, int vec) {
   // Blocks sized so each x-block covers an equal share of a row's vectors (a 3072-wide bf16 row
   // is 384 vectors: two blocks of 192 threads, not one of 256 and one half idle). Each thread
@@ -230,6 +242,7 @@ void LaunchElementwise(const ElementwiseKernels& k, absl::Span<const Tensor> in,
   }
   args.push_back(&n);
   if (ContigApplies(in, out)) {
+    if (LaunchSmall(k.small, args.data(), n / k.vec + (n % k.vec != 0))) return;
     Launch(k.contig, args.data(), std::max<int64_t>(n / k.vec, n % k.vec));
     return;
   }

@@ -1,8 +1,10 @@
 // The elementwise kernel family on CUDA: kernels generated from a kernel-IR program
 // (ops/kernel_ir.h) over any number of inputs and outputs, compiled with NVRTC on first use (then
 // cached in memory and on disk, see runtime/nvrtc.h). Eager elementwise ops are one-instruction
-// programs; the compiler's fused groups are longer ones. Three skeletons per program:
+// programs; the compiler's fused groups are longer ones. Four skeletons per program:
 //   _contig    16-byte vectorised loads/stores, every operand contiguous, of the iteration shape;
+//   _small     the same operands when the work fits one block (one vector a thread, straight-line
+//              code, 32-bit indices): a launch whose cost is mostly fixed;
 //   _rows      operands collapsed to [rows, cols] with unit inner stride (or broadcast along the
 //              row) and any row stride, still vectorised: slices of a merged GEMM output, a bias or
 //              a mask broadcast over leading dims;
@@ -39,9 +41,12 @@ void Copy(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, cons
 inline constexpr int kMaxKernelOperands = 32;
 // Rank of the iteration space, at most (after collapsing contiguous dims).
 inline constexpr int kMaxKernelRank = 8;
+// Threads of the _small kernel's one block, at most: contiguous work of up to this many vectors
+// (the scalar tail's thread included) takes it.
+inline constexpr int kSmallKernelThreads = 256;
 
 struct ElementwiseKernels {
-  cuda::KernelHandle contig = nullptr, rows = nullptr;
+  cuda::KernelHandle contig = nullptr, small = nullptr, rows = nullptr;
   int vec = 1;  // elements per thread in the vectorised kernels
   int num_inputs = 0, num_outputs = 0;
   bool scalar_params = false;  // the kernels take scalar, iscalar, dscalar (before n)

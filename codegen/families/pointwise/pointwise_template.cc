@@ -88,8 +88,8 @@ class Pointwise final : public FusionTemplate {
   }
   std::string LaunchNote(const ir::Node&) const override {
     return "launch: 256 threads per block, grid from the SM count (grid-stride loops); _contig "
-           "when every operand is contiguous and aligned, _rows for [rows, cols] operands, else "
-           "_strided";
+           "when every operand is contiguous and aligned (_small, one block, when that work fits "
+           "256 threads), _rows for [rows, cols] operands, else _strided";
   }
 };
 
