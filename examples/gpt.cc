@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
+#include "ops/tensor_parallel.h"
 #include "runtime/status.h"
 
 namespace examples {
@@ -20,6 +21,7 @@ class GptAttention : public kiln::Module {
  public:
   GptAttention(int64_t dim, int64_t heads, kiln::Generator& gen, kiln::ModuleOptions o)
       : heads_(heads),
+        head_dim_(dim / heads),
         c_attn_(
             RegisterModule("c_attn", std::make_unique<kiln::Linear>(dim, 3 * dim, true, gen, o))),
         c_proj_(RegisterModule("c_proj", std::make_unique<kiln::Linear>(dim, dim, true, gen, o))) {}
@@ -27,7 +29,7 @@ class GptAttention : public kiln::Module {
 
   // q, k, v [B, H, T, Dh] of x [B, T, dim]: views of the projection, read in place by SDPA.
   std::array<Tensor, 3> Qkv(const Tensor& x) {
-    const int64_t b = x.size(0), t = x.size(1), hd = x.size(2) / heads_;
+    const int64_t b = x.size(0), t = x.size(1), hd = head_dim_;
     const Tensor qkv =
         kiln::permute(kiln::reshape(c_attn_(x), {b, t, 3, heads_, hd}), {2, 0, 3, 1, 4});
     auto part = [&](int64_t i) { return kiln::squeeze(kiln::slice(qkv, 0, i, i + 1), 0); };
@@ -36,11 +38,24 @@ class GptAttention : public kiln::Module {
   // c_proj of the heads y [B, H, T, Dh] joined back to [B, T, dim].
   Tensor Out(const Tensor& y) {
     const int64_t b = y.size(0), t = y.size(2);
-    return c_proj_(kiln::reshape(kiln::permute(y, {0, 2, 1, 3}), {b, t, y.size(1) * y.size(3)}));
+    const Tensor heads =
+        kiln::reshape(kiln::permute(y, {0, 2, 1, 3}), {b, t, y.size(1) * y.size(3)});
+    if (group_ == nullptr) return c_proj_(heads);
+    c_proj_.CheckInitialised();
+    return kiln::RowParallel(heads, c_proj_.weight(), c_proj_.bias(), *group_);
+  }
+  // This rank's heads: its part of each of c_attn's q, k and v blocks, c_proj's columns; c_proj
+  // is all-reduced over `group`.
+  void ShardTensorParallel(kiln::ProcessGroup& group) {
+    c_attn_.KeepShard(0, group.rank(), group.world_size(), /*sections=*/3, "GptAttention");
+    c_proj_.KeepShard(1, group.rank(), group.world_size(), 1, "GptAttention");
+    heads_ /= group.world_size();
+    group_ = &group;
   }
 
  private:
-  int64_t heads_;
+  int64_t heads_, head_dim_;
+  kiln::ProcessGroup* group_ = nullptr;
   kiln::Linear& c_attn_;
   kiln::Linear& c_proj_;
 };
@@ -58,6 +73,10 @@ class GptBlock : public kiln::Module {
                                        c.dim, 4 * c.dim, kiln::MlpKind::kPlain,
                                        kiln::Activation::kGeluTanh, true, gen, o))) {}
   const char* type_name() const override { return "GptBlock"; }
+  void ShardTensorParallel(kiln::ProcessGroup& group) {
+    attn_.ShardTensorParallel(group);
+    mlp_.ShardTensorParallel(group);
+  }
 
   // Causal attention over x [B, T, dim] at positions 0 .. T-1; the keys and values go to rows
   // 0 .. T-1 of the caches when they are given.
@@ -126,13 +145,26 @@ Tensor Gpt::forward(const Tensor& tokens) {
   return kiln::linear(ln_f_(x), wte_.weight());
 }
 
+void Gpt::ShardTensorParallel(kiln::ProcessGroup& group) {
+  const int64_t n = group.world_size();
+  KILN_CHECK(tp_world_ == 1, "Gpt::ShardTensorParallel: already sharded over ", tp_world_,
+             " ranks");
+  // Checked before any block changes: a refused split leaves the model whole.
+  KILN_CHECK(config_.heads % n == 0 && 4 * config_.dim % n == 0,
+             "Gpt::ShardTensorParallel: ", config_.heads, " heads and ", 4 * config_.dim,
+             " MLP features must split over ", n, " ranks");
+  for (GptBlock* block : blocks_) block->ShardTensorParallel(group);
+  tp_world_ = static_cast<int>(n);
+}
+
 KvCache Gpt::NewCache(int64_t batch) const {
   const Tensor& w = wte_.weight();
   KvCache cache;
   for (int64_t i = 0; i < config_.layers; ++i) {
     for (auto* list : {&cache.k, &cache.v}) {
-      list->push_back(kiln::zeros({batch, config_.heads, config_.ctx, config_.dim / config_.heads},
-                                  w.dtype(), w.device()));
+      list->push_back(
+          kiln::zeros({batch, config_.heads / tp_world_, config_.ctx, config_.dim / config_.heads},
+                      w.dtype(), w.device()));
     }
   }
   return cache;

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "ops/distributed.h"
 #include "ops/modules.h"
 
 namespace examples {
@@ -65,6 +66,12 @@ class Gpt : public kiln::Module {
   // Logits [B, T, vocab] of tokens [B, T] at positions 0 .. T-1 (no cache).
   Tensor forward(const Tensor& tokens) override;
 
+  // Tensor parallelism (ops/tensor_parallel.h): each block keeps this rank's heads and MLP
+  // features (load the weights first); the embeddings and ln_f stay whole. forward, Prefill and
+  // Decode then run on every rank of `group` with the same inputs (eagerly) and give every rank
+  // the same logits; NewCache holds this rank's heads. `group` must outlive the model.
+  void ShardTensorParallel(kiln::ProcessGroup& group);
+
   KvCache NewCache(int64_t batch) const;
   DecodeState NewState(int64_t batch) const;
 
@@ -90,8 +97,9 @@ class Gpt : public kiln::Module {
   kiln::Embedding& wpe_;
   std::vector<GptBlock*> blocks_;
   kiln::LayerNorm& ln_f_;
-  Tensor slots_;  // arange(ctx), int64, on the model's device
-  Tensor one_;    // int64 [1] holding 1
+  Tensor slots_;      // arange(ctx), int64, on the model's device
+  Tensor one_;        // int64 [1] holding 1
+  int tp_world_ = 1;  // ranks the blocks are split over
 };
 
 // GPT-2's initialisation (transformers' _init_weights), drawn from `seed`: weights N(0, 0.02),

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "ops/distributed.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
 #include "runtime/status.h"
@@ -131,6 +132,11 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, const RotaryEmbedding
       mlp_(RegisterModule("mlp", std::make_unique<FeedForward>(c.dim, c.hidden, MlpKind::kGated,
                                                                c.activation, c.mlp_bias, o))) {}
 
+void LlamaDecoderLayer::ShardTensorParallel(ProcessGroup& group) {
+  self_attn_.ShardTensorParallel(group);
+  mlp_.ShardTensorParallel(group);
+}
+
 Tensor LlamaDecoderLayer::Forward(const Tensor& x, const Tensor& positions) {
   const Tensor h = x + self_attn_({input_layernorm_(x), positions})[0];
   return h + mlp_(post_attention_layernorm_(h));
@@ -193,10 +199,24 @@ std::vector<Tensor> LlamaForCausalLM::forward_many(const std::vector<Tensor>& in
 
 Tensor LlamaForCausalLM::forward(const Tensor& tokens) { return forward_many({tokens})[0]; }
 
+void LlamaForCausalLM::ShardTensorParallel(ProcessGroup& group) {
+  KILN_CHECK(tp_world_ == 1, "LlamaForCausalLM::ShardTensorParallel: already sharded over ",
+             tp_world_, " ranks");
+  const int64_t n = group.world_size(), heads = config_.heads,
+                kv_heads = config_.kv_heads > 0 ? config_.kv_heads : heads;
+  // Checked before any layer changes: a refused split leaves the model whole.
+  KILN_CHECK(heads % n == 0 && kv_heads % n == 0 && config_.hidden % n == 0,
+             "LlamaForCausalLM::ShardTensorParallel: ", heads, " heads, ", kv_heads,
+             " key/value heads and ", config_.hidden, " MLP features must all split over ", n,
+             " ranks");
+  for (LlamaDecoderLayer* layer : layers_) layer->ShardTensorParallel(group);
+  tp_world_ = group.world_size();
+}
+
 CausalLM::CacheSpec LlamaForCausalLM::cache_spec() const {
   const Tensor& w = embed_tokens_.weight();
   return {config_.layers,
-          config_.kv_heads > 0 ? config_.kv_heads : config_.heads,
+          (config_.kv_heads > 0 ? config_.kv_heads : config_.heads) / tp_world_,
           HeadDim(config_),
           w.dtype(),
           w.device(),

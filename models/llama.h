@@ -53,6 +53,8 @@ class LlamaDecoderLayer : public Module {
                 const Tensor& slots, const Tensor& mask);
   Tensor forward(const Tensor& x) override;
   const char* type_name() const override { return "LlamaDecoderLayer"; }
+  // Its attention's heads and its MLP's hidden features split over `group` (ops/tensor_parallel.h).
+  void ShardTensorParallel(ProcessGroup& group);
 
  private:
   RMSNorm& input_layernorm_;
@@ -73,6 +75,12 @@ class LlamaForCausalLM : public CausalLM {
   CacheSpec cache_spec() const override;
   Tensor Step(const StepInputs& in) override;
   const char* type_name() const override { return "LlamaForCausalLM"; }
+  // Tensor parallelism (ops/tensor_parallel.h): every layer keeps this rank's heads and MLP
+  // features of the full weights it holds (load the checkpoint first), the embeddings, norms and
+  // LM head stay whole; forward, Step and generate() then run on every rank of `group` (each rank
+  // calls them with the same inputs and gets the same logits), with two all-reduces a layer and a
+  // KV cache of this rank's kv_heads. Eager only; `group` must outlive the model.
+  void ShardTensorParallel(ProcessGroup& group);
 
  private:
   Tensor Logits(const Tensor& x);  // norm, then lm_head or the tied embedding
@@ -84,6 +92,7 @@ class LlamaForCausalLM : public CausalLM {
   std::vector<LlamaDecoderLayer*> layers_;
   RMSNorm& norm_;
   Linear* lm_head_ = nullptr;
+  int tp_world_ = 1;  // ranks the layers are split over
 };
 
 }  // namespace kiln

@@ -9,6 +9,7 @@
 #include "ops/factories.h"
 #include "ops/module_init.h"
 #include "ops/ops.h"
+#include "ops/tensor_parallel.h"
 #include "runtime/random.h"
 #include "runtime/status.h"
 
@@ -201,6 +202,12 @@ Linear::Linear(int64_t in, int64_t out, bool bias, ModuleOptions o)
 }
 
 Tensor Linear::forward(const Tensor& x) { return linear(x, weight_, bias_); }
+
+void Linear::KeepShard(int dim, int rank, int world, int sections, const char* who) {
+  KILN_CHECK(dim == 0 || dim == 1, who, ": shards split dim 0 or 1 of the weight, got ", dim);
+  Replace(weight_, ShardOf(weight_, dim, rank, world, sections, who));
+  if (dim == 0 && bias_.defined()) Replace(bias_, ShardOf(bias_, 0, rank, world, sections, who));
+}
 
 GeGLUMLP::GeGLUMLP(int64_t dim, int64_t hidden, Generator& gen, ModuleOptions o)
     : GeGLUMLP(dim, hidden, module_init::WithGenerator(o, gen)) {}

@@ -41,6 +41,8 @@
 
 namespace kiln {
 
+class ProcessGroup;  // ops/distributed.h
+
 // How a module's parameters get their first values.
 enum class Init : uint8_t {
   kRandom,  // drawn like torch's defaults (each module says how)
@@ -152,6 +154,11 @@ class Linear : public Module {
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }  // undefined without bias
   const char* type_name() const override { return "Linear"; }
+  // Tensor parallelism (ops/tensor_parallel.h): keeps rank `rank`'s part of `world` along the
+  // weight's `dim` (0: output features, and the bias's; 1: input features, the bias whole) and
+  // drops the rest. `sections` > 1: the dim holds that many equal blocks (a fused q/k/v) and the
+  // rank keeps its part of each. The sizes must divide; `who` names the layer in the error.
+  void KeepShard(int dim, int rank, int world, int sections = 1, const char* who = "Linear");
 
  private:
   Tensor& weight_;
@@ -326,11 +333,16 @@ class FeedForward : public Module {
               ModuleOptions options = {});
   Tensor forward(const Tensor& x) override;
   const char* type_name() const override { return "FeedForward"; }
+  // Tensor parallelism, Megatron-style: keeps this rank's share of the hidden features (the
+  // first linears' rows, the last one's columns) and all-reduces over `group` after the last
+  // linear, whose bias is added once after the sum. Eager only (the collective is not traced).
+  void ShardTensorParallel(ProcessGroup& group);
 
  private:
   MlpKind kind_;
   Activation activation_;
-  std::vector<Linear*> layers_;  // c_fc, c_proj | gate_proj, up_proj, down_proj
+  std::vector<Linear*> layers_;    // c_fc, c_proj | gate_proj, up_proj, down_proj
+  ProcessGroup* group_ = nullptr;  // set by ShardTensorParallel
 };
 
 struct DecoderBlockConfig {
@@ -423,6 +435,11 @@ class Attention : public Module {
                 const Tensor& mask);
   const AttentionConfig& config() const { return config_; }
   const char* type_name() const override { return "Attention"; }
+  // Tensor parallelism: keeps this rank's heads and key/value heads (contiguous ranges; both
+  // counts must divide by the world size, so grouped-query heads stay with their key/value head),
+  // their q/k/v rows and o_proj's columns; the output projection is all-reduced over `group`, its
+  // bias added once. config() then counts this rank's heads (a KV cache holds kv_heads of them).
+  void ShardTensorParallel(ProcessGroup& group);
 
  private:
   // q [B, H, T, hd], k and v [B, kv_heads, T, hd] of x, rotated at `positions` (if rotary).
@@ -435,6 +452,7 @@ class Attention : public Module {
   Linear& v_proj_;
   Linear& o_proj_;
   const RotaryEmbedding* rotary_ = nullptr;
+  ProcessGroup* group_ = nullptr;  // set by ShardTensorParallel
 };
 
 }  // namespace kiln

@@ -11,6 +11,7 @@
 #include "ops/module_init.h"
 #include "ops/modules.h"
 #include "ops/ops.h"
+#include "ops/tensor_parallel.h"
 #include "runtime/status.h"
 
 namespace kiln {
@@ -263,8 +264,20 @@ FeedForward::FeedForward(int64_t dim, int64_t hidden, MlpKind kind, Activation a
 }
 
 Tensor FeedForward::forward(const Tensor& x) {
-  if (!Gated(kind_)) return (*layers_[1])(activate((*layers_[0])(x), activation_));
-  return (*layers_[2])(activate((*layers_[0])(x), activation_) * (*layers_[1])(x));
+  const Tensor h = Gated(kind_) ? activate((*layers_[0])(x), activation_) * (*layers_[1])(x)
+                                : activate((*layers_[0])(x), activation_);
+  Linear& last = *layers_.back();
+  if (group_ == nullptr) return last(h);
+  last.CheckInitialised();
+  return RowParallel(h, last.weight(), last.bias(), *group_);
+}
+
+void FeedForward::ShardTensorParallel(ProcessGroup& group) {
+  KILN_CHECK(group_ == nullptr, "FeedForward::ShardTensorParallel: already sharded");
+  for (Linear* l : layers_) {
+    l->KeepShard(l == layers_.back() ? 1 : 0, group.rank(), group.world_size(), 1, "FeedForward");
+  }
+  group_ = &group;
 }
 
 namespace {
@@ -420,7 +433,22 @@ std::array<Tensor, 3> Attention::Project(const Tensor& x, const Tensor& position
 
 Tensor Attention::Out(const Tensor& y) {
   const int64_t b = y.size(0), t = y.size(2);
-  return o_proj_(reshape(permute(y, {0, 2, 1, 3}), {b, t, config_.heads * config_.head_dim}));
+  const Tensor heads = reshape(permute(y, {0, 2, 1, 3}), {b, t, config_.heads * config_.head_dim});
+  if (group_ == nullptr) return o_proj_(heads);
+  o_proj_.CheckInitialised();
+  return RowParallel(heads, o_proj_.weight(), o_proj_.bias(), *group_);
+}
+
+void Attention::ShardTensorParallel(ProcessGroup& group) {
+  const int n = group.world_size(), r = group.rank();
+  KILN_CHECK(group_ == nullptr, "Attention::ShardTensorParallel: already sharded");
+  KILN_CHECK(config_.heads % n == 0 && config_.kv_heads % n == 0, "Attention: ", config_.heads,
+             " heads and ", config_.kv_heads, " key/value heads do not split over ", n, " ranks");
+  for (Linear* l : {&q_proj_, &k_proj_, &v_proj_}) l->KeepShard(0, r, n, 1, "Attention");
+  o_proj_.KeepShard(1, r, n, 1, "Attention");
+  config_.heads /= n;
+  config_.kv_heads /= n;
+  group_ = &group;
 }
 
 Tensor Attention::forward(const Tensor& x) {

@@ -1,22 +1,51 @@
-// Tensor-parallel linear layers and the GeGLU MLP (see tensor_parallel.h): each rank's shard is a
-// copy of its rows or columns of the full weight (the full module can be dropped after).
+// Tensor-parallel linear layers and the GeGLU MLP (see tensor_parallel.h), and the shard and
+// row-parallel helpers the modules' in-place ShardTensorParallel use: each rank's shard is a copy
+// of its rows or columns of the full weight (the full one can be dropped after).
 #include "ops/tensor_parallel.h"
 
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "ops/dispatch.h"
 #include "ops/ops.h"
 #include "runtime/status.h"
 
 namespace kiln {
+
+Tensor ShardOf(const Tensor& t, int64_t dim, int rank, int world, int sections, const char* who) {
+  KILN_CHECK(t.defined() && dim >= 0 && dim < t.dim() && world >= 1 && rank >= 0 && rank < world &&
+                 sections >= 1,
+             who, ": no shard ", rank, " of ", world, " along dim ", dim, " in ", sections,
+             " sections of ", t.defined() ? t.shape_string() : "an undefined tensor");
+  const int64_t size = t.size(dim), section = size / sections, part = section / world;
+  KILN_CHECK(size % (int64_t{sections} * world) == 0, who, ": ", size, " ",
+             dim == 0 ? "output" : "input", " features",
+             sections > 1 ? absl::StrCat(" (", sections, " sections)") : std::string(),
+             " do not split over ", world, " ranks");
+  std::vector<Tensor> parts;
+  for (int s = 0; s < sections; ++s) {
+    const int64_t begin = s * section + rank * part;
+    parts.push_back(slice(t, dim, begin, begin + part));
+  }
+  return parts.size() == 1 ? clone(parts[0]) : cat(parts, dim);
+}
+
+Tensor RowParallel(const Tensor& x_shard, const Tensor& weight_shard, const Tensor& bias,
+                   ProcessGroup& group) {
+  KILN_CHECK(CurrentDispatchHook() == nullptr,
+             "tensor parallelism: a row-parallel layer's all-reduce is not traced yet, so "
+             "tensor-parallel modules run eagerly (compile() and generate()'s compiled modes are "
+             "refused); rank ",
+             group.rank(), " of ", group.world_size());
+  Tensor y = linear(x_shard, weight_shard);
+  group.all_reduce(y);
+  return bias.defined() ? add(y, bias) : y;
+}
+
 namespace {
 
-// Rank r's part [r·size/n, (r+1)·size/n) of `t` along `dim` (a copy); `size` must divide by n.
 Tensor Shard(const Tensor& t, int64_t dim, const ProcessGroup& group, const char* layer) {
-  const int64_t size = t.size(dim), n = group.world_size(), part = size / n;
-  KILN_CHECK(size % n == 0, layer, ": ", size, " ", dim == 0 ? "output" : "input",
-             " features do not split over ", n, " ranks");
-  return clone(slice(t, dim, group.rank() * part, (group.rank() + 1) * part));
+  return ShardOf(t, dim, group.rank(), group.world_size(), 1, layer);
 }
 
 }  // namespace
@@ -38,9 +67,7 @@ Tensor RowParallelLinear::forward(const Tensor& x_shard) {
   KILN_CHECK(x_shard.dim() >= 1 && x_shard.size(-1) == weight_.size(1), "RowParallelLinear: rank ",
              group_.rank(), " takes its ", weight_.size(1), " input features, got a last dim of ",
              x_shard.dim() >= 1 ? x_shard.size(-1) : int64_t{0});
-  Tensor y = linear(x_shard, weight_);
-  group_.all_reduce(y);
-  return bias_.defined() ? add(y, bias_) : y;
+  return RowParallel(x_shard, weight_, bias_, group_);
 }
 
 TensorParallelGeGLUMLP::TensorParallelGeGLUMLP(GeGLUMLP& full, ProcessGroup& group)

@@ -9,6 +9,11 @@
 //     on every rank, added once after the reduction.
 //   TensorParallelGeGLUMLP: gate and up column-parallel, down row-parallel: one all-reduce.
 //
+// Whole models shard in place instead: Attention::ShardTensorParallel (heads split, grouped-query
+// heads included), FeedForward::ShardTensorParallel and the models' own (LlamaForCausalLM's) keep
+// each rank's part of the loaded full weights, so the model's forward, Step and generate() run
+// tensor-parallel unchanged (eager; the embeddings and the LM head stay whole on every rank).
+//
 //   RunThreadRanks(2, [&](ProcessGroup& pg) {
 //     TensorParallelGeGLUMLP tp(full_mlp, pg);
 //     Tensor y = tp(x);  // every rank: full_mlp(x), up to the reduction's rounding
@@ -21,6 +26,15 @@
 #include "ops/modules.h"
 
 namespace kiln {
+
+// Rank `rank`'s part of `world` of `t` along `dim` (a copy); with `sections` > 1 the dim holds
+// that many equal blocks and the part is taken from each, in order. The sizes must divide (the
+// error names `who`, the sizes and the world size).
+Tensor ShardOf(const Tensor& t, int64_t dim, int rank, int world, int sections, const char* who);
+// The row-parallel product: x_shard · weight_shardᵀ summed over `group`, then `bias` (whole, may
+// be undefined) added once.
+Tensor RowParallel(const Tensor& x_shard, const Tensor& weight_shard, const Tensor& bias,
+                   ProcessGroup& group);
 
 class ColumnParallelLinear : public Module {
  public:

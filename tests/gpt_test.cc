@@ -8,14 +8,18 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "codegen/compile.h"
 #include "io/safetensors.h"
 #include "io/state_dict.h"
+#include "ops/distributed.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
+#include "tests/test_util.h"
 
 namespace kiln {
 namespace {
@@ -118,6 +122,66 @@ TEST(GptKvCache, BadInputIsAnError) {
   EXPECT_THROW(t.model.Prefill(examples::Gpt::PrefillInputs(long_prompt, cache, state)), Error);
   EXPECT_THROW(examples::Gpt({.layers = 1, .dim = 10, .heads = 3, .vocab = 4, .ctx = 4}, t.gen),
                Error);
+}
+
+// Tensor parallelism over thread ranks (issue #33, CPU): the model split over 2 and 4 ranks
+// (4 heads, c_attn's q/k/v blocks each split by heads) gives the whole model's logits from a full
+// forward, the prefill and every decode step, and the same greedy ids; its cache holds this
+// rank's heads; 3 ranks are refused before anything changes.
+TEST(GptTensorParallel, SplitOverRanksGivesTheWholeModelsLogitsAndIds) {
+  const examples::GptConfig c = {.layers = 2, .dim = 32, .heads = 4, .vocab = 32, .ctx = 16};
+  auto make = [&c] {
+    Generator gen(0);
+    auto m = std::make_unique<examples::Gpt>(c, gen);
+    examples::InitGpt2Weights(*m, 11);
+    return m;
+  };
+  const Tensor prompt = Prompt();
+  // The whole model: full logits, then prefill and 6 decode steps.
+  auto run = [&prompt](examples::Gpt& m, std::vector<std::vector<double>>* out) {
+    out->push_back(to_vector(m(prompt)));
+    examples::KvCache cache = m.NewCache(2);
+    examples::DecodeState state = m.NewState(2);
+    out->push_back(to_vector(m.Prefill(examples::Gpt::PrefillInputs(prompt, cache, state))[0]));
+    for (int i = 0; i < 6; ++i) {
+      out->push_back(to_vector(m.Decode(examples::Gpt::DecodeInputs(cache, state))[0]));
+    }
+    const std::vector<double> ids = to_vector(state.ids);
+    out->push_back(ids);
+    return cache.k[0].size(1);
+  };
+  std::vector<std::vector<double>> want;
+  run(*make(), &want);
+  for (int n : {2, 4}) {
+    std::mutex mu;
+    RunThreadRanks(n, [&](ProcessGroup& pg) {
+      auto m = make();
+      m->ShardTensorParallel(pg);
+      std::vector<std::vector<double>> got;
+      const int64_t heads = run(*m, &got);
+      std::lock_guard<std::mutex> lock(mu);
+      const std::string at = "n " + std::to_string(n) + " rank " + std::to_string(pg.rank());
+      EXPECT_EQ(heads, 4 / n) << at;
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i + 1 < want.size(); ++i) {
+        ExpectClose(got[i], want[i], {2e-5, 2e-5}, at + " logits " + std::to_string(i));
+      }
+      EXPECT_EQ(got.back(), want.back()) << at << ": ids";
+    });
+  }
+  ExpectThrowsWith(
+      [&] {
+        RunThreadRanks(3, [&](ProcessGroup& pg) {
+          auto m = make();
+          try {
+            m->ShardTensorParallel(pg);
+          } catch (const Error&) {
+            EXPECT_EQ(m->NewCache(1).k[0].size(1), 4);  // still whole
+            throw;
+          }
+        });
+      },
+      "4 heads and 128 MLP features must split over 3 ranks");
 }
 
 // A hand-made file in Hugging Face's GPT2LMHeadModel layout: "transformer." prefixes, Conv1D

@@ -1,0 +1,132 @@
+// Whole models split over thread ranks (issue #33, on the CPU): a Llama-style model with
+// grouped-query heads and every bias, sharded in place on 1, 2 and 4 ranks, gives the single
+// model's logits (full forward and cached steps) and generate()'s greedy ids; the cache holds
+// this rank's key/value heads; a split that does not divide is refused before anything changes;
+// tracing a sharded model (compile, compiled generate) is refused naming the reason.
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "models/generate.h"
+#include "models/llama.h"
+#include "ops/distributed.h"
+#include "ops/factories.h"
+#include "ops/ops.h"
+#include "runtime/random.h"
+#include "tests/test_util.h"
+
+namespace kiln {
+namespace {
+
+// 8 heads over 4 key/value heads: splits over 1, 2 and 4 ranks with the grouping kept.
+LlamaConfig SplittableLlama() {
+  LlamaConfig c;
+  c.vocab = 96;
+  c.dim = 64;
+  c.hidden = 96;
+  c.layers = 2;
+  c.heads = 8;
+  c.kv_heads = 4;
+  c.qkv_bias = true;
+  c.out_bias = true;
+  c.mlp_bias = true;
+  c.rope.max_positions = 64;
+  return c;
+}
+
+// The same weights on every call (each rank builds its own copy, as each process would load
+// the same checkpoint).
+std::unique_ptr<LlamaForCausalLM> SeededLlama(const LlamaConfig& c) {
+  Generator gen(33);
+  return std::make_unique<LlamaForCausalLM>(c, ModuleOptions{.generator = &gen});
+}
+
+const std::vector<std::vector<int64_t>> kPrompts = {{5, 17, 2, 40, 33}, {9, 81, 4}};
+
+TEST(TensorParallelModels, LlamaSplitOverRanksGivesTheWholeModelsLogitsAndIds) {
+  const LlamaConfig c = SplittableLlama();
+  auto whole = SeededLlama(c);
+  const Tensor tokens = from_vector({5, 17, 2, 40, 33, 9, 81, 4, 60, 1}, {2, 5}, DType::kInt64);
+  const std::vector<double> want_logits = to_vector((*whole)(tokens));
+  const GenerateResult want = generate(*whole, kPrompts, {.max_new_tokens = 6});
+  for (int n : {1, 2, 4}) {
+    std::mutex mu;
+    RunThreadRanks(n, [&](ProcessGroup& pg) {
+      auto model = SeededLlama(c);
+      model->ShardTensorParallel(pg);
+      const std::vector<double> logits = to_vector((*model)(tokens));
+      const GenerateResult got = generate(*model, kPrompts, {.max_new_tokens = 6});
+      const CausalLM::CacheSpec spec = model->cache_spec();
+      std::lock_guard<std::mutex> lock(mu);
+      const std::string at = "n " + std::to_string(n) + " rank " + std::to_string(pg.rank());
+      EXPECT_EQ(spec.kv_heads, c.kv_heads / n) << at;
+      ExpectClose(logits, want_logits, {2e-5, 2e-5}, at + " logits");
+      ExpectClose(to_vector(got.prefill_logits), to_vector(want.prefill_logits), {2e-5, 2e-5},
+                  at + " prefill logits");
+      EXPECT_EQ(got.tokens, want.tokens) << at;
+    });
+  }
+}
+
+TEST(TensorParallelModels, EveryRankGetsTheSameBits) {
+  const LlamaConfig c = SplittableLlama();
+  const Tensor tokens = from_vector({3, 1, 4, 1, 5, 9}, {1, 6}, DType::kInt64);
+  std::vector<std::vector<double>> per_rank(2);
+  RunThreadRanks(2, [&](ProcessGroup& pg) {
+    auto model = SeededLlama(c);
+    model->ShardTensorParallel(pg);
+    per_rank[pg.rank()] = to_vector((*model)(tokens));
+  });
+  EXPECT_EQ(per_rank[0], per_rank[1]);
+}
+
+TEST(TensorParallelModels, ASplitThatDoesNotDivideLeavesTheModelWhole) {
+  const LlamaConfig c = SplittableLlama();
+  const Tensor tokens = from_vector({7, 8, 9}, {1, 3}, DType::kInt64);
+  ExpectThrowsWith(
+      [&] {
+        RunThreadRanks(3, [&](ProcessGroup& pg) {
+          auto model = SeededLlama(c);
+          const std::vector<double> before = to_vector((*model)(tokens));
+          try {
+            model->ShardTensorParallel(pg);
+          } catch (const Error&) {
+            // Refused before any layer changed: the model still computes the whole result.
+            EXPECT_EQ(to_vector((*model)(tokens)), before);
+            EXPECT_EQ(model->cache_spec().kv_heads, c.kv_heads);
+            throw;
+          }
+        });
+      },
+      "8 heads, 4 key/value heads and 96 MLP features must all split over 3 ranks");
+  ExpectThrowsWith(
+      [&] {
+        RunThreadRanks(2, [&](ProcessGroup& pg) {
+          auto model = SeededLlama(c);
+          model->ShardTensorParallel(pg);
+          model->ShardTensorParallel(pg);
+        });
+      },
+      "already sharded over 2 ranks");
+}
+
+TEST(TensorParallelModels, TracingASplitModelIsRefused) {
+  const LlamaConfig c = SplittableLlama();
+  ExpectThrowsWith(
+      [&] {
+        RunThreadRanks(2, [&](ProcessGroup& pg) {
+          auto model = SeededLlama(c);
+          model->ShardTensorParallel(pg);
+          GenerateOptions o;
+          o.max_new_tokens = 2;
+          o.mode = GenerateOptions::Mode::kCompiled;
+          generate(*model, kPrompts, o);
+        });
+      },
+      "a row-parallel layer's all-reduce is not traced yet");
+}
+
+}  // namespace
+}  // namespace kiln
