@@ -33,6 +33,7 @@
 #include "ops/distributed.h"
 #include "ops/factories.h"
 #include "ops/modules.h"
+#include "ops/nccl.h"
 #include "ops/ops.h"
 #include "ops/tensor_parallel.h"
 #include "profiler/profiler.h"

@@ -1,0 +1,212 @@
+// The NCCL process group (see ops/nccl.h): libnccl.so.2 loaded at the first use, one
+// communicator per local GPU (ncclCommInitAll), each rank a thread on its device issuing NCCL's
+// collectives on kiln's current stream.
+#include <dlfcn.h>
+#include <nccl.h>
+
+#include <exception>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "ops/factories.h"
+#include "ops/nccl.h"
+#include "ops/ops.h"
+#include "runtime/cuda.h"
+#include "runtime/cuda_api.h"
+#include "runtime/status.h"
+
+namespace kiln {
+namespace {
+
+struct NcclLib {
+  decltype(&ncclGetVersion) GetVersion = nullptr;
+  decltype(&ncclGetErrorString) GetErrorString = nullptr;
+  decltype(&ncclCommInitAll) CommInitAll = nullptr;
+  decltype(&ncclCommDestroy) CommDestroy = nullptr;
+  decltype(&ncclAllReduce) AllReduce = nullptr;
+  decltype(&ncclAllGather) AllGather = nullptr;
+  decltype(&ncclReduceScatter) ReduceScatter = nullptr;
+  decltype(&ncclBroadcast) Broadcast = nullptr;
+  std::string error;  // why NCCL cannot be used; empty when it can
+};
+
+template <typename Fn>
+void Resolve(void* handle, const char* symbol, Fn* fn, std::string* error) {
+  *fn = reinterpret_cast<Fn>(dlsym(handle, symbol));
+  if (*fn == nullptr && error->empty()) *error = absl::StrCat("libnccl.so.2 has no ", symbol);
+}
+
+const NcclLib& Nccl() {
+  static const NcclLib lib = [] {
+    NcclLib l;
+    if (cuda::DeviceCount() == 0) {
+      l.error = "no CUDA device";
+      return l;
+    }
+    void* handle = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      const char* why = dlerror();
+      l.error = absl::StrCat("libnccl.so.2 could not be loaded: ", why != nullptr ? why : "");
+      return l;
+    }
+    Resolve(handle, "ncclGetVersion", &l.GetVersion, &l.error);
+    Resolve(handle, "ncclGetErrorString", &l.GetErrorString, &l.error);
+    Resolve(handle, "ncclCommInitAll", &l.CommInitAll, &l.error);
+    Resolve(handle, "ncclCommDestroy", &l.CommDestroy, &l.error);
+    Resolve(handle, "ncclAllReduce", &l.AllReduce, &l.error);
+    Resolve(handle, "ncclAllGather", &l.AllGather, &l.error);
+    Resolve(handle, "ncclReduceScatter", &l.ReduceScatter, &l.error);
+    Resolve(handle, "ncclBroadcast", &l.Broadcast, &l.error);
+    return l;
+  }();
+  return lib;
+}
+
+const NcclLib& CheckedNccl(const char* who) {
+  const NcclLib& lib = Nccl();
+  KILN_CHECK(lib.error.empty(), who, ": NCCL is not available: ", lib.error);
+  return lib;
+}
+
+void Check(ncclResult_t r, const char* call, int rank) {
+  KILN_CHECK(r == ncclSuccess, call, " failed on rank ", rank, ": ", Nccl().GetErrorString(r));
+}
+
+ncclDataType_t NcclType(DType t, bool reduce, const char* op) {
+  switch (t) {
+    case DType::kFloat32:
+      return ncclFloat32;
+    case DType::kFloat16:
+      return ncclFloat16;
+    case DType::kBFloat16:
+      return ncclBfloat16;
+    case DType::kInt32:
+      return ncclInt32;
+    case DType::kInt64:
+      return ncclInt64;
+    case DType::kBool:
+      KILN_CHECK(!reduce, op, ": NCCL reductions do not take bool tensors");
+      return ncclUint8;
+  }
+  KILN_FAIL(op, ": NCCL has no type for ", DTypeName(t));
+}
+
+class NcclGroup : public ProcessGroup {
+ public:
+  NcclGroup(ncclComm_t comm, int rank, int world, int device)
+      : comm_(comm), rank_(rank), world_(world), device_(device) {}
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+
+  void all_reduce(Tensor& t, ReduceOp op) override {
+    Checked("all_reduce", t);
+    const ncclDataType_t type = NcclType(t.dtype(), true, "all_reduce");
+    Tensor buf = t.is_contiguous() ? t : contiguous(t);
+    Check(Nccl().AllReduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), type, NcclOp(op), comm_,
+                           cuda::CurrentStream()),
+          "ncclAllReduce", rank_);
+    if (!buf.is_same(t)) copy_(t, buf);
+  }
+
+  Tensor all_gather(const Tensor& t) override {
+    Checked("all_gather", t);
+    KILN_CHECK(t.dim() >= 1, "all_gather: needs a tensor of rank >= 1, got ", t.shape_string());
+    const Tensor src = contiguous(t);
+    Shape shape = t.shape();
+    shape[0] *= world_;
+    Tensor out = empty(shape, t.dtype(), t.device());
+    Check(Nccl().AllGather(src.data_ptr(), out.data_ptr(), src.numel(),
+                           NcclType(t.dtype(), false, "all_gather"), comm_, cuda::CurrentStream()),
+          "ncclAllGather", rank_);
+    return out;
+  }
+
+  Tensor reduce_scatter(const Tensor& t, ReduceOp op) override {
+    Checked("reduce_scatter", t);
+    KILN_CHECK(t.dim() >= 1 && t.size(0) % world_ == 0, "reduce_scatter: dim 0 of ",
+               t.shape_string(), " must be a multiple of the world size ", world_);
+    const Tensor src = contiguous(t);
+    Shape shape = t.shape();
+    shape[0] /= world_;
+    Tensor out = empty(shape, t.dtype(), t.device());
+    Check(Nccl().ReduceScatter(src.data_ptr(), out.data_ptr(), out.numel(),
+                               NcclType(t.dtype(), true, "reduce_scatter"), NcclOp(op), comm_,
+                               cuda::CurrentStream()),
+          "ncclReduceScatter", rank_);
+    return out;
+  }
+
+  void broadcast(Tensor& t, int src) override {
+    Checked("broadcast", t);
+    KILN_CHECK(src >= 0 && src < world_, "broadcast: source rank ", src, " is not in 0..",
+               world_ - 1);
+    Tensor buf = t.is_contiguous() ? t : contiguous(t);
+    Check(Nccl().Broadcast(buf.data_ptr(), buf.data_ptr(), buf.numel(),
+                           NcclType(t.dtype(), false, "broadcast"), src, comm_,
+                           cuda::CurrentStream()),
+          "ncclBroadcast", rank_);
+    if (!buf.is_same(t)) copy_(t, buf);
+  }
+
+ private:
+  static ncclRedOp_t NcclOp(ReduceOp op) { return op == ReduceOp::kSum ? ncclSum : ncclMax; }
+
+  void Checked(const char* op, const Tensor& t) const {
+    KILN_CHECK(t.defined() && t.device().is_cuda() && t.device().index == device_, op,
+               ": the NCCL group's rank ", rank_, " works on cuda:", device_, ", got a tensor ",
+               t.defined() ? absl::StrCat("on ", t.device().str()) : "undefined");
+  }
+
+  ncclComm_t comm_;
+  int rank_, world_, device_;
+};
+
+}  // namespace
+
+bool NcclAvailable(std::string* why) {
+  const NcclLib& lib = Nccl();
+  if (why != nullptr) *why = lib.error;
+  return lib.error.empty();
+}
+
+int NcclVersion() {
+  int v = 0;
+  Check(CheckedNccl("NcclVersion").GetVersion(&v), "ncclGetVersion", 0);
+  return v;
+}
+
+void RunNcclRanks(const std::vector<int>& devices, const std::function<void(ProcessGroup&)>& body) {
+  const NcclLib& lib = CheckedNccl("RunNcclRanks");
+  const int n = static_cast<int>(devices.size()), count = cuda::DeviceCount();
+  KILN_CHECK(n >= 1 && std::set<int>(devices.begin(), devices.end()).size() == devices.size(),
+             "RunNcclRanks: needs one or more distinct devices, got ", n, " entries");
+  for (int d : devices) {
+    KILN_CHECK(d >= 0 && d < count, "RunNcclRanks: cuda:", d, " does not exist (", count,
+               " CUDA devices)");
+  }
+  std::vector<ncclComm_t> comms(n);
+  Check(lib.CommInitAll(comms.data(), n, devices.data()), "ncclCommInitAll", 0);
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        KILN_CUDA_CHECK(cudaSetDevice(devices[r]));
+        NcclGroup group(comms[r], r, n, devices[r]);
+        body(group);
+        cuda::Synchronize();
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (ncclComm_t c : comms) lib.CommDestroy(c);
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+}  // namespace kiln

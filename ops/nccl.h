@@ -1,0 +1,39 @@
+// Collectives over NCCL (issue #33): the ProcessGroup of ops/distributed.h with one rank per GPU,
+// each collective on kiln's current stream of its rank's thread (so it is ordered with the ops
+// around it). NCCL (libnccl.so.2) is loaded when the first group is made, not linked: programs
+// that never make one do not need it, and a build or machine without it says so then.
+//
+// Single-process mode: one thread per local GPU, rank r on devices[r] (its current device):
+//
+//   RunNcclRanks({0, 1}, [&](ProcessGroup& pg) {
+//     Tensor t = full({4}, pg.rank() + 1.0, DType::kFloat32, CUDA(pg.rank()));
+//     pg.all_reduce(t);                          // every rank: [3, 3, 3, 3] on its GPU
+//   });
+//
+// Tensors must be CUDA tensors on the rank's device; reductions take floating and integer
+// dtypes (not bool). Unlike the thread-rank backend, a rank that calls another collective or
+// never comes is not detected by kiln: NCCL waits (NCCL_TIMEOUT governs it). Not yet: one process
+// per GPU from torchrun's environment (a TCP store for NCCL's id), CUDA-graph capture tests.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ops/distributed.h"
+
+namespace kiln {
+
+// Whether NCCL can be used here; when not, why ("built without CUDA", "no CUDA device", the
+// loader's message for libnccl.so.2).
+bool NcclAvailable(std::string* why = nullptr);
+
+// NCCL's version as it reports it (e.g. 22807 for 2.28.7); throws if NCCL is not available.
+int NcclVersion();
+
+// Runs `body` on one thread per entry of `devices` (distinct CUDA device ordinals), rank r on
+// devices[r], all sharing one NCCL communicator set; returns when all are done, rethrowing the
+// first rank's error (the others' collectives may then wait on NCCL: see above).
+void RunNcclRanks(const std::vector<int>& devices, const std::function<void(ProcessGroup&)>& body);
+
+}  // namespace kiln

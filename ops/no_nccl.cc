@@ -1,0 +1,18 @@
+// NCCL in a build without CUDA (see nccl.h): not available, saying why.
+#include "ops/nccl.h"
+#include "runtime/status.h"
+
+namespace kiln {
+
+bool NcclAvailable(std::string* why) {
+  if (why != nullptr) *why = "kiln was built without CUDA";
+  return false;
+}
+
+int NcclVersion() { KILN_FAIL("NCCL: kiln was built without CUDA"); }
+
+void RunNcclRanks(const std::vector<int>&, const std::function<void(ProcessGroup&)>&) {
+  KILN_FAIL("RunNcclRanks: kiln was built without CUDA");
+}
+
+}  // namespace kiln

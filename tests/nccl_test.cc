@@ -1,0 +1,132 @@
+// The NCCL process group (ops/nccl.h). Without a GPU (CI): not available, saying why, and
+// RunNcclRanks refuses. On a GPU: a world over every visible GPU (one on the H200 machine) gives
+// each collective's definition in several dtypes, in place on non-contiguous tensors too;
+// tensors on the wrong device and bool reductions are refused naming the rank and device; a
+// Llama-style model sharded over the NCCL group gives the whole model's logits and greedy ids.
+#include "ops/nccl.h"
+
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "models/generate.h"
+#include "models/llama.h"
+#include "ops/factories.h"
+#include "ops/ops.h"
+#include "runtime/cuda.h"
+#include "runtime/random.h"
+#include "tests/test_util.h"
+
+namespace kiln {
+namespace {
+
+std::vector<int> AllDevices() {
+  std::vector<int> d;
+  for (int i = 0; i < cuda::DeviceCount(); ++i) d.push_back(i);
+  return d;
+}
+
+TEST(Nccl, WithoutAGpuItIsUnavailableSayingWhy) {
+  if (cuda::IsAvailable()) GTEST_SKIP() << "a GPU is here: the GPU tests cover NCCL";
+  std::string why;
+  EXPECT_FALSE(NcclAvailable(&why));
+  EXPECT_FALSE(why.empty());
+  ExpectThrowsWith([] { RunNcclRanks({0}, [](ProcessGroup&) {}); }, "RunNcclRanks", why);
+}
+
+TEST(NcclOnGpu, CollectivesGiveTheirDefinitions) {
+  KILN_SKIP_WITHOUT_GPU();
+  std::string why;
+  ASSERT_TRUE(NcclAvailable(&why)) << why;
+  EXPECT_GT(NcclVersion(), 0);
+  const std::vector<int> devices = AllDevices();
+  const int n = static_cast<int>(devices.size());
+  std::mutex mu;
+  RunNcclRanks(devices, [&](ProcessGroup& pg) {
+    const int r = pg.rank();
+    const Device dev = CUDA(devices[r]);
+    ASSERT_EQ(pg.world_size(), n);
+    for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kInt64}) {
+      Tensor sum = full({6}, r + 1.0, t, dev);
+      pg.all_reduce(sum);
+      Tensor max = full({6}, r + 1.0, t, dev);
+      pg.all_reduce(max, ReduceOp::kMax);
+      const Tensor gathered = pg.all_gather(full({2, 3}, r, t, dev));
+      const Tensor scattered = pg.reduce_scatter(full({2 * n}, 1.0, t, dev));
+      Tensor b = full({3}, r + 10.0, t, dev);
+      pg.broadcast(b, n - 1);
+      // In place through a non-contiguous view: the rows of a transposed [3, 4].
+      Tensor wide = full({4, 3}, 2.0, t, dev);
+      Tensor view = transpose(wide, 0, 1);
+      pg.all_reduce(view);
+      std::lock_guard<std::mutex> lock(mu);
+      const std::string at = std::string(DTypeName(t)) + " rank " + std::to_string(r);
+      EXPECT_EQ(to_vector(sum), std::vector<double>(6, n * (n + 1) / 2.0)) << at;
+      EXPECT_EQ(to_vector(max), std::vector<double>(6, n)) << at;
+      std::vector<double> g;
+      for (int k = 0; k < n; ++k) g.insert(g.end(), 6, k);
+      EXPECT_EQ(gathered.shape(), (Shape{2 * n, 3})) << at;
+      EXPECT_EQ(to_vector(gathered), g) << at;
+      EXPECT_EQ(to_vector(scattered), std::vector<double>(2, n)) << at;
+      EXPECT_EQ(to_vector(b), std::vector<double>(3, n - 1 + 10.0)) << at;
+      EXPECT_EQ(to_vector(wide), std::vector<double>(12, 2.0 * n)) << at;
+    }
+  });
+}
+
+TEST(NcclOnGpu, BadTensorsAreRefused) {
+  KILN_SKIP_WITHOUT_GPU();
+  ExpectThrowsWith(
+      [] {
+        RunNcclRanks({0}, [](ProcessGroup& pg) {
+          Tensor t = full({4}, 1.0);  // on the CPU
+          pg.all_reduce(t);
+        });
+      },
+      "all_reduce", "rank 0 works on cuda:0", "on cpu");
+  ExpectThrowsWith(
+      [] {
+        RunNcclRanks({0}, [](ProcessGroup& pg) {
+          Tensor t = full({4}, 1.0, DType::kBool, CUDA(0));
+          pg.all_reduce(t);
+        });
+      },
+      "NCCL reductions do not take bool");
+  ExpectThrowsWith([] { RunNcclRanks({0, 0}, [](ProcessGroup&) {}); }, "distinct devices");
+  ExpectThrowsWith([] { RunNcclRanks({cuda::DeviceCount()}, [](ProcessGroup&) {}); },
+                   "does not exist");
+}
+
+TEST(NcclOnGpu, AShardedLlamaGivesTheWholeModelsResults) {
+  KILN_SKIP_WITHOUT_GPU();
+  LlamaConfig c;
+  c.vocab = 96, c.dim = 64, c.hidden = 96, c.layers = 2, c.heads = 8, c.kv_heads = 4;
+  c.qkv_bias = c.out_bias = c.mlp_bias = true;
+  c.rope.max_positions = 64;
+  auto make = [&c](Device d) {
+    Generator gen(21);
+    return std::make_unique<LlamaForCausalLM>(c, ModuleOptions{.device = d, .generator = &gen});
+  };
+  const std::vector<std::vector<int64_t>> prompts = {{5, 17, 2, 40, 33}, {9, 81, 4}};
+  const Tensor tokens = from_vector({5, 17, 2, 40, 33, 9, 81, 4, 60, 1}, {2, 5}, DType::kInt64);
+  auto whole = make(CUDA(0));
+  const std::vector<double> want = to_vector((*whole)(to(tokens, CUDA(0))));
+  const GenerateResult want_ids = generate(*whole, prompts, {.max_new_tokens = 6});
+  const std::vector<int> devices = AllDevices();
+  std::mutex mu;
+  RunNcclRanks(devices, [&](ProcessGroup& pg) {
+    const Device dev = CUDA(devices[pg.rank()]);
+    auto model = make(dev);
+    model->ShardTensorParallel(pg);
+    const std::vector<double> got = to_vector((*model)(to(tokens, dev)));
+    const GenerateResult ids = generate(*model, prompts, {.max_new_tokens = 6});
+    std::lock_guard<std::mutex> lock(mu);
+    ExpectClose(got, want, {2e-5, 2e-5}, "rank " + std::to_string(pg.rank()));
+    EXPECT_EQ(ids.tokens, want_ids.tokens);
+  });
+}
+
+}  // namespace
+}  // namespace kiln
