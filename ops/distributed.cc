@@ -1,20 +1,26 @@
-// Collectives (see distributed.h): the group whose ranks are threads of one process. A collective
-// is two barriers: each rank leaves its tensor in its slot, all meet, each checks that every rank
-// called the same thing and computes its result from the slots (in rank order: identical on every
-// rank), all meet again (so no slot is overwritten while another rank reads it), each writes its
-// result.
+// Collectives (see distributed.h) over an exchange of every rank's call, computed on each rank
+// in rank order (identical bits everywhere). Threads of one process: two barriers, each rank
+// leaves its tensor in its slot, all meet, each checks that every rank called the same thing and
+// computes its result from the slots, all meet again (so no slot is overwritten while another
+// rank reads it). Processes (InitProcessGroup): each call goes through the TCP store.
 #include "ops/distributed.h"
 
 #include <condition_variable>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "ops/factories.h"
 #include "ops/ops.h"
+#include "ops/tcp_store.h"
 #include "runtime/status.h"
 
 namespace kiln {
@@ -49,6 +55,20 @@ struct Call {
   }
 };
 
+// Empty when every rank called the same collective with the same shape and dtype; else what
+// differs, naming the first rank that differs from rank 0.
+std::string Disagreement(const std::vector<Call>& calls, const std::string& what) {
+  for (size_t r = 1; r < calls.size(); ++r) {
+    const Call &a = calls[0], &b = calls[r];
+    if (a.kind != b.kind || a.op != b.op || a.src != b.src || a.input.dtype() != b.input.dtype() ||
+        a.input.shape() != b.input.shape()) {
+      return absl::StrCat("collective ", what, ": the ranks' calls differ (rank 0: ", a.Describe(),
+                          "; rank ", r, ": ", b.Describe(), ")");
+    }
+  }
+  return "";
+}
+
 // The state the ranks share.
 class ThreadWorld {
  public:
@@ -71,14 +91,7 @@ class ThreadWorld {
       std::lock_guard<std::mutex> lock(mu_);
       calls = slots_;
     }
-    for (int r = 1; r < n_; ++r) {
-      const Call &a = calls[0], &b = calls[r];
-      if (a.kind != b.kind || a.op != b.op || a.src != b.src ||
-          a.input.dtype() != b.input.dtype() || a.input.shape() != b.input.shape()) {
-        Fail(absl::StrCat("collective ", what, ": the ranks' calls differ (rank 0: ", a.Describe(),
-                          "; rank ", r, ": ", b.Describe(), ")"));
-      }
-    }
+    if (const std::string differ = Disagreement(calls, what); !differ.empty()) Fail(differ);
     return calls;
   }
 
@@ -148,12 +161,10 @@ Tensor Reduce(const std::vector<Call>& calls, ReduceOp op) {
   return acc;
 }
 
-class ThreadGroup : public ProcessGroup {
+// The four collectives over an exchange of every rank's call (its tensor on the CPU), which the
+// backends provide: the thread group through shared slots, the store group through a TcpStore.
+class ExchangeGroup : public ProcessGroup {
  public:
-  ThreadGroup(ThreadWorld& world, int rank) : world_(world), rank_(rank) {}
-  int rank() const override { return rank_; }
-  int world_size() const override { return world_.size(); }
-
   void all_reduce(Tensor& t, ReduceOp op) override {
     const Tensor result = Run(Kind::kAllReduce, op, 0, t,
                               [&](const std::vector<Call>& calls) { return Reduce(calls, op); });
@@ -172,41 +183,163 @@ class ThreadGroup : public ProcessGroup {
   }
 
   Tensor reduce_scatter(const Tensor& t, ReduceOp op) override {
-    const int n = world_.size();
+    const int n = world_size();
     KILN_CHECK(t.dim() >= 1 && t.size(0) % n == 0, "reduce_scatter: dim 0 of ",
                ShapeString(t.shape()), " must be a multiple of the world size ", n);
     const int64_t part = t.dim() >= 1 ? t.size(0) / n : 0;
     const Tensor result = Run(Kind::kReduceScatter, op, 0, t, [&](const auto& calls) {
-      return contiguous(slice(Reduce(calls, op), 0, rank_ * part, (rank_ + 1) * part));
+      return contiguous(slice(Reduce(calls, op), 0, rank() * part, (rank() + 1) * part));
     });
     return to(result, t.device());
   }
 
   void broadcast(Tensor& t, int src) override {
-    KILN_CHECK(src >= 0 && src < world_.size(), "broadcast: source rank ", src, " is not in 0..",
-               world_.size() - 1);
+    KILN_CHECK(src >= 0 && src < world_size(), "broadcast: source rank ", src, " is not in 0..",
+               world_size() - 1);
     const Tensor result = Run(Kind::kBroadcast, ReduceOp::kSum, src, t,
                               [&](const auto& calls) { return calls[src].input; });
-    if (rank_ != src) copy_(t, to(result, t.device()));
+    if (rank() != src) copy_(t, to(result, t.device()));
   }
 
+ protected:
+  // Every rank's call of collective `seq` (this rank's is `mine`), once all have come; throws
+  // when a rank does not come in time or the calls differ.
+  virtual std::vector<Call> Exchange(Call mine, int64_t seq) = 0;
+  // After this rank computed its result of collective `seq`.
+  virtual void Done(int64_t seq) = 0;
+
  private:
-  // The collective's two barriers around `compute` (this rank's result from every rank's call).
+  // The exchange around `compute` (this rank's result from every rank's call).
   template <typename Fn>
   Tensor Run(Kind kind, ReduceOp op, int src, const Tensor& t, Fn compute) {
     KILN_CHECK(t.defined(), KindName(kind), ": the tensor is undefined");
     const int64_t seq = seq_++;
-    // (A throw from here on reaches RunThreadRanks, which fails the group.)
-    const Tensor result =
-        compute(world_.Exchange(rank_, Call{kind, op, src, contiguous(to(t, kCPU))}, seq));
-    world_.Done(rank_, seq);
+    const Tensor result = compute(Exchange(Call{kind, op, src, contiguous(to(t, kCPU))}, seq));
+    Done(seq);
     return result;
   }
 
-  ThreadWorld& world_;
-  const int rank_;
   int64_t seq_ = 0;
 };
+
+class ThreadGroup : public ExchangeGroup {
+ public:
+  ThreadGroup(ThreadWorld& world, int rank) : world_(world), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_.size(); }
+
+ private:
+  // (A throw from here on reaches RunThreadRanks, which fails the group.)
+  std::vector<Call> Exchange(Call mine, int64_t seq) override {
+    return world_.Exchange(rank_, std::move(mine), seq);
+  }
+  void Done(int64_t seq) override { world_.Done(rank_, seq); }
+
+  ThreadWorld& world_;
+  const int rank_;
+};
+
+// ---- One process per rank (InitProcessGroup) -------------------------------------------------
+
+// A call as bytes: "kind op src dtype rank d0 d1 ...\n" then the tensor's bytes.
+std::string Encode(const Call& c) {
+  std::string s = absl::StrCat(static_cast<int>(c.kind), " ", static_cast<int>(c.op), " ", c.src,
+                               " ", static_cast<int>(c.input.dtype()), " ", c.input.dim());
+  for (int64_t d : c.input.shape()) absl::StrAppend(&s, " ", d);
+  s += "\n";
+  const size_t bytes = static_cast<size_t>(c.input.numel() * DTypeSize(c.input.dtype()));
+  if (bytes > 0) s.append(static_cast<const char*>(c.input.data_ptr()), bytes);
+  return s;
+}
+
+Call Decode(const std::string& s, const std::string& what) {
+  const size_t eol = s.find('\n');
+  KILN_CHECK(eol != std::string::npos, what, ": a malformed message in the store");
+  std::istringstream in(s.substr(0, eol));
+  int kind = 0, op = 0, dtype = 0;
+  int64_t rank = 0;
+  Call c;
+  in >> kind >> op >> c.src >> dtype >> rank;
+  Shape shape(static_cast<size_t>(std::max<int64_t>(rank, 0)));
+  for (int64_t& d : shape) in >> d;
+  KILN_CHECK(!in.fail() && kind >= 0 && kind <= 3 && dtype >= 0 && dtype < kNumDTypes, what,
+             ": a malformed message in the store");
+  c.kind = static_cast<Kind>(kind);
+  c.op = static_cast<ReduceOp>(op);
+  c.input = empty(shape, static_cast<DType>(dtype));
+  const size_t bytes = static_cast<size_t>(c.input.numel() * DTypeSize(c.input.dtype()));
+  KILN_CHECK(s.size() - eol - 1 == bytes, what, ": a message of ", s.size() - eol - 1,
+             " bytes for ", ShapeString(shape));
+  if (bytes > 0) std::memcpy(c.input.data_ptr(), s.data() + eol + 1, bytes);
+  return c;
+}
+
+// Each collective publishes this rank's call under "c<seq>/<rank>" and reads every rank's: a
+// rank that does not come within the store's timeout is named. A rank deletes its previous key
+// once every rank has published the next one (so all have read it).
+class StoreGroup : public ExchangeGroup {
+ public:
+  StoreGroup(std::unique_ptr<TcpStore> store, int rank, int world)
+      : store_(std::move(store)), rank_(rank), world_(world) {}
+  ~StoreGroup() override {
+    // Rank 0 serves the store: it stays until every rank has read what it needs.
+    try {
+      store_->Set(absl::StrCat("done/", rank_), "");
+      if (rank_ == 0) {
+        for (int r = 1; r < world_; ++r) store_->Get(absl::StrCat("done/", r));
+      }
+    } catch (const Error&) {
+      // A rank that already failed: nothing more to wait for.
+    }
+  }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+
+ private:
+  static std::string Key(int64_t seq, int rank) { return absl::StrCat("c", seq, "/", rank); }
+
+  std::vector<Call> Exchange(Call mine, int64_t seq) override {
+    const std::string what = absl::StrCat(KindName(mine.kind), " #", seq);
+    store_->Set(Key(seq, rank_), Encode(mine));
+    std::vector<Call> calls(world_);
+    for (int r = 0; r < world_; ++r) {
+      if (r == rank_) {
+        calls[r] = mine;
+        continue;
+      }
+      std::string bytes;
+      try {
+        bytes = store_->Get(Key(seq, r));
+      } catch (const Error& e) {
+        if (e.status().code() != absl::StatusCode::kDeadlineExceeded) throw;
+        throw Error(absl::DeadlineExceededError(
+            absl::StrCat("rank ", rank_, ": collective ", what, ": rank ", r, " of ", world_,
+                         " did not come within ", store_->timeout().count(), " ms")));
+      }
+      calls[r] = Decode(bytes, what);
+    }
+    const std::string differ = Disagreement(calls, what);
+    KILN_CHECK(differ.empty(), "rank ", rank_, ": ", differ);
+    if (seq > 0) store_->Delete(Key(seq - 1, rank_));
+    return calls;
+  }
+  void Done(int64_t) override {}
+
+  std::unique_ptr<TcpStore> store_;
+  const int rank_, world_;
+};
+
+// An integer environment variable, or the error naming it.
+int EnvInt(const char* name, int lo, int hi) {
+  const char* v = std::getenv(name);
+  KILN_CHECK(v != nullptr && *v != '\0', "InitProcessGroup: ", name,
+             " is not set (torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)");
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  KILN_CHECK(*end == '\0' && n >= lo && n <= hi, "InitProcessGroup: ", name, "='", v,
+             "' is not an integer in ", lo, "..", hi);
+  return static_cast<int>(n);
+}
 
 }  // namespace
 
@@ -244,6 +377,36 @@ void RunThreadRanks(int world_size, const std::function<void(ProcessGroup&)>& bo
       if (errors[r] != nullptr && (echo[r] != 0) == echoes) std::rethrow_exception(errors[r]);
     }
   }
+}
+
+std::unique_ptr<ProcessGroup> InitProcessGroup(const ProcessGroupOptions& options) {
+  KILN_CHECK(options.backend == "cpu", "InitProcessGroup: backend '", options.backend,
+             "' is not available from the environment yet (\"cpu\" is; NCCL runs one process's "
+             "GPUs through RunNcclRanks in ops/nccl.h)");
+  const int world = EnvInt("WORLD_SIZE", 1, 1024), rank = EnvInt("RANK", 0, world - 1);
+  const int port = EnvInt("MASTER_PORT", 1, 65535);
+  const char* addr = std::getenv("MASTER_ADDR");
+  const std::string host = addr != nullptr && *addr != '\0' ? addr : "127.0.0.1";
+  auto store = std::make_unique<TcpStore>(host, port, rank == 0, options.timeout);
+  // Rendezvous: every rank says it is here and what world it expects.
+  store->Set(absl::StrCat("join/", rank), std::to_string(world));
+  std::vector<int> missing;
+  for (int r = 0; r < world; ++r) {
+    try {
+      const std::string theirs =
+          store->Get(absl::StrCat("join/", r),
+                     missing.empty() ? options.timeout : std::chrono::milliseconds(1));
+      KILN_CHECK(theirs == std::to_string(world), "InitProcessGroup: rank ", r, " has WORLD_SIZE ",
+                 theirs, ", rank ", rank, " has ", world);
+    } catch (const Error& e) {
+      if (e.status().code() != absl::StatusCode::kDeadlineExceeded) throw;
+      missing.push_back(r);
+    }
+  }
+  KILN_CHECK(missing.empty(), "InitProcessGroup: rank(s) ", absl::StrJoin(missing, ", "), " of ",
+             world, " did not join within ", options.timeout.count(), " ms (rank ", rank,
+             ", store at ", host, ":", port, ")");
+  return std::make_unique<StoreGroup>(std::move(store), rank, world);
 }
 
 }  // namespace kiln

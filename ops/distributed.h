@@ -1,7 +1,8 @@
-// Collectives over a group of ranks (issue #33, its first part): the interface every backend
-// implements, with torch.distributed's semantics, and the backend whose ranks are threads of one
-// process, on which the parallel math is tested on any machine (CI has no GPU). The NCCL backend
-// (one process or thread per GPU) implements the same interface.
+// Collectives over a group of ranks (issue #33): the interface every backend implements, with
+// torch.distributed's semantics; the backend whose ranks are threads of one process, on which
+// the parallel math is tested on any machine (CI has no GPU); the one whose ranks are processes
+// started with torchrun's environment (InitProcessGroup, CPU tensors through a TCP store). The
+// NCCL backend (ops/nccl.h, one thread per local GPU) implements the same interface.
 //
 //   RunThreadRanks(2, [&](ProcessGroup& pg) {
 //     Tensor t = full({4}, pg.rank() + 1.0);
@@ -18,6 +19,8 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
+#include <string>
 
 #include "runtime/tensor.h"
 
@@ -48,5 +51,18 @@ class ProcessGroup {
 // other ranks before it throws.
 void RunThreadRanks(int world_size, const std::function<void(ProcessGroup&)>& body,
                     std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+struct ProcessGroupOptions {
+  std::string backend = "cpu";  // collectives of CPU tensors exchanged through the store
+  std::chrono::milliseconds timeout = std::chrono::seconds(60);  // joining, and each collective
+};
+// One process per rank, from torchrun's environment: RANK, WORLD_SIZE, MASTER_PORT and
+// MASTER_ADDR (default 127.0.0.1). Rank 0 serves a TCP store (ops/tcp_store.h) that every rank
+// joins; a rank that does not join, or says another WORLD_SIZE, fails every rank's call naming
+// it. The "cpu" backend sends each collective's tensors through the store (tests and small CPU
+// jobs: every rank reads every rank's tensor), reduces in rank order (identical bits) and names a
+// rank that does not come to a collective within the timeout. Destroying rank 0's group waits
+// (at most the timeout) until every rank has destroyed its own.
+std::unique_ptr<ProcessGroup> InitProcessGroup(const ProcessGroupOptions& options = {});
 
 }  // namespace kiln
