@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ops/factories.h"
+#include "ops/nccl.h"
 #include "ops/ops.h"
 #include "ops/tcp_store.h"
 #include "runtime/status.h"
@@ -281,17 +282,7 @@ class StoreGroup : public ExchangeGroup {
  public:
   StoreGroup(std::unique_ptr<TcpStore> store, int rank, int world)
       : store_(std::move(store)), rank_(rank), world_(world) {}
-  ~StoreGroup() override {
-    // Rank 0 serves the store: it stays until every rank has read what it needs.
-    try {
-      store_->Set(absl::StrCat("done/", rank_), "");
-      if (rank_ == 0) {
-        for (int r = 1; r < world_; ++r) store_->Get(absl::StrCat("done/", r));
-      }
-    } catch (const Error&) {
-      // A rank that already failed: nothing more to wait for.
-    }
-  }
+  ~StoreGroup() override { LeaveStore(*store_, rank_, world_); }
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
 
@@ -380,9 +371,8 @@ void RunThreadRanks(int world_size, const std::function<void(ProcessGroup&)>& bo
 }
 
 std::unique_ptr<ProcessGroup> InitProcessGroup(const ProcessGroupOptions& options) {
-  KILN_CHECK(options.backend == "cpu", "InitProcessGroup: backend '", options.backend,
-             "' is not available from the environment yet (\"cpu\" is; NCCL runs one process's "
-             "GPUs through RunNcclRanks in ops/nccl.h)");
+  KILN_CHECK(options.backend == "cpu" || options.backend == "nccl", "InitProcessGroup: backend '",
+             options.backend, "' is not one of \"cpu\", \"nccl\"");
   const int world = EnvInt("WORLD_SIZE", 1, 1024), rank = EnvInt("RANK", 0, world - 1);
   const int port = EnvInt("MASTER_PORT", 1, 65535);
   const char* addr = std::getenv("MASTER_ADDR");
@@ -406,7 +396,24 @@ std::unique_ptr<ProcessGroup> InitProcessGroup(const ProcessGroupOptions& option
   KILN_CHECK(missing.empty(), "InitProcessGroup: rank(s) ", absl::StrJoin(missing, ", "), " of ",
              world, " did not join within ", options.timeout.count(), " ms (rank ", rank,
              ", store at ", host, ":", port, ")");
+  if (options.backend == "nccl") {
+    const char* local = std::getenv("LOCAL_RANK");
+    const int device = local != nullptr && *local != '\0' ? EnvInt("LOCAL_RANK", 0, 1023) : rank;
+    return NcclGroupThroughStore(std::move(store), rank, world, device);
+  }
   return std::make_unique<StoreGroup>(std::move(store), rank, world);
+}
+
+void LeaveStore(TcpStore& store, int rank, int world) {
+  // Rank 0 serves the store: it stays until every rank has read what it needs.
+  try {
+    store.Set(absl::StrCat("done/", rank), "");
+    if (rank == 0) {
+      for (int r = 1; r < world; ++r) store.Get(absl::StrCat("done/", r));
+    }
+  } catch (const Error&) {
+    // A rank that already failed: nothing more to wait for.
+  }
 }
 
 }  // namespace kiln

@@ -53,7 +53,7 @@ void RunThreadRanks(int world_size, const std::function<void(ProcessGroup&)>& bo
                     std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
 struct ProcessGroupOptions {
-  std::string backend = "cpu";  // collectives of CPU tensors exchanged through the store
+  std::string backend = "cpu";  // "cpu": CPU tensors through the store; "nccl": see below
   std::chrono::milliseconds timeout = std::chrono::seconds(60);  // joining, and each collective
 };
 // One process per rank, from torchrun's environment: RANK, WORLD_SIZE, MASTER_PORT and
@@ -63,6 +63,13 @@ struct ProcessGroupOptions {
 // jobs: every rank reads every rank's tensor), reduces in rank order (identical bits) and names a
 // rank that does not come to a collective within the timeout. Destroying rank 0's group waits
 // (at most the timeout) until every rank has destroyed its own.
+// Backend "nccl": one GPU per process (cuda:LOCAL_RANK, else cuda:RANK), NCCL's id through the
+// store; tensors must be on that GPU (ops/nccl.h).
 std::unique_ptr<ProcessGroup> InitProcessGroup(const ProcessGroupOptions& options = {});
+
+class TcpStore;
+// How a group made through a store says goodbye: this rank marks itself done; rank 0 (whose
+// process serves the store) waits, at most the store's timeout, until every rank has.
+void LeaveStore(TcpStore& store, int rank, int world);
 
 }  // namespace kiln

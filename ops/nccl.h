@@ -12,11 +12,12 @@
 //
 // Tensors must be CUDA tensors on the rank's device; reductions take floating and integer
 // dtypes (not bool). Unlike the thread-rank backend, a rank that calls another collective or
-// never comes is not detected by kiln: NCCL waits (NCCL_TIMEOUT governs it). Not yet: one process
-// per GPU from torchrun's environment (a TCP store for NCCL's id), CUDA-graph capture tests.
+// never comes is not detected by kiln: NCCL waits (NCCL_TIMEOUT governs it). One process per GPU:
+// InitProcessGroup({.backend = "nccl"}) (distributed.h). Not yet: CUDA-graph capture tests.
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,5 +36,11 @@ int NcclVersion();
 // devices[r], all sharing one NCCL communicator set; returns when all are done, rethrowing the
 // first rank's error (the others' collectives may then wait on NCCL: see above).
 void RunNcclRanks(const std::vector<int>& devices, const std::function<void(ProcessGroup&)>& body);
+
+class TcpStore;
+// One process per rank (InitProcessGroup with backend "nccl"): NCCL's id through `store` (rank 0
+// makes it), device `device` made current for this thread. The group keeps the store.
+std::unique_ptr<ProcessGroup> NcclGroupThroughStore(std::unique_ptr<TcpStore> store, int rank,
+                                                    int world, int device);
 
 }  // namespace kiln

@@ -1,5 +1,6 @@
 // NCCL in a build without CUDA (see nccl.h): not available, saying why.
 #include "ops/nccl.h"
+#include "ops/tcp_store.h"
 #include "runtime/status.h"
 
 namespace kiln {
@@ -13,6 +14,10 @@ int NcclVersion() { KILN_FAIL("NCCL: kiln was built without CUDA"); }
 
 void RunNcclRanks(const std::vector<int>&, const std::function<void(ProcessGroup&)>&) {
   KILN_FAIL("RunNcclRanks: kiln was built without CUDA");
+}
+
+std::unique_ptr<ProcessGroup> NcclGroupThroughStore(std::unique_ptr<TcpStore>, int, int, int) {
+  KILN_FAIL("InitProcessGroup(nccl): kiln was built without CUDA");
 }
 
 }  // namespace kiln

@@ -7,12 +7,15 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "models/generate.h"
 #include "models/llama.h"
+#include "ops/distributed.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
 #include "runtime/cuda.h"
@@ -34,6 +37,42 @@ TEST(Nccl, WithoutAGpuItIsUnavailableSayingWhy) {
   EXPECT_FALSE(NcclAvailable(&why));
   EXPECT_FALSE(why.empty());
   ExpectThrowsWith([] { RunNcclRanks({0}, [](ProcessGroup&) {}); }, "RunNcclRanks", why);
+  const std::string port = std::to_string(FreeTcpPort());
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("MASTER_PORT", port.c_str(), 1);
+  ExpectThrowsWith([] { InitProcessGroup({.backend = "nccl"}); }, "NCCL is not available", why);
+}
+
+// One process per GPU from torchrun's environment (a world of one here): NCCL's id through the
+// store, the rank's device from LOCAL_RANK, a sharded model over it.
+TEST(NcclOnGpu, OneProcessPerRankFromTheEnvironment) {
+  KILN_SKIP_WITHOUT_GPU();
+  const std::string port = std::to_string(FreeTcpPort());
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("LOCAL_RANK", "0", 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", port.c_str(), 1);
+  std::unique_ptr<ProcessGroup> pg = InitProcessGroup({.backend = "nccl"});
+  Tensor t = full({5}, 3.0, DType::kBFloat16, CUDA(0));
+  pg->all_reduce(t);
+  EXPECT_EQ(to_vector(t), std::vector<double>(5, 3.0));
+  ExpectThrowsWith(
+      [&] {
+        Tensor cpu = full({2}, 1.0);
+        pg->all_reduce(cpu);
+      },
+      "rank 0 works on cuda:0");
+  LlamaConfig c;
+  c.vocab = 64, c.dim = 32, c.hidden = 64, c.layers = 1, c.heads = 4, c.kv_heads = 2;
+  c.rope.max_positions = 32;
+  Generator gen(5);
+  LlamaForCausalLM model(c, {.device = CUDA(0), .generator = &gen});
+  const Tensor tokens = from_vector({1, 2, 3, 4}, {1, 4}, DType::kInt64, CUDA(0));
+  const std::vector<double> want = to_vector(model(tokens));
+  model.ShardTensorParallel(*pg);
+  ExpectClose(to_vector(model(tokens)), want, {2e-5, 2e-5}, "sharded over the NCCL group");
 }
 
 TEST(NcclOnGpu, CollectivesGiveTheirDefinitions) {

@@ -33,19 +33,6 @@ extern char** environ;
 namespace kiln {
 namespace {
 
-// A port nothing listens on now (the kernel's choice for port 0).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 struct Ranks {
   std::vector<int> exit_codes;
   std::vector<std::string> said;  // what each rank wrote (its error, or "ok")
@@ -58,7 +45,7 @@ Ranks RunRanks(const std::string& scenario, int launched, const std::function<in
                            ("kiln_pg_" + std::to_string(getpid()) + "_" + scenario))
                               .string();
   std::filesystem::create_directories(dir);
-  const int port = FreePort();
+  const int port = FreeTcpPort();
   std::vector<pid_t> pids;
   for (int r = 0; r < launched; ++r) {
     std::vector<std::string> env = {
@@ -197,8 +184,9 @@ TEST(TcpStore, SetGetWaitAndTimeout) {
   client.Delete("k");
   ExpectThrowsWith([&] { server.Get("k", std::chrono::milliseconds(50)); },
                    "key 'k' was not set within 50 ms");
-  ExpectThrowsWith([] { TcpStore("127.0.0.1", FreePort(), false, std::chrono::milliseconds(200)); },
-                   "could not reach 127.0.0.1:", "within 200 ms");
+  ExpectThrowsWith(
+      [] { TcpStore("127.0.0.1", FreeTcpPort(), false, std::chrono::milliseconds(200)); },
+      "could not reach 127.0.0.1:", "within 200 ms");
 }
 
 }  // namespace

@@ -6,6 +6,9 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -103,6 +106,20 @@ std::string ErrorOf(F&& f) {
     return e.what();
   }
   return "(no error)";
+}
+
+// A local TCP port nothing listens on now (the kernel's pick for port 0), for tests that serve a
+// store; another process may take it before the test does (rare).
+inline int FreeTcpPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
 }
 
 inline bool GpuPresent() { return HasAllocator(DeviceType::kCUDA); }

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <set>
@@ -13,6 +14,7 @@
 #include "ops/factories.h"
 #include "ops/nccl.h"
 #include "ops/ops.h"
+#include "ops/tcp_store.h"
 #include "runtime/cuda.h"
 #include "runtime/cuda_api.h"
 #include "runtime/status.h"
@@ -24,6 +26,8 @@ struct NcclLib {
   decltype(&ncclGetVersion) GetVersion = nullptr;
   decltype(&ncclGetErrorString) GetErrorString = nullptr;
   decltype(&ncclCommInitAll) CommInitAll = nullptr;
+  decltype(&ncclGetUniqueId) GetUniqueId = nullptr;
+  decltype(&ncclCommInitRank) CommInitRank = nullptr;
   decltype(&ncclCommDestroy) CommDestroy = nullptr;
   decltype(&ncclAllReduce) AllReduce = nullptr;
   decltype(&ncclAllGather) AllGather = nullptr;
@@ -54,6 +58,8 @@ const NcclLib& Nccl() {
     Resolve(handle, "ncclGetVersion", &l.GetVersion, &l.error);
     Resolve(handle, "ncclGetErrorString", &l.GetErrorString, &l.error);
     Resolve(handle, "ncclCommInitAll", &l.CommInitAll, &l.error);
+    Resolve(handle, "ncclGetUniqueId", &l.GetUniqueId, &l.error);
+    Resolve(handle, "ncclCommInitRank", &l.CommInitRank, &l.error);
     Resolve(handle, "ncclCommDestroy", &l.CommDestroy, &l.error);
     Resolve(handle, "ncclAllReduce", &l.AllReduce, &l.error);
     Resolve(handle, "ncclAllGather", &l.AllGather, &l.error);
@@ -97,6 +103,15 @@ class NcclGroup : public ProcessGroup {
  public:
   NcclGroup(ncclComm_t comm, int rank, int world, int device)
       : comm_(comm), rank_(rank), world_(world), device_(device) {}
+  // A group of one process per rank: it owns its communicator and the store it was made through.
+  NcclGroup(ncclComm_t comm, int rank, int world, int device, std::unique_ptr<TcpStore> store)
+      : comm_(comm), rank_(rank), world_(world), device_(device), store_(std::move(store)) {}
+  ~NcclGroup() override {
+    if (store_ == nullptr) return;  // RunNcclRanks destroys its communicators itself
+    cudaDeviceSynchronize();
+    Nccl().CommDestroy(comm_);
+    LeaveStore(*store_, rank_, world_);
+  }
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
 
@@ -161,6 +176,7 @@ class NcclGroup : public ProcessGroup {
 
   ncclComm_t comm_;
   int rank_, world_, device_;
+  std::unique_ptr<TcpStore> store_;
 };
 
 }  // namespace
@@ -207,6 +223,27 @@ void RunNcclRanks(const std::vector<int>& devices, const std::function<void(Proc
   for (const std::exception_ptr& e : errors) {
     if (e) std::rethrow_exception(e);
   }
+}
+
+std::unique_ptr<ProcessGroup> NcclGroupThroughStore(std::unique_ptr<TcpStore> store, int rank,
+                                                    int world, int device) {
+  const NcclLib& lib = CheckedNccl("InitProcessGroup(nccl)");
+  KILN_CHECK(device >= 0 && device < cuda::DeviceCount(), "InitProcessGroup(nccl): rank ", rank,
+             "'s device cuda:", device, " does not exist (", cuda::DeviceCount(),
+             " CUDA devices; LOCAL_RANK picks it)");
+  ncclUniqueId id;
+  if (rank == 0) {
+    Check(lib.GetUniqueId(&id), "ncclGetUniqueId", rank);
+    store->Set("nccl_id", std::string(reinterpret_cast<const char*>(&id), sizeof(id)));
+  } else {
+    const std::string bytes = store->Get("nccl_id");
+    KILN_CHECK(bytes.size() == sizeof(id), "InitProcessGroup(nccl): a malformed NCCL id");
+    std::memcpy(&id, bytes.data(), sizeof(id));
+  }
+  KILN_CUDA_CHECK(cudaSetDevice(device));
+  ncclComm_t comm = nullptr;
+  Check(lib.CommInitRank(&comm, world, id, rank), "ncclCommInitRank", rank);
+  return std::make_unique<NcclGroup>(comm, rank, world, device, std::move(store));
 }
 
 }  // namespace kiln
