@@ -4,7 +4,7 @@
 //
 //   06_llama --model-dir DIR [--prompts "1,2,3;4,5"] [--new-tokens 64] [--dtype f32|bf16]
 //            [--device cpu|cuda] [--temperature T --top-k K --top-p P --seed S]
-//            [--modes eager,compiled,graph] [--out FILE] [--compare]
+//            [--modes eager,compiled,graph] [--out FILE] [--compare] [--tp N]
 //   06_llama --write-model DIR [--layers 2 --dim 64 --heads 4 --kv-heads 2 --hidden 96
 //            --vocab 128 --seed 0]     a seeded random model in HF's layout (config.json too)
 //
@@ -16,7 +16,10 @@
 // --out FILE writes the prompts, each mode's ids and the prefill logits (float32) as JSON for
 // bench/llama_twin.py, which checks them against transformers on the same folder. --compare
 // prints the library's eager-vs-compiled report (kiln::CompareEagerAndCompiled) of the model's
-// full forward over the first prompt (on CUDA also replayed as a CUDA graph).
+// full forward over the first prompt (on CUDA also replayed as a CUDA graph). --tp N also runs
+// the model split over N ranks (ops/tensor_parallel.h), eagerly: threads of this process on the
+// CPU, one thread per GPU over NCCL on cuda:0..N-1; each rank loads the model and keeps its share,
+// rank 0 prints the ids and decode rate, and the ids are checked against the single model's.
 #include <cinttypes>
 #include <filesystem>
 #include <fstream>
@@ -31,6 +34,8 @@
 #include "io/state_dict.h"
 #include "models/generate.h"
 #include "models/llama.h"
+#include "ops/distributed.h"
+#include "ops/nccl.h"
 
 namespace {
 
@@ -54,6 +59,7 @@ void DefineFlags(examples::Flags& f) {
   f.Define("vocab", "128");
   f.Define("max-positions", "256");
   f.Define("compare", "0", true);
+  f.Define("tp", "1");
 }
 
 std::string ReadFile(const examples::Flags& f, const std::string& path) {
@@ -156,13 +162,70 @@ std::vector<int64_t> GreedyByFullForward(kiln::LlamaForCausalLM& model, std::vec
   return out;
 }
 
+// The model: from the folder into uninitialised parameters, or seeded in memory.
+std::unique_ptr<kiln::LlamaForCausalLM> MakeModel(const examples::Flags& f, kiln::DType dtype,
+                                                  kiln::Device device, bool say) {
+  if (!f.Given("model-dir")) {
+    kiln::Generator gen(static_cast<uint64_t>(std::stoll(f.Str("seed"))));
+    return std::make_unique<kiln::LlamaForCausalLM>(
+        ConfigFromFlags(f),
+        kiln::ModuleOptions{.dtype = dtype, .device = device, .generator = &gen});
+  }
+  const std::string dir = f.Str("model-dir");
+  const kiln::LlamaConfig c = kiln::LlamaConfig::FromJson(ReadFile(f, dir + "/config.json"));
+  auto model = std::make_unique<kiln::LlamaForCausalLM>(
+      c, kiln::ModuleOptions{.dtype = dtype, .device = device, .init = kiln::Init::kNone});
+  const kiln::LoadReport r = kiln::load_state_dict(*model, dir + "/model.safetensors",
+                                                   {.map = kiln::llama_load_mapping()});
+  if (say) std::printf("loaded %s: %s\n", dir.c_str(), r.str().c_str());
+  return model;
+}
+
+// The model split over `n` ranks (eager): each rank loads it on its device and keeps its share;
+// rank 0's ids and decode rate come back.
+kiln::GenerateResult RunTensorParallel(const examples::Flags& f, int n, kiln::DType dtype,
+                                       kiln::Device device,
+                                       const std::vector<std::vector<int64_t>>& prompts,
+                                       kiln::GenerateOptions o) {
+  kiln::GenerateResult out;
+  auto rank_body = [&](kiln::ProcessGroup& pg) {
+    const kiln::Device d = device.is_cuda() ? kiln::CUDA(pg.rank()) : device;
+    std::unique_ptr<kiln::LlamaForCausalLM> model = MakeModel(f, dtype, d, false);
+    model->ShardTensorParallel(pg);
+    std::vector<double> step_end_ms;
+    const auto t0 = std::chrono::steady_clock::now();
+    kiln::GenerateOptions mine = o;
+    mine.on_step = [&](int64_t, const std::vector<int64_t>&) {
+      step_end_ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      return true;
+    };
+    kiln::GenerateResult r = kiln::generate(*model, prompts, mine);
+    if (pg.rank() != 0) return;
+    std::printf("tp %d     %" PRId64 " steps in %.1f ms (eager, %s)\n", n, r.steps,
+                step_end_ms.empty() ? 0.0 : step_end_ms.back(),
+                device.is_cuda() ? "one thread per GPU over NCCL" : "thread ranks");
+    PrintDecodeRate(step_end_ms, static_cast<int64_t>(prompts.size()));
+    out = std::move(r);
+  };
+  if (device.is_cuda()) {
+    std::vector<int> devices;
+    for (int i = 0; i < n; ++i) devices.push_back(i);
+    kiln::RunNcclRanks(devices, rank_body);
+  } else {
+    kiln::RunThreadRanks(n, rank_body);
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
   examples::Flags f("06_llama",
                     "[--model-dir DIR | --write-model DIR] [--prompts \"1,2;3\"] [--new-tokens N] "
                     "[--dtype f32|bf16] [--device cpu|cuda] [--modes eager,compiled,graph] "
-                    "[--temperature T --top-k K --top-p P --seed S] [--out FILE] [--compare]");
+                    "[--temperature T --top-k K --top-p P --seed S] [--out FILE] [--compare] "
+                    "[--tp N]");
   DefineFlags(f);
   f.Parse(argc, argv);
   if (f.Given("write-model")) {
@@ -174,22 +237,7 @@ int main(int argc, char** argv) try {
   f.Define("dtype", given == "f32" ? "float32" : given == "bf16" ? "bfloat16" : given);
   const auto [device, dtype] = examples::DeviceAndDType(f);
 
-  // The model: from the folder into uninitialised parameters, or seeded in memory.
-  std::unique_ptr<kiln::LlamaForCausalLM> model;
-  if (f.Given("model-dir")) {
-    const std::string dir = f.Str("model-dir");
-    const kiln::LlamaConfig c = kiln::LlamaConfig::FromJson(ReadFile(f, dir + "/config.json"));
-    model = std::make_unique<kiln::LlamaForCausalLM>(
-        c, kiln::ModuleOptions{.dtype = dtype, .device = device, .init = kiln::Init::kNone});
-    const kiln::LoadReport r = kiln::load_state_dict(*model, dir + "/model.safetensors",
-                                                     {.map = kiln::llama_load_mapping()});
-    std::printf("loaded %s: %s\n", dir.c_str(), r.str().c_str());
-  } else {
-    kiln::Generator gen(static_cast<uint64_t>(std::stoll(f.Str("seed"))));
-    model = std::make_unique<kiln::LlamaForCausalLM>(
-        ConfigFromFlags(f),
-        kiln::ModuleOptions{.dtype = dtype, .device = device, .generator = &gen});
-  }
+  std::unique_ptr<kiln::LlamaForCausalLM> model = MakeModel(f, dtype, device, true);
 
   kiln::GenerateOptions o;
   o.max_new_tokens = f.Int("new-tokens");
@@ -265,6 +313,14 @@ int main(int argc, char** argv) try {
   for (const std::string& name : mode_names) {
     ok &=
         check(absl::StrCat(name, " ids vs ", mode_names[0]), results[name].tokens == first.tokens);
+  }
+  if (const int tp = f.Int("tp"); tp > 1) {
+    const kiln::GenerateResult split = RunTensorParallel(f, tp, dtype, device, prompts, o);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      std::printf("  prompt %zu %s -> %s\n", i, Ids(prompts[i]).c_str(),
+                  Ids(split.tokens[i]).c_str());
+    }
+    ok &= check(absl::StrCat("tp ", tp, " ids vs ", mode_names[0]), split.tokens == first.tokens);
   }
   if (f.Bool("compare")) {
     const std::vector<int64_t>& ids = prompts[0];
