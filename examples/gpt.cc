@@ -47,6 +47,7 @@ class GptAttention : public kiln::Module {
   // This rank's heads: its part of each of c_attn's q, k and v blocks, c_proj's columns; c_proj
   // is all-reduced over `group`.
   void ShardTensorParallel(kiln::ProcessGroup& group) {
+    KILN_CHECK(group_ == nullptr, "GptAttention::ShardTensorParallel: already sharded");
     c_attn_.KeepShard(0, group.rank(), group.world_size(), /*sections=*/3, "GptAttention");
     c_proj_.KeepShard(1, group.rank(), group.world_size(), 1, "GptAttention");
     heads_ /= group.world_size();
@@ -147,14 +148,14 @@ Tensor Gpt::forward(const Tensor& tokens) {
 
 void Gpt::ShardTensorParallel(kiln::ProcessGroup& group) {
   const int64_t n = group.world_size();
-  KILN_CHECK(tp_world_ == 1, "Gpt::ShardTensorParallel: already sharded over ", tp_world_,
-             " ranks");
+  KILN_CHECK(!sharded_, "Gpt::ShardTensorParallel: already sharded over ", tp_world_, " ranks");
   // Checked before any block changes: a refused split leaves the model whole.
   KILN_CHECK(config_.heads % n == 0 && 4 * config_.dim % n == 0,
              "Gpt::ShardTensorParallel: ", config_.heads, " heads and ", 4 * config_.dim,
              " MLP features must split over ", n, " ranks");
   for (GptBlock* block : blocks_) block->ShardTensorParallel(group);
   tp_world_ = static_cast<int>(n);
+  sharded_ = true;
 }
 
 KvCache Gpt::NewCache(int64_t batch) const {

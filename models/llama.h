@@ -92,7 +92,8 @@ class LlamaForCausalLM : public CausalLM {
   std::vector<LlamaDecoderLayer*> layers_;
   RMSNorm& norm_;
   Linear* lm_head_ = nullptr;
-  int tp_world_ = 1;  // ranks the layers are split over
+  int tp_world_ = 1;      // ranks the layers are split over
+  bool sharded_ = false;  // ShardTensorParallel ran (over any number of ranks, 1 too)
 };
 
 }  // namespace kiln

@@ -261,10 +261,14 @@ Call Decode(const std::string& s, const std::string& what) {
   int64_t rank = 0;
   Call c;
   in >> kind >> op >> c.src >> dtype >> rank;
-  Shape shape(static_cast<size_t>(std::max<int64_t>(rank, 0)));
-  for (int64_t& d : shape) in >> d;
-  KILN_CHECK(!in.fail() && kind >= 0 && kind <= 3 && dtype >= 0 && dtype < kNumDTypes, what,
-             ": a malformed message in the store");
+  KILN_CHECK(!in.fail() && kind >= 0 && kind <= 3 && op >= 0 && op <= 1 && dtype >= 0 &&
+                 dtype < kNumDTypes && rank >= 0 && rank <= 16,
+             what, ": a malformed message in the store");
+  Shape shape(static_cast<size_t>(rank));
+  for (int64_t& d : shape) {
+    in >> d;
+    KILN_CHECK(!in.fail() && d >= 0, what, ": a malformed shape in the store");
+  }
   c.kind = static_cast<Kind>(kind);
   c.op = static_cast<ReduceOp>(op);
   c.input = empty(shape, static_cast<DType>(dtype));
@@ -320,6 +324,23 @@ class StoreGroup : public ExchangeGroup {
   const int rank_, world_;
 };
 
+int EnvInt(const char* name, int lo, int hi);
+
+// The store's port: KILN_STORE_PORT when set; under torchrun's agent (which serves its own store
+// on MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE set) MASTER_PORT + 1; else MASTER_PORT.
+int StorePort() {
+  if (const char* own = std::getenv("KILN_STORE_PORT"); own != nullptr && *own != '\0') {
+    return EnvInt("KILN_STORE_PORT", 1, 65535);
+  }
+  const int master = EnvInt("MASTER_PORT", 1, 65535);
+  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const bool torchrun = agent != nullptr && *agent != '\0' && std::string(agent) != "False" &&
+                        std::string(agent) != "0";
+  KILN_CHECK(!torchrun || master < 65535, "InitProcessGroup: MASTER_PORT ", master,
+             " leaves no port after it for kiln's store (set KILN_STORE_PORT)");
+  return torchrun ? master + 1 : master;
+}
+
 // An integer environment variable, or the error naming it.
 int EnvInt(const char* name, int lo, int hi) {
   const char* v = std::getenv(name);
@@ -374,7 +395,7 @@ std::unique_ptr<ProcessGroup> InitProcessGroup(const ProcessGroupOptions& option
   KILN_CHECK(options.backend == "cpu" || options.backend == "nccl", "InitProcessGroup: backend '",
              options.backend, "' is not one of \"cpu\", \"nccl\"");
   const int world = EnvInt("WORLD_SIZE", 1, 1024), rank = EnvInt("RANK", 0, world - 1);
-  const int port = EnvInt("MASTER_PORT", 1, 65535);
+  const int port = StorePort();
   const char* addr = std::getenv("MASTER_ADDR");
   const std::string host = addr != nullptr && *addr != '\0' ? addr : "127.0.0.1";
   auto store = std::make_unique<TcpStore>(host, port, rank == 0, options.timeout);

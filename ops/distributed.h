@@ -58,12 +58,13 @@ struct ProcessGroupOptions {
 };
 // One process per rank, from torchrun's environment: RANK, WORLD_SIZE, MASTER_PORT and
 // MASTER_ADDR (default 127.0.0.1). Rank 0 serves a TCP store (ops/tcp_store.h) that every rank
-// joins; a rank that does not join, or says another WORLD_SIZE, fails every rank's call naming
-// it. The "cpu" backend sends each collective's tensors through the store (tests and small CPU
-// jobs: every rank reads every rank's tensor), reduces in rank order (identical bits) and names a
-// rank that does not come to a collective within the timeout. Destroying rank 0's group waits
-// (at most the timeout) until every rank has destroyed its own.
-// Backend "nccl": one GPU per process (cuda:LOCAL_RANK, else cuda:RANK), NCCL's id through the
+// joins, on MASTER_PORT (MASTER_PORT + 1 under torchrun's agent, which holds MASTER_PORT for its
+// own store; KILN_STORE_PORT overrides both); a rank that does not join, or says another
+// WORLD_SIZE, fails every rank's call naming it. The "cpu" backend sends each collective's tensors
+// through the store (tests and small CPU jobs: every rank reads every rank's tensor), reduces in
+// rank order (identical bits) and names a rank that does not come to a collective within the
+// timeout. Destroying rank 0's group waits (at most the timeout) until every rank has destroyed its
+// own. Backend "nccl": one GPU per process (cuda:LOCAL_RANK, else cuda:RANK), NCCL's id through the
 // store; tensors must be on that GPU (ops/nccl.h).
 std::unique_ptr<ProcessGroup> InitProcessGroup(const ProcessGroupOptions& options = {});
 

@@ -11,9 +11,10 @@
 //   });
 //
 // Tensors must be CUDA tensors on the rank's device; reductions take floating and integer
-// dtypes (not bool). Unlike the thread-rank backend, a rank that calls another collective or
-// never comes is not detected by kiln: NCCL waits (NCCL_TIMEOUT governs it). One process per GPU:
-// InitProcessGroup({.backend = "nccl"}) (distributed.h). Not yet: CUDA-graph capture tests.
+// dtypes (not bool). Unlike the thread-rank backend, a rank that calls another collective,
+// never comes or fails leaves the others waiting inside NCCL (libnccl has no timeout of its own
+// and kiln does not abort communicators yet): RunNcclRanks then does not return. One process per
+// GPU: InitProcessGroup({.backend = "nccl"}) (distributed.h). Not yet: CUDA-graph capture tests.
 #pragma once
 
 #include <functional>
@@ -34,7 +35,7 @@ int NcclVersion();
 
 // Runs `body` on one thread per entry of `devices` (distinct CUDA device ordinals), rank r on
 // devices[r], all sharing one NCCL communicator set; returns when all are done, rethrowing the
-// first rank's error (the others' collectives may then wait on NCCL: see above).
+// first rank's error (a failed rank can leave the others waiting in NCCL: see above).
 void RunNcclRanks(const std::vector<int>& devices, const std::function<void(ProcessGroup&)>& body);
 
 class TcpStore;

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,6 +26,13 @@ namespace {
 
 constexpr char kSet = 'S', kGet = 'G', kDelete = 'D';
 constexpr char kOk = 0, kTimedOut = 1;
+// The longest key or value a message may carry: larger lengths are refused by the sender and
+// end the connection on the server (a stray client cannot make it allocate more).
+constexpr uint32_t kMaxBytes = 1u << 30;
+// How long a client waits for a reply beyond the request's own timeout (a server host that
+// vanished without closing the connection).
+constexpr std::chrono::milliseconds kReplyMargin{30000};
+constexpr int64_t kMaxTimeoutMs = int64_t{1} << 31;  // ~25 days
 
 // Whole reads and writes; false when the peer closed or the socket failed.
 bool WriteAll(int fd, const void* data, size_t n) {
@@ -58,7 +66,7 @@ bool WriteString(int fd, const std::string& s) {
 
 bool ReadString(int fd, std::string* s) {
   uint32_t n = 0;
-  if (!ReadAll(fd, &n, 4)) return false;
+  if (!ReadAll(fd, &n, 4) || n > kMaxBytes) return false;
   s->resize(n);
   return ReadAll(fd, s->data(), n);
 }
@@ -118,9 +126,9 @@ class TcpStore::Server {
       for (int fd : clients_) shutdown(fd, SHUT_RDWR);
     }
     cv_.notify_all();
-    shutdown(listen_fd_, SHUT_RDWR);
-    close(listen_fd_);
+    shutdown(listen_fd_, SHUT_RDWR);  // wakes accept(); closed after, so its number is not reused
     accept_.join();
+    close(listen_fd_);
     for (std::thread& t : handlers_) t.join();
     for (int fd : clients_) close(fd);
   }
@@ -141,7 +149,13 @@ class TcpStore::Server {
         return;
       }
       clients_.push_back(fd);
-      handlers_.emplace_back([this, fd] { Serve(fd); });
+      handlers_.emplace_back([this, fd] {
+        try {
+          Serve(fd);
+        } catch (...) {
+          // (bad_alloc): this connection ends; the store and its other clients go on.
+        }
+      });
     }
   }
 
@@ -189,9 +203,11 @@ class TcpStore::Server {
 
 TcpStore::TcpStore(const std::string& host, int port, bool serve, std::chrono::milliseconds timeout)
     : host_(host), port_(port), timeout_(timeout) {
-  KILN_CHECK(port >= 0 && port < 65536 && (serve || port > 0) && timeout.count() > 0,
+  KILN_CHECK(port >= 0 && port < 65536 && (serve || port > 0) && timeout.count() > 0 &&
+                 timeout.count() <= kMaxTimeoutMs,
              "TcpStore: port ", port, " and timeout ", timeout.count(),
-             " ms are not usable (a client needs the server's port)");
+             " ms are not usable (ports 0..65535, a client needs the server's port; timeouts 1..",
+             kMaxTimeoutMs, " ms)");
   if (serve) {
     server_ = std::make_unique<Server>(port);
     port_ = server_->port();
@@ -212,14 +228,24 @@ int TcpStore::port() const { return port_; }
 
 std::string TcpStore::Request(char op, const std::string& key, const std::string& value,
                               std::chrono::milliseconds timeout) {
+  KILN_CHECK(timeout.count() >= 0 && timeout.count() <= kMaxTimeoutMs, "TcpStore: a timeout of ",
+             timeout.count(), " ms for key '", key, "' is not in 0..", kMaxTimeoutMs);
+  KILN_CHECK(key.size() <= kMaxBytes && value.size() <= kMaxBytes, "TcpStore: key '",
+             key.substr(0, 64), "' with a value of ", value.size(), " bytes: at most ", kMaxBytes,
+             " bytes each");
   std::lock_guard<std::mutex> lock(mu_);
   const uint32_t ms = static_cast<uint32_t>(timeout.count());
+  const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(timeout + kReplyMargin);
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(wait.count() / 1000000);
+  tv.tv_usec = static_cast<suseconds_t>(wait.count() % 1000000);
+  setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   char status = kOk;
   std::string reply;
   const bool ok = WriteAll(fd_, &op, 1) && WriteString(fd_, key) && WriteString(fd_, value) &&
                   WriteAll(fd_, &ms, 4) && ReadAll(fd_, &status, 1) && ReadString(fd_, &reply);
   KILN_CHECK(ok, "TcpStore: the connection to ", host_, ":", port_,
-             " broke (the serving process, rank 0, exited?)");
+             " broke or gave no reply (the serving process, rank 0, exited or its host is gone?)");
   if (status == kTimedOut) {
     throw Error(absl::DeadlineExceededError(
         absl::StrCat("TcpStore: key '", key, "' was not set within ", timeout.count(), " ms")));

@@ -182,6 +182,12 @@ TEST(GptTensorParallel, SplitOverRanksGivesTheWholeModelsLogitsAndIds) {
         });
       },
       "4 heads and 128 MLP features must split over 3 ranks");
+  // A second split, even after one over a single rank, is refused before anything changes.
+  auto m = make();
+  RunThreadRanks(1, [&](ProcessGroup& pg) { m->ShardTensorParallel(pg); });
+  ExpectThrowsWith(
+      [&] { RunThreadRanks(2, [&](ProcessGroup& pg) { m->ShardTensorParallel(pg); }); },
+      "already sharded over 1 ranks");
 }
 
 // A hand-made file in Hugging Face's GPT2LMHeadModel layout: "transformer." prefixes, Conv1D

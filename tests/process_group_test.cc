@@ -40,18 +40,19 @@ struct Ranks {
 
 // Starts `launched` copies of this binary as ranks 0..launched-1 of the scenario, rank r with
 // WORLD_SIZE world(r), and waits for them.
-Ranks RunRanks(const std::string& scenario, int launched, const std::function<int(int)>& world) {
+Ranks RunRanks(const std::string& scenario, int launched, const std::function<int(int)>& world,
+               const std::vector<std::string>& extra_env = {}, int port = FreeTcpPort()) {
   const std::string dir = (std::filesystem::temp_directory_path() /
                            ("kiln_pg_" + std::to_string(getpid()) + "_" + scenario))
                               .string();
   std::filesystem::create_directories(dir);
-  const int port = FreeTcpPort();
   std::vector<pid_t> pids;
   for (int r = 0; r < launched; ++r) {
     std::vector<std::string> env = {
         "KILN_PG_CHILD=" + scenario, "KILN_PG_OUT=" + dir,
         "RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(world(r)),
         "MASTER_ADDR=127.0.0.1",     "MASTER_PORT=" + std::to_string(port)};
+    env.insert(env.end(), extra_env.begin(), extra_env.end());
     for (char** e = environ; *e != nullptr; ++e) env.push_back(*e);
     std::vector<char*> envp, argv;
     for (std::string& e : env) envp.push_back(e.data());
@@ -143,6 +144,29 @@ TEST(ProcessGroup, EveryCollectiveAcrossThreeProcesses) {
   }
 }
 
+// Under torchrun's agent, MASTER_PORT is taken by torch's own store: kiln's goes one port up.
+TEST(ProcessGroup, UnderTorchrunsAgentTheStoreTakesTheNextPort) {
+  int port = 0, fd = -1;
+  for (int attempt = 0; attempt < 20 && fd < 0; ++attempt) {
+    port = FreeTcpPort();
+    if (port >= 65535) continue;
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 4) != 0) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  ASSERT_GE(fd, 0) << "no port to stand in for torchrun's store";
+  const Ranks r = RunRanks(
+      "collectives", 2, [](int) { return 2; }, {"TORCHELASTIC_USE_AGENT_STORE=True"}, port);
+  close(fd);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(r.said[i], "ok") << "rank " << i;
+}
+
 TEST(ProcessGroup, ALlamaSplitOverTwoProcessesGivesTheWholeModelsLogits) {
   const Ranks r = RunRanks("llama", 2, [](int) { return 2; });
   for (int i = 0; i < 2; ++i) EXPECT_EQ(r.said[i], "ok") << "rank " << i;
@@ -187,6 +211,8 @@ TEST(TcpStore, SetGetWaitAndTimeout) {
   ExpectThrowsWith(
       [] { TcpStore("127.0.0.1", FreeTcpPort(), false, std::chrono::milliseconds(200)); },
       "could not reach 127.0.0.1:", "within 200 ms");
+  ExpectThrowsWith([&] { server.Get("k", std::chrono::milliseconds(-1)); },
+                   "a timeout of -1 ms for key 'k' is not in 0..");
 }
 
 }  // namespace

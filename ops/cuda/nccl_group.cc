@@ -108,6 +108,7 @@ class NcclGroup : public ProcessGroup {
       : comm_(comm), rank_(rank), world_(world), device_(device), store_(std::move(store)) {}
   ~NcclGroup() override {
     if (store_ == nullptr) return;  // RunNcclRanks destroys its communicators itself
+    cudaSetDevice(device_);         // the group may be destroyed on another thread
     cudaDeviceSynchronize();
     Nccl().CommDestroy(comm_);
     LeaveStore(*store_, rank_, world_);
