@@ -10,14 +10,14 @@ bool NcclAvailable(std::string* why) {
   return false;
 }
 
-int NcclVersion() { KILN_FAIL("NCCL: kiln was built without CUDA"); }
+int NcclVersion() { KILN_FAIL("NcclVersion: NCCL is not available: kiln was built without CUDA"); }
 
 void RunNcclRanks(const std::vector<int>&, const std::function<void(ProcessGroup&)>&) {
-  KILN_FAIL("RunNcclRanks: kiln was built without CUDA");
+  KILN_FAIL("RunNcclRanks: NCCL is not available: kiln was built without CUDA");
 }
 
 std::unique_ptr<ProcessGroup> NcclGroupThroughStore(std::unique_ptr<TcpStore>, int, int, int) {
-  KILN_FAIL("InitProcessGroup(nccl): kiln was built without CUDA");
+  KILN_FAIL("InitProcessGroup(nccl): NCCL is not available: kiln was built without CUDA");
 }
 
 }  // namespace kiln
