@@ -160,6 +160,29 @@ std::string UnrolledBody(const kir::Program& p, int vec, int unroll, Valid&& val
   return s + pad + "}\n";
 }
 
+// The unrolled body over vectors `index` of contiguous operands (valid while `valid` holds).
+std::string ContigVectors(const kir::Program& p, int vec, int unroll, const std::string& valid,
+                          const std::string& index, const std::string& pad) {
+  return UnrolledBody(
+      p, vec, unroll, [&] { return valid; },
+      [&](int i, bool) {
+        return absl::StrCat("(const ", Raw(StorageType(p.input_types()[i]), vec), "*)in", i, " + ",
+                            index);
+      },
+      [&](int o) {
+        return absl::StrCat("(", Raw(StorageType(p.output_types()[o]), vec), "*)out", o, " + ",
+                            index);
+      },
+      [](int) { return std::string(); }, pad);
+}
+
+// The program at element e of contiguous operands (the scalar tails).
+std::string ElementAtE(const kir::Program& p) {
+  return Element(
+      p, [](int i) { return absl::StrCat("in", i, "[e]"); },
+      [](int o) { return absl::StrCat("out", o, "[e]"); }, "    ");
+}
+
 // Contiguous kernel: each thread handles `unroll` groups of `vec` consecutive elements per
 // iteration (16-byte loads and stores), a grid stride apart.
 std::string ContigKernel(const std::string& base, const kir::Program& p, int vec) {
@@ -169,56 +192,26 @@ std::string ContigKernel(const std::string& base, const kir::Program& p, int vec
       "  const long long stride = (long long)gridDim.x * blockDim.x;\n",
       "  for (long long g0 = blockIdx.x * (long long)blockDim.x + threadIdx.x; g0 < groups;",
       " g0 += stride * ", Plan().contig_unroll, ") {\n");
-  absl::StrAppend(&src, UnrolledBody(
-                            p, vec, Plan().contig_unroll,
-                            [] { return std::string("g0 + u * stride < groups"); },
-                            [&](int i, bool) {
-                              return absl::StrCat("(const ",
-                                                  Raw(StorageType(p.input_types()[i]), vec), "*)in",
-                                                  i, " + (g0 + u * stride)");
-                            },
-                            [&](int o) {
-                              return absl::StrCat("(", Raw(StorageType(p.output_types()[o]), vec),
-                                                  "*)out", o, " + (g0 + u * stride)");
-                            },
-                            [](int) { return std::string(); }, "    "));
+  absl::StrAppend(&src, ContigVectors(p, vec, Plan().contig_unroll, "g0 + u * stride < groups",
+                                      "(g0 + u * stride)", "    "));
   // Tail elements after the last full group.
   absl::StrAppend(&src, "  }\n  for (long long e = groups * ", vec,
                   " + blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;",
-                  " e += (long long)gridDim.x * blockDim.x) {\n",
-                  Element(
-                      p, [](int i) { return absl::StrCat("in", i, "[e]"); },
-                      [](int o) { return absl::StrCat("out", o, "[e]"); }, "    "),
-                  "  }\n}\n");
+                  " e += (long long)gridDim.x * blockDim.x) {\n", ElementAtE(p), "  }\n}\n");
   return src;
 }
 
-// Small kernel: work of one block (ElementwiseSmallApplies), one 16-byte vector a thread and the
-// scalar tail in the thread after the last full vector: straight-line code, 32-bit indices. A
-// 16-element add through the _contig kernel (its loops, 64-bit index math and tail loop) stalled
+// Small kernel: work of one block (LaunchSmall in elementwise_cuda.cc), one 16-byte vector a thread
+// and the scalar tail in the thread after the last full vector: straight-line code, 32-bit indices.
+// A 16-element add through the _contig kernel (its loops, 64-bit index math and tail loop) stalled
 // ~780 cycles a warp waiting for instructions after an L2 flush, PyTorch's kernel ~320 (ncu, H200).
 std::string SmallKernel(const std::string& base, const kir::Program& p, int vec) {
   std::string src =
       absl::StrCat("extern \"C\" __global__ void ", base, "_small(", Params(p), ") {\n", kEnter,
                    "  const int g = threadIdx.x, groups = (int)n / ", vec, ";\n");
-  absl::StrAppend(&src, UnrolledBody(
-                            p, vec, 1, [] { return std::string("g < groups"); },
-                            [&](int i, bool) {
-                              return absl::StrCat("(const ",
-                                                  Raw(StorageType(p.input_types()[i]), vec), "*)in",
-                                                  i, " + g");
-                            },
-                            [&](int o) {
-                              return absl::StrCat("(", Raw(StorageType(p.output_types()[o]), vec),
-                                                  "*)out", o, " + g");
-                            },
-                            [](int) { return std::string(); }, "  "));
-  absl::StrAppend(&src, "  if (g != groups) return;\n  for (int e = groups * ", vec,
-                  "; e < (int)n; ++e) {\n",
-                  Element(
-                      p, [](int i) { return absl::StrCat("in", i, "[e]"); },
-                      [](int o) { return absl::StrCat("out", o, "[e]"); }, "    "),
-                  "  }\n}\n");
+  absl::StrAppend(&src, ContigVectors(p, vec, 1, "g < groups", "g", "  "),
+                  "  if (g != groups) return;\n  for (int e = groups * ", vec,
+                  "; e < (int)n; ++e) {\n", ElementAtE(p), "  }\n}\n");
   return src;
 }
 
