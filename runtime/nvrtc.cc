@@ -25,6 +25,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/cuda_api.h"
+#include "runtime/dynamic_symbols.h"
 #include "runtime/settings.h"
 #include "runtime/sha256.h"
 #include "runtime/startup.h"
@@ -64,13 +65,6 @@ struct NvrtcLib {
   std::string error;
 };
 
-template <typename Fn>
-bool Resolve(void* handle, const char* symbol, Fn* fn, std::string* error) {
-  *fn = reinterpret_cast<Fn>(dlsym(handle, symbol));
-  if (*fn == nullptr && error->empty()) error->assign(absl::StrCat("it has no ", symbol));
-  return *fn != nullptr;
-}
-
 // The library of the toolkit kiln was built with, by its soname (the executable's run path and
 // the loader's search path), else by the path the build found it at.
 NvrtcLib LoadNvrtc() {
@@ -88,17 +82,19 @@ NvrtcLib LoadNvrtc() {
     return lib;
   }
   std::string missing;
-  Resolve(handle, "nvrtcGetErrorString", &lib.GetErrorString, &missing);
-  Resolve(handle, "nvrtcCreateProgram", &lib.CreateProgram, &missing);
-  Resolve(handle, "nvrtcCompileProgram", &lib.CompileProgram, &missing);
-  Resolve(handle, "nvrtcDestroyProgram", &lib.DestroyProgram, &missing);
-  Resolve(handle, "nvrtcGetProgramLogSize", &lib.GetProgramLogSize, &missing);
-  Resolve(handle, "nvrtcGetProgramLog", &lib.GetProgramLog, &missing);
-  Resolve(handle, "nvrtcGetCUBINSize", &lib.GetCUBINSize, &missing);
-  Resolve(handle, "nvrtcGetCUBIN", &lib.GetCUBIN, &missing);
-  Resolve(handle, "nvrtcGetPTXSize", &lib.GetPTXSize, &missing);
-  Resolve(handle, "nvrtcGetPTX", &lib.GetPTX, &missing);
-  if (!missing.empty()) lib.error = absl::StrCat("NVRTC (", soname, ") is unusable: ", missing);
+  ResolveSymbol(handle, "nvrtcGetErrorString", &lib.GetErrorString, &missing);
+  ResolveSymbol(handle, "nvrtcCreateProgram", &lib.CreateProgram, &missing);
+  ResolveSymbol(handle, "nvrtcCompileProgram", &lib.CompileProgram, &missing);
+  ResolveSymbol(handle, "nvrtcDestroyProgram", &lib.DestroyProgram, &missing);
+  ResolveSymbol(handle, "nvrtcGetProgramLogSize", &lib.GetProgramLogSize, &missing);
+  ResolveSymbol(handle, "nvrtcGetProgramLog", &lib.GetProgramLog, &missing);
+  ResolveSymbol(handle, "nvrtcGetCUBINSize", &lib.GetCUBINSize, &missing);
+  ResolveSymbol(handle, "nvrtcGetCUBIN", &lib.GetCUBIN, &missing);
+  ResolveSymbol(handle, "nvrtcGetPTXSize", &lib.GetPTXSize, &missing);
+  ResolveSymbol(handle, "nvrtcGetPTX", &lib.GetPTX, &missing);
+  if (!missing.empty()) {
+    lib.error = absl::StrCat("NVRTC (", soname, ") is unusable: it has no ", missing);
+  }
   return lib;  // the handle stays open for the process
 }
 

@@ -1,7 +1,6 @@
 // The NCCL process group (see ops/nccl.h): libnccl.so.2 loaded at the first use, one
 // communicator per local GPU (ncclCommInitAll), each rank a thread on its device issuing NCCL's
 // collectives on kiln's current stream.
-#include <dlfcn.h>
 #include <nccl.h>
 
 #include <cstring>
@@ -17,6 +16,7 @@
 #include "ops/tcp_store.h"
 #include "runtime/cuda.h"
 #include "runtime/cuda_api.h"
+#include "runtime/dynamic_symbols.h"
 #include "runtime/status.h"
 
 namespace kiln {
@@ -36,12 +36,6 @@ struct NcclLib {
   std::string error;  // why NCCL cannot be used; empty when it can
 };
 
-template <typename Fn>
-void Resolve(void* handle, const char* symbol, Fn* fn, std::string* error) {
-  *fn = reinterpret_cast<Fn>(dlsym(handle, symbol));
-  if (*fn == nullptr && error->empty()) *error = absl::StrCat("libnccl.so.2 has no ", symbol);
-}
-
 const NcclLib& Nccl() {
   static const NcclLib lib = [] {
     NcclLib l;
@@ -55,16 +49,18 @@ const NcclLib& Nccl() {
       l.error = absl::StrCat("libnccl.so.2 could not be loaded: ", why != nullptr ? why : "");
       return l;
     }
-    Resolve(handle, "ncclGetVersion", &l.GetVersion, &l.error);
-    Resolve(handle, "ncclGetErrorString", &l.GetErrorString, &l.error);
-    Resolve(handle, "ncclCommInitAll", &l.CommInitAll, &l.error);
-    Resolve(handle, "ncclGetUniqueId", &l.GetUniqueId, &l.error);
-    Resolve(handle, "ncclCommInitRank", &l.CommInitRank, &l.error);
-    Resolve(handle, "ncclCommDestroy", &l.CommDestroy, &l.error);
-    Resolve(handle, "ncclAllReduce", &l.AllReduce, &l.error);
-    Resolve(handle, "ncclAllGather", &l.AllGather, &l.error);
-    Resolve(handle, "ncclReduceScatter", &l.ReduceScatter, &l.error);
-    Resolve(handle, "ncclBroadcast", &l.Broadcast, &l.error);
+    std::string missing;
+    ResolveSymbol(handle, "ncclGetVersion", &l.GetVersion, &missing);
+    ResolveSymbol(handle, "ncclGetErrorString", &l.GetErrorString, &missing);
+    ResolveSymbol(handle, "ncclCommInitAll", &l.CommInitAll, &missing);
+    ResolveSymbol(handle, "ncclGetUniqueId", &l.GetUniqueId, &missing);
+    ResolveSymbol(handle, "ncclCommInitRank", &l.CommInitRank, &missing);
+    ResolveSymbol(handle, "ncclCommDestroy", &l.CommDestroy, &missing);
+    ResolveSymbol(handle, "ncclAllReduce", &l.AllReduce, &missing);
+    ResolveSymbol(handle, "ncclAllGather", &l.AllGather, &missing);
+    ResolveSymbol(handle, "ncclReduceScatter", &l.ReduceScatter, &missing);
+    ResolveSymbol(handle, "ncclBroadcast", &l.Broadcast, &missing);
+    if (!missing.empty()) l.error = absl::StrCat("libnccl.so.2 has no ", missing);
     return l;
   }();
   return lib;
