@@ -2,6 +2,7 @@
 // KV cache, and GPT-2's initialisation.
 #include "examples/gpt.h"
 
+#include <algorithm>
 #include <array>
 #include <memory>
 #include <string>
@@ -40,9 +41,7 @@ class GptAttention : public kiln::Module {
     const int64_t b = y.size(0), t = y.size(2);
     const Tensor heads =
         kiln::reshape(kiln::permute(y, {0, 2, 1, 3}), {b, t, y.size(1) * y.size(3)});
-    if (group_ == nullptr) return c_proj_(heads);
-    c_proj_.CheckInitialised();
-    return kiln::RowParallel(heads, c_proj_.weight(), c_proj_.bias(), *group_);
+    return kiln::RowParallelOrWhole(c_proj_, heads, group_);
   }
   // This rank's heads: its part of each of c_attn's q, k and v blocks, c_proj's columns; c_proj
   // is all-reduced over `group`.
@@ -148,14 +147,14 @@ Tensor Gpt::forward(const Tensor& tokens) {
 
 void Gpt::ShardTensorParallel(kiln::ProcessGroup& group) {
   const int64_t n = group.world_size();
-  KILN_CHECK(!sharded_, "Gpt::ShardTensorParallel: already sharded over ", tp_world_, " ranks");
+  KILN_CHECK(tp_world_ == 0, "Gpt::ShardTensorParallel: already sharded over ", tp_world_,
+             " ranks");
   // Checked before any block changes: a refused split leaves the model whole.
   KILN_CHECK(config_.heads % n == 0 && 4 * config_.dim % n == 0,
              "Gpt::ShardTensorParallel: ", config_.heads, " heads and ", 4 * config_.dim,
              " MLP features must split over ", n, " ranks");
   for (GptBlock* block : blocks_) block->ShardTensorParallel(group);
   tp_world_ = static_cast<int>(n);
-  sharded_ = true;
 }
 
 KvCache Gpt::NewCache(int64_t batch) const {
@@ -163,9 +162,9 @@ KvCache Gpt::NewCache(int64_t batch) const {
   KvCache cache;
   for (int64_t i = 0; i < config_.layers; ++i) {
     for (auto* list : {&cache.k, &cache.v}) {
-      list->push_back(
-          kiln::zeros({batch, config_.heads / tp_world_, config_.ctx, config_.dim / config_.heads},
-                      w.dtype(), w.device()));
+      list->push_back(kiln::zeros(
+          {batch, config_.heads / std::max(tp_world_, 1), config_.ctx, config_.dim / config_.heads},
+          w.dtype(), w.device()));
     }
   }
   return cache;

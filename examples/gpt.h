@@ -97,10 +97,9 @@ class Gpt : public kiln::Module {
   kiln::Embedding& wpe_;
   std::vector<GptBlock*> blocks_;
   kiln::LayerNorm& ln_f_;
-  Tensor slots_;          // arange(ctx), int64, on the model's device
-  Tensor one_;            // int64 [1] holding 1
-  int tp_world_ = 1;      // ranks the blocks are split over
-  bool sharded_ = false;  // ShardTensorParallel ran (over any number of ranks, 1 too)
+  Tensor slots_;      // arange(ctx), int64, on the model's device
+  Tensor one_;        // int64 [1] holding 1
+  int tp_world_ = 0;  // ranks the blocks are split over; 0: not split
 };
 
 // GPT-2's initialisation (transformers' _init_weights), drawn from `seed`: weights N(0, 0.02),

@@ -2,6 +2,7 @@
 // full forward and the cached step generate() drives.
 #include "models/llama.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -200,8 +201,8 @@ std::vector<Tensor> LlamaForCausalLM::forward_many(const std::vector<Tensor>& in
 Tensor LlamaForCausalLM::forward(const Tensor& tokens) { return forward_many({tokens})[0]; }
 
 void LlamaForCausalLM::ShardTensorParallel(ProcessGroup& group) {
-  KILN_CHECK(!sharded_, "LlamaForCausalLM::ShardTensorParallel: already sharded over ", tp_world_,
-             " ranks");
+  KILN_CHECK(tp_world_ == 0, "LlamaForCausalLM::ShardTensorParallel: already sharded over ",
+             tp_world_, " ranks");
   const int64_t n = group.world_size(), heads = config_.heads,
                 kv_heads = config_.kv_heads > 0 ? config_.kv_heads : heads;
   // Checked before any layer changes: a refused split leaves the model whole.
@@ -211,13 +212,12 @@ void LlamaForCausalLM::ShardTensorParallel(ProcessGroup& group) {
              " ranks");
   for (LlamaDecoderLayer* layer : layers_) layer->ShardTensorParallel(group);
   tp_world_ = group.world_size();
-  sharded_ = true;
 }
 
 CausalLM::CacheSpec LlamaForCausalLM::cache_spec() const {
   const Tensor& w = embed_tokens_.weight();
   return {config_.layers,
-          (config_.kv_heads > 0 ? config_.kv_heads : config_.heads) / tp_world_,
+          (config_.kv_heads > 0 ? config_.kv_heads : config_.heads) / std::max(tp_world_, 1),
           HeadDim(config_),
           w.dtype(),
           w.device(),

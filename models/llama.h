@@ -92,8 +92,7 @@ class LlamaForCausalLM : public CausalLM {
   std::vector<LlamaDecoderLayer*> layers_;
   RMSNorm& norm_;
   Linear* lm_head_ = nullptr;
-  int tp_world_ = 1;      // ranks the layers are split over
-  bool sharded_ = false;  // ShardTensorParallel ran (over any number of ranks, 1 too)
+  int tp_world_ = 0;  // ranks the layers are split over; 0: not split
 };
 
 }  // namespace kiln

@@ -324,7 +324,17 @@ class StoreGroup : public ExchangeGroup {
   const int rank_, world_;
 };
 
-int EnvInt(const char* name, int lo, int hi);
+// An integer environment variable, or the error naming it.
+int EnvInt(const char* name, int lo, int hi) {
+  const char* v = std::getenv(name);
+  KILN_CHECK(v != nullptr && *v != '\0', "InitProcessGroup: ", name,
+             " is not set (torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)");
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  KILN_CHECK(*end == '\0' && n >= lo && n <= hi, "InitProcessGroup: ", name, "='", v,
+             "' is not an integer in ", lo, "..", hi);
+  return static_cast<int>(n);
+}
 
 // The store's port: KILN_STORE_PORT when set; under torchrun's agent (which serves its own store
 // on MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE set) MASTER_PORT + 1; else MASTER_PORT.
@@ -339,18 +349,6 @@ int StorePort() {
   KILN_CHECK(!torchrun || master < 65535, "InitProcessGroup: MASTER_PORT ", master,
              " leaves no port after it for kiln's store (set KILN_STORE_PORT)");
   return torchrun ? master + 1 : master;
-}
-
-// An integer environment variable, or the error naming it.
-int EnvInt(const char* name, int lo, int hi) {
-  const char* v = std::getenv(name);
-  KILN_CHECK(v != nullptr && *v != '\0', "InitProcessGroup: ", name,
-             " is not set (torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)");
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  KILN_CHECK(*end == '\0' && n >= lo && n <= hi, "InitProcessGroup: ", name, "='", v,
-             "' is not an integer in ", lo, "..", hi);
-  return static_cast<int>(n);
 }
 
 }  // namespace

@@ -266,10 +266,7 @@ FeedForward::FeedForward(int64_t dim, int64_t hidden, MlpKind kind, Activation a
 Tensor FeedForward::forward(const Tensor& x) {
   const Tensor h = Gated(kind_) ? activate((*layers_[0])(x), activation_) * (*layers_[1])(x)
                                 : activate((*layers_[0])(x), activation_);
-  Linear& last = *layers_.back();
-  if (group_ == nullptr) return last(h);
-  last.CheckInitialised();
-  return RowParallel(h, last.weight(), last.bias(), *group_);
+  return RowParallelOrWhole(*layers_.back(), h, group_);
 }
 
 void FeedForward::ShardTensorParallel(ProcessGroup& group) {
@@ -434,9 +431,7 @@ std::array<Tensor, 3> Attention::Project(const Tensor& x, const Tensor& position
 Tensor Attention::Out(const Tensor& y) {
   const int64_t b = y.size(0), t = y.size(2);
   const Tensor heads = reshape(permute(y, {0, 2, 1, 3}), {b, t, config_.heads * config_.head_dim});
-  if (group_ == nullptr) return o_proj_(heads);
-  o_proj_.CheckInitialised();
-  return RowParallel(heads, o_proj_.weight(), o_proj_.bias(), *group_);
+  return RowParallelOrWhole(o_proj_, heads, group_);
 }
 
 void Attention::ShardTensorParallel(ProcessGroup& group) {

@@ -42,6 +42,12 @@ Tensor RowParallel(const Tensor& x_shard, const Tensor& weight_shard, const Tens
   return bias.defined() ? add(y, bias) : y;
 }
 
+Tensor RowParallelOrWhole(Linear& layer, const Tensor& x, ProcessGroup* group) {
+  if (group == nullptr) return layer(x);
+  layer.CheckInitialised();
+  return RowParallel(x, layer.weight(), layer.bias(), *group);
+}
+
 namespace {
 
 Tensor Shard(const Tensor& t, int64_t dim, const ProcessGroup& group, const char* layer) {

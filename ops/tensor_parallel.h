@@ -35,6 +35,9 @@ Tensor ShardOf(const Tensor& t, int64_t dim, int rank, int world, int sections, 
 // be undefined) added once.
 Tensor RowParallel(const Tensor& x_shard, const Tensor& weight_shard, const Tensor& bias,
                    ProcessGroup& group);
+// A module's last projection: `layer`(x) when `group` is null (not sharded), else the
+// row-parallel product of this rank's part of x and of the layer's weight over `group`.
+Tensor RowParallelOrWhole(Linear& layer, const Tensor& x, ProcessGroup* group);
 
 class ColumnParallelLinear : public Module {
  public:
