@@ -17,12 +17,14 @@
 // bench/llama_twin.py, which checks them against transformers on the same folder. --compare
 // prints the library's eager-vs-compiled report (kiln::CompareEagerAndCompiled) of the model's
 // full forward over the first prompt (on CUDA also replayed as a CUDA graph). --tp N also runs
-// the model split over N ranks (ops/tensor_parallel.h), eagerly: threads of this process on the
-// CPU, one thread per GPU over NCCL on cuda:0..N-1; each rank loads the model and keeps its share,
-// rank 0 prints the ids and decode rate, and the ids are checked against the single model's.
+// the model split over N ranks (ops/tensor_parallel.h) in every mode asked: threads of this
+// process on the CPU, one thread per GPU over NCCL on cuda:0..N-1; each rank loads the model and
+// keeps its share, rank 0 prints the ids and decode rate, and the ids are checked against the
+// single model's.
 #include <cinttypes>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -181,32 +183,43 @@ std::unique_ptr<kiln::LlamaForCausalLM> MakeModel(const examples::Flags& f, kiln
   return model;
 }
 
-// The model split over `n` ranks (eager): each rank loads it on its device and keeps its share;
-// rank 0's ids and decode rate come back.
-kiln::GenerateResult RunTensorParallel(const examples::Flags& f, int n, kiln::DType dtype,
-                                       kiln::Device device,
-                                       const std::vector<std::vector<int64_t>>& prompts,
-                                       kiln::GenerateOptions o) {
-  kiln::GenerateResult out;
+using Mode = kiln::GenerateOptions::Mode;
+
+Mode ModeNamed(const std::string& name) {
+  return name == "eager" ? Mode::kEager : name == "compiled" ? Mode::kCompiled : Mode::kCudaGraph;
+}
+
+// The model split over `n` ranks, run in each of `modes` (compiled modes trace the all-reduces as
+// ops): each rank loads it on its device and keeps its share; rank 0's ids and decode rate come
+// back, by mode name.
+std::map<std::string, kiln::GenerateResult> RunTensorParallel(
+    const examples::Flags& f, int n, kiln::DType dtype, kiln::Device device,
+    const std::vector<std::vector<int64_t>>& prompts, kiln::GenerateOptions o,
+    const std::vector<std::string>& modes) {
+  std::map<std::string, kiln::GenerateResult> out;
   auto rank_body = [&](kiln::ProcessGroup& pg) {
     const kiln::Device d = device.is_cuda() ? kiln::CUDA(pg.rank()) : device;
     std::unique_ptr<kiln::LlamaForCausalLM> model = MakeModel(f, dtype, d, false);
     model->ShardTensorParallel(pg);
-    std::vector<double> step_end_ms;
-    const auto t0 = std::chrono::steady_clock::now();
-    kiln::GenerateOptions mine = o;
-    mine.on_step = [&](int64_t, const std::vector<int64_t>&) {
-      step_end_ms.push_back(
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-      return true;
-    };
-    kiln::GenerateResult r = kiln::generate(*model, prompts, mine);
-    if (pg.rank() != 0) return;
-    std::printf("tp %d     %" PRId64 " steps in %.1f ms (eager, %s)\n", n, r.steps,
-                step_end_ms.empty() ? 0.0 : step_end_ms.back(),
-                device.is_cuda() ? "one thread per GPU over NCCL" : "thread ranks");
-    PrintDecodeRate(step_end_ms, static_cast<int64_t>(prompts.size()));
-    out = std::move(r);
+    for (const std::string& name : modes) {
+      std::vector<double> step_end_ms;
+      const auto t0 = std::chrono::steady_clock::now();
+      kiln::GenerateOptions mine = o;
+      mine.mode = ModeNamed(name);
+      mine.on_step = [&](int64_t, const std::vector<int64_t>&) {
+        step_end_ms.push_back(
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count());
+        return true;
+      };
+      kiln::GenerateResult r = kiln::generate(*model, prompts, mine);
+      if (pg.rank() != 0) continue;
+      std::printf("tp %d %-9s %" PRId64 " steps in %.1f ms (compile included; %s)\n", n,
+                  name.c_str(), r.steps, step_end_ms.empty() ? 0.0 : step_end_ms.back(),
+                  device.is_cuda() ? "one thread per GPU over NCCL" : "thread ranks");
+      PrintDecodeRate(step_end_ms, static_cast<int64_t>(prompts.size()));
+      out[name] = std::move(r);
+    }
   };
   if (device.is_cuda()) {
     std::vector<int> devices;
@@ -253,11 +266,8 @@ int main(int argc, char** argv) try {
   std::vector<std::string> mode_names;
   for (const std::string& name :
        std::vector<std::string>(absl::StrSplit(f.Str("modes"), ',', absl::SkipEmpty()))) {
-    using Mode = kiln::GenerateOptions::Mode;
     if (name == "graph" && !device.is_cuda()) continue;
-    o.mode = name == "eager"      ? Mode::kEager
-             : name == "compiled" ? Mode::kCompiled
-                                  : Mode::kCudaGraph;
+    o.mode = ModeNamed(name);
     if (name != "eager" && name != "compiled" && name != "graph") f.Usage("unknown mode " + name);
     const auto t0 = std::chrono::steady_clock::now();
     auto since_t0 = [&] {
@@ -315,12 +325,15 @@ int main(int argc, char** argv) try {
         check(absl::StrCat(name, " ids vs ", mode_names[0]), results[name].tokens == first.tokens);
   }
   if (const int tp = f.Int("tp"); tp > 1) {
-    const kiln::GenerateResult split = RunTensorParallel(f, tp, dtype, device, prompts, o);
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      std::printf("  prompt %zu %s -> %s\n", i, Ids(prompts[i]).c_str(),
-                  Ids(split.tokens[i]).c_str());
+    for (const auto& [name, split] :
+         RunTensorParallel(f, tp, dtype, device, prompts, o, mode_names)) {
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        std::printf("  prompt %zu %s -> %s\n", i, Ids(prompts[i]).c_str(),
+                    Ids(split.tokens[i]).c_str());
+      }
+      ok &= check(absl::StrCat("tp ", tp, " ", name, " ids vs ", mode_names[0]),
+                  split.tokens == first.tokens);
     }
-    ok &= check(absl::StrCat("tp ", tp, " ids vs ", mode_names[0]), split.tokens == first.tokens);
   }
   if (f.Bool("compare")) {
     const std::vector<int64_t>& ids = prompts[0];

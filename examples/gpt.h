@@ -68,8 +68,8 @@ class Gpt : public kiln::Module {
 
   // Tensor parallelism (ops/tensor_parallel.h): each block keeps this rank's heads and MLP
   // features (load the weights first); the embeddings and ln_f stay whole. forward, Prefill and
-  // Decode then run on every rank of `group` with the same inputs (eagerly) and give every rank
-  // the same logits; NewCache holds this rank's heads. `group` must outlive the model.
+  // Decode then run on every rank of `group` with the same inputs (eager or compiled) and give
+  // every rank the same logits; NewCache holds this rank's heads. `group` must outlive the model.
   void ShardTensorParallel(kiln::ProcessGroup& group);
 
   KvCache NewCache(int64_t batch) const;

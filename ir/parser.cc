@@ -118,6 +118,7 @@ class Parser {
   }
   absl::Status AttrValue(absl::string_view what, Epilogue* v);
   absl::Status AttrValue(absl::string_view what, GeluApprox* v);
+  absl::Status AttrValue(absl::string_view what, ReduceOp* v);
   absl::Status Return(Graph* g, const Scope& scope);
 
   absl::string_view text_;
@@ -507,6 +508,20 @@ absl::Status Parser::AttrValue(absl::string_view what, Epilogue* epilogue) {
   }
   pos_ = start;
   return Error(absl::StrCat("expected none, relu, gelu_tanh or add for ", what));
+}
+
+absl::Status Parser::AttrValue(absl::string_view what, ReduceOp* op) {
+  SkipSpace();
+  const size_t start = pos_;
+  const absl::string_view word = Word();
+  for (int i = 0; i < kNumReduceOps; ++i) {
+    if (word == ReduceOpName(static_cast<ReduceOp>(i))) {
+      *op = static_cast<ReduceOp>(i);
+      return absl::OkStatus();
+    }
+  }
+  pos_ = start;
+  return Error(absl::StrCat("expected sum or max for ", what));
 }
 
 absl::Status Parser::Return(Graph* g, const Scope& scope) {

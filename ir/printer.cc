@@ -85,6 +85,7 @@ std::string AttrText(const Shape& v) { return absl::StrCat("[", absl::StrJoin(v,
 std::string AttrText(GeluApprox v) { return v == GeluApprox::kTanh ? "tanh" : "none"; }
 std::string AttrText(DType v) { return ShortDTypeName(v); }
 std::string AttrText(Epilogue v) { return EpilogueName(v); }
+std::string AttrText(ReduceOp v) { return ReduceOpName(v); }
 
 }  // namespace
 

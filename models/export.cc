@@ -176,6 +176,12 @@ void Export(const CompiledFn& fn, const std::vector<Tensor>& example_inputs,
   KILN_CHECK(graph.inputs().size() == example_inputs.size(), where, ": the function writes ",
              graph.inputs().size() - example_inputs.size(),
              " tensor(s) it captured in place (a KV cache?); pass them as inputs to export it");
+  for (ir::ValueId v = 0; v < graph.num_values(); ++v) {
+    const ir::Node& n = graph.node(v);
+    KILN_CHECK(n.kind != ir::NodeKind::kOp || !GetOpDef(n.op).collective, where,
+               ": the plan has a ", GetOpDef(n.op).name, " (%", v,
+               "), whose process group lives in this process only; export a single-rank model");
+  }
   Manifest m;
   m.kiln = KILN_BUILD_ID;
   for (const Tensor& x : example_inputs) m.inputs.push_back({x.type(), x.is_contiguous()});

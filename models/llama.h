@@ -79,7 +79,8 @@ class LlamaForCausalLM : public CausalLM {
   // features of the full weights it holds (load the checkpoint first), the embeddings, norms and
   // LM head stay whole; forward, Step and generate() then run on every rank of `group` (each rank
   // calls them with the same inputs and gets the same logits), with two all-reduces a layer and a
-  // KV cache of this rank's kv_heads. Eager only; `group` must outlive the model.
+  // KV cache of this rank's kv_heads. Eager or compiled (the all-reduces are ops in the traced
+  // graph); `group` must outlive the model and its compiled steps.
   void ShardTensorParallel(ProcessGroup& group);
 
  private:

@@ -22,6 +22,7 @@
 #include "ops/nccl.h"
 #include "ops/ops.h"
 #include "ops/tcp_store.h"
+#include "runtime/cuda.h"
 #include "runtime/status.h"
 
 namespace kiln {
@@ -214,6 +215,9 @@ class ExchangeGroup : public ProcessGroup {
   template <typename Fn>
   Tensor Run(Kind kind, ReduceOp op, int src, const Tensor& t, Fn compute) {
     KILN_CHECK(t.defined(), KindName(kind), ": the tensor is undefined");
+    KILN_CHECK(!t.device().is_cuda() || !cuda::Capturing(), KindName(kind),
+               ": this group's collectives go through the host (ranks as threads, or a TCP store), "
+               "which a CUDA graph cannot capture: use an NCCL group, or run without CUDA graphs");
     const int64_t seq = seq_++;
     const Tensor result = compute(Exchange(Call{kind, op, src, contiguous(to(t, kCPU))}, seq));
     Done(seq);

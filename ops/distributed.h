@@ -10,6 +10,13 @@
 //     Tensor g = pg.all_gather(t);          // [8]: rank 0's then rank 1's
 //   });
 //
+// The collectives are also ops (registry rows all_reduce, all_gather, reduce_scatter, broadcast):
+// kiln::all_reduce(t, group) and the others below return a fresh result and leave `t` alone, run
+// eagerly on kiln's current stream, and are traced as nodes of a compiled graph, where fusion
+// stops at them and a plan runs them in the traced order (tensor-parallel models compile that
+// way). The graph names the group by its id (`all_reduce(%3){group=2, reduce=sum}`); a plan that
+// outlives its group throws when it reaches the collective.
+//
 // Every rank must call the same collectives in the same order with tensors of the same shape and
 // dtype; a rank that calls another collective, passes another shape, or does not come within the
 // group's timeout makes every rank's call throw kiln::Error naming the collective, its sequence
@@ -22,15 +29,22 @@
 #include <memory>
 #include <string>
 
+#include "ops/op_def.h"
 #include "runtime/tensor.h"
 
 namespace kiln {
 
-enum class ReduceOp { kSum, kMax };
+// ReduceOp (kSum, kMax) is in ops/op_def.h: it is also the collective ops' attribute.
 
 class ProcessGroup {
  public:
-  virtual ~ProcessGroup() = default;
+  ProcessGroup();  // takes the next id and enters the table the collective ops look groups up in
+  virtual ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  // This group's id in this process (1, 2, ...; never reused): the collective ops' `group`.
+  int64_t id() const { return id_; }
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
 
@@ -43,7 +57,27 @@ class ProcessGroup {
   virtual Tensor reduce_scatter(const Tensor& t, ReduceOp op = ReduceOp::kSum) = 0;
   // In place: `t` becomes rank `src`'s `t`.
   virtual void broadcast(Tensor& t, int src) = 0;
+
+  // The forms the collective ops run: the result written into `out` (contiguous, of the result's
+  // shape and dtype, on `in`'s device). The defaults call the forms above and copy; a backend
+  // whose library writes into a given buffer (NCCL) overrides them and saves the copy.
+  virtual void all_reduce_into(const Tensor& in, const Tensor& out, ReduceOp op);
+  virtual void all_gather_into(const Tensor& in, const Tensor& out);
+  virtual void reduce_scatter_into(const Tensor& in, const Tensor& out, ReduceOp op);
+  virtual void broadcast_into(const Tensor& in, const Tensor& out, int src);
+
+ private:
+  int64_t id_;
 };
+
+// The live group with id `id`, or nullptr (never made, or destroyed).
+ProcessGroup* FindProcessGroup(int64_t id);
+
+// The collectives as ops (see above): fresh results, `t` unchanged, traced by compile().
+Tensor all_reduce(const Tensor& t, ProcessGroup& group, ReduceOp op = ReduceOp::kSum);
+Tensor all_gather(const Tensor& t, ProcessGroup& group);  // dim 0 × world size
+Tensor reduce_scatter(const Tensor& t, ProcessGroup& group, ReduceOp op = ReduceOp::kSum);
+Tensor broadcast(const Tensor& t, ProcessGroup& group, int src);
 
 // Runs `body` on `world_size` threads, one rank each, sharing one group; returns when all are
 // done. If a rank throws, the others' pending and later collectives throw too ("rank R failed"),

@@ -335,7 +335,7 @@ class FeedForward : public Module {
   const char* type_name() const override { return "FeedForward"; }
   // Tensor parallelism, Megatron-style: keeps this rank's share of the hidden features (the
   // first linears' rows, the last one's columns) and all-reduces over `group` after the last
-  // linear, whose bias is added once after the sum. Eager only (the collective is not traced).
+  // linear, whose bias is added once after the sum (the all_reduce op: compile() traces it).
   void ShardTensorParallel(ProcessGroup& group);
 
  private:

@@ -14,7 +14,8 @@
 // dtypes (not bool). Unlike the thread-rank backend, a rank that calls another collective,
 // never comes or fails leaves the others waiting inside NCCL (libnccl has no timeout of its own
 // and kiln does not abort communicators yet): RunNcclRanks then does not return. One process per
-// GPU: InitProcessGroup({.backend = "nccl"}) (distributed.h). Not yet: CUDA-graph capture tests.
+// GPU: InitProcessGroup({.backend = "nccl"}) (distributed.h). The collective ops (distributed.h)
+// use NCCL's out-of-place forms, and a compiled plan's NCCL calls are captured in its CUDA graph.
 #pragma once
 
 #include <functional>

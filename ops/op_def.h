@@ -102,7 +102,12 @@ enum class OpId : uint16_t {
   kArgMax,
   kTopK,       // the indices of the k largest (or smallest); values are a gather of them
   kIndexCopy,  // index_copy(self, index, source){dim}: self with rows index[i] = source row i
-  kNumOps      // must stay last
+  // collectives over a process group (ops/distributed.h), functional: a fresh result
+  kAllReduce,
+  kAllGather,
+  kReduceScatter,
+  kBroadcast,
+  kNumOps  // must stay last
 };
 inline constexpr int kNumOps = static_cast<int>(OpId::kNumOps);
 inline constexpr int kMaxCatInputs = 1024;  // cat's arity limit
@@ -121,6 +126,11 @@ enum class GeluApprox : uint8_t { kNone, kTanh };
 enum class Epilogue : uint8_t { kNone, kRelu, kGeluTanh, kAdd };
 inline constexpr int kNumEpilogues = 4;
 const char* EpilogueName(Epilogue e);  // "none", "relu", "gelu_tanh", "add" (the IR text form)
+
+// How a collective combines the ranks' tensors (all_reduce, reduce_scatter).
+enum class ReduceOp : uint8_t { kSum, kMax };
+inline constexpr int kNumReduceOps = 2;
+const char* ReduceOpName(ReduceOp op);  // "sum", "max" (the IR text form)
 
 // Attributes of an op call. Each row says which fields it reads (OpDef::attr_fields) so the IR
 // can print and parse exactly those.
@@ -146,6 +156,11 @@ struct OpAttrs {
   bool is_causal = false, enable_gqa = false;
   int64_t k = 0;        // topk
   bool largest = true;  // topk
+  // collectives: the process group by its id (ProcessGroup::id(), never reused in a process),
+  // how all_reduce and reduce_scatter combine, broadcast's source rank
+  int64_t group = 0;
+  ReduceOp reduce = ReduceOp::kSum;
+  int64_t src = 0;
   friend bool operator==(const OpAttrs&, const OpAttrs&) = default;
 };
 
@@ -167,6 +182,9 @@ enum AttrField : uint32_t {
   kAttrStrided = 1u << 13,    // strides, offset (with kAttrDims: the sizes)
   kAttrAttention = 1u << 14,  // scale, is_causal, enable_gqa
   kAttrTopK = 1u << 15,       // k and largest
+  kAttrGroup = 1u << 16,      // collectives' process group
+  kAttrReduce = 1u << 17,     // all_reduce's and reduce_scatter's combination
+  kAttrSrc = 1u << 18,        // broadcast's source rank
 };
 
 // ---- The attribute table -------------------------------------------------------------------
@@ -205,7 +223,10 @@ inline constexpr auto kAttrRows =
                     AttrRow<Epilogue>{"epilogue", kAttrEpilogue, &OpAttrs::epilogue, true},
                     AttrRow<double>{"scale", kAttrAttention, &OpAttrs::scale},
                     AttrRow<bool>{"is_causal", kAttrAttention, &OpAttrs::is_causal, true},
-                    AttrRow<bool>{"enable_gqa", kAttrAttention, &OpAttrs::enable_gqa, true});
+                    AttrRow<bool>{"enable_gqa", kAttrAttention, &OpAttrs::enable_gqa, true},
+                    AttrRow<int64_t>{"group", kAttrGroup, &OpAttrs::group},
+                    AttrRow<ReduceOp>{"reduce", kAttrReduce, &OpAttrs::reduce},
+                    AttrRow<int64_t>{"src", kAttrSrc, &OpAttrs::src});
 inline constexpr int kNumAttrRows = std::tuple_size_v<decltype(kAttrRows)>;
 
 // Calls f(row) for every row of the table, in order.
@@ -260,6 +281,10 @@ struct OpDef {
   // the heads (reshape to [..., L, H·E]) is a view instead of a copy. Kernels write through the
   // strides (NewOutput).
   bool heads_last_output = false;
+  // A collective (ops/distributed.h): it talks to the other ranks of its group, so passes never
+  // run it at compile time (constant folding), and every rank's plan must issue the same ones in
+  // the same order (one trace of the same program does).
+  bool collective = false;
 
   bool is_elementwise() const {
     return kind == FusionKind::kElementwise || kind == FusionKind::kBroadcast;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "codegen/families/pointwise/elementwise_cuda.h"
 #include "ops/attention.h"
+#include "ops/collective_ops.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/typed_elementwise.h"
 #include "ops/cuda/index_cuda.h"
@@ -162,6 +163,12 @@ constexpr OpDef UpdatesSelf(OpDef def) {
   def.updates_self = true;
   return def;
 }
+// A collective over attrs.group (OpDef::collective): one kernel for every device, the group's.
+constexpr OpDef Collective(OpId id, const char* name, uint32_t attrs, InferFn infer) {
+  OpDef def = Op(id, name, 1, 1, kOpq, kAttrGroup | attrs, infer, collective::Run, collective::Run);
+  def.collective = true;
+  return def;
+}
 constexpr OpDef View(OpId id, const char* name, uint32_t attrs, InferFn infer, ViewFn view) {
   return OpDef{id, name, 1, 1, kView, attrs, infer, nullptr, view};
 }
@@ -270,6 +277,10 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   VaryingLaunches(Op(O::kArgMax, "argmax", 1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ArgMax, cpu::ArgMax, KILN_CUDA_KERNEL(cuda_ops::ArgMax))),
   Op(O::kTopK, "topk", 1, 1, kOpq, kAttrDim | kAttrTopK, infer::TopK, cpu::TopK, KILN_CUDA_KERNEL(cuda_ops::TopK)),
   UpdatesSelf(Op(O::kIndexCopy, "index_copy", 3, 3, kOpq, kAttrDim, infer::IndexCopy, cpu::IndexCopy, KILN_CUDA_KERNEL(cuda_ops::IndexCopy))),
+  Collective(O::kAllReduce, "all_reduce", kAttrReduce, collective::InferAllReduce),
+  Collective(O::kAllGather, "all_gather", 0, collective::InferAllGather),
+  Collective(O::kReduceScatter, "reduce_scatter", kAttrReduce, collective::InferReduceScatter),
+  Collective(O::kBroadcast, "broadcast", kAttrSrc, collective::InferBroadcast),
 }};
 // clang-format on
 
@@ -316,6 +327,11 @@ const OpDef* FindOpDef(std::string_view name) {
 const char* EpilogueName(Epilogue e) {
   static constexpr const char* kNames[kNumEpilogues] = {"none", "relu", "gelu_tanh", "add"};
   return kNames[static_cast<int>(e)];
+}
+
+const char* ReduceOpName(ReduceOp op) {
+  static constexpr const char* kNames[kNumReduceOps] = {"sum", "max"};
+  return kNames[static_cast<int>(op)];
 }
 
 const OpDef* EpilogueActivation(Epilogue e, OpAttrs* attrs) {

@@ -6,7 +6,6 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "ops/dispatch.h"
 #include "ops/ops.h"
 #include "runtime/status.h"
 
@@ -32,13 +31,7 @@ Tensor ShardOf(const Tensor& t, int64_t dim, int rank, int world, int sections, 
 
 Tensor RowParallel(const Tensor& x_shard, const Tensor& weight_shard, const Tensor& bias,
                    ProcessGroup& group) {
-  KILN_CHECK(CurrentDispatchHook() == nullptr,
-             "tensor parallelism: a row-parallel layer's all-reduce is not traced yet, so "
-             "tensor-parallel modules run eagerly (compile() and generate()'s compiled modes are "
-             "refused); rank ",
-             group.rank(), " of ", group.world_size());
-  Tensor y = linear(x_shard, weight_shard);
-  group.all_reduce(y);
+  const Tensor y = all_reduce(linear(x_shard, weight_shard), group);
   return bias.defined() ? add(y, bias) : y;
 }
 

@@ -12,7 +12,8 @@
 // Whole models shard in place instead: Attention::ShardTensorParallel (heads split, grouped-query
 // heads included), FeedForward::ShardTensorParallel and the models' own (LlamaForCausalLM's) keep
 // each rank's part of the loaded full weights, so the model's forward, Step and generate() run
-// tensor-parallel unchanged (eager; the embeddings and the LM head stay whole on every rank).
+// tensor-parallel unchanged, eager or compiled (the all-reduce is the all_reduce op, a node of
+// the traced graph); the embeddings and the LM head stay whole on every rank.
 //
 //   RunThreadRanks(2, [&](ProcessGroup& pg) {
 //     TensorParallelGeGLUMLP tp(full_mlp, pg);

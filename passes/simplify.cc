@@ -67,6 +67,7 @@ absl::StatusOr<bool> ConstantFolding::Run(Graph& graph, PassContext& ctx) {
   for (ValueId v = 0; v < graph.num_values(); ++v) {
     Node& n = graph.mutable_node(v);
     if (n.kind != NodeKind::kOp || GetOpDef(n.op).kind == FusionKind::kMatmul) continue;
+    if (GetOpDef(n.op).collective) continue;  // talks to the other ranks: only when the plan runs
     std::vector<Tensor> args;
     for (ValueId in : n.inputs) {
       const Node& p = graph.node(in);

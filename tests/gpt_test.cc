@@ -7,12 +7,15 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "codegen/compile.h"
 #include "io/safetensors.h"
 #include "io/state_dict.h"
@@ -126,8 +129,8 @@ TEST(GptKvCache, BadInputIsAnError) {
 
 // Tensor parallelism over thread ranks (issue #33, CPU): the model split over 2 and 4 ranks
 // (4 heads, c_attn's q/k/v blocks each split by heads) gives the whole model's logits from a full
-// forward, the prefill and every decode step, and the same greedy ids; its cache holds this
-// rank's heads; 3 ranks are refused before anything changes.
+// forward, the prefill and every decode step, eager and compiled, and the same greedy ids; its
+// cache holds this rank's heads; 3 ranks are refused before anything changes.
 TEST(GptTensorParallel, SplitOverRanksGivesTheWholeModelsLogitsAndIds) {
   const examples::GptConfig c = {.layers = 2, .dim = 32, .heads = 4, .vocab = 32, .ctx = 16};
   auto make = [&c] {
@@ -137,37 +140,53 @@ TEST(GptTensorParallel, SplitOverRanksGivesTheWholeModelsLogitsAndIds) {
     return m;
   };
   const Tensor prompt = Prompt();
-  // The whole model: full logits, then prefill and 6 decode steps.
-  auto run = [&prompt](examples::Gpt& m, std::vector<std::vector<double>>* out) {
-    out->push_back(to_vector(m(prompt)));
+  // The whole model: full logits, then prefill and 6 decode steps, eager or compiled (a split
+  // model's all-reduces are nodes of the traced graphs).
+  auto run = [&prompt](examples::Gpt& m, bool compiled, std::vector<std::vector<double>>* out) {
+    auto step = [&](std::function<std::vector<Tensor>(const std::vector<Tensor>&)> fn) {
+      if (!compiled) return fn;
+      auto f = std::make_shared<std::optional<CompiledFn>>();
+      return std::function<std::vector<Tensor>(const std::vector<Tensor>&)>(
+          [fn, f](const std::vector<Tensor>& in) {
+            if (!f->has_value()) f->emplace(compile(fn, in, Compiled()));
+            return (**f)(in);
+          });
+    };
+    auto full = step([&m](const std::vector<Tensor>& in) { return std::vector<Tensor>{m(in[0])}; });
+    auto prefill = step([&m](const std::vector<Tensor>& in) { return m.Prefill(in); });
+    auto decode = step([&m](const std::vector<Tensor>& in) { return m.Decode(in); });
+    out->push_back(to_vector(full({prompt})[0]));
     examples::KvCache cache = m.NewCache(2);
     examples::DecodeState state = m.NewState(2);
-    out->push_back(to_vector(m.Prefill(examples::Gpt::PrefillInputs(prompt, cache, state))[0]));
+    out->push_back(to_vector(prefill(examples::Gpt::PrefillInputs(prompt, cache, state))[0]));
     for (int i = 0; i < 6; ++i) {
-      out->push_back(to_vector(m.Decode(examples::Gpt::DecodeInputs(cache, state))[0]));
+      out->push_back(to_vector(decode(examples::Gpt::DecodeInputs(cache, state))[0]));
     }
     const std::vector<double> ids = to_vector(state.ids);
     out->push_back(ids);
     return cache.k[0].size(1);
   };
   std::vector<std::vector<double>> want;
-  run(*make(), &want);
-  for (int n : {2, 4}) {
-    std::mutex mu;
-    RunThreadRanks(n, [&](ProcessGroup& pg) {
-      auto m = make();
-      m->ShardTensorParallel(pg);
-      std::vector<std::vector<double>> got;
-      const int64_t heads = run(*m, &got);
-      std::lock_guard<std::mutex> lock(mu);
-      const std::string at = "n " + std::to_string(n) + " rank " + std::to_string(pg.rank());
-      EXPECT_EQ(heads, 4 / n) << at;
-      ASSERT_EQ(got.size(), want.size());
-      for (size_t i = 0; i + 1 < want.size(); ++i) {
-        ExpectClose(got[i], want[i], {2e-5, 2e-5}, at + " logits " + std::to_string(i));
-      }
-      EXPECT_EQ(got.back(), want.back()) << at << ": ids";
-    });
+  run(*make(), false, &want);
+  for (const bool compiled : {false, true}) {
+    for (int n : {2, 4}) {
+      std::mutex mu;
+      RunThreadRanks(n, [&](ProcessGroup& pg) {
+        auto m = make();
+        m->ShardTensorParallel(pg);
+        std::vector<std::vector<double>> got;
+        const int64_t heads = run(*m, compiled, &got);
+        std::lock_guard<std::mutex> lock(mu);
+        const std::string at =
+            absl::StrCat(compiled ? "compiled" : "eager", " n ", n, " rank ", pg.rank());
+        EXPECT_EQ(heads, 4 / n) << at;
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i + 1 < want.size(); ++i) {
+          ExpectClose(got[i], want[i], {2e-5, 2e-5}, at + " logits " + std::to_string(i));
+        }
+        EXPECT_EQ(got.back(), want.back()) << at << ": ids";
+      });
+    }
   }
   ExpectThrowsWith(
       [&] {

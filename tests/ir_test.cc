@@ -676,6 +676,7 @@ GeluApprox OtherValue(GeluApprox v) {
 }
 DType OtherValue(DType v) { return v == DType::kInt32 ? DType::kBFloat16 : DType::kInt32; }
 Epilogue OtherValue(Epilogue v) { return v == Epilogue::kRelu ? Epilogue::kAdd : Epilogue::kRelu; }
+ReduceOp OtherValue(ReduceOp v) { return v == ReduceOp::kMax ? ReduceOp::kSum : ReduceOp::kMax; }
 
 // Whether printed attributes `text` name `key` (not merely a key it begins: dim, dims, dim2).
 bool Names(const std::string& text, const char* key) {

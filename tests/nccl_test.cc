@@ -1,8 +1,11 @@
 // The NCCL process group (ops/nccl.h). Without a GPU (CI): not available, saying why, and
 // RunNcclRanks refuses. On a GPU: a world over every visible GPU (one on the H200 machine) gives
 // each collective's definition in several dtypes, in place on non-contiguous tensors too;
-// tensors on the wrong device and bool reductions are refused naming the rank and device; a
-// Llama-style model sharded over the NCCL group gives the whole model's logits and greedy ids.
+// tensors on the wrong device and bool reductions are refused naming the rank and device; the
+// collective ops write fresh results through NCCL's out-of-place forms; a Llama-style model
+// sharded over the NCCL group gives the whole model's logits and greedy ids, eager, compiled and
+// replayed as a CUDA graph (NCCL's kernels captured); a thread group's collectives on CUDA
+// tensors are not captured, saying why.
 #include "ops/nccl.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/compile.h"
 #include "models/generate.h"
 #include "models/llama.h"
 #include "ops/distributed.h"
@@ -164,6 +168,89 @@ TEST(NcclOnGpu, AShardedLlamaGivesTheWholeModelsResults) {
     std::lock_guard<std::mutex> lock(mu);
     ExpectClose(got, want, {2e-5, 2e-5}, "rank " + std::to_string(pg.rank()));
     EXPECT_EQ(ids.tokens, want_ids.tokens);
+  });
+}
+
+TEST(NcclOnGpu, CollectiveOpsWriteFreshResults) {
+  KILN_SKIP_WITHOUT_GPU();
+  const std::vector<int> devices = AllDevices();
+  const int n = static_cast<int>(devices.size());
+  std::mutex mu;
+  RunNcclRanks(devices, [&](ProcessGroup& pg) {
+    const int r = pg.rank();
+    const Device dev = CUDA(devices[r]);
+    const Tensor x = transpose(full({3, 2 * n}, r + 1.0, DType::kBFloat16, dev), 0, 1);  // strided
+    const Tensor sum = all_reduce(x, pg), max = all_reduce(x, pg, ReduceOp::kMax);
+    const Tensor gathered = all_gather(x, pg), scattered = reduce_scatter(x, pg);
+    const Tensor from0 = broadcast(x, pg, 0);
+    std::lock_guard<std::mutex> lock(mu);
+    const std::string at = "rank " + std::to_string(r);
+    EXPECT_EQ(to_vector(x), std::vector<double>(6 * n, r + 1.0)) << at << ": input left alone";
+    EXPECT_EQ(to_vector(sum), std::vector<double>(6 * n, n * (n + 1) / 2.0)) << at;
+    EXPECT_EQ(to_vector(max), std::vector<double>(6 * n, n)) << at;
+    EXPECT_EQ(gathered.shape(), (Shape{2 * n * n, 3})) << at;
+    EXPECT_EQ(scattered.shape(), (Shape{2, 3})) << at;
+    EXPECT_EQ(to_vector(scattered), std::vector<double>(6, n * (n + 1) / 2.0)) << at;
+    EXPECT_EQ(to_vector(from0), std::vector<double>(6 * n, 1.0)) << at;
+  });
+}
+
+TEST(NcclOnGpu, ACompiledShardedLlamaReplaysAsACudaGraph) {
+  KILN_SKIP_WITHOUT_GPU();
+  LlamaConfig c;
+  c.vocab = 96, c.dim = 64, c.hidden = 96, c.layers = 2, c.heads = 8, c.kv_heads = 4;
+  c.rope.max_positions = 64;
+  auto make = [&c](Device d) {
+    Generator gen(5);
+    return std::make_unique<LlamaForCausalLM>(c, ModuleOptions{.device = d, .generator = &gen});
+  };
+  const std::vector<std::vector<int64_t>> prompts = {{5, 17, 2, 40, 33}, {9, 81, 4}};
+  const Tensor tokens = from_vector({5, 17, 2, 40, 33, 9, 81, 4, 60, 1}, {2, 5}, DType::kInt64);
+  auto whole = make(CUDA(0));
+  const std::vector<double> want = to_vector((*whole)(to(tokens, CUDA(0))));
+  const GenerateResult want_ids = generate(*whole, prompts, {.max_new_tokens = 6});
+  const std::vector<int> devices = AllDevices();
+  std::mutex mu;
+  RunNcclRanks(devices, [&](ProcessGroup& pg) {
+    const Device dev = CUDA(devices[pg.rank()]);
+    auto model = make(dev);
+    model->ShardTensorParallel(pg);
+    const Tensor x = to(tokens, dev);
+    CompileOptions o;
+    o.mode = CompileOptions::Mode::kCompiled;
+    o.cuda_graphs = true;
+    const CompiledFn f = compile(*model, x, o);
+    std::vector<std::vector<double>> calls;
+    for (int i = 0; i < 3; ++i) calls.push_back(to_vector(f({x})[0]));  // plan, capture, replay
+    const std::string graph = f.report({x}).cuda_graph;
+    GenerateOptions g;
+    g.max_new_tokens = 6;
+    g.mode = GenerateOptions::Mode::kCudaGraph;
+    const GenerateResult ids = generate(*model, prompts, g);
+    std::lock_guard<std::mutex> lock(mu);
+    const std::string at = "rank " + std::to_string(pg.rank());
+    for (const std::vector<double>& got : calls) ExpectClose(got, want, {1e-4, 1e-4}, at);
+    EXPECT_EQ(graph.rfind("on:", 0), 0u) << at << ": " << graph;
+    EXPECT_EQ(ids.tokens, want_ids.tokens) << at;
+  });
+}
+
+TEST(NcclOnGpu, AThreadGroupOnCudaTensorsIsNotCapturedSayingWhy) {
+  KILN_SKIP_WITHOUT_GPU();
+  RunThreadRanks(1, [](ProcessGroup& pg) {
+    const Tensor x = full({8}, 2.0, DType::kFloat32, CUDA(0));
+    CompileOptions o;
+    o.mode = CompileOptions::Mode::kCompiled;
+    o.cuda_graphs = true;
+    auto fn = [&pg](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{add(all_reduce(in[0], pg), 1.0)};
+    };
+    const CompiledFn f = compile(fn, {x}, o);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(to_vector(f({x})[0]), std::vector<double>(8, 3.0)) << "call " << i;
+    }
+    const std::string graph = f.report({x}).cuda_graph;
+    EXPECT_NE(graph.find("which a CUDA graph cannot capture"), std::string::npos) << graph;
   });
 }
 

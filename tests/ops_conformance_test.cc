@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "ops/dispatch.h"
+#include "ops/distributed.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
 #include "tests/attention_reference.h"
@@ -715,12 +716,87 @@ std::vector<OpCase> CastCases() {
 
 #include "tests/ops_conformance_cases.inc"
 
+// The collectives over 3 thread ranks: rank r contributes in[0] · (r + 1) (r = 0, 1, 2), and the
+// case reads rank 0's result.
+std::vector<OpCase> CollectiveCases() {
+  auto on_ranks = [](std::function<Tensor(const Tensor&, ProcessGroup&)> op) {
+    return [op](KilnIn in) {
+      Tensor result;
+      RunThreadRanks(3, [&](ProcessGroup& pg) {
+        Tensor mine = op(mul(in[0], pg.rank() + 1.0), pg);
+        if (pg.rank() == 0) result = mine;
+      });
+      return result;
+    };
+  };
+  auto times = [](double k) {
+    return [k](RefIn in) {
+      return ref::Map({in[0]}, [k](const std::vector<double>& x) { return x[0] * k; });
+    };
+  };
+  auto gathered = [](RefIn in) {
+    RefTensor out = in[0];
+    out.shape[0] *= 3;
+    out.v.clear();
+    for (double k : {1, 2, 3}) {
+      for (double x : in[0].v) out.v.push_back(x * k);
+    }
+    return out;
+  };
+  auto first_third_times_6 = [](RefIn in) {
+    RefTensor out = in[0];
+    out.shape[0] /= 3;
+    out.v.resize(out.v.size() / 3);
+    for (double& x : out.v) x *= 6;
+    return out;
+  };
+  std::vector<OpCase> c = {
+      {"all_reduce_sum",
+       OpId::kAllReduce,
+       {N({4, 5})},
+       on_ranks([](const Tensor& x, ProcessGroup& pg) { return all_reduce(x, pg); }),
+       times(6),
+       false},
+      {"all_reduce_max_of_positive",
+       OpId::kAllReduce,
+       {P({7})},
+       on_ranks(
+           [](const Tensor& x, ProcessGroup& pg) { return all_reduce(x, pg, ReduceOp::kMax); }),
+       times(3),
+       false},
+      {"all_gather",
+       OpId::kAllGather,
+       {N({2, 5})},
+       on_ranks([](const Tensor& x, ProcessGroup& pg) { return all_gather(x, pg); }),
+       gathered,
+       false},
+      {"all_gather_transposed",
+       OpId::kAllGather,
+       {T({3, 4})},
+       on_ranks([](const Tensor& x, ProcessGroup& pg) { return all_gather(x, pg); }),
+       gathered},
+      {"reduce_scatter",
+       OpId::kReduceScatter,
+       {N({6, 4})},
+       on_ranks([](const Tensor& x, ProcessGroup& pg) { return reduce_scatter(x, pg); }),
+       first_third_times_6,
+       false},
+      {"broadcast_from_2",
+       OpId::kBroadcast,
+       {N({3, 2})},
+       on_ranks([](const Tensor& x, ProcessGroup& pg) { return broadcast(x, pg, 2); }),
+       times(3),
+       false},
+  };
+  return c;
+}
+
 const std::vector<OpCase>& AllCases() {
   static const auto* cases = [] {
     auto* v = new std::vector<OpCase>();
     for (auto& part :
          {UnaryCases(), BinaryCases(), OtherCases(), LayoutCases(), MathCases(), CompareCases(),
-          IndexingCases(), JoinCases(), SelectionCases(), CastCases()}) {
+          IndexingCases(), JoinCases(), SelectionCases(), CastCases(), CollectiveCases()}) {
       v->insert(v->end(), part.begin(), part.end());
     }
     return v;

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "codegen/compile.h"
 #include "ops/dispatch.h"
+#include "ops/distributed.h"
 #include "ops/factories.h"
 #include "ops/modules.h"
 #include "ops/ops.h"
@@ -393,14 +394,14 @@ TEST_P(OnDevice, FactoryValuesAndEnumsOutsideTheirRangeRaise) {
 
 // ---- Meta tensors: every registry row infers shapes and runs nothing. ------------------------
 
-TEST(Meta, EveryRegistryRowRunsAsShapeInference) {
-  const Tensor m = empty({3, 4}, DType::kFloat32, kMeta);
-  const Tensor mask = empty({3, 4}, DType::kBool, kMeta);
+// Every registry row on Meta tensors (`group`: a live process group for the collectives).
+void RunEveryRowOnMeta(const Tensor& m, const Tensor& mask, int64_t group) {
   for (int i = 0; i < kNumOps; ++i) {
     const OpDef& def = GetOpDef(static_cast<OpId>(i));
     std::vector<Tensor> in(def.min_inputs, m);
     OpAttrs a;
     a.dim2 = 1;
+    a.group = group;
     if (def.id == OpId::kWhere) in[0] = mask;
     if (def.id == OpId::kMaskedFill) in[1] = mask;
     if (def.id == OpId::kMatmul) in[1] = empty({4, 3}, DType::kFloat32, kMeta);
@@ -431,6 +432,12 @@ TEST(Meta, EveryRegistryRowRunsAsShapeInference) {
       EXPECT_NO_THROW(DispatchInPlace(def.id, self_in, a)) << def.name;
     }
   }
+}
+
+TEST(Meta, EveryRegistryRowRunsAsShapeInference) {
+  const Tensor m = empty({3, 4}, DType::kFloat32, kMeta);
+  const Tensor mask = empty({3, 4}, DType::kBool, kMeta);
+  RunThreadRanks(1, [&](ProcessGroup& pg) { RunEveryRowOnMeta(m, mask, pg.id()); });
 }
 
 TEST(Meta, ApiFunctionsModulesAndCompiledFunctionsOnMeta) {

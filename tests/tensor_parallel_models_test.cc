@@ -2,13 +2,14 @@
 // grouped-query heads and every bias, sharded in place on 1, 2 and 4 ranks, gives the single
 // model's logits (full forward and cached steps) and generate()'s greedy ids; the cache holds
 // this rank's key/value heads; a split that does not divide is refused before anything changes;
-// tracing a sharded model (compile, compiled generate) is refused naming the reason.
+// compiled (the forward, generate()'s compiled mode) a split model gives the same logits and ids.
 #include <gtest/gtest.h>
 
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "codegen/compile.h"
 #include "models/generate.h"
 #include "models/llama.h"
 #include "ops/distributed.h"
@@ -112,20 +113,40 @@ TEST(TensorParallelModels, ASplitThatDoesNotDivideLeavesTheModelWhole) {
       "already sharded over 2 ranks");
 }
 
-TEST(TensorParallelModels, TracingASplitModelIsRefused) {
+// Compiled: the all-reduces are nodes of the traced graphs (fusion stops at them), so a split
+// model's forward compiles, and generate()'s compiled mode (prefill and one decode plan) gives the
+// single model's ids.
+TEST(TensorParallelModels, CompiledSplitModelGivesTheWholeModelsLogitsAndIds) {
   const LlamaConfig c = SplittableLlama();
-  ExpectThrowsWith(
-      [&] {
-        RunThreadRanks(2, [&](ProcessGroup& pg) {
-          auto model = SeededLlama(c);
-          model->ShardTensorParallel(pg);
-          GenerateOptions o;
-          o.max_new_tokens = 2;
-          o.mode = GenerateOptions::Mode::kCompiled;
-          generate(*model, kPrompts, o);
-        });
-      },
-      "a row-parallel layer's all-reduce is not traced yet");
+  auto whole = SeededLlama(c);
+  const Tensor tokens = from_vector({5, 17, 2, 40, 33, 9, 81, 4, 60, 1}, {2, 5}, DType::kInt64);
+  const std::vector<double> want_logits = to_vector((*whole)(tokens));
+  const GenerateResult want = generate(*whole, kPrompts, {.max_new_tokens = 6});
+  for (int n : {2, 4}) {
+    std::mutex mu;
+    RunThreadRanks(n, [&](ProcessGroup& pg) {
+      auto model = SeededLlama(c);
+      model->ShardTensorParallel(pg);
+      const CompiledFn forward = compile(*model, tokens, {.mode = CompileOptions::Mode::kCompiled});
+      const std::vector<double> logits = to_vector(forward({tokens})[0]);
+      const std::string graph = forward.report({tokens}).final_graph;
+      GenerateOptions o;
+      o.max_new_tokens = 6;
+      o.mode = GenerateOptions::Mode::kCompiled;
+      const GenerateResult got = generate(*model, kPrompts, o);
+      std::lock_guard<std::mutex> lock(mu);
+      const std::string at = "n " + std::to_string(n) + " rank " + std::to_string(pg.rank());
+      ExpectClose(logits, want_logits, {1e-4, 1e-4}, at + " compiled logits");
+      EXPECT_EQ(got.tokens, want.tokens) << at;
+      // Two all-reduces a layer (attention's and the MLP's last projections), each its own node.
+      size_t count = 0;
+      for (size_t at_pos = graph.find("all_reduce("); at_pos != std::string::npos;
+           at_pos = graph.find("all_reduce(", at_pos + 1)) {
+        ++count;
+      }
+      EXPECT_EQ(count, 2u * c.layers) << graph;
+    });
+  }
 }
 
 }  // namespace

@@ -113,25 +113,18 @@ class NcclGroup : public ProcessGroup {
   int world_size() const override { return world_; }
 
   void all_reduce(Tensor& t, ReduceOp op) override {
-    Checked("all_reduce", t);
-    const ncclDataType_t type = NcclType(t.dtype(), true, "all_reduce");
     Tensor buf = t.is_contiguous() ? t : contiguous(t);
-    Check(Nccl().AllReduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), type, NcclOp(op), comm_,
-                           cuda::CurrentStream()),
-          "ncclAllReduce", rank_);
+    all_reduce_into(buf, buf, op);
     if (!buf.is_same(t)) copy_(t, buf);
   }
 
   Tensor all_gather(const Tensor& t) override {
     Checked("all_gather", t);
     KILN_CHECK(t.dim() >= 1, "all_gather: needs a tensor of rank >= 1, got ", t.shape_string());
-    const Tensor src = contiguous(t);
     Shape shape = t.shape();
     shape[0] *= world_;
     Tensor out = empty(shape, t.dtype(), t.device());
-    Check(Nccl().AllGather(src.data_ptr(), out.data_ptr(), src.numel(),
-                           NcclType(t.dtype(), false, "all_gather"), comm_, cuda::CurrentStream()),
-          "ncclAllGather", rank_);
+    all_gather_into(t, out);
     return out;
   }
 
@@ -139,27 +132,55 @@ class NcclGroup : public ProcessGroup {
     Checked("reduce_scatter", t);
     KILN_CHECK(t.dim() >= 1 && t.size(0) % world_ == 0, "reduce_scatter: dim 0 of ",
                t.shape_string(), " must be a multiple of the world size ", world_);
-    const Tensor src = contiguous(t);
     Shape shape = t.shape();
     shape[0] /= world_;
     Tensor out = empty(shape, t.dtype(), t.device());
-    Check(Nccl().ReduceScatter(src.data_ptr(), out.data_ptr(), out.numel(),
-                               NcclType(t.dtype(), true, "reduce_scatter"), NcclOp(op), comm_,
-                               cuda::CurrentStream()),
-          "ncclReduceScatter", rank_);
+    reduce_scatter_into(t, out, op);
     return out;
   }
 
   void broadcast(Tensor& t, int src) override {
-    Checked("broadcast", t);
+    Tensor buf = t.is_contiguous() ? t : contiguous(t);
+    broadcast_into(buf, buf, src);
+    if (!buf.is_same(t)) copy_(t, buf);
+  }
+
+  // Out of place, as NCCL takes them (`in` == `out` is NCCL's in-place form); `out` contiguous.
+  void all_reduce_into(const Tensor& in, const Tensor& out, ReduceOp op) override {
+    Checked("all_reduce", in);
+    const Tensor src = contiguous(in);
+    Check(Nccl().AllReduce(src.data_ptr(), out.data_ptr(), out.numel(),
+                           NcclType(in.dtype(), true, "all_reduce"), NcclOp(op), comm_,
+                           cuda::CurrentStream()),
+          "ncclAllReduce", rank_);
+  }
+
+  void all_gather_into(const Tensor& in, const Tensor& out) override {
+    Checked("all_gather", in);
+    const Tensor src = contiguous(in);
+    Check(Nccl().AllGather(src.data_ptr(), out.data_ptr(), src.numel(),
+                           NcclType(in.dtype(), false, "all_gather"), comm_, cuda::CurrentStream()),
+          "ncclAllGather", rank_);
+  }
+
+  void reduce_scatter_into(const Tensor& in, const Tensor& out, ReduceOp op) override {
+    Checked("reduce_scatter", in);
+    const Tensor src = contiguous(in);
+    Check(Nccl().ReduceScatter(src.data_ptr(), out.data_ptr(), out.numel(),
+                               NcclType(in.dtype(), true, "reduce_scatter"), NcclOp(op), comm_,
+                               cuda::CurrentStream()),
+          "ncclReduceScatter", rank_);
+  }
+
+  void broadcast_into(const Tensor& in, const Tensor& out, int src) override {
+    Checked("broadcast", in);
     KILN_CHECK(src >= 0 && src < world_, "broadcast: source rank ", src, " is not in 0..",
                world_ - 1);
-    Tensor buf = t.is_contiguous() ? t : contiguous(t);
-    Check(Nccl().Broadcast(buf.data_ptr(), buf.data_ptr(), buf.numel(),
-                           NcclType(t.dtype(), false, "broadcast"), src, comm_,
+    const Tensor send = contiguous(in);
+    Check(Nccl().Broadcast(send.data_ptr(), out.data_ptr(), out.numel(),
+                           NcclType(in.dtype(), false, "broadcast"), src, comm_,
                            cuda::CurrentStream()),
           "ncclBroadcast", rank_);
-    if (!buf.is_same(t)) copy_(t, buf);
   }
 
  private:

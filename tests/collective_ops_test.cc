@@ -1,0 +1,173 @@
+// The collectives as registry ops (ops/distributed.h: kiln::all_reduce, all_gather,
+// reduce_scatter, broadcast) over thread ranks, on the CPU: functional results equal to the
+// group's own forms; bad input names the op, the shapes and the rule (a split that does not
+// divide, a source outside the group, bool reductions, a group that no longer exists); compiled,
+// each is an opaque node that fusion stops at (IR CHECK lines, the explain line), printed with its
+// group and parsed back, never folded at compile time even over frozen constants; a plan that
+// outlives its group says so; Export refuses a plan with a collective.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "codegen/compile.h"
+#include "ir/parser.h"
+#include "ir/printer.h"
+#include "models/export.h"
+#include "ops/dispatch.h"
+#include "ops/distributed.h"
+#include "ops/factories.h"
+#include "ops/ops.h"
+#include "tests/filecheck.h"
+#include "tests/test_util.h"
+
+namespace kiln {
+namespace {
+
+// Rank r's [4, 3] tensor: r * 100 + i.
+Tensor RankMatrix(int r) {
+  return add(reshape(arange(0, 12, 1, DType::kFloat32), {4, 3}), r * 100.0);
+}
+
+TEST(CollectiveOps, AreFunctionalAndGiveTheGroupsResults) {
+  std::mutex mu;
+  RunThreadRanks(2, [&](ProcessGroup& pg) {
+    const Tensor x = RankMatrix(pg.rank());
+    const std::vector<double> before = to_vector(x);
+    const Tensor sum = all_reduce(x, pg), max = all_reduce(x, pg, ReduceOp::kMax);
+    const Tensor gathered = all_gather(x, pg), scattered = reduce_scatter(x, pg);
+    const Tensor from1 = broadcast(x, pg, 1);
+    Tensor want_sum = clone(x), want_max = clone(x), want_b = clone(x);
+    pg.all_reduce(want_sum);
+    pg.all_reduce(want_max, ReduceOp::kMax);
+    const Tensor want_g = pg.all_gather(x), want_s = pg.reduce_scatter(x);
+    pg.broadcast(want_b, 1);
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(to_vector(x), before) << "the input is left alone";
+    EXPECT_EQ(to_vector(sum), to_vector(want_sum));
+    EXPECT_EQ(to_vector(max), to_vector(want_max));
+    EXPECT_EQ(gathered.shape(), (Shape{8, 3}));
+    EXPECT_EQ(to_vector(gathered), to_vector(want_g));
+    EXPECT_EQ(scattered.shape(), (Shape{2, 3}));
+    EXPECT_EQ(to_vector(scattered), to_vector(want_s));
+    EXPECT_EQ(to_vector(from1), to_vector(want_b));
+    EXPECT_EQ(to_vector(from1), to_vector(RankMatrix(1)));
+  });
+}
+
+TEST(CollectiveOps, BadInputNamesTheOpAndTheRule) {
+  RunThreadRanks(2, [&](ProcessGroup& pg) {
+    // Refused by inference on every rank alike, before any rank reaches the exchange.
+    ExpectThrowsWith(
+        [&] {
+          reduce_scatter(zeros({5, 2}), pg);
+        },
+        "must be a multiple of the world size 2");
+    ExpectThrowsWith([&] { reduce_scatter(zeros({5, 2}), pg); }, "reduce_scatter");
+    ExpectThrowsWith([&] { broadcast(zeros({2}), pg, 2); }, "source rank 2 is not in 0..1");
+    ExpectThrowsWith([&] { all_reduce(zeros({2}, DType::kBool), pg); }, "bool");
+    ExpectThrowsWith([&] { all_gather(zeros(Shape{}), pg); }, "rank >= 1");
+  });
+  int64_t gone = 0;
+  RunThreadRanks(1, [&](ProcessGroup& pg) { gone = pg.id(); });
+  OpAttrs a;
+  a.group = gone;
+  ExpectThrowsWith([&] { Dispatch(OpId::kAllReduce, {zeros({2})}, a); },
+                   absl::StrCat("process group ", gone, " does not exist"));
+  EXPECT_EQ(FindProcessGroup(gone), nullptr);
+}
+
+// x -> x·1.5 + 0.5 -> all_reduce -> gelu + 1: two fused groups around the collective.
+std::vector<Tensor> AroundAllReduce(ProcessGroup& pg, const std::vector<Tensor>& in) {
+  return {add(gelu(all_reduce(mul(in[0], 1.5) + 0.5, pg)), 1.0)};
+}
+
+TEST(CollectiveOps, CompiledTheyAreOpaqueNodesFusionStopsAt) {
+  std::mutex mu;
+  RunThreadRanks(
+      2, [&](ProcessGroup& pg) {
+        const Tensor x = RankMatrix(pg.rank()) * 0.01;
+        auto fn = [&pg](const std::vector<Tensor>& in) { return AroundAllReduce(pg, in); };
+        const CompiledFn f = compile(fn, {x}, {.mode = CompileOptions::Mode::kCompiled});
+        const std::vector<double> compiled = to_vector(f({x})[0]), eager = to_vector(fn({x})[0]);
+        const CompileReport& r = f.report({x});
+        absl::StatusOr<ir::Graph> parsed = ir::ParseGraph(r.traced_graph);
+        std::lock_guard<std::mutex> lock(mu);
+        ExpectClose(compiled, eager, {1e-5, 1e-5}, "compiled");
+        EXPECT_TRUE(FileCheck(r.final_graph, absl::StrCat(R"(
+      CHECK:     fusion
+      CHECK:     %[[AR:[0-9]+]] = all_reduce(%
+      CHECK-SAME: {group=)",
+                                                          pg.id(), R"(, reduce=sum}
+      CHECK:     fusion
+      CHECK-SAME: (%[[AR]])
+      CHECK-NOT: all_reduce
+    )"))) << r.final_graph;
+        bool explained = false;
+        for (const std::string& line : r.explain) {
+          explained |= line.find("(all_reduce) into the group of") != std::string::npos &&
+                       line.find("opaque boundary") != std::string::npos;
+        }
+        EXPECT_TRUE(explained) << absl::StrJoin(r.explain, "\n");
+        ASSERT_TRUE(parsed.ok()) << parsed.status();
+        EXPECT_EQ(ir::PrintGraph(*parsed), r.traced_graph);
+      });
+}
+
+TEST(CollectiveOps, ConstantFoldingLeavesThemToTheRun) {
+  std::mutex mu;
+  RunThreadRanks(3, [&](ProcessGroup& pg) {
+    const Tensor w = full({4}, pg.rank() + 1.0);  // a captured weight, frozen below
+    auto fn = [&](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{add(in[0], all_reduce(w, pg))};
+    };
+    const Tensor x = arange(0, 4, 1, DType::kFloat32);
+    CompileOptions o;
+    o.mode = CompileOptions::Mode::kCompiled;
+    o.freeze_weights = true;
+    const CompiledFn f = compile(fn, {x}, o);
+    const std::vector<double> first = to_vector(f({x})[0]), second = to_vector(f({x})[0]);
+    const std::string graph = f.report({x}).final_graph;
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(first, (std::vector<double>{6, 7, 8, 9}));  // 1 + 2 + 3 added
+    EXPECT_EQ(second, first);
+    EXPECT_TRUE(FileCheck(graph, "CHECK: all_reduce(%")) << graph;
+  });
+}
+
+TEST(CollectiveOps, APlanThatOutlivesItsGroupSaysSo) {
+  std::optional<CompiledFn> f;
+  const Tensor x = ones({3});
+  RunThreadRanks(1, [&](ProcessGroup& pg) {
+    f.emplace(compile(
+        [&pg](const std::vector<Tensor>& in) { return std::vector<Tensor>{all_reduce(in[0], pg)}; },
+        {x}, {.mode = CompileOptions::Mode::kCompiled}));
+    EXPECT_EQ(to_vector((*f)({x})[0]), to_vector(x));  // a world of one: the tensor itself
+  });
+  ExpectThrowsWith([&] { (*f)({x}); }, "all_reduce");
+  ExpectThrowsWith([&] { (*f)({x}); }, "does not exist");
+}
+
+TEST(CollectiveOps, ExportRefusesAPlanWithACollective) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / absl::StrCat("kiln_collective_export_", getpid());
+  RunThreadRanks(1, [&](ProcessGroup& pg) {
+    const Tensor x = ones({3});
+    const CompiledFn f = compile(
+        [&pg](const std::vector<Tensor>& in) { return std::vector<Tensor>{all_reduce(in[0], pg)}; },
+        {x}, {.mode = CompileOptions::Mode::kCompiled});
+    ExpectThrowsWith([&] { Export(f, {x}, dir.string()); },
+                     "whose process group lives in this process only");
+  });
+  EXPECT_FALSE(std::filesystem::exists(dir / "manifest.json"));
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kiln
