@@ -46,16 +46,16 @@ class GptAttention : public kiln::Module {
   // This rank's heads: its part of each of c_attn's q, k and v blocks, c_proj's columns; c_proj
   // is all-reduced over `group`.
   void ShardTensorParallel(kiln::ProcessGroup& group) {
-    KILN_CHECK(group_ == nullptr, "GptAttention::ShardTensorParallel: already sharded");
+    KILN_CHECK(!group_.defined(), "GptAttention::ShardTensorParallel: already sharded");
     c_attn_.KeepShard(0, group.rank(), group.world_size(), /*sections=*/3, "GptAttention");
     c_proj_.KeepShard(1, group.rank(), group.world_size(), 1, "GptAttention");
     heads_ /= group.world_size();
-    group_ = &group;
+    group_ = kiln::GroupRef(group);
   }
 
  private:
   int64_t heads_, head_dim_;
-  kiln::ProcessGroup* group_ = nullptr;
+  kiln::GroupRef group_;
   kiln::Linear& c_attn_;
   kiln::Linear& c_proj_;
 };
@@ -142,19 +142,25 @@ Tensor Gpt::forward(const Tensor& tokens) {
              tokens.shape_string());
   Tensor x = wte_(tokens) + wpe_(kiln::slice(slots_, 0, 0, tokens.size(1)));
   for (GptBlock* block : blocks_) x = block->Prefill(x, {}, {});
-  return kiln::linear(ln_f_(x), wte_.weight());
+  return Head(ln_f_(x));
+}
+
+Tensor Gpt::Head(const Tensor& h) const {
+  if (!tp_.defined()) return kiln::linear(h, wte_.weight());
+  return kiln::GatherVocab(kiln::linear(h, head_shard_), config_.vocab, tp_.get("Gpt"));
 }
 
 void Gpt::ShardTensorParallel(kiln::ProcessGroup& group) {
   const int64_t n = group.world_size();
-  KILN_CHECK(tp_world_ == 0, "Gpt::ShardTensorParallel: already sharded over ", tp_world_,
+  KILN_CHECK(!tp_.defined(), "Gpt::ShardTensorParallel: already sharded over ", tp_.world_size(),
              " ranks");
   // Checked before any block changes: a refused split leaves the model whole.
   KILN_CHECK(config_.heads % n == 0 && 4 * config_.dim % n == 0,
              "Gpt::ShardTensorParallel: ", config_.heads, " heads and ", 4 * config_.dim,
              " MLP features must split over ", n, " ranks");
   for (GptBlock* block : blocks_) block->ShardTensorParallel(group);
-  tp_world_ = static_cast<int>(n);
+  head_shard_ = kiln::PaddedRowShard(wte_.weight(), group.rank(), group.world_size());
+  tp_ = kiln::GroupRef(group);
 }
 
 KvCache Gpt::NewCache(int64_t batch) const {
@@ -163,7 +169,7 @@ KvCache Gpt::NewCache(int64_t batch) const {
   for (int64_t i = 0; i < config_.layers; ++i) {
     for (auto* list : {&cache.k, &cache.v}) {
       list->push_back(kiln::zeros(
-          {batch, config_.heads / std::max(tp_world_, 1), config_.ctx, config_.dim / config_.heads},
+          {batch, config_.heads / tp_.world_size(), config_.ctx, config_.dim / config_.heads},
           w.dtype(), w.device()));
     }
   }
@@ -195,7 +201,7 @@ std::vector<Tensor> Gpt::DecodeInputs(const KvCache& cache, const DecodeState& s
 Tensor Gpt::Finish(const Tensor& x, const Tensor& tokens, const Tensor& pos, const Tensor& ids,
                    const Tensor& next_pos) {
   const int64_t b = x.size(0);
-  const Tensor logits = kiln::reshape(kiln::linear(ln_f_(x), wte_.weight()), {b, config_.vocab});
+  const Tensor logits = kiln::reshape(Head(ln_f_(x)), {b, config_.vocab});
   const Tensor next = kiln::reshape(kiln::argmax(logits, -1), {b, 1});
   kiln::index_copy_(ids, 1, next_pos, next);
   kiln::copy_(tokens, next);

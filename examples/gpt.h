@@ -67,7 +67,8 @@ class Gpt : public kiln::Module {
   Tensor forward(const Tensor& tokens) override;
 
   // Tensor parallelism (ops/tensor_parallel.h): each block keeps this rank's heads and MLP
-  // features (load the weights first); the embeddings and ln_f stay whole. forward, Prefill and
+  // features (load the weights first), the tied LM head its rows of the vocabulary (the logits
+  // gathered); the embeddings and ln_f stay whole. forward, Prefill and
   // Decode then run on every rank of `group` with the same inputs (eager or compiled) and give
   // every rank the same logits; NewCache holds this rank's heads. `group` must outlive the model.
   void ShardTensorParallel(kiln::ProcessGroup& group);
@@ -97,9 +98,11 @@ class Gpt : public kiln::Module {
   kiln::Embedding& wpe_;
   std::vector<GptBlock*> blocks_;
   kiln::LayerNorm& ln_f_;
-  Tensor slots_;      // arange(ctx), int64, on the model's device
-  Tensor one_;        // int64 [1] holding 1
-  int tp_world_ = 0;  // ranks the blocks are split over; 0: not split
+  Tensor slots_;       // arange(ctx), int64, on the model's device
+  Tensor one_;         // int64 [1] holding 1
+  kiln::GroupRef tp_;  // the ranks the blocks are split over; none: not split
+  Tensor head_shard_;  // split: this rank's rows of wte, the tied LM head (PaddedRowShard)
+  Tensor Head(const Tensor& h) const;  // the logits of final hidden states (gathered when split)
 };
 
 // GPT-2's initialisation (transformers' _init_weights), drawn from `seed`: weights N(0, 0.02),

@@ -9,6 +9,7 @@
 #include "ops/distributed.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
+#include "ops/tensor_parallel.h"
 #include "runtime/status.h"
 
 namespace kiln {
@@ -179,6 +180,10 @@ LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& config, ModuleOptions o)
 
 Tensor LlamaForCausalLM::Logits(const Tensor& x) {
   const Tensor h = norm_(x);
+  if (tp_.defined()) {  // this rank's rows of the vocabulary, gathered
+    const Tensor part = lm_head_ != nullptr ? (*lm_head_)(h) : linear(h, head_shard_);
+    return GatherVocab(part, config_.vocab, tp_.get("LlamaForCausalLM"));
+  }
   if (lm_head_ != nullptr) return (*lm_head_)(h);
   embed_tokens_.CheckInitialised();
   return linear(h, embed_tokens_.weight());
@@ -201,8 +206,8 @@ std::vector<Tensor> LlamaForCausalLM::forward_many(const std::vector<Tensor>& in
 Tensor LlamaForCausalLM::forward(const Tensor& tokens) { return forward_many({tokens})[0]; }
 
 void LlamaForCausalLM::ShardTensorParallel(ProcessGroup& group) {
-  KILN_CHECK(tp_world_ == 0, "LlamaForCausalLM::ShardTensorParallel: already sharded over ",
-             tp_world_, " ranks");
+  KILN_CHECK(!tp_.defined(), "LlamaForCausalLM::ShardTensorParallel: already sharded over ",
+             tp_.world_size(), " ranks");
   const int64_t n = group.world_size(), heads = config_.heads,
                 kv_heads = config_.kv_heads > 0 ? config_.kv_heads : heads;
   // Checked before any layer changes: a refused split leaves the model whole.
@@ -211,13 +216,19 @@ void LlamaForCausalLM::ShardTensorParallel(ProcessGroup& group) {
              " key/value heads and ", config_.hidden, " MLP features must all split over ", n,
              " ranks");
   for (LlamaDecoderLayer* layer : layers_) layer->ShardTensorParallel(group);
-  tp_world_ = group.world_size();
+  if (lm_head_ != nullptr) {
+    lm_head_->KeepPaddedRows(group.rank(), group.world_size());
+  } else {
+    embed_tokens_.CheckInitialised();
+    head_shard_ = PaddedRowShard(embed_tokens_.weight(), group.rank(), group.world_size());
+  }
+  tp_ = GroupRef(group);
 }
 
 CausalLM::CacheSpec LlamaForCausalLM::cache_spec() const {
   const Tensor& w = embed_tokens_.weight();
   return {config_.layers,
-          (config_.kv_heads > 0 ? config_.kv_heads : config_.heads) / std::max(tp_world_, 1),
+          (config_.kv_heads > 0 ? config_.kv_heads : config_.heads) / tp_.world_size(),
           HeadDim(config_),
           w.dtype(),
           w.device(),

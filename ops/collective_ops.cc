@@ -48,6 +48,14 @@ ProcessGroup* FindProcessGroup(int64_t id) {
   return it == t.live.end() ? nullptr : it->second;
 }
 
+ProcessGroup& GroupRef::get(const char* who) const {
+  KILN_CHECK(defined(), who, ": not split over a process group");
+  ProcessGroup* group = FindProcessGroup(id_);
+  KILN_CHECK(group != nullptr, who, ": the process group it was split over (id ", id_, ", ", world_,
+             " ranks) no longer exists; a split model must not outlive its group");
+  return *group;
+}
+
 void ProcessGroup::all_reduce_into(const Tensor& in, const Tensor& out, ReduceOp op) {
   Tensor t = out;
   copy_(t, in);

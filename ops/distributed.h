@@ -73,6 +73,24 @@ class ProcessGroup {
 // The live group with id `id`, or nullptr (never made, or destroyed).
 ProcessGroup* FindProcessGroup(int64_t id);
 
+// A group as a module split over it keeps it: by id, with its size and this rank, so that using
+// the module after the group was destroyed is a clear error rather than a dangling pointer.
+class GroupRef {
+ public:
+  GroupRef() = default;  // none: the module is not split
+  explicit GroupRef(const ProcessGroup& group)
+      : id_(group.id()), world_(group.world_size()), rank_(group.rank()) {}
+  bool defined() const { return id_ != 0; }
+  int world_size() const { return world_; }  // 1 when none
+  int rank() const { return rank_; }         // 0 when none
+  // The group; throws naming `who` when it no longer exists.
+  ProcessGroup& get(const char* who) const;
+
+ private:
+  int64_t id_ = 0;
+  int world_ = 1, rank_ = 0;
+};
+
 // The collectives as ops (see above): fresh results, `t` unchanged, traced by compile().
 Tensor all_reduce(const Tensor& t, ProcessGroup& group, ReduceOp op = ReduceOp::kSum);
 Tensor all_gather(const Tensor& t, ProcessGroup& group);  // dim 0 × world size

@@ -209,6 +209,12 @@ void Linear::KeepShard(int dim, int rank, int world, int sections, const char* w
   if (dim == 0 && bias_.defined()) Replace(bias_, ShardOf(bias_, 0, rank, world, sections, who));
 }
 
+void Linear::KeepPaddedRows(int rank, int world) {
+  CheckInitialised();
+  Replace(weight_, PaddedRowShard(weight_, rank, world));
+  if (bias_.defined()) Replace(bias_, PaddedRowShard(bias_, rank, world));
+}
+
 GeGLUMLP::GeGLUMLP(int64_t dim, int64_t hidden, Generator& gen, ModuleOptions o)
     : GeGLUMLP(dim, hidden, module_init::WithGenerator(o, gen)) {}
 

@@ -36,12 +36,11 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "ops/distributed.h"
 #include "runtime/random.h"
 #include "runtime/tensor.h"
 
 namespace kiln {
-
-class ProcessGroup;  // ops/distributed.h
 
 // How a module's parameters get their first values.
 enum class Init : uint8_t {
@@ -159,6 +158,9 @@ class Linear : public Module {
   // drops the rest. `sections` > 1: the dim holds that many equal blocks (a fused q/k/v) and the
   // rank keeps its part of each. The sizes must divide; `who` names the layer in the error.
   void KeepShard(int dim, int rank, int world, int sections = 1, const char* who = "Linear");
+  // Keeps rank `rank`'s output features split like a vocabulary that need not divide
+  // (PaddedRowShard: ceil(out / world) rows, the last ranks' missing ones zeros; the bias alike).
+  void KeepPaddedRows(int rank, int world);
 
  private:
   Tensor& weight_;
@@ -341,8 +343,8 @@ class FeedForward : public Module {
  private:
   MlpKind kind_;
   Activation activation_;
-  std::vector<Linear*> layers_;    // c_fc, c_proj | gate_proj, up_proj, down_proj
-  ProcessGroup* group_ = nullptr;  // set by ShardTensorParallel
+  std::vector<Linear*> layers_;  // c_fc, c_proj | gate_proj, up_proj, down_proj
+  GroupRef group_;               // set by ShardTensorParallel
 };
 
 struct DecoderBlockConfig {
@@ -452,7 +454,7 @@ class Attention : public Module {
   Linear& v_proj_;
   Linear& o_proj_;
   const RotaryEmbedding* rotary_ = nullptr;
-  ProcessGroup* group_ = nullptr;  // set by ShardTensorParallel
+  GroupRef group_;  // set by ShardTensorParallel
 };
 
 }  // namespace kiln

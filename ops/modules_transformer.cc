@@ -270,11 +270,11 @@ Tensor FeedForward::forward(const Tensor& x) {
 }
 
 void FeedForward::ShardTensorParallel(ProcessGroup& group) {
-  KILN_CHECK(group_ == nullptr, "FeedForward::ShardTensorParallel: already sharded");
+  KILN_CHECK(!group_.defined(), "FeedForward::ShardTensorParallel: already sharded");
   for (Linear* l : layers_) {
     l->KeepShard(l == layers_.back() ? 1 : 0, group.rank(), group.world_size(), 1, "FeedForward");
   }
-  group_ = &group;
+  group_ = GroupRef(group);
 }
 
 namespace {
@@ -436,14 +436,14 @@ Tensor Attention::Out(const Tensor& y) {
 
 void Attention::ShardTensorParallel(ProcessGroup& group) {
   const int n = group.world_size(), r = group.rank();
-  KILN_CHECK(group_ == nullptr, "Attention::ShardTensorParallel: already sharded");
+  KILN_CHECK(!group_.defined(), "Attention::ShardTensorParallel: already sharded");
   KILN_CHECK(config_.heads % n == 0 && config_.kv_heads % n == 0, "Attention: ", config_.heads,
              " heads and ", config_.kv_heads, " key/value heads do not split over ", n, " ranks");
   for (Linear* l : {&q_proj_, &k_proj_, &v_proj_}) l->KeepShard(0, r, n, 1, "Attention");
   o_proj_.KeepShard(1, r, n, 1, "Attention");
   config_.heads /= n;
   config_.kv_heads /= n;
-  group_ = &group;
+  group_ = GroupRef(group);
 }
 
 Tensor Attention::forward(const Tensor& x) {

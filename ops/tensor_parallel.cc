@@ -3,9 +3,11 @@
 // of its rows or columns of the full weight (the full one can be dropped after).
 #include "ops/tensor_parallel.h"
 
+#include <algorithm>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "ops/factories.h"
 #include "ops/ops.h"
 #include "runtime/status.h"
 
@@ -35,10 +37,37 @@ Tensor RowParallel(const Tensor& x_shard, const Tensor& weight_shard, const Tens
   return bias.defined() ? add(y, bias) : y;
 }
 
-Tensor RowParallelOrWhole(Linear& layer, const Tensor& x, ProcessGroup* group) {
-  if (group == nullptr) return layer(x);
+Tensor PaddedRowShard(const Tensor& t, int rank, int world) {
+  KILN_CHECK(t.defined() && t.dim() >= 1 && world >= 1 && rank >= 0 && rank < world,
+             "PaddedRowShard: no shard ", rank, " of ", world, " of ",
+             t.defined() ? t.shape_string() : "an undefined tensor");
+  const int64_t rows = t.size(0), part = (rows + world - 1) / world;
+  const int64_t begin = std::min(rows, rank * part), end = std::min(rows, begin + part);
+  const Tensor mine = slice(t, 0, begin, end);
+  if (end - begin == part) return clone(mine);
+  Shape pad_shape = t.shape();
+  pad_shape[0] = part - (end - begin);
+  return cat({mine, zeros(pad_shape, t.dtype(), t.device())}, 0);
+}
+
+Tensor GatherVocab(const Tensor& part, int64_t vocab, ProcessGroup& group) {
+  KILN_CHECK(part.dim() >= 1 && part.size(-1) * group.world_size() >= vocab,
+             "GatherVocab: ", group.world_size(), " parts of ", part.shape_string(),
+             " do not cover a vocabulary of ", vocab);
+  const int64_t p = part.size(-1), rows = part.numel() / std::max<int64_t>(p, 1);
+  // all_gather joins dim 0: the vocabulary moved there and back.
+  const Tensor by_vocab = contiguous(transpose(reshape(part, {rows, p}), 0, 1));  // [p, rows]
+  Tensor logits = transpose(all_gather(by_vocab, group), 0, 1);  // [rows, world·p]
+  if (logits.size(1) != vocab) logits = slice(logits, 1, 0, vocab);
+  Shape shape = part.shape();
+  shape.back() = vocab;
+  return reshape(logits, shape);
+}
+
+Tensor RowParallelOrWhole(Linear& layer, const Tensor& x, const GroupRef& group) {
+  if (!group.defined()) return layer(x);
   layer.CheckInitialised();
-  return RowParallel(x, layer.weight(), layer.bias(), *group);
+  return RowParallel(x, layer.weight(), layer.bias(), group.get("a row-parallel projection"));
 }
 
 namespace {
@@ -66,7 +95,7 @@ Tensor RowParallelLinear::forward(const Tensor& x_shard) {
   KILN_CHECK(x_shard.dim() >= 1 && x_shard.size(-1) == weight_.size(1), "RowParallelLinear: rank ",
              group_.rank(), " takes its ", weight_.size(1), " input features, got a last dim of ",
              x_shard.dim() >= 1 ? x_shard.size(-1) : int64_t{0});
-  return RowParallel(x_shard, weight_, bias_, group_);
+  return RowParallel(x_shard, weight_, bias_, group_.get("RowParallelLinear"));
 }
 
 TensorParallelGeGLUMLP::TensorParallelGeGLUMLP(GeGLUMLP& full, ProcessGroup& group)

@@ -13,7 +13,9 @@
 // heads included), FeedForward::ShardTensorParallel and the models' own (LlamaForCausalLM's) keep
 // each rank's part of the loaded full weights, so the model's forward, Step and generate() run
 // tensor-parallel unchanged, eager or compiled (the all-reduce is the all_reduce op, a node of
-// the traced graph); the embeddings and the LM head stay whole on every rank.
+// the traced graph). The models split their LM head by the vocabulary (PaddedRowShard; the
+// logits gathered, GatherVocab): a rank reads 1/world of it per token. The embedding table stays
+// whole on every rank (a lookup reads only its rows).
 //
 //   RunThreadRanks(2, [&](ProcessGroup& pg) {
 //     TensorParallelGeGLUMLP tp(full_mlp, pg);
@@ -36,9 +38,16 @@ Tensor ShardOf(const Tensor& t, int64_t dim, int rank, int world, int sections, 
 // be undefined) added once.
 Tensor RowParallel(const Tensor& x_shard, const Tensor& weight_shard, const Tensor& bias,
                    ProcessGroup& group);
-// A module's last projection: `layer`(x) when `group` is null (not sharded), else the
+// Rank `rank`'s rows of `t` split over `world` like a vocabulary that need not divide: rows
+// [rank·p, (rank+1)·p) with p = ceil(rows / world), the last ranks' missing rows zeros (a copy).
+Tensor PaddedRowShard(const Tensor& t, int rank, int world);
+// Vocabulary-parallel logits: every rank's `part` [..., p] (its rows of an LM head split by
+// PaddedRowShard) gathered along the last dim in rank order and cut to `vocab` (the padding
+// dropped): [..., vocab], the same on every rank.
+Tensor GatherVocab(const Tensor& part, int64_t vocab, ProcessGroup& group);
+// A module's last projection: `layer`(x) when `group` is none (not sharded), else the
 // row-parallel product of this rank's part of x and of the layer's weight over `group`.
-Tensor RowParallelOrWhole(Linear& layer, const Tensor& x, ProcessGroup* group);
+Tensor RowParallelOrWhole(Linear& layer, const Tensor& x, const GroupRef& group);
 
 class ColumnParallelLinear : public Module {
  public:
@@ -59,7 +68,7 @@ class RowParallelLinear : public Module {
   const char* type_name() const override { return "RowParallelLinear"; }
 
  private:
-  ProcessGroup& group_;
+  GroupRef group_;
   Tensor& weight_;
   Tensor& bias_;
 };

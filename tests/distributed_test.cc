@@ -170,6 +170,36 @@ TEST(TensorParallel, SplitLayersGiveTheWholeModulesResult) {
   }
 }
 
+// An LM head split by the vocabulary (10 rows over 1..4 ranks: 4 ranks get 3, 3, 3 and 1 real
+// rows, the last padded with zeros): the gathered logits are the whole head's, on every rank.
+TEST(TensorParallel, AVocabularySplitThatDoesNotDivideGathersTheWholeLogits) {
+  Generator gen(9);
+  Linear head(8, 10, /*bias=*/true, gen);
+  const Tensor h = randn({2, 3, 8}, gen, DType::kFloat32);
+  const std::vector<double> want = to_vector(head(h));
+  for (int n : {1, 2, 3, 4}) {
+    std::mutex mu;
+    RunThreadRanks(n, [&](ProcessGroup& pg) {
+      const Tensor rows = PaddedRowShard(head.weight(), pg.rank(), n);
+      const Tensor bias = PaddedRowShard(head.bias(), pg.rank(), n);
+      const Tensor logits = GatherVocab(linear(h, rows, bias), 10, pg);
+      std::lock_guard<std::mutex> lock(mu);
+      const std::string at = "n " + std::to_string(n) + " rank " + std::to_string(pg.rank());
+      EXPECT_EQ(rows.shape(), (Shape{(10 + n - 1) / n, 8})) << at;
+      if (n == 4 && pg.rank() == 3) {  // row 9 only, then two zero rows
+        EXPECT_EQ(to_vector(slice(rows, 0, 1, 3)), std::vector<double>(16, 0.0));
+      }
+      EXPECT_EQ(logits.shape(), (Shape{2, 3, 10})) << at;
+      ExpectClose(to_vector(logits), want, {1e-6, 1e-6}, at);
+    });
+  }
+  ExpectThrowsWith(
+      [&] { RunThreadRanks(2, [&](ProcessGroup& pg) {
+              GatherVocab(zeros({2, 4}), 10, pg);
+            }); },
+      "GatherVocab: 2 parts of [2, 4] do not cover a vocabulary of 10");
+}
+
 TEST(TensorParallel, SizesThatDoNotSplitAreRefused) {
   Generator gen(8);
   Linear odd(16, 18, false, gen);

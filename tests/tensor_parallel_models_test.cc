@@ -2,7 +2,8 @@
 // grouped-query heads and every bias, sharded in place on 1, 2 and 4 ranks, gives the single
 // model's logits (full forward and cached steps) and generate()'s greedy ids; the cache holds
 // this rank's key/value heads; a split that does not divide is refused before anything changes;
-// compiled (the forward, generate()'s compiled mode) a split model gives the same logits and ids.
+// compiled (the forward, generate()'s compiled mode) a split model gives the same logits and ids;
+// a tied LM head over a vocabulary that does not divide is split with padding, the logits whole.
 #include <gtest/gtest.h>
 
 #include <mutex>
@@ -69,6 +70,47 @@ TEST(TensorParallelModels, LlamaSplitOverRanksGivesTheWholeModelsLogitsAndIds) {
       EXPECT_EQ(got.tokens, want.tokens) << at;
     });
   }
+}
+
+// Tied embeddings and a vocabulary that does not divide (97 over 2 and 4 ranks): the LM head is
+// split by the vocabulary with zero rows padding the last rank, and the gathered logits are the
+// single model's, eager and compiled.
+TEST(TensorParallelModels, ATiedHeadSplitsAVocabularyThatDoesNotDivide) {
+  LlamaConfig c = SplittableLlama();
+  c.vocab = 97;
+  c.tie_word_embeddings = true;
+  auto whole = SeededLlama(c);
+  const Tensor tokens = from_vector({5, 17, 2, 96, 33, 9, 81, 4, 60, 1}, {2, 5}, DType::kInt64);
+  const std::vector<double> want_logits = to_vector((*whole)(tokens));
+  const GenerateResult want = generate(*whole, kPrompts, {.max_new_tokens = 6});
+  for (int n : {2, 4}) {
+    std::mutex mu;
+    RunThreadRanks(n, [&](ProcessGroup& pg) {
+      auto model = SeededLlama(c);
+      model->ShardTensorParallel(pg);
+      const std::vector<double> logits = to_vector((*model)(tokens));
+      GenerateOptions o;
+      o.max_new_tokens = 6;
+      o.mode = GenerateOptions::Mode::kCompiled;
+      const GenerateResult got = generate(*model, kPrompts, o);
+      std::lock_guard<std::mutex> lock(mu);
+      const std::string at = "n " + std::to_string(n) + " rank " + std::to_string(pg.rank());
+      ExpectClose(logits, want_logits, {2e-5, 2e-5}, at + " logits");
+      ExpectClose(to_vector(got.prefill_logits), to_vector(want.prefill_logits), {1e-4, 1e-4},
+                  at + " compiled prefill logits");
+      EXPECT_EQ(got.tokens, want.tokens) << at;
+    });
+  }
+}
+
+// A split model used after its group is gone: a clear error, not a dangling group.
+TEST(TensorParallelModels, AModelThatOutlivesItsGroupSaysSo) {
+  const LlamaConfig c = SplittableLlama();
+  auto model = SeededLlama(c);
+  RunThreadRanks(1, [&](ProcessGroup& pg) { model->ShardTensorParallel(pg); });
+  const Tensor tokens = from_vector({7, 8, 9}, {1, 3}, DType::kInt64);
+  ExpectThrowsWith([&] { (*model)(tokens); }, "no longer exists",
+                   "a split model must not outlive its group");
 }
 
 TEST(TensorParallelModels, EveryRankGetsTheSameBits) {
