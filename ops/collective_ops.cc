@@ -56,25 +56,15 @@ ProcessGroup& GroupRef::get(const char* who) const {
   return *group;
 }
 
-void ProcessGroup::all_reduce_into(const Tensor& in, const Tensor& out, ReduceOp op) {
-  Tensor t = out;
-  copy_(t, in);
-  all_reduce(t, op);
+void ProcessGroup::all_reduce(Tensor& t, ReduceOp op) { copy_(t, kiln::all_reduce(t, *this, op)); }
+
+Tensor ProcessGroup::all_gather(const Tensor& t) { return kiln::all_gather(t, *this); }
+
+Tensor ProcessGroup::reduce_scatter(const Tensor& t, ReduceOp op) {
+  return kiln::reduce_scatter(t, *this, op);
 }
 
-void ProcessGroup::all_gather_into(const Tensor& in, const Tensor& out) {
-  copy_(out, all_gather(in));
-}
-
-void ProcessGroup::reduce_scatter_into(const Tensor& in, const Tensor& out, ReduceOp op) {
-  copy_(out, reduce_scatter(in, op));
-}
-
-void ProcessGroup::broadcast_into(const Tensor& in, const Tensor& out, int src) {
-  Tensor t = out;
-  copy_(t, in);
-  broadcast(t, src);
-}
+void ProcessGroup::broadcast(Tensor& t, int src) { copy_(t, kiln::broadcast(t, *this, src)); }
 
 namespace {
 
@@ -175,13 +165,13 @@ void Run(const OpDef& def, absl::Span<const Tensor> inputs, const Tensor& out,
              " was destroyed before the call (a compiled function outlived its group?)");
   switch (def.id) {
     case OpId::kAllReduce:
-      return group->all_reduce_into(inputs[0], out, attrs.reduce);
+      return group->AllReduceInto(inputs[0], out, attrs.reduce);
     case OpId::kAllGather:
-      return group->all_gather_into(inputs[0], out);
+      return group->AllGatherInto(inputs[0], out);
     case OpId::kReduceScatter:
-      return group->reduce_scatter_into(inputs[0], out, attrs.reduce);
+      return group->ReduceScatterInto(inputs[0], out, attrs.reduce);
     case OpId::kBroadcast:
-      return group->broadcast_into(inputs[0], out, static_cast<int>(attrs.src));
+      return group->BroadcastInto(inputs[0], out, static_cast<int>(attrs.src));
     default:
       KILN_FAIL(def.name, ": not a collective");
   }

@@ -167,40 +167,29 @@ Tensor Reduce(const std::vector<Call>& calls, ReduceOp op) {
 // backends provide: the thread group through shared slots, the store group through a TcpStore.
 class ExchangeGroup : public ProcessGroup {
  public:
-  void all_reduce(Tensor& t, ReduceOp op) override {
-    const Tensor result = Run(Kind::kAllReduce, op, 0, t,
-                              [&](const std::vector<Call>& calls) { return Reduce(calls, op); });
-    copy_(t, to(result, t.device()));
+  void AllReduceInto(const Tensor& in, const Tensor& out, ReduceOp op) override {
+    Store(out, Run(Kind::kAllReduce, op, 0, in,
+                   [&](const std::vector<Call>& calls) { return Reduce(calls, op); }));
   }
 
-  Tensor all_gather(const Tensor& t) override {
-    KILN_CHECK(t.dim() >= 1, "all_gather: needs a tensor of rank >= 1, got ",
-               ShapeString(t.shape()));
-    const Tensor result = Run(Kind::kAllGather, ReduceOp::kSum, 0, t, [](const auto& calls) {
-      std::vector<Tensor> parts;
-      for (const Call& c : calls) parts.push_back(c.input);
-      return cat(parts, 0);
-    });
-    return to(result, t.device());
+  void AllGatherInto(const Tensor& in, const Tensor& out) override {
+    Store(out, Run(Kind::kAllGather, ReduceOp::kSum, 0, in, [](const auto& calls) {
+            std::vector<Tensor> parts;
+            for (const Call& c : calls) parts.push_back(c.input);
+            return cat(parts, 0);
+          }));
   }
 
-  Tensor reduce_scatter(const Tensor& t, ReduceOp op) override {
-    const int n = world_size();
-    KILN_CHECK(t.dim() >= 1 && t.size(0) % n == 0, "reduce_scatter: dim 0 of ",
-               ShapeString(t.shape()), " must be a multiple of the world size ", n);
-    const int64_t part = t.dim() >= 1 ? t.size(0) / n : 0;
-    const Tensor result = Run(Kind::kReduceScatter, op, 0, t, [&](const auto& calls) {
-      return contiguous(slice(Reduce(calls, op), 0, rank() * part, (rank() + 1) * part));
-    });
-    return to(result, t.device());
+  void ReduceScatterInto(const Tensor& in, const Tensor& out, ReduceOp op) override {
+    const int64_t part = out.size(0);
+    Store(out, Run(Kind::kReduceScatter, op, 0, in, [&](const auto& calls) {
+            return slice(Reduce(calls, op), 0, rank() * part, (rank() + 1) * part);
+          }));
   }
 
-  void broadcast(Tensor& t, int src) override {
-    KILN_CHECK(src >= 0 && src < world_size(), "broadcast: source rank ", src, " is not in 0..",
-               world_size() - 1);
-    const Tensor result = Run(Kind::kBroadcast, ReduceOp::kSum, src, t,
-                              [&](const auto& calls) { return calls[src].input; });
-    if (rank() != src) copy_(t, to(result, t.device()));
+  void BroadcastInto(const Tensor& in, const Tensor& out, int src) override {
+    Store(out, Run(Kind::kBroadcast, ReduceOp::kSum, src, in,
+                   [&](const auto& calls) { return calls[src].input; }));
   }
 
  protected:
@@ -222,6 +211,11 @@ class ExchangeGroup : public ProcessGroup {
     const Tensor result = compute(Exchange(Call{kind, op, src, contiguous(to(t, kCPU))}, seq));
     Done(seq);
     return result;
+  }
+
+  // This rank's result (on the CPU) into `out`.
+  static void Store(const Tensor& out, const Tensor& result) {
+    copy_(out, to(result, out.device()));
   }
 
   int64_t seq_ = 0;

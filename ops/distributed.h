@@ -48,23 +48,26 @@ class ProcessGroup {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
 
+  // torch.distributed's forms. Each runs the op form below (kiln::all_reduce, ...), so inside a
+  // compiled function they are traced too (an in-place form as the op and a copy_ into `t`).
   // In place: `t` becomes the elementwise reduction of every rank's `t`.
-  virtual void all_reduce(Tensor& t, ReduceOp op = ReduceOp::kSum) = 0;
+  void all_reduce(Tensor& t, ReduceOp op = ReduceOp::kSum);
   // Every rank's `t` concatenated along dim 0, in rank order (a new tensor on `t`'s device).
-  virtual Tensor all_gather(const Tensor& t) = 0;
+  Tensor all_gather(const Tensor& t);
   // The reduction of every rank's `t` (dim 0 a multiple of the world size), split along dim 0
   // into world_size equal parts: this rank's part.
-  virtual Tensor reduce_scatter(const Tensor& t, ReduceOp op = ReduceOp::kSum) = 0;
+  Tensor reduce_scatter(const Tensor& t, ReduceOp op = ReduceOp::kSum);
   // In place: `t` becomes rank `src`'s `t`.
-  virtual void broadcast(Tensor& t, int src) = 0;
+  void broadcast(Tensor& t, int src);
 
-  // The forms the collective ops run: the result written into `out` (contiguous, of the result's
-  // shape and dtype, on `in`'s device). The defaults call the forms above and copy; a backend
-  // whose library writes into a given buffer (NCCL) overrides them and saves the copy.
-  virtual void all_reduce_into(const Tensor& in, const Tensor& out, ReduceOp op);
-  virtual void all_gather_into(const Tensor& in, const Tensor& out);
-  virtual void reduce_scatter_into(const Tensor& in, const Tensor& out, ReduceOp op);
-  virtual void broadcast_into(const Tensor& in, const Tensor& out, int src);
+  // What a backend implements and the ops' kernel calls: the collective over every rank's `in`,
+  // this rank's result written into `out` (contiguous, of the result's shape and dtype, on `in`'s
+  // device). The op's inference has checked the shapes and `src`; a backend checks what only it
+  // knows (the device it works on, the dtypes its library takes).
+  virtual void AllReduceInto(const Tensor& in, const Tensor& out, ReduceOp op) = 0;
+  virtual void AllGatherInto(const Tensor& in, const Tensor& out) = 0;
+  virtual void ReduceScatterInto(const Tensor& in, const Tensor& out, ReduceOp op) = 0;
+  virtual void BroadcastInto(const Tensor& in, const Tensor& out, int src) = 0;
 
  private:
   int64_t id_;

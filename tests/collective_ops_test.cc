@@ -120,6 +120,32 @@ TEST(CollectiveOps, CompiledTheyAreOpaqueNodesFusionStopsAt) {
       });
 }
 
+// The group's torch.distributed-style forms run the ops, so a compiled function may call them
+// too: the in-place all_reduce is traced as the op and a copy_ into the tensor.
+TEST(CollectiveOps, TheGroupsInPlaceFormsAreTracedToo) {
+  std::mutex mu;
+  RunThreadRanks(2, [&](ProcessGroup& pg) {
+    auto fn = [&pg](const std::vector<Tensor>& in) {
+      Tensor y = mul(in[0], 2.0);
+      pg.all_reduce(y);
+      pg.broadcast(y, 1);
+      return std::vector<Tensor>{add(y, 1.0), pg.all_gather(in[0])};
+    };
+    const Tensor x = full({4}, pg.rank() + 1.0);
+    const CompiledFn f = compile(fn, {x}, {.mode = CompileOptions::Mode::kCompiled});
+    const std::vector<Tensor> got = f({x});
+    const std::string graph = f.report({x}).traced_graph;
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(to_vector(got[0]), std::vector<double>(4, 7.0));  // (2·1 + 2·2) + 1
+    EXPECT_EQ(to_vector(got[1]), (std::vector<double>{1, 1, 1, 1, 2, 2, 2, 2}));
+    EXPECT_TRUE(FileCheck(graph, R"(
+      CHECK: all_reduce(%
+      CHECK: broadcast(%
+      CHECK: all_gather(%
+    )")) << graph;
+  });
+}
+
 TEST(CollectiveOps, ConstantFoldingLeavesThemToTheRun) {
   std::mutex mu;
   RunThreadRanks(3, [&](ProcessGroup& pg) {

@@ -136,7 +136,7 @@ TEST(NcclOnGpu, BadTensorsAreRefused) {
           pg.all_reduce(t);
         });
       },
-      "NCCL reductions do not take bool");
+      "all_reduce", "does not take bool tensors");
   ExpectThrowsWith([] { RunNcclRanks({0, 0}, [](ProcessGroup&) {}); }, "distinct devices");
   ExpectThrowsWith([] { RunNcclRanks({cuda::DeviceCount()}, [](ProcessGroup&) {}); },
                    "does not exist");

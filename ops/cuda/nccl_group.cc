@@ -112,41 +112,8 @@ class NcclGroup : public ProcessGroup {
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
 
-  void all_reduce(Tensor& t, ReduceOp op) override {
-    Tensor buf = t.is_contiguous() ? t : contiguous(t);
-    all_reduce_into(buf, buf, op);
-    if (!buf.is_same(t)) copy_(t, buf);
-  }
-
-  Tensor all_gather(const Tensor& t) override {
-    Checked("all_gather", t);
-    KILN_CHECK(t.dim() >= 1, "all_gather: needs a tensor of rank >= 1, got ", t.shape_string());
-    Shape shape = t.shape();
-    shape[0] *= world_;
-    Tensor out = empty(shape, t.dtype(), t.device());
-    all_gather_into(t, out);
-    return out;
-  }
-
-  Tensor reduce_scatter(const Tensor& t, ReduceOp op) override {
-    Checked("reduce_scatter", t);
-    KILN_CHECK(t.dim() >= 1 && t.size(0) % world_ == 0, "reduce_scatter: dim 0 of ",
-               t.shape_string(), " must be a multiple of the world size ", world_);
-    Shape shape = t.shape();
-    shape[0] /= world_;
-    Tensor out = empty(shape, t.dtype(), t.device());
-    reduce_scatter_into(t, out, op);
-    return out;
-  }
-
-  void broadcast(Tensor& t, int src) override {
-    Tensor buf = t.is_contiguous() ? t : contiguous(t);
-    broadcast_into(buf, buf, src);
-    if (!buf.is_same(t)) copy_(t, buf);
-  }
-
-  // Out of place, as NCCL takes them (`in` == `out` is NCCL's in-place form); `out` contiguous.
-  void all_reduce_into(const Tensor& in, const Tensor& out, ReduceOp op) override {
+  // NCCL's out-of-place forms (`in` == `out` is its in-place form); `out` is contiguous.
+  void AllReduceInto(const Tensor& in, const Tensor& out, ReduceOp op) override {
     Checked("all_reduce", in);
     const Tensor src = contiguous(in);
     Check(Nccl().AllReduce(src.data_ptr(), out.data_ptr(), out.numel(),
@@ -155,7 +122,7 @@ class NcclGroup : public ProcessGroup {
           "ncclAllReduce", rank_);
   }
 
-  void all_gather_into(const Tensor& in, const Tensor& out) override {
+  void AllGatherInto(const Tensor& in, const Tensor& out) override {
     Checked("all_gather", in);
     const Tensor src = contiguous(in);
     Check(Nccl().AllGather(src.data_ptr(), out.data_ptr(), src.numel(),
@@ -163,7 +130,7 @@ class NcclGroup : public ProcessGroup {
           "ncclAllGather", rank_);
   }
 
-  void reduce_scatter_into(const Tensor& in, const Tensor& out, ReduceOp op) override {
+  void ReduceScatterInto(const Tensor& in, const Tensor& out, ReduceOp op) override {
     Checked("reduce_scatter", in);
     const Tensor src = contiguous(in);
     Check(Nccl().ReduceScatter(src.data_ptr(), out.data_ptr(), out.numel(),
@@ -172,7 +139,7 @@ class NcclGroup : public ProcessGroup {
           "ncclReduceScatter", rank_);
   }
 
-  void broadcast_into(const Tensor& in, const Tensor& out, int src) override {
+  void BroadcastInto(const Tensor& in, const Tensor& out, int src) override {
     Checked("broadcast", in);
     KILN_CHECK(src >= 0 && src < world_, "broadcast: source rank ", src, " is not in 0..",
                world_ - 1);
