@@ -9,6 +9,8 @@
 //          [--profile] [--sort KEY] [--trace FILE] [--compare] [--out FILE] [--warmup W --iters I]
 //   05_gpt --weights gpt2.safetensors --compile-latency [--cuda-graphs] [...]
 //          compile to first result only (#27): one JSON line "COMPILE_LATENCY {...}"
+//   05_gpt ... --tp N   also the model split over N ranks (tensor parallelism; thread ranks on
+//          the CPU, one thread per GPU over NCCL), in every mode asked, against the single model
 //
 // Without --weights the model gets the same seeded weights in memory. The prompt is seeded ids
 // (no tokenizer). Prints prefill time, decode time per token (host enqueue and wall), tokens/s,
@@ -26,14 +28,18 @@
 // shapes: one compile, one CUDA graph replayed every token. examples/gpt.h says why, and what it
 // costs.
 #include <cinttypes>
+#include <memory>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "codegen/executable.h"
 #include "examples/common.h"
 #include "examples/gpt.h"
 #include "io/safetensors.h"
 #include "io/state_dict.h"
 #include "ops/cuda/matmul_cuda.h"
+#include "ops/distributed.h"
+#include "ops/nccl.h"
 #include "runtime/build_config.h"
 #include "runtime/startup.h"
 
@@ -61,6 +67,7 @@ void DefineFlags(examples::Flags& f) {
   }
   f.Define("seed", "0");
   f.Define("profile-step", "decode");
+  f.Define("tp", "1");
   f.Define("compile-latency", "0", true);
 }
 
@@ -435,24 +442,78 @@ int CompileLatency(Gpt& model, const Tensor& prompt, bool cuda_graphs, bool gpu)
   return 0;
 }
 
-// Loads (or initialises) the model, runs the modes, checks them, prints the figures.
-int Main(const examples::Flags& f, const GptConfig& config, kiln::Device device, kiln::DType dtype,
-         uint64_t seed, int64_t batch, int64_t prompt_len, int64_t new_tokens, bool profiling) {
-  const bool gpu = device.is_cuda();
+// The model on `device`: the weights file's, or seeded ones. `say`: print where they came from.
+std::unique_ptr<Gpt> LoadModel(const examples::Flags& f, const GptConfig& config,
+                               kiln::Device device, kiln::DType dtype, uint64_t seed, bool say) {
   kiln::Generator gen(seed);
   // With a weights file the parameters are only allocated (drawing 124M random values on the CPU
   // first took seconds of the process's start); the load writes every one of them.
   const kiln::Init init = f.Given("weights") ? kiln::Init::kNone : kiln::Init::kRandom;
-  Gpt model(config, gen, {.dtype = dtype, .device = device, .init = init});
+  auto model = std::make_unique<Gpt>(
+      config, gen, kiln::ModuleOptions{.dtype = dtype, .device = device, .init = init});
   if (f.Given("weights")) {
     kiln::LoadOptions o;
     o.map = kiln::gpt2_load_mapping();
-    const kiln::LoadReport r = kiln::load_state_dict(model, f.Str("weights"), o);
-    std::printf("weights: %s (%zu tensors loaded)\n", f.Str("weights").c_str(), r.loaded.size());
+    const kiln::LoadReport r = kiln::load_state_dict(*model, f.Str("weights"), o);
+    if (say) {
+      std::printf("weights: %s (%zu tensors loaded)\n", f.Str("weights").c_str(), r.loaded.size());
+    }
   } else {
-    examples::InitGpt2Weights(model, seed);
-    std::printf("weights: seeded in memory (seed %" PRIu64 ")\n", seed);
+    examples::InitGpt2Weights(*model, seed);
+    if (say) std::printf("weights: seeded in memory (seed %" PRIu64 ")\n", seed);
   }
+  return model;
+}
+
+// --tp N: the model split over N ranks (Gpt::ShardTensorParallel): thread ranks on the CPU, one
+// thread per GPU over NCCL on cuda:0..N-1. Every rank loads the same weights and keeps its share;
+// every mode asked runs on every rank in the same order, and rank 0 prints its figures, checked
+// against the single model's eager run. False when a check failed.
+bool RunTensorParallel(const examples::Flags& f, int n, const GptConfig& config,
+                       kiln::Device device, kiln::DType dtype, uint64_t seed, int64_t batch,
+                       int64_t prompt_len, int64_t new_tokens, const Run& single) {
+  const bool gpu = device.is_cuda();
+  bool ok = true;
+  auto rank_body = [&](kiln::ProcessGroup& pg) {
+    const kiln::Device d = gpu ? kiln::CUDA(pg.rank()) : device;
+    std::unique_ptr<Gpt> model = LoadModel(f, config, d, dtype, seed, false);
+    model->ShardTensorParallel(pg);
+    const Tensor prompt = MakePrompt(batch, prompt_len, config.vocab, seed, d);
+    std::vector<Mode> modes;
+    modes.push_back(EagerMode(*model, prompt));
+    if (f.Bool("compile")) modes.push_back(CompiledMode(*model, prompt, false, ""));
+    if (f.Bool("compile") && gpu && f.Bool("cuda-graphs")) {
+      modes.push_back(CompiledMode(*model, prompt, true, ""));
+    }
+    const int warmup = static_cast<int>(f.Int("warmup")), iters = static_cast<int>(f.Int("iters"));
+    for (Mode& m : modes) {
+      m.run = Measure(m.prefill, m.decode, m.session, new_tokens, gpu, warmup, iters);
+      m.name = absl::StrCat("tp ", n, " ", m.name);
+    }
+    if (pg.rank() != 0) return;
+    std::vector<Mode*> shown;
+    for (Mode& m : modes) {
+      ok &= CheckMode(m, single, prompt_len, dtype);
+      shown.push_back(&m);
+    }
+    PrintTable(shown, batch, gpu);
+  };
+  if (gpu) {
+    std::vector<int> devices;
+    for (int i = 0; i < n; ++i) devices.push_back(i);
+    kiln::RunNcclRanks(devices, rank_body);
+  } else {
+    kiln::RunThreadRanks(n, rank_body);
+  }
+  return ok;
+}
+
+// Loads (or initialises) the model, runs the modes, checks them, prints the figures.
+int Main(const examples::Flags& f, const GptConfig& config, kiln::Device device, kiln::DType dtype,
+         uint64_t seed, int64_t batch, int64_t prompt_len, int64_t new_tokens, bool profiling) {
+  const bool gpu = device.is_cuda();
+  std::unique_ptr<Gpt> loaded = LoadModel(f, config, device, dtype, seed, true);
+  Gpt& model = *loaded;
   std::printf("== GPT: %" PRId64 " layers, dim %" PRId64 ", %" PRId64 " heads, vocab %" PRId64
               ", ctx %" PRId64 "; batch %" PRId64 ", prompt %" PRId64 ", %" PRId64
               " new tokens, %s on %s ==\n",
@@ -496,6 +557,10 @@ int Main(const examples::Flags& f, const GptConfig& config, kiln::Device device,
     }
   }
   PrintIds(modes.back()->run, prompt_len);
+  if (const int tp = static_cast<int>(f.Int("tp")); tp > 1) {
+    ok &= RunTensorParallel(f, tp, config, device, dtype, seed, batch, prompt_len, new_tokens,
+                            eager.run);
+  }
   if (profiling) ProfileStep(f, eager, *comp, graphed ? &*graphed : nullptr, gpu);
   if constexpr (kiln::kWithCuda) {
     if (profiling && gpu) std::printf("%s\n", kiln::cuda_ops::GemvDecisions().c_str());
@@ -516,7 +581,8 @@ int main(int argc, char** argv) {
                     "[--dtype f32|bf16] [--device cpu|cuda] [--seed S] [--compile] "
                     "[--cuda-graphs] [--profile] [--profile-step decode|prefill] [--sort KEY] "
                     "[--trace FILE] [--compare] "
-                    "[--out FILE] [--dump DIR] [--warmup W] [--iters I] [--compile-latency]");
+                    "[--out FILE] [--dump DIR] [--warmup W] [--iters I] [--compile-latency] "
+                    "[--tp N]");
   DefineFlags(f);
   f.Parse(argc, argv);
   examples::CheckCommonFlags(f);
