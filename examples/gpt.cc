@@ -150,6 +150,17 @@ Tensor Gpt::Head(const Tensor& h) const {
   return kiln::GatherVocab(kiln::linear(h, head_shard_), config_.vocab, tp_.get("Gpt"));
 }
 
+void Gpt::MaterialiseBuffers(kiln::Device device) {
+  Module::MaterialiseBuffers(device);
+  slots_ = kiln::arange(config_.ctx, kiln::DType::kInt64, device);
+  one_ = kiln::ones({1}, kiln::DType::kInt64, device);
+}
+
+void Gpt::AfterLoad() {
+  if (tp_.defined())
+    head_shard_ = kiln::PaddedRowShard(wte_.weight(), tp_.rank(), tp_.world_size());
+}
+
 void Gpt::ShardTensorParallel(kiln::ProcessGroup& group) {
   const int64_t n = group.world_size();
   KILN_CHECK(!tp_.defined(), "Gpt::ShardTensorParallel: already sharded over ", tp_.world_size(),

@@ -88,6 +88,10 @@ class Gpt : public kiln::Module {
                                            const DecodeState& state);
   static std::vector<Tensor> DecodeInputs(const KvCache& cache, const DecodeState& state);
 
+ protected:
+  void AfterLoad() override;  // split: the tied head's rows of the loaded wte
+  void MaterialiseBuffers(kiln::Device device) override;  // to_empty: slots_ and one_ there
+
  private:
   // Final norm, tied-embedding logits of x [B, 1, dim], the greedy pick written to the state.
   Tensor Finish(const Tensor& x, const Tensor& tokens, const Tensor& pos, const Tensor& ids,

@@ -8,7 +8,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "ops/factories.h"
 #include "ops/ops.h"
+#include "ops/tensor_parallel.h"
 #include "runtime/status.h"
 
 namespace kiln {
@@ -91,11 +93,31 @@ struct Piece {
   bool whole = true;
 };
 
-// One parameter and what fills it.
+// One parameter and what fills it. A split parameter (Module::ParamShard) is filled from the
+// whole tensor the checkpoint holds: `shape` is the whole one's (the pieces are checked against
+// it), the copy takes this rank's part.
 struct ParamPlan {
   Tensor param;
+  Shape shape;  // what the checkpoint's pieces fill: the parameter's, or the whole one's
+  std::optional<Module::ParamShard> shard;
   std::vector<Piece> pieces;
 };
+
+// The shape of `s`'s part of its whole tensor (ShardOf's or PaddedRowShard's), or why none.
+std::optional<Shape> PartShape(const Module::ParamShard& s) {
+  Shape part = s.whole;
+  if (s.world < 1 || s.rank < 0 || s.rank >= s.world || s.dim < 0 ||
+      s.dim >= static_cast<int>(part.size())) {
+    return std::nullopt;
+  }
+  if (s.padded) {
+    part[0] = (part[0] + s.world - 1) / s.world;
+    return part;
+  }
+  if (part[s.dim] % (int64_t{s.world} * s.sections) != 0) return std::nullopt;
+  part[s.dim] /= s.world;
+  return part;
+}
 
 // The checkpoint tensor's shape as kiln sees it (transposed when the mapping says so).
 Shape OrientedShape(const Source& source, const std::string& where, const Piece& piece) {
@@ -109,8 +131,8 @@ Shape OrientedShape(const Source& source, const std::string& where, const Piece&
 
 // Throws unless the checkpoint tensor's rows fit the parameter's (shape, dtype, memory); fills in
 // the rows' lengths.
-void CheckPiece(const Source& source, const std::string& name, const Tensor& p, Piece& piece,
-                const LoadOptions& options) {
+void CheckPiece(const Source& source, const std::string& name, const Tensor& p, const Shape& want,
+                Piece& piece, const LoadOptions& options) {
   const std::string where = absl::StrCat("load_state_dict from ", source.what(), ": parameter '",
                                          name, "' (checkpoint key '", piece.key, "'");
   KILN_CHECK(!p.device().is_meta() && (p.numel() == 0 || p.data_ptr() != nullptr), where,
@@ -128,28 +150,29 @@ void CheckPiece(const Source& source, const std::string& name, const Tensor& p, 
   KILN_CHECK(*dtype == p.dtype() || options.convert_dtype, where,
              "): dtype mismatch: the module expects ", DTypeName(p.dtype()), ShapeString(p.shape()),
              ", the checkpoint holds ", held, " (LoadOptions::convert_dtype is off)");
+  const std::string split =
+      want == p.shape() ? "" : absl::StrCat(" (this rank's part of ", ShapeString(want), ")");
   if (piece.whole) {
-    KILN_CHECK(found == p.shape(), where, "): size mismatch: the module expects ",
-               DTypeName(p.dtype()), ShapeString(p.shape()), ", the checkpoint holds ", held,
-               transposed);
-    piece.from = piece.to = {0, p.dim() == 0 ? 1 : p.size(0)};
+    KILN_CHECK(found == want, where, "): size mismatch: the module expects ", DTypeName(p.dtype()),
+               ShapeString(p.shape()), split, ", the checkpoint holds ", held, transposed);
+    piece.from = piece.to = {0, want.empty() ? 1 : want[0]};
     return;
   }
-  KILN_CHECK(p.dim() >= 1 && found.size() == static_cast<size_t>(p.dim()) &&
-                 std::equal(found.begin() + 1, found.end(), p.shape().begin() + 1),
+  KILN_CHECK(!want.empty() && found.size() == want.size() &&
+                 std::equal(found.begin() + 1, found.end(), want.begin() + 1),
              where, "): size mismatch: rows of the checkpoint's ", held, transposed,
-             " cannot fill rows of the module's ", DTypeName(p.dtype()), ShapeString(p.shape()),
+             " cannot fill rows of the module's ", DTypeName(p.dtype()), ShapeString(want),
              " (all dims but the first must agree)");
   if (piece.from.length == 0) piece.from.length = found[0] - piece.from.start;
   if (piece.to.length == 0) piece.to.length = piece.from.length;
   KILN_CHECK(piece.from.start >= 0 && piece.from.length > 0 &&
                  piece.from.start + piece.from.length <= found[0] && piece.to.start >= 0 &&
-                 piece.to.start + piece.to.length <= p.size(0) &&
+                 piece.to.start + piece.to.length <= want[0] &&
                  piece.to.length == piece.from.length,
              where, "): the mapping sends ", RowsString(piece.from.start, piece.from.length),
              " of the checkpoint's ", held, transposed, " to ",
              RowsString(piece.to.start, piece.to.length), " of the module's ", DTypeName(p.dtype()),
-             ShapeString(p.shape()), ": out of range, or of different lengths");
+             ShapeString(want), ": out of range, or of different lengths");
 }
 
 // Throws unless the pieces of one parameter cover its rows exactly once (or it has none).
@@ -157,7 +180,7 @@ void CheckCoverage(const Source& source, const std::string& name, ParamPlan& pla
   std::vector<Piece>& pieces = plan.pieces;
   std::sort(pieces.begin(), pieces.end(),
             [](const Piece& a, const Piece& b) { return a.to.start < b.to.start; });
-  const int64_t rows = plan.param.dim() == 0 ? 1 : plan.param.size(0);
+  const int64_t rows = plan.shape.empty() ? 1 : plan.shape[0];
   int64_t next = 0;
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Piece& p = pieces[i];
@@ -181,8 +204,38 @@ void CheckCoverage(const Source& source, const std::string& name, ParamPlan& pla
              "; nothing was loaded");
 }
 
-void CopyInto(const Source& source, const ParamPlan& plan) {
+// The whole tensor a split parameter is a part of, on the host: the checkpoint's tensor, or its
+// pieces' rows put together.
+Tensor WholeOnHost(const Source& source, const ParamPlan& plan) {
+  auto oriented = [&](const Piece& piece) {
+    Tensor src = source.Load(piece.key);
+    return piece.transpose ? transpose(src, 0, 1) : src;
+  };
+  if (plan.pieces.size() == 1 && plan.pieces[0].whole) return oriented(plan.pieces[0]);
+  Tensor whole;
+  for (const Piece& piece : plan.pieces) {
+    const Tensor src = oriented(piece);
+    if (!whole.defined()) whole = empty(plan.shape, src.dtype(), kCPU);
+    copy_(slice(whole, 0, piece.to.start, piece.to.start + piece.to.length),
+          to(slice(src, 0, piece.from.start, piece.from.start + piece.from.length), kCPU));
+  }
+  return whole;
+}
+
+void CopyInto(const Source& source, const std::string& name, const ParamPlan& plan) {
   const Tensor& param = plan.param;
+  if (plan.shard.has_value()) {  // this rank's part of the whole tensor
+    const Module::ParamShard& s = *plan.shard;
+    const Tensor whole = WholeOnHost(source, plan);
+    Tensor part = s.padded ? PaddedRowShard(whole, s.rank, s.world)
+                           : ShardOf(whole, s.dim, s.rank, s.world, s.sections, name.c_str());
+    if (part.dtype() != param.dtype()) part = cast(part, param.dtype());
+    part = contiguous(part);
+    CopyBytes(param.data_ptr(), param.device(), part.data_ptr(), part.device(),
+              static_cast<size_t>(part.numel() * part.element_size()));
+    param.storage()->BumpVersion();
+    return;
+  }
   const int64_t row_bytes =
       param.dim() == 0 ? param.element_size()
                        : param.numel() / std::max<int64_t>(param.size(0), 1) * param.element_size();
@@ -203,7 +256,21 @@ void CopyInto(const Source& source, const ParamPlan& plan) {
 LoadReport LoadFrom(Module& module, const Source& source, const LoadOptions& options) {
   const NamedTensors params = module.named_parameters();
   std::map<std::string, ParamPlan> plans;  // by parameter name
-  for (const auto& [name, p] : params) plans[name].param = p;
+  for (const auto& [name, p] : params) {
+    plans[name].param = p;
+    plans[name].shape = p.shape();
+  }
+  for (const auto& [name, shard] : module.named_shards()) {
+    const auto plan = plans.find(name);
+    if (plan == plans.end()) continue;
+    const std::optional<Shape> part = PartShape(shard);
+    KILN_CHECK(part.has_value() && *part == plan->second.param.shape(),
+               "load_state_dict: parameter '", name, "' ", Describe(plan->second.param.type()),
+               " is recorded as rank ", shard.rank, " of ", shard.world, "'s part of ",
+               ShapeString(shard.whole), ", which it is not (a shard changed after the split?)");
+    plan->second.shape = shard.whole;
+    plan->second.shard = shard;
+  }
   LoadReport report;
   for (const std::string& key : source.keys()) {
     const KeyMappings m = options.map ? options.map(key) : KeyMappings(KeyMapping{key});
@@ -224,7 +291,7 @@ LoadReport LoadFrom(Module& module, const Source& source, const LoadOptions& opt
       KILN_CHECK(plan->second.pieces.empty() || !whole, "load_state_dict from ", source.what(),
                  ": the checkpoint keys '", plan->second.pieces[0].key, "' and '", key,
                  "' both map to parameter '", target.name, "'");
-      CheckPiece(source, target.name, plan->second.param, piece, options);
+      CheckPiece(source, target.name, plan->second.param, plan->second.shape, piece, options);
       plan->second.pieces.push_back(std::move(piece));
     }
     if (unexpected) report.unexpected_keys.push_back(key);
@@ -238,7 +305,8 @@ LoadReport LoadFrom(Module& module, const Source& source, const LoadOptions& opt
              "load_state_dict from ", source.what(), " (strict): missing keys ",
              ListKeys(report.missing_keys), ", unexpected keys ", ListKeys(report.unexpected_keys),
              "; LoadOptions::map renames keys, strict = false loads what matches");
-  for (const std::string& name : report.loaded) CopyInto(source, plans.at(name));
+  for (const std::string& name : report.loaded) CopyInto(source, name, plans.at(name));
+  module.NotifyLoaded();
   return report;
 }
 

@@ -33,6 +33,19 @@
 // (kiln::Error) name the module key, the checkpoint key, the expected and the found
 // shape/dtype. Parameters must be contiguous and hold memory (not meta, not tracing
 // placeholders). Not thread-safe against a concurrent forward of the same module.
+//
+// A module split for tensor parallelism (ShardTensorParallel records each split parameter,
+// Module::named_shards) is loaded from the whole checkpoint: the shapes are checked against the
+// whole tensors, and each split parameter receives only this rank's part of its tensor (read one
+// tensor at a time on the host). With Module::to_empty no rank ever holds a whole model:
+//
+//   LlamaForCausalLM model(config, {.dtype = DType::kBFloat16, .device = kMeta});  // no memory
+//   model.ShardTensorParallel(group);                    // this rank's shapes
+//   model.to_empty(CUDA(group.rank()));                  // memory for this rank's part only
+//   load_state_dict(model, "model.safetensors", {.map = llama_load_mapping()});
+//
+// After the copy every module's AfterLoad runs (a split model derives its tied head from the
+// loaded embedding there).
 #pragma once
 
 #include <functional>

@@ -218,11 +218,16 @@ void LlamaForCausalLM::ShardTensorParallel(ProcessGroup& group) {
   for (LlamaDecoderLayer* layer : layers_) layer->ShardTensorParallel(group);
   if (lm_head_ != nullptr) {
     lm_head_->KeepPaddedRows(group.rank(), group.world_size());
-  } else {
-    embed_tokens_.CheckInitialised();
+  } else {  // (again after every load: AfterLoad)
     head_shard_ = PaddedRowShard(embed_tokens_.weight(), group.rank(), group.world_size());
   }
   tp_ = GroupRef(group);
+}
+
+void LlamaForCausalLM::AfterLoad() {
+  if (tp_.defined() && lm_head_ == nullptr) {  // the tied head's rows of the new embedding
+    head_shard_ = PaddedRowShard(embed_tokens_.weight(), tp_.rank(), tp_.world_size());
+  }
 }
 
 CausalLM::CacheSpec LlamaForCausalLM::cache_spec() const {

@@ -85,6 +85,9 @@ class LlamaForCausalLM : public CausalLM {
   // compiled steps.
   void ShardTensorParallel(ProcessGroup& group);
 
+ protected:
+  void AfterLoad() override;  // split with tied embeddings: the head's rows of the loaded table
+
  private:
   Tensor Logits(const Tensor& x);  // norm, then lm_head or the tied embedding
 

@@ -16,5 +16,7 @@ Tensor Uniform(IntList shape, double bound, const ModuleOptions& o);
 Tensor Normal(IntList shape, const ModuleOptions& o);
 // Filled with `value`.
 Tensor Full(IntList shape, double value, const ModuleOptions& o);
+// Allocated, marked as never written: the module refuses to run until something writes it.
+Tensor Uninitialised(IntList shape, const ModuleOptions& o);
 
 }  // namespace kiln::module_init

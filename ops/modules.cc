@@ -42,6 +42,10 @@ void Module::CheckInitialised() const {
                " was made without values (ModuleOptions::init = Init::kNone) and never written; "
                "load_state_dict (or copy_) before calling the module");
   }
+  for (const auto& [name, t] : buffers_) {
+    KILN_CHECK(!Uninitialised(t), type_name(), ": buffer '", name, "' ", Describe(t.type()),
+               " got memory from to_empty and was never written");
+  }
   maybe_uninitialised_.store(false, std::memory_order_relaxed);  // all written now, for good
 }
 
@@ -112,6 +116,58 @@ void Replace(Tensor& slot, Tensor value) {
 
 }  // namespace
 
+void Module::ReplaceSlot(Tensor& slot, Tensor value) { Replace(slot, std::move(value)); }
+
+void Module::to_empty(Device device) {
+  KILN_CHECK(!device.is_meta(), type_name(), ": to_empty needs a device with memory, got meta");
+  for (auto& [name, t] : params_) {
+    if (!t.defined()) continue;
+    if (t.device().is_meta()) {
+      Replace(t, module_init::Uninitialised(t.shape(), {t.dtype(), device, Init::kNone}));
+      MarkMaybeUninitialised();
+    } else {
+      Replace(t, kiln::to(t, device));
+    }
+  }
+  MaterialiseBuffers(device);
+  for (auto& [name, child] : children_) child->to_empty(device);
+}
+
+void Module::MaterialiseBuffers(Device device) {
+  for (auto& [name, t] : buffers_) {
+    if (!t.defined()) continue;
+    if (t.device().is_meta()) {
+      Replace(t, module_init::Uninitialised(t.shape(), {t.dtype(), device, Init::kNone}));
+      MarkMaybeUninitialised();
+    } else {
+      Replace(t, kiln::to(t, device));
+    }
+  }
+}
+
+void Module::MarkShard(const std::string& name, ParamShard shard) {
+  for (auto& [n, s] : shards_) {
+    if (n == name) {
+      s = std::move(shard);
+      return;
+    }
+  }
+  shards_.emplace_back(name, std::move(shard));
+}
+
+std::vector<std::pair<std::string, Module::ParamShard>> Module::named_shards() const {
+  std::vector<std::pair<std::string, ParamShard>> out(shards_.begin(), shards_.end());
+  for (const auto& [name, child] : children_) {
+    for (auto& [n, s] : child->named_shards()) out.emplace_back(absl::StrCat(name, ".", n), s);
+  }
+  return out;
+}
+
+void Module::NotifyLoaded() {
+  for (auto& [name, child] : children_) child->NotifyLoaded();
+  AfterLoad();
+}
+
 void Module::to(Device device) {
   for (auto* list : {&params_, &buffers_}) {
     for (auto& [name, t] : *list) {
@@ -152,14 +208,13 @@ ModuleOptions WithGenerator(ModuleOptions o, Generator& gen) {
   return o;
 }
 
-namespace {
-
-// Allocated, marked as never written: the module refuses to run until something writes it.
 Tensor Uninitialised(IntList shape, const ModuleOptions& o) {
   Tensor t = empty(shape, o.dtype, o.device);
   if (t.storage() != nullptr) t.storage()->MarkUninitialised();
   return t;
 }
+
+namespace {
 
 // Runs `draw` with the options' generator, or the default one under its lock.
 Tensor Draw(const ModuleOptions& o, const std::function<Tensor(Generator&)>& draw) {
@@ -205,14 +260,23 @@ Tensor Linear::forward(const Tensor& x) { return linear(x, weight_, bias_); }
 
 void Linear::KeepShard(int dim, int rank, int world, int sections, const char* who) {
   KILN_CHECK(dim == 0 || dim == 1, who, ": shards split dim 0 or 1 of the weight, got ", dim);
+  const Shape whole_weight = weight_.shape();
   Replace(weight_, ShardOf(weight_, dim, rank, world, sections, who));
-  if (dim == 0 && bias_.defined()) Replace(bias_, ShardOf(bias_, 0, rank, world, sections, who));
+  MarkShard("weight", {whole_weight, dim, rank, world, sections, false});
+  if (dim == 0 && bias_.defined()) {
+    const Shape whole_bias = bias_.shape();
+    Replace(bias_, ShardOf(bias_, 0, rank, world, sections, who));
+    MarkShard("bias", {whole_bias, 0, rank, world, sections, false});
+  }
 }
 
 void Linear::KeepPaddedRows(int rank, int world) {
-  CheckInitialised();
+  MarkShard("weight", {weight_.shape(), 0, rank, world, 1, true});
   Replace(weight_, PaddedRowShard(weight_, rank, world));
-  if (bias_.defined()) Replace(bias_, PaddedRowShard(bias_, rank, world));
+  if (bias_.defined()) {
+    MarkShard("bias", {bias_.shape(), 0, rank, world, 1, true});
+    Replace(bias_, PaddedRowShard(bias_, rank, world));
+  }
 }
 
 GeGLUMLP::GeGLUMLP(int64_t dim, int64_t hidden, Generator& gen, ModuleOptions o)

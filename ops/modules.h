@@ -98,6 +98,26 @@ class Module {
   // The module's name in error messages ("Linear", "DecoderBlock").
   virtual const char* type_name() const { return "Module"; }
 
+  // Memory for a module built on the meta device (ModuleOptions::device = kMeta: shapes only),
+  // torch's to_empty: every meta parameter and buffer becomes uninitialised memory on `device`
+  // (the module refuses to run until it is written: load_state_dict), the others move there;
+  // buffers a module computes itself (rotary tables) get their values. Build on meta, split
+  // (ShardTensorParallel), to_empty, then load: no rank ever holds the whole model.
+  void to_empty(Device device);
+
+  // A parameter this module holds only a part of (tensor parallelism, ops/tensor_parallel.h):
+  // load_state_dict (io/state_dict.h) takes that part of the checkpoint's whole tensor.
+  struct ParamShard {
+    Shape whole;                            // the whole parameter's shape
+    int dim = 0;                            // split along: 0 (rows) or 1 (columns)
+    int rank = 0, world = 1, sections = 1;  // ShardOf's split
+    bool padded = false;                    // PaddedRowShard's instead (rows; zero-padded)
+  };
+  // The split parameters of this module and its submodules, named as named_parameters() names them.
+  std::vector<std::pair<std::string, ParamShard>> named_shards() const;
+  // Calls AfterLoad on this module and every submodule, children first (load_state_dict does).
+  void NotifyLoaded();
+
  private:
   std::shared_ptr<const bool> alive_ = std::make_shared<const bool>(true);
 
@@ -111,6 +131,16 @@ class Module {
     children_.emplace_back(std::move(name), std::move(child));
     return ref;
   }
+  // Records that parameter `name` of this module holds only `shard` of the whole.
+  void MarkShard(const std::string& name, ParamShard shard);
+  // to_empty's step for this module's own buffers; the default gives meta ones uninitialised
+  // memory and moves the others. A module that computes its buffers overrides it.
+  virtual void MaterialiseBuffers(Device device);
+  // After load_state_dict wrote the parameters: for state derived from them (a split tied head).
+  virtual void AfterLoad() {}
+  // Puts `value` in parameter or buffer slot `slot` (the old storage retired, as `to` does).
+  static void ReplaceSlot(Tensor& slot, Tensor value);
+  void MarkMaybeUninitialised() { maybe_uninitialised_.store(true, std::memory_order_relaxed); }
 
  private:
   void CollectNamed(bool buffers, const std::string& prefix,
@@ -119,6 +149,7 @@ class Module {
 
   std::deque<std::pair<std::string, Tensor>> params_, buffers_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+  std::vector<std::pair<std::string, ParamShard>> shards_;  // MarkShard's, by parameter name
   bool in_default_forward_ = false;  // breaks the recursion of the two default forwards
   // Set when a parameter was registered without values; cleared once a check found all written.
   mutable std::atomic<bool> maybe_uninitialised_{false};
@@ -298,10 +329,14 @@ class RotaryEmbedding : public Module {
   int64_t head_dim() const { return head_dim_; }
   const char* type_name() const override { return "RotaryEmbedding"; }
 
+ protected:
+  void MaterialiseBuffers(Device device) override;  // the tables' values, computed on the CPU
+
  private:
   int64_t head_dim_;
   Tensor& cos_;
   Tensor& sin_;
+  std::pair<Tensor, Tensor> meta_values_;  // built on meta: cos and sin on the CPU, for to_empty
 };
 
 // The inverse frequencies [head_dim / 2] of a rope rule, float32 on the CPU, as HF computes them.

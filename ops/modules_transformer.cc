@@ -123,12 +123,28 @@ RotaryEmbedding::RotaryEmbedding(int64_t head_dim, RopeOptions r, ModuleOptions 
       cos_(RegisterBuffer("cos", RotaryTable(CheckedInverseFrequencies(head_dim, r),
                                              r.max_positions, false, o.device))),
       sin_(RegisterBuffer("sin", RotaryTable(CheckedInverseFrequencies(head_dim, r),
-                                             r.max_positions, true, o.device))) {}
+                                             r.max_positions, true, o.device))) {
+  if (o.device.is_meta()) {  // the values, for to_empty
+    const std::vector<double> inv = CheckedInverseFrequencies(head_dim, r);
+    meta_values_ = {RotaryTable(inv, r.max_positions, false, kCPU),
+                    RotaryTable(inv, r.max_positions, true, kCPU)};
+  }
+}
 
 RotaryEmbedding::RotaryEmbedding(const Tensor& cos, const Tensor& sin, ModuleOptions o)
     : head_dim_(cos.defined() && cos.dim() == 2 ? 2 * cos.size(1) : 0),
       cos_(RegisterBuffer("cos", GivenTable(cos, sin, "cos", o.device))),
-      sin_(RegisterBuffer("sin", GivenTable(sin, cos, "sin", o.device))) {}
+      sin_(RegisterBuffer("sin", GivenTable(sin, cos, "sin", o.device))) {
+  if (o.device.is_meta())
+    meta_values_ = {GivenTable(cos, sin, "cos", kCPU), GivenTable(sin, cos, "sin", kCPU)};
+}
+
+void RotaryEmbedding::MaterialiseBuffers(Device device) {
+  if (!meta_values_.first.defined()) return Module::MaterialiseBuffers(device);
+  ReplaceSlot(cos_, kiln::to(meta_values_.first, device));
+  ReplaceSlot(sin_, kiln::to(meta_values_.second, device));
+  meta_values_ = {};
+}
 
 Tensor RotaryEmbedding::Rotate(const Tensor& x, const Tensor& positions) const {
   KILN_CHECK(x.dim() >= 2 && x.size(-1) == head_dim_, "RotaryEmbedding: expected x [..., T, ",

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "codegen/compile.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
@@ -81,6 +82,65 @@ TEST(CollectiveOps, BadInputNamesTheOpAndTheRule) {
   ExpectThrowsWith([&] { Dispatch(OpId::kAllReduce, {zeros({2})}, a); },
                    absl::StrCat("process group ", gone, " does not exist"));
   EXPECT_EQ(FindProcessGroup(gone), nullptr);
+}
+
+// Empty, 0-d, integer, bool and strided tensors: each op's definition, no crash.
+TEST(CollectiveOps, EdgeShapesAndDtypes) {
+  std::mutex mu;
+  RunThreadRanks(3, [&](ProcessGroup& pg) {
+    const Tensor empty_rows = zeros({0, 4});
+    const Tensor scalar = full({}, pg.rank() + 1.0);
+    const Tensor ints = full({2, 3}, pg.rank() + 1.0, DType::kInt64);
+    const Tensor flags = full({3, 2}, pg.rank() == 1 ? 1.0 : 0.0, DType::kBool);
+    const Tensor strided = transpose(reshape(arange(0, 6, 1, DType::kFloat32), {2, 3}), 0, 1);
+    const Tensor sum0 = all_reduce(empty_rows, pg), gathered0 = all_gather(empty_rows, pg),
+                 scattered0 = reduce_scatter(empty_rows, pg);
+    const Tensor scalar_max = all_reduce(scalar, pg, ReduceOp::kMax);
+    const Tensor int_sum = all_reduce(ints, pg);
+    const Tensor flags_from1 = broadcast(flags, pg, 1), flags_all = all_gather(flags, pg);
+    const Tensor strided_sum = all_reduce(strided, pg);
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(sum0.shape(), (Shape{0, 4}));
+    EXPECT_EQ(gathered0.shape(), (Shape{0, 4}));
+    EXPECT_EQ(scattered0.shape(), (Shape{0, 4}));
+    EXPECT_EQ(scalar_max.shape(), Shape{});
+    EXPECT_EQ(to_vector(scalar_max), std::vector<double>{3.0});
+    EXPECT_EQ(int_sum.dtype(), DType::kInt64);
+    EXPECT_EQ(to_vector(int_sum), std::vector<double>(6, 6.0));
+    EXPECT_EQ(to_vector(flags_from1), std::vector<double>(6, 1.0));
+    EXPECT_EQ(flags_all.shape(), (Shape{9, 2}));
+    EXPECT_EQ(to_vector(strided_sum), (std::vector<double>{0, 9, 3, 12, 6, 15}));
+  });
+}
+
+// Every rank's compiled plan issues the same collectives in the same order (what NCCL, and a CUDA
+// graph capturing it, need): one trace of one program on each rank.
+TEST(CollectiveOps, EveryRanksPlanHasTheSameCollectiveSequence) {
+  std::vector<std::vector<std::string>> per_rank(3);
+  RunThreadRanks(3, [&](ProcessGroup& pg) {
+    auto fn = [&pg](const std::vector<Tensor>& in) {
+      const Tensor a = all_reduce(relu(in[0]), pg);
+      const Tensor b = all_gather(a * 2.0, pg);
+      return std::vector<Tensor>{reduce_scatter(b, pg, ReduceOp::kMax), broadcast(a, pg, 2)};
+    };
+    const Tensor x = full({3, 2}, pg.rank() - 1.0);
+    const CompiledFn f = compile(fn, {x}, {.mode = CompileOptions::Mode::kCompiled});
+    f({x});
+    std::vector<std::string> sequence;
+    for (const std::string& line :
+         std::vector<std::string>(absl::StrSplit(f.report({x}).final_graph, '\n'))) {
+      for (const char* op : {"all_reduce(", "all_gather(", "reduce_scatter(", "broadcast("}) {
+        if (line.find(op) != std::string::npos) {
+          // The op and its type, without the group's id (each rank's group has its own).
+          sequence.push_back(std::string(line.substr(0, line.find("group="))));
+        }
+      }
+    }
+    per_rank[pg.rank()] = sequence;
+  });
+  ASSERT_EQ(per_rank[0].size(), 4u) << absl::StrJoin(per_rank[0], "\n");
+  EXPECT_EQ(per_rank[1], per_rank[0]);
+  EXPECT_EQ(per_rank[2], per_rank[0]);
 }
 
 // x -> x·1.5 + 0.5 -> all_reduce -> gelu + 1: two fused groups around the collective.

@@ -4,6 +4,7 @@
 #include "examples/gpt.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -207,6 +208,31 @@ TEST(GptTensorParallel, SplitOverRanksGivesTheWholeModelsLogitsAndIds) {
   ExpectThrowsWith(
       [&] { RunThreadRanks(2, [&](ProcessGroup& pg) { m->ShardTensorParallel(pg); }); },
       "already sharded over 1 ranks");
+}
+
+// Split while loading GPT-2's layout (Conv1D weights stored transposed, c_attn's q/k/v blocks
+// each split by heads): built on meta, split, given memory, loaded; the whole model's logits.
+TEST(GptTensorParallel, SplitWhileLoadingAHfFile) {
+  const examples::GptConfig c = {.layers = 2, .dim = 32, .heads = 4, .vocab = 30, .ctx = 16};
+  Generator gen(0);
+  examples::Gpt whole(c, gen);
+  examples::InitGpt2Weights(whole, 11);
+  const std::string file = ::testing::TempDir() + "/kiln_gpt_tp_" + std::to_string(getpid());
+  save_state_dict(whole, file, {.map = gpt2_save_mapping()});
+  const Tensor prompt = Prompt();
+  const std::vector<double> want = to_vector(whole(prompt));
+  std::mutex mu;
+  RunThreadRanks(4, [&](ProcessGroup& pg) {
+    Generator unused(0);
+    examples::Gpt m(c, unused, {.device = kMeta});
+    m.ShardTensorParallel(pg);
+    m.to_empty(kCPU);
+    load_state_dict(m, file, {.map = gpt2_load_mapping()});
+    const std::vector<double> got = to_vector(m(prompt));
+    std::lock_guard<std::mutex> lock(mu);
+    ExpectClose(got, want, {2e-5, 2e-5}, "rank " + std::to_string(pg.rank()));
+  });
+  std::remove(file.c_str());
 }
 
 // A hand-made file in Hugging Face's GPT2LMHeadModel layout: "transformer." prefixes, Conv1D

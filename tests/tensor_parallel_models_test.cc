@@ -6,17 +6,21 @@
 // a tied LM head over a vocabulary that does not divide is split with padding, the logits whole.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "codegen/compile.h"
+#include "io/state_dict.h"
 #include "models/generate.h"
 #include "models/llama.h"
 #include "ops/distributed.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
 #include "runtime/random.h"
+#include "tests/io_test_util.h"
 #include "tests/test_util.h"
 
 namespace kiln {
@@ -111,6 +115,89 @@ TEST(TensorParallelModels, AModelThatOutlivesItsGroupSaysSo) {
   const Tensor tokens = from_vector({7, 8, 9}, {1, 3}, DType::kInt64);
   ExpectThrowsWith([&] { (*model)(tokens); }, "no longer exists",
                    "a split model must not outlive its group");
+}
+
+// Split while loading: each rank builds the model on the meta device (no memory), splits it,
+// gives it memory (to_empty) and loads the whole checkpoint, which writes only its parts: no rank
+// ever holds a whole layer; the logits are the single model's. Tied (the head's rows taken from
+// the loaded embedding) and untied heads, a vocabulary that does not divide.
+TEST(TensorParallelModels, SplitWhileLoadingGivesTheWholeModelsLogits) {
+  for (const bool tied : {false, true}) {
+    LlamaConfig c = SplittableLlama();
+    c.vocab = 97;
+    c.tie_word_embeddings = tied;
+    auto whole = SeededLlama(c);
+    const std::string file = TempPath(tied ? "tp_tied.safetensors" : "tp_untied.safetensors");
+    save_state_dict(*whole, file, {.map = llama_save_mapping()});
+    const Tensor tokens = from_vector({5, 17, 2, 96, 33, 9, 81, 4, 60, 1}, {2, 5}, DType::kInt64);
+    const std::vector<double> want = to_vector((*whole)(tokens));
+    for (int n : {2, 4}) {
+      std::mutex mu;
+      RunThreadRanks(n, [&](ProcessGroup& pg) {
+        LlamaForCausalLM model(c, {.device = kMeta});
+        model.ShardTensorParallel(pg);
+        model.to_empty(kCPU);
+        ExpectThrowsWith([&] { model(tokens); }, "never written");  // not loaded yet
+        const LoadReport r = load_state_dict(model, file, {.map = llama_load_mapping()});
+        const std::vector<double> got = to_vector(model(tokens));
+        int64_t q_rows = 0;
+        for (const auto& [name, p] : model.named_parameters()) {
+          if (name == "layers.0.self_attn.q_proj.weight") q_rows = p.size(0);
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        const std::string at =
+            absl::StrCat(tied ? "tied" : "untied", " n ", n, " rank ", pg.rank());
+        EXPECT_TRUE(r.missing_keys.empty() && r.unexpected_keys.empty()) << at << " " << r.str();
+        EXPECT_EQ(q_rows, c.dim / n) << at;
+        ExpectClose(got, want, {2e-5, 2e-5}, at);
+      });
+    }
+    std::remove(file.c_str());
+  }
+}
+
+// A checkpoint of another model's shape is refused naming the split, before anything is written.
+TEST(TensorParallelModels, SplitLoadingRefusesAnotherShape) {
+  LlamaConfig c = SplittableLlama(), other = c;
+  other.hidden = 128;
+  const std::string file = TempPath("tp_other.safetensors");
+  save_state_dict(*SeededLlama(other), file, {.map = llama_save_mapping()});
+  ExpectThrowsWith(
+      [&] {
+        RunThreadRanks(2, [&](ProcessGroup& pg) {
+          LlamaForCausalLM model(c, {.device = kMeta});
+          model.ShardTensorParallel(pg);
+          model.to_empty(kCPU);
+          load_state_dict(model, file, {.map = llama_load_mapping()});
+        });
+      },
+      "size mismatch",
+      "float32[64, 48] (this rank's part of [64, 96]), the checkpoint holds F32[64, 128]");
+  std::remove(file.c_str());
+}
+
+// Sampled generation split over ranks: every rank draws from its own copy of the same logits with
+// the same seed, so all ranks choose the single model's ids (eager and compiled).
+TEST(TensorParallelModels, SampledIdsAreTheSingleModelsOnEveryRank) {
+  const LlamaConfig c = SplittableLlama();
+  GenerateOptions o;
+  o.max_new_tokens = 8;
+  o.sampling.temperature = 0.9;
+  o.sampling.top_k = 20;
+  o.seed = 7;
+  const GenerateResult want = generate(*SeededLlama(c), kPrompts, o);
+  for (const auto mode : {GenerateOptions::Mode::kEager, GenerateOptions::Mode::kCompiled}) {
+    std::vector<GenerateResult> got(2);
+    RunThreadRanks(2, [&](ProcessGroup& pg) {
+      auto model = SeededLlama(c);
+      model->ShardTensorParallel(pg);
+      GenerateOptions mine = o;
+      mine.mode = mode;
+      got[pg.rank()] = generate(*model, kPrompts, mine);
+    });
+    EXPECT_EQ(got[0].tokens, want.tokens);
+    EXPECT_EQ(got[1].tokens, want.tokens);
+  }
 }
 
 TEST(TensorParallelModels, EveryRankGetsTheSameBits) {
