@@ -18,9 +18,9 @@
 // prints the library's eager-vs-compiled report (kiln::CompareEagerAndCompiled) of the model's
 // full forward over the first prompt (on CUDA also replayed as a CUDA graph). --tp N also runs
 // the model split over N ranks (ops/tensor_parallel.h) in every mode asked: threads of this
-// process on the CPU, one thread per GPU over NCCL on cuda:0..N-1; each rank loads the model and
-// keeps its share, rank 0 prints the ids and decode rate, and the ids are checked against the
-// single model's.
+// process on the CPU, one thread per GPU over NCCL on cuda:0..N-1; each rank loads only its share
+// of the checkpoint (split while loading: io/state_dict.h), rank 0 prints the ids and decode
+// rate, and the ids are checked against the single model's.
 #include <cinttypes>
 #include <filesystem>
 #include <fstream>
@@ -164,19 +164,30 @@ std::vector<int64_t> GreedyByFullForward(kiln::LlamaForCausalLM& model, std::vec
   return out;
 }
 
-// The model: from the folder into uninitialised parameters, or seeded in memory.
+// The model: from the folder into uninitialised parameters, or seeded in memory. With `group`
+// (--tp) the rank's part only: from the folder it is split while loading (built on the meta
+// device, split, given memory for its part, then loaded), seeded it is split after the draw.
 std::unique_ptr<kiln::LlamaForCausalLM> MakeModel(const examples::Flags& f, kiln::DType dtype,
-                                                  kiln::Device device, bool say) {
+                                                  kiln::Device device, bool say,
+                                                  kiln::ProcessGroup* group = nullptr) {
   if (!f.Given("model-dir")) {
     kiln::Generator gen(static_cast<uint64_t>(std::stoll(f.Str("seed"))));
-    return std::make_unique<kiln::LlamaForCausalLM>(
+    auto model = std::make_unique<kiln::LlamaForCausalLM>(
         ConfigFromFlags(f),
         kiln::ModuleOptions{.dtype = dtype, .device = device, .generator = &gen});
+    if (group != nullptr) model->ShardTensorParallel(*group);
+    return model;
   }
   const std::string dir = f.Str("model-dir");
   const kiln::LlamaConfig c = kiln::LlamaConfig::FromJson(ReadFile(f, dir + "/config.json"));
   auto model = std::make_unique<kiln::LlamaForCausalLM>(
-      c, kiln::ModuleOptions{.dtype = dtype, .device = device, .init = kiln::Init::kNone});
+      c, kiln::ModuleOptions{.dtype = dtype,
+                             .device = group != nullptr ? kiln::kMeta : device,
+                             .init = kiln::Init::kNone});
+  if (group != nullptr) {
+    model->ShardTensorParallel(*group);
+    model->to_empty(device);
+  }
   const kiln::LoadReport r = kiln::load_state_dict(*model, dir + "/model.safetensors",
                                                    {.map = kiln::llama_load_mapping()});
   if (say) std::printf("loaded %s: %s\n", dir.c_str(), r.str().c_str());
@@ -199,8 +210,7 @@ std::map<std::string, kiln::GenerateResult> RunTensorParallel(
   std::map<std::string, kiln::GenerateResult> out;
   auto rank_body = [&](kiln::ProcessGroup& pg) {
     const kiln::Device d = device.is_cuda() ? kiln::CUDA(pg.rank()) : device;
-    std::unique_ptr<kiln::LlamaForCausalLM> model = MakeModel(f, dtype, d, false);
-    model->ShardTensorParallel(pg);
+    std::unique_ptr<kiln::LlamaForCausalLM> model = MakeModel(f, dtype, d, false, &pg);
     for (const std::string& name : modes) {
       std::vector<double> step_end_ms;
       const auto t0 = std::chrono::steady_clock::now();
