@@ -3,7 +3,7 @@
 // group's own forms; bad input names the op, the shapes and the rule (a split that does not
 // divide, a source outside the group, bool reductions, a group that no longer exists); compiled,
 // each is an opaque node that fusion stops at (IR CHECK lines, the explain line), printed with its
-// group and parsed back, never folded at compile time even over frozen constants; a plan that
+// group and parsed back (the verifier refuses a group this process lacks), never folded at compile time even over frozen constants; a plan that
 // outlives its group says so; Export refuses a plan with a collective.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -20,6 +20,7 @@
 #include "codegen/compile.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
+#include "ir/verifier.h"
 #include "models/export.h"
 #include "ops/dispatch.h"
 #include "ops/distributed.h"
@@ -178,6 +179,22 @@ TEST(CollectiveOps, CompiledTheyAreOpaqueNodesFusionStopsAt) {
         ASSERT_TRUE(parsed.ok()) << parsed.status();
         EXPECT_EQ(ir::PrintGraph(*parsed), r.traced_graph);
       });
+  // Text naming a group this process does not have parses, and the verifier refuses it.
+  const absl::StatusOr<ir::Graph> no_group = ir::ParseGraph(
+      "graph(%0: f32[4]) {\n  %1 = all_reduce(%0) {group=999999, reduce=sum} : f32[4]\n"
+      "  return %1\n}\n");
+  ASSERT_TRUE(no_group.ok()) << no_group.status();
+  const absl::Status verified = ir::Verify(*no_group);
+  EXPECT_NE(verified.message().find("process group 999999 does not exist"), std::string::npos)
+      << verified;
+  RunThreadRanks(1, [](ProcessGroup& pg) {
+    const absl::StatusOr<ir::Graph> bad_op =
+        ir::ParseGraph(absl::StrCat("graph(%0: f32[4]) {\n  %1 = all_reduce(%0) {group=", pg.id(),
+                                    ", reduce=mean} : f32[4]\n  return %1\n}\n"));
+    ASSERT_FALSE(bad_op.ok());
+    EXPECT_NE(bad_op.status().message().find("expected sum or max"), std::string::npos)
+        << bad_op.status();
+  });
 }
 
 // The group's torch.distributed-style forms run the ops, so a compiled function may call them
