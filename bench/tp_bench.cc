@@ -185,13 +185,7 @@ SizeResult RunSize(int tp, const kiln::LlamaConfig& c, kiln::Device device, kiln
     out.last_logits = kiln::to_vector(row);
     out.ids = r.tokens[0];
   };
-  if (gpu) {
-    std::vector<int> devices;
-    for (int i = 0; i < tp; ++i) devices.push_back(i);
-    kiln::RunNcclRanks(devices, rank_body);
-  } else {
-    kiln::RunThreadRanks(tp, rank_body);
-  }
+  kiln::RunLocalRanks(tp, device, rank_body);
   return out;
 }
 

@@ -498,13 +498,7 @@ bool RunTensorParallel(const examples::Flags& f, int n, const GptConfig& config,
     }
     PrintTable(shown, batch, gpu);
   };
-  if (gpu) {
-    std::vector<int> devices;
-    for (int i = 0; i < n; ++i) devices.push_back(i);
-    kiln::RunNcclRanks(devices, rank_body);
-  } else {
-    kiln::RunThreadRanks(n, rank_body);
-  }
+  kiln::RunLocalRanks(n, device, rank_body);
   return ok;
 }
 

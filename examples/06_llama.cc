@@ -231,13 +231,7 @@ std::map<std::string, kiln::GenerateResult> RunTensorParallel(
       out[name] = std::move(r);
     }
   };
-  if (device.is_cuda()) {
-    std::vector<int> devices;
-    for (int i = 0; i < n; ++i) devices.push_back(i);
-    kiln::RunNcclRanks(devices, rank_body);
-  } else {
-    kiln::RunThreadRanks(n, rank_body);
-  }
+  kiln::RunLocalRanks(n, device, rank_body);
   return out;
 }
 

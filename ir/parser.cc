@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "runtime/status.h"
 
@@ -119,6 +120,23 @@ class Parser {
   absl::Status AttrValue(absl::string_view what, Epilogue* v);
   absl::Status AttrValue(absl::string_view what, GeluApprox* v);
   absl::Status AttrValue(absl::string_view what, ReduceOp* v);
+  // An enum attribute written by its name (`name` of each of its `count` values).
+  template <typename E>
+  absl::Status NamedValue(absl::string_view what, const char* (*name)(E), int count, E* v) {
+    SkipSpace();
+    const size_t start = pos_;
+    const absl::string_view word = Word();
+    std::vector<std::string> names;
+    for (int i = 0; i < count; ++i) {
+      names.push_back(name(static_cast<E>(i)));
+      if (word == names.back()) {
+        *v = static_cast<E>(i);
+        return absl::OkStatus();
+      }
+    }
+    pos_ = start;
+    return Error(absl::StrCat("expected one of ", absl::StrJoin(names, ", "), " for ", what));
+  }
   absl::Status Return(Graph* g, const Scope& scope);
 
   absl::string_view text_;
@@ -497,31 +515,11 @@ absl::Status Parser::AttrValue(absl::string_view what, GeluApprox* v) {
 }
 
 absl::Status Parser::AttrValue(absl::string_view what, Epilogue* epilogue) {
-  SkipSpace();
-  const size_t start = pos_;
-  const absl::string_view word = Word();
-  for (int i = 0; i < kNumEpilogues; ++i) {
-    if (word == EpilogueName(static_cast<Epilogue>(i))) {
-      *epilogue = static_cast<Epilogue>(i);
-      return absl::OkStatus();
-    }
-  }
-  pos_ = start;
-  return Error(absl::StrCat("expected none, relu, gelu_tanh or add for ", what));
+  return NamedValue(what, EpilogueName, kNumEpilogues, epilogue);
 }
 
 absl::Status Parser::AttrValue(absl::string_view what, ReduceOp* op) {
-  SkipSpace();
-  const size_t start = pos_;
-  const absl::string_view word = Word();
-  for (int i = 0; i < kNumReduceOps; ++i) {
-    if (word == ReduceOpName(static_cast<ReduceOp>(i))) {
-      *op = static_cast<ReduceOp>(i);
-      return absl::OkStatus();
-    }
-  }
-  pos_ = start;
-  return Error(absl::StrCat("expected sum or max for ", what));
+  return NamedValue(what, ReduceOpName, kNumReduceOps, op);
 }
 
 absl::Status Parser::Return(Graph* g, const Scope& scope) {

@@ -421,6 +421,14 @@ std::unique_ptr<ProcessGroup> InitProcessGroup(const ProcessGroupOptions& option
   return std::make_unique<StoreGroup>(std::move(store), rank, world);
 }
 
+void RunLocalRanks(int n, Device device, const std::function<void(ProcessGroup&)>& body) {
+  if (!device.is_cuda()) return RunThreadRanks(n, body);
+  KILN_CHECK(n >= 1, "RunLocalRanks: needs one or more ranks, got ", n);
+  std::vector<int> devices;
+  for (int i = 0; i < n; ++i) devices.push_back(i);
+  RunNcclRanks(devices, body);
+}
+
 void LeaveStore(TcpStore& store, int rank, int world) {
   // Rank 0 serves the store: it stays until every rank has read what it needs.
   try {

@@ -120,29 +120,20 @@ void Module::ReplaceSlot(Tensor& slot, Tensor value) { Replace(slot, std::move(v
 
 void Module::to_empty(Device device) {
   KILN_CHECK(!device.is_meta(), type_name(), ": to_empty needs a device with memory, got meta");
-  for (auto& [name, t] : params_) {
-    if (!t.defined()) continue;
-    if (t.device().is_meta()) {
-      Replace(t, module_init::Uninitialised(t.shape(), {t.dtype(), device, Init::kNone}));
-      MarkMaybeUninitialised();
-    } else {
-      Replace(t, kiln::to(t, device));
-    }
-  }
+  for (auto& [name, t] : params_) MaterialiseSlot(t, device);
   MaterialiseBuffers(device);
   for (auto& [name, child] : children_) child->to_empty(device);
 }
 
 void Module::MaterialiseBuffers(Device device) {
-  for (auto& [name, t] : buffers_) {
-    if (!t.defined()) continue;
-    if (t.device().is_meta()) {
-      Replace(t, module_init::Uninitialised(t.shape(), {t.dtype(), device, Init::kNone}));
-      MarkMaybeUninitialised();
-    } else {
-      Replace(t, kiln::to(t, device));
-    }
-  }
+  for (auto& [name, t] : buffers_) MaterialiseSlot(t, device);
+}
+
+void Module::MaterialiseSlot(Tensor& t, Device device) {
+  if (!t.defined()) return;
+  if (!t.device().is_meta()) return Replace(t, kiln::to(t, device));
+  Replace(t, module_init::Uninitialised(t.shape(), {t.dtype(), device, Init::kNone}));
+  MarkMaybeUninitialised();
 }
 
 void Module::MarkShard(const std::string& name, ParamShard shard) {

@@ -140,6 +140,9 @@ class Module {
   virtual void AfterLoad() {}
   // Puts `value` in parameter or buffer slot `slot` (the old storage retired, as `to` does).
   static void ReplaceSlot(Tensor& slot, Tensor value);
+  // to_empty's step for one slot: a meta tensor becomes uninitialised memory on `device`
+  // (checked at call), another moves there.
+  void MaterialiseSlot(Tensor& t, Device device);
   void MarkMaybeUninitialised() { maybe_uninitialised_.store(true, std::memory_order_relaxed); }
 
  private:

@@ -39,6 +39,11 @@ int NcclVersion();
 // first rank's error (a failed rank can leave the others waiting in NCCL: see above).
 void RunNcclRanks(const std::vector<int>& devices, const std::function<void(ProcessGroup&)>& body);
 
+// `n` ranks on this machine, each a thread: on the CPU thread ranks (RunThreadRanks), on a CUDA
+// device one rank per GPU over NCCL, rank r on cuda:r (RunNcclRanks). What the examples' --tp
+// runs.
+void RunLocalRanks(int n, Device device, const std::function<void(ProcessGroup&)>& body);
+
 class TcpStore;
 // One process per rank (InitProcessGroup with backend "nccl"): NCCL's id through `store` (rank 0
 // makes it), device `device` made current for this thread. The group keeps the store.

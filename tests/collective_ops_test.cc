@@ -3,8 +3,9 @@
 // group's own forms; bad input names the op, the shapes and the rule (a split that does not
 // divide, a source outside the group, bool reductions, a group that no longer exists); compiled,
 // each is an opaque node that fusion stops at (IR CHECK lines, the explain line), printed with its
-// group and parsed back (the verifier refuses a group this process lacks), never folded at compile time even over frozen constants; a plan that
-// outlives its group says so; Export refuses a plan with a collective.
+// group and parsed back (the verifier refuses a group this process lacks), never folded at compile
+// time even over frozen constants; a plan that outlives its group says so; Export refuses a plan
+// with a collective.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -192,7 +193,7 @@ TEST(CollectiveOps, CompiledTheyAreOpaqueNodesFusionStopsAt) {
         ir::ParseGraph(absl::StrCat("graph(%0: f32[4]) {\n  %1 = all_reduce(%0) {group=", pg.id(),
                                     ", reduce=mean} : f32[4]\n  return %1\n}\n"));
     ASSERT_FALSE(bad_op.ok());
-    EXPECT_NE(bad_op.status().message().find("expected sum or max"), std::string::npos)
+    EXPECT_NE(bad_op.status().message().find("expected one of sum, max for"), std::string::npos)
         << bad_op.status();
   });
 }

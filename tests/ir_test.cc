@@ -402,7 +402,7 @@ TEST(ParserTest, ErrorsNameLineColumnAndReason) {
        "line 2, col 30: expected tanh or none for 'approximate'"},
       {"graph(%0: f32[2, 2]) {\n  %1 = linear(%0, %0) {epilogue=gelu} : f32[2, 2]\n"
        "  return %1\n}",
-       "line 2, col 33: expected none, relu, gelu_tanh or add for 'epilogue'"},
+       "line 2, col 33: expected one of none, relu, gelu_tanh, add for 'epilogue'"},
       {"graph(%0: f32[2, 2]) {\n  %1 = matmul(%0, %0) {epilogue=relu} : f32[2, 2]\n"
        "  return %1\n}",
        "line 2, col 24: op 'matmul' has no attribute 'epilogue'"},

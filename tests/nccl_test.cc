@@ -142,32 +142,41 @@ TEST(NcclOnGpu, BadTensorsAreRefused) {
                    "does not exist");
 }
 
-TEST(NcclOnGpu, AShardedLlamaGivesTheWholeModelsResults) {
-  KILN_SKIP_WITHOUT_GPU();
-  LlamaConfig c;
-  c.vocab = 96, c.dim = 64, c.hidden = 96, c.layers = 2, c.heads = 8, c.kv_heads = 4;
-  c.qkv_bias = c.out_bias = c.mlp_bias = true;
-  c.rope.max_positions = 64;
-  auto make = [&c](Device d) {
+// A small Llama-style model that splits over 1, 2, 4 or 8 GPUs, and its results on cuda:0 alone.
+struct SplittableLlamaOnGpu {
+  explicit SplittableLlamaOnGpu(bool biases) {
+    c.vocab = 96, c.dim = 64, c.hidden = 96, c.layers = 2, c.heads = 8, c.kv_heads = 8;
+    c.qkv_bias = c.out_bias = c.mlp_bias = biases;
+    c.rope.max_positions = 64;
+    auto whole = Make(CUDA(0));
+    want = to_vector((*whole)(to(tokens, CUDA(0))));
+    want_ids = generate(*whole, prompts, {.max_new_tokens = 6});
+  }
+  std::unique_ptr<LlamaForCausalLM> Make(Device d) const {
     Generator gen(21);
     return std::make_unique<LlamaForCausalLM>(c, ModuleOptions{.device = d, .generator = &gen});
-  };
+  }
+  LlamaConfig c;
   const std::vector<std::vector<int64_t>> prompts = {{5, 17, 2, 40, 33}, {9, 81, 4}};
   const Tensor tokens = from_vector({5, 17, 2, 40, 33, 9, 81, 4, 60, 1}, {2, 5}, DType::kInt64);
-  auto whole = make(CUDA(0));
-  const std::vector<double> want = to_vector((*whole)(to(tokens, CUDA(0))));
-  const GenerateResult want_ids = generate(*whole, prompts, {.max_new_tokens = 6});
+  std::vector<double> want;  // the whole model's logits of `tokens`
+  GenerateResult want_ids;   // and its greedy ids for `prompts`
+};
+
+TEST(NcclOnGpu, AShardedLlamaGivesTheWholeModelsResults) {
+  KILN_SKIP_WITHOUT_GPU();
+  const SplittableLlamaOnGpu m(/*biases=*/true);
   const std::vector<int> devices = AllDevices();
   std::mutex mu;
   RunNcclRanks(devices, [&](ProcessGroup& pg) {
     const Device dev = CUDA(devices[pg.rank()]);
-    auto model = make(dev);
+    auto model = m.Make(dev);
     model->ShardTensorParallel(pg);
-    const std::vector<double> got = to_vector((*model)(to(tokens, dev)));
-    const GenerateResult ids = generate(*model, prompts, {.max_new_tokens = 6});
+    const std::vector<double> got = to_vector((*model)(to(m.tokens, dev)));
+    const GenerateResult ids = generate(*model, m.prompts, {.max_new_tokens = 6});
     std::lock_guard<std::mutex> lock(mu);
-    ExpectClose(got, want, {2e-5, 2e-5}, "rank " + std::to_string(pg.rank()));
-    EXPECT_EQ(ids.tokens, want_ids.tokens);
+    ExpectClose(got, m.want, {2e-5, 2e-5}, "rank " + std::to_string(pg.rank()));
+    EXPECT_EQ(ids.tokens, m.want_ids.tokens);
   });
 }
 
@@ -197,25 +206,14 @@ TEST(NcclOnGpu, CollectiveOpsWriteFreshResults) {
 
 TEST(NcclOnGpu, ACompiledShardedLlamaReplaysAsACudaGraph) {
   KILN_SKIP_WITHOUT_GPU();
-  LlamaConfig c;
-  c.vocab = 96, c.dim = 64, c.hidden = 96, c.layers = 2, c.heads = 8, c.kv_heads = 4;
-  c.rope.max_positions = 64;
-  auto make = [&c](Device d) {
-    Generator gen(5);
-    return std::make_unique<LlamaForCausalLM>(c, ModuleOptions{.device = d, .generator = &gen});
-  };
-  const std::vector<std::vector<int64_t>> prompts = {{5, 17, 2, 40, 33}, {9, 81, 4}};
-  const Tensor tokens = from_vector({5, 17, 2, 40, 33, 9, 81, 4, 60, 1}, {2, 5}, DType::kInt64);
-  auto whole = make(CUDA(0));
-  const std::vector<double> want = to_vector((*whole)(to(tokens, CUDA(0))));
-  const GenerateResult want_ids = generate(*whole, prompts, {.max_new_tokens = 6});
+  const SplittableLlamaOnGpu m(/*biases=*/false);
   const std::vector<int> devices = AllDevices();
   std::mutex mu;
   RunNcclRanks(devices, [&](ProcessGroup& pg) {
     const Device dev = CUDA(devices[pg.rank()]);
-    auto model = make(dev);
+    auto model = m.Make(dev);
     model->ShardTensorParallel(pg);
-    const Tensor x = to(tokens, dev);
+    const Tensor x = to(m.tokens, dev);
     CompileOptions o;
     o.mode = CompileOptions::Mode::kCompiled;
     o.cuda_graphs = true;
@@ -226,12 +224,12 @@ TEST(NcclOnGpu, ACompiledShardedLlamaReplaysAsACudaGraph) {
     GenerateOptions g;
     g.max_new_tokens = 6;
     g.mode = GenerateOptions::Mode::kCudaGraph;
-    const GenerateResult ids = generate(*model, prompts, g);
+    const GenerateResult ids = generate(*model, m.prompts, g);
     std::lock_guard<std::mutex> lock(mu);
     const std::string at = "rank " + std::to_string(pg.rank());
-    for (const std::vector<double>& got : calls) ExpectClose(got, want, {1e-4, 1e-4}, at);
+    for (const std::vector<double>& got : calls) ExpectClose(got, m.want, {1e-4, 1e-4}, at);
     EXPECT_EQ(graph.rfind("on:", 0), 0u) << at << ": " << graph;
-    EXPECT_EQ(ids.tokens, want_ids.tokens) << at;
+    EXPECT_EQ(ids.tokens, m.want_ids.tokens) << at;
   });
 }
 

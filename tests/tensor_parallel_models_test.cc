@@ -51,12 +51,17 @@ std::unique_ptr<LlamaForCausalLM> SeededLlama(const LlamaConfig& c) {
 
 const std::vector<std::vector<int64_t>> kPrompts = {{5, 17, 2, 40, 33}, {9, 81, 4}};
 
+// The single (unsplit) model's logits of `tokens` and greedy ids of kPrompts (6 new tokens).
+std::pair<std::vector<double>, GenerateResult> WholeModelResults(const LlamaConfig& c,
+                                                                 const Tensor& tokens) {
+  auto whole = SeededLlama(c);
+  return {to_vector((*whole)(tokens)), generate(*whole, kPrompts, {.max_new_tokens = 6})};
+}
+
 TEST(TensorParallelModels, LlamaSplitOverRanksGivesTheWholeModelsLogitsAndIds) {
   const LlamaConfig c = SplittableLlama();
-  auto whole = SeededLlama(c);
   const Tensor tokens = from_vector({5, 17, 2, 40, 33, 9, 81, 4, 60, 1}, {2, 5}, DType::kInt64);
-  const std::vector<double> want_logits = to_vector((*whole)(tokens));
-  const GenerateResult want = generate(*whole, kPrompts, {.max_new_tokens = 6});
+  const auto [want_logits, want] = WholeModelResults(c, tokens);
   for (int n : {1, 2, 4}) {
     std::mutex mu;
     RunThreadRanks(n, [&](ProcessGroup& pg) {
@@ -83,10 +88,8 @@ TEST(TensorParallelModels, ATiedHeadSplitsAVocabularyThatDoesNotDivide) {
   LlamaConfig c = SplittableLlama();
   c.vocab = 97;
   c.tie_word_embeddings = true;
-  auto whole = SeededLlama(c);
   const Tensor tokens = from_vector({5, 17, 2, 96, 33, 9, 81, 4, 60, 1}, {2, 5}, DType::kInt64);
-  const std::vector<double> want_logits = to_vector((*whole)(tokens));
-  const GenerateResult want = generate(*whole, kPrompts, {.max_new_tokens = 6});
+  const auto [want_logits, want] = WholeModelResults(c, tokens);
   for (int n : {2, 4}) {
     std::mutex mu;
     RunThreadRanks(n, [&](ProcessGroup& pg) {
@@ -247,10 +250,8 @@ TEST(TensorParallelModels, ASplitThatDoesNotDivideLeavesTheModelWhole) {
 // single model's ids.
 TEST(TensorParallelModels, CompiledSplitModelGivesTheWholeModelsLogitsAndIds) {
   const LlamaConfig c = SplittableLlama();
-  auto whole = SeededLlama(c);
   const Tensor tokens = from_vector({5, 17, 2, 40, 33, 9, 81, 4, 60, 1}, {2, 5}, DType::kInt64);
-  const std::vector<double> want_logits = to_vector((*whole)(tokens));
-  const GenerateResult want = generate(*whole, kPrompts, {.max_new_tokens = 6});
+  const auto [want_logits, want] = WholeModelResults(c, tokens);
   for (int n : {2, 4}) {
     std::mutex mu;
     RunThreadRanks(n, [&](ProcessGroup& pg) {
