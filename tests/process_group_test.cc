@@ -1,8 +1,9 @@
 // One process per rank (InitProcessGroup, ops/distributed.h) over the TCP store (ops/tcp_store.h),
 // on the CPU: the test binary starts itself as the ranks, with torchrun's environment. Every
 // collective across 3 processes; a Llama-style model split over 2 processes gives the whole
-// model's logits; a rank that never starts, a rank with another WORLD_SIZE and a rank that skips a
-// collective make the others fail naming it; the store itself (set, get, waiting, timeout).
+// model's logits, eager and compiled; a rank that never starts, a rank with another WORLD_SIZE and
+// a rank that skips a collective make the others fail naming it; the store itself (set, get,
+// waiting, timeout).
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <spawn.h>
@@ -19,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "codegen/compile.h"
 #include "models/llama.h"
 #include "ops/distributed.h"
 #include "ops/factories.h"
@@ -108,9 +110,15 @@ void ChildBody(const std::string& scenario, int rank) {
     const std::vector<double> want = to_vector(model(tokens));
     model.ShardTensorParallel(*pg);
     const std::vector<double> got = to_vector(model(tokens));
+    // Compiled too: the all-reduces and the logits' gather are ops of the plan, sent through the
+    // store like the eager calls.
+    const std::vector<double> compiled =
+        to_vector(compile(model, tokens, {.mode = CompileOptions::Mode::kCompiled})({tokens})[0]);
     for (size_t i = 0; i < want.size(); ++i) {
       KILN_CHECK(std::abs(got[i] - want[i]) <= 2e-5 * (1 + std::abs(want[i])), "logit ", i, ": ",
                  got[i], " vs ", want[i]);
+      KILN_CHECK(std::abs(compiled[i] - want[i]) <= 1e-4 * (1 + std::abs(want[i])),
+                 "compiled logit ", i, ": ", compiled[i], " vs ", want[i]);
     }
   } else if (scenario == "join") {  // a rank missing or with another WORLD_SIZE
     InitProcessGroup({.timeout = std::chrono::milliseconds(1500)});
