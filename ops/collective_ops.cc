@@ -1,6 +1,6 @@
 // The collectives as registry ops (see distributed.h and collective_ops.h): the table of live
-// process groups the ops name by id, the rows' inference and kernel, the public functions, and
-// ProcessGroup's default out-of-place forms.
+// process groups the ops name by id (and GroupRef's lookup in it), the rows' inference and
+// kernel, the public functions, and ProcessGroup's torch.distributed-style forms over them.
 #include "ops/collective_ops.h"
 
 #include <mutex>
