@@ -12,10 +12,12 @@
 //
 // Tensors must be CUDA tensors on the rank's device; reductions take floating and integer
 // dtypes (not bool). Unlike the thread-rank backend, a rank that calls another collective,
-// never comes or fails leaves the others waiting inside NCCL (libnccl has no timeout of its own
-// and kiln does not abort communicators yet): RunNcclRanks then does not return. One process per
-// GPU: InitProcessGroup({.backend = "nccl"}) (distributed.h). The collective ops (distributed.h)
-// use NCCL's out-of-place forms, and a compiled plan's NCCL calls are captured in its CUDA graph.
+// never comes or fails can leave the others waiting inside NCCL on a collective they already
+// issued (libnccl has no timeout of its own and kiln does not abort communicators yet):
+// RunNcclRanks then does not return. Collectives a rank issues after another failed throw. One
+// process per GPU: InitProcessGroup({.backend = "nccl"}) (distributed.h). The collective ops
+// (distributed.h) use NCCL's out-of-place forms, and a compiled plan's NCCL calls are captured in
+// its CUDA graph.
 #pragma once
 
 #include <functional>
@@ -36,7 +38,8 @@ int NcclVersion();
 
 // Runs `body` on one thread per entry of `devices` (distinct CUDA device ordinals), rank r on
 // devices[r], all sharing one NCCL communicator set; returns when all are done, rethrowing the
-// first rank's error (a failed rank can leave the others waiting in NCCL: see above).
+// first failure. Once a rank failed the others' later collectives throw instead of being issued;
+// one already issued can still wait for the failed rank forever (see above).
 void RunNcclRanks(const std::vector<int>& devices, const std::function<void(ProcessGroup&)>& body);
 
 // `n` ranks on this machine, each a thread: on the CPU thread ranks (RunThreadRanks), on a CUDA

@@ -3,10 +3,12 @@
 // collectives on kiln's current stream.
 #include <nccl.h>
 
+#include <atomic>
 #include <cstring>
 #include <exception>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -95,10 +97,27 @@ ncclDataType_t NcclType(DType t, bool reduce, const char* op) {
   KILN_FAIL(op, ": NCCL has no type for ", DTypeName(t));
 }
 
+// What the ranks of one RunNcclRanks share: the first failure, so that the others stop issuing
+// collectives that would wait for the failed rank forever (one already issued still waits: NCCL
+// has no timeout and kiln does not abort communicators yet).
+struct RanksFailure {
+  std::mutex mu;
+  std::atomic<bool> failed{false};
+  std::string why;
+  int rank = -1;  // the first to fail
+  void Set(int r, const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (failed.load()) return;
+    why = absl::StrCat("rank ", r, " failed: ", what);
+    rank = r;
+    failed.store(true);
+  }
+};
+
 class NcclGroup : public ProcessGroup {
  public:
-  NcclGroup(ncclComm_t comm, int rank, int world, int device)
-      : comm_(comm), rank_(rank), world_(world), device_(device) {}
+  NcclGroup(ncclComm_t comm, int rank, int world, int device, RanksFailure* failure)
+      : comm_(comm), rank_(rank), world_(world), device_(device), failure_(failure) {}
   // A group of one process per rank: it owns its communicator and the store it was made through.
   NcclGroup(ncclComm_t comm, int rank, int world, int device, std::unique_ptr<TcpStore> store)
       : comm_(comm), rank_(rank), world_(world), device_(device), store_(std::move(store)) {}
@@ -154,6 +173,11 @@ class NcclGroup : public ProcessGroup {
   static ncclRedOp_t NcclOp(ReduceOp op) { return op == ReduceOp::kSum ? ncclSum : ncclMax; }
 
   void Checked(const char* op, const Tensor& t) const {
+    if (failure_ != nullptr && failure_->failed.load()) {
+      std::lock_guard<std::mutex> lock(failure_->mu);
+      throw Error(absl::AbortedError(
+          absl::StrCat(op, " on rank ", rank_, ": not issued, ", failure_->why)));
+    }
     KILN_CHECK(t.defined() && t.device().is_cuda() && t.device().index == device_, op,
                ": the NCCL group's rank ", rank_, " works on cuda:", device_, ", got a tensor ",
                t.defined() ? absl::StrCat("on ", t.device().str()) : "undefined");
@@ -161,6 +185,7 @@ class NcclGroup : public ProcessGroup {
 
   ncclComm_t comm_;
   int rank_, world_, device_;
+  RanksFailure* failure_ = nullptr;  // RunNcclRanks's ranks only
   std::unique_ptr<TcpStore> store_;
 };
 
@@ -191,23 +216,26 @@ void RunNcclRanks(const std::vector<int>& devices, const std::function<void(Proc
   Check(lib.CommInitAll(comms.data(), n, devices.data()), "ncclCommInitAll", 0);
   std::vector<std::exception_ptr> errors(n);
   std::vector<std::thread> threads;
+  RanksFailure failure;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
         KILN_CUDA_CHECK(cudaSetDevice(devices[r]));
-        NcclGroup group(comms[r], r, n, devices[r]);
+        NcclGroup group(comms[r], r, n, devices[r], &failure);
         body(group);
         cuda::Synchronize();
+      } catch (const std::exception& e) {
+        errors[r] = std::current_exception();
+        failure.Set(r, e.what());
       } catch (...) {
         errors[r] = std::current_exception();
+        failure.Set(r, "an exception that is not a std::exception");
       }
     });
   }
   for (std::thread& t : threads) t.join();
   for (ncclComm_t c : comms) lib.CommDestroy(c);
-  for (const std::exception_ptr& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  if (failure.rank >= 0) std::rethrow_exception(errors[failure.rank]);  // the first failure
 }
 
 std::unique_ptr<ProcessGroup> NcclGroupThroughStore(std::unique_ptr<TcpStore> store, int rank,
