@@ -51,8 +51,10 @@ Tensor PaddedRowShard(const Tensor& t, int rank, int world) {
 }
 
 Tensor GatherVocab(const Tensor& part, int64_t vocab, ProcessGroup& group) {
-  KILN_CHECK(part.dim() >= 1 && part.size(-1) * group.world_size() >= vocab,
-             "GatherVocab: ", group.world_size(), " parts of ", part.shape_string(),
+  KILN_CHECK(part.defined() && part.dim() >= 1 && vocab >= 1 &&
+                 part.size(-1) * group.world_size() >= vocab,
+             "GatherVocab: ", group.world_size(), " parts of ",
+             part.defined() ? part.shape_string() : "an undefined tensor",
              " do not cover a vocabulary of ", vocab);
   const int64_t p = part.size(-1), rows = part.numel() / std::max<int64_t>(p, 1);
   // all_gather joins dim 0: the vocabulary moved there and back.

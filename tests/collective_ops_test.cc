@@ -27,6 +27,7 @@
 #include "ops/distributed.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
+#include "ops/tensor_parallel.h"
 #include "tests/filecheck.h"
 #include "tests/test_util.h"
 
@@ -76,6 +77,9 @@ TEST(CollectiveOps, BadInputNamesTheOpAndTheRule) {
     ExpectThrowsWith([&] { broadcast(zeros({2}), pg, 2); }, "source rank 2 is not in 0..1");
     ExpectThrowsWith([&] { all_reduce(zeros({2}, DType::kBool), pg); }, "bool");
     ExpectThrowsWith([&] { all_gather(zeros(Shape{}), pg); }, "rank >= 1");
+    ExpectThrowsWith([&] { all_reduce(Tensor(), pg); }, "all_reduce");
+    ExpectThrowsWith([&] { GatherVocab(Tensor(), 10, pg); }, "an undefined tensor");
+    ExpectThrowsWith([&] { GatherVocab(zeros({2, 5}), 0, pg); }, "a vocabulary of 0");
   });
   int64_t gone = 0;
   RunThreadRanks(1, [&](ProcessGroup& pg) { gone = pg.id(); });
