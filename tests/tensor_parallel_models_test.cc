@@ -3,7 +3,9 @@
 // model's logits (full forward and cached steps) and generate()'s greedy ids; the cache holds
 // this rank's key/value heads; a split that does not divide is refused before anything changes;
 // compiled (the forward, generate()'s compiled mode) a split model gives the same logits and ids;
-// a tied LM head over a vocabulary that does not divide is split with padding, the logits whole.
+// a tied LM head over a vocabulary that does not divide is split with padding, the logits whole;
+// split while loading (meta model, to_empty, the whole checkpoint); sampled ids; bf16 logits
+// within the numerics policy; a model that outlives its group says so.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -21,6 +23,7 @@
 #include "ops/ops.h"
 #include "runtime/random.h"
 #include "tests/io_test_util.h"
+#include "tests/numerics_policy.h"
 #include "tests/test_util.h"
 
 namespace kiln {
@@ -200,6 +203,35 @@ TEST(TensorParallelModels, SampledIdsAreTheSingleModelsOnEveryRank) {
     });
     EXPECT_EQ(got[0].tokens, want.tokens);
     EXPECT_EQ(got[1].tokens, want.tokens);
+  }
+}
+
+// bf16: the split model's logits, eager and compiled, against the float32 reference (the same
+// rounded weights in float32) within the numerics policy, relative to the single bf16 model's
+// own error (the row-parallel sums round each rank's part before the reduction).
+TEST(TensorParallelModels, Bf16SplitLogitsAreWithinTheNumericsPolicy) {
+  const LlamaConfig c = SplittableLlama();
+  const Tensor tokens = from_vector({5, 17, 2, 40, 33, 9, 81, 4, 60, 1}, {2, 5}, DType::kInt64);
+  auto single = SeededLlama(c);
+  single->to(DType::kBFloat16);
+  auto reference = SeededLlama(c);
+  reference->to(DType::kBFloat16);
+  reference->to(DType::kFloat32);
+  const Tensor eager = (*single)(tokens), want = (*reference)(tokens);
+  for (int n : {2, 4}) {
+    std::mutex mu;
+    RunThreadRanks(n, [&](ProcessGroup& pg) {
+      auto model = SeededLlama(c);
+      model->to(DType::kBFloat16);
+      model->ShardTensorParallel(pg);
+      const Tensor got = (*model)(tokens);
+      const Tensor compiled =
+          compile(*model, tokens, {.mode = CompileOptions::Mode::kCompiled})({tokens})[0];
+      std::lock_guard<std::mutex> lock(mu);
+      const std::string at = absl::StrCat("n ", n, " rank ", pg.rank());
+      ExpectWithinPolicy({got}, {eager}, {want}, at + " eager");
+      ExpectWithinPolicy({compiled}, {eager}, {want}, at + " compiled");
+    });
   }
 }
 
