@@ -282,8 +282,9 @@ struct OpDef {
   // strides (NewOutput).
   bool heads_last_output = false;
   // A collective (ops/distributed.h): it talks to the other ranks of its group, so passes never
-  // run it at compile time (constant folding), and every rank's plan must issue the same ones in
-  // the same order (one trace of the same program does).
+  // run it at compile time (constant folding), drop it when its result is unused (dead-code
+  // elimination) or merge two calls of it (common subexpressions), and every rank's plan must
+  // issue the same ones in the same order (one trace of the same program does).
   bool collective = false;
 
   bool is_elementwise() const {

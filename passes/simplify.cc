@@ -30,6 +30,11 @@ void ReplaceAllUses(Graph& graph, ValueId from, ValueId to) {
 absl::StatusOr<bool> DeadCodeElimination::Run(Graph& graph, PassContext&) {
   std::vector<bool> live(graph.num_values(), false);
   for (ValueId v : graph.outputs()) live[v] = true;
+  // A collective runs whether or not this rank uses its result: the other ranks wait for it.
+  for (ValueId v = 0; v < graph.num_values(); ++v) {
+    const Node& n = graph.node(v);
+    if (n.kind == NodeKind::kOp && GetOpDef(n.op).collective) live[v] = true;
+  }
   for (ValueId v = graph.num_values() - 1; v >= 0; --v) {
     if (!live[v]) continue;
     for (ValueId in : graph.node(v).inputs) live[in] = true;
@@ -49,7 +54,9 @@ absl::StatusOr<bool> CommonSubexpressionElimination::Run(Graph& graph, PassConte
   bool changed = false;
   for (ValueId v = 0; v < graph.num_values(); ++v) {
     const Node& n = graph.node(v);
-    if (n.kind != NodeKind::kOp) continue;
+    // Two calls of a collective are two exchanges, as in eager: another rank may pass them
+    // different tensors, so they are never merged.
+    if (n.kind != NodeKind::kOp || GetOpDef(n.op).collective) continue;
     const auto key = std::make_tuple(static_cast<int>(n.op),
                                      std::vector<ValueId>(n.inputs.begin(), n.inputs.end()),
                                      ir::PrintAttrs(GetOpDef(n.op), n.attrs));

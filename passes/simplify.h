@@ -1,9 +1,11 @@
 // Clean-up passes.
 //
-// DeadCodeElimination: removes nodes no graph output depends on. Requires nothing; guarantees
-//   every remaining node (except inputs) is used.
-// CommonSubexpressionElimination: op nodes with the same op, inputs and attributes become one;
-//   requires topological order (always true), keeps it.
+// DeadCodeElimination: removes nodes no graph output depends on, but collectives (OpDef::
+//   collective: the other ranks wait for them, used here or not) and what they read. Requires
+//   nothing; guarantees every remaining node (except inputs and collectives) is used.
+// CommonSubexpressionElimination: op nodes with the same op, inputs and attributes become one
+//   (collectives never: two calls are two exchanges); requires topological order (always
+//   true), keeps it.
 // ConstantFolding: op nodes whose inputs are all constants (and cheap: not matmul/linear) are
 //   evaluated once at compile time and become constants (e.g. a causal mask built in forward),
 //   when those constants are the trace's own (Node::local) or the weights are frozen

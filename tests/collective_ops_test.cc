@@ -4,11 +4,12 @@
 // divide, a source outside the group, bool reductions, a group that no longer exists); compiled,
 // each is an opaque node that fusion stops at (IR CHECK lines, the explain line), printed with its
 // group and parsed back (the verifier refuses a group this process lacks), never folded at compile
-// time even over frozen constants; a plan that outlives its group says so; Export refuses a plan
-// with a collective.
+// time even over frozen constants, never dropped when unused nor merged with another call; a plan
+// that outlives its group says so; Export refuses a plan with a collective.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <mutex>
 #include <optional>
@@ -226,6 +227,48 @@ TEST(CollectiveOps, TheGroupsInPlaceFormsAreTracedToo) {
       CHECK: all_gather(%
     )")) << graph;
   });
+}
+
+// A collective whose result one rank does not use still runs there, as in eager (the other ranks
+// wait for it): dead-code elimination keeps collectives.
+TEST(CollectiveOps, AnUnusedResultStillRunsItsCollective) {
+  std::mutex mu;
+  RunThreadRanks(
+      2,
+      [&](ProcessGroup& pg) {
+        auto fn = [&pg](const std::vector<Tensor>& in) {
+          const Tensor y = all_reduce(in[0], pg);
+          return std::vector<Tensor>{pg.rank() == 0 ? add(y, 1.0) : add(in[0], 1.0)};
+        };
+        const Tensor x = full({3}, pg.rank() + 1.0);
+        const CompiledFn f = compile(fn, {x}, {.mode = CompileOptions::Mode::kCompiled});
+        const std::vector<double> got = to_vector(f({x})[0]);
+        const std::string graph = f.report({x}).final_graph;
+        std::lock_guard<std::mutex> lock(mu);
+        EXPECT_EQ(got, std::vector<double>(3, pg.rank() == 0 ? 4.0 : 3.0));
+        EXPECT_TRUE(FileCheck(graph, "CHECK: all_reduce(%")) << graph;
+      },
+      std::chrono::seconds(5));
+}
+
+// Two calls on one rank's same tensor are two exchanges (another rank passes different ones):
+// never merged into one.
+TEST(CollectiveOps, TwoCallsAreNeverMerged) {
+  std::mutex mu;
+  RunThreadRanks(
+      2,
+      [&](ProcessGroup& pg) {
+        auto fn = [&pg](const std::vector<Tensor>& in) {
+          const Tensor second = pg.rank() == 0 ? in[0] : mul(in[0], 10.0);
+          return std::vector<Tensor>{add(all_reduce(in[0], pg), all_reduce(second, pg))};
+        };
+        const Tensor x = full({2}, pg.rank() + 1.0);
+        const CompiledFn f = compile(fn, {x}, {.mode = CompileOptions::Mode::kCompiled});
+        const std::vector<double> got = to_vector(f({x})[0]);
+        std::lock_guard<std::mutex> lock(mu);
+        EXPECT_EQ(got, std::vector<double>(2, 3.0 + 21.0));  // (1 + 2) + (1 + 20)
+      },
+      std::chrono::seconds(5));
 }
 
 TEST(CollectiveOps, ConstantFoldingLeavesThemToTheRun) {
