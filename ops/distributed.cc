@@ -5,6 +5,7 @@
 // rank reads it). Processes (InitProcessGroup): each call goes through the TCP store.
 #include "ops/distributed.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -387,6 +388,30 @@ void RunThreadRanks(int world_size, const std::function<void(ProcessGroup&)>& bo
   }
 }
 
+namespace {
+
+// A failed rendezvous: every rank that came reports it itself, so rank 0, whose process serves the
+// store, keeps it up (at most `timeout`) until the other ranks that came have seen the failure:
+// they report the missing rank too, not rank 0's exit.
+[[noreturn]] void FailRendezvous(TcpStore& store, int rank, int world,
+                                 const std::vector<int>& missing, const std::string& failure,
+                                 std::chrono::milliseconds timeout) {
+  store.Set(absl::StrCat("join_failed/", rank), "1");
+  if (rank == 0) {
+    for (int r = 1; r < world; ++r) {
+      if (std::find(missing.begin(), missing.end(), r) != missing.end()) continue;
+      try {
+        store.Get(absl::StrCat("join_failed/", r), timeout);
+      } catch (const Error&) {
+        // gone or slow: its own error will say so
+      }
+    }
+  }
+  throw Error(absl::InvalidArgumentError(failure));
+}
+
+}  // namespace
+
 std::unique_ptr<ProcessGroup> InitProcessGroup(const ProcessGroupOptions& options) {
   KILN_CHECK(options.backend == "cpu" || options.backend == "nccl", "InitProcessGroup: backend '",
              options.backend, "' is not one of \"cpu\", \"nccl\"");
@@ -398,21 +423,27 @@ std::unique_ptr<ProcessGroup> InitProcessGroup(const ProcessGroupOptions& option
   // Rendezvous: every rank says it is here and what world it expects.
   store->Set(absl::StrCat("join/", rank), std::to_string(world));
   std::vector<int> missing;
+  std::string failure;
   for (int r = 0; r < world; ++r) {
     try {
       const std::string theirs =
           store->Get(absl::StrCat("join/", r),
                      missing.empty() ? options.timeout : std::chrono::milliseconds(1));
-      KILN_CHECK(theirs == std::to_string(world), "InitProcessGroup: rank ", r, " has WORLD_SIZE ",
-                 theirs, ", rank ", rank, " has ", world);
+      if (theirs != std::to_string(world) && failure.empty()) {
+        failure = absl::StrCat("InitProcessGroup: rank ", r, " has WORLD_SIZE ", theirs, ", rank ",
+                               rank, " has ", world);
+      }
     } catch (const Error& e) {
       if (e.status().code() != absl::StatusCode::kDeadlineExceeded) throw;
       missing.push_back(r);
     }
   }
-  KILN_CHECK(missing.empty(), "InitProcessGroup: rank(s) ", absl::StrJoin(missing, ", "), " of ",
-             world, " did not join within ", options.timeout.count(), " ms (rank ", rank,
-             ", store at ", host, ":", port, ")");
+  if (!missing.empty()) {
+    failure = absl::StrCat("InitProcessGroup: rank(s) ", absl::StrJoin(missing, ", "), " of ",
+                           world, " did not join within ", options.timeout.count(), " ms (rank ",
+                           rank, ", store at ", host, ":", port, ")");
+  }
+  if (!failure.empty()) FailRendezvous(*store, rank, world, missing, failure, options.timeout);
   if (options.backend == "nccl") {
     const char* local = std::getenv("LOCAL_RANK");
     const int device = local != nullptr && *local != '\0' ? EnvInt("LOCAL_RANK", 0, 1023) : rank;
