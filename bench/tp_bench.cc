@@ -12,7 +12,8 @@
 // warm-up, wall time to the result); decode: generate() over a [1, decode-prompt] prompt, the
 // decode step compiled and replayed as a CUDA graph, ms per step from its third step on. Check:
 // the last position's logits and the greedy ids of each size against size 1's (bf16: the argmax
-// and the largest difference are reported). A line "TP {json}" per size carries the figures.
+// and the largest difference are reported), and on GPUs the collectives' share of rank 0's kernel
+// time in 8 decode steps (kiln's profiler, CUPTI). A line "TP {json}" per size carries the figures.
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -22,11 +23,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "codegen/compile.h"
 #include "models/generate.h"
@@ -35,6 +38,7 @@
 #include "ops/factories.h"
 #include "ops/nccl.h"
 #include "ops/ops.h"
+#include "profiler/profiler.h"
 #include "runtime/cuda.h"
 #include "runtime/random.h"
 
@@ -42,6 +46,8 @@ namespace {
 
 using kiln::Tensor;
 using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kProfiledTokens = 12;  // the profiled generation's new tokens
 
 std::map<std::string, std::string> ParseFlags(int argc, char** argv) {
   std::map<std::string, std::string> f = {
@@ -92,7 +98,9 @@ kiln::LlamaConfig Config(std::map<std::string, std::string>& f) {
   c.kv_heads = Int(f, "kv-heads");
   c.vocab = Int(f, "vocab");
   c.rope.base = 500000;
-  c.rope.max_positions = std::max(Int(f, "prompt"), Int(f, "decode-prompt") + Int(f, "new-tokens"));
+  c.rope.max_positions =
+      std::max(Int(f, "prompt"),
+               Int(f, "decode-prompt") + std::max<int64_t>(Int(f, "new-tokens"), kProfiledTokens));
   return c;
 }
 
@@ -119,6 +127,22 @@ Tensor Tokens(int64_t len, int64_t vocab, uint64_t seed, kiln::Device device) {
   return kiln::from_vector(u, {1, len}, kiln::DType::kInt64, device);
 }
 
+// The collectives' share of `device`'s kernel time in `r`'s recorded steps, as text.
+std::string CollectiveShare(const kiln::profiler::ProfileResult& r, int device) {
+  if (!r.device_available) return r.device_status;
+  int64_t all = 0, nccl = 0;
+  for (const kiln::profiler::DeviceRecord& k : r.device) {
+    if (k.kind != kiln::profiler::DeviceKind::kKernel || static_cast<int>(k.device) != device) {
+      continue;
+    }
+    all += k.duration_ns();
+    if (absl::StrContains(k.name, "nccl")) nccl += k.duration_ns();
+  }
+  return absl::StrFormat("%.1f%% (%.1f of %.1f us a step)", all > 0 ? 100.0 * nccl / all : 0.0,
+                         nccl / 1e3 / std::max(r.steps_recorded, 1),
+                         all / 1e3 / std::max(r.steps_recorded, 1));
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -128,8 +152,9 @@ struct SizeResult {
   int tp = 0;
   std::vector<double> prefill_ms;
   double decode_ms = 0;
-  std::vector<double> last_logits;  // float, the prefill's last position
-  std::vector<int64_t> ids;         // greedy decode
+  std::string collective_share = "-";  // of rank 0's device time in profiled decode steps
+  std::vector<double> last_logits;     // float, the prefill's last position
+  std::vector<int64_t> ids;            // greedy decode
 };
 
 SizeResult RunSize(int tp, const kiln::LlamaConfig& c, kiln::Device device, kiln::DType dtype,
@@ -175,7 +200,22 @@ SizeResult RunSize(int tp, const kiln::LlamaConfig& c, kiln::Device device, kiln
     };
     const kiln::GenerateResult r =
         kiln::generate(*model, {std::vector<int64_t>(p.begin(), p.end())}, o);
+    // Where rank 0's device time goes in 8 decode steps after the first three (CUPTI sees every
+    // rank's GPU; rank 0's are counted): the collectives' kernels (NCCL's) against all of them.
+    std::optional<kiln::profiler::Profiler> prof;
+    if (gpu && pg.rank() == 0) {
+      prof.emplace(kiln::profiler::Profiler::Options{.wait = 3, .active = 8});
+      prof->Start();
+    }
+    kiln::GenerateOptions profiled = o;
+    profiled.max_new_tokens = kProfiledTokens;
+    profiled.on_step = [&](int64_t, const std::vector<int64_t>&) {
+      if (prof) prof->Step();
+      return true;
+    };
+    kiln::generate(*model, {std::vector<int64_t>(p.begin(), p.end())}, profiled);
     if (pg.rank() != 0) return;
+    if (prof) out.collective_share = CollectiveShare(prof->Stop(), d.index);
     out.prefill_ms = ms;
     constexpr size_t kFirstSteady = 2;
     if (step_end_ms.size() > kFirstSteady + 1) {
@@ -224,7 +264,12 @@ int main(int argc, char** argv) {
   std::vector<SizeResult> results;
   bool ok = true;
   for (int n : sizes) {
-    results.push_back(RunSize(n, c, device, dtype, f));
+    try {
+      results.push_back(RunSize(n, c, device, dtype, f));
+    } catch (const kiln::Error& e) {
+      std::fprintf(stderr, "tp_bench: tp %d: %s\n", n, e.what());
+      return 2;
+    }
     const SizeResult& r = results.back();
     const SizeResult& one = results.front();
     double diff = 0, scale = 0;
@@ -238,11 +283,13 @@ int main(int argc, char** argv) {
     const bool close = diff <= (f32 ? 1e-4 : 3.2e-2) * std::max(1.0, scale);
     std::printf(
         "tp %d: prefill %.2f ms (%.2f..%.2f), decode %.3f ms/token (%.1f tokens/s); "
-        "vs tp %d: logits max |diff| %.3g (max |ref| %.3g) %s, argmax %s, ids %s\n",
+        "vs tp %d: logits max |diff| %.3g (max |ref| %.3g) %s, argmax %s, ids %s; "
+        "collectives' share of a decode step's kernel time: %s\n",
         r.tp, Median(r.prefill_ms), *std::min_element(r.prefill_ms.begin(), r.prefill_ms.end()),
         *std::max_element(r.prefill_ms.begin(), r.prefill_ms.end()), r.decode_ms,
         1000.0 / r.decode_ms, one.tp, diff, scale, close ? "OK" : "MISMATCH",
-        same_argmax ? "same" : "differs", same_ids ? "same" : (f32 ? "MISMATCH" : "differ"));
+        same_argmax ? "same" : "differs", same_ids ? "same" : (f32 ? "MISMATCH" : "differ"),
+        r.collective_share.c_str());
     ok &= close && (same_ids || !f32);
     std::printf(
         "TP {\"tp\": %d, \"prefill_ms\": %.3f, \"decode_ms_per_token\": %.4f, "
