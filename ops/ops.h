@@ -229,6 +229,26 @@ ValuesIndices topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = 
 template <typename T = double>
 T item(const Tensor& x);
 
+// Composites with torch's names and semantics, built from the ops above (they launch what those
+// launch and are traced as them; ops/composite_ops.cc). Bad arguments throw naming the function.
+Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);  // 0-d: [1]
+Tensor unflatten(const Tensor& x, int64_t dim, IntList sizes);                 // one size may be -1
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);    // a view
+Tensor repeat_interleave(const Tensor& x, int64_t repeats, int64_t dim);
+Tensor repeat_interleave(const Tensor& x, int64_t repeats);  // of the flattened x
+Tensor repeat(const Tensor& x, IntList repeats);             // torch.Tensor.repeat (tiles)
+Tensor min(const Tensor& x, IntList dims = {}, bool keepdim = false);  // values (torch.amin)
+// log(sum(exp(x))) over `dims`, stably (a row of -inf gives -inf, one with +inf gives +inf).
+Tensor logsumexp(const Tensor& x, IntList dims, bool keepdim = false);
+// Variance over `dims` (empty = all) with Bessel's `correction`: sum((x - mean)^2) / (N -
+// correction); N - correction <= 0 gives inf or nan, as in torch. Floating x only.
+Tensor var(const Tensor& x, IntList dims = {}, int64_t correction = 1, bool keepdim = false);
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+Tensor zeros_like(const Tensor& x);  // x's shape, dtype and device
+Tensor ones_like(const Tensor& x);
+Tensor full_like(const Tensor& x, double value);
+Tensor empty_like(const Tensor& x);
+
 // Conversions.
 Tensor to(const Tensor& x, DType dtype);
 Tensor to(const Tensor& x, Device device);

@@ -1,0 +1,207 @@
+// Composites with torch's names and semantics (see ops.h): flatten, unflatten, narrow,
+// repeat_interleave, repeat, min, logsumexp, var, leaky_relu and the *_like factories, each
+// written with the registry's ops, so eager runs those ops' kernels and a trace records them.
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "ops/factories.h"
+#include "ops/ops.h"
+#include "runtime/status.h"
+
+namespace kiln {
+namespace {
+
+std::string Shapes(const Tensor& x) {
+  return x.defined() ? x.shape_string() : std::string("an undefined tensor");
+}
+
+void CheckDefined(const char* fn, const Tensor& x) {
+  KILN_CHECK(x.defined(), fn, ": the input is an undefined tensor");
+}
+
+// `dim` wrapped into [0, rank) (rank 0 counts as 1, as torch does for 0-d tensors).
+int64_t Wrapped(const char* fn, const Tensor& x, int64_t dim) {
+  const int64_t rank = std::max<int64_t>(x.dim(), 1);
+  KILN_CHECK(dim >= -rank && dim < rank, fn, ": dim ", dim, " is out of range for ", Shapes(x),
+             " (expected in [", -rank, ", ", rank - 1, "])");
+  return dim < 0 ? dim + rank : dim;
+}
+
+// The reduced dims' element count (empty dims: all).
+int64_t ReducedCount(const Tensor& x, IntList dims) {
+  if (dims.empty()) return x.numel();
+  int64_t n = 1;
+  for (int64_t d : dims) n *= x.size(d < 0 ? d + x.dim() : d);
+  return n;
+}
+
+}  // namespace
+
+Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
+  CheckDefined("flatten", x);
+  if (x.dim() == 0) return reshape(x, {1});
+  const int64_t s = Wrapped("flatten", x, start_dim), e = Wrapped("flatten", x, end_dim);
+  KILN_CHECK(s <= e, "flatten: start_dim ", start_dim, " comes after end_dim ", end_dim, " in ",
+             Shapes(x));
+  Shape shape(x.shape().begin(), x.shape().begin() + s);
+  int64_t merged = 1;
+  for (int64_t d = s; d <= e; ++d) merged *= x.size(d);
+  shape.push_back(merged);
+  shape.insert(shape.end(), x.shape().begin() + e + 1, x.shape().end());
+  return reshape(x, shape);
+}
+
+Tensor unflatten(const Tensor& x, int64_t dim, IntList sizes) {
+  CheckDefined("unflatten", x);
+  KILN_CHECK(x.dim() >= 1, "unflatten: needs a tensor of rank >= 1, got ", Shapes(x));
+  const int64_t d = Wrapped("unflatten", x, dim);
+  KILN_CHECK(!sizes.empty(), "unflatten: sizes must not be empty");
+  int64_t known = 1, inferred = -1;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    KILN_CHECK(sizes[i] >= -1, "unflatten: size ", sizes[i], " is negative");
+    if (sizes[i] == -1) {
+      KILN_CHECK(inferred < 0, "unflatten: only one size may be -1");
+      inferred = static_cast<int64_t>(i);
+    } else {
+      known *= sizes[i];
+    }
+  }
+  Shape split(sizes.begin(), sizes.end());
+  if (inferred >= 0) {
+    KILN_CHECK(known > 0 && x.size(d) % known == 0, "unflatten: dim ", d, " of ", Shapes(x), " (",
+               x.size(d), ") does not split into sizes with product ", known, " and a -1");
+    split[inferred] = x.size(d) / known;
+  }
+  KILN_CHECK(inferred >= 0 || known == x.size(d), "unflatten: sizes multiply to ", known,
+             ", not to dim ", d, " of ", Shapes(x), " (", x.size(d), ")");
+  Shape shape(x.shape().begin(), x.shape().begin() + d);
+  shape.insert(shape.end(), split.begin(), split.end());
+  shape.insert(shape.end(), x.shape().begin() + d + 1, x.shape().end());
+  return reshape(x, shape);
+}
+
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
+  CheckDefined("narrow", x);
+  KILN_CHECK(x.dim() >= 1, "narrow: needs a tensor of rank >= 1, got ", Shapes(x));
+  const int64_t d = Wrapped("narrow", x, dim), size = x.size(d);
+  const int64_t s = start < 0 ? start + size : start;
+  KILN_CHECK(s >= 0 && s <= size && length >= 0 && s + length <= size, "narrow: start ", start,
+             " and length ", length, " do not fit dim ", d, " of ", Shapes(x), " (", size, ")");
+  return slice(x, d, s, s + length);
+}
+
+Tensor repeat_interleave(const Tensor& x, int64_t repeats, int64_t dim) {
+  CheckDefined("repeat_interleave", x);
+  KILN_CHECK(repeats >= 0, "repeat_interleave: repeats must be non-negative, got ", repeats);
+  if (x.dim() == 0) return repeat_interleave(reshape(x, {1}), repeats, 0);
+  const int64_t d = Wrapped("repeat_interleave", x, dim);
+  Shape wide = x.shape();
+  wide.insert(wide.begin() + d + 1, repeats);
+  Shape out = x.shape();
+  out[d] *= repeats;
+  return reshape(expand(unsqueeze(x, d + 1), wide), out);
+}
+
+Tensor repeat_interleave(const Tensor& x, int64_t repeats) {
+  CheckDefined("repeat_interleave", x);
+  return repeat_interleave(flatten(x), repeats, 0);
+}
+
+Tensor repeat(const Tensor& x, IntList repeats) {
+  CheckDefined("repeat", x);
+  KILN_CHECK(static_cast<int64_t>(repeats.size()) >= x.dim(), "repeat: ", repeats.size(),
+             " repeats for ", Shapes(x), ": give at least one per dim");
+  const size_t lead = repeats.size() - static_cast<size_t>(x.dim());
+  Shape pairs, wide, out;  // x as [1, x0, 1, x1, ...], expanded to [r0, x0, r1, x1, ...]
+  for (size_t i = 0; i < repeats.size(); ++i) {
+    KILN_CHECK(repeats[i] >= 0, "repeat: repeats must be non-negative, got ", repeats[i]);
+    const int64_t size = i < lead ? 1 : x.size(static_cast<int64_t>(i - lead));
+    pairs.insert(pairs.end(), {1, size});
+    wide.insert(wide.end(), {repeats[i], size});
+    out.push_back(repeats[i] * size);
+  }
+  return reshape(expand(reshape(x, pairs), wide), out);
+}
+
+Tensor min(const Tensor& x, IntList dims, bool keepdim) {
+  CheckDefined("min", x);
+  // Floating: -max(-x), exact, NaN propagating as max does.
+  if (IsFloatingPoint(x.dtype())) return neg(max(neg(x), dims, keepdim));
+  if (x.dtype() == DType::kBool)
+    return cast(min(cast(x, DType::kInt32), dims, keepdim), DType::kBool);
+  // Integers (negation would wrap at the dtype's minimum): the reduced dims moved last and joined,
+  // then the smallest by topk.
+  std::vector<bool> reduced(static_cast<size_t>(x.dim()), dims.empty());
+  for (int64_t d : dims) {
+    const int64_t w = Wrapped("min", x, d);
+    KILN_CHECK(!reduced[w], "min: dim ", d, " appears twice in ", dims.size(), " dims");
+    reduced[w] = true;
+  }
+  Shape order, kept_shape, keep_shape;
+  int64_t n = 1;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    keep_shape.push_back(reduced[d] ? 1 : x.size(d));
+    if (!reduced[d]) order.push_back(d), kept_shape.push_back(x.size(d));
+  }
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (reduced[d]) order.push_back(d), n *= x.size(d);
+  }
+  KILN_CHECK(n > 0, "min: a reduction over no elements (", Shapes(x), ") has no minimum");
+  Shape rows = kept_shape;
+  rows.push_back(n);
+  const Tensor smallest = topk(reshape(permute(x, order), rows), 1, -1, /*largest=*/false).values;
+  return reshape(smallest, keepdim ? keep_shape : kept_shape);
+}
+
+Tensor logsumexp(const Tensor& x, IntList dims, bool keepdim) {
+  CheckDefined("logsumexp", x);
+  KILN_CHECK(IsFloatingPoint(x.dtype()), "logsumexp: needs a floating tensor, got ",
+             DTypeName(x.dtype()), Shapes(x));
+  const Tensor m = max(x, dims, /*keepdim=*/true);
+  // An infinite row maximum shifts by 0 instead (-inf - -inf would be NaN).
+  const Tensor shift = masked_fill(m, eq(abs(m), std::numeric_limits<double>::infinity()), 0.0);
+  const Tensor out = add(log(sum(exp(sub(x, shift)), dims, /*keepdim=*/true)), shift);
+  if (keepdim) return out;
+  return dims.empty() ? reshape(out, {}) : sum(out, dims, /*keepdim=*/false);  // drops the 1s
+}
+
+Tensor var(const Tensor& x, IntList dims, int64_t correction, bool keepdim) {
+  CheckDefined("var", x);
+  KILN_CHECK(IsFloatingPoint(x.dtype()), "var: needs a floating tensor, got ", DTypeName(x.dtype()),
+             Shapes(x));
+  KILN_CHECK(correction >= 0, "var: correction must be non-negative, got ", correction);
+  const Tensor centred = sub(x, mean(x, dims, /*keepdim=*/true));
+  const Tensor squares = sum(mul(centred, centred), dims, keepdim);
+  const int64_t n = ReducedCount(x, dims);
+  return div(squares, static_cast<double>(std::max<int64_t>(n - correction, 0)));
+}
+
+Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  CheckDefined("leaky_relu", x);
+  return where(gt(x, 0.0), x, mul(x, negative_slope));
+}
+
+Tensor zeros_like(const Tensor& x) {
+  CheckDefined("zeros_like", x);
+  return zeros(x.shape(), x.dtype(), x.device());
+}
+
+Tensor ones_like(const Tensor& x) {
+  CheckDefined("ones_like", x);
+  return ones(x.shape(), x.dtype(), x.device());
+}
+
+Tensor full_like(const Tensor& x, double value) {
+  CheckDefined("full_like", x);
+  return full(x.shape(), value, x.dtype(), x.device());
+}
+
+Tensor empty_like(const Tensor& x) {
+  CheckDefined("empty_like", x);
+  return empty(x.shape(), x.dtype(), x.device());
+}
+
+}  // namespace kiln
