@@ -147,18 +147,13 @@ Tensor Gpt::forward(const Tensor& tokens) {
 
 Tensor Gpt::Head(const Tensor& h) const {
   if (!tp_.defined()) return kiln::linear(h, wte_.weight());
-  return kiln::GatherVocab(kiln::linear(h, head_shard_), config_.vocab, tp_.get("Gpt"));
+  return kiln::VocabParallelLogits(h, wte_.weight(), tp_.get("Gpt"));
 }
 
 void Gpt::MaterialiseBuffers(kiln::Device device) {
   Module::MaterialiseBuffers(device);
   slots_ = kiln::arange(config_.ctx, kiln::DType::kInt64, device);
   one_ = kiln::ones({1}, kiln::DType::kInt64, device);
-}
-
-void Gpt::AfterLoad() {
-  if (tp_.defined())
-    head_shard_ = kiln::PaddedRowShard(wte_.weight(), tp_.rank(), tp_.world_size());
 }
 
 void Gpt::ShardTensorParallel(kiln::ProcessGroup& group) {
@@ -170,7 +165,6 @@ void Gpt::ShardTensorParallel(kiln::ProcessGroup& group) {
              "Gpt::ShardTensorParallel: ", config_.heads, " heads and ", 4 * config_.dim,
              " MLP features must split over ", n, " ranks");
   for (GptBlock* block : blocks_) block->ShardTensorParallel(group);
-  head_shard_ = kiln::PaddedRowShard(wte_.weight(), group.rank(), group.world_size());
   tp_ = kiln::GroupRef(group);
 }
 

@@ -89,7 +89,6 @@ class Gpt : public kiln::Module {
   static std::vector<Tensor> DecodeInputs(const KvCache& cache, const DecodeState& state);
 
  protected:
-  void AfterLoad() override;  // split: the tied head's rows of the loaded wte
   void MaterialiseBuffers(kiln::Device device) override;  // to_empty: slots_ and one_ there
 
  private:
@@ -102,10 +101,9 @@ class Gpt : public kiln::Module {
   kiln::Embedding& wpe_;
   std::vector<GptBlock*> blocks_;
   kiln::LayerNorm& ln_f_;
-  Tensor slots_;       // arange(ctx), int64, on the model's device
-  Tensor one_;         // int64 [1] holding 1
-  kiln::GroupRef tp_;  // the ranks the blocks are split over; none: not split
-  Tensor head_shard_;  // split: this rank's rows of wte, the tied LM head (PaddedRowShard)
+  Tensor slots_;                       // arange(ctx), int64, on the model's device
+  Tensor one_;                         // int64 [1] holding 1
+  kiln::GroupRef tp_;                  // the ranks the blocks are split over; none: not split
   Tensor Head(const Tensor& h) const;  // the logits of final hidden states (gathered when split)
 };
 

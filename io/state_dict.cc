@@ -306,7 +306,6 @@ LoadReport LoadFrom(Module& module, const Source& source, const LoadOptions& opt
              ListKeys(report.missing_keys), ", unexpected keys ", ListKeys(report.unexpected_keys),
              "; LoadOptions::map renames keys, strict = false loads what matches");
   for (const std::string& name : report.loaded) CopyInto(source, name, plans.at(name));
-  module.NotifyLoaded();
   return report;
 }
 

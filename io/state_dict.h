@@ -43,9 +43,7 @@
 //   model.ShardTensorParallel(group);                    // this rank's shapes
 //   model.to_empty(CUDA(group.rank()));                  // memory for this rank's part only
 //   load_state_dict(model, "model.safetensors", {.map = llama_load_mapping()});
-//
-// After the copy every module's AfterLoad runs (a split model derives its tied head from the
-// loaded embedding there).
+
 #pragma once
 
 #include <functional>

@@ -181,8 +181,9 @@ LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& config, ModuleOptions o)
 Tensor LlamaForCausalLM::Logits(const Tensor& x) {
   const Tensor h = norm_(x);
   if (tp_.defined()) {  // this rank's rows of the vocabulary, gathered
-    const Tensor part = lm_head_ != nullptr ? (*lm_head_)(h) : linear(h, head_shard_);
-    return GatherVocab(part, config_.vocab, tp_.get("LlamaForCausalLM"));
+    ProcessGroup& group = tp_.get("LlamaForCausalLM");
+    if (lm_head_ == nullptr) return VocabParallelLogits(h, embed_tokens_.weight(), group);
+    return GatherVocab((*lm_head_)(h), config_.vocab, group);
   }
   if (lm_head_ != nullptr) return (*lm_head_)(h);
   embed_tokens_.CheckInitialised();
@@ -216,18 +217,9 @@ void LlamaForCausalLM::ShardTensorParallel(ProcessGroup& group) {
              " key/value heads and ", config_.hidden, " MLP features must all split over ", n,
              " ranks");
   for (LlamaDecoderLayer* layer : layers_) layer->ShardTensorParallel(group);
-  if (lm_head_ != nullptr) {
-    lm_head_->KeepPaddedRows(group.rank(), group.world_size());
-  } else {  // (again after every load: AfterLoad)
-    head_shard_ = PaddedRowShard(embed_tokens_.weight(), group.rank(), group.world_size());
-  }
+  // The LM head keeps its rows of the vocabulary; a tied one reads its rows of the embedding.
+  if (lm_head_ != nullptr) lm_head_->KeepPaddedRows(group.rank(), group.world_size());
   tp_ = GroupRef(group);
-}
-
-void LlamaForCausalLM::AfterLoad() {
-  if (tp_.defined() && lm_head_ == nullptr) {  // the tied head's rows of the new embedding
-    head_shard_ = PaddedRowShard(embed_tokens_.weight(), tp_.rank(), tp_.world_size());
-  }
 }
 
 CausalLM::CacheSpec LlamaForCausalLM::cache_spec() const {

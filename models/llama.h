@@ -77,16 +77,13 @@ class LlamaForCausalLM : public CausalLM {
   const char* type_name() const override { return "LlamaForCausalLM"; }
   // Tensor parallelism (ops/tensor_parallel.h): every layer keeps this rank's heads and MLP
   // features of the full weights it holds (load the checkpoint first), and its rows of the LM head
-  // (by vocabulary, ops/tensor_parallel.h's PaddedRowShard: the tied embedding's rows when tied);
+  // (by vocabulary, ops/tensor_parallel.h's PaddedRowShard; tied: a view of the embedding's rows);
   // the embeddings and norms stay whole. forward, Step and generate() then run on every rank of
   // `group` (each rank calls them with the same inputs and gets the same logits), with two
   // all-reduces a layer, one gather of the logits and a KV cache of this rank's kv_heads. Eager or
   // compiled (the all-reduces are ops in the traced graph); `group` must outlive the model and its
   // compiled steps.
   void ShardTensorParallel(ProcessGroup& group);
-
- protected:
-  void AfterLoad() override;  // split with tied embeddings: the head's rows of the loaded table
 
  private:
   Tensor Logits(const Tensor& x);  // norm, then lm_head or the tied embedding
@@ -98,8 +95,7 @@ class LlamaForCausalLM : public CausalLM {
   std::vector<LlamaDecoderLayer*> layers_;
   RMSNorm& norm_;
   Linear* lm_head_ = nullptr;
-  GroupRef tp_;        // the ranks the model is split over; none: not split
-  Tensor head_shard_;  // split with tied embeddings: this rank's rows of the embedding table
+  GroupRef tp_;  // the ranks the model is split over; none: not split
 };
 
 }  // namespace kiln

@@ -154,11 +154,6 @@ std::vector<std::pair<std::string, Module::ParamShard>> Module::named_shards() c
   return out;
 }
 
-void Module::NotifyLoaded() {
-  for (auto& [name, child] : children_) child->NotifyLoaded();
-  AfterLoad();
-}
-
 void Module::to(Device device) {
   for (auto* list : {&params_, &buffers_}) {
     for (auto& [name, t] : *list) {

@@ -115,8 +115,6 @@ class Module {
   };
   // The split parameters of this module and its submodules, named as named_parameters() names them.
   std::vector<std::pair<std::string, ParamShard>> named_shards() const;
-  // Calls AfterLoad on this module and every submodule, children first (load_state_dict does).
-  void NotifyLoaded();
 
  private:
   std::shared_ptr<const bool> alive_ = std::make_shared<const bool>(true);
@@ -136,8 +134,6 @@ class Module {
   // to_empty's step for this module's own buffers; the default gives meta ones uninitialised
   // memory and moves the others. A module that computes its buffers overrides it.
   virtual void MaterialiseBuffers(Device device);
-  // After load_state_dict wrote the parameters: for state derived from them (a split tied head).
-  virtual void AfterLoad() {}
   // Puts `value` in parameter or buffer slot `slot` (the old storage retired, as `to` does).
   static void ReplaceSlot(Tensor& slot, Tensor value);
   // to_empty's step for one slot: a meta tensor becomes uninitialised memory on `device`

@@ -66,6 +66,22 @@ Tensor GatherVocab(const Tensor& part, int64_t vocab, ProcessGroup& group) {
   return reshape(logits, shape);
 }
 
+Tensor VocabParallelLogits(const Tensor& h, const Tensor& table, ProcessGroup& group) {
+  KILN_CHECK(h.defined() && table.defined() && table.dim() == 2,
+             "VocabParallelLogits: needs h and a ", "[vocab, dim] table, got ",
+             table.defined() ? table.shape_string() : "an undefined table");
+  const int world = group.world_size(), rank = group.rank();
+  const int64_t vocab = table.size(0), part = (vocab + world - 1) / world;
+  const int64_t begin = std::min(vocab, rank * part), end = std::min(vocab, begin + part);
+  Tensor logits = linear(h, slice(table, 0, begin, end));
+  if (end - begin < part) {  // the last ranks' missing rows: zero logits
+    Shape pad = logits.shape();
+    pad.back() = part - (end - begin);
+    logits = cat({logits, zeros(pad, logits.dtype(), logits.device())}, -1);
+  }
+  return GatherVocab(logits, vocab, group);
+}
+
 Tensor RowParallelOrWhole(Linear& layer, const Tensor& x, const GroupRef& group) {
   if (!group.defined()) return layer(x);
   layer.CheckInitialised();

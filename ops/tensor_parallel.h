@@ -45,6 +45,10 @@ Tensor PaddedRowShard(const Tensor& t, int rank, int world);
 // PaddedRowShard) gathered along the last dim in rank order and cut to `vocab` (the padding
 // dropped): [..., vocab], the same on every rank.
 Tensor GatherVocab(const Tensor& part, int64_t vocab, ProcessGroup& group);
+// Tied-embedding logits split by the vocabulary: `h` [..., dim] against this rank's rows of the
+// whole `table` [vocab, dim] (a view: no copy, and it follows the table wherever it moves), padded
+// with zero logits to PaddedRowShard's size and gathered: [..., vocab] on every rank.
+Tensor VocabParallelLogits(const Tensor& h, const Tensor& table, ProcessGroup& group);
 // A module's last projection: `layer`(x) when `group` is none (not sharded), else the
 // row-parallel product of this rank's part of x and of the layer's weight over `group`.
 Tensor RowParallelOrWhole(Linear& layer, const Tensor& x, const GroupRef& group);

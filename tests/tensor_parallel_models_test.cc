@@ -235,6 +235,28 @@ TEST(TensorParallelModels, Bf16SplitLogitsAreWithinTheNumericsPolicy) {
   }
 }
 
+// A split model converted after the split (Module::to) computes exactly what one converted
+// before it does: its tied head reads the converted embedding (a view of its rows, not a copy
+// made at the split).
+TEST(TensorParallelModels, ASplitTiedModelConvertedAfterTheSplit) {
+  LlamaConfig c = SplittableLlama();
+  c.vocab = 97;
+  c.tie_word_embeddings = true;
+  const Tensor tokens = from_vector({5, 17, 2, 96, 33, 9}, {1, 6}, DType::kInt64);
+  std::mutex mu;
+  RunThreadRanks(2, [&](ProcessGroup& pg) {
+    auto after = SeededLlama(c), before = SeededLlama(c);
+    after->ShardTensorParallel(pg);
+    after->to(DType::kBFloat16);
+    before->to(DType::kBFloat16);
+    before->ShardTensorParallel(pg);
+    const Tensor got = (*after)(tokens), want = (*before)(tokens);
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(got.dtype(), DType::kBFloat16);
+    EXPECT_EQ(to_vector(got), to_vector(want)) << "rank " << pg.rank();
+  });
+}
+
 TEST(TensorParallelModels, EveryRankGetsTheSameBits) {
   const LlamaConfig c = SplittableLlama();
   const Tensor tokens = from_vector({3, 1, 4, 1, 5, 9}, {1, 6}, DType::kInt64);
