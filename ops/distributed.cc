@@ -189,8 +189,9 @@ class ExchangeGroup : public ProcessGroup {
   }
 
   void BroadcastInto(const Tensor& in, const Tensor& out, int src) override {
+    // A copy, taken before the exchange ends: rank src may write its tensor right after.
     Store(out, Run(Kind::kBroadcast, ReduceOp::kSum, src, in,
-                   [&](const auto& calls) { return calls[src].input; }));
+                   [&](const auto& calls) { return clone(calls[src].input); }));
   }
 
  protected:
@@ -201,7 +202,9 @@ class ExchangeGroup : public ProcessGroup {
   virtual void Done(int64_t seq) = 0;
 
  private:
-  // The exchange around `compute` (this rank's result from every rank's call).
+  // The exchange around `compute` (this rank's result from every rank's call). The result is read
+  // after the exchange ends, when the other ranks may already write their tensors again: it must
+  // not alias another rank's input (a copy, or a new tensor computed from them).
   template <typename Fn>
   Tensor Run(Kind kind, ReduceOp op, int src, const Tensor& t, Fn compute) {
     KILN_CHECK(t.defined(), KindName(kind), ": the tensor is undefined");
