@@ -160,6 +160,9 @@ Tensor logsumexp(const Tensor& x, IntList dims, bool keepdim) {
   CheckDefined("logsumexp", x);
   KILN_CHECK(IsFloatingPoint(x.dtype()), "logsumexp: needs a floating tensor, got ",
              DTypeName(x.dtype()), Shapes(x));
+  if (x.dtype() != DType::kFloat32) {  // half types compute in float32 and round once, as torch
+    return cast(logsumexp(cast(x, DType::kFloat32), dims, keepdim), x.dtype());
+  }
   const Tensor m = max(x, dims, /*keepdim=*/true);
   // An infinite row maximum shifts by 0 instead (-inf - -inf would be NaN).
   const Tensor shift = masked_fill(m, eq(abs(m), std::numeric_limits<double>::infinity()), 0.0);
@@ -173,6 +176,9 @@ Tensor var(const Tensor& x, IntList dims, int64_t correction, bool keepdim) {
   KILN_CHECK(IsFloatingPoint(x.dtype()), "var: needs a floating tensor, got ", DTypeName(x.dtype()),
              Shapes(x));
   KILN_CHECK(correction >= 0, "var: correction must be non-negative, got ", correction);
+  if (x.dtype() != DType::kFloat32) {  // half types compute in float32 and round once, as torch
+    return cast(var(cast(x, DType::kFloat32), dims, correction, keepdim), x.dtype());
+  }
   const Tensor centred = sub(x, mean(x, dims, /*keepdim=*/true));
   const Tensor squares = sum(mul(centred, centred), dims, keepdim);
   const int64_t n = ReducedCount(x, dims);

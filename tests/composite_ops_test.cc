@@ -106,6 +106,12 @@ TEST(CompositeOps, VarianceWithCorrection) {
   EXPECT_NEAR(to_vector(var(x))[0], 1517.5 / 7, 1e-3);  // all 8 values (mean 13.75), N - 1 = 7
   EXPECT_TRUE(std::isnan(to_vector(var(full({1}, 3.0)))[0]));  // 0 / 0, as torch
   EXPECT_EQ(var(x, {0}, 1, true).shape(), (Shape{1, 4}));
+  // bf16 near 1000 (spacing 4): the mean 1002 is no bf16 value, so centring in bf16 would give
+  // 16; in float32 inside, rounded once: 8.
+  const Tensor b = from_vector({1000, 1004}, {2}, DType::kBFloat16);
+  EXPECT_EQ(var(b).dtype(), DType::kBFloat16);
+  EXPECT_EQ(to_vector(var(b))[0], 8.0);
+  EXPECT_NEAR(to_vector(logsumexp(b, {0}))[0], 1004 + std::log1p(std::exp(-4.0)), 4.0);
   ExpectThrowsWith([&] { var(x, {2}); }, "mean");
   ExpectThrowsWith([&] { var(x, {1}, -1); }, "correction must be non-negative");
 }
