@@ -291,7 +291,14 @@ LoadReport LoadFrom(Module& module, const Source& source, const LoadOptions& opt
       KILN_CHECK(plan->second.pieces.empty() || !whole, "load_state_dict from ", source.what(),
                  ": the checkpoint keys '", plan->second.pieces[0].key, "' and '", key,
                  "' both map to parameter '", target.name, "'");
-      CheckPiece(source, target.name, plan->second.param, plan->second.shape, piece, options);
+      ParamPlan& pp = plan->second;
+      Shape held = source.shape(key);  // as kiln sees it (CheckPiece checks the transpose)
+      if (piece.transpose && held.size() == 2) std::swap(held[0], held[1]);
+      if (pp.shard.has_value() && whole && held == pp.param.shape()) {
+        pp.shard.reset();  // a checkpoint of this rank's part (a split model's own save)
+        pp.shape = pp.param.shape();
+      }
+      CheckPiece(source, target.name, pp.param, pp.shape, piece, options);
       plan->second.pieces.push_back(std::move(piece));
     }
     if (unexpected) report.unexpected_keys.push_back(key);

@@ -37,7 +37,8 @@
 // A module split for tensor parallelism (ShardTensorParallel records each split parameter,
 // Module::named_shards) is loaded from the whole checkpoint: the shapes are checked against the
 // whole tensors, and each split parameter receives only this rank's part of its tensor (read one
-// tensor at a time on the host). With Module::to_empty no rank ever holds a whole model:
+// tensor at a time on the host); a checkpoint tensor of the part's own shape (what a split model
+// saves) is loaded as it is. With Module::to_empty no rank ever holds a whole model:
 //
 //   LlamaForCausalLM model(config, {.dtype = DType::kBFloat16, .device = kMeta});  // no memory
 //   model.ShardTensorParallel(group);                    // this rank's shapes

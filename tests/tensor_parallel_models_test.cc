@@ -162,6 +162,27 @@ TEST(TensorParallelModels, SplitWhileLoadingGivesTheWholeModelsLogits) {
   }
 }
 
+// A split model's own save (each rank's parts) loads back into a split model as it is.
+TEST(TensorParallelModels, ARanksOwnSaveLoadsBack) {
+  const LlamaConfig c = SplittableLlama();
+  const Tensor tokens = from_vector({7, 8, 9, 10}, {1, 4}, DType::kInt64);
+  std::mutex mu;
+  RunThreadRanks(2, [&](ProcessGroup& pg) {
+    auto saved = SeededLlama(c);
+    saved->ShardTensorParallel(pg);
+    const std::string file = TempPath(absl::StrCat("tp_rank_", pg.rank(), ".safetensors"));
+    save_state_dict(*saved, file);
+    LlamaForCausalLM loaded(c, {.device = kMeta});
+    loaded.ShardTensorParallel(pg);
+    loaded.to_empty(kCPU);
+    load_state_dict(loaded, file);
+    const std::vector<double> got = to_vector(loaded(tokens)), want = to_vector((*saved)(tokens));
+    std::remove(file.c_str());
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(got, want) << "rank " << pg.rank();
+  });
+}
+
 // A checkpoint of another model's shape is refused naming the split, before anything is written.
 TEST(TensorParallelModels, SplitLoadingRefusesAnotherShape) {
   LlamaConfig c = SplittableLlama(), other = c;
