@@ -11,18 +11,20 @@
 //
 // Whole models shard in place instead: Attention::ShardTensorParallel (heads split, grouped-query
 // heads included), FeedForward::ShardTensorParallel and the models' own (LlamaForCausalLM's) keep
-// each rank's part of the loaded full weights, so the model's forward, Step and generate() run
+// each rank's part of the loaded full weights (or, built on the meta device, get memory for their
+// parts and load only those: io/state_dict.h), so the model's forward, Step and generate() run
 // tensor-parallel unchanged, eager or compiled (the all-reduce is the all_reduce op, a node of
 // the traced graph). The models split their LM head by the vocabulary (PaddedRowShard; the
-// logits gathered, GatherVocab): a rank reads 1/world of it per token. The embedding table stays
-// whole on every rank (a lookup reads only its rows).
+// logits gathered, GatherVocab; a tied head through VocabParallelLogits): a rank reads 1/world
+// of it per token. The embedding table stays whole on every rank (a lookup reads only its rows).
 //
 //   RunThreadRanks(2, [&](ProcessGroup& pg) {
 //     TensorParallelGeGLUMLP tp(full_mlp, pg);
 //     Tensor y = tp(x);  // every rank: full_mlp(x), up to the reduction's rounding
 //   });
 //
-// The split sizes must divide by the world size (a clear error names the layer and the sizes).
+// The split sizes must divide by the world size (a clear error names the layer and the sizes);
+// only the vocabulary need not (its last ranks' rows are padded).
 #pragma once
 
 #include "ops/distributed.h"
