@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ops/factories.h"
+#include "ops/infer.h"
 #include "ops/ops.h"
 #include "runtime/status.h"
 
@@ -22,20 +23,19 @@ void CheckDefined(const char* fn, const Tensor& x) {
   KILN_CHECK(x.defined(), fn, ": the input is an undefined tensor");
 }
 
-// `dim` wrapped into [0, rank) (rank 0 counts as 1, as torch does for 0-d tensors).
+// `dim` wrapped into [0, rank) (WrapDim: rank 0 counts as 1, as in torch), or the error naming
+// `fn`.
 int64_t Wrapped(const char* fn, const Tensor& x, int64_t dim) {
-  const int64_t rank = std::max<int64_t>(x.dim(), 1);
-  KILN_CHECK(dim >= -rank && dim < rank, fn, ": dim ", dim, " is out of range for ", Shapes(x),
-             " (expected in [", -rank, ", ", rank - 1, "])");
-  return dim < 0 ? dim + rank : dim;
+  const absl::StatusOr<int64_t> w = WrapDim(dim, x.dim());
+  KILN_CHECK(w.ok(), fn, ": ", w.status().message(), ", got ", Shapes(x));
+  return *w;
 }
 
-// The reduced dims' element count (empty dims: all).
-int64_t ReducedCount(const Tensor& x, IntList dims) {
-  if (dims.empty()) return x.numel();
-  int64_t n = 1;
-  for (int64_t d : dims) n *= x.size(d < 0 ? d + x.dim() : d);
-  return n;
+// Which dims a reduction over `dims` takes (infer::ReducedMask), or the error naming `fn`.
+std::vector<bool> Reduced(const char* fn, const Tensor& x, IntList dims) {
+  absl::StatusOr<std::vector<bool>> mask = infer::ReducedMask(dims, x.dim());
+  KILN_CHECK(mask.ok(), fn, ": ", mask.status().message(), ", got ", Shapes(x));
+  return *std::move(mask);
 }
 
 }  // namespace
@@ -134,12 +134,7 @@ Tensor min(const Tensor& x, IntList dims, bool keepdim) {
     return cast(min(cast(x, DType::kInt32), dims, keepdim), DType::kBool);
   // Integers (negation would wrap at the dtype's minimum): the reduced dims moved last and joined,
   // then the smallest by topk.
-  std::vector<bool> reduced(static_cast<size_t>(x.dim()), dims.empty());
-  for (int64_t d : dims) {
-    const int64_t w = Wrapped("min", x, d);
-    KILN_CHECK(!reduced[w], "min: dim ", d, " appears twice in ", dims.size(), " dims");
-    reduced[w] = true;
-  }
+  const std::vector<bool> reduced = Reduced("min", x, dims);
   Shape order, kept_shape, keep_shape;
   int64_t n = 1;
   for (int64_t d = 0; d < x.dim(); ++d) {
@@ -179,9 +174,11 @@ Tensor var(const Tensor& x, IntList dims, int64_t correction, bool keepdim) {
   if (x.dtype() != DType::kFloat32) {  // half types compute in float32 and round once, as torch
     return cast(var(cast(x, DType::kFloat32), dims, correction, keepdim), x.dtype());
   }
+  const std::vector<bool> reduced = Reduced("var", x, dims);
+  int64_t n = 1;
+  for (int64_t d = 0; d < x.dim(); ++d) n *= reduced[d] ? x.size(d) : 1;
   const Tensor centred = sub(x, mean(x, dims, /*keepdim=*/true));
   const Tensor squares = sum(mul(centred, centred), dims, keepdim);
-  const int64_t n = ReducedCount(x, dims);
   return div(squares, static_cast<double>(std::max<int64_t>(n - correction, 0)));
 }
 

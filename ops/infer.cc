@@ -22,7 +22,8 @@ absl::Status RequireFloat(const TensorType& t, const char* what) {
 
 bool IsIntegral(double v) { return std::floor(v) == v && std::isfinite(v); }
 
-// Wraps each dim of `dims` (empty means all dims) and checks for duplicates.
+}  // namespace
+
 absl::StatusOr<std::vector<bool>> ReducedMask(IntList dims, int64_t rank) {
   std::vector<bool> mask(rank, dims.empty());
   for (int64_t d : dims) {
@@ -33,8 +34,6 @@ absl::StatusOr<std::vector<bool>> ReducedMask(IntList dims, int64_t rank) {
   }
   return mask;
 }
-
-}  // namespace
 
 Result UnaryFloat(Types in, const OpAttrs&) {
   return TensorType{in[0].shape, FloatOrDefault(in[0].dtype), in[0].device};

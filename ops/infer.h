@@ -3,12 +3,18 @@
 // prefixes the op name and the operands.
 #pragma once
 
+#include <vector>
+
 #include "ops/op_def.h"
 
 namespace kiln::infer {
 
 using Types = absl::Span<const TensorType>;
 using Result = absl::StatusOr<TensorType>;
+
+// Which of `rank` dims a reduction over `dims` (empty: all) takes, each wrapped; a dim out of
+// range or named twice is an error.
+absl::StatusOr<std::vector<bool>> ReducedMask(IntList dims, int64_t rank);
 
 Result UnaryFloat(Types in, const OpAttrs& a);   // exp, tanh, gelu, ...: ints promote to float32
 Result UnarySame(Types in, const OpAttrs& a);    // neg, relu: dtype kept

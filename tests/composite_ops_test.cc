@@ -35,7 +35,8 @@ TEST(CompositeOps, FlattenUnflattenNarrow) {
   EXPECT_EQ(to_vector(narrow(Iota({5}), 0, -3, 2)), (std::vector<double>{2, 3}));
   EXPECT_EQ(narrow(x, 1, 3, 0).shape(), (Shape{2, 0, 4}));
   ExpectThrowsWith([&] { flatten(x, 2, 1); }, "flatten: start_dim 2 comes after end_dim 1");
-  ExpectThrowsWith([&] { flatten(x, 3); }, "flatten: dim 3 is out of range for [2, 3, 4]");
+  ExpectThrowsWith([&] { flatten(x, 3); }, "flatten: dim 3 is out of range for a tensor of rank 3",
+                   "got [2, 3, 4]");
   ExpectThrowsWith([&] { unflatten(x, 1, {2, 2}); }, "unflatten: sizes multiply to 4");
   ExpectThrowsWith([&] { unflatten(x, 1, {-1, -1}); }, "only one size may be -1");
   ExpectThrowsWith([&] { unflatten(x, 1, {-1, 2}); }, "does not split");
@@ -82,7 +83,11 @@ TEST(CompositeOps, MinOfFloatsIntsAndBools) {
   EXPECT_EQ(min(Iota({2, 3, 2}, DType::kInt64), {0, 2}, true).shape(), (Shape{1, 3, 1}));
   EXPECT_EQ(to_vector(min(from_vector({1, 0, 1}, {3}, DType::kBool))), (std::vector<double>{0}));
   ExpectThrowsWith([&] { min(zeros({0, 2}, DType::kInt64), {0}); }, "min: a reduction over no");
-  ExpectThrowsWith([&] { min(Iota({2, 2}, DType::kInt64), {1, -1}); }, "appears twice");
+  ExpectThrowsWith(
+      [&] {
+        min(Iota({2, 2}, DType::kInt64), {1, -1});
+      },
+      "min: dim -1 appears twice in the reduction dims");
 }
 
 TEST(CompositeOps, LogSumExpIsStable) {
@@ -112,7 +117,7 @@ TEST(CompositeOps, VarianceWithCorrection) {
   EXPECT_EQ(var(b).dtype(), DType::kBFloat16);
   EXPECT_EQ(to_vector(var(b))[0], 8.0);
   EXPECT_NEAR(to_vector(logsumexp(b, {0}))[0], 1004 + std::log1p(std::exp(-4.0)), 4.0);
-  ExpectThrowsWith([&] { var(x, {2}); }, "mean");
+  ExpectThrowsWith([&] { var(x, {2}); }, "var: dim 2 is out of range");
   ExpectThrowsWith([&] { var(x, {1}, -1); }, "correction must be non-negative");
 }
 
