@@ -111,7 +111,7 @@ std::optional<Shape> PartShape(const Module::ParamShard& s) {
     return std::nullopt;
   }
   if (s.padded) {
-    part[0] = (part[0] + s.world - 1) / s.world;
+    part[0] = PaddedRowsOf(part[0], s.rank, s.world).part;
     return part;
   }
   if (part[s.dim] % (int64_t{s.world} * s.sections) != 0) return std::nullopt;

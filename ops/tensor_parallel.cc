@@ -37,17 +37,31 @@ Tensor RowParallel(const Tensor& x_shard, const Tensor& weight_shard, const Tens
   return bias.defined() ? add(y, bias) : y;
 }
 
+PaddedRows PaddedRowsOf(int64_t rows, int rank, int world) {
+  const int64_t part = (rows + world - 1) / world;
+  const int64_t begin = std::min(rows, rank * part);
+  return {begin, std::min(rows, begin + part), part};
+}
+
+namespace {
+
+// `t` grown to `size` along `dim` with zeros (`t` itself when it is that size already).
+Tensor ZeroPadded(const Tensor& t, int64_t dim, int64_t size) {
+  if (t.size(dim) == size) return t;
+  Shape pad = t.shape();
+  pad[dim < 0 ? dim + t.dim() : dim] = size - t.size(dim);
+  return cat({t, zeros(pad, t.dtype(), t.device())}, dim);
+}
+
+}  // namespace
+
 Tensor PaddedRowShard(const Tensor& t, int rank, int world) {
   KILN_CHECK(t.defined() && t.dim() >= 1 && world >= 1 && rank >= 0 && rank < world,
              "PaddedRowShard: no shard ", rank, " of ", world, " of ",
              t.defined() ? t.shape_string() : "an undefined tensor");
-  const int64_t rows = t.size(0), part = (rows + world - 1) / world;
-  const int64_t begin = std::min(rows, rank * part), end = std::min(rows, begin + part);
-  const Tensor mine = slice(t, 0, begin, end);
-  if (end - begin == part) return clone(mine);
-  Shape pad_shape = t.shape();
-  pad_shape[0] = part - (end - begin);
-  return cat({mine, zeros(pad_shape, t.dtype(), t.device())}, 0);
+  const PaddedRows r = PaddedRowsOf(t.size(0), rank, world);
+  const Tensor mine = slice(t, 0, r.begin, r.end);
+  return r.end - r.begin == r.part ? clone(mine) : ZeroPadded(mine, 0, r.part);
 }
 
 Tensor GatherVocab(const Tensor& part, int64_t vocab, ProcessGroup& group) {
@@ -70,15 +84,10 @@ Tensor VocabParallelLogits(const Tensor& h, const Tensor& table, ProcessGroup& g
   KILN_CHECK(h.defined() && table.defined() && table.dim() == 2,
              "VocabParallelLogits: needs h and a ", "[vocab, dim] table, got ",
              table.defined() ? table.shape_string() : "an undefined table");
-  const int world = group.world_size(), rank = group.rank();
-  const int64_t vocab = table.size(0), part = (vocab + world - 1) / world;
-  const int64_t begin = std::min(vocab, rank * part), end = std::min(vocab, begin + part);
-  Tensor logits = linear(h, slice(table, 0, begin, end));
-  if (end - begin < part) {  // the last ranks' missing rows: zero logits
-    Shape pad = logits.shape();
-    pad.back() = part - (end - begin);
-    logits = cat({logits, zeros(pad, logits.dtype(), logits.device())}, -1);
-  }
+  const int64_t vocab = table.size(0);
+  const PaddedRows r = PaddedRowsOf(vocab, group.rank(), group.world_size());
+  // The last ranks' missing rows give zero logits.
+  const Tensor logits = ZeroPadded(linear(h, slice(table, 0, r.begin, r.end)), -1, r.part);
   return GatherVocab(logits, vocab, group);
 }
 

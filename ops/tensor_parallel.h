@@ -40,8 +40,13 @@ Tensor ShardOf(const Tensor& t, int64_t dim, int rank, int world, int sections, 
 // be undefined) added once.
 Tensor RowParallel(const Tensor& x_shard, const Tensor& weight_shard, const Tensor& bias,
                    ProcessGroup& group);
-// Rank `rank`'s rows of `t` split over `world` like a vocabulary that need not divide: rows
-// [rank·p, (rank+1)·p) with p = ceil(rows / world), the last ranks' missing rows zeros (a copy).
+// Rank `rank`'s share of `rows` split over `world` like a vocabulary that need not divide: every
+// rank a part of ceil(rows / world) rows, [begin, end) of them real (fewer on the last ranks).
+struct PaddedRows {
+  int64_t begin, end, part;
+};
+PaddedRows PaddedRowsOf(int64_t rows, int rank, int world);
+// Rank `rank`'s PaddedRows of `t` (a copy), the missing rows zeros.
 Tensor PaddedRowShard(const Tensor& t, int rank, int world);
 // Vocabulary-parallel logits: every rank's `part` [..., p] (its rows of an LM head split by
 // PaddedRowShard) gathered along the last dim in rank order and cut to `vocab` (the padding
