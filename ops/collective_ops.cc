@@ -101,15 +101,20 @@ using Result = absl::StatusOr<TensorType>;
 
 absl::Status Invalid(std::string msg) { return absl::InvalidArgumentError(std::move(msg)); }
 
-// The attributes' group's world size, or why there is none.
-absl::StatusOr<int> WorldOf(const OpAttrs& a) {
-  const ProcessGroup* g = FindProcessGroup(a.group);
+// The attributes' group, or why there is none.
+absl::StatusOr<ProcessGroup*> GroupOf(const OpAttrs& a) {
+  ProcessGroup* g = FindProcessGroup(a.group);
   if (g == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "process group ", a.group,
         " does not exist (destroyed, or never made in this process: a compiled function or an IR "
         "text names the group it was traced with)"));
   }
+  return g;
+}
+
+absl::StatusOr<int> WorldOf(const OpAttrs& a) {
+  KILN_ASSIGN_OR_RETURN(const ProcessGroup* g, GroupOf(a));
   return g->world_size();
 }
 
@@ -160,9 +165,7 @@ Result InferBroadcast(absl::Span<const TensorType> in, const OpAttrs& a) {
 
 void Run(const OpDef& def, absl::Span<const Tensor> inputs, const Tensor& out,
          const OpAttrs& attrs) {
-  ProcessGroup* group = FindProcessGroup(attrs.group);
-  KILN_CHECK(group != nullptr, def.name, ": process group ", attrs.group,
-             " was destroyed before the call (a compiled function outlived its group?)");
+  ProcessGroup* group = ValueOrThrow(GroupOf(attrs));  // inference found it; still there?
   switch (def.id) {
     case OpId::kAllReduce:
       return group->AllReduceInto(inputs[0], out, attrs.reduce);

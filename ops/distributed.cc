@@ -393,23 +393,29 @@ void RunThreadRanks(int world_size, const std::function<void(ProcessGroup&)>& bo
 
 namespace {
 
-// A failed rendezvous: every rank that came reports it itself, so rank 0, whose process serves the
-// store, keeps it up (at most `timeout`) until the other ranks that came have seen the failure:
-// they report the missing rank too, not rank 0's exit.
-[[noreturn]] void FailRendezvous(TcpStore& store, int rank, int world,
-                                 const std::vector<int>& missing, const std::string& failure,
-                                 std::chrono::milliseconds timeout) {
-  store.Set(absl::StrCat("join_failed/", rank), "1");
-  if (rank == 0) {
+// This rank marks `prefix`/<rank> in the store; rank 0, whose process serves it, then waits (each
+// at most the store's timeout) until every other rank not in `absent` has marked too, so that no
+// rank still reading loses the store. A rank gone or slow ends the wait: its own error says why.
+void MarkAndAwaitOthers(TcpStore& store, const std::string& prefix, int rank, int world,
+                        const std::vector<int>& absent = {}) {
+  try {
+    store.Set(absl::StrCat(prefix, "/", rank), "");
+    if (rank != 0) return;
     for (int r = 1; r < world; ++r) {
-      if (std::find(missing.begin(), missing.end(), r) != missing.end()) continue;
-      try {
-        store.Get(absl::StrCat("join_failed/", r), timeout);
-      } catch (const Error&) {
-        // gone or slow: its own error will say so
+      if (std::find(absent.begin(), absent.end(), r) == absent.end()) {
+        store.Get(absl::StrCat(prefix, "/", r));
       }
     }
+  } catch (const Error&) {
+    // A rank that already failed: nothing more to wait for.
   }
+}
+
+// A failed rendezvous: every rank that came reports it itself (the missing rank, not rank 0's
+// exit), rank 0 keeping the store up until they have.
+[[noreturn]] void FailRendezvous(TcpStore& store, int rank, int world,
+                                 const std::vector<int>& missing, const std::string& failure) {
+  MarkAndAwaitOthers(store, "join_failed", rank, world, missing);
   throw Error(absl::InvalidArgumentError(failure));
 }
 
@@ -446,7 +452,7 @@ std::unique_ptr<ProcessGroup> InitProcessGroup(const ProcessGroupOptions& option
                            world, " did not join within ", options.timeout.count(), " ms (rank ",
                            rank, ", store at ", host, ":", port, ")");
   }
-  if (!failure.empty()) FailRendezvous(*store, rank, world, missing, failure, options.timeout);
+  if (!failure.empty()) FailRendezvous(*store, rank, world, missing, failure);
   if (options.backend == "nccl") {
     const char* local = std::getenv("LOCAL_RANK");
     const int device = local != nullptr && *local != '\0' ? EnvInt("LOCAL_RANK", 0, 1023) : rank;
@@ -464,15 +470,7 @@ void RunLocalRanks(int n, Device device, const std::function<void(ProcessGroup&)
 }
 
 void LeaveStore(TcpStore& store, int rank, int world) {
-  // Rank 0 serves the store: it stays until every rank has read what it needs.
-  try {
-    store.Set(absl::StrCat("done/", rank), "");
-    if (rank == 0) {
-      for (int r = 1; r < world; ++r) store.Get(absl::StrCat("done/", r));
-    }
-  } catch (const Error&) {
-    // A rank that already failed: nothing more to wait for.
-  }
+  MarkAndAwaitOthers(store, "done", rank, world);
 }
 
 }  // namespace kiln

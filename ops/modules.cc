@@ -133,7 +133,7 @@ void Module::MaterialiseSlot(Tensor& t, Device device) {
   if (!t.defined()) return;
   if (!t.device().is_meta()) return Replace(t, kiln::to(t, device));
   Replace(t, module_init::Uninitialised(t.shape(), {t.dtype(), device, Init::kNone}));
-  MarkMaybeUninitialised();
+  maybe_uninitialised_.store(true, std::memory_order_relaxed);
 }
 
 void Module::MarkShard(const std::string& name, ParamShard shard) {

@@ -139,7 +139,6 @@ class Module {
   // to_empty's step for one slot: a meta tensor becomes uninitialised memory on `device`
   // (checked at call), another moves there.
   void MaterialiseSlot(Tensor& t, Device device);
-  void MarkMaybeUninitialised() { maybe_uninitialised_.store(true, std::memory_order_relaxed); }
 
  private:
   void CollectNamed(bool buffers, const std::string& prefix,

@@ -78,7 +78,9 @@ void Check(ncclResult_t r, const char* call, int rank) {
   KILN_CHECK(r == ncclSuccess, call, " failed on rank ", rank, ": ", Nccl().GetErrorString(r));
 }
 
-ncclDataType_t NcclType(DType t, bool reduce, const char* op) {
+// NCCL's type for `t` (bool moves as bytes; the collective ops' inference refuses reductions of
+// it before a backend is reached).
+ncclDataType_t NcclType(DType t) {
   switch (t) {
     case DType::kFloat32:
       return ncclFloat32;
@@ -91,10 +93,9 @@ ncclDataType_t NcclType(DType t, bool reduce, const char* op) {
     case DType::kInt64:
       return ncclInt64;
     case DType::kBool:
-      KILN_CHECK(!reduce, op, ": NCCL reductions do not take bool tensors");
       return ncclUint8;
   }
-  KILN_FAIL(op, ": NCCL has no type for ", DTypeName(t));
+  KILN_FAIL("NCCL has no type for ", DTypeName(t));
 }
 
 // What the ranks of one RunNcclRanks share: the first failure, so that the others stop issuing
@@ -135,37 +136,32 @@ class NcclGroup : public ProcessGroup {
   void AllReduceInto(const Tensor& in, const Tensor& out, ReduceOp op) override {
     Checked("all_reduce", in);
     const Tensor src = contiguous(in);
-    Check(Nccl().AllReduce(src.data_ptr(), out.data_ptr(), out.numel(),
-                           NcclType(in.dtype(), true, "all_reduce"), NcclOp(op), comm_,
-                           cuda::CurrentStream()),
+    Check(Nccl().AllReduce(src.data_ptr(), out.data_ptr(), out.numel(), NcclType(in.dtype()),
+                           NcclOp(op), comm_, cuda::CurrentStream()),
           "ncclAllReduce", rank_);
   }
 
   void AllGatherInto(const Tensor& in, const Tensor& out) override {
     Checked("all_gather", in);
     const Tensor src = contiguous(in);
-    Check(Nccl().AllGather(src.data_ptr(), out.data_ptr(), src.numel(),
-                           NcclType(in.dtype(), false, "all_gather"), comm_, cuda::CurrentStream()),
+    Check(Nccl().AllGather(src.data_ptr(), out.data_ptr(), src.numel(), NcclType(in.dtype()), comm_,
+                           cuda::CurrentStream()),
           "ncclAllGather", rank_);
   }
 
   void ReduceScatterInto(const Tensor& in, const Tensor& out, ReduceOp op) override {
     Checked("reduce_scatter", in);
     const Tensor src = contiguous(in);
-    Check(Nccl().ReduceScatter(src.data_ptr(), out.data_ptr(), out.numel(),
-                               NcclType(in.dtype(), true, "reduce_scatter"), NcclOp(op), comm_,
-                               cuda::CurrentStream()),
+    Check(Nccl().ReduceScatter(src.data_ptr(), out.data_ptr(), out.numel(), NcclType(in.dtype()),
+                               NcclOp(op), comm_, cuda::CurrentStream()),
           "ncclReduceScatter", rank_);
   }
 
   void BroadcastInto(const Tensor& in, const Tensor& out, int src) override {
     Checked("broadcast", in);
-    KILN_CHECK(src >= 0 && src < world_, "broadcast: source rank ", src, " is not in 0..",
-               world_ - 1);
     const Tensor send = contiguous(in);
-    Check(Nccl().Broadcast(send.data_ptr(), out.data_ptr(), out.numel(),
-                           NcclType(in.dtype(), false, "broadcast"), src, comm_,
-                           cuda::CurrentStream()),
+    Check(Nccl().Broadcast(send.data_ptr(), out.data_ptr(), out.numel(), NcclType(in.dtype()), src,
+                           comm_, cuda::CurrentStream()),
           "ncclBroadcast", rank_);
   }
 
