@@ -156,6 +156,12 @@ struct SplittableLlamaOnGpu {
     Generator gen(21);
     return std::make_unique<LlamaForCausalLM>(c, ModuleOptions{.device = d, .generator = &gen});
   }
+  // The same model on `pg`'s rank's GPU, split over `pg`.
+  std::unique_ptr<LlamaForCausalLM> Split(ProcessGroup& pg, Device d) const {
+    auto model = Make(d);
+    model->ShardTensorParallel(pg);
+    return model;
+  }
   LlamaConfig c;
   const std::vector<std::vector<int64_t>> prompts = {{5, 17, 2, 40, 33}, {9, 81, 4}};
   const Tensor tokens = from_vector({5, 17, 2, 40, 33, 9, 81, 4, 60, 1}, {2, 5}, DType::kInt64);
@@ -170,8 +176,7 @@ TEST(NcclOnGpu, AShardedLlamaGivesTheWholeModelsResults) {
   std::mutex mu;
   RunNcclRanks(devices, [&](ProcessGroup& pg) {
     const Device dev = CUDA(devices[pg.rank()]);
-    auto model = m.Make(dev);
-    model->ShardTensorParallel(pg);
+    auto model = m.Split(pg, dev);
     const std::vector<double> got = to_vector((*model)(to(m.tokens, dev)));
     const GenerateResult ids = generate(*model, m.prompts, {.max_new_tokens = 6});
     std::lock_guard<std::mutex> lock(mu);
@@ -211,8 +216,7 @@ TEST(NcclOnGpu, ACompiledShardedLlamaReplaysAsACudaGraph) {
   std::mutex mu;
   RunNcclRanks(devices, [&](ProcessGroup& pg) {
     const Device dev = CUDA(devices[pg.rank()]);
-    auto model = m.Make(dev);
-    model->ShardTensorParallel(pg);
+    auto model = m.Split(pg, dev);
     const Tensor x = to(m.tokens, dev);
     CompileOptions o;
     o.mode = CompileOptions::Mode::kCompiled;

@@ -52,6 +52,13 @@ std::unique_ptr<LlamaForCausalLM> SeededLlama(const LlamaConfig& c) {
   return std::make_unique<LlamaForCausalLM>(c, ModuleOptions{.generator = &gen});
 }
 
+// The same seeded weights, this rank's part of them kept.
+std::unique_ptr<LlamaForCausalLM> SplitLlama(const LlamaConfig& c, ProcessGroup& pg) {
+  auto model = SeededLlama(c);
+  model->ShardTensorParallel(pg);
+  return model;
+}
+
 const std::vector<std::vector<int64_t>> kPrompts = {{5, 17, 2, 40, 33}, {9, 81, 4}};
 
 // The single (unsplit) model's logits of `tokens` and greedy ids of kPrompts (6 new tokens).
@@ -68,8 +75,7 @@ TEST(TensorParallelModels, LlamaSplitOverRanksGivesTheWholeModelsLogitsAndIds) {
   for (int n : {1, 2, 4}) {
     std::mutex mu;
     RunThreadRanks(n, [&](ProcessGroup& pg) {
-      auto model = SeededLlama(c);
-      model->ShardTensorParallel(pg);
+      auto model = SplitLlama(c, pg);
       const std::vector<double> logits = to_vector((*model)(tokens));
       const GenerateResult got = generate(*model, kPrompts, {.max_new_tokens = 6});
       const CausalLM::CacheSpec spec = model->cache_spec();
@@ -96,8 +102,7 @@ TEST(TensorParallelModels, ATiedHeadSplitsAVocabularyThatDoesNotDivide) {
   for (int n : {2, 4}) {
     std::mutex mu;
     RunThreadRanks(n, [&](ProcessGroup& pg) {
-      auto model = SeededLlama(c);
-      model->ShardTensorParallel(pg);
+      auto model = SplitLlama(c, pg);
       const std::vector<double> logits = to_vector((*model)(tokens));
       GenerateOptions o;
       o.max_new_tokens = 6;
@@ -168,8 +173,7 @@ TEST(TensorParallelModels, ARanksOwnSaveLoadsBack) {
   const Tensor tokens = from_vector({7, 8, 9, 10}, {1, 4}, DType::kInt64);
   std::mutex mu;
   RunThreadRanks(2, [&](ProcessGroup& pg) {
-    auto saved = SeededLlama(c);
-    saved->ShardTensorParallel(pg);
+    auto saved = SplitLlama(c, pg);
     const std::string file = TempPath(absl::StrCat("tp_rank_", pg.rank(), ".safetensors"));
     save_state_dict(*saved, file);
     LlamaForCausalLM loaded(c, {.device = kMeta});
@@ -216,8 +220,7 @@ TEST(TensorParallelModels, SampledIdsAreTheSingleModelsOnEveryRank) {
   for (const auto mode : {GenerateOptions::Mode::kEager, GenerateOptions::Mode::kCompiled}) {
     std::vector<GenerateResult> got(2);
     RunThreadRanks(2, [&](ProcessGroup& pg) {
-      auto model = SeededLlama(c);
-      model->ShardTensorParallel(pg);
+      auto model = SplitLlama(c, pg);
       GenerateOptions mine = o;
       mine.mode = mode;
       got[pg.rank()] = generate(*model, kPrompts, mine);
@@ -283,8 +286,7 @@ TEST(TensorParallelModels, EveryRankGetsTheSameBits) {
   const Tensor tokens = from_vector({3, 1, 4, 1, 5, 9}, {1, 6}, DType::kInt64);
   std::vector<std::vector<double>> per_rank(2);
   RunThreadRanks(2, [&](ProcessGroup& pg) {
-    auto model = SeededLlama(c);
-    model->ShardTensorParallel(pg);
+    auto model = SplitLlama(c, pg);
     per_rank[pg.rank()] = to_vector((*model)(tokens));
   });
   EXPECT_EQ(per_rank[0], per_rank[1]);
@@ -330,8 +332,7 @@ TEST(TensorParallelModels, CompiledSplitModelGivesTheWholeModelsLogitsAndIds) {
   for (int n : {2, 4}) {
     std::mutex mu;
     RunThreadRanks(n, [&](ProcessGroup& pg) {
-      auto model = SeededLlama(c);
-      model->ShardTensorParallel(pg);
+      auto model = SplitLlama(c, pg);
       const CompiledFn forward = compile(*model, tokens, {.mode = CompileOptions::Mode::kCompiled});
       const std::vector<double> logits = to_vector(forward({tokens})[0]);
       const std::string graph = forward.report({tokens}).final_graph;
