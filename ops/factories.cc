@@ -94,6 +94,8 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
   KILN_CHECK(step != 0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
              "arange: step must be non-zero and bounds finite, got start=", start, " end=", end,
              " step=", step);
+  KILN_CHECK(end == start || (end > start) == (step > 0), "arange: the bounds start=", start,
+             " end=", end, " are inconsistent with the sign of step=", step, " (as in torch)");
   const double count = std::ceil((end - start) / step);
   KILN_CHECK(std::isfinite(count) && count < 0x1p63, "arange: [", start, ", ", end, ") with step ",
              step, " has ", count, " elements, more than fit in int64");
@@ -119,9 +121,15 @@ namespace {
 // A Philox draw of numel(shape) samples (uniform or normal) from `gen`: on CUDA filled by the
 // device kernel, elsewhere on the host, with the same numbers (runtime/philox.h).
 Tensor RandomDraw(IntList shape, Generator& gen, DType dtype, Device device, bool normal) {
-  KILN_CHECK(IsFloatingPoint(dtype), normal ? "randn" : "rand",
-             ": dtype must be floating point, got ", DTypeName(dtype));
-  Tensor out = NewTensor(normal ? "randn" : "rand", shape, dtype, device);
+  const char* name = normal ? "randn" : "rand";
+  // Traced, the draw would be a constant of the plan: every call would reuse the same numbers
+  // (torch.compile draws anew on each call).
+  KILN_CHECK(CurrentDispatchHook() == nullptr, name,
+             ": a random draw inside a compiled function would be traced as a constant (every call "
+             "would reuse the same numbers); draw it outside and pass it as an input");
+  KILN_CHECK(IsFloatingPoint(dtype), name, ": dtype must be floating point, got ",
+             DTypeName(dtype));
+  Tensor out = NewTensor(name, shape, dtype, device);
   const int64_t n = out.numel();
   const uint64_t base = gen.Reserve(static_cast<uint64_t>((n + 3) / 4));
   if (device.is_meta() || n == 0) return out;

@@ -27,6 +27,7 @@ Tensor arange(double start, double end, double step = 1, DType dtype = DType::kI
 Tensor arange(int64_t end, DType dtype = DType::kInt64, Device device = kCPU);
 // Standard normal / uniform [0, 1) samples drawn from `gen`'s Philox stream: the same numbers on
 // CPU and CUDA (a CUDA draw is filled on the device), with any compiler (runtime/random.h).
+// Inside a function being compiled they throw: traced, the numbers would be a constant.
 Tensor randn(IntList shape, Generator& gen, DType dtype = DType::kFloat32, Device device = kCPU);
 Tensor rand(IntList shape, Generator& gen, DType dtype = DType::kFloat32, Device device = kCPU);
 

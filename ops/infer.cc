@@ -73,6 +73,13 @@ Result Binary(Types in, const OpAttrs&) {
   return TensorType{std::move(shape), t, in[0].device};
 }
 
+Result Subtract(Types in, const OpAttrs& a) {
+  if (in[0].dtype == DType::kBool && in[1].dtype == DType::kBool) {
+    return Invalid("subtracting two bool tensors is not supported (as in torch); use ne() for xor");
+  }
+  return Binary(in, a);
+}
+
 Result BinaryDiv(Types in, const OpAttrs& a) {
   KILN_ASSIGN_OR_RETURN(TensorType t, Binary(in, a));
   t.dtype = FloatOrDefault(t.dtype);

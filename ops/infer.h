@@ -22,6 +22,7 @@ Result ScalarArith(Types in, const OpAttrs& a);  // x (op) scalar
 Result ScalarDiv(Types in, const OpAttrs& a);    // x / scalar: always floating
 Result Cast(Types in, const OpAttrs& a);
 Result Binary(Types in, const OpAttrs& a);     // add, sub, mul: broadcast + promote
+Result Subtract(Types in, const OpAttrs& a);   // sub: Binary, two bools refused (as torch)
 Result BinaryDiv(Types in, const OpAttrs& a);  // true division: floating result
 Result Where(Types in, const OpAttrs& a);
 Result MaskedFill(Types in, const OpAttrs& a);

@@ -204,7 +204,7 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   EwInt(O::kMulScalar,  "mul_scalar",  1, kEw, kAttrScalar, infer::ScalarArith, FMulScalar,  IMulScalar,  "($0 * $scalar)"),
   Ew(O::kDivScalar,  "div_scalar",  1, kEw, kAttrScalar, infer::ScalarDiv,   FDivScalar,  "($0 / $scalar)"),
   EwInt(O::kAdd, "add",   2, kBc, 0, infer::Binary,    FAdd, IAdd, "($0 + $1)"),
-  EwInt(O::kSub, "sub",   2, kBc, 0, infer::Binary,    FSub, ISub, "($0 - $1)"),
+  EwInt(O::kSub, "sub",   2, kBc, 0, infer::Subtract,  FSub, ISub, "($0 - $1)"),
   EwInt(O::kMul, "mul",   2, kBc, 0, infer::Binary,    FMul, IMul, "($0 * $1)"),
   Ew(O::kDiv,   "div",   2, kBc, 0, infer::BinaryDiv, FDiv,   "($0 / $1)"),
   EwInt(O::kWhere, "where", 3, kBc, 0, infer::Where, FWhere, IWhere, "($0 != 0.f ? $1 : $2)"),

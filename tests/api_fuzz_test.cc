@@ -254,6 +254,10 @@ Tensor CallBinary(F& f) {
     const auto shape = rules::Broadcast(a.shape(), b.shape());
     const DType t = rules::Promote(a.dtype(), b.dtype());
     valid = shape && rules::Sized(*shape, IsFloatingPoint(t) ? t : DType::kFloat32);
+    // torch refuses the difference of two bools
+    if (std::string(op) == "sub" && a.dtype() == DType::kBool && b.dtype() == DType::kBool) {
+      valid = false;
+    }
   }
   return f.Run(op, valid, [&] { return fn(a, b); });
 }

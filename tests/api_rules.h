@@ -283,6 +283,7 @@ inline bool ArangeOk(double start, double end, double step, DType t) {
   if (step == 0 || !std::isfinite(start) || !std::isfinite(end) || !std::isfinite(step)) {
     return false;
   }
+  if (end != start && (end > start) != (step > 0)) return false;  // torch: inconsistent sign
   const double count = std::ceil((end - start) / step);
   if (!std::isfinite(count) || count >= 0x1p63) return false;
   return Sized({count > 0 ? static_cast<int64_t>(count) : 0}, t);

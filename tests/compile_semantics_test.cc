@@ -571,6 +571,30 @@ TEST(CompileSemantics, OutputsDoNotAliasConstantsOnCuda) {
 }
 
 // Issue #13 item 2: a compiled module outliving its module raises when it would retrace.
+// A random draw inside the function would be traced as a constant (each call the same numbers,
+// where torch.compile draws anew): tracing it raises, naming the op and the way out.
+TEST(CompileSemantics, RandomDrawsInsideTheFunctionRaise) {
+  Generator gen(6);
+  const Tensor x = randn({2, 3}, gen);
+  for (bool normal : {true, false}) {
+    try {
+      CompiledFn f = compile(
+          [&gen, normal](const std::vector<Tensor>& in) {
+            const Tensor noise = normal ? randn({2, 3}, gen) : rand({2, 3}, gen);
+            return std::vector<Tensor>{in[0] + noise};
+          },
+          {x});
+      f({x});
+      FAIL() << "no error";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(normal ? "randn:" : "rand:"), std::string::npos) << m;
+      EXPECT_NE(m.find("pass it as an input"), std::string::npos) << m;
+    }
+  }
+  EXPECT_EQ(randn({2}, gen).numel(), 2);  // outside a trace the draw works as before
+}
+
 TEST(CompileSemantics, DestroyedModuleIsAnError) {
   Generator gen(5);
   auto mlp = std::make_unique<GeGLUMLP>(8, 16, gen);

@@ -306,6 +306,24 @@ TEST_P(Semantics, MaxOfAnEmptyDimRaises) {
   EXPECT_EQ(to_vector(max(Floats({-INFINITY}))), (std::vector<double>{-INFINITY}));
 }
 
+// torch refuses `a - b` of two bool tensors (use ^ or ne); a bool minus a number promotes.
+TEST_P(Semantics, SubtractingTwoBoolsRaises) {
+  const Tensor a = full({3}, 1, DType::kBool, dev()), b = full({3}, 0, DType::kBool, dev());
+  ExpectError([&] { sub(a, b); }, {"sub:", "two bool tensors"}, "bool - bool");
+  ExpectError([&] { a - b; }, {"sub:", "two bool tensors"}, "operator-");
+  EXPECT_EQ(to_vector(sub(a, 1.0)), (std::vector<double>{0, 0, 0}));
+  EXPECT_EQ(sub(a, 1.0).dtype(), DType::kInt64);
+  EXPECT_EQ(to_vector(ne(a, b)), (std::vector<double>{1, 1, 1}));  // the xor it points to
+}
+
+// torch.arange raises when the bounds run against the step's sign; equal bounds give [0].
+TEST_P(Semantics, ArangeAgainstTheStepRaises) {
+  ExpectError([&] { arange(5, 0, 1, DType::kInt64, dev()); }, {"arange:", "sign of step"}, "5..0");
+  ExpectError([&] { arange(0, 5, -1, DType::kInt64, dev()); }, {"arange:", "sign of step"}, "-1");
+  EXPECT_EQ(arange(3, 3, 1, DType::kInt64, dev()).shape(), (Shape{0}));
+  EXPECT_EQ(to_vector(arange(5, 0, -2, DType::kInt64, dev())), (std::vector<double>{5, 3, 1}));
+}
+
 // ---- Softmax with infinities. ---------------------------------------------------------------
 
 struct InfCase {
