@@ -246,7 +246,7 @@ bool LaunchFlashSm90(absl::Span<const Tensor> in, const OpAttrs& a, const FlashP
 
 void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const Tensor& out,
                           const FlashKvAppend* append) {
-  const Tensor &q = in[0], &k = in[1], &v = in[2];
+  const Tensor &q = in[0], &k = in[1];
   const bool has_mask = in.size() > 3;
   const int64_t rank = q.dim();
   const int64_t batch = rank >= 4 ? q.size(0) : 1, heads = rank >= 3 ? q.size(-3) : 1;
