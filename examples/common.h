@@ -310,14 +310,20 @@ inline void ProfileExample(const Flags& f, const std::function<void()>& eager_st
   if (f.Bool("profile") || f.Given("trace")) {
     const prof::ProfileResult eager = Profile(eager_step, gpu);
     if (f.Bool("profile")) PrintTables(f, "eager", eager, gpu);
-    prof::ProfileResult comp;
+    prof::ProfileResult comp, graph;
     if (want_compiled) {
       comp = Profile(compiled_step, gpu);
       if (f.Bool("profile")) PrintTables(f, "compiled", comp, gpu);
     }
+    const bool want_graph = want_compiled && graphed_step;
+    if (want_graph) {  // the replay's kernels, and the device's idle time between them
+      graph = Profile(graphed_step, gpu);
+      if (f.Bool("profile")) PrintTables(f, "compiled+graph", graph, gpu);
+    }
     if (f.Given("trace")) {
       WriteTrace(f.Str("trace"), eager);
       if (want_compiled) WriteTrace(f.Str("trace") + ".compiled.json", comp);
+      if (want_graph) WriteTrace(f.Str("trace") + ".graph.json", graph);
     }
   }
   if (f.Bool("compare")) {
