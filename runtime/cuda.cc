@@ -328,9 +328,10 @@ bool DependentLaunchEnabled(int device) {
 }
 
 bool UseDependentLaunch(int device, cudaStream_t stream) {
-  // Not while capturing: in the H200 A/B of 2026-12-02 captured plans replayed 0-3 % slower with
-  // programmatic edges, while stream launches were 8-26 % faster (docs/BENCHMARKS.md).
-  return DependentLaunchEnabled(device) && !Capturing(stream);
+  if (!DependentLaunchEnabled(device)) return false;
+  // Into a capture only with KILN_PDL_GRAPHS (a programmatic edge of the graph).
+  static const bool in_graphs = EnvBool("KILN_PDL_GRAPHS");
+  return in_graphs || !Capturing(stream);
 }
 
 cudaError_t LaunchDependent(const void* kernel, dim3 grid, dim3 block, void** args,

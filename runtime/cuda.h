@@ -76,8 +76,9 @@ class ScopedGraphReplay {
 // Whether LaunchDependent (runtime/cuda_api.h) overlaps launches on `device` (KILN_PDL and
 // compute capability >= 9.0).
 bool DependentLaunchEnabled(int device);
-// Whether a launch on `stream` of `device` now is a dependent one: enabled there and the stream
-// not capturing. Launchers that cannot call LaunchDependent (ops/cuda/*.cu) pass this on.
+// Whether a launch on `stream` of `device` now is a dependent one: enabled there, and the stream
+// not capturing or KILN_PDL_GRAPHS on. Launchers that cannot call LaunchDependent (ops/cuda/*.cu)
+// pass this on.
 bool UseDependentLaunch(int device, StreamHandle stream = CurrentStream());
 
 // Caching device allocator statistics (bytes).

@@ -20,11 +20,14 @@ namespace kiln::cuda {
 // ops/cuda) before it reads anything an earlier kernel may write or writes anything an earlier
 // kernel may read; before it, only prefetches of data that no kernel writes while it runs
 // (weights). The wait covers every earlier kernel (each waited for its own predecessor), so a
-// buffer the memory planner reuses is safe. Kernels without the wait, and every kernel with
-// KILN_PDL=off, on an older GPU or into a CUDA graph capture (captured plans replayed slower with
-// programmatic edges on the H200), launch plainly. A `cluster` other than 1x1x1 launches the
-// grid as thread-block clusters of that shape (sm_90; the grid a multiple of it). Returns the
-// launch's error.
+// buffer the memory planner reuses is safe. A kernel lets its dependent launch only after its own
+// wait, so at most one kernel waits ahead of the running one. Into a CUDA graph capture the launch
+// is a plain one unless KILN_PDL_GRAPHS is on (programmatic edges: GPT-2's decode step replayed
+// no faster with them on the H200, with either order of signal and wait; docs/BENCHMARKS.md).
+// Kernels without the wait, and every kernel with KILN_PDL=off or on an older GPU, launch
+// plainly. A `cluster` other
+// than 1x1x1 launches the grid as thread-block clusters of that shape (sm_90; the grid a multiple
+// of it). Returns the launch's error.
 cudaError_t LaunchDependent(const void* kernel, dim3 grid, dim3 block, void** args,
                             size_t shared_bytes, StreamHandle stream, dim3 cluster = dim3(1, 1, 1));
 // Throws kiln::Error naming `call` and the CUDA error string unless `err` is cudaSuccess.

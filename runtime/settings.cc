@@ -98,7 +98,11 @@ const std::vector<Setting>& Settings() {
        "cuBLASLt (auto), always kiln's (kiln), or cuBLASLt only (cublas)"},
       {"KILN_PDL", Kind::kBool, "on", "",
        "off: kiln's kernels launch plainly, not as programmatic dependent launches that overlap "
-       "the previous kernel's tail (sm_90 and later, outside CUDA graph captures; A/B)"},
+       "the previous kernel's tail (sm_90 and later; A/B)"},
+      {"KILN_PDL_GRAPHS", Kind::kBool, "off", "",
+       "on: kernels captured into a CUDA graph launch as programmatic dependents too (graph "
+       "edges that overlap each kernel with its predecessor's tail; measured no faster on the "
+       "H200; A/B)"},
       {"KILN_FLASH_SMALL_GRID", Kind::kBool, "on", "",
        "off: flash attention keeps 128-row tiles for small grids (A/B)"},
       {"KILN_FLASH_SM90", Kind::kBool, "on", "",

@@ -333,10 +333,47 @@ TEST(CudaElementwise, SmallAndContigKernelsMeetAtOneBlock) {
 // Programmatic dependent launch (runtime/cuda.h LaunchDependent): a kernel launched as a dependent
 // of a slow one (which lets dependents launch at its start) and reading after
 // kiln_grid_dependency_sync() sees the slow kernel's write, made 2 ms after it started.
-TEST(CudaDependentLaunch, TheWaitOrdersTheDependentAfterItsPredecessor) {
-  KILN_SKIP_WITHOUT_GPU();
-  if (!cuda::DependentLaunchEnabled(0)) GTEST_SKIP() << "needs sm_90 or later and KILN_PDL on";
-  const std::string src = std::string(cuda_ops::KernelPrelude()) + R"(
+class CudaDependentLaunch : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    KILN_SKIP_WITHOUT_GPU();
+    if (!cuda::DependentLaunchEnabled(0)) GTEST_SKIP() << "needs sm_90 or later and KILN_PDL on";
+    // Both kernels fetched (and loaded) first: loading a module between the launches would wait.
+    writer_ = Kernel("kiln_test_slow_writer");
+    reader_ = Kernel("kiln_test_read_after");
+  }
+
+  // The slow writer adds 1 to `flag` 2 ms after it starts; the reader, launched right after it
+  // through LaunchDependent (or, `programmatic`, always with the launch attribute), copies `flag`
+  // to `out` after its wait.
+  void LaunchPair(const Tensor& flag, const Tensor& out, bool programmatic = false) {
+    void* flag_ptr = flag.data_ptr();
+    void* out_ptr = out.data_ptr();
+    long long ns = 2'000'000;  // 2 ms: far longer than a launch
+    void* writer_args[] = {&flag_ptr, &ns};
+    void* reader_args[] = {&flag_ptr, &out_ptr};
+    KILN_CUDA_CHECK(
+        cudaLaunchKernel(writer_, dim3(1), dim3(1), writer_args, 0, cuda::CurrentStream()));
+    if (!programmatic) {
+      KILN_CUDA_CHECK(
+          cuda::LaunchDependent(reader_, dim3(1), dim3(1), reader_args, 0, cuda::CurrentStream()));
+      return;
+    }
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(1);
+    config.blockDim = dim3(1);
+    config.stream = cuda::CurrentStream();
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    KILN_CUDA_CHECK(cudaLaunchKernelExC(&config, reader_, reader_args));
+  }
+
+ private:
+  const void* Kernel(const char* name) {
+    const std::string src = std::string(cuda_ops::KernelPrelude()) + R"(
 __device__ long long kiln_test_now() {
   long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t;
 }
@@ -344,33 +381,48 @@ extern "C" __global__ void kiln_test_slow_writer(int* flag, long long ns) {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const long long start = kiln_test_now();
   while (kiln_test_now() - start < ns) {}
-  *(volatile int*)flag = 1;
+  *(volatile int*)flag += 1;
 }
 extern "C" __global__ void kiln_test_read_after(const int* flag, int* out) {
   kiln_grid_dependency_sync();
   *out = *(volatile const int*)flag;
 }
 )";
-  auto kernel = [&](const char* name) {
     return reinterpret_cast<const void*>(ValueOrThrow(cuda::GetKernel(src, name)));
-  };
-  // Both kernels fetched (and loaded) first: loading a module between the launches would wait.
-  const void* writer = kernel("kiln_test_slow_writer");
-  const void* reader = kernel("kiln_test_read_after");
+  }
+
+  const void* writer_ = nullptr;
+  const void* reader_ = nullptr;
+};
+
+TEST_F(CudaDependentLaunch, TheWaitOrdersTheDependentAfterItsPredecessor) {
   cuda::Stream stream;  // a created stream, as the compiled plans use
   const cuda::StreamGuard guard(stream.get());
   const Tensor flag = zeros({1}, DType::kInt32, CUDA(0));
   const Tensor out = full({1}, -1, DType::kInt32, CUDA(0));
-  void* flag_ptr = flag.data_ptr();
-  void* out_ptr = out.data_ptr();
-  long long ns = 2'000'000;  // 2 ms: far longer than a launch
-  void* writer_args[] = {&flag_ptr, &ns};
-  void* reader_args[] = {&flag_ptr, &out_ptr};
-  KILN_CUDA_CHECK(
-      cudaLaunchKernel(writer, dim3(1), dim3(1), writer_args, 0, cuda::CurrentStream()));
-  KILN_CUDA_CHECK(
-      cuda::LaunchDependent(reader, dim3(1), dim3(1), reader_args, 0, cuda::CurrentStream()));
+  LaunchPair(flag, out);
   EXPECT_EQ(to_vector(out)[0], 1) << "the wait lets the reader see the earlier kernel's write";
+}
+
+// Captured into a CUDA graph as a programmatic edge (what KILN_PDL_GRAPHS=on makes of every
+// dependent launch), every replay's reader sees that replay's write.
+TEST_F(CudaDependentLaunch, TheWaitOrdersItInsideACudaGraphToo) {
+  cuda::Stream stream;
+  const cuda::StreamGuard guard(stream.get());
+  const Tensor flag = zeros({1}, DType::kInt32, CUDA(0));
+  const Tensor out = full({1}, -1, DType::kInt32, CUDA(0));
+  cudaGraph_t graph = nullptr;
+  KILN_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+  LaunchPair(flag, out, /*programmatic=*/true);
+  KILN_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+  cudaGraphExec_t exec = nullptr;
+  KILN_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 1; replay <= 3; ++replay) {
+    KILN_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+    EXPECT_EQ(to_vector(out)[0], replay) << "replay " << replay;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
 }
 
 // Eager softmax and log_softmax run the softmax family's kernel (one implementation with the

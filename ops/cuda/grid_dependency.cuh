@@ -12,13 +12,15 @@
 
 namespace kiln::cuda_kernels {
 
-// Lets the next kernel on the stream start launching, then waits until every earlier kernel has
-// finished and its writes are visible (returns at once without the launch attribute, or below
-// sm_90). Before it a kernel reads nothing an earlier kernel may write and writes nothing.
+// Waits until every earlier kernel has finished and its writes are visible, then lets the next
+// kernel on the stream start launching (returns at once without the launch attribute, or below
+// sm_90). Before it a kernel reads nothing an earlier kernel may write and writes nothing. The
+// order bounds the overlap to one kernel ahead: signalled before the wait, each waiting kernel
+// would launch the next, and a CUDA graph's whole chain would hold SM slots spinning.
 __device__ __forceinline__ void GridDependencySync() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 

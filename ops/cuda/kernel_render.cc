@@ -13,13 +13,14 @@ namespace {
 
 // Device helpers shared by every generated kernel: storage types, conversions, math.
 constexpr char kPrelude[] = R"(
-// Programmatic dependent launch (runtime/cuda.h LaunchDependent): lets the next kernel on the
-// stream start launching, then waits until every earlier kernel has finished and its writes are
-// visible. Every generated kernel calls it first, before any load or store.
+// Programmatic dependent launch (runtime/cuda.h LaunchDependent): waits until every earlier
+// kernel has finished and its writes are visible, then lets the next kernel on the stream start
+// launching (after the wait: one kernel ahead, never a chain of waiting ones). Every generated
+// kernel calls it first, before any load or store.
 __device__ __forceinline__ void kiln_grid_dependency_sync() {
 #if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 typedef unsigned short kiln_u16;

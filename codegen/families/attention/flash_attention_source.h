@@ -50,13 +50,14 @@ namespace kiln::cuda_ops {
 inline constexpr char kFlashParamsSource[] = R"KILN_FA(
 typedef unsigned short kiln_u16;
 
-// Programmatic dependent launch (runtime/cuda.h LaunchDependent): lets the next kernel start
-// launching, then waits until every earlier kernel has finished and its writes are visible. The
-// kernels call it first, before any load or store (without the launch attribute it returns at once).
+// Programmatic dependent launch (runtime/cuda.h LaunchDependent): waits until every earlier
+// kernel has finished and its writes are visible, then lets the next kernel start launching (one
+// kernel ahead). The kernels call it first, before any load or store (without the launch
+// attribute it returns at once).
 __device__ __forceinline__ void kiln_grid_dependency_sync() {
 #if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 
