@@ -93,6 +93,9 @@ const std::vector<Setting>& Settings() {
        "linears with few rows: kiln's GEMV (on), cuBLASLt (off), or timed once per shape (auto)"},
       {"KILN_GEMV_MMA", Kind::kBool, "on", "",
        "off: kiln's GEMV keeps its FMA loop for 2..8 rows instead of tensor cores (A/B)"},
+      {"KILN_GEMV_NORM_FOLD", Kind::kBool, "on", "",
+       "off: kiln's norm GEMV keeps its prologue (statistics, the normalised row in shared "
+       "memory) for one row instead of folding the norm into the column sums (A/B)"},
       {"KILN_GEMM", Kind::kChoice, "cublas", "auto|kiln|cublas",
        "linears kiln's sm_90a GEMM can run (bf16/f16, no activation): timed once per shape against "
        "cuBLASLt (auto), always kiln's (kiln), or cuBLASLt only (cublas)"},

@@ -56,6 +56,11 @@ struct GemvArgs {
   // at most kGemvMaxRows rows, from L2) and normalises them once into shared memory (m·k elements,
   // at most kMaxNormSharedBytes), then loops over column tiles: cheaper than a launch, so a
   // decode step's norm and the linear after it are one kernel.
+  // One row of float16 / bfloat16 (aligned rows, norm weight and bias; k whole 16-byte vectors)
+  // folds the norm into its column sums instead (gemv_kernels.cu FoldedNormGemvKernel): no
+  // prologue, no shared memory; the normalised row is not rounded to the dtype first. false keeps
+  // the prologue (KILN_GEMV_NORM_FOLD=off, an A/B).
+  bool fold_norm = true;
   GemvNorm norm = GemvNorm::kNone;
   const void* norm_weight = nullptr;  // [k] contiguous, or nullptr
   const void* norm_bias = nullptr;    // [k] contiguous, or nullptr (layer norm only)

@@ -791,6 +791,8 @@ void RunGemv(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor
   a.dependent_launch = cuda::UseDependentLaunch(out.device().index);
   static const bool tensor_cores = EnvBool("KILN_GEMV_MMA");
   a.tensor_cores = tensor_cores;
+  static const bool fold_norm = EnvBool("KILN_GEMV_NORM_FOLD");
+  a.fold_norm = fold_norm;
   a.norm = norm.kind;
   a.norm_weight = norm.weight.defined() ? norm.weight.data_ptr() : nullptr;
   a.norm_bias = norm.bias.defined() ? norm.bias.data_ptr() : nullptr;
