@@ -120,6 +120,17 @@ __device__ __forceinline__ void LoadX(const T* row, int64_t v, bool valid, float
   }
 }
 
+// The w vectors v0, v0 + stride, ... (kUnroll of them) with the streaming hint (each weight is
+// read once), all issued before any is used; zeros past the row's nvec vectors.
+__device__ __forceinline__ void LoadWeightVectors(const uint4* wv, int64_t v0, int stride,
+                                                  int64_t nvec, uint4 (&raw)[kUnroll]) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t v = v0 + int64_t{u} * stride;
+    raw[u] = v < nvec ? __ldcs(wv + v) : make_uint4(0, 0, 0, 0);
+  }
+}
+
 // acc[r] += w[i]·x[r, i] over this thread's 16-byte vectors of the row: t, t + stride, ... below
 // k / kVec. `w` is 16-byte aligned, and so is every x row when kVecX. Straight-line code per
 // kUnroll vectors: the w loads are all issued first, then per x row its loads, then the FMAs;
@@ -132,11 +143,7 @@ __device__ __forceinline__ void DotVectors(const Params<T>& p, const T* w, int t
   const uint4* wv = reinterpret_cast<const uint4*>(w);
   for (int64_t v0 = t; v0 < nvec; v0 += int64_t{kUnroll} * stride) {
     uint4 raw[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t v = v0 + int64_t{u} * stride;
-      raw[u] = v < nvec ? __ldcs(wv + v) : make_uint4(0, 0, 0, 0);
-    }
+    LoadWeightVectors(wv, v0, stride, nvec, raw);
 #pragma unroll
     for (int r = 0; r < M; ++r) {
       float xf[kUnroll][V];
@@ -446,11 +453,7 @@ __device__ __forceinline__ void DotFolded(const NormParams<T>& np, const T* w, f
   const uint4* wv = reinterpret_cast<const uint4*>(w);
   for (int64_t v0 = t; v0 < nvec; v0 += int64_t{kUnroll} * stride) {
     uint4 raw[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t v = v0 + int64_t{u} * stride;
-      raw[u] = v < nvec ? __ldcs(wv + v) : make_uint4(0, 0, 0, 0);
-    }
+    LoadWeightVectors(wv, v0, stride, nvec, raw);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t v = v0 + int64_t{u} * stride;
