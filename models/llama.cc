@@ -3,7 +3,10 @@
 #include "models/llama.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "ops/distributed.h"
@@ -17,11 +20,19 @@ namespace {
 
 using Json = nlohmann::json;
 
-// The field `name` of `j` as T, or `fallback` when it is absent or null.
+// The field `name` of `j` as T, or `fallback` when it is absent or null. An integer field must
+// hold a JSON integer that fits T (16.5 or 1e30 would otherwise be truncated or overflow).
 template <typename T>
 T Field(const Json& j, const char* name, T fallback) {
   const auto it = j.find(name);
   if (it == j.end() || it->is_null()) return fallback;
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    const bool fits = it->is_number_integer() &&
+                      (!it->is_number_unsigned() ||
+                       it->get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max()));
+    KILN_CHECK(fits, "LlamaConfig::FromJson: field '", name,
+               "' has the wrong type: it must be an integer that fits int64, got ", it->dump());
+  }
   try {
     return it->get<T>();
   } catch (const Json::exception&) {

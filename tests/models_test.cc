@@ -343,6 +343,15 @@ TEST(LlamaConfig, FromHuggingFaceJson) {
             }).find("'yarn' is not supported"),
             std::string::npos);
   EXPECT_THROW(LlamaConfig::FromJson("{"), Error);
+  // Integer fields take JSON integers that fit int64: no truncation of 16.5, no overflow of 1e30.
+  for (const char* bad : {R"({"hidden_size": 16.5})", R"({"hidden_size": 1e30})",
+                          R"({"num_hidden_layers": 18446744073709551615})"}) {
+    EXPECT_NE(ErrorOf([bad] { LlamaConfig::FromJson(bad); }).find("must be an integer"),
+              std::string::npos)
+        << bad;
+  }
+  EXPECT_EQ(LlamaConfig::FromJson(R"({"hidden_size": 64})").dim, 64);
+  EXPECT_EQ(LlamaConfig::FromJson(R"({"rope_theta": 10000})").rope.base, 10000);  // int as double
 }
 
 // Greedy ids of the full forward, one token at a time (no cache): the reference for generate.
