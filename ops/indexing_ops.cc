@@ -4,6 +4,7 @@
 // one output.
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
@@ -158,14 +159,27 @@ T item(const Tensor& x) {
   uint64_t raw = 0;
   ReadOneElement(x, &raw);
   if constexpr (std::is_integral_v<T>) {
-    if (x.dtype() == DType::kInt64) return static_cast<T>(*reinterpret_cast<int64_t*>(&raw));
+    // As libtorch's item<T>(): a value outside T's range is an error, not a wrapped integer.
+    constexpr const char* kName = std::is_same_v<T, int32_t> ? "int32" : "int64";
+    if (x.dtype() == DType::kInt64) {
+      const int64_t i = *reinterpret_cast<int64_t*>(&raw);
+      if constexpr (!std::is_same_v<T, bool>) {
+        KILN_CHECK(i >= std::numeric_limits<T>::min() && i <= std::numeric_limits<T>::max(),
+                   "item: ", i, " (", Describe(x.type()), ") cannot be converted to ", kName,
+                   " without overflow");
+      }
+      return static_cast<T>(i);
+    }
     const double v = LoaderFor(x.dtype())(&raw, 0);
     KILN_CHECK(std::isfinite(v), "item: ", v, " (", Describe(x.type()),
                ") cannot be converted to an integer");
     if constexpr (std::is_same_v<T, bool>) {
       return v != 0;
     } else {
-      return static_cast<T>(v);
+      const double lo = static_cast<double>(std::numeric_limits<T>::min());  // -2^31 or -2^63
+      KILN_CHECK(v >= lo && v < -lo, "item: ", v, " (", Describe(x.type()),
+                 ") cannot be converted to ", kName, " without overflow");
+      return static_cast<T>(v);  // toward zero, as a C++ cast (and libtorch) does
     }
   } else {
     if (x.dtype() == DType::kInt64) return static_cast<T>(*reinterpret_cast<int64_t*>(&raw));

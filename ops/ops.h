@@ -224,8 +224,9 @@ ValuesIndices max_with_indices(const Tensor& x, int64_t dim, bool keepdim = fals
 ValuesIndices topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true);
 
 // The value of a one-element tensor (torch's .item()), copied to the host: double, float,
-// int64_t (exact for int64 tensors), int32_t or bool. Throws for other sizes, meta tensors and
-// traced values.
+// int64_t (exact for int64 tensors), int32_t or bool. A floating value becomes an integer toward
+// zero. Throws for other sizes, meta tensors, traced values, and (as libtorch's item<T>()) a NaN,
+// an infinity or a value outside T's range asked for as an integer.
 template <typename T = double>
 T item(const Tensor& x);
 

@@ -250,6 +250,24 @@ void ItemReadsOneElement(Device device) {
   EXPECT_EQ(item<int32_t>(to(full({1, 1}, -7, DType::kInt32), device)), -7);
   EXPECT_EQ(item<bool>(to(ones({1}, DType::kBool), device)), true);
   EXPECT_EQ(item<float>(slice(to(arange(3, DType::kFloat32), device) * 0.5, 0, 1, 2)), 0.5f);
+  // As libtorch's item<T>(): toward zero, and a value outside T's range is an error.
+  EXPECT_EQ(item<int64_t>(to(full({}, -2.7), device)), -2);
+  EXPECT_EQ(item<int32_t>(to(full({}, -2147483648.0, DType::kInt64), device)),
+            std::numeric_limits<int32_t>::min());
+  for (const auto& [value, dtype] : {std::pair<double, DType>{3e9, DType::kInt64},
+                                     {3e9, DType::kFloat32},
+                                     {-2147483649.0, DType::kInt64}}) {
+    EXPECT_THROW(item<int32_t>(to(full({}, value, dtype), device)), Error) << value;
+  }
+  for (double big : {1e30, -1e30, 9223372036854775808.0}) {
+    try {
+      item<int64_t>(to(full({}, big), device));
+      ADD_FAILURE() << big << ": no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("int64 without overflow"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 TEST(OpsSemantics, ItemOnCpu) { ItemReadsOneElement(kCPU); }
 TEST(OpsSemanticsCuda, Item) {
