@@ -25,9 +25,8 @@ namespace kiln::cuda {
 // is a plain one unless KILN_PDL_GRAPHS is on (programmatic edges: GPT-2's decode step replayed
 // no faster with them on the H200, with either order of signal and wait; docs/BENCHMARKS.md).
 // Kernels without the wait, and every kernel with KILN_PDL=off or on an older GPU, launch
-// plainly. A `cluster` other
-// than 1x1x1 launches the grid as thread-block clusters of that shape (sm_90; the grid a multiple
-// of it). Returns the launch's error.
+// plainly. A `cluster` other than 1x1x1 launches the grid as thread-block clusters of that shape
+// (sm_90; the grid a multiple of it). Returns the launch's error.
 cudaError_t LaunchDependent(const void* kernel, dim3 grid, dim3 block, void** args,
                             size_t shared_bytes, StreamHandle stream, dim3 cluster = dim3(1, 1, 1));
 // Throws kiln::Error naming `call` and the CUDA error string unless `err` is cudaSuccess.

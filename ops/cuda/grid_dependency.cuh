@@ -16,7 +16,7 @@ namespace kiln::cuda_kernels {
 // kernel on the stream start launching (returns at once without the launch attribute, or below
 // sm_90). Before it a kernel reads nothing an earlier kernel may write and writes nothing. The
 // order bounds the overlap to one kernel ahead: signalled before the wait, each waiting kernel
-// would launch the next, and a CUDA graph's whole chain would hold SM slots spinning.
+// would let the next launch too, and a chain of waiting kernels could hold SM slots.
 __device__ __forceinline__ void GridDependencySync() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
