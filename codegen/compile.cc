@@ -439,9 +439,12 @@ const CompileReport& CompiledFn::report(const std::vector<Tensor>& inputs) const
   std::call_once(e.counted, [&] {  // counting runs each GEMM once on CUDA: not at compile
     std::optional<cuda::ScopedGraphReplay> for_graph;
     if (state_->options.cuda_graphs) for_graph.emplace();
-    e.report.kernels_per_step = e.exe->kernels_per_step();
     e.report.memsets_per_step = e.exe->memsets_per_step();
   });
+  // Less what the last call's GEMV chains saved (Executable::kernels_per_step): read every time.
+  static std::mutex count_mu;
+  std::lock_guard<std::mutex> lock(count_mu);
+  e.report.kernels_per_step = e.exe->kernels_per_step();
   return e.report;
 }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "codegen/launch_count.h"
 #include "ir/printer.h"
+#include "ops/cuda/gemv_chain.h"
 #include "ops/cuda/index_cuda.h"
 #include "ops/dispatch.h"
 #include "ops/gather.h"
@@ -363,6 +364,52 @@ void Executable::WriteBackInputs(const std::vector<Tensor>& inputs,
   }
 }
 
+namespace {
+
+// This thread's GEMV chain region over a run's steps (ops/cuda/gemv_chain.h): one-row GEMVs of
+// consecutive steps launch as one kernel. Steps that launch only through registry ops (ops,
+// views, families saying so) keep the region's rule by themselves; before any other step what is
+// pending launches. An exception drops what is pending (the run's results are lost anyway).
+class ChainRegion {
+ public:
+  ChainRegion() {
+    if constexpr (kWithCuda) {
+      cuda_ops::BeginGemvChain();
+      saved_before_ = cuda_ops::GemvChainLaunchesSaved();
+    }
+  }
+  ~ChainRegion() {
+    if constexpr (kWithCuda) {
+      if (open_) cuda_ops::AbandonGemvChain();
+    }
+  }
+  ChainRegion(const ChainRegion&) = delete;
+  ChainRegion& operator=(const ChainRegion&) = delete;
+
+  void Before(const Step& s) {
+    if constexpr (kWithCuda) {
+      if (s.kind == Step::Kind::kFamily && !s.kernel->LaunchesThroughOps()) {
+        cuda_ops::FlushDeferredGemvs();
+      }
+    }
+  }
+  // Launches what is pending; returns the launches the run's chains saved.
+  int End() {
+    if constexpr (kWithCuda) {
+      open_ = false;
+      cuda_ops::EndGemvChain();
+      return cuda_ops::GemvChainLaunchesSaved() - saved_before_;
+    }
+    return 0;
+  }
+
+ private:
+  bool open_ = true;
+  int saved_before_ = 0;
+};
+
+}  // namespace
+
 void Executable::RunSteps(const std::vector<Tensor>& inputs, std::vector<Tensor>& env) const {
   for (size_t i = 0; i < graph_.inputs().size(); ++i) env[graph_.inputs()[i]] = inputs[i];
   for (ValueId v = 0; v < graph_.num_values(); ++v) {
@@ -371,8 +418,10 @@ void Executable::RunSteps(const std::vector<Tensor>& inputs, std::vector<Tensor>
   std::vector<int64_t> symbol_values;
   if (!symbols_.empty()) symbol_values = symbols_.Values(inputs);
   absl::InlinedVector<Tensor, 8> args;
+  ChainRegion chain;
   for (const Step& s : steps_) {
     const Node& n = graph_.node(s.value);
+    chain.Before(s);
     args.clear();
     for (ValueId in : n.inputs) args.push_back(env[in]);
     switch (s.kind) {
@@ -396,6 +445,7 @@ void Executable::RunSteps(const std::vector<Tensor>& inputs, std::vector<Tensor>
     }
     for (ValueId dead : s.last_uses) env[dead] = Tensor();
   }
+  chain_launches_saved_.store(chain.End(), std::memory_order_relaxed);
 }
 
 bool Executable::on_cuda() const {

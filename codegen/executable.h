@@ -29,6 +29,7 @@
 // Run() is const and keeps no state between calls: one plan may run from several threads.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -84,8 +85,11 @@ class Executable {
   const SymbolicShapes& symbols() const { return symbols_; }
   bool on_cuda() const;  // every input and output is a CUDA tensor
   // Kernels and memsets one Run launches (LaunchTally; measured on first use, which on CUDA runs
-  // each GEMM once under capture).
-  int kernels_per_step() const { return Tally().kernels; }
+  // each GEMM once under capture), less the launches the last Run's GEMV chains saved
+  // (ops/cuda/gemv_chain.h: consecutive one-row GEMVs as one kernel; known once a Run happened).
+  int kernels_per_step() const {
+    return Tally().kernels - chain_launches_saved_.load(std::memory_order_relaxed);
+  }
   int memsets_per_step() const { return Tally().memsets; }
   int fused_kernels() const;
   // The lowered kernel of node `v` (nullptr: no family owns it), for dumps and tests.
@@ -132,6 +136,7 @@ class Executable {
   std::vector<bool> copy_output_;  // outputs that are (views of) constants: returned as copies
   mutable std::once_flag tally_once_;
   mutable LaunchTally tally_;
+  mutable std::atomic<int> chain_launches_saved_{0};
 };
 
 }  // namespace kiln::codegen

@@ -48,6 +48,9 @@ class FusedKernel {
   virtual std::vector<cuda::KernelFootprint> Footprints() const { return {}; }
   // A line for the explain log about a decision the lowering made ("" when none).
   virtual std::string explain() const { return ""; }
+  // Whether Run launches only through registry ops (ops/dispatch.h) and linear's kernels: then the
+  // plan's GEMV chain region may span the node (ops/cuda/gemv_chain.h), whose rule those keep.
+  virtual bool LaunchesThroughOps() const { return false; }
 };
 
 class FusionTemplate : public passes::KernelFamily {

@@ -5,7 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "ops/cuda/gemv_chain.h"
 #include "profiler/host.h"
+#include "runtime/build_config.h"
 #include "runtime/status.h"
 
 namespace kiln {
@@ -93,6 +95,11 @@ void RunKernel(const OpDef& def, absl::Span<const Tensor> inputs, const Tensor& 
          absl::StrCat("no kernel for device ", device.str()));
   }
   if (out.numel() == 0) return;
+  if constexpr (kWithCuda) {
+    // GEMVs a compiled plan's chain region holds launch first (linear's kernel flushes itself
+    // where it does not defer): ops/cuda/gemv_chain.h.
+    if (device.is_cuda() && def.id != OpId::kLinear) cuda_ops::FlushDeferredGemvs();
+  }
   kernel(def, inputs, out, attrs);
 }
 

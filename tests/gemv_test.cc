@@ -31,6 +31,7 @@
 #include "runtime/nvrtc.h"
 #include "runtime/settings.h"
 #include "runtime/status.h"
+#include "tests/gemv_test_util.h"
 #include "tests/kernel_test_util.h"
 #include "tests/test_util.h"
 
@@ -43,18 +44,6 @@ using profiler::DeviceRecord;
 using profiler::Profiler;
 using profiler::ProfileResult;
 using profiler::ProfilerOptions;
-
-// Sets the GEMV mode for a scope and restores the previous one.
-class ScopedGemvMode {
- public:
-  explicit ScopedGemvMode(GemvMode mode) : prev_(cuda_ops::CurrentGemvMode()) {
-    cuda_ops::SetGemvMode(mode);
-  }
-  ~ScopedGemvMode() { cuda_ops::SetGemvMode(prev_); }
-
- private:
-  GemvMode prev_;
-};
 
 struct Act {
   Epilogue epilogue;

@@ -11,6 +11,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "ops/cuda/gemv_chain.h"
 #include "ops/cuda/gemv_kernels.h"
 #include "runtime/cuda_api.h"
 #include "runtime/nvrtc.h"
@@ -73,6 +74,7 @@ double Median(std::vector<double> v) {
 
 std::vector<double> MedianDeviceUs(Device device, absl::Span<const std::function<void()>> paths,
                                    int samples) {
+  const GemvChainPause no_chains;  // every path launches for real, nothing pending first
   // One measurement at a time in the process: a plan lowers its nodes in parallel threads, and
   // two timings interleaved on the device measure each other (a GEMV choice saw cuBLASLt at
   // 1.5-2.3 ms instead of 8 µs). Recursive: a path's first call may make a choice of its own

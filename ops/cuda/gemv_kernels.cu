@@ -27,6 +27,7 @@
 //
 // Indexing is int64 throughout (a w of n·k > 2^31 elements is the LM head of a large vocabulary);
 // CTAs stride over column tiles, so the grid stays within limits for any n.
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -48,6 +49,9 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kUnroll = 4;  // w vectors in flight per thread
 constexpr int64_t kMaxGrid = int64_t{1} << 30;
 constexpr int kNormCtasPerSm = 8;  // CTAs per SM of the GEMV with a norm (each normalises x once)
+// Weight bytes of a chain's first steps that its CTAs pull into L2 up front (the H200's L2 holds
+// 50 MiB; a step past this, an LM head, streams its weights as it runs).
+constexpr int64_t kChainPrefetchBytes = int64_t{24} << 20;
 
 template <typename T>
 constexpr int kVec = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte vector
@@ -104,13 +108,21 @@ __device__ __forceinline__ void Unpack(const uint4& raw, float (&f)[kVec<T>]) {
   }
 }
 
+// Where x is read from: global memory through the read-only data cache (the kernel never writes
+// it), shared memory (the normalised rows: a plain load), or global memory through L2 only (the
+// chain kernel, whose earlier steps write the x of later ones: the read-only path may keep a stale
+// line for the whole kernel).
+enum class XFrom { kReadOnly, kShared, kCoherent };
+
 // Elements [v·kVec, (v + 1)·kVec) of x row `row` as floats, or zeros when `valid` is false.
-// kShared: `row` is in shared memory (the normalised rows), which takes a plain load.
-template <typename T, bool kVecX, bool kShared = false>
+template <typename T, bool kVecX, XFrom kFrom = XFrom::kReadOnly>
 __device__ __forceinline__ void LoadX(const T* row, int64_t v, bool valid, float (&f)[kVec<T>]) {
   if constexpr (kVecX) {
-    if constexpr (kShared) {
+    if constexpr (kFrom == XFrom::kShared) {
       Unpack<T>(valid ? reinterpret_cast<const uint4*>(row)[v] : make_uint4(0, 0, 0, 0), f);
+    } else if constexpr (kFrom == XFrom::kCoherent) {
+      Unpack<T>(valid ? __ldcg(reinterpret_cast<const uint4*>(row) + v) : make_uint4(0, 0, 0, 0),
+                f);
     } else {
       Unpack<T>(valid ? __ldg(reinterpret_cast<const uint4*>(row) + v) : make_uint4(0, 0, 0, 0), f);
     }
@@ -135,7 +147,7 @@ __device__ __forceinline__ void LoadWeightVectors(const uint4* wv, int64_t v0, i
 // k / kVec. `w` is 16-byte aligned, and so is every x row when kVecX. Straight-line code per
 // kUnroll vectors: the w loads are all issued first, then per x row its loads, then the FMAs;
 // vectors past the end count as zeros (both operands: a NaN in x must not meet a padding 0).
-template <typename T, int M, bool kVecX, bool kSharedX>
+template <typename T, int M, bool kVecX, XFrom kFromX>
 __device__ __forceinline__ void DotVectors(const Params<T>& p, const T* w, int t, int stride,
                                            float (&acc)[M]) {
   constexpr int V = kVec<T>;
@@ -150,7 +162,7 @@ __device__ __forceinline__ void DotVectors(const Params<T>& p, const T* w, int t
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t v = v0 + int64_t{u} * stride;
-        LoadX<T, kVecX, kSharedX>(p.x + r * p.ldx, v, v < nvec, xf[u]);
+        LoadX<T, kVecX, kFromX>(p.x + r * p.ldx, v, v < nvec, xf[u]);
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
@@ -163,15 +175,28 @@ __device__ __forceinline__ void DotVectors(const Params<T>& p, const T* w, int t
   }
 }
 
+// One element of x, the bias or the residual as a float: through L2 only when an earlier step of
+// the same kernel may have written it (XFrom::kCoherent), else a plain load.
+template <XFrom kFrom, typename T>
+__device__ __forceinline__ float LoadElement(const T* p) {
+  if constexpr (kFrom == XFrom::kCoherent) {
+    return ToFloat(__ldcg(p));
+  } else {
+    return ToFloat(*p);
+  }
+}
+
 // acc[r] += w[i]·x[r, i] for this thread's elements begin + t, begin + t + stride, ... below k.
-template <typename T, int M>
+template <typename T, int M, XFrom kFromX>
 __device__ __forceinline__ void DotElements(const Params<T>& p, const T* w, int64_t begin, int t,
                                             int stride, float (&acc)[M]) {
 #pragma unroll 4
   for (int64_t i = begin + t; i < p.k; i += stride) {
     const float wf = ToFloat(w[i]);
 #pragma unroll
-    for (int r = 0; r < M; ++r) acc[r] = fmaf(wf, ToFloat(p.x[r * p.ldx + i]), acc[r]);
+    for (int r = 0; r < M; ++r) {
+      acc[r] = fmaf(wf, LoadElement<kFromX>(p.x + r * p.ldx + i), acc[r]);
+    }
   }
 }
 
@@ -195,16 +220,16 @@ __device__ __forceinline__ float Activate(float v, GemvAct act) {
 }
 
 // out[r, col] = act(acc[r] + bias[col]) (+ residual[r, col]) for every row, lane r storing row r.
-template <typename T, int M>
+template <typename T, int M, XFrom kFrom = XFrom::kReadOnly>
 __device__ __forceinline__ void Store(const Params<T>& p, int64_t col, int lane,
                                       const float (&acc)[M]) {
   const bool has_bias = p.bias != nullptr;
-  const float b = has_bias ? ToFloat(p.bias[col * p.bias_stride]) : 0.f;
+  const float b = has_bias ? LoadElement<kFrom>(p.bias + col * p.bias_stride) : 0.f;
 #pragma unroll
   for (int r = 0; r < M; ++r) {
     if (lane == r) {
       float v = Activate(has_bias ? acc[r] + b : acc[r], p.act);
-      if (p.residual != nullptr) v += ToFloat(p.residual[r * p.n + col]);
+      if (p.residual != nullptr) v += LoadElement<kFrom>(p.residual + r * p.n + col);
       p.out[r * p.n + col] = FromFloat<T>(v);
     }
   }
@@ -224,9 +249,9 @@ __device__ __forceinline__ void PrefetchRow(const Params<T>& p, int64_t col, int
   }
 }
 
-// The CTA's column tiles: dot products over p.x (in shared memory when kSharedX), bias,
-// activation, residual and store.
-template <typename T, int M, bool kSharedX>
+// The CTA's column tiles: dot products over p.x (read as kFromX says), bias, activation, residual
+// and store.
+template <typename T, int M, XFrom kFromX>
 __device__ __forceinline__ void ColumnTiles(const Params<T>& p, float (&partial)[kWarps][M]) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int cols = kWarps / p.wpc;  // columns per CTA
@@ -243,13 +268,13 @@ __device__ __forceinline__ void ColumnTiles(const Params<T>& p, float (&partial)
       int64_t begin = 0;
       if (p.vec_w) {
         if (p.vec_x) {
-          DotVectors<T, M, true, kSharedX>(p, w, t, stride, acc);
+          DotVectors<T, M, true, kFromX>(p, w, t, stride, acc);
         } else {
-          DotVectors<T, M, false, kSharedX>(p, w, t, stride, acc);
+          DotVectors<T, M, false, kFromX>(p, w, t, stride, acc);
         }
         begin = p.k - p.k % kVec<T>;
       }
-      DotElements<T, M>(p, w, begin, t, stride, acc);
+      DotElements<T, M, kFromX>(p, w, begin, t, stride, acc);
     }
 #pragma unroll
     for (int r = 0; r < M; ++r) acc[r] = WarpSum(acc[r]);
@@ -267,7 +292,7 @@ __device__ __forceinline__ void ColumnTiles(const Params<T>& p, float (&partial)
       }
       __syncthreads();  // `partial` is written again for the next tile
     }
-    if (col < p.n && part == 0) Store<T, M>(p, col, lane, acc);
+    if (col < p.n && part == 0) Store<T, M, kFromX>(p, col, lane, acc);
   }
 }
 
@@ -284,7 +309,7 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params<T> p) {
   __shared__ float partial[kWarps][M];
   PrefetchFirstTile(p);
   GridDependencySync();  // x, residual and out may be earlier kernels' buffers
-  ColumnTiles<T, M, false>(p, partial);
+  ColumnTiles<T, M, XFrom::kReadOnly>(p, partial);
 }
 
 // The statistics of the M x rows into `norms` (a warp per row; every thread of the CTA calls):
@@ -421,7 +446,7 @@ __global__ void __launch_bounds__(kThreads, 1) NormGemvKernel(NormParams<T> np) 
   extern __shared__ uint4 normed_words[];
   PrefetchFirstTile(np.gemv);
   GridDependencySync();  // x, residual and out may be earlier kernels' buffers
-  ColumnTiles<T, M, true>(NormalizeIntoShared<T, M>(np, norms, normed_words), partial);
+  ColumnTiles<T, M, XFrom::kShared>(NormalizeIntoShared<T, M>(np, norms, normed_words), partial);
 }
 
 // ---- One row with its norm folded into the dot products (decode at batch 1). ----------------
@@ -444,7 +469,7 @@ struct FoldedSums {
   float a1 = 0.f, a2 = 0.f, a3 = 0.f, s1 = 0.f, s2 = 0.f;
 };
 
-template <typename T>
+template <typename T, XFrom kFromX>
 __device__ __forceinline__ void DotFolded(const NormParams<T>& np, const T* w, float x0, int t,
                                           int stride, FoldedSums& f) {
   constexpr int V = kVec<T>;
@@ -460,9 +485,9 @@ __device__ __forceinline__ void DotFolded(const NormParams<T>& np, const T* w, f
       if (v >= nvec) break;  // uniform past the end: later u are out of bounds too
       float wf[V], xf[V], gf[V], bf[V];
       Unpack<T>(raw[u], wf);
-      LoadX<T, true>(p.x, v, true, xf);
-      LoadX<T, true>(np.weight, v, np.weight != nullptr, gf);
-      LoadX<T, true>(np.bias, v, np.bias != nullptr, bf);
+      LoadX<T, true, kFromX>(p.x, v, true, xf);
+      LoadX<T, true, kFromX>(np.weight, v, np.weight != nullptr, gf);
+      LoadX<T, true, kFromX>(np.bias, v, np.bias != nullptr, bf);
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         const float d = xf[i] - x0;
@@ -489,22 +514,20 @@ __device__ __forceinline__ float FoldedValue(const NormParams<T>& np, float a1, 
   return inv * (a1 - static_cast<float>(mean) * a2) + a3;
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads) FoldedNormGemvKernel(NormParams<T> np) {
-  __shared__ float dots[kWarps][3];
-  __shared__ double stats[kWarps][2];
+// The CTA's column tiles of the folded GEMV (x, the norm's weight and bias read as kFromX says).
+template <typename T, XFrom kFromX>
+__device__ __forceinline__ void FoldedColumnTiles(const NormParams<T>& np, float (&dots)[kWarps][3],
+                                                  double (&stats)[kWarps][2]) {
   const Params<T>& p = np.gemv;
-  PrefetchFirstTile(p);
-  GridDependencySync();  // x, residual and out may be earlier kernels' buffers
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int cols = kWarps / p.wpc, part = warp % p.wpc;
   const int t = part * 32 + lane, stride = p.wpc * 32;
-  const float x0 = np.norm == GemvNorm::kLayer ? ToFloat(p.x[0]) : 0.f;
+  const float x0 = np.norm == GemvNorm::kLayer ? LoadElement<kFromX>(p.x) : 0.f;
   const int64_t tiles = (p.n + cols - 1) / cols;
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {  // uniform over the CTA
     const int64_t col = tile * cols + warp / p.wpc;
     FoldedSums f;
-    if (col < p.n) DotFolded(np, p.w + col * p.ldw, x0, t, stride, f);
+    if (col < p.n) DotFolded<T, kFromX>(np, p.w + col * p.ldw, x0, t, stride, f);
     float a1 = WarpSum(f.a1), a2 = WarpSum(f.a2), a3 = WarpSum(f.a3);
     double s1 = WarpSum(static_cast<double>(f.s1)), s2 = WarpSum(static_cast<double>(f.s2));
     if (p.wpc > 1) {  // uniform over the CTA: the column's warps meet in warp order
@@ -523,7 +546,72 @@ __global__ void __launch_bounds__(kThreads) FoldedNormGemvKernel(NormParams<T> n
     }
     if (col < p.n && part == 0) {
       const float acc[1] = {FoldedValue(np, a1, a2, a3, s1, s2)};
-      Store<T, 1>(p, col, lane, acc);
+      Store<T, 1, kFromX>(p, col, lane, acc);
+    }
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) FoldedNormGemvKernel(NormParams<T> np) {
+  __shared__ float dots[kWarps][3];
+  __shared__ double stats[kWarps][2];
+  PrefetchFirstTile(np.gemv);
+  GridDependencySync();  // x, residual and out may be earlier kernels' buffers
+  FoldedColumnTiles<T, XFrom::kReadOnly>(np, dots, stats);
+}
+
+// ---- A chain of one-row GEMVs in one launch (gemv_kernels.h GemvChain). ---------------------
+//
+// Each GEMV of a decode step is a latency chain (a 1.2 MB GEMV takes ~3 µs where its bytes need
+// 0.3): ramp-up, the first weights' round trip to HBM, the tail. The chain kernel runs several
+// one-row GEMVs (plain or with a folded norm) as steps of one cooperative launch: every CTA
+// first pulls its column tiles' weight rows of every step into L2, then runs step after step,
+// the grid meeting at a barrier before a step whose reads or writes overlap what a step since the
+// last barrier writes or reads (the host compares the byte ranges: a decode layer's output
+// projection, MLP and next qkv each wait for the one before; q, k and v of one norm do not). Steps
+// read x, the norm weight and bias through L2 (XFrom::kCoherent): an earlier step of the same
+// kernel may have written them. (The prefetch is a hint: a weight an earlier step writes is read
+// after its barrier all the same.)
+template <typename T>
+struct ChainStep {
+  NormParams<T> np;  // np.norm == kNone: the plain GEMV of np.gemv
+};
+
+template <typename T>
+struct ChainParams {
+  ChainStep<T> steps[kGemvChainMaxOps];
+  bool barrier_before[kGemvChainMaxOps];  // step i reads or writes what a step since the last
+                                          // barrier writes or reads
+  int count;
+  int prefetched;  // steps whose weights are pulled into L2 up front (their bytes fit in it)
+};
+
+// Pulls every weight row of the CTA's column tiles of `p` into L2 (as ColumnTiles maps them).
+template <typename T>
+__device__ __forceinline__ void PrefetchCtaTiles(const Params<T>& p) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int cols = kWarps / p.wpc;
+  const int64_t tiles = (p.n + cols - 1) / cols;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    PrefetchRow(p, tile * cols + warp / p.wpc, (warp % p.wpc) * 32 + lane, p.wpc * 32);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    GemvChainKernel(const __grid_constant__ ChainParams<T> c) {
+  __shared__ float partial[kWarps][1];
+  __shared__ float dots[kWarps][3];
+  __shared__ double stats[kWarps][2];
+  for (int i = 0; i < c.prefetched; ++i) PrefetchCtaTiles(c.steps[i].np.gemv);
+  cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+  for (int i = 0; i < c.count; ++i) {
+    if (c.barrier_before[i]) grid.sync();
+    const NormParams<T>& np = c.steps[i].np;
+    if (np.norm == GemvNorm::kNone) {
+      ColumnTiles<T, 1, XFrom::kCoherent>(np.gemv, partial);
+    } else {
+      FoldedColumnTiles<T, XFrom::kCoherent>(np, dots, stats);
     }
   }
 }
@@ -844,6 +932,23 @@ cudaError_t LaunchMma(const GemvArgs& a, const Params<T>& p, cudaStream_t stream
                      MmaSplits(tiles, a.k, a.sm_count, major), 0, stream, p, static_cast<int>(a.m));
 }
 
+// The GEMV's parameters for a norm of x's rows (np.vec: 16-byte loads of x, the norm's weight
+// and bias).
+template <typename T>
+NormParams<T> MakeNormParams(const GemvArgs& a, const Params<T>& p) {
+  const bool vec = p.vec_x && a.k % kVec<T> == 0 && RowsAligned16(a.norm_weight, 0, 1, 0) &&
+                   RowsAligned16(a.norm_bias, 0, 1, 0);
+  return {
+      p,          a.norm, static_cast<const T*>(a.norm_weight), static_cast<const T*>(a.norm_bias),
+      a.norm_eps, vec};
+}
+
+// Whether one row of a 2-byte float folds its norm into the column sums (FoldedNormGemvKernel).
+template <typename T>
+bool FoldsNorm(const GemvArgs& a, const NormParams<T>& np) {
+  return !std::is_same_v<T, float> && a.fold_norm && a.m == 1 && np.vec && np.gemv.vec_w;
+}
+
 template <typename T>
 cudaError_t LaunchNormed(const GemvArgs& a, const Params<T>& p, int64_t tiles,
                          cudaStream_t stream) {
@@ -856,13 +961,9 @@ cudaError_t LaunchNormed(const GemvArgs& a, const Params<T>& p, int64_t tiles,
   // fewer times.
   const int64_t ctas = int64_t{std::max(a.sm_count, 1)} * kNormCtasPerSm;
   const auto grid = static_cast<unsigned>(std::min(tiles, ctas));
-  const bool vec = p.vec_x && a.k % kVec<T> == 0 && RowsAligned16(a.norm_weight, 0, 1, 0) &&
-                   RowsAligned16(a.norm_bias, 0, 1, 0);
-  const NormParams<T> np{
-      p,          a.norm, static_cast<const T*>(a.norm_weight), static_cast<const T*>(a.norm_bias),
-      a.norm_eps, vec};
+  const NormParams<T> np = MakeNormParams<T>(a, p);
   if constexpr (!std::is_same_v<T, float>) {
-    if (a.fold_norm && a.m == 1 && vec && p.vec_w) {
+    if (FoldsNorm<T>(a, np)) {
       const int64_t plain_tiles = std::min(tiles, kMaxGrid);
       return LaunchMaybeDependent(a.dependent_launch, &FoldedNormGemvKernel<T>,
                                   dim3(static_cast<unsigned>(plain_tiles)), dim3(kThreads), 0,
@@ -886,24 +987,35 @@ cudaError_t LaunchNormed(const GemvArgs& a, const Params<T>& p, int64_t tiles,
 }
 
 template <typename T>
+Params<T> MakeParams(const GemvArgs& a) {
+  return {static_cast<const T*>(a.x),
+          a.ldx,
+          static_cast<const T*>(a.w),
+          a.ldw,
+          static_cast<const T*>(a.bias),
+          a.bias_stride,
+          static_cast<T*>(a.out),
+          static_cast<const T*>(a.residual),
+          a.n,
+          a.k,
+          WarpsPerColumn(a.n, a.k, a.sm_count, kVec<T>),
+          RowsAligned16(a.w, a.ldw, a.n, sizeof(T)),
+          RowsAligned16(a.x, a.ldx, a.m, sizeof(T)),
+          a.act};
+}
+
+// Column tiles of `p`: kWarps / wpc columns each.
+template <typename T>
+int64_t ColumnTileCount(const Params<T>& p) {
+  const int cols = kWarps / p.wpc;
+  return (p.n + cols - 1) / cols;
+}
+
+template <typename T>
 cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
   static const auto kernels = KernelTable<T>(std::make_index_sequence<kGemvMaxRows>());
-  const Params<T> p{static_cast<const T*>(a.x),
-                    a.ldx,
-                    static_cast<const T*>(a.w),
-                    a.ldw,
-                    static_cast<const T*>(a.bias),
-                    a.bias_stride,
-                    static_cast<T*>(a.out),
-                    static_cast<const T*>(a.residual),
-                    a.n,
-                    a.k,
-                    WarpsPerColumn(a.n, a.k, a.sm_count, kVec<T>),
-                    RowsAligned16(a.w, a.ldw, a.n, sizeof(T)),
-                    RowsAligned16(a.x, a.ldx, a.m, sizeof(T)),
-                    a.act};
-  const int cols = kWarps / p.wpc;
-  const int64_t tiles = (a.n + cols - 1) / cols;
+  const Params<T> p = MakeParams<T>(a);
+  const int64_t tiles = ColumnTileCount(p);
   if (a.norm != GemvNorm::kNone) return LaunchNormed<T>(a, p, tiles, stream);
   if constexpr (!std::is_same_v<T, float>) {
     if (UseMma<T>(a, p)) return LaunchMma<T>(a, p, stream);
@@ -913,13 +1025,146 @@ cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
                               stream, p);
 }
 
+// The chain kernel's CTAs: as many as the largest step has column tiles, at most what the
+// device holds at once (a cooperative launch: every CTA must be resident for the barriers).
+template <typename T>
+cudaError_t ChainGrid(int64_t max_tiles, int sm_count, unsigned* grid) {
+  static int per_sm = -1;  // one kernel, one block size: the occupancy is the same every call
+  static const cudaError_t queried =
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, GemvChainKernel<T>, kThreads, 0);
+  if (queried != cudaSuccess) return queried;
+  if (per_sm < 1) return cudaErrorInvalidConfiguration;
+  *grid = static_cast<unsigned>(std::min(max_tiles, int64_t{per_sm} * std::max(sm_count, 1)));
+  return cudaSuccess;
+}
+
+// Byte ranges a one-row GEMV reads and writes, for the chain's barriers.
+struct ByteRange {
+  uintptr_t begin = 0, end = 0;
+  bool Overlaps(const ByteRange& o) const { return begin < o.end && o.begin < end; }
+};
+
+ByteRange RangeOf(const void* p, int64_t elements, size_t elem_size) {
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  return {begin, p == nullptr ? begin : begin + static_cast<uintptr_t>(elements) * elem_size};
+}
+
+struct Footprint {
+  ByteRange out;
+  std::array<ByteRange, 6> reads;  // x, w, bias, residual, norm weight, norm bias
+};
+
+// What op (one row, non-negative strides as linear gives them) touches.
+Footprint FootprintOf(const GemvArgs& a, size_t es) {
+  return {RangeOf(a.out, a.n, es),
+          {RangeOf(a.x, a.k, es), RangeOf(a.w, (a.n - 1) * a.ldw + a.k, es),
+           RangeOf(a.bias, (a.n - 1) * a.bias_stride + 1, es), RangeOf(a.residual, a.n, es),
+           RangeOf(a.norm_weight, a.k, es), RangeOf(a.norm_bias, a.k, es)}};
+}
+
+// Whether `later` must wait for `earlier`: it reads what earlier writes, or writes what earlier
+// reads or writes.
+bool Conflicts(const Footprint& earlier, const Footprint& later) {
+  if (later.out.Overlaps(earlier.out)) return true;
+  for (const ByteRange& r : later.reads) {
+    if (r.Overlaps(earlier.out)) return true;
+  }
+  for (const ByteRange& r : earlier.reads) {
+    if (r.Overlaps(later.out)) return true;
+  }
+  return false;
+}
+
+// barrier[i]: op i conflicts with an op since the last barrier before it.
+void PlaceBarriers(const GemvArgs* ops, int count, size_t es, bool* barrier) {
+  std::array<Footprint, kGemvChainMaxOps> fp;
+  int phase_start = 0;
+  for (int i = 0; i < count; ++i) {
+    fp[i] = FootprintOf(ops[i], es);
+    barrier[i] = false;
+    for (int j = phase_start; j < i && !barrier[i]; ++j) barrier[i] = Conflicts(fp[j], fp[i]);
+    if (barrier[i]) phase_start = i;
+  }
+}
+
+template <typename T>
+cudaError_t LaunchChain(const GemvArgs* ops, int count, cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, float>) {
+    return cudaErrorInvalidValue;  // GemvChainTakes refuses float32
+  } else {
+    ChainParams<T> c{};
+    c.count = count;
+    int64_t max_tiles = 1, bytes = 0;
+    bool prefetching = true;
+    for (int i = 0; i < count; ++i) {
+      const Params<T> p = MakeParams<T>(ops[i]);
+      c.steps[i].np = ops[i].norm == GemvNorm::kNone
+                          ? NormParams<T>{p, GemvNorm::kNone, nullptr, nullptr, 0.f, false}
+                          : MakeNormParams<T>(ops[i], p);
+      max_tiles = std::max(max_tiles, ColumnTileCount(p));
+      bytes += ops[i].n * ops[i].k * static_cast<int64_t>(sizeof(T));
+      prefetching = prefetching && bytes <= kChainPrefetchBytes;
+      if (prefetching) c.prefetched = i + 1;
+    }
+    PlaceBarriers(ops, count, sizeof(T), c.barrier_before);
+    unsigned grid = 0;
+    if (const cudaError_t e = ChainGrid<T>(max_tiles, ops[0].sm_count, &grid); e != cudaSuccess) {
+      return e;
+    }
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeCooperative;
+    attr.val.cooperative = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(grid);
+    config.blockDim = dim3(kThreads);
+    config.stream = stream;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, GemvChainKernel<T>, c);
+  }
+}
+
+// Sizes and pointers inside the GEMV's contract (gemv_kernels.h Gemv).
+bool ValidGemv(const GemvArgs& a) {
+  return a.m >= 1 && a.m <= kGemvMaxRows && a.n >= 1 && a.k >= 1 && a.x != nullptr &&
+         a.w != nullptr && a.out != nullptr &&
+         (a.norm_bias == nullptr || a.norm == GemvNorm::kLayer);
+}
+
+template <typename T>
+bool ChainTakes(const GemvArgs& a) {
+  if (a.m != 1) return false;
+  if (a.norm == GemvNorm::kNone) return true;
+  const Params<T> p = MakeParams<T>(a);
+  return FoldsNorm<T>(a, MakeNormParams<T>(a, p));
+}
+
 }  // namespace
 
-cudaError_t Gemv(const GemvArgs& a, cudaStream_t stream) {
-  if (a.m < 1 || a.m > kGemvMaxRows || a.n < 1 || a.k < 1 || a.x == nullptr || a.w == nullptr ||
-      a.out == nullptr || (a.norm_bias != nullptr && a.norm != GemvNorm::kLayer)) {
-    return cudaErrorInvalidValue;
+bool GemvChainTakes(const GemvArgs& a) {
+  if (!ValidGemv(a)) return false;
+  switch (a.type) {
+    case ElemType::kF16:
+      return ChainTakes<__half>(a);
+    case ElemType::kBF16:
+      return ChainTakes<__nv_bfloat16>(a);
+    default:
+      return false;
   }
+}
+
+cudaError_t GemvChain(const GemvArgs* ops, int count, cudaStream_t stream) {
+  if (count < 1 || count > kGemvChainMaxOps) return cudaErrorInvalidValue;
+  for (int i = 0; i < count; ++i) {
+    if (!GemvChainTakes(ops[i]) || ops[i].type != ops[0].type) return cudaErrorInvalidValue;
+  }
+  if (count == 1) return Gemv(ops[0], stream);
+  return ops[0].type == ElemType::kF16 ? LaunchChain<__half>(ops, count, stream)
+                                       : LaunchChain<__nv_bfloat16>(ops, count, stream);
+}
+
+cudaError_t Gemv(const GemvArgs& a, cudaStream_t stream) {
+  if (!ValidGemv(a)) return cudaErrorInvalidValue;
   switch (a.type) {
     case ElemType::kF32:
       return Launch<float>(a, stream);

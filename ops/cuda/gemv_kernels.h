@@ -72,6 +72,20 @@ struct GemvArgs {
 // launch's error.
 cudaError_t Gemv(const GemvArgs& args, cudaStream_t stream);
 
+// A chain of one-row GEMVs as one cooperative launch (gemv_kernels.cu GemvChainKernel), in order:
+// op i may read (as any operand) or overwrite what ops before it wrote or read; the CTAs meet at a
+// grid barrier before each op whose byte ranges overlap so with an op since the last barrier, and
+// pull the ops' weights into L2 up front. Each op computes what Gemv(op) computes, bit for
+// bit. The ops it takes (GemvChainTakes): valid GemvArgs of one row (m == 1) of float16 or
+// bfloat16, with no norm or one the GEMV folds (fold_norm, 16-byte aligned x, w rows, norm weight
+// and bias, k whole 16-byte vectors); one dtype for the chain. dependent_launch is ignored (a
+// cooperative launch waits for its predecessor). A single op launches as Gemv.
+constexpr int kGemvChainMaxOps = 8;
+bool GemvChainTakes(const GemvArgs& op);
+// cudaErrorInvalidValue for count outside [1, kGemvChainMaxOps] or an op the chain does not take,
+// else the launch's error.
+cudaError_t GemvChain(const GemvArgs* ops, int count, cudaStream_t stream);
+
 // A one-thread kernel that waits `ns` nanoseconds on the device. A timing aid: launches queued
 // behind it start back to back once it ends, so events around them measure device time alone,
 // not the host's launch cost.

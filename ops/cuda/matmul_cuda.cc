@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "codegen/families/gemm/gemm_cuda.h"
 #include "ops/cuda/device_timing.h"
+#include "ops/cuda/gemv_chain.h"
 #include "ops/cuda/gemv_choice.h"
 #include "ops/cuda/gemv_kernels.h"
 #include "ops/dispatch.h"
@@ -797,6 +798,10 @@ void RunGemv(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor
   a.norm_weight = norm.weight.defined() ? norm.weight.data_ptr() : nullptr;
   a.norm_bias = norm.bias.defined() ? norm.bias.data_ptr() : nullptr;
   a.norm_eps = static_cast<float>(norm.eps);
+  // Inside a compiled plan's chain region: launched later, with the next GEMVs.
+  if (DeferGemv(a, cuda::CurrentStream(), {x2, w, bias, residual, out, norm.weight, norm.bias})) {
+    return;
+  }
   KILN_CUDA_CHECK(cuda_kernels::Gemv(a, cuda::CurrentStream()));
 }
 
@@ -851,13 +856,16 @@ void Linear(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const 
   const Tensor o = out.as_strided({m, n}, {n, 1}, out.offset());
   // The residual as a contiguous [m, n] matrix (C of the GEMM, read by the GEMV).
   const Tensor r2 = has_residual ? ResidualMatrix(residual, m, n) : Tensor();
+  // Every launch but the GEMV's first launches the GEMVs a chain region holds (gemv_chain.h).
   if (k == 0) {
+    FlushDeferredGemvs();
     FillWithoutGemm(o, bias, m, n);
     return ApplyEpilogue(o, attrs.epilogue, r2);
   }
   const Tensor x2 = FlattenRows(x, m, k);
   const Tensor wt = w.as_strided({k, n}, {w.stride(1), w.stride(0)}, w.offset());  // no copy
   auto cublas = [&](const Tensor& dst) {
+    FlushDeferredGemvs();
     if (!BatchedGemm(kLinearName, x2, wt, dst, {}, bias, attrs.epilogue, r2)) {
       ApplyEpilogue(dst, attrs.epilogue, r2);
     }
@@ -871,6 +879,7 @@ void Linear(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const 
   // kiln's Hopper GEMM (codegen/families/gemm/), the epilogue inside, when chosen.
   if (m > cuda_kernels::kGemvMaxRows && Sm90GemmApplies(x2, w, bias, o, false, r2) &&
       ChooseSm90Gemm(x2, w, bias, o, cublas, attrs.epilogue, r2)) {
+    FlushDeferredGemvs();
     return RunSm90Gemm(x2, w, bias, o, attrs.epilogue, r2);
   }
   cublas(o);

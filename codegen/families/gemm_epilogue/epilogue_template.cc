@@ -38,6 +38,8 @@ class LinearEpilogue final : public FusedKernel {
     return c;
   }
   std::string explain() const override { return choice_.explain; }
+  // linear, and the activation or add op: registry ops only.
+  bool LaunchesThroughOps() const override { return true; }
 
  private:
   OpAttrs attrs_;

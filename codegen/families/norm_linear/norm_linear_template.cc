@@ -111,6 +111,8 @@ class NormLinearKernel final : public FusedKernel {
     }
     return CountCallLaunchesOnce(key, [&] { Run(in, outs); });
   }
+  // The GEMV (matmul_cuda.h), the norm and linear ops: registry ops and linear's kernels only.
+  bool LaunchesThroughOps() const override { return true; }
 
  private:
   struct Linear {

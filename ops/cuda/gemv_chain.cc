@@ -1,0 +1,106 @@
+// Deferring one-row GEMVs into chain kernels (gemv_chain.h).
+#include "ops/cuda/gemv_chain.h"
+
+#include <atomic>
+#include <vector>
+
+#include "ops/cuda/gemv_kernels.h"
+#include "runtime/cuda_api.h"
+#include "runtime/settings.h"
+
+namespace kiln::cuda_ops {
+namespace {
+
+struct ChainState {
+  bool open = false;
+  int paused = 0;
+  cudaStream_t stream = nullptr;
+  int device = 0;  // current when the pending GEMVs were deferred: their stream's
+  std::vector<cuda_kernels::GemvArgs> pending;
+  std::vector<Tensor> operands;  // of the pending GEMVs, released once they are launched
+  int saved = 0;
+};
+
+ChainState& State() {
+  thread_local ChainState state;
+  return state;
+}
+
+// -1: KILN_GEMV_CHAIN decides; 0 / 1: SetGemvChainEnabled's.
+std::atomic<int> g_override{-1};
+
+}  // namespace
+
+bool GemvChainEnabled() {
+  const int forced = g_override.load(std::memory_order_relaxed);
+  if (forced >= 0) return forced == 1;
+  static const bool enabled = EnvBool("KILN_GEMV_CHAIN");
+  return enabled;
+}
+
+void SetGemvChainEnabled(bool on) { g_override.store(on ? 1 : 0, std::memory_order_relaxed); }
+
+void BeginGemvChain() {
+  if (GemvChainEnabled()) State().open = true;
+}
+
+void EndGemvChain() {
+  State().open = false;  // closed even when the launch below throws
+  FlushDeferredGemvs();
+}
+
+void AbandonGemvChain() noexcept {
+  ChainState& s = State();
+  s.pending.clear();
+  s.operands.clear();
+  s.open = false;
+}
+
+void FlushDeferredGemvs() {
+  ChainState& s = State();
+  if (s.pending.empty()) return;
+  const std::vector<cuda_kernels::GemvArgs> ops = std::move(s.pending);
+  const std::vector<Tensor> operands = std::move(s.operands);  // released after the launch
+  s.pending.clear();
+  s.operands.clear();
+  int current = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != s.device) KILN_CUDA_CHECK(cudaSetDevice(s.device));
+  const cudaError_t launched =
+      cuda_kernels::GemvChain(ops.data(), static_cast<int>(ops.size()), s.stream);
+  if (current != s.device) KILN_CUDA_CHECK(cudaSetDevice(current));
+  KILN_CUDA_CHECK(launched);
+  s.saved += static_cast<int>(ops.size()) - 1;
+}
+
+bool DeferGemv(const cuda_kernels::GemvArgs& op, cuda::StreamHandle stream,
+               std::vector<Tensor> operands) {
+  ChainState& s = State();
+  if (!s.open || s.paused > 0 || !cuda_kernels::GemvChainTakes(op)) {
+    FlushDeferredGemvs();
+    return false;
+  }
+  int device = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&device));
+  if (!s.pending.empty() &&
+      (s.stream != stream || s.device != device || s.pending[0].type != op.type ||
+       static_cast<int>(s.pending.size()) == cuda_kernels::kGemvChainMaxOps)) {
+    FlushDeferredGemvs();
+  }
+  s.stream = stream;
+  s.device = device;
+  s.pending.push_back(op);
+  for (Tensor& t : operands) s.operands.push_back(std::move(t));
+  return true;
+}
+
+int GemvChainLaunchesSaved() { return State().saved; }
+
+GemvChainPause::GemvChainPause() {
+  FlushDeferredGemvs();
+  ++State().paused;
+}
+
+GemvChainPause::~GemvChainPause() { --State().paused; }
+
+}  // namespace kiln::cuda_ops

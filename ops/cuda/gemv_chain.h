@@ -1,0 +1,77 @@
+// A decode step's one-row GEMVs, deferred and launched together as one chain kernel
+// (gemv_kernels.h GemvChain). Between two attention kernels a transformer's decode step runs
+// four GEMVs in a row (output projection, the MLP's two linears, the next layer's qkv): each a
+// launch whose ramp-up and first HBM round trip cost more than its bytes. A compiled plan opens a
+// chain region over runs of steps that launch only through registry ops (codegen/executable.cc);
+// inside it, linear's GEMV (matmul_cuda.cc RunGemv) hands its arguments to DeferGemv instead of
+// launching, and the pending GEMVs launch as one kernel at the region's end or at the first launch
+// of anything else.
+//
+// The rule that keeps it correct: every launch on this thread while GEMVs are pending is preceded
+// by FlushDeferredGemvs(), so the device sees the launches in program order. The flush points:
+// every registry op's kernel but linear's (ops/dispatch.cc RunKernel), linear's own non-GEMV paths
+// (cuBLASLt, kiln's GEMM, the k == 0 fill: matmul_cuda.cc), every device timing
+// (device_timing.cc: GemvChainPause), a GEMV the chain does not take, and the region's end. A step
+// that launches in any other way is outside the regions (the executable flushes before it).
+// A pending GEMV keeps its operands' tensors alive until it is launched: a temporary released
+// before the launch (a residual made contiguous, the plan's last use of a value) would otherwise
+// go back to the caching allocator while still to be read.
+//
+//   cuda_ops::BeginGemvChain();
+//   ... linear, linear, norm-linear ...          // deferred
+//   cuda_ops::EndGemvChain();                    // one launch (one GEMV: a plain launch)
+//
+// Thread-local: each thread has its own region and pending list. Off by default until measured
+// on the H200 (the chain kernel was written in a session without a GPU): KILN_GEMV_CHAIN=on or
+// SetGemvChainEnabled(true) turns it on.
+#pragma once
+
+#include <vector>
+
+#include "runtime/cuda.h"
+#include "runtime/tensor.h"
+
+namespace kiln::cuda_kernels {
+struct GemvArgs;
+}
+
+namespace kiln::cuda_ops {
+
+// Whether chains are on: SetGemvChainEnabled's value once called, else KILN_GEMV_CHAIN (read
+// once). Process-wide; a region already open stays open.
+bool GemvChainEnabled();
+void SetGemvChainEnabled(bool on);
+
+// Opens this thread's chain region (no-op when chains are off).
+void BeginGemvChain();
+// Launches what is pending and closes the region. Throws kiln::Error when the launch fails.
+void EndGemvChain();
+// Closes the region dropping what is pending, without launching (unwinding from an exception:
+// the results were never going to be read).
+void AbandonGemvChain() noexcept;
+
+// Launches this thread's pending GEMVs (one chain kernel; nothing when none is pending).
+void FlushDeferredGemvs();
+
+// Takes `op` into the pending chain when a region is open, not paused, and the chain takes it
+// (gemv_kernels.h GemvChainTakes) on `stream`: true, and the caller launches nothing. Otherwise
+// flushes what is pending and returns false: the caller launches `op` itself.
+// `operands`: the tensors op's pointers point into, held until the launch.
+bool DeferGemv(const cuda_kernels::GemvArgs& op, cuda::StreamHandle stream,
+               std::vector<Tensor> operands);
+
+// Launches this thread's chains have saved so far (a chain of n GEMVs saves n - 1), for the plan's
+// kernel count.
+int GemvChainLaunchesSaved();
+
+// While alive, this thread defers nothing (a device timing runs every path for real); flushes
+// first.
+class GemvChainPause {
+ public:
+  GemvChainPause();
+  ~GemvChainPause();
+  GemvChainPause(const GemvChainPause&) = delete;
+  GemvChainPause& operator=(const GemvChainPause&) = delete;
+};
+
+}  // namespace kiln::cuda_ops

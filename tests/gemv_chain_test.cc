@@ -1,0 +1,258 @@
+// One-row GEMVs chained into one launch (ops/cuda/gemv_kernels.h GemvChain) and deferred into
+// chains inside a compiled plan's region (ops/cuda/gemv_chain.h): the chain computes what each
+// GEMV alone computes, bit for bit, over a decode layer's shapes where every op reads the one
+// before it (and q, k, v that share their x, with no barrier between them); what it refuses; a
+// region flushes before any other launch, so an op between two linears reads their results; a
+// compiled decode layer launches one chain kernel and counts it so. GPU cases skip without a GPU.
+#include "ops/cuda/gemv_chain.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "codegen/compile.h"
+#include "ops/cuda/gemv_kernels.h"
+#include "ops/cuda/matmul_cuda.h"
+#include "ops/factories.h"
+#include "ops/ops.h"
+#include "runtime/cuda_api.h"
+#include "tests/gemv_test_util.h"
+#include "tests/kernel_test_util.h"
+#include "tests/test_util.h"
+
+namespace kiln {
+namespace {
+
+using cuda_kernels::GemvAct;
+using cuda_kernels::GemvArgs;
+using cuda_kernels::GemvNorm;
+
+// A one-row GEMV out = act(x · wᵀ + bias) (+ residual), optionally normalising x first.
+GemvArgs Op(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
+            const Tensor& residual, GemvAct act, GemvNorm norm = GemvNorm::kNone,
+            const Tensor& gamma = Tensor(), const Tensor& beta = Tensor()) {
+  GemvArgs a{};
+  a.x = x.data_ptr();
+  a.ldx = x.size(-1);
+  a.w = w.data_ptr();
+  a.ldw = w.stride(0);
+  a.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  a.bias_stride = 1;
+  a.out = out.data_ptr();
+  a.residual = residual.defined() ? residual.data_ptr() : nullptr;
+  a.m = 1;
+  a.n = w.size(0);
+  a.k = w.size(1);
+  a.type = *cuda_kernels::ElemTypeOf(out.dtype());
+  a.act = act;
+  a.sm_count = cuda::Props(0).sm_count;
+  a.norm = norm;
+  a.norm_weight = gamma.defined() ? gamma.data_ptr() : nullptr;
+  a.norm_bias = beta.defined() ? beta.data_ptr() : nullptr;
+  a.norm_eps = 1e-5f;
+  return a;
+}
+
+// A 2-byte float tensor's values (exact in double), for exact comparisons.
+std::vector<double> Values(const Tensor& t) { return to_vector(t); }
+
+// A decode layer's GEMVs after its attention (o-proj + residual, norm + fc + gelu, proj +
+// residual, the next norm + qkv), each reading the one before, chained and alone: same bits.
+TEST(GemvChain, ADecodeLayerMatchesEachGemvBitForBit) {
+  KILN_SKIP_WITHOUT_GPU();
+  for (DType t : {DType::kBFloat16, DType::kFloat16}) {
+    for (int64_t d : {64, 768}) {
+      Generator gen(d);
+      auto rnd = [&](Shape s, double scale) { return randn(s, gen, t, CUDA(0)) * scale; };
+      const double ws = 1.0 / std::sqrt(static_cast<double>(d));
+      const Tensor attn = rnd({1, d}, 1.0), h0 = rnd({1, d}, 1.0);
+      const Tensor wo = rnd({d, d}, ws), bo = rnd({d}, 0.1), wfc = rnd({4 * d, d}, ws),
+                   bfc = rnd({4 * d}, 0.1), wp = rnd({d, 4 * d}, ws / 2), bp = rnd({d}, 0.1),
+                   wqkv = rnd({3 * d, d}, ws), bqkv = rnd({3 * d}, 0.1);
+      const Tensor g1 = rnd({d}, 0.3) + 1.0, b1 = rnd({d}, 0.2), g2 = rnd({d}, 0.3) + 1.0,
+                   b2 = rnd({d}, 0.2);
+      auto outputs = [&] {
+        return std::vector<Tensor>{
+            Tensor::Empty({1, d}, t, CUDA(0)), Tensor::Empty({1, 4 * d}, t, CUDA(0)),
+            Tensor::Empty({1, d}, t, CUDA(0)), Tensor::Empty({1, 3 * d}, t, CUDA(0))};
+      };
+      auto layer = [&](const std::vector<Tensor>& o) {
+        return std::vector<GemvArgs>{
+            Op(attn, wo, bo, o[0], h0, GemvAct::kNone),
+            Op(o[0], wfc, bfc, o[1], Tensor(), GemvAct::kGeluTanh, GemvNorm::kLayer, g1, b1),
+            Op(o[1], wp, bp, o[2], o[0], GemvAct::kNone),
+            Op(o[2], wqkv, bqkv, o[3], Tensor(), GemvAct::kNone, GemvNorm::kLayer, g2, b2)};
+      };
+      const std::vector<Tensor> alone = outputs(), chained = outputs();
+      const std::vector<GemvArgs> ops_alone = layer(alone), ops_chained = layer(chained);
+      for (const GemvArgs& a : ops_alone) {
+        ASSERT_TRUE(cuda_kernels::GemvChainTakes(a));
+        KILN_CUDA_CHECK(cuda_kernels::Gemv(a, cuda::CurrentStream()));
+      }
+      const std::vector<std::string> names = KernelNames([&] {
+        KILN_CUDA_CHECK(cuda_kernels::GemvChain(ops_chained.data(), 4, cuda::CurrentStream()));
+      });
+      ASSERT_EQ(names.size(), 1u) << absl::StrJoin(names, "\n");
+      EXPECT_NE(names[0].find("GemvChainKernel"), std::string::npos) << names[0];
+      for (size_t i = 0; i < alone.size(); ++i) {
+        const std::vector<double> want = Values(alone[i]), got = Values(chained[i]);
+        ASSERT_EQ(got.size(), want.size());
+        int differ = 0;
+        for (size_t j = 0; j < got.size(); ++j) differ += !(got[j] == want[j]);
+        EXPECT_EQ(differ, 0) << DTypeName(t) << " d=" << d << " op " << i;
+      }
+    }
+  }
+}
+
+// q, k and v of one RMS norm (no barrier between them: they share only their x) and an odd,
+// unaligned op (weights one element off 16 bytes: the element loop), chained and alone.
+TEST(GemvChain, IndependentAndUnalignedOpsMatchBitForBit) {
+  KILN_SKIP_WITHOUT_GPU();
+  const DType t = DType::kBFloat16;
+  Generator gen(3);
+  auto rnd = [&](Shape s, double scale) { return randn(s, gen, t, CUDA(0)) * scale; };
+  const Tensor x = rnd({1, 256}, 1.0), g = rnd({256}, 0.3) + 1.0;
+  const Tensor wq = rnd({256, 256}, 0.06), wk = rnd({64, 256}, 0.06), wv = rnd({64, 256}, 0.06);
+  const Tensor wodd_base = rnd({17 * 41 + 1}, 0.1);
+  const Tensor wodd = wodd_base.as_strided({17, 41}, {41, 1}, 1);  // 2-byte offset
+  auto run = [&](bool chained) {
+    std::vector<Tensor> o = {Tensor::Empty({1, 256}, t, CUDA(0)),
+                             Tensor::Empty({1, 64}, t, CUDA(0)), Tensor::Empty({1, 64}, t, CUDA(0)),
+                             Tensor::Empty({1, 17}, t, CUDA(0))};
+    const Tensor xodd = narrow(o[0], 1, 0, 41);
+    std::vector<GemvArgs> ops = {
+        Op(x, wq, Tensor(), o[0], Tensor(), GemvAct::kNone, GemvNorm::kRms, g),
+        Op(x, wk, Tensor(), o[1], Tensor(), GemvAct::kNone, GemvNorm::kRms, g),
+        Op(x, wv, Tensor(), o[2], Tensor(), GemvAct::kRelu, GemvNorm::kRms, g),
+        Op(xodd, wodd, Tensor(), o[3], Tensor(), GemvAct::kNone)};
+    ops[3].ldx = 256;
+    if (chained) {
+      KILN_CUDA_CHECK(cuda_kernels::GemvChain(ops.data(), 4, cuda::CurrentStream()));
+    } else {
+      for (const GemvArgs& a : ops) KILN_CUDA_CHECK(cuda_kernels::Gemv(a, cuda::CurrentStream()));
+    }
+    return o;
+  };
+  const std::vector<Tensor> want = run(false), got = run(true);
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(Values(got[i]), Values(want[i])) << "op " << i;
+  }
+}
+
+TEST(GemvChain, RefusesWhatItDoesNotTake) {
+  KILN_SKIP_WITHOUT_GPU();
+  Generator gen(4);
+  const Tensor x = randn({2, 64}, gen, DType::kBFloat16, CUDA(0));
+  const Tensor w = randn({32, 64}, gen, DType::kBFloat16, CUDA(0));
+  const Tensor o = Tensor::Empty({2, 32}, DType::kBFloat16, CUDA(0));
+  GemvArgs one = Op(x, w, Tensor(), o, Tensor(), GemvAct::kNone);
+  EXPECT_TRUE(cuda_kernels::GemvChainTakes(one));
+  GemvArgs two = one;
+  two.m = 2;
+  EXPECT_FALSE(cuda_kernels::GemvChainTakes(two));  // one row only
+  GemvArgs f32 = one;
+  f32.type = cuda_kernels::ElemType::kF32;
+  EXPECT_FALSE(cuda_kernels::GemvChainTakes(f32));
+  GemvArgs unfolded = Op(x, w, Tensor(), o, Tensor(), GemvAct::kNone, GemvNorm::kLayer);
+  unfolded.fold_norm = false;  // the norm prologue needs its own shared memory
+  EXPECT_FALSE(cuda_kernels::GemvChainTakes(unfolded));
+  GemvArgs null_x = one;
+  null_x.x = nullptr;
+  EXPECT_FALSE(cuda_kernels::GemvChainTakes(null_x));
+  const std::vector<GemvArgs> nine(9, one);
+  EXPECT_EQ(cuda_kernels::GemvChain(nine.data(), 9, cuda::CurrentStream()), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda_kernels::GemvChain(nine.data(), 0, cuda::CurrentStream()), cudaErrorInvalidValue);
+  GemvArgs half = one;
+  half.type = cuda_kernels::ElemType::kF16;
+  const std::vector<GemvArgs> mixed = {one, half};
+  EXPECT_EQ(cuda_kernels::GemvChain(mixed.data(), 2, cuda::CurrentStream()), cudaErrorInvalidValue);
+  const std::vector<GemvArgs> with_two = {one, two};
+  EXPECT_EQ(cuda_kernels::GemvChain(with_two.data(), 2, cuda::CurrentStream()),
+            cudaErrorInvalidValue);
+  cudaGetLastError();
+}
+
+// Inside a region: two linears defer, an add between them flushes first (it reads the first
+// linear's result), the third linear reads the add; the region's end launches the rest. Same
+// values as without a region; kernels: chain-or-GEMV, add, chain.
+TEST(GemvChainRegion, FlushesBeforeAnyOtherLaunch) {
+  KILN_SKIP_WITHOUT_GPU();
+  const ScopedGemvChain chains_on(true);
+  const ScopedGemvMode on(cuda_ops::GemvMode::kOn);
+  Generator gen(5);
+  auto rnd = [&](Shape s, double scale) {
+    return randn(s, gen, DType::kBFloat16, CUDA(0)) * scale;
+  };
+  const Tensor x = rnd({1, 128}, 1.0), w1 = rnd({128, 128}, 0.1), w2 = rnd({128, 128}, 0.1),
+               w3 = rnd({64, 128}, 0.1);
+  auto body = [&] {
+    const Tensor a = linear(x, w1);
+    const Tensor b = linear(a, w2);
+    const Tensor c = a + b;
+    return linear(c, w3) + 0.0;  // the trailing add flushes the last linear
+  };
+  const std::vector<double> want = Values(body());  // no region: each linear launches
+  std::vector<double> got;
+  const std::vector<std::string> names = KernelNames([&] {
+    cuda_ops::BeginGemvChain();
+    got = Values(body());
+    cuda_ops::EndGemvChain();
+  });
+  EXPECT_EQ(got, want);
+  std::vector<std::string> kinds;
+  for (const std::string& n : names) {
+    if (n.find("GemvChainKernel") != std::string::npos) kinds.push_back("chain");
+  }
+  EXPECT_EQ(kinds.size(), 1u) << absl::StrJoin(names, "\n");  // linear, linear as one
+}
+
+// A compiled GPT-2-style decode layer after its attention (bf16, one row): the output
+// projection, the MLP and the next layer's norm + qkv launch as one chain kernel; the report
+// counts it so and the values are eager's within the numerics policy's tolerance.
+TEST(GemvChainRegion, ACompiledDecodeLayerIsOneChainKernel) {
+  KILN_SKIP_WITHOUT_GPU();
+  const ScopedGemvChain chains_on(true);
+  const ScopedGemvMode on(cuda_ops::GemvMode::kOn);
+  Generator gen(6);
+  auto bf16 = [&](Shape s, double scale) {
+    return randn(s, gen, DType::kBFloat16, CUDA(0)) * scale;
+  };
+  const int64_t d = 256;
+  const Tensor wo = bf16({d, d}, 0.06), bo = bf16({d}, 0.1), wfc = bf16({4 * d, d}, 0.06),
+               bfc = bf16({4 * d}, 0.1), wp = bf16({d, 4 * d}, 0.03), bp = bf16({d}, 0.1),
+               wqkv = bf16({3 * d, d}, 0.06), bqkv = bf16({3 * d}, 0.1);
+  const Tensor g1 = bf16({d}, 0.3) + 1.0, b1 = bf16({d}, 0.2), g2 = bf16({d}, 0.3) + 1.0,
+               b2 = bf16({d}, 0.2);
+  auto fn = [&](const std::vector<Tensor>& t) {
+    const Tensor h = t[1] + linear(t[0], wo, bo);
+    const Tensor m = linear(gelu(linear(layer_norm(h, g1, b1), wfc, bfc), "tanh"), wp, bp);
+    const Tensor h2 = h + m;
+    return std::vector<Tensor>{h2, linear(layer_norm(h2, g2, b2), wqkv, bqkv)};
+  };
+  const std::vector<Tensor> in = {bf16({1, 1, d}, 1.0), bf16({1, 1, d}, 1.0)};
+  CompileOptions o;
+  o.mode = CompileOptions::Mode::kCompiled;
+  CompiledFn f = compile(fn, in, o);
+  const std::vector<Tensor> want = fn(in);
+  std::vector<Tensor> got = f(in);  // warm: choices made
+  const std::vector<std::string> names = KernelNames([&] { got = f(in); });
+  for (size_t i = 0; i < got.size(); ++i) {
+    ExpectClose(to_vector(got[i]), to_vector(want[i]), ToleranceFor(DType::kBFloat16),
+                absl::StrCat("output ", i));
+  }
+  const CompileReport& r = f.report(in);
+  int chains = 0;
+  for (const std::string& n : names) chains += n.find("GemvChainKernel") != std::string::npos;
+  EXPECT_EQ(chains, 1) << absl::StrJoin(names, "\n") << "\n" << r.final_graph;
+  EXPECT_EQ(r.kernels_per_step, static_cast<int>(names.size()))
+      << absl::StrJoin(names, "\n") << "\n"
+      << r.final_graph;
+}
+
+}  // namespace
+}  // namespace kiln
