@@ -158,6 +158,9 @@ Tensor logsumexp(const Tensor& x, IntList dims, bool keepdim) {
   if (x.dtype() != DType::kFloat32) {  // half types compute in float32 and round once, as torch
     return cast(logsumexp(cast(x, DType::kFloat32), dims, keepdim), x.dtype());
   }
+  // No elements to reduce: the sums of no exponentials are 0, their logs -inf (as torch), and no
+  // maximum exists to shift by.
+  if (x.numel() == 0) return log(sum(exp(x), dims, keepdim));
   const Tensor m = max(x, dims, /*keepdim=*/true);
   // An infinite row maximum shifts by 0 instead (-inf - -inf would be NaN).
   const Tensor shift = masked_fill(m, eq(abs(m), std::numeric_limits<double>::infinity()), 0.0);

@@ -38,8 +38,13 @@ Tensor NewTensor(const char* what, IntList shape, DType dtype, Device device) {
   return Tensor::Empty(shape, dtype, device);
 }
 
-// Fills a new contiguous CPU tensor element by element, then moves it to `device`. A value an
-// integer dtype cannot hold raises (torch: "value cannot be converted ... without overflow").
+// Whether an element of a filled-in tensor (from_vector, arange) may hold `v`: an integer dtype
+// must hold it (torch: "value cannot be converted ... without overflow"); a floating dtype rounds
+// it, to the infinity when beyond its range, as torch.tensor does (full and fills check the
+// range: FitsDType).
+bool FitsElement(double v, DType dtype) { return IsFloatingPoint(dtype) || FitsDType(v, dtype); }
+
+// Fills a new contiguous CPU tensor element by element, then moves it to `device`.
 template <typename F>
 Tensor FillOnHost(const char* what, IntList shape, DType dtype, Device device, F&& value_at) {
   Tensor host = NewTensor(what, shape, dtype, device.is_meta() ? kMeta : kCPU);
@@ -48,7 +53,7 @@ Tensor FillOnHost(const char* what, IntList shape, DType dtype, Device device, F
   const int64_t n = host.numel();
   for (int64_t i = 0; i < n; ++i) {
     const double v = value_at(i);
-    KILN_CHECK(FitsDType(v, dtype), what, ": the value ", v, " cannot be converted to ",
+    KILN_CHECK(FitsElement(v, dtype), what, ": the value ", v, " cannot be converted to ",
                DTypeName(dtype), " without overflow");
     store(host.data_ptr(), i, v);
   }
@@ -90,7 +95,10 @@ Tensor full(IntList shape, double value, DType dtype, Device device) {
 Tensor zeros(IntList shape, DType dtype, Device device) { return full(shape, 0, dtype, device); }
 Tensor ones(IntList shape, DType dtype, Device device) { return full(shape, 1, dtype, device); }
 
-Tensor arange(double start, double end, double step, DType dtype, Device device) {
+Tensor arange(double start, double end, double step, std::optional<DType> given, Device device) {
+  auto whole = [](double v) { return std::floor(v) == v; };
+  const DType dtype =
+      given.value_or(whole(start) && whole(end) && whole(step) ? DType::kInt64 : DType::kFloat32);
   KILN_CHECK(step != 0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
              "arange: step must be non-zero and bounds finite, got start=", start, " end=", end,
              " step=", step);
@@ -106,7 +114,7 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
   // On CUDA the device computes the values (the same double arithmetic); they run from start to
   // the last one monotonically, so the two ends decide whether all fit the dtype.
   for (const double end_value : {start, start + static_cast<double>(n - 1) * step}) {
-    KILN_CHECK(n == 0 || FitsDType(end_value, dtype), "arange: the value ", end_value,
+    KILN_CHECK(n == 0 || FitsElement(end_value, dtype), "arange: the value ", end_value,
                " cannot be converted to ", DTypeName(dtype), " without overflow");
   }
   Tensor out = NewTensor("arange", {n}, dtype, device);

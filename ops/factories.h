@@ -8,6 +8,7 @@
 //   std::cout << x;   // tensor([[...]], dtype=bfloat16, device=cuda:0)
 #pragma once
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -21,8 +22,9 @@ Tensor empty(IntList shape, DType dtype = DType::kFloat32, Device device = kCPU)
 Tensor full(IntList shape, double value, DType dtype = DType::kFloat32, Device device = kCPU);
 Tensor zeros(IntList shape, DType dtype = DType::kFloat32, Device device = kCPU);
 Tensor ones(IntList shape, DType dtype = DType::kFloat32, Device device = kCPU);
-// [start, end) with `step`; int64 by default, like torch.arange with integer arguments.
-Tensor arange(double start, double end, double step = 1, DType dtype = DType::kInt64,
+// [start, end) with `step`. Without a dtype, as torch.arange infers it: int64 when start, end and
+// step are whole numbers, else float32 (arange(0, 1, 0.25) is [0, 0.25, 0.5, 0.75]).
+Tensor arange(double start, double end, double step = 1, std::optional<DType> dtype = std::nullopt,
               Device device = kCPU);
 Tensor arange(int64_t end, DType dtype = DType::kInt64, Device device = kCPU);
 // Standard normal / uniform [0, 1) samples drawn from `gen`'s Philox stream: the same numbers on

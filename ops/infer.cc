@@ -69,7 +69,7 @@ Result Cast(Types in, const OpAttrs& a) {
 
 Result Binary(Types in, const OpAttrs&) {
   KILN_ASSIGN_OR_RETURN(Shape shape, BroadcastShapes(in[0].shape, in[1].shape));
-  DType t = PromoteTypes(in[0].dtype, in[1].dtype);
+  DType t = ResultType(in[0], in[1]);
   return TensorType{std::move(shape), t, in[0].device};
 }
 
@@ -92,7 +92,7 @@ Result Where(Types in, const OpAttrs&) {
   }
   KILN_ASSIGN_OR_RETURN(Shape s, BroadcastShapes(in[0].shape, in[1].shape));
   KILN_ASSIGN_OR_RETURN(s, BroadcastShapes(s, in[2].shape));
-  return TensorType{std::move(s), PromoteTypes(in[1].dtype, in[2].dtype), in[0].device};
+  return TensorType{std::move(s), ResultType(in[1], in[2]), in[0].device};
 }
 
 Result MaskedFill(Types in, const OpAttrs& a) {
@@ -437,6 +437,15 @@ Result TriMask(Types in, const OpAttrs&) {
     return Invalid(absl::StrCat("input must have at least 2 dims, got ", ShapeString(in[0].shape)));
   }
   return in[0];
+}
+
+DType ResultType(const TensorType& a, const TensorType& b) {
+  if ((a.rank() == 0) == (b.rank() == 0)) return PromoteTypes(a.dtype, b.dtype);
+  const DType dims = a.rank() == 0 ? b.dtype : a.dtype;  // c10's combine_categories
+  const DType zero = a.rank() == 0 ? a.dtype : b.dtype;
+  if (IsFloatingPoint(dims)) return dims;
+  if (dims == DType::kBool || IsFloatingPoint(zero)) return PromoteTypes(dims, zero);
+  return dims;
 }
 
 DType ScalarResultType(DType t, double scalar) {

@@ -49,6 +49,11 @@ Result Copy(Types in, const OpAttrs& a);       // copy(self, src): self's type, 
 Result AsStrided(Types in, const OpAttrs& a);  // the window's shape, in bounds
 Result AsStridedScatter(Types in, const OpAttrs& a);  // the base's type; src has the window's
 
+// The dtype of a binary op's result (torch's result_type of two tensors): a tensor with dims
+// outranks a zero-dim one of its category (bool < integer < floating), so bfloat16 x + a float32
+// 0-d tensor is bfloat16 and int32 x + an int64 0-d tensor int32; a zero-dim operand of a higher
+// category decides (int32 x + a float32 0-d tensor is float32); otherwise PromoteTypes.
+DType ResultType(const TensorType& a, const TensorType& b);
 // The common dtype of a tensor and a scalar operand (torch's result_type with a Python number):
 // bool becomes int64; an integer type stays unless the scalar is fractional, non-finite or
 // beyond int64, which makes it float32; a floating type stays.

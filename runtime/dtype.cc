@@ -133,13 +133,22 @@ IntLoadFn IntLoaderFor(DType t) { return kIntLoaders[static_cast<int>(t)]; }
 IntStoreFn IntStorerFor(DType t) { return kIntStorers[static_cast<int>(t)]; }
 
 bool FitsDType(double v, DType t) {
+  // A floating dtype takes NaN, the infinities and finite values up to its largest (c10's
+  // overflows<To>: 65504.5 does not fit float16 although it would round to 65504).
+  auto within = [v](double largest) { return !std::isfinite(v) || std::fabs(v) <= largest; };
   switch (t) {
     case DType::kInt32:
       return v > -0x1p31 - 1 && v < 0x1p31;
     case DType::kInt64:
       return v >= -0x1p63 && v < 0x1p63;  // NaN fails both
+    case DType::kFloat16:
+      return within(65504.0);
+    case DType::kBFloat16:
+      return within(0x1.fep127);  // 3.3895e38
+    case DType::kFloat32:
+      return within(0x1.fffffep127);  // 3.4028e38
     default:
-      return true;
+      return true;  // bool: any value (nonzero is true)
   }
 }
 

@@ -66,7 +66,8 @@ IntStoreFn IntStorerFor(DType t);
 int64_t DoubleToInt64(double v);
 // Whether `v` converts to dtype `t` without overflow (torch's "value cannot be converted to type
 // ... without overflow"): integer dtypes need a finite value whose truncation fits; floating
-// dtypes and bool take any value.
+// dtypes take NaN, the infinities and finite values of magnitude up to their largest (float16:
+// 65504); bool takes any value.
 bool FitsDType(double v, DType t);
 
 }  // namespace kiln

@@ -252,7 +252,7 @@ Tensor CallBinary(F& f) {
   bool valid = Ready({&a, &b});
   if (valid) {
     const auto shape = rules::Broadcast(a.shape(), b.shape());
-    const DType t = rules::Promote(a.dtype(), b.dtype());
+    const DType t = rules::ResultType(a, b);
     valid = shape && rules::Sized(*shape, IsFloatingPoint(t) ? t : DType::kFloat32);
     // torch refuses the difference of two bools
     if (std::string(op) == "sub" && a.dtype() == DType::kBool && b.dtype() == DType::kBool) {
@@ -293,7 +293,7 @@ Tensor CallWhere(F& f) {
   if (valid) {
     auto shape = rules::Broadcast(c.shape(), a.shape());
     if (shape) shape = rules::Broadcast(*shape, b.shape());
-    valid = shape && rules::Sized(*shape, rules::Promote(a.dtype(), b.dtype()));
+    valid = shape && rules::Sized(*shape, rules::ResultType(a, b));
   }
   return f.Run("where", valid, [&] { return where(c, a, b); });
 }
@@ -332,7 +332,7 @@ Tensor CallInPlaceTensor(F& f) {
   bool valid = Ready({&self, &other});
   if (valid) {
     const auto shape = rules::Broadcast(self.shape(), other.shape());
-    valid = shape && InPlaceOk(self, *shape, rules::Promote(self.dtype(), other.dtype()), &other);
+    valid = shape && InPlaceOk(self, *shape, rules::ResultType(self, other), &other);
   }
   return f.Run(is_add ? "add" : "mul", valid,
                [&] { return is_add ? add_(self, other) : mul_(self, other); });

@@ -96,6 +96,17 @@ inline DType Promote(DType a, DType b) {
   return category(a) == 1 ? DType::kInt64 : DType::kFloat32;
 }
 
+// torch's result type of two tensors: one with dims outranks a zero-dim one of its category; a
+// zero-dim one of a higher category decides (c10's combine_categories).
+inline DType ResultType(const Tensor& a, const Tensor& b) {
+  if ((a.dim() == 0) == (b.dim() == 0)) return Promote(a.dtype(), b.dtype());
+  const DType dims = a.dim() == 0 ? b.dtype() : a.dtype();
+  const DType zero = a.dim() == 0 ? a.dtype() : b.dtype();
+  if (IsFloatingPoint(dims)) return dims;
+  if (dims == DType::kBool || IsFloatingPoint(zero)) return Promote(dims, zero);
+  return dims;
+}
+
 // torch's canCast: no floating value into an integer or bool, no number into a bool.
 inline bool CanCast(DType from, DType to) {
   if (IsFloatingPoint(from) && !IsFloatingPoint(to)) return false;
@@ -115,10 +126,15 @@ inline std::optional<DType> ScalarArith(DType t, double s) {
 }
 
 // A scalar can be stored in dtype t (torch: "value cannot be converted ... without overflow"):
-// integer dtypes need a finite value whose truncation fits; floating types and bool take any.
+// integer dtypes need a finite value whose truncation fits; floating dtypes NaN, the infinities
+// and finite values up to their largest; bool any.
 inline bool FitsValue(double v, DType t) {
   if (t == DType::kInt32) return std::isfinite(v) && std::trunc(v) >= -0x1p31 && v < 0x1p31;
   if (t == DType::kInt64) return std::isfinite(v) && v >= -0x1p63 && v < 0x1p63;
+  if (!std::isfinite(v)) return true;  // NaN and the infinities fit every floating dtype
+  if (t == DType::kFloat16) return std::fabs(v) <= 65504;
+  if (t == DType::kBFloat16) return std::fabs(v) <= 3.3895313892515355e38;
+  if (t == DType::kFloat32) return std::fabs(v) <= 3.4028234663852886e38;
   return true;
 }
 

@@ -6,7 +6,9 @@
 //     torch's casting rule (add_(bool, 1.0) raises);
 //   - max/amax over an empty dim raises (no identity);
 //   - softmax with +inf gives [nan, 0, ...] like torch;
-//   - layer_norm / rms_norm with a bfloat16 input and float32 parameters follow torch 2.11.
+//   - layer_norm / rms_norm with a bfloat16 input and float32 parameters follow torch 2.11;
+//   - arange infers its dtype, zero-dim tensors do not promote within their category, fill
+//     values beyond a floating dtype's range raise, logsumexp over an empty dim is -inf.
 #include <gtest/gtest.h>
 
 #include <climits>
@@ -322,6 +324,77 @@ TEST_P(Semantics, ArangeAgainstTheStepRaises) {
   ExpectError([&] { arange(0, 5, -1, DType::kInt64, dev()); }, {"arange:", "sign of step"}, "-1");
   EXPECT_EQ(arange(3, 3, 1, DType::kInt64, dev()).shape(), (Shape{0}));
   EXPECT_EQ(to_vector(arange(5, 0, -2, DType::kInt64, dev())), (std::vector<double>{5, 3, 1}));
+}
+
+// torch.arange without a dtype infers it: int64 for whole-number arguments, float32 otherwise
+// (kiln gave int64 [0, 0, 0, 0] for arange(0, 1, 0.3)).
+TEST_P(Semantics, ArangeInfersItsDtypeFromTheArguments) {
+  const Tensor f = arange(0, 1, 0.25, std::nullopt, dev());
+  EXPECT_EQ(f.dtype(), DType::kFloat32);
+  EXPECT_EQ(to_vector(f), (std::vector<double>{0, 0.25, 0.5, 0.75}));
+  EXPECT_EQ(arange(0.5, 3).dtype(), DType::kFloat32);
+  EXPECT_EQ(to_vector(arange(0.5, 3)), (std::vector<double>{0.5, 1.5, 2.5}));
+  EXPECT_EQ(arange(0, 6, 2, std::nullopt, dev()).dtype(), DType::kInt64);
+  const Tensor given = arange(0, 1, 0.3, DType::kInt64, dev());  // as torch: computed, then cast
+  EXPECT_EQ(given.dtype(), DType::kInt64);
+  EXPECT_EQ(to_vector(given), (std::vector<double>{0, 0, 0, 0}));
+}
+
+// torch's result type with zero-dim tensors: a tensor with dims keeps its dtype against a 0-d one
+// of the same category (bf16 x * a float32 0-d scale stays bf16; int32 + int64 0-d stays int32),
+// a 0-d operand of a higher category decides (int32 + float32 0-d is float32).
+TEST_P(Semantics, ZeroDimTensorsDoNotPromoteWithinTheirCategory) {
+  const Tensor f32_0d = from_vector({0.5}, {}, DType::kFloat32, dev());
+  const Tensor i64_0d = from_vector({2}, {}, DType::kInt64, dev());
+  for (DType half : {DType::kBFloat16, DType::kFloat16}) {
+    const Tensor x = Floats({1, 2, 4}, half);
+    EXPECT_EQ((x * f32_0d).dtype(), half);
+    EXPECT_EQ(to_vector(x * f32_0d), (std::vector<double>{0.5, 1, 2}));
+    EXPECT_EQ((f32_0d + x).dtype(), half);
+    EXPECT_EQ(where(full({3}, 1, DType::kBool, dev()), x, f32_0d).dtype(), half);
+    EXPECT_EQ((x + i64_0d).dtype(), half);
+  }
+  const Tensor i32 = IntTensor({1, 2, 3}, DType::kInt32);
+  EXPECT_EQ((i32 + i64_0d).dtype(), DType::kInt32);
+  EXPECT_EQ(ReadInts(i32 + i64_0d), (Ints{3, 4, 5}));
+  EXPECT_EQ((i32 + f32_0d).dtype(), DType::kFloat32);
+  EXPECT_EQ((IntTensor({1, 0}, DType::kBool) + i64_0d).dtype(), DType::kInt64);
+  EXPECT_EQ((i32 + from_vector({1.5}, {}, DType::kFloat16, dev())).dtype(), DType::kFloat16);
+  // Two tensors with dims, or two 0-d ones, promote as before.
+  EXPECT_EQ((Floats({1}, DType::kBFloat16) + Floats({1})).dtype(), DType::kFloat32);
+  EXPECT_EQ((from_vector({1}, {}, DType::kBFloat16, dev()) + f32_0d).dtype(), DType::kFloat32);
+  // In place: the result type must still cast to self (torch: "can't be cast").
+  Tensor ints = IntTensor({1, 2}, DType::kInt32);
+  ExpectError([&] { add_(ints, f32_0d); }, {"add"}, "int32 += float32 0-d");
+}
+
+// torch refuses a fill value beyond a floating dtype's range (65504 for float16), as it does for
+// integers; NaN and the infinities fit every floating dtype.
+TEST_P(Semantics, FillValuesBeyondAFloatingRangeRaise) {
+  ExpectError([&] { full({2}, 70000, DType::kFloat16, dev()); }, {"full:", "float16", "overflow"},
+              "70000 as float16");
+  ExpectError([&] { full({2}, 1e39, DType::kBFloat16, dev()); }, {"bfloat16"}, "1e39 as bf16");
+  ExpectError([&] { full({2}, -1e300, DType::kFloat32, dev()); }, {"float32"}, "-1e300 as f32");
+  ExpectError(
+      [&] { masked_fill(Floats({1}, DType::kFloat16), full({1}, 1, DType::kBool, dev()), -1e5); },
+      {"masked_fill:", "float16"}, "masked_fill -1e5 into float16");
+  EXPECT_EQ(to_vector(full({1}, 65504, DType::kFloat16, dev())), (std::vector<double>{65504}));
+  EXPECT_EQ(to_vector(full({1}, -INFINITY, DType::kFloat16, dev())),
+            (std::vector<double>{-INFINITY}));
+  EXPECT_TRUE(std::isnan(to_vector(full({1}, NAN, DType::kBFloat16, dev()))[0]));
+  // torch.tensor rounds instead: beyond the range is the infinity.
+  EXPECT_EQ(to_vector(from_vector({7e4, -7e4}, {2}, DType::kFloat16, dev())),
+            (std::vector<double>{INFINITY, -INFINITY}));
+}
+
+// logsumexp over an empty dim is -inf (the log of an empty sum), as torch; kiln raised naming max.
+TEST_P(Semantics, LogsumexpOverAnEmptyDimIsMinusInfinity) {
+  const Tensor e = empty({0, 3}, DType::kFloat32, dev());
+  EXPECT_EQ(to_vector(logsumexp(e, {0})), (std::vector<double>(3, -INFINITY)));
+  EXPECT_EQ(logsumexp(e, {1}).shape(), (Shape{0}));
+  EXPECT_EQ(logsumexp(e, {0}, true).shape(), (Shape{1, 3}));
+  EXPECT_EQ(to_vector(logsumexp(empty({0}, DType::kBFloat16, dev()), {0})),
+            (std::vector<double>{-INFINITY}));
 }
 
 // ---- Softmax with infinities. ---------------------------------------------------------------
