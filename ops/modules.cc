@@ -164,6 +164,9 @@ void Module::to(Device device) {
 }
 
 void Module::to(DType dtype) {
+  KILN_CHECK(IsFloatingPoint(dtype), type_name(),
+             ".to: parameters convert to floating dtypes only (as torch's Module.to), got ",
+             DTypeName(dtype));
   for (auto& [name, p] : params_) {
     if (p.defined()) Replace(p, cast(p, dtype));
   }
@@ -233,14 +236,30 @@ Tensor Full(IntList shape, double value, const ModuleOptions& o) {
 Linear::Linear(int64_t in, int64_t out, bool bias, Generator& gen, ModuleOptions o)
     : Linear(in, out, bias, module_init::WithGenerator(o, gen)) {}
 
+namespace {
+
+// `o`, once the sizes are valid: checked before the first parameter is drawn, so that a bad size
+// is named by the module, not by the factory drawing its weight.
+ModuleOptions LinearChecked(int64_t in, int64_t out, ModuleOptions o) {
+  KILN_CHECK(in > 0 && out > 0, "Linear: features must be positive, got in=", in, " out=", out);
+  return o;
+}
+
+int64_t HeadsChecked(const char* module, int64_t dim, int64_t heads) {
+  KILN_CHECK(heads > 0 && dim > 0 && dim % heads == 0, module, ": dim ", dim,
+             " must be a positive multiple of heads ", heads);
+  return heads;
+}
+
+}  // namespace
+
 Linear::Linear(int64_t in, int64_t out, bool bias, ModuleOptions o)
     : weight_(RegisterParameter(
-          "weight", module_init::Uniform({out, in}, 1.0 / std::sqrt(std::max<int64_t>(in, 1)), o))),
+          "weight", module_init::Uniform({out, in}, 1.0 / std::sqrt(std::max<int64_t>(in, 1)),
+                                         LinearChecked(in, out, o)))),
       bias_(RegisterParameter(
           "bias", bias ? module_init::Uniform({out}, 1.0 / std::sqrt(std::max<int64_t>(in, 1)), o)
-                       : Tensor())) {
-  KILN_CHECK(in > 0 && out > 0, "Linear: features must be positive, got in=", in, " out=", out);
-}
+                       : Tensor())) {}
 
 Tensor Linear::forward(const Tensor& x) { return linear(x, weight_, bias_); }
 
@@ -308,13 +327,10 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
 
 CausalSelfAttention::CausalSelfAttention(int64_t dim, int64_t heads, Generator& gen,
                                          ModuleOptions o, bool inplace)
-    : heads_(heads),
+    : heads_(HeadsChecked("CausalSelfAttention", dim, heads)),
       inplace_(inplace),
       qkv_(RegisterModule("qkv", std::make_unique<Linear>(dim, 3 * dim, true, gen, o))),
-      proj_(RegisterModule("proj", std::make_unique<Linear>(dim, dim, true, gen, o))) {
-  KILN_CHECK(heads > 0 && dim % heads == 0, "CausalSelfAttention: dim ", dim,
-             " must be a positive multiple of heads ", heads);
-}
+      proj_(RegisterModule("proj", std::make_unique<Linear>(dim, dim, true, gen, o))) {}
 
 Tensor CausalSelfAttention::CausalMask(const Tensor& x) {
   const int64_t t_len = x.size(1);

@@ -20,27 +20,40 @@ using module_init::WithGenerator;
 Embedding::Embedding(int64_t num, int64_t dim, Generator& gen, ModuleOptions o)
     : Embedding(num, dim, WithGenerator(o, gen)) {}
 
-Embedding::Embedding(int64_t num, int64_t dim, ModuleOptions o)
-    : weight_(RegisterParameter("weight", module_init::Normal({num, dim}, o))) {
+namespace {
+
+// The module's sizes checked before its first parameter is made (a bad size is named by the
+// module, not by the factory drawing its weight); each returns what its initializer needs.
+ModuleOptions EmbeddingChecked(int64_t num, int64_t dim, ModuleOptions o) {
   KILN_CHECK(num > 0 && dim > 0, "Embedding: sizes must be positive, got num_embeddings=", num,
              " dim=", dim);
+  return o;
 }
+
+double NormChecked(const char* module, int64_t dim, double eps) {
+  KILN_CHECK(dim > 0, module, ": dim must be positive, got ", dim);
+  return eps;
+}
+
+}  // namespace
+
+Embedding::Embedding(int64_t num, int64_t dim, ModuleOptions o)
+    : weight_(RegisterParameter("weight",
+                                module_init::Normal({num, dim}, EmbeddingChecked(num, dim, o)))) {}
 
 Tensor Embedding::forward(const Tensor& indices) { return embedding(indices, weight_); }
 
 LayerNorm::LayerNorm(int64_t dim, double eps, bool affine, bool bias, ModuleOptions o)
-    : eps_(eps),
+    : eps_(NormChecked("LayerNorm", dim, eps)),
       weight_(RegisterParameter("weight", affine ? module_init::Full({dim}, 1, o) : Tensor())),
       bias_(RegisterParameter("bias", affine && bias ? module_init::Full({dim}, 0, o) : Tensor())) {
-  KILN_CHECK(dim > 0, "LayerNorm: dim must be positive, got ", dim);
 }
 
 Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, weight_, bias_, eps_); }
 
 RMSNorm::RMSNorm(int64_t dim, double eps, ModuleOptions o)
-    : eps_(eps), weight_(RegisterParameter("weight", module_init::Full({dim}, 1, o))) {
-  KILN_CHECK(dim > 0, "RMSNorm: dim must be positive, got ", dim);
-}
+    : eps_(NormChecked("RMSNorm", dim, eps)),
+      weight_(RegisterParameter("weight", module_init::Full({dim}, 1, o))) {}
 
 Tensor RMSNorm::forward(const Tensor& x) { return rms_norm(x, weight_, eps_); }
 
@@ -305,15 +318,24 @@ RopeOptions RopeOf(const DecoderBlockConfig& c) {
 
 }  // namespace
 
+namespace {
+
+// The config's heads, checked before the projections are made.
+int64_t SelfAttentionHeads(const DecoderBlockConfig& c) {
+  KILN_CHECK(c.heads > 0 && c.dim > 0 && c.dim % c.heads == 0, "SelfAttention: dim ", c.dim,
+             " must be a positive multiple of heads ", c.heads);
+  return c.heads;
+}
+
+}  // namespace
+
 SelfAttention::SelfAttention(const DecoderBlockConfig& c, Generator& gen, ModuleOptions o)
     : SelfAttention(c, WithGenerator(o, gen)) {}
 
 SelfAttention::SelfAttention(const DecoderBlockConfig& c, ModuleOptions o)
-    : heads_(c.heads),
+    : heads_(SelfAttentionHeads(c)),
       c_attn_(RegisterModule("c_attn", std::make_unique<Linear>(c.dim, 3 * c.dim, c.bias, o))),
       c_proj_(RegisterModule("c_proj", std::make_unique<Linear>(c.dim, c.dim, c.bias, o))) {
-  KILN_CHECK(c.heads > 0 && c.dim % c.heads == 0, "SelfAttention: dim ", c.dim,
-             " must be a positive multiple of heads ", c.heads);
   if (c.rotary) {
     rotary_ =
         &RegisterModule("rotary", std::make_unique<RotaryEmbedding>(c.dim / c.heads, RopeOf(c), o));
@@ -360,17 +382,25 @@ std::unique_ptr<Module> MakeNorm(const DecoderBlockConfig& c, const ModuleOption
   return std::make_unique<RMSNorm>(c.dim, c.eps, o);
 }
 
+// The config, its sizes checked before the first child is made (0 hidden: 4 * dim).
+const DecoderBlockConfig& BlockChecked(const DecoderBlockConfig& c) {
+  KILN_CHECK(c.dim > 0 && c.heads > 0 && c.hidden >= 0, "DecoderBlock: dim and heads must be ",
+             "positive and hidden positive or 0 (4 * dim), got dim=", c.dim, " heads=", c.heads,
+             " hidden=", c.hidden);
+  return c;
+}
+
 }  // namespace
 
 DecoderBlock::DecoderBlock(const DecoderBlockConfig& c, Generator& gen, ModuleOptions o)
     : DecoderBlock(c, WithGenerator(o, gen)) {}
 
 DecoderBlock::DecoderBlock(const DecoderBlockConfig& c, ModuleOptions o)
-    : ln_1_(RegisterModule("ln_1", MakeNorm(c, o))),
+    : ln_1_(RegisterModule("ln_1", MakeNorm(BlockChecked(c), o))),
       attn_(RegisterModule("attn", std::make_unique<SelfAttention>(c, o))),
       ln_2_(RegisterModule("ln_2", MakeNorm(c, o))),
       mlp_(RegisterModule(
-          "mlp", std::make_unique<FeedForward>(c.dim, c.hidden > 0 ? c.hidden : 4 * c.dim, c.mlp,
+          "mlp", std::make_unique<FeedForward>(c.dim, c.hidden == 0 ? 4 * c.dim : c.hidden, c.mlp,
                                                ActivationOf(c.mlp, c.activation, "DecoderBlock"),
                                                c.bias, o))) {}
 

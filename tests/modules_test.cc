@@ -1,13 +1,16 @@
 // Modules: parameter naming and init (torch's state-dict keys, recursively), each module's
 // forward against the same math written with plain ops (and, for attention, against a softmax
 // written out by hand), rotary embeddings against a double reference and their relative-position
-// property, the decoder block's causality, several inputs, and compiled blocks against eager.
+// property, the decoder block's causality, several inputs, compiled blocks against eager, and bad
+// sizes named by the module.
 #include "ops/modules.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
+#include <string>
 
 #include "codegen/compile.h"
 #include "ops/factories.h"
@@ -106,6 +109,43 @@ TEST(Modules, EmbeddingAndNorms) {
 
 // Rotary embeddings against the formula in double: out[2i..] pairs (x_i, x_{i+half}) rotated by
 // position * base^(-2i / d).
+// A bad size is named by the module before any parameter is drawn (a negative one reached the
+// weight's factory first: "rand: shape [3, -1] has a negative dimension"); a negative MLP size is
+// not taken for the 4 * dim default; parameters convert to floating dtypes only (torch refuses
+// module.to(torch.int64)).
+TEST(Modules, BadSizesAreNamedByTheModule) {
+  Generator gen(3);
+  auto expect_error = [](const std::function<void()>& make, const std::string& words) {
+    try {
+      make();
+      ADD_FAILURE() << "no error for " << words;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  expect_error([&] { Linear(-1, 3, true, gen); }, "Linear: features must be positive, got in=-1");
+  expect_error([&] { Linear(3, -2, false); }, "Linear: features must be positive");
+  expect_error([&] { Embedding(3, -2, gen); }, "Embedding: sizes must be positive");
+  expect_error([&] { LayerNorm(-5); }, "LayerNorm: dim must be positive, got -5");
+  expect_error([&] { LayerNorm(-5, 1e-5, false); }, "LayerNorm: dim must be positive");
+  expect_error([&] { RMSNorm(-2); }, "RMSNorm: dim must be positive, got -2");
+  expect_error([&] { CausalSelfAttention(-8, 2, gen); }, "CausalSelfAttention: dim -8");
+  DecoderBlockConfig c;
+  c.dim = 8;
+  c.heads = 2;
+  c.hidden = -1;
+  expect_error([&] { DecoderBlock(c, gen); }, "DecoderBlock: dim and heads must be positive");
+  c.hidden = 0;
+  c.dim = -8;
+  expect_error([&] { DecoderBlock(c, gen); }, "got dim=-8");
+  Linear lin(2, 2, true, gen);
+  expect_error([&] { lin.to(DType::kInt64); }, "Linear.to: parameters convert to floating");
+  expect_error([&] { lin.to(DType::kBool); }, "got bool");
+  EXPECT_EQ(lin.weight().dtype(), DType::kFloat32);  // untouched by the refused call
+  lin.to(DType::kBFloat16);
+  EXPECT_EQ(lin.weight().dtype(), DType::kBFloat16);
+}
+
 TEST(Modules, RotaryMatchesTheFormula) {
   Generator gen(6);
   const int64_t d = 8, t_len = 5;
