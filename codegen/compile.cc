@@ -385,6 +385,8 @@ CompiledFn::CompiledFn(ir::TensorFn fn, CompileOptions options)
     std::vector<std::string>& off = state_->options.disabled_families;
     if (std::find(off.begin(), off.end(), family) == off.end()) off.push_back(std::move(family));
   }
+  KILN_CHECK(o.max_signatures >= 1, "compile: options.max_signatures must be at least 1, got ",
+             o.max_signatures);
   for (const std::string& family : o.disabled_families) {
     KILN_CHECK(codegen::TemplateNamed(family) != nullptr,
                "compile: options.disabled_families names \"", family,

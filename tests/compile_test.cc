@@ -654,6 +654,24 @@ TEST(Compile, UnusableDumpDirectoryIsAnError) {
   std::filesystem::remove(file);
 }
 
+// max_signatures below 1 is refused at compile (0 and -1 compiled and ran as if unlimited once).
+TEST(Compile, MaxSignaturesBelowOneIsRefused) {
+  Fn fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0] * 2.0}; };
+  const Tensor x = ones({2, 2});
+  for (int bad : {0, -1}) {
+    CompileOptions o;
+    o.mode = CompileOptions::Mode::kCompiled;
+    o.max_signatures = bad;
+    try {
+      compile(fn, {x}, o);
+      ADD_FAILURE() << "max_signatures " << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("max_signatures must be at least 1"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 // A family is switched off by its name; a name that is no family is refused, naming the others.
 TEST(Compile, DisabledFamiliesAreCheckedByName) {
   Fn fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{silu(in[0]) * in[0]}; };
