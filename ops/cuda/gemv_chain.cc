@@ -2,9 +2,11 @@
 #include "ops/cuda/gemv_chain.h"
 
 #include <atomic>
+#include <optional>
 #include <vector>
 
 #include "ops/cuda/gemv_kernels.h"
+#include "profiler/host.h"
 #include "runtime/cuda_api.h"
 #include "runtime/settings.h"
 
@@ -63,6 +65,9 @@ void FlushDeferredGemvs() {
   const std::vector<Tensor> operands = std::move(s.operands);  // released after the launch
   s.pending.clear();
   s.operands.clear();
+  // The profiler shows the chain as an op of its own (inside the op whose launch flushed it).
+  std::optional<profiler::OpRange> range;
+  if (profiler::IsActive()) range.emplace("gemv_chain", absl::Span<const Tensor>());
   int current = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&current));
   if (current != s.device) KILN_CUDA_CHECK(cudaSetDevice(s.device));

@@ -50,7 +50,8 @@ void EndGemvChain();
 // the results were never going to be read).
 void AbandonGemvChain() noexcept;
 
-// Launches this thread's pending GEMVs (one chain kernel; nothing when none is pending).
+// Launches this thread's pending GEMVs (one chain kernel; nothing when none is pending), inside
+// a profiler op range "gemv_chain" while a profiler records.
 void FlushDeferredGemvs();
 
 // Takes `op` into the pending chain when a region is open, not paused, and the chain takes it
