@@ -1,7 +1,8 @@
 // One-row GEMVs chained into one launch (ops/cuda/gemv_kernels.h GemvChain) and deferred into
 // chains inside a compiled plan's region (ops/cuda/gemv_chain.h): the chain computes what each
 // GEMV alone computes, bit for bit, over a decode layer's shapes where every op reads the one
-// before it (and q, k, v that share their x, with no barrier between them); what it refuses; a
+// before it (and q, k, v that share their x, with no barrier between them); where the barriers go
+// (host code, also without a GPU); what it refuses; a
 // region flushes before any other launch, so an op between two linears reads their results; a
 // compiled decode layer launches one chain kernel and counts it so. GPU cases skip without a GPU.
 #include "ops/cuda/gemv_chain.h"
@@ -9,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -142,6 +144,54 @@ TEST(GemvChain, IndependentAndUnalignedOpsMatchBitForBit) {
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_EQ(Values(got[i]), Values(want[i])) << "op " << i;
   }
+}
+
+// Where the barriers go (host code: runs without a GPU). Buffers are byte addresses only.
+GemvArgs At(uintptr_t x, uintptr_t w, uintptr_t out, int64_t n, int64_t k, uintptr_t residual = 0) {
+  GemvArgs a{};
+  a.x = reinterpret_cast<const void*>(x);
+  a.w = reinterpret_cast<const void*>(w);
+  a.out = reinterpret_cast<void*>(out);
+  a.residual = reinterpret_cast<const void*>(residual);
+  a.ldx = k;
+  a.ldw = k;
+  a.m = 1;
+  a.n = n;
+  a.k = k;
+  a.type = cuda_kernels::ElemType::kBF16;
+  return a;
+}
+
+std::vector<bool> Barriers(const std::vector<GemvArgs>& ops) {
+  bool b[cuda_kernels::kGemvChainMaxOps] = {};
+  cuda_kernels::GemvChainBarriers(ops.data(), static_cast<int>(ops.size()), b);
+  return std::vector<bool>(b, b + ops.size());
+}
+
+TEST(GemvChainBarriers, OnlyWhereOneOpTouchesAnothersBytes) {
+  constexpr uintptr_t kW = 0x100000, kAttn = 0x1000, kH0 = 0x2000, kH = 0x3000, kF = 0x4000,
+                      kH2 = 0x8000, kQkv = 0x9000;
+  // A decode layer: o-proj (+ residual h0) -> h; fc reads h; proj reads fc, adds h; qkv reads h2.
+  EXPECT_EQ(Barriers({At(kAttn, kW, kH, 768, 768, kH0), At(kH, kW, kF, 3072, 768),
+                      At(kF, kW, kH2, 768, 3072, kH), At(kH2, kW, kQkv, 2304, 768)}),
+            (std::vector<bool>{false, true, true, true}));
+  // q, k, v of one x: no barrier; a fourth op reading q waits.
+  EXPECT_EQ(Barriers({At(kH, kW, kF, 64, 64), At(kH, kW, kF + 128, 16, 64),
+                      At(kH, kW, kF + 160, 16, 64), At(kF + 2, kW, kQkv, 8, 8)}),
+            (std::vector<bool>{false, false, false, true}));
+  // Write after read: op 1 overwrites op 0's x; write after write: op 1 writes op 0's out.
+  EXPECT_EQ(Barriers({At(kH, kW, kF, 64, 64), At(kAttn, kW, kH + 64, 8, 64)}),
+            (std::vector<bool>{false, true}));
+  EXPECT_EQ(Barriers({At(kH, kW, kF, 64, 64), At(kAttn, kW, kF + 126, 8, 64)}),
+            (std::vector<bool>{false, true}));
+  // Byte ranges end where they end: out [kF, kF + 128) and a read from kF + 128 do not meet.
+  EXPECT_EQ(Barriers({At(kH, kW, kF, 64, 64), At(kF + 128, kW, kQkv, 8, 8)}),
+            (std::vector<bool>{false, false}));
+  // A barrier starts a new phase: op 2 waits for op 1 and so is ordered after op 0 as well; op 3
+  // reads op 0's output without a barrier of its own.
+  EXPECT_EQ(Barriers({At(kH, kW, kF, 64, 64), At(kAttn, kW, kH2, 64, 64), At(kH2, kW, kQkv, 64, 64),
+                      At(kF, kW, kH0, 64, 64)}),
+            (std::vector<bool>{false, false, true, false}));
 }
 
 TEST(GemvChain, RefusesWhatItDoesNotTake) {

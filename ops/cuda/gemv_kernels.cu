@@ -1075,18 +1075,6 @@ bool Conflicts(const Footprint& earlier, const Footprint& later) {
   return false;
 }
 
-// barrier[i]: op i conflicts with an op since the last barrier before it.
-void PlaceBarriers(const GemvArgs* ops, int count, size_t es, bool* barrier) {
-  std::array<Footprint, kGemvChainMaxOps> fp;
-  int phase_start = 0;
-  for (int i = 0; i < count; ++i) {
-    fp[i] = FootprintOf(ops[i], es);
-    barrier[i] = false;
-    for (int j = phase_start; j < i && !barrier[i]; ++j) barrier[i] = Conflicts(fp[j], fp[i]);
-    if (barrier[i]) phase_start = i;
-  }
-}
-
 template <typename T>
 cudaError_t LaunchChain(const GemvArgs* ops, int count, cudaStream_t stream) {
   if constexpr (std::is_same_v<T, float>) {
@@ -1106,7 +1094,7 @@ cudaError_t LaunchChain(const GemvArgs* ops, int count, cudaStream_t stream) {
       prefetching = prefetching && bytes <= kChainPrefetchBytes;
       if (prefetching) c.prefetched = i + 1;
     }
-    PlaceBarriers(ops, count, sizeof(T), c.barrier_before);
+    GemvChainBarriers(ops, count, c.barrier_before);
     unsigned grid = 0;
     if (const cudaError_t e = ChainGrid<T>(max_tiles, ops[0].sm_count, &grid); e != cudaSuccess) {
       return e;
@@ -1140,6 +1128,20 @@ bool ChainTakes(const GemvArgs& a) {
 }
 
 }  // namespace
+
+void GemvChainBarriers(const GemvArgs* ops, int count, bool* barrier_before) {
+  const size_t es = count > 0 && ops[0].type == ElemType::kF32 ? 4 : 2;  // the chain's one dtype
+  std::array<Footprint, kGemvChainMaxOps> fp;
+  int phase_start = 0;
+  for (int i = 0; i < count && i < kGemvChainMaxOps; ++i) {
+    fp[i] = FootprintOf(ops[i], es);
+    barrier_before[i] = false;
+    for (int j = phase_start; j < i && !barrier_before[i]; ++j) {
+      barrier_before[i] = Conflicts(fp[j], fp[i]);
+    }
+    if (barrier_before[i]) phase_start = i;
+  }
+}
 
 bool GemvChainTakes(const GemvArgs& a) {
   if (!ValidGemv(a)) return false;

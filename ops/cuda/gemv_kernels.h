@@ -85,6 +85,10 @@ bool GemvChainTakes(const GemvArgs& op);
 // cudaErrorInvalidValue for count outside [1, kGemvChainMaxOps] or an op the chain does not take,
 // else the launch's error.
 cudaError_t GemvChain(const GemvArgs* ops, int count, cudaStream_t stream);
+// Where GemvChain puts its grid barriers (host code, no device needed): barrier_before[i] when op
+// i reads what an op since the last barrier writes, or writes what one reads or writes (byte
+// ranges of x, w, bias, residual, the norm's weight and bias, out; one row each).
+void GemvChainBarriers(const GemvArgs* ops, int count, bool* barrier_before);
 
 // A one-thread kernel that waits `ns` nanoseconds on the device. A timing aid: launches queued
 // behind it start back to back once it ends, so events around them measure device time alone,
