@@ -13,6 +13,9 @@
 // (cuBLASLt, kiln's GEMM, the k == 0 fill: matmul_cuda.cc), every device timing
 // (device_timing.cc: GemvChainPause), a GEMV the chain does not take, and the region's end. A step
 // that launches in any other way is outside the regions (the executable flushes before it).
+// Copies through the runtime (kiln::to, to_vector: runtime CopyBytes) are no flush points: a
+// plan's steps never make them (a compiled graph runs on one device and reads no value on the
+// host), and code that opens a region itself must flush before one.
 // A pending GEMV keeps its operands' tensors alive until it is launched: a temporary released
 // before the launch (a residual made contiguous, the plan's last use of a value) would otherwise
 // go back to the caching allocator while still to be read.
