@@ -28,6 +28,12 @@ ChainState& State() {
   return state;
 }
 
+// The header's inline flags, after every change of `s`.
+void SyncFlags(const ChainState& s) {
+  internal::t_deferring = s.open && s.paused == 0;
+  internal::t_pending = !s.pending.empty();
+}
+
 // -1: KILN_GEMV_CHAIN decides; 0 / 1: SetGemvChainEnabled's.
 std::atomic<int> g_override{-1};
 
@@ -43,11 +49,16 @@ bool GemvChainEnabled() {
 void SetGemvChainEnabled(bool on) { g_override.store(on ? 1 : 0, std::memory_order_relaxed); }
 
 void BeginGemvChain() {
-  if (GemvChainEnabled()) State().open = true;
+  if (!GemvChainEnabled()) return;
+  ChainState& s = State();
+  s.open = true;
+  SyncFlags(s);
 }
 
 void EndGemvChain() {
-  State().open = false;  // closed even when the launch below throws
+  ChainState& s = State();
+  s.open = false;  // closed even when the launch below throws
+  SyncFlags(s);
   FlushDeferredGemvs();
 }
 
@@ -56,15 +67,17 @@ void AbandonGemvChain() noexcept {
   s.pending.clear();
   s.operands.clear();
   s.open = false;
+  SyncFlags(s);
 }
 
-void FlushDeferredGemvs() {
+void internal::LaunchPendingGemvs() {
   ChainState& s = State();
   if (s.pending.empty()) return;
   const std::vector<cuda_kernels::GemvArgs> ops = std::move(s.pending);
   const std::vector<Tensor> operands = std::move(s.operands);  // released after the launch
   s.pending.clear();
   s.operands.clear();
+  SyncFlags(s);
   // The profiler shows the chain as an op of its own (inside the op whose launch flushed it).
   std::optional<profiler::OpRange> range;
   if (profiler::IsActive()) range.emplace("gemv_chain", absl::Span<const Tensor>());
@@ -96,6 +109,7 @@ bool DeferGemv(const cuda_kernels::GemvArgs& op, cuda::StreamHandle stream,
   s.device = device;
   s.pending.push_back(op);
   for (Tensor& t : operands) s.operands.push_back(std::move(t));
+  SyncFlags(s);
   return true;
 }
 
@@ -103,9 +117,15 @@ int GemvChainLaunchesSaved() { return State().saved; }
 
 GemvChainPause::GemvChainPause() {
   FlushDeferredGemvs();
-  ++State().paused;
+  ChainState& s = State();
+  ++s.paused;
+  SyncFlags(s);
 }
 
-GemvChainPause::~GemvChainPause() { --State().paused; }
+GemvChainPause::~GemvChainPause() {
+  ChainState& s = State();
+  --s.paused;
+  SyncFlags(s);
+}
 
 }  // namespace kiln::cuda_ops

@@ -53,9 +53,23 @@ void EndGemvChain();
 // the results were never going to be read).
 void AbandonGemvChain() noexcept;
 
+namespace internal {
+// This thread's chain state as two flags (gemv_chain.cc keeps them in step with it), read inline:
+// the eager dispatcher and linear's GEMV pay one thread-local load when no region is open.
+inline thread_local bool t_deferring = false;  // a region is open and not paused
+inline thread_local bool t_pending = false;    // GEMVs wait to be launched
+void LaunchPendingGemvs();
+}  // namespace internal
+
 // Launches this thread's pending GEMVs (one chain kernel; nothing when none is pending), inside
 // a profiler op range "gemv_chain" while a profiler records.
-void FlushDeferredGemvs();
+inline void FlushDeferredGemvs() {
+  if (internal::t_pending) internal::LaunchPendingGemvs();
+}
+
+// Whether DeferGemv may take a GEMV now (a region is open and not paused): checked before the
+// caller gathers the operands.
+inline bool DeferringGemvs() { return internal::t_deferring; }
 
 // Takes `op` into the pending chain when a region is open, not paused, and the chain takes it
 // (gemv_kernels.h GemvChainTakes) on `stream`: true, and the caller launches nothing. Otherwise

@@ -799,7 +799,8 @@ void RunGemv(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor
   a.norm_bias = norm.bias.defined() ? norm.bias.data_ptr() : nullptr;
   a.norm_eps = static_cast<float>(norm.eps);
   // Inside a compiled plan's chain region: launched later, with the next GEMVs.
-  if (DeferGemv(a, cuda::CurrentStream(), {x2, w, bias, residual, out, norm.weight, norm.bias})) {
+  if (DeferringGemvs() &&
+      DeferGemv(a, cuda::CurrentStream(), {x2, w, bias, residual, out, norm.weight, norm.bias})) {
     return;
   }
   KILN_CUDA_CHECK(cuda_kernels::Gemv(a, cuda::CurrentStream()));
