@@ -60,15 +60,21 @@ RopeOptions RopeFromJson(const Json& j, RopeOptions r) {
   if (s == nullptr) return r;
   const std::string type =
       Field<std::string>(*s, "rope_type", Field<std::string>(*s, "type", "default"));
-  r.factor = Field<double>(*s, "factor", 1.0);
+  // A scaling's parameters are required, as transformers requires them.
+  const auto required = [&]<typename T>(const char* name, T) {
+    KILN_CHECK(s->contains(name) && !(*s)[name].is_null(), "LlamaConfig::FromJson: rope type '",
+               type, "' needs the field '", name, "'");
+    return Field<T>(*s, name, T{});
+  };
   if (type == "linear") {
     r.scaling = RopeOptions::Scaling::kLinear;
+    r.factor = required("factor", 0.0);
   } else if (type == "llama3") {
     r.scaling = RopeOptions::Scaling::kLlama3;
-    r.low_freq_factor = Field<double>(*s, "low_freq_factor", r.low_freq_factor);
-    r.high_freq_factor = Field<double>(*s, "high_freq_factor", r.high_freq_factor);
-    r.original_max_positions =
-        Field<int64_t>(*s, "original_max_position_embeddings", r.original_max_positions);
+    r.factor = required("factor", 0.0);
+    r.low_freq_factor = required("low_freq_factor", 0.0);
+    r.high_freq_factor = required("high_freq_factor", 0.0);
+    r.original_max_positions = required("original_max_position_embeddings", int64_t{0});
   } else if (type != "default") {
     KILN_FAIL("LlamaConfig::FromJson: rope type '", type,
               "' is not supported (supported: default, linear, llama3)");
@@ -84,7 +90,8 @@ AttentionConfig AttentionOf(const LlamaConfig& c) {
           .qkv_bias = c.qkv_bias,
           .out_bias = c.out_bias,
           .rotary = true,
-          .rope = c.rope};
+          .rope = c.rope,
+          .sliding_window = c.sliding_window};
 }
 
 int64_t HeadDim(const LlamaConfig& c) {
@@ -122,10 +129,18 @@ LlamaConfig LlamaConfig::FromJson(const std::string& text) {
   c.heads = Field<int64_t>(j, "num_attention_heads", c.heads);
   c.kv_heads = Field<int64_t>(j, "num_key_value_heads", c.kv_heads);
   c.head_dim = Field<int64_t>(j, "head_dim", c.head_dim);
-  c.eps = Field<double>(j, "rms_norm_eps", c.eps);
+  c.eps = Field<double>(j, "rms_norm_eps", 1e-6);  // transformers' default, not the struct's
   c.rope = RopeFromJson(j, c.rope);
   c.activation = ActivationFromName(Field<std::string>(j, "hidden_act", "silu"));
-  const bool qwen2 = Field<std::string>(j, "model_type", "") == "qwen2";
+  const std::string model_type = Field<std::string>(j, "model_type", "llama");
+  KILN_CHECK(model_type == "llama" || model_type == "mistral" || model_type == "qwen2",
+             "LlamaConfig::FromJson: model_type '", model_type,
+             "' is not supported (supported: llama, mistral, qwen2)");
+  const bool qwen2 = model_type == "qwen2";
+  // Mistral: sliding_window (null: none); Qwen2 only with use_sliding_window.
+  if (!qwen2 || Field<bool>(j, "use_sliding_window", false)) {
+    c.sliding_window = Field<int64_t>(j, "sliding_window", 0);
+  }
   const bool attention_bias = Field<bool>(j, "attention_bias", false);
   c.qkv_bias = qwen2 || attention_bias;
   c.out_bias = !qwen2 && attention_bias;

@@ -35,10 +35,16 @@ struct LlamaConfig {
   bool out_bias = false;  // o_proj's (attention_bias; Qwen2: never)
   bool mlp_bias = false;
   bool tie_word_embeddings = false;  // no lm_head: logits through embed_tokens.weight
+  // sliding_window (Mistral; Qwen2 with use_sliding_window), 0: none. kiln does not mask by
+  // window: it runs sequences and KV caches up to this length (where the window changes
+  // nothing) and refuses longer ones (AttentionConfig::sliding_window).
+  int64_t sliding_window = 0;
 
   // From the text of a Hugging Face config.json (fields named as in the comments above;
-  // rope_scaling of type "linear" or "llama3"). A field of the wrong type, an unknown rope
-  // scaling or hidden_act is an error naming it.
+  // rope_scaling of type "linear" or "llama3"); a missing field takes transformers' default
+  // (rms_norm_eps 1e-6). model_type, where given, must be llama, mistral or qwen2. A field of
+  // the wrong type, an unknown model type, rope scaling or hidden_act, or a scaling without its
+  // parameters is an error naming it.
   static LlamaConfig FromJson(const std::string& json_text);
 };
 

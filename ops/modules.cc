@@ -184,6 +184,13 @@ Tensor& Module::RegisterBuffer(std::string name, Tensor value) {
   return buffers_.back().second;
 }
 
+Module& ModuleList::operator[](int64_t i) const {
+  const auto n = static_cast<int64_t>(modules_.size());
+  KILN_CHECK(i >= -n && i < n, "ModuleList: index ", i, " is out of range for a list of ", n,
+             " modules");
+  return *modules_[static_cast<size_t>(i < 0 ? i + n : i)];
+}
+
 Tensor ModuleList::forward(const Tensor& x) {
   Tensor h = x;
   for (Module* m : modules_) h = (*m)(h);

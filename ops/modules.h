@@ -163,7 +163,8 @@ class ModuleList : public Module {
     return ref;
   }
   size_t size() const { return modules_.size(); }
-  Module& operator[](size_t i) const { return *modules_.at(i); }
+  // The i-th module; negative i counts from the end (torch's); out of range is an error.
+  Module& operator[](int64_t i) const;
   // Runs the modules in order, each on the previous one's output.
   Tensor forward(const Tensor& x) override;
   const char* type_name() const override { return "ModuleList"; }
@@ -445,6 +446,11 @@ struct AttentionConfig {
   bool out_bias = false;  // o_proj's
   bool rotary = true;
   RopeOptions rope;
+  // Nonzero: the model was trained with sliding-window attention (HF Mistral's sliding_window:
+  // a query sees only the last `sliding_window` keys). kiln does not mask by window; it runs
+  // sequences and caches of at most this many positions, where the window changes nothing, and
+  // refuses longer ones.
+  int64_t sliding_window = 0;
 };
 
 // Causal self-attention with separate projections (Hugging Face Llama's names: q_proj, k_proj,
@@ -455,8 +461,8 @@ struct AttentionConfig {
 //   Cached(x, positions, cache, slots, mask)
 //       with a KV cache: k and v of x are written (index_copy_) into rows `slots` (int64 [T]) of
 //       cache.k / cache.v [B, kv_heads, S, head_dim]; the queries attend to the cache's S rows
-//       where `mask` (bool, broadcasting to [B, 1, T, S]; true = attend) allows. Shapes do not
-//       depend on the position, so a decode step compiles once and replays as a CUDA graph.
+//       where `mask` (bool, broadcasting to [B, 1, T, S]; true = attend; required) allows. Shapes
+//       do not depend on the position, so a decode step compiles once and replays as a CUDA graph.
 class Attention : public Module {
  public:
   explicit Attention(const AttentionConfig& config, ModuleOptions options = {},

@@ -114,6 +114,10 @@ Tensor RotaryTable(const std::vector<double>& inv, int64_t max_positions, bool s
 std::vector<double> CheckedInverseFrequencies(int64_t head_dim, const RopeOptions& r) {
   KILN_CHECK(r.max_positions > 0, "RotaryEmbedding: max_positions must be positive, got ",
              r.max_positions);
+  constexpr int64_t kMaxTableEntries = int64_t{1} << 28;  // 1 GiB per float32 table
+  KILN_CHECK(head_dim / 2 <= kMaxTableEntries / r.max_positions, "RotaryEmbedding: tables of ",
+             "max_positions x head_dim / 2 = ", r.max_positions, " x ", head_dim / 2,
+             " entries are too large (at most 2^28 entries each)");
   return to_vector(rope_inverse_frequencies(head_dim, r));
 }
 
@@ -162,15 +166,26 @@ void RotaryEmbedding::MaterialiseBuffers(Device device) {
 Tensor RotaryEmbedding::Rotate(const Tensor& x, const Tensor& positions) const {
   KILN_CHECK(x.dim() >= 2 && x.size(-1) == head_dim_, "RotaryEmbedding: expected x [..., T, ",
              head_dim_, "], got ", x.shape_string());
+  KILN_CHECK(positions.defined() &&
+                 (positions.dtype() == DType::kInt64 || positions.dtype() == DType::kInt32),
+             "RotaryEmbedding: positions must be an int64 or int32 tensor, got ",
+             positions.defined() ? std::string(DTypeName(positions.dtype())) : "undefined");
   const bool per_row = positions.dim() == 2;
-  KILN_CHECK((positions.dim() == 1 && positions.size(0) == x.size(-2)) ||
-                 (per_row && x.dim() == 4 && positions.size(0) == x.size(0) &&
-                  positions.size(1) == x.size(-2)),
-             "RotaryEmbedding: positions must be [T] (one per row of x) or [B, T] for x [B, H, T, ",
-             "head_dim], got positions ", positions.shape_string(), " for x ", x.shape_string());
+  KILN_CHECK(
+      (positions.dim() == 1 && positions.size(0) == x.size(-2)) ||
+          (per_row && x.dim() == 4 && (positions.size(0) == x.size(0) || positions.size(0) == 1) &&
+           positions.size(1) == x.size(-2)),
+      "RotaryEmbedding: positions must be [T] (one per row of x) or [B, T] (or [1, T]) for ",
+      "x [B, H, T, head_dim], got positions ", positions.shape_string(), " for x ",
+      x.shape_string());
   const int64_t half = head_dim_ / 2;
-  Tensor cos_t = cast(embedding(positions, cos_), x.dtype());  // [T, half] or [B, T, half]
-  Tensor sin_t = cast(embedding(positions, sin_), x.dtype());
+  const auto table = [&](const Tensor& t) {  // [T, half] or [B, T, half]
+    return WithErrorContext(
+        absl::StrCat("RotaryEmbedding: positions must lie in [0, max_positions = ", cos_.size(0),
+                     ")"),
+        [&] { return cast(embedding(positions, t), x.dtype()); });
+  };
+  Tensor cos_t = table(cos_), sin_t = table(sin_);
   if (per_row) {
     cos_t = unsqueeze(cos_t, 1);
     sin_t = unsqueeze(sin_t, 1);
@@ -428,7 +443,18 @@ AttentionConfig Checked(AttentionConfig c) {
     c.head_dim = c.dim / c.heads;
   }
   KILN_CHECK(c.head_dim > 0, "Attention: head_dim must be positive, got ", c.head_dim);
+  KILN_CHECK(c.sliding_window >= 0, "Attention: sliding_window must be >= 0 (0: none), got ",
+             c.sliding_window);
   return c;
+}
+
+// Sliding-window attention is not masked: a sequence (or cache) of `length` positions is exact
+// only within the window.
+void CheckWithinWindow(const AttentionConfig& c, int64_t length, const char* what) {
+  KILN_CHECK(c.sliding_window == 0 || length <= c.sliding_window, "Attention: ", what, " of ",
+             length, " positions exceeds the sliding window of ", c.sliding_window,
+             "; sliding-window masking is not implemented, so sequences and caches must fit in "
+             "the window");
 }
 
 }  // namespace
@@ -505,6 +531,7 @@ std::vector<Tensor> Attention::forward_many(const std::vector<Tensor>& inputs) {
   KILN_CHECK(rotary_ != nullptr || !inputs[1].defined(),
              "Attention: positions are an input only with rotary embeddings (config.rotary)");
   const auto [q, k, v] = Project(inputs[0], inputs[1]);
+  CheckWithinWindow(config_, q.size(2), "a sequence");
   const bool gqa = config_.kv_heads != config_.heads;
   return {Out(scaled_dot_product_attention(q, k, v, {}, /*is_causal=*/true, std::nullopt, gqa))};
 }
@@ -519,8 +546,21 @@ Tensor Attention::Cached(const Tensor& x, const Tensor& positions, const Cache& 
              ", ", config_.kv_heads, ", S, ", config_.head_dim, "], got k ",
              cache.k.defined() ? cache.k.shape_string() : "undefined", " v ",
              cache.v.defined() ? cache.v.shape_string() : "undefined");
-  index_copy_(cache.k, 2, slots, k);
-  index_copy_(cache.v, 2, slots, v);
+  CheckWithinWindow(config_, cache.k.size(2), "a KV cache");
+  KILN_CHECK(
+      mask.defined() && mask.dtype() == DType::kBool,
+      "Attention::Cached: mask must be a bool tensor broadcasting to [B, 1, T, S] (true = ",
+      "attend), got ",
+      mask.defined() ? absl::StrCat(DTypeName(mask.dtype()), mask.shape_string()) : "undefined");
+  KILN_CHECK(slots.defined() && slots.dim() == 1 && slots.size(0) == x.size(1),
+             "Attention::Cached: slots must be [T] = [", x.size(1), "] cache rows, got ",
+             slots.defined() ? slots.shape_string() : "undefined");
+  WithErrorContext(
+      absl::StrCat("Attention::Cached: slots must be rows of the cache's S = ", cache.k.size(2)),
+      [&] {
+        index_copy_(cache.k, 2, slots, k);
+        index_copy_(cache.v, 2, slots, v);
+      });
   const bool gqa = config_.kv_heads != config_.heads;
   return Out(scaled_dot_product_attention(q, cache.k, cache.v, mask, false, std::nullopt, gqa));
 }

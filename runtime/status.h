@@ -43,6 +43,17 @@ T ValueOrThrow(absl::StatusOr<T> result) {
   return *std::move(result);
 }
 
+// Runs f(); a kiln::Error it throws is rethrown with `context` ("Module: the rule") in front of
+// its message and its code kept, so an error from an op deep inside a module names the module.
+template <typename F>
+decltype(auto) WithErrorContext(const std::string& context, F&& f) {
+  try {
+    return std::forward<F>(f)();
+  } catch (const Error& e) {
+    throw Error(absl::Status(e.code(), absl::StrCat(context, ": ", e.what())));
+  }
+}
+
 }  // namespace kiln
 
 #define KILN_STATUS_CONCAT_INNER_(a, b) a##b
