@@ -19,6 +19,9 @@ using Mode = GenerateOptions::Mode;
 
 void CheckPrompts(const std::vector<std::vector<int64_t>>& prompts, const GenerateOptions& o,
                   const CausalLM::CacheSpec& spec) {
+  KILN_CHECK(spec.vocab > 0 && spec.max_positions > 0, "generate: the model's cache_spec() ",
+             "must give vocab > 0 and max_positions > 0, got vocab=", spec.vocab,
+             " max_positions=", spec.max_positions);
   KILN_CHECK(!prompts.empty(), "generate: no prompts");
   check_sampling_options(o.sampling);
   KILN_CHECK(o.max_new_tokens > 0, "generate: max_new_tokens must be positive, got ",
@@ -27,7 +30,7 @@ void CheckPrompts(const std::vector<std::vector<int64_t>>& prompts, const Genera
              " is not an id of the vocabulary [0, ", spec.vocab, ")");
   for (size_t i = 0; i < prompts.size(); ++i) {
     KILN_CHECK(!prompts[i].empty(), "generate: prompt ", i, " is empty");
-    KILN_CHECK(static_cast<int64_t>(prompts[i].size()) + o.max_new_tokens <= spec.max_positions,
+    KILN_CHECK(static_cast<int64_t>(prompts[i].size()) <= spec.max_positions - o.max_new_tokens,
                "generate: prompt ", i, " has ", prompts[i].size(), " tokens; with max_new_tokens ",
                o.max_new_tokens, " that passes the model's ", spec.max_positions, " positions");
     for (int64_t id : prompts[i]) {
@@ -121,6 +124,17 @@ std::vector<Tensor> Decode(CausalLM& model, const std::vector<Tensor>& in) {
   return {logits};
 }
 
+// A step's logits must be [B, vocab] of a floating type (a model written by a user returns them).
+void CheckLogits(const Tensor& logits, int64_t batch, const CausalLM::CacheSpec& spec,
+                 const char* step) {
+  KILN_CHECK(logits.defined() && logits.dim() == 2 && logits.size(0) == batch &&
+                 logits.size(1) == spec.vocab && IsFloatingPoint(logits.dtype()),
+             "generate: the model's Step must return floating logits [B, vocab] = [", batch, ", ",
+             spec.vocab, "], the ", step, " returned ",
+             logits.defined() ? absl::StrCat(DTypeName(logits.dtype()), logits.shape_string())
+                              : "an undefined tensor");
+}
+
 // The next ids, one per row, on the host.
 std::vector<int64_t> Pick(const Tensor& logits, const GenerateOptions& o, Generator& gen) {
   if (o.sampling.temperature == 0 && o.sampling.top_k == 0 && o.sampling.top_p == 1) {
@@ -172,11 +186,13 @@ GenerateResult generate(CausalLM& model, const std::vector<std::vector<int64_t>>
   r.stopped.assign(prompts.size(), false);
   Generator gen(o.seed);
   Tensor logits = prefill(prefill_in)[0];
+  CheckLogits(logits, b.batch, spec, "prefill");
   r.prefill_logits = clone(cast(logits, DType::kFloat32));
   for (int64_t step = 0; step < o.max_new_tokens; ++step) {
     if (step > 0) {
       logits = Tensor();  // a CUDA graph's outputs may be reused once dropped
       logits = decode(decode_in)[0];
+      CheckLogits(logits, b.batch, spec, "decode step");
     }
     ++r.steps;
     std::vector<int64_t> ids = Pick(logits, o, gen);
