@@ -45,7 +45,9 @@ namespace {
 }  // namespace
 
 SafetensorsFile SafetensorsFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO opens at once (and is refused below as not a regular file) instead of
+  // blocking until a writer appears; it changes nothing for a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) ThrowIo("cannot open", path);
   struct stat st {};
   if (fstat(fd, &st) != 0) {
@@ -187,6 +189,9 @@ void WriteSafetensors(const char* op, const NamedTensors& tensors,
     KILN_CHECK(t.defined(), op, ": tensor '", name, "' is undefined");
     KILN_CHECK(!t.device().is_meta() && (t.numel() == 0 || t.data_ptr() != nullptr), op,
                ": tensor '", name, "' (", Describe(t.type()), ") holds no data");
+    KILN_CHECK(t.storage() == nullptr || !t.storage()->uninitialised(), op, ": tensor '", name,
+               "' (", Describe(t.type()), ") was made without values (Init::kNone) and never ",
+               "written: load its module's weights first");
     SafetensorsEntry e;
     e.name = name;
     e.dtype = SafetensorsDTypeName(t.dtype());
@@ -196,6 +201,9 @@ void WriteSafetensors(const char* op, const NamedTensors& tensors,
   }
   LayOutSafetensors(&entries);
   const std::string header = BuildSafetensorsHeader(entries, metadata);
+  KILN_CHECK(header.size() <= kMaxSafetensorsHeader, op, ": the header would take ", header.size(),
+             " bytes, over the format's limit of ", kMaxSafetensorsHeader,
+             " (too much metadata, or too many tensors): no reader would load the file");
   const uint64_t n = header.size();
   sink(&n, 8);
   sink(header.data(), header.size());
@@ -217,17 +225,26 @@ std::string serialize_safetensors(const NamedTensors& tensors,
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata) {
+  // Written to a temporary file beside `path`, then renamed over it: a failed save leaves the
+  // old file as it was. Errors name `path` (the temporary file only where it is the subject).
+  struct stat st {};
+  KILN_CHECK(path.empty() || path.back() != '/', "save_safetensors: '", path,
+             "' names a directory, not a file");
+  KILN_CHECK(::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode), "save_safetensors: '", path,
+             "' is a directory");
   const std::string tmp = absl::StrCat(path, ".tmp-", ::getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) ThrowIo("cannot create", tmp);
+  if (f == nullptr) ThrowIo(absl::StrCat("cannot create the file beside it, '", tmp, "'"), path);
   try {
     WriteSafetensors("save_safetensors", tensors, metadata, [&](const void* p, size_t n) {
-      if (n > 0 && std::fwrite(p, 1, n, f) != n) ThrowIo("write failed", tmp);
+      if (n > 0 && std::fwrite(p, 1, n, f) != n) ThrowIo("write failed", path);
     });
     const int closed = std::fclose(f);
     f = nullptr;
-    if (closed != 0) ThrowIo("write failed", tmp);
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) ThrowIo("cannot rename into place", tmp);
+    if (closed != 0) ThrowIo("write failed", path);
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+      ThrowIo(absl::StrCat("cannot rename the written '", tmp, "' into place"), path);
+    }
   } catch (...) {
     if (f != nullptr) std::fclose(f);
     std::remove(tmp.c_str());

@@ -113,11 +113,16 @@ absl::StatusOr<SafetensorsEntry> ParseEntry(const std::string& name, const Json&
   }
   e.begin = offsets[0];
   e.end = offsets[1];
-  uint64_t nbytes = static_cast<uint64_t>(*size);
+  for (uint64_t d : shape) e.shape.push_back(static_cast<int64_t>(d));
+  // A zero-size tensor needs no bytes whatever its other dims (as the reference's checked
+  // product over the whole shape); otherwise the product must not overflow.
+  const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
+  uint64_t nbytes = empty ? 0 : static_cast<uint64_t>(*size);
   for (uint64_t d : shape) {
-    e.shape.push_back(static_cast<int64_t>(d));
+    if (empty) break;
     if (__builtin_mul_overflow(nbytes, d, &nbytes) || nbytes > (uint64_t{1} << 62)) {
-      return Invalid("tensor '", name, "': shape ", ShapeString(e.shape), "... overflows");
+      return Invalid("tensor '", name, "': shape ", ShapeString(e.shape), " of ", e.dtype,
+                     " overflows (more than 2^62 bytes)");
     }
   }
   if (e.nbytes() != nbytes) {
@@ -184,6 +189,17 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(const uint8_t* data, si
   if (n > size - 8) {
     return Invalid("header length ", n, " is larger than the file: only ", size - 8,
                    " bytes follow the length (truncated file?)");
+  }
+  // As the reference reader: the JSON starts at the header's first byte (no byte-order mark, no
+  // leading space), and holds no NUL byte (nlohmann's parser would end the input there).
+  if (n == 0 || data[8] != '{') {
+    return Invalid("the header must start with '{' (a JSON object), got ",
+                   n == 0 ? std::string("an empty header")
+                          : absl::StrCat("the byte ", static_cast<int>(data[8])));
+  }
+  if (const void* nul = std::memchr(data + 8, 0, n); nul != nullptr) {
+    return Invalid("the header holds a NUL byte at offset ",
+                   static_cast<const uint8_t*>(nul) - (data + 8), ", which JSON text cannot hold");
   }
   KILN_ASSIGN_OR_RETURN(Json json, ParseJson(data + 8, n));
   SafetensorsHeader header;

@@ -82,7 +82,11 @@ std::string ListKeys(const std::vector<std::string>& keys) {
 }
 
 std::string RowsString(int64_t start, int64_t length) {
-  return absl::StrCat("rows [", start, ", ", start + length, ")");
+  int64_t end = 0;
+  if (__builtin_add_overflow(start, length, &end)) {
+    return absl::StrCat("rows [", start, ", ", start, " + ", length, ")");
+  }
+  return absl::StrCat("rows [", start, ", ", end, ")");
 }
 
 // One checkpoint tensor's rows bound for rows of one parameter.
@@ -163,16 +167,18 @@ void CheckPiece(const Source& source, const std::string& name, const Tensor& p, 
              where, "): size mismatch: rows of the checkpoint's ", held, transposed,
              " cannot fill rows of the module's ", DTypeName(p.dtype()), ShapeString(want),
              " (all dims but the first must agree)");
-  if (piece.from.length == 0) piece.from.length = found[0] - piece.from.start;
+  const bool starts_in = piece.from.start >= 0 && piece.from.start <= found[0] &&
+                         piece.to.start >= 0 && piece.to.start <= want[0];
+  if (starts_in && piece.from.length == 0) piece.from.length = found[0] - piece.from.start;
   if (piece.to.length == 0) piece.to.length = piece.from.length;
-  KILN_CHECK(piece.from.start >= 0 && piece.from.length > 0 &&
-                 piece.from.start + piece.from.length <= found[0] && piece.to.start >= 0 &&
-                 piece.to.start + piece.to.length <= want[0] &&
-                 piece.to.length == piece.from.length,
-             where, "): the mapping sends ", RowsString(piece.from.start, piece.from.length),
-             " of the checkpoint's ", held, transposed, " to ",
-             RowsString(piece.to.start, piece.to.length), " of the module's ", DTypeName(p.dtype()),
-             ShapeString(want), ": out of range, or of different lengths");
+  // Written so that no sum can overflow: starts within the dims, lengths within what is left.
+  KILN_CHECK(
+      starts_in && piece.from.length > 0 && piece.from.length <= found[0] - piece.from.start &&
+          piece.to.length <= want[0] - piece.to.start && piece.to.length == piece.from.length,
+      where, "): the mapping sends ", RowsString(piece.from.start, piece.from.length),
+      " of the checkpoint's ", held, transposed, " to ",
+      RowsString(piece.to.start, piece.to.length), " of the module's ", DTypeName(p.dtype()),
+      ShapeString(want), ": out of range, or of different lengths");
 }
 
 // Throws unless the pieces of one parameter cover its rows exactly once (or it has none).
@@ -222,6 +228,11 @@ Tensor WholeOnHost(const Source& source, const ParamPlan& plan) {
   return whole;
 }
 
+// `src`, or a copy of it where it shares memory with `param` (which is about to be written).
+Tensor Detached(const Tensor& src, const Tensor& param) {
+  return src.shares_storage(param) ? clone(src) : src;
+}
+
 void CopyInto(const Source& source, const std::string& name, const ParamPlan& plan) {
   const Tensor& param = plan.param;
   if (plan.shard.has_value()) {  // this rank's part of the whole tensor
@@ -230,7 +241,7 @@ void CopyInto(const Source& source, const std::string& name, const ParamPlan& pl
     Tensor part = s.padded ? PaddedRowShard(whole, s.rank, s.world)
                            : ShardOf(whole, s.dim, s.rank, s.world, s.sections, name.c_str());
     if (part.dtype() != param.dtype()) part = cast(part, param.dtype());
-    part = contiguous(part);
+    part = Detached(contiguous(part), param);
     CopyBytes(param.data_ptr(), param.device(), part.data_ptr(), part.device(),
               static_cast<size_t>(part.numel() * part.element_size()));
     param.storage()->BumpVersion();
@@ -239,6 +250,9 @@ void CopyInto(const Source& source, const std::string& name, const ParamPlan& pl
   const int64_t row_bytes =
       param.dim() == 0 ? param.element_size()
                        : param.numel() / std::max<int64_t>(param.size(0), 1) * param.element_size();
+  // Every piece is read before any is written: a source that is (a view of) the parameter itself,
+  // e.g. a module's own state dict with rows moved by the mapping, reads the old values.
+  std::vector<std::pair<char*, Tensor>> writes;
   for (const Piece& piece : plan.pieces) {
     Tensor src = source.Load(piece.key);
     if (piece.transpose) src = transpose(src, 0, 1);
@@ -247,6 +261,9 @@ void CopyInto(const Source& source, const std::string& name, const ParamPlan& pl
     src = contiguous(src);
     char* dst = static_cast<char*>(param.data_ptr()) + piece.to.start * row_bytes;
     if (src.data_ptr() == dst && src.device() == param.device()) continue;
+    writes.emplace_back(dst, Detached(src, param));
+  }
+  for (const auto& [dst, src] : writes) {
     CopyBytes(dst, param.device(), src.data_ptr(), src.device(),
               static_cast<size_t>(src.numel() * src.element_size()));
   }
@@ -312,6 +329,13 @@ LoadReport LoadFrom(Module& module, const Source& source, const LoadOptions& opt
              "load_state_dict from ", source.what(), " (strict): missing keys ",
              ListKeys(report.missing_keys), ", unexpected keys ", ListKeys(report.unexpected_keys),
              "; LoadOptions::map renames keys, strict = false loads what matches");
+  // Values are checked before anything is written (a BOOL byte other than 0 or 1 is found by
+  // reading the tensor), so a failed load leaves the module as it was.
+  for (const std::string& name : report.loaded) {
+    for (const Piece& piece : plans.at(name).pieces) {
+      if (source.dtype(piece.key) == DType::kBool) source.Load(piece.key);
+    }
+  }
   for (const std::string& name : report.loaded) CopyInto(source, name, plans.at(name));
   return report;
 }
