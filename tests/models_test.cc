@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <string>
 
@@ -79,6 +80,63 @@ TEST(Attention, CachedStepsEqualTheFullForward) {
   const Tensor y1 =
       attn.Cached(slice(x, 1, 4, 6), arange(4, 6, 1), cache, arange(4, 6, 1), mask_for(4, 2));
   ExpectClose(to_vector(cat({y0, y1}, 1)), to_vector(full_y), {1e-5, 1e-5}, "cached");
+}
+
+// The cached form's inputs: a bool mask (a float one would be added to the scores, an absent one
+// would attend to unwritten rows), slots of the cache's rows, a cache within a sliding window.
+TEST(Attention, CachedRefusesWhatWouldGiveAWrongAnswer) {
+  Generator gen(3);
+  Attention attn({.dim = 16, .heads = 4, .kv_heads = 1}, {.generator = &gen});
+  const Tensor x = randn({1, 3, 16}, gen);
+  Attention::Cache cache{zeros({1, 1, 8, 4}), zeros({1, 1, 8, 4})};
+  const Tensor bool_mask = ones({1, 1, 3, 8}, DType::kBool);
+  EXPECT_NE(ErrorOf([&] {
+              attn.Cached(x, arange(3), cache, arange(3), ones({1, 1, 3, 8}));
+            }).find("Attention::Cached: mask must be a bool tensor"),
+            std::string::npos);
+  EXPECT_NE(
+      ErrorOf([&] { attn.Cached(x, arange(3), cache, arange(3), Tensor()); }).find("got undefined"),
+      std::string::npos);
+  EXPECT_NE(ErrorOf([&] {
+              attn.Cached(x, arange(3), cache, arange(6, 9, 1), bool_mask);
+            }).find("Attention::Cached: slots must be rows of the cache's S = 8: index_copy"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] {
+              attn.Cached(x, arange(3), cache, arange(2), bool_mask);
+            }).find("slots must be [T] = [3]"),
+            std::string::npos);
+  EXPECT_EQ(to_vector(cache.k), std::vector<double>(32, 0.0));  // nothing was written
+  Attention windowed({.dim = 16, .heads = 4, .sliding_window = 4}, {.generator = &gen});
+  EXPECT_EQ(windowed(slice(x, 1, 0, 3)).shape(), (Shape{1, 3, 16}));  // within the window
+  EXPECT_NE(ErrorOf([&] {
+              windowed(randn({1, 5, 16}, gen));
+            }).find("a sequence of 5 positions exceeds the sliding window of 4"),
+            std::string::npos);
+  Attention::Cache big{zeros({1, 4, 8, 4}), zeros({1, 4, 8, 4})};
+  EXPECT_NE(ErrorOf([&] {
+              windowed.Cached(x, arange(3), big, arange(3), bool_mask);
+            }).find("a KV cache of 8 positions exceeds the sliding window of 4"),
+            std::string::npos);
+}
+
+// Positions: integers within the table (the error names the rotary embedding, not the lookup);
+// [1, T] broadcasts over the batch as transformers' position_ids do.
+TEST(Rotary, PositionsAreCheckedAndOneRowBroadcasts) {
+  Generator gen(4);
+  RotaryEmbedding rope(8, RopeOptions{.max_positions = 16});
+  const Tensor x = randn({2, 3, 4, 8}, gen);
+  EXPECT_NE(ErrorOf([&] {
+              rope.Rotate(x, arange(14, 18, 1));
+            }).find("RotaryEmbedding: positions must lie in [0, max_positions = 16): embedding"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] {
+              rope.Rotate(x, cast(arange(4), DType::kFloat32));
+            }).find("positions must be an int64 or int32 tensor, got float32"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] { rope.Rotate(x, Tensor()); }).find("got undefined"), std::string::npos);
+  const Tensor one_row = reshape(arange(4), {1, 4});
+  ExpectClose(to_vector(rope.Rotate(x, one_row)), to_vector(rope.Rotate(x, arange(4))), {0, 0},
+              "[1, T] positions");
 }
 
 // Tables in float32, step by step as transformers computes them.
@@ -350,6 +408,34 @@ TEST(LlamaConfig, FromHuggingFaceJson) {
               std::string::npos)
         << bad;
   }
+  // Missing fields take transformers' defaults; a scaling needs its parameters; only the model
+  // types of this layout; the sliding window of Mistral, and of Qwen2 where it is used.
+  EXPECT_EQ(LlamaConfig::FromJson("{}").eps, 1e-6);
+  EXPECT_NE(ErrorOf([] {
+              LlamaConfig::FromJson(R"({"rope_scaling": {"rope_type": "llama3", "factor": 8}})");
+            }).find("rope type 'llama3' needs the field 'low_freq_factor'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([] {
+              LlamaConfig::FromJson(R"({"rope_scaling": {"type": "linear"}})");
+            }).find("needs the field 'factor'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([] {
+              LlamaConfig::FromJson(R"({"model_type": "gemma"})");
+            }).find("model_type 'gemma' is not supported (supported: llama, mistral, qwen2)"),
+            std::string::npos);
+  EXPECT_EQ(
+      LlamaConfig::FromJson(R"({"model_type": "mistral", "sliding_window": 4096})").sliding_window,
+      4096);
+  EXPECT_EQ(
+      LlamaConfig::FromJson(R"({"model_type": "mistral", "sliding_window": null})").sliding_window,
+      0);
+  EXPECT_EQ(
+      LlamaConfig::FromJson(R"({"model_type": "qwen2", "sliding_window": 4096})").sliding_window,
+      0);
+  EXPECT_EQ(LlamaConfig::FromJson(R"({"model_type": "qwen2", "sliding_window": 4096,
+                                      "use_sliding_window": true})")
+                .sliding_window,
+            4096);
   EXPECT_EQ(LlamaConfig::FromJson(R"({"hidden_size": 64})").dim, 64);
   EXPECT_EQ(LlamaConfig::FromJson(R"({"rope_theta": 10000})").rope.base, 10000);  // int as double
 }
@@ -436,6 +522,43 @@ TEST_P(Generate, StopTokensEndRowsAndOnStepSeesEveryId) {
   EXPECT_NE(ErrorOf([&] {
               generate(model, {{1, 2}}, o);
             }).find("top_p must be in (0, 1]"),
+            std::string::npos);
+}
+
+// A model written by a user whose Step returns logits of a given shape.
+class ShapedLogitsLM : public CausalLM {
+ public:
+  explicit ShapedLogitsLM(Shape logits) : logits_(std::move(logits)) {}
+  CacheSpec cache_spec() const override {
+    return {.layers = 1, .kv_heads = 1, .head_dim = 2, .vocab = 8, .max_positions = 64};
+  }
+  Tensor Step(const StepInputs&) override { return zeros(logits_); }
+  const char* type_name() const override { return "ShapedLogitsLM"; }
+
+ private:
+  Shape logits_;
+};
+
+// generate() reads one id per row from [B, vocab] logits: other shapes are the model's error,
+// not reads past the rows or ids outside the vocabulary; limits near int64's end do not wrap.
+TEST(GenerateChecks, AStepsLogitsAndTheLimitsAreChecked) {
+  GenerateOptions o;
+  o.max_new_tokens = 3;
+  for (const Shape& bad : {Shape{66, 8}, Shape{2, 13}, Shape{2, 1, 8}}) {
+    ShapedLogitsLM model(bad);
+    EXPECT_NE(ErrorOf([&] {
+                generate(model, {{1}, {2}}, o);
+              })
+                  .find("the model's Step must return floating logits [B, vocab] = [2, 8], the "
+                        "prefill returned float32" +
+                        ShapeString(bad)),
+              std::string::npos);
+  }
+  ShapedLogitsLM good(Shape{2, 8});
+  EXPECT_EQ(generate(good, {{1}, {2}}, o).tokens,
+            (std::vector<std::vector<int64_t>>{{0, 0, 0}, {0, 0, 0}}));
+  o.max_new_tokens = std::numeric_limits<int64_t>::max();
+  EXPECT_NE(ErrorOf([&] { generate(good, {{1}}, o); }).find("passes the model's 64 positions"),
             std::string::npos);
 }
 

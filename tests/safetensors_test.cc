@@ -162,7 +162,7 @@ std::vector<BadFile> BadFiles() {
       {"header longer than the file", longer, "header length 100 is larger than the file"},
       {"header over 100 MB", huge + "{}", "exceeds the format's limit"},
       {"invalid JSON", FileImage("{\"a\":", d16), "not valid JSON"},
-      {"JSON not an object", FileImage("[1,2]", ""), "not an object"},
+      {"JSON not an object", FileImage("[1,2]", ""), "must start with '{' (a JSON object)"},
       {"duplicate key", img(a + "," + a, std::string(8, 'x')), "the key 'a' twice"},
       {"duplicate field",
        img("\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[2],"
@@ -196,6 +196,10 @@ std::vector<BadFile> BadFiles() {
       {"metadata not strings", img("\"__metadata__\":{\"n\":1}", ""),
        "__metadata__ must map strings to strings: 'n' is number"},
       {"entry not an object", img("\"a\":[0,8]", ""), "tensor 'a': expected an object"},
+      {"NUL in the header", FileImage(std::string("{}\0{{", 4), ""), "NUL byte at offset 2"},
+      {"byte-order mark", FileImage("\xEF\xBB\xBF{}", ""),
+       "must start with '{' (a JSON object), got the byte 239"},
+      {"leading space", FileImage(" {}", ""), "must start with '{'"},
   };
 }
 
@@ -265,8 +269,42 @@ TEST(Safetensors, SaveRejectsBadNamesAndTensors) {
             std::string::npos);
   EXPECT_NE(ErrorOf([&] {
               save_safetensors("/nonexistent/dir/w.safetensors", {{"a", t}});
-            }).find("cannot create"),
+            }).find("'/nonexistent/dir/w.safetensors': cannot create the file beside it"),
             std::string::npos);
+  const std::string dir = ::testing::TempDir();
+  EXPECT_NE(ErrorOf([&] {
+              save_safetensors(dir, {{"a", t}});
+            }).find("names a directory"),
+            std::string::npos);
+  std::string trimmed = dir;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  EXPECT_NE(ErrorOf([&] {
+              save_safetensors(trimmed, {{"a", t}});
+            }).find("is a directory"),
+            std::string::npos);
+  // The writer refuses what no reader would load: a header over the format's limit.
+  EXPECT_NE(ErrorOf([&] {
+              serialize_safetensors({{"a", t}}, {{"m", std::string(kMaxSafetensorsHeader, 'x')}});
+            }).find("over the format's limit of 100000000"),
+            std::string::npos);
+  // Uninitialised memory (a parameter made with Init::kNone, never loaded) is not saved.
+  Tensor unwritten = empty({2}, DType::kFloat32, kCPU);
+  unwritten.storage()->MarkUninitialised();
+  EXPECT_NE(ErrorOf([&] {
+              serialize_safetensors({{"w", unwritten}});
+            }).find("tensor 'w' (float32[2] on cpu) was made without values"),
+            std::string::npos);
+}
+
+// A zero-size tensor needs no bytes, whatever its other dims: no overflow from them.
+TEST(Safetensors, ZeroSizeTensorsWithHugeDimsLoad) {
+  for (const char* shape : {"[0,9223372036854775807]", "[9223372036854775807,0]"}) {
+    const std::string image = FileImage(
+        absl::StrCat("{\"z\":{\"dtype\":\"F32\",\"shape\":", shape, ",\"data_offsets\":[0,0]}}"),
+        "");
+    const Tensor z = SafetensorsFile::FromBytes(image, "z").Load("z");
+    EXPECT_EQ(z.numel(), 0) << shape;
+  }
 }
 
 // One seeded mutation of a file image: flip, overwrite, insert or delete bytes (mostly in the

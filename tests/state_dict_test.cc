@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "codegen/compile.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
@@ -154,6 +156,55 @@ TEST(StateDict, RefusesParametersWithoutMemory) {
               load_state_dict(fc, NamedTensors{{"weight", zeros({2, 2})}});
             }).find("the parameter float32[2, 2] on meta holds no memory"),
             std::string::npos);
+}
+
+// Row mappings whose ends pass int64's are out of range (no wrapped sum passes the check).
+TEST(StateDict, RowMappingsNearInt64sEndAreOutOfRange) {
+  Linear fc(2, 4, false);
+  const int64_t big = std::numeric_limits<int64_t>::max() - 1;
+  LoadOptions o;
+  o.map = [big](const std::string&) { return KeyMapping{"weight", false, {big, 2}, {0, 2}}; };
+  const std::vector<double> before = to_vector(fc.weight());
+  EXPECT_NE(ErrorOf([&] {
+              load_state_dict(fc, NamedTensors{{"w", ones({4, 2})}}, o);
+            }).find("out of range"),
+            std::string::npos);
+  EXPECT_EQ(to_vector(fc.weight()), before);
+}
+
+// A module's own tensors loaded back through a mapping that moves rows: every row is read before
+// any is written (as torch's copy_ from a clone).
+TEST(StateDict, ASourceThatIsTheParameterIsReadBeforeItIsWritten) {
+  Linear fc(2, 2, false);
+  copy_(fc.weight(), from_vector({1, 2, 3, 4}, {2, 2}));
+  LoadOptions o;
+  o.map = [](const std::string&) {
+    return KeyMappings(std::vector<KeyMapping>{{"weight", false, {0, 1}, {1, 1}},
+                                               {"weight", false, {1, 1}, {0, 1}}});
+  };
+  load_state_dict(fc, NamedTensors{{"weight", fc.weight()}}, o);
+  EXPECT_EQ(to_vector(fc.weight()), (std::vector<double>{3, 4, 1, 2}));
+}
+
+// A BOOL byte other than 0 or 1 is found before anything is written: the module is as it was.
+TEST(StateDict, ABadValueLeavesTheModuleAsItWas) {
+  class WithMask : public Module {
+   public:
+    WithMask()
+        : w_(RegisterParameter("weight", zeros({2}))),
+          m_(RegisterParameter("z_mask", zeros({2}, DType::kBool))) {}
+    Tensor forward(const Tensor& x) override { return x; }
+    const char* type_name() const override { return "WithMask"; }
+    Tensor& w_;
+    Tensor& m_;
+  } module;
+  std::string image =
+      serialize_safetensors({{"weight", ones({2})}, {"z_mask", zeros({2}, DType::kBool)}});
+  image.back() = 5;  // the mask's second byte
+  const SafetensorsFile file = SafetensorsFile::FromBytes(image, "badbool");
+  EXPECT_NE(ErrorOf([&] { load_state_dict(module, file); }).find("BOOL element 1 is the byte 5"),
+            std::string::npos);
+  EXPECT_EQ(to_vector(module.w_), (std::vector<double>{0, 0}));
 }
 
 // A two-layer GPT-2 built from kiln modules named like Hugging Face's GPT2Model.
