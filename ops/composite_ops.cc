@@ -1,6 +1,7 @@
 // Composites with torch's names and semantics (see ops.h): flatten, unflatten, narrow,
 // repeat_interleave, repeat, min, logsumexp, var, leaky_relu and the *_like factories, each
 // written with the registry's ops, so eager runs those ops' kernels and a trace records them.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -31,6 +32,18 @@ int64_t Wrapped(const char* fn, const Tensor& x, int64_t dim) {
   return *w;
 }
 
+// The product of `sizes` (0 when one is 0, whatever the others), or the error naming `fn` when
+// it passes int64's range.
+int64_t Product(const char* fn, IntList sizes) {
+  if (std::find(sizes.begin(), sizes.end(), 0) != sizes.end()) return 0;
+  int64_t product = 1;
+  for (int64_t s : sizes) {
+    KILN_CHECK(!__builtin_mul_overflow(product, s, &product), fn, ": the sizes ",
+               ShapeString(sizes), " multiply past int64's range");
+  }
+  return product;
+}
+
 // Which dims a reduction over `dims` takes (infer::ReducedMask), or the error naming `fn`.
 std::vector<bool> Reduced(const char* fn, const Tensor& x, IntList dims) {
   absl::StatusOr<std::vector<bool>> mask = infer::ReducedMask(dims, x.dim());
@@ -47,9 +60,7 @@ Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
   KILN_CHECK(s <= e, "flatten: start_dim ", start_dim, " comes after end_dim ", end_dim, " in ",
              Shapes(x));
   Shape shape(x.shape().begin(), x.shape().begin() + s);
-  int64_t merged = 1;
-  for (int64_t d = s; d <= e; ++d) merged *= x.size(d);
-  shape.push_back(merged);
+  shape.push_back(Product("flatten", Shape(x.shape().begin() + s, x.shape().begin() + e + 1)));
   shape.insert(shape.end(), x.shape().begin() + e + 1, x.shape().end());
   return reshape(x, shape);
 }
@@ -59,16 +70,18 @@ Tensor unflatten(const Tensor& x, int64_t dim, IntList sizes) {
   KILN_CHECK(x.dim() >= 1, "unflatten: needs a tensor of rank >= 1, got ", Shapes(x));
   const int64_t d = Wrapped("unflatten", x, dim);
   KILN_CHECK(!sizes.empty(), "unflatten: sizes must not be empty");
-  int64_t known = 1, inferred = -1;
+  int64_t inferred = -1;
+  Shape given;  // the sizes but the -1
   for (size_t i = 0; i < sizes.size(); ++i) {
     KILN_CHECK(sizes[i] >= -1, "unflatten: size ", sizes[i], " is negative");
     if (sizes[i] == -1) {
       KILN_CHECK(inferred < 0, "unflatten: only one size may be -1");
       inferred = static_cast<int64_t>(i);
     } else {
-      known *= sizes[i];
+      given.push_back(sizes[i]);
     }
   }
+  const int64_t known = Product("unflatten", given);
   Shape split(sizes.begin(), sizes.end());
   if (inferred >= 0) {
     KILN_CHECK(known > 0 && x.size(d) % known == 0, "unflatten: dim ", d, " of ", Shapes(x), " (",
@@ -88,7 +101,7 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   KILN_CHECK(x.dim() >= 1, "narrow: needs a tensor of rank >= 1, got ", Shapes(x));
   const int64_t d = Wrapped("narrow", x, dim), size = x.size(d);
   const int64_t s = start < 0 ? start + size : start;
-  KILN_CHECK(s >= 0 && s <= size && length >= 0 && s + length <= size, "narrow: start ", start,
+  KILN_CHECK(s >= 0 && s <= size && length >= 0 && length <= size - s, "narrow: start ", start,
              " and length ", length, " do not fit dim ", d, " of ", Shapes(x), " (", size, ")");
   return slice(x, d, s, s + length);
 }
@@ -101,7 +114,8 @@ Tensor repeat_interleave(const Tensor& x, int64_t repeats, int64_t dim) {
   Shape wide = x.shape();
   wide.insert(wide.begin() + d + 1, repeats);
   Shape out = x.shape();
-  out[d] *= repeats;
+  out[d] = Product("repeat_interleave", {out[d], repeats});
+  Product("repeat_interleave", out);  // the result's element count fits too
   return reshape(expand(unsqueeze(x, d + 1), wide), out);
 }
 
@@ -121,13 +135,25 @@ Tensor repeat(const Tensor& x, IntList repeats) {
     const int64_t size = i < lead ? 1 : x.size(static_cast<int64_t>(i - lead));
     pairs.insert(pairs.end(), {1, size});
     wide.insert(wide.end(), {repeats[i], size});
-    out.push_back(repeats[i] * size);
+    out.push_back(Product("repeat", {repeats[i], size}));
   }
+  Product("repeat", out);  // the result's element count fits too
   return reshape(expand(reshape(x, pairs), wide), out);
+}
+
+// Throws naming `fn` unless some dim `dims` reduces has size 0 (min and max have no identity).
+void CheckNonEmptyReduction(const char* fn, const Tensor& x, IntList dims) {
+  const std::vector<bool> reduced = Reduced(fn, x, dims);
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    KILN_CHECK(!reduced[d] || x.size(d) != 0, fn, ": cannot reduce over dim ", d, " of size 0 of ",
+               Shapes(x), ": ", fn, " has no identity (torch: expected ", "reduction dim ", d,
+               " to have non-zero size)");
+  }
 }
 
 Tensor min(const Tensor& x, IntList dims, bool keepdim) {
   CheckDefined("min", x);
+  CheckNonEmptyReduction("min", x, dims);  // checked here: the work below is done by max
   // Floating: -max(-x), exact, NaN propagating as max does.
   if (IsFloatingPoint(x.dtype())) return neg(max(neg(x), dims, keepdim));
   if (x.dtype() == DType::kBool)
@@ -160,6 +186,7 @@ Tensor logsumexp(const Tensor& x, IntList dims, bool keepdim) {
   }
   // No elements to reduce: the sums of no exponentials are 0, their logs -inf (as torch), and no
   // maximum exists to shift by.
+  Reduced("logsumexp", x, dims);  // dims checked here: the work below is done by max and sum
   if (x.numel() == 0) return log(sum(exp(x), dims, keepdim));
   const Tensor m = max(x, dims, /*keepdim=*/true);
   // An infinite row maximum shifts by 0 instead (-inf - -inf would be NaN).
@@ -178,8 +205,11 @@ Tensor var(const Tensor& x, IntList dims, int64_t correction, bool keepdim) {
     return cast(var(cast(x, DType::kFloat32), dims, correction, keepdim), x.dtype());
   }
   const std::vector<bool> reduced = Reduced("var", x, dims);
-  int64_t n = 1;
-  for (int64_t d = 0; d < x.dim(); ++d) n *= reduced[d] ? x.size(d) : 1;
+  Shape taken;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (reduced[d]) taken.push_back(x.size(d));
+  }
+  const int64_t n = Product("var", taken);
   const Tensor centred = sub(x, mean(x, dims, /*keepdim=*/true));
   const Tensor squares = sum(mul(centred, centred), dims, keepdim);
   return div(squares, static_cast<double>(std::max<int64_t>(n - correction, 0)));

@@ -182,6 +182,34 @@ Tensor from_vector(const std::vector<double>& values, IntList shape, DType dtype
                     [&values](int64_t i) { return values[i]; });
 }
 
+std::vector<int64_t> to_integers(const Tensor& x, int64_t lo, int64_t hi, const char* type) {
+  CheckDefined("to_vector", x);
+  KILN_CHECK(!x.device().is_meta(), "to_vector: a meta tensor ", Describe(x.type()),
+             " holds no data");
+  CheckReadable("to_vector", x);
+  ScopedDispatchHook eager(nullptr);
+  const Tensor host = contiguous(to(x, kCPU));
+  std::vector<int64_t> out(static_cast<size_t>(host.numel()));
+  const bool integral = !IsFloatingPoint(host.dtype());
+  const LoadFn load = LoaderFor(host.dtype());
+  for (size_t i = 0; i < out.size(); ++i) {
+    const auto at = static_cast<int64_t>(i);
+    if (integral) {
+      out[i] = IntLoaderFor(host.dtype())(host.data_ptr(), at);
+    } else {
+      const double v = std::trunc(load(host.data_ptr(), at));
+      // [-2^63, 2^63) as doubles: the int64 range without rounding at its ends.
+      KILN_CHECK(v >= -9223372036854775808.0 && v < 9223372036854775808.0, "to_vector: element ", i,
+                 " of ", Describe(x.type()), " is ", load(host.data_ptr(), at), ", which ", type,
+                 " cannot hold");
+      out[i] = static_cast<int64_t>(v);
+    }
+    KILN_CHECK(out[i] >= lo && out[i] <= hi, "to_vector: element ", i, " of ", Describe(x.type()),
+               " is ", out[i], ", outside the range of ", type, " [", lo, ", ", hi, "]");
+  }
+  return out;
+}
+
 std::vector<double> to_vector(const Tensor& x) {
   CheckDefined("to_vector", x);
   KILN_CHECK(!x.device().is_meta(), "to_vector: a meta tensor ", Describe(x.type()),

@@ -8,9 +8,13 @@
 //   std::cout << x;   // tensor([[...]], dtype=bfloat16, device=cuda:0)
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <ostream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "runtime/random.h"
@@ -38,11 +42,27 @@ Tensor from_vector(const std::vector<double>& values, IntList shape, DType dtype
                    Device device = kCPU);
 // All elements in row-major order, converted to double (any dtype, device or strides).
 std::vector<double> to_vector(const Tensor& x);
-// The same converted to T: to_vector<float>(x), to_vector<int64_t>(i).
+// All elements as integers in [lo, hi]: exact for integer dtypes; floating values truncate
+// toward zero; NaN or a value outside [lo, hi] is an error naming `type`.
+std::vector<int64_t> to_integers(const Tensor& x, int64_t lo, int64_t hi, const char* type);
+// The same converted to T: to_vector<float>(x), to_vector<int64_t>(i) (exact: int64 values past
+// 2^53 do not pass through double; a value T cannot hold is an error, not a wrapped number).
 template <typename T>
 std::vector<T> to_vector(const Tensor& x) {
-  const std::vector<double> values = to_vector(x);
-  return std::vector<T>(values.begin(), values.end());
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    const std::vector<int64_t> values = to_integers(
+        x, std::is_signed_v<T> ? static_cast<int64_t>(std::numeric_limits<T>::min()) : 0,
+        static_cast<int64_t>(
+            std::min<uint64_t>(std::numeric_limits<T>::max(), std::numeric_limits<int64_t>::max())),
+        std::is_signed_v<T> ? "a signed integer" : "an unsigned integer");
+    return std::vector<T>(values.begin(), values.end());
+  } else {
+    const std::vector<double> values = to_vector(x);
+    std::vector<T> out;
+    out.reserve(values.size());
+    for (double v : values) out.push_back(static_cast<T>(v));
+    return out;
+  }
 }
 
 // torch-style text: values, dtype, device. Beyond 1000 elements every dim longer than 6 is

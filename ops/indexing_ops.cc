@@ -52,6 +52,10 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   KILN_CHECK(!tensors.empty(), "stack: expects a non-empty list of tensors");
+  KILN_CHECK(tensors[0].defined(), "stack: tensor 0 is undefined");
+  const int64_t rank = tensors[0].dim() + 1;  // the result's
+  KILN_CHECK(dim >= -rank && dim < rank, "stack: dim ", dim, " is out of range for stacking ",
+             tensors[0].shape_string(), " tensors (expected ", -rank, "..", rank - 1, ")");
   std::vector<Tensor> parts;
   for (size_t i = 0; i < tensors.size(); ++i) {
     KILN_CHECK(tensors[i].defined(), "stack: tensor ", i, " is undefined");
@@ -80,9 +84,11 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
   KILN_CHECK(split_size > 0 || (split_size == 0 && n == 0), "split: split_size must be positive, ",
              "got ", split_size, " for dim ", dim, " of ", x.shape_string());
   std::vector<Tensor> out;
-  for (int64_t start = 0; start < n || (n == 0 && out.empty()); start += split_size) {
-    out.push_back(slice(x, d, start, std::min(start + split_size, n)));
-    if (split_size == 0) break;
+  for (int64_t start = 0; start < n || (n == 0 && out.empty());) {
+    const int64_t length = std::min(split_size, n - start);  // no start + split_size overflow
+    out.push_back(slice(x, d, start, start + length));
+    if (split_size == 0 || length < split_size) break;
+    start += length;
   }
   return out;
 }
@@ -90,12 +96,14 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
 std::vector<Tensor> split_with_sizes(const Tensor& x, IntList sizes, int64_t dim) {
   const int64_t d = SplitDim("split_with_sizes", x, dim);
   int64_t total = 0;
+  bool overflows = false;
   for (int64_t s : sizes) {
     KILN_CHECK(s >= 0, "split_with_sizes: sizes must be non-negative, got ", ShapeString(sizes));
-    total += s;
+    overflows = overflows || __builtin_add_overflow(total, s, &total);
   }
-  KILN_CHECK(total == x.size(d), "split_with_sizes: sizes ", ShapeString(sizes), " sum to ", total,
-             ", but dim ", dim, " of ", x.shape_string(), " has size ", x.size(d));
+  KILN_CHECK(!overflows && total == x.size(d), "split_with_sizes: sizes ", ShapeString(sizes),
+             overflows ? " sum past int64's range" : absl::StrCat(" sum to ", total), ", but dim ",
+             dim, " of ", x.shape_string(), " has size ", x.size(d));
   std::vector<Tensor> out;
   int64_t start = 0;
   for (int64_t s : sizes) {
@@ -109,7 +117,15 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   const int64_t d = SplitDim("chunk", x, dim);
   KILN_CHECK(chunks > 0, "chunk: chunks must be positive, got ", chunks);
   const int64_t n = x.size(d);
-  return split(x, std::max<int64_t>((n + chunks - 1) / chunks, n == 0 ? 0 : 1), d);
+  if (n == 0) {  // torch: `chunks` empty pieces
+    KILN_CHECK(chunks <= (int64_t{1} << 20), "chunk: ", chunks, " empty pieces of ",
+               x.shape_string(), " are too many (at most 2^20)");
+    std::vector<Tensor> out;
+    for (int64_t i = 0; i < chunks; ++i) out.push_back(slice(x, d, 0, 0));
+    return out;
+  }
+  const int64_t per_chunk = n / chunks + (n % chunks != 0);  // ceil, without n + chunks overflow
+  return split(x, per_chunk, d);
 }
 
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {

@@ -125,7 +125,11 @@ Result Cat(Types in, const OpAttrs& a) {
                                   ", which does not match ", ShapeString(base.shape),
                                   " except in dim ", d));
     }
-    out.shape[d] += t.shape[d];
+    if (__builtin_add_overflow(out.shape[d], t.shape[d], &out.shape[d])) {
+      return Invalid(absl::StrCat("the sizes along dim ", d,
+                                  " add up past int64's range (at tensor ", i, ", ",
+                                  ShapeString(t.shape), ")"));
+    }
   }
   return out;
 }

@@ -273,6 +273,16 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
 
 Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max) {
   KILN_CHECK(min.defined() || max.defined(), "clamp: at least one of min and max must be given");
+  KILN_CHECK(x.defined(), "clamp: the input is an undefined tensor");
+  Shape shape = x.shape();
+  for (const Tensor* bound : {&min, &max}) {
+    if (!bound->defined()) continue;
+    const absl::StatusOr<Shape> b = BroadcastShapes(shape, bound->shape());
+    KILN_CHECK(b.ok(), "clamp: the shapes of x ", x.shape_string(), ", min ",
+               min.defined() ? min.shape_string() : "(none)", " and max ",
+               max.defined() ? max.shape_string() : "(none)", " do not broadcast");
+    shape = *b;
+  }
   Tensor y = min.defined() ? maximum(x, min) : x;
   return max.defined() ? minimum(y, max) : y;
 }

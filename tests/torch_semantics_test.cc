@@ -14,6 +14,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -502,6 +503,54 @@ TEST_P(Semantics, NormsWithHalfInputAndFloat32Parameters) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, Semantics, ::testing::Values(kCPU, CUDA(0)), DeviceName);
+
+// Sizes, starts and counts near int64's end: every sum and product is checked (an error naming
+// the op, or the right pieces), never a wrapped number (meta tensors: no memory is needed).
+TEST(SizeArithmetic, NearInt64sEndNothingWraps) {
+  const int64_t big = LLONG_MAX;
+  ExpectError(
+      [&] {
+        split_with_sizes(arange(5), {big, big, 7});
+      },
+      {"split_with_sizes:", "sum past int64's range"}, "split_with_sizes");
+  const Tensor wide = expand(ones({1}, DType::kBool), {big});
+  EXPECT_EQ(split(wide, big - 1).size(), 2u);
+  EXPECT_EQ(chunk(wide, 2).size(), 2u);
+  EXPECT_EQ(chunk(arange(5), big).size(), 5u);
+  EXPECT_EQ(chunk(zeros({0}), 3).size(), 3u);  // torch: `chunks` empty pieces
+  ExpectError(
+      [&] {
+        cat({zeros({big, 0}), zeros({big, 0}), zeros({3, 0})});
+      },
+      {"cat", "add up past int64's range"}, "cat");
+  ExpectError([&] { narrow(arange(5), 0, 2, big); }, {"narrow:", "do not fit"}, "narrow");
+  ExpectError(
+      [&] {
+        repeat_interleave(zeros({0, 3}), big, 1);
+      },
+      {"repeat_interleave:", "multiply past int64's range"}, "repeat_interleave");
+  ExpectError([&] { repeat(ones({2}), {big / 2 + 1}); }, {"repeat:", "multiply past"}, "repeat");
+  const Tensor z = zeros({int64_t{1} << 62, 4, 0}, DType::kFloat32, kMeta);
+  EXPECT_EQ(flatten(z).shape(), (Shape{0}));
+  EXPECT_EQ(unflatten(zeros({0}), 0, {int64_t{1} << 62, 4, 0}).shape(),
+            (Shape{int64_t{1} << 62, 4, 0}));
+  ExpectError(
+      [&] {
+        unflatten(arange(6), 0, {9, 6148914691236517206});
+      },
+      {"unflatten:", "multiply past"}, "unflatten");
+}
+
+// to_vector<T> is exact for int64 and refuses what T cannot hold (no float-to-int UB).
+TEST(SizeArithmetic, ToVectorOfIntegersIsExactAndChecked) {
+  const std::vector<int64_t> v = {(int64_t{1} << 53) + 1, LLONG_MIN + 1, LLONG_MAX};
+  const Tensor t = from_vector(std::vector<double>(3, 0), {3}, DType::kInt64);
+  std::memcpy(t.data_ptr(), v.data(), sizeof(int64_t) * 3);
+  EXPECT_EQ(to_vector<int64_t>(t), v);
+  ExpectError([&] { to_vector<int32_t>(t); }, {"to_vector:", "outside the range"}, "int32");
+  ExpectError([&] { to_vector<int32_t>(from_vector({NAN}, {1})); }, {"to_vector:", "nan"}, "nan");
+  EXPECT_EQ(to_vector<int32_t>(from_vector({-2.7, 3.9}, {2})), (std::vector<int32_t>{-2, 3}));
+}
 
 }  // namespace
 }  // namespace kiln
