@@ -16,6 +16,17 @@ namespace {
 
 int64_t WrapOrThrow(int64_t d, int64_t rank) { return ValueOrThrow(WrapDim(d, rank)); }
 
+// A dim of the tensor's own shape: a 0-dim tensor has none (ops may still take dim 0 or -1 of
+// it, as torch's; size() and stride() cannot, as torch's IndexError).
+int64_t ExistingDim(const char* what, int64_t d, int64_t rank) {
+  if (rank == 0) {
+    throw Error(absl::InvalidArgumentError(
+        absl::StrCat("Tensor::", what, "(", d, "): a 0-dim tensor has no dimensions to take the ",
+                     what, " of")));
+  }
+  return WrapOrThrow(d, rank);
+}
+
 // Why a tensor with elements has no memory to read, for the error message.
 std::string NoDataReason(const Tensor& t) {
   if (t.device().is_meta()) return "a meta tensor has a shape and a dtype but no data";
@@ -112,8 +123,8 @@ Tensor Tensor::Empty(IntList shape, DType dtype, Device device) {
                 dtype, device, *numel, /*contiguous=*/true);
 }
 
-int64_t Tensor::size(int64_t d) const { return impl().shape[WrapOrThrow(d, dim())]; }
-int64_t Tensor::stride(int64_t d) const { return impl().strides[WrapOrThrow(d, dim())]; }
+int64_t Tensor::size(int64_t d) const { return impl().shape[ExistingDim("size", d, dim())]; }
+int64_t Tensor::stride(int64_t d) const { return impl().strides[ExistingDim("stride", d, dim())]; }
 
 bool Tensor::has_internal_overlap() const {
   const Impl& t = impl();
