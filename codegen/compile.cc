@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -63,10 +64,17 @@ bool SameTypes(const std::vector<TensorType>& types, const std::vector<Tensor>& 
 
 // One compiled plan and what it serves.
 struct Entry {
-  std::vector<TensorType> types;    // the traced signature
-  std::vector<bool> contiguous;     // and whether each input was contiguous (the trace relies on
-                                    // it: contiguous() of a contiguous input is that input)
+  std::vector<TensorType> types;  // the traced signature
+  // and each input's layout: empty for a contiguous input (contiguous() of it is itself), else
+  // its strides (traced as a view of a flat input: ir::Trace's input_strides)
+  std::vector<Strides> strides;
   codegen::SymbolicShapes symbols;  // empty: exactly `types`
+  // A symbolic plan: the graph as traced (sym_dims, sym_attrs), and per symbol the range of
+  // values the traces showed to be one program; a call outside it is checked by tracing at its
+  // sizes (VerifiedFor), which widens the range or refuses the sizes.
+  std::optional<ir::Graph> symbolic_graph;
+  std::vector<std::pair<int64_t, int64_t>> verified;
+  std::set<std::vector<int64_t>> refused;
   std::unique_ptr<codegen::Executable> exe;
   CompileReport report;
   std::mutex graph_mu;  // serialises CUDA-graph replays (CudaGraphCache is not thread-safe)
@@ -89,14 +97,42 @@ struct Entry {
   };
   std::vector<Captured> captured;
   std::vector<int> written_inputs;  // inputs the function writes in place
+  // Per output of a plan of fixed sizes: where it lies in an input's memory (ir::OutputAlias), to
+  // hand the caller that view of its own tensor, as eager does.
+  std::vector<std::optional<ir::OutputAlias>> output_aliases;
+
+  // Outputs that are (views of) inputs become those views of the caller's tensors: the input
+  // itself where the output is all of it as the function received it.
+  void AliasOutputs(const std::vector<Tensor>& inputs, const std::vector<Tensor>& plan_inputs,
+                    std::vector<Tensor>& outs) const {
+    for (size_t k = 0; k < output_aliases.size() && k < outs.size(); ++k) {
+      if (!output_aliases[k].has_value()) continue;
+      const ir::OutputAlias& a = *output_aliases[k];
+      const Tensor& caller = inputs[a.input];
+      const ir::StridedSpan reach = strides[a.input].empty()
+                                        ? ir::StridedSpan{caller.numel(), 0}
+                                        : ir::SpanOf(caller.shape(), caller.strides());
+      const Strides own =
+          strides[a.input].empty() ? ContiguousStrides(caller.shape()) : caller.strides();
+      if (a.offset == reach.offset && a.shape == caller.shape() && a.strides == own) {
+        outs[k] = caller;
+        continue;
+      }
+      const Tensor& base = plan_inputs[a.input];
+      outs[k] = base.as_strided(a.shape, a.strides, base.offset() + a.offset);
+    }
+  }
   // Tensors the function writes in place without receiving them (a module's KV cache): the
   // graph's inputs after the caller's (ir/tracer.h), passed on every call.
   std::vector<Tensor> captured_inputs;
 
-  // The graph's inputs for a call: the caller's, then the captured tensors written in place.
+  // The graph's inputs for a call: the caller's (a non-contiguous one as the flat tensor over
+  // what it reaches), then the captured tensors written in place.
   std::vector<Tensor> PlanInputs(const std::vector<Tensor>& inputs) const {
-    if (captured_inputs.empty()) return inputs;
     std::vector<Tensor> all = inputs;
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (!strides[i].empty()) all[i] = ir::FlatInput(all[i]);
+    }
     all.insert(all.end(), captured_inputs.begin(), captured_inputs.end());
     return all;
   }
@@ -145,9 +181,40 @@ struct Entry {
     if (stale) return false;
     if (!(symbols.empty() ? SameTypes(types, inputs) : symbols.Admits(types, inputs))) return false;
     for (size_t i = 0; i < inputs.size(); ++i) {
-      if (inputs[i].is_contiguous() != contiguous[i]) return false;
+      if (ir::InputStrides(inputs[i]) != strides[i]) return false;
     }
     return true;
+  }
+
+  // Whether a symbolic plan serves the sizes of `inputs` (which it admits): inside the verified
+  // ranges it does; outside, `fn` is traced again and must be the same program there (a branch on
+  // a size, a size-1 dim squeezed, a slice bound that turns negative all change it). A pass widens
+  // the ranges, above by up to 256 more (a growing sequence is not traced at every step); a
+  // failure is remembered, and the call compiles a plan of its own.
+  bool VerifiedFor(const std::vector<Tensor>& inputs, const ir::TensorFn& fn) {
+    if (symbols.empty()) return true;
+    const std::vector<int64_t> values = symbols.Values(inputs);
+    std::vector<int64_t> wide = values;
+    bool inside = true;
+    for (size_t j = 0; j < values.size(); ++j) {
+      const auto [lo, hi] = verified[j];
+      inside &= values[j] >= lo && values[j] <= hi;
+      if (values[j] > hi) wide[j] = std::max(values[j], std::min(2 * hi, values[j] + 256));
+    }
+    if (inside) return true;
+    if (refused.contains(values)) return false;
+    for (const std::vector<int64_t>* at : {&std::as_const(wide), &values}) {
+      if (codegen::SameProgramAt(fn, *symbolic_graph, types, symbols, *at).ok()) {
+        for (size_t j = 0; j < values.size(); ++j) {
+          verified[j] = {std::min(verified[j].first, (*at)[j]),
+                         std::max(verified[j].second, (*at)[j])};
+        }
+        return true;
+      }
+      if (wide == values) break;
+    }
+    refused.insert(values);
+    return false;
   }
 };
 
@@ -193,11 +260,19 @@ struct CompiledFn::State {
     });
   }
 
-  Entry& EntryFor(const std::vector<Tensor>& inputs);
-  std::unique_ptr<Entry> Compile(const std::vector<TensorType>& types);
+  // The plan serving `inputs`, compiled if needed; nullptr when max_signatures plans exist
+  // already (the call runs eagerly, as torch past its cache_size_limit).
+  Entry* EntryFor(const std::vector<Tensor>& inputs);
+  // The same where a plan is required (report, executable): the limit is an error there.
+  Entry& RequiredEntryFor(const std::vector<Tensor>& inputs);
+  std::unique_ptr<Entry> Compile(const std::vector<TensorType>& types,
+                                 const std::vector<Strides>& strides);
   std::optional<codegen::SymbolicShapes> SymbolsFor(const std::vector<TensorType>& types,
+                                                    const std::vector<Strides>& strides,
                                                     std::string* why) const;
-  void CheckRecompileAllowed(const std::vector<TensorType>& types) const;
+  void CheckRecompileAllowed(const std::vector<TensorType>& types,
+                             const std::vector<Strides>& strides) const;
+  bool AtSignatureLimit() const;  // max_signatures live plans: new signatures run eagerly
 };
 
 namespace {
@@ -294,24 +369,46 @@ void BuildPlan(ir::Graph graph, codegen::SymbolicShapes symbols, const CompileOp
 // Symbols for a new signature: the named dims (kDims), or the dims in which it differs from the
 // first compiled signature (kAuto); nullopt for a static compile (`why` says why, if tried).
 std::optional<codegen::SymbolicShapes> CompiledFn::State::SymbolsFor(
-    const std::vector<TensorType>& types, std::string* why) const {
+    const std::vector<TensorType>& types, const std::vector<Strides>& strides,
+    std::string* why) const {
+  for (size_t i = 0; i < strides.size(); ++i) {
+    if (strides[i].empty()) continue;
+    KILN_CHECK(options.dynamic != CompileOptions::Dynamic::kDims, "compile: input ", i, " (",
+               Describe(types[i]), ") is not contiguous; dynamic dims need contiguous inputs ",
+               "(a plan follows a non-contiguous input's strides)");
+    if (options.dynamic == CompileOptions::Dynamic::kAuto && !entries.empty()) {
+      *why = absl::StrCat("input ", i, " is not contiguous (a plan follows its strides)");
+    }
+    return std::nullopt;
+  }
   if (options.dynamic == CompileOptions::Dynamic::kDims) {
     return ValueOrThrow(codegen::NamedSymbols(types, options.dynamic_dims));
   }
   if (options.dynamic != CompileOptions::Dynamic::kAuto || entries.empty()) return std::nullopt;
-  std::optional<codegen::SymbolicShapes> s = codegen::SymbolsBetween(entries.front()->types, types);
-  if (!s) *why = "the signatures differ in more than sizes";
-  return s;
+  // Against the earliest plan of the same dtypes, devices and ranks (with its own layouts), so
+  // that calls alternating two dtypes get a symbolic plan for each.
+  for (const auto& e : entries) {
+    if (e->strides != strides) continue;
+    if (std::optional<codegen::SymbolicShapes> s = codegen::SymbolsBetween(e->types, types)) {
+      return s;
+    }
+  }
+  *why = "the signatures differ in more than sizes";
+  return std::nullopt;
 }
 
-std::unique_ptr<Entry> CompiledFn::State::Compile(const std::vector<TensorType>& types) {
+std::unique_ptr<Entry> CompiledFn::State::Compile(const std::vector<TensorType>& types,
+                                                  const std::vector<Strides>& strides) {
   auto entry = std::make_unique<Entry>();
   entry->types = types;
+  entry->strides = strides;
   std::string not_symbolic;
-  if (std::optional<codegen::SymbolicShapes> s = SymbolsFor(types, &not_symbolic)) {
+  if (std::optional<codegen::SymbolicShapes> s = SymbolsFor(types, strides, &not_symbolic)) {
     const auto t0 = std::chrono::steady_clock::now();
     absl::StatusOr<ir::Graph> g = codegen::TraceSymbolic(fn, types, *s);
     if (g.ok()) {
+      entry->symbolic_graph = *g;
+      entry->verified = codegen::TracedRanges(types, *s);
       BuildPlan(*std::move(g), *std::move(s), options, MsSince(t0), *entry);
       entry->symbols = entry->exe->symbols();
       return entry;
@@ -320,44 +417,55 @@ std::unique_ptr<Entry> CompiledFn::State::Compile(const std::vector<TensorType>&
     not_symbolic = std::string(g.status().message());
   }
   const auto t0 = std::chrono::steady_clock::now();
-  ir::Graph traced = ValueOrThrow(ir::Trace(fn, types, &entry->captured_inputs));
+  ir::Graph traced =
+      ValueOrThrow(ir::Trace(fn, types, strides, &entry->captured_inputs, &entry->output_aliases));
   BuildPlan(std::move(traced), {}, options, MsSince(t0), *entry);
   if (!not_symbolic.empty()) entry->report.symbolic_dims = "not symbolic: " + not_symbolic;
   return entry;
 }
 
-void CompiledFn::State::CheckRecompileAllowed(const std::vector<TensorType>& types) const {
+void CompiledFn::State::CheckRecompileAllowed(const std::vector<TensorType>& types,
+                                              const std::vector<Strides>& strides) const {
   if (entries.empty()) return;
   if (!options.recompile) {
-    const std::vector<TensorType>& first = entries.front()->types;
-    KILN_CHECK(types.size() == first.size(), "compiled function: called with ", types.size(),
-               " inputs, compiled for ", first.size(), " (recompile is off)");
+    const Entry& first = *entries.front();
+    KILN_CHECK(types.size() == first.types.size(), "compiled function: called with ", types.size(),
+               " inputs, compiled for ", first.types.size(), " (recompile is off)");
+    const auto layout = [](const Strides& s) {
+      return s.empty() ? std::string("contiguous") : absl::StrCat("strides ", ShapeString(s));
+    };
     for (size_t i = 0; i < types.size(); ++i) {
-      KILN_CHECK(types[i] == first[i], "compiled function: input ", i, " is ", Describe(types[i]),
-                 " but the function was compiled for ", Describe(first[i]), " (recompile is off)");
+      KILN_CHECK(types[i] == first.types[i], "compiled function: input ", i, " is ",
+                 Describe(types[i]), " but the function was compiled for ",
+                 Describe(first.types[i]), " (recompile is off)");
+      KILN_CHECK(strides[i] == first.strides[i], "compiled function: input ", i, " is ",
+                 layout(strides[i]), " but the function was compiled for ",
+                 layout(first.strides[i]), " (recompile is off)");
     }
   }
-  int live = 0;
-  for (const auto& e : entries) live += !e->stale;
-  KILN_CHECK(live < options.max_signatures, "compiled function: more than ", options.max_signatures,
-             " input signatures (dims that vary are made symbolic only when nothing but sizes "
-             "change; set options.dynamic or max_signatures); new one: ",
-             Signature(types));
 }
 
-Entry& CompiledFn::State::EntryFor(const std::vector<Tensor>& inputs) {
+bool CompiledFn::State::AtSignatureLimit() const {
+  int live = 0;
+  for (const auto& e : entries) live += !e->stale;
+  return live >= options.max_signatures;
+}
+
+Entry* CompiledFn::State::EntryFor(const std::vector<Tensor>& inputs) {
   std::lock_guard<std::mutex> lock(mu);
   std::string recompile_reason;
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
-    if (!(*it)->Serves(inputs)) continue;
+    if (!(*it)->Serves(inputs) || !(*it)->VerifiedFor(inputs, fn)) continue;
     recompile_reason = (*it)->StaleReason();
-    if (recompile_reason.empty()) return **it;
+    if (recompile_reason.empty()) return it->get();
     (*it)->stale = true;  // compile again (the old plan stays, idle)
   }
   const std::vector<TensorType> types = TypesOf(inputs);
-  CheckRecompileAllowed(types);
-  std::unique_ptr<Entry> entry = Compile(types);
-  for (const Tensor& t : inputs) entry->contiguous.push_back(t.is_contiguous());
+  std::vector<Strides> strides;
+  for (const Tensor& t : inputs) strides.push_back(ir::InputStrides(t));
+  CheckRecompileAllowed(types, strides);
+  if (AtSignatureLimit()) return nullptr;
+  std::unique_ptr<Entry> entry = Compile(types, strides);
   ++compilations;
   if (!recompile_reason.empty()) {
     entry->report.recompiled_because = recompile_reason;
@@ -370,7 +478,15 @@ Entry& CompiledFn::State::EntryFor(const std::vector<Tensor>& inputs) {
     entry->report.cuda_graph = "pending (captured after the first call)";
   }
   entries.push_back(std::move(entry));
-  return *entries.back();
+  return entries.back().get();
+}
+
+Entry& CompiledFn::State::RequiredEntryFor(const std::vector<Tensor>& inputs) {
+  Entry* e = EntryFor(inputs);
+  KILN_CHECK(e != nullptr, "compiled function: more than ", options.max_signatures,
+             " input signatures, so these inputs run eagerly and have no plan; new one: ",
+             Signature(TypesOf(inputs)));
+  return *e;
 }
 
 CompiledFn::CompiledFn(ir::TensorFn fn, CompileOptions options)
@@ -406,17 +522,20 @@ int CompiledFn::compilations() const {
   return state_->compilations;
 }
 
-std::vector<Tensor> CompiledFn::operator()(const std::vector<Tensor>& inputs) const {
-  if (!state_->compiled) return state_->fn(inputs);
-  Entry& e = state_->EntryFor(inputs);
+namespace {
+
+// One call of entry `e` of `state`: its plan (or its CUDA graph), or eagerly where inputs alias
+// in a way the trace did not see.
+std::vector<Tensor> RunEntry(CompiledFn::State& state, Entry& e,
+                             const std::vector<Tensor>& inputs) {
   const std::vector<Tensor> plan_inputs = e.PlanInputs(inputs);
   if (!e.written_inputs.empty()) {
     if (const std::string why = e.AliasingConflict(plan_inputs); !why.empty()) {
-      state_->RunEagerlyOnce(why);
-      return state_->fn(inputs);
+      state.RunEagerlyOnce(why);
+      return state.fn(inputs);
     }
   }
-  if (!state_->options.cuda_graphs || !e.exe->on_cuda()) return e.exe->Run(plan_inputs);
+  if (!state.options.cuda_graphs || !e.exe->on_cuda()) return e.exe->Run(plan_inputs);
   if constexpr (kWithCuda) {  // (a plan on CUDA exists only there)
     // Replays one of the entry's CUDA graphs (by input address, or copy-in), capturing after a
     // plain run when none fits; the report says which, or why none.
@@ -426,18 +545,40 @@ std::vector<Tensor> CompiledFn::operator()(const std::vector<Tensor>& inputs) co
     std::vector<Tensor> out = e.graphs->Run(plan_inputs);
     if (e.graphs->changes() == e.graph_changes_reported) return out;
     e.graph_changes_reported = e.graphs->changes();
-    std::string state = e.graphs->Describe();
-    if (state != e.report.cuda_graph) {
-      if (DebugLevel() >= 1) std::cerr << "kiln: CUDA graph " << state << "\n";
-      e.report.cuda_graph = std::move(state);
+    std::string described = e.graphs->Describe();
+    if (described != e.report.cuda_graph) {
+      if (DebugLevel() >= 1) std::cerr << "kiln: CUDA graph " << described << "\n";
+      e.report.cuda_graph = std::move(described);
     }
     return out;
   }
   return e.exe->Run(plan_inputs);
 }
 
+}  // namespace
+
+std::vector<Tensor> CompiledFn::operator()(const std::vector<Tensor>& inputs) const {
+  // Called inside a function being traced (a compiled function calling another): its ops are
+  // recorded into the outer trace, as torch inlines a nested compiled function.
+  if (!state_->compiled || CurrentDispatchHook() != nullptr) return state_->fn(inputs);
+  Entry* entry = state_->EntryFor(inputs);
+  if (entry == nullptr) {
+    state_->RunEagerlyOnce(
+        absl::StrCat("more than ", state_->options.max_signatures,
+                     " input signatures (dims that vary are "
+                     "made symbolic only when nothing but sizes change; set options.dynamic or "
+                     "max_signatures); new one: ",
+                     Signature(TypesOf(inputs))));
+    return state_->fn(inputs);
+  }
+  Entry& e = *entry;
+  std::vector<Tensor> outs = RunEntry(*state_, e, inputs);
+  e.AliasOutputs(inputs, e.PlanInputs(inputs), outs);
+  return outs;
+}
+
 const CompileReport& CompiledFn::report(const std::vector<Tensor>& inputs) const {
-  Entry& e = state_->EntryFor(inputs);
+  Entry& e = state_->RequiredEntryFor(inputs);
   std::call_once(e.counted, [&] {  // counting runs each GEMM once on CUDA: not at compile
     std::optional<cuda::ScopedGraphReplay> for_graph;
     if (state_->options.cuda_graphs) for_graph.emplace();
@@ -451,13 +592,13 @@ const CompileReport& CompiledFn::report(const std::vector<Tensor>& inputs) const
 }
 
 const codegen::Executable& CompiledFn::executable(const std::vector<Tensor>& inputs) const {
-  return *state_->EntryFor(inputs).exe;
+  return *state_->RequiredEntryFor(inputs).exe;
 }
 
 CompiledFn compile(ir::TensorFn fn, const std::vector<Tensor>& example_inputs,
                    CompileOptions options) {
   CompiledFn f(std::move(fn), std::move(options));
-  if (f.compiled()) f.state_->EntryFor(example_inputs);  // compile now: errors surface here
+  if (f.compiled()) f.state_->RequiredEntryFor(example_inputs);  // compile now: errors here
   return f;
 }
 

@@ -10,9 +10,19 @@
 // first call. With options.dynamic = kAuto (the default, like torch's automatic dynamic shapes) a
 // call whose inputs differ only in some sizes makes those dims symbolic and compiles once more:
 // the new plan serves every size of them (codegen/symbolic.h). kDims names the symbolic dims up
-// front; kNone compiles each signature separately. Other changes recompile (cached per
-// signature, up to max_signatures), or, with recompile = false, throw a kiln::Error naming the
-// input that changed. Inputs may have any strides. compilations() counts the plans built.
+// front; kNone compiles each signature separately. A symbolic plan called at sizes outside the
+// range its traces covered traces the function once more there and serves them only if it is
+// the same program (a branch on a size, a size-1 dim squeezed get a plan of their own). Other
+// changes recompile (cached per signature; past max_signatures plans a new signature runs
+// eagerly with one warning, as torch past its cache_size_limit), or, with recompile = false,
+// throw a kiln::Error naming the input that changed. Inputs may have any strides: a
+// non-contiguous input is traced with its strides (reshape and contiguous() copy where eager
+// copies, view() refuses as eager does) and its plan serves those strides. Outputs that are an
+// input or views of it are the caller's tensor or those views of it, as eager returns them.
+// Called inside a function being traced, a CompiledFn runs its function there (inlined).
+// Values the function reads from the host (a captured double, a tensor handle re-bound after
+// compiling, a generator's draw) are read once, at trace time: C++ closures cannot be guarded.
+// compilations() counts the plans built.
 //
 // Semantics (torch's, see DESIGN.md "Round 2"): results equal eager's for the same inputs and
 // state, or the call raises. Guards checked on every call: a weight (or other captured tensor)
@@ -155,7 +165,8 @@ class CompiledFn {
   int compilations() const;  // plans built so far
   // Calls run eagerly because the plan could not serve them as traced: an input the function
   // writes in place overlapped another input or a captured tensor (aliasing the trace did not
-  // see). The first such call prints one warning.
+  // see), or a new signature came past max_signatures plans. The first such call prints one
+  // warning.
   int eager_fallbacks() const;
 
   struct State;  // shared by copies; compile.cc

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <optional>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
@@ -35,10 +36,23 @@ absl::StatusOr<std::unique_ptr<Executable>> Executable::Build(ir::Graph graph,
 
 namespace {
 
-Step::Kind KindOf(const Node& n) {
+// A window of a graph input (as_strided of it: a non-contiguous caller tensor traced over a flat
+// input, ir::Trace's input_strides): a view of the caller's memory, as the registry's views are,
+// not the copy as_strided makes of other values (whose layout the plan does not know).
+bool IsInputWindow(const ir::Graph& g, const Node& n) {
+  return n.kind == NodeKind::kOp && n.op == OpId::kAsStrided &&
+         g.node(n.inputs[0]).kind == NodeKind::kInput;
+}
+
+// Whether node `n` of `g` is run as a view of its first operand.
+bool IsView(const ir::Graph& g, const Node& n) {
+  return (n.kind == NodeKind::kOp && GetOpDef(n.op).view != nullptr) || IsInputWindow(g, n);
+}
+
+Step::Kind KindOf(const ir::Graph& g, const Node& n) {
   if (n.kind == NodeKind::kResult) return Step::Kind::kResult;
   if (TemplateFor(n) != nullptr) return Step::Kind::kFamily;
-  if (n.kind == NodeKind::kOp && GetOpDef(n.op).view != nullptr) return Step::Kind::kView;
+  if (IsView(g, n)) return Step::Kind::kView;
   return Step::Kind::kOp;
 }
 
@@ -49,7 +63,7 @@ absl::Status Executable::Prepare() {
   for (ValueId v = 0; v < graph_.num_values(); ++v) {
     const Node& n = graph_.node(v);
     if (n.kind == NodeKind::kInput || n.kind == NodeKind::kConstant) continue;
-    Step s{v, KindOf(n)};
+    Step s{v, KindOf(graph_, n)};
     if (n.kind == NodeKind::kFusion) s.results.assign(n.body->outputs().size() - 1, -1);
     if (n.kind == NodeKind::kResult) {
       steps_[step_of[n.inputs[0]]].results[n.index - 1] = v;
@@ -69,7 +83,7 @@ absl::Status Executable::Prepare() {
 void Executable::PlanOutputCopies() {
   for (ValueId v : graph_.outputs()) {
     ValueId base = v;
-    while (graph_.node(base).kind == NodeKind::kOp && GetOpDef(graph_.node(base).op).view) {
+    while (IsView(graph_, graph_.node(base))) {
       base = graph_.node(base).inputs[0];
     }
     copy_output_.push_back(graph_.node(base).kind == NodeKind::kConstant);
@@ -87,7 +101,7 @@ void Executable::PlanLiveness() {
   for (ValueId v : graph_.outputs()) pinned_[v] = true;
   for (ValueId v = graph_.num_values() - 1; v >= 0; --v) {
     const Node& n = graph_.node(v);
-    if (n.kind != NodeKind::kOp || GetOpDef(n.op).view == nullptr) continue;
+    if (!IsView(graph_, n)) continue;
     last[n.inputs[0]] = std::max(last[n.inputs[0]], last[v]);
     pinned_[n.inputs[0]] = pinned_[n.inputs[0]] || pinned_[v];
   }
@@ -211,8 +225,7 @@ absl::Status Executable::LowerFamilies() {
 void Executable::PlanMemory() {
   auto owned_bytes = [&](ValueId v) -> int64_t {
     const Node& n = graph_.node(v);
-    const bool view = n.kind == NodeKind::kOp && GetOpDef(n.op).view != nullptr;
-    if (view || pinned_[v]) return 0;
+    if (IsView(graph_, n) || pinned_[v]) return 0;
     return n.type.numel() * DTypeSize(n.type.dtype);
   };
   int64_t live = 0;
@@ -386,16 +399,20 @@ class ChainRegion {
   ChainRegion(const ChainRegion&) = delete;
   ChainRegion& operator=(const ChainRegion&) = delete;
 
+  // Before step `s`: a family that launches kernels of its own (not through registry ops) runs
+  // with the region paused, so what is pending launches first and nothing it dispatches (a
+  // linear inside a GeGLU family, whose output its own kernel then reads) is deferred past it.
+  // The pause ends at the next step's Before.
   void Before(const Step& s) {
     if constexpr (kWithCuda) {
-      if (s.kind == Step::Kind::kFamily && !s.kernel->LaunchesThroughOps()) {
-        cuda_ops::FlushDeferredGemvs();
-      }
+      paused_.reset();
+      if (s.kind == Step::Kind::kFamily && !s.kernel->LaunchesThroughOps()) paused_.emplace();
     }
   }
   // Launches what is pending; returns the launches the run's chains saved.
   int End() {
     if constexpr (kWithCuda) {
+      paused_.reset();
       open_ = false;
       cuda_ops::EndGemvChain();
       return cuda_ops::GemvChainLaunchesSaved() - saved_before_;
@@ -406,6 +423,8 @@ class ChainRegion {
  private:
   bool open_ = true;
   int saved_before_ = 0;
+  // (a placeholder type without CUDA, where gemv_chain.cc is not built)
+  std::optional<std::conditional_t<kWithCuda, cuda_ops::GemvChainPause, int>> paused_;
 };
 
 }  // namespace
@@ -434,6 +453,11 @@ void Executable::RunSteps(const std::vector<Tensor>& inputs, std::vector<Tensor>
         }
         break;
       case Step::Kind::kView:
+        if (IsInputWindow(graph_, n)) {  // inputs are contiguous (flat): the window is a view
+          env[s.value] =
+              args[0].as_strided(n.attrs.dims, n.attrs.strides, args[0].offset() + n.attrs.offset);
+          break;
+        }
         env[s.value] = Dispatch(
             n.op, args, symbol_values.empty() ? n.attrs : InstantiateAttrs(n, symbol_values));
         break;
@@ -475,6 +499,9 @@ std::vector<Tensor> PlanLayouts(const ir::Graph& g, std::vector<bool>* copies) {
     if (n.kind == NodeKind::kFusion) layout[v] = NewFusionOutput(*n.body, 0, n.type.shape, kMeta);
     if (n.kind == NodeKind::kConstant) {
       layout[v] = fresh.as_strided(n.constant.shape(), n.constant.strides(), 0);
+    } else if (IsInputWindow(g, n)) {
+      const Tensor& in = layout[n.inputs[0]];
+      layout[v] = in.as_strided(n.attrs.dims, n.attrs.strides, in.offset() + n.attrs.offset);
     } else if (n.kind == NodeKind::kOp && GetOpDef(n.op).view != nullptr) {
       const Tensor& in = layout[n.inputs[0]];
       if (n.op != OpId::kReshape) {

@@ -148,25 +148,24 @@ std::vector<int64_t> SymbolicShapes::Values(absl::Span<const Tensor> inputs) con
 bool SymbolicShapes::Admits(const std::vector<TensorType>& traced,
                             absl::Span<const Tensor> inputs) const {
   if (traced.size() != inputs.size()) return false;
-  std::vector<std::vector<bool>> symbolic(traced.size());
-  for (size_t i = 0; i < traced.size(); ++i) symbolic[i].assign(traced[i].rank(), false);
-  for (const Symbol& s : symbols) {
-    const int64_t value =
-        inputs[s.dims[0].first].defined() ? inputs[s.dims[0].first].size(s.dims[0].second) : -1;
-    for (auto [i, d] : s.dims) {
-      if (!inputs[i].defined() || inputs[i].dim() != traced[i].rank() ||
-          inputs[i].size(d) != value) {
-        return false;
-      }
-      symbolic[i][d] = true;
-    }
-  }
-  for (size_t i = 0; i < traced.size(); ++i) {
+  for (size_t i = 0; i < traced.size(); ++i) {  // first: the symbols' dims below exist
     const Tensor& t = inputs[i];
     if (!t.defined() || t.dtype() != traced[i].dtype || t.device() != traced[i].device ||
         t.dim() != traced[i].rank()) {
       return false;
     }
+  }
+  std::vector<std::vector<bool>> symbolic(traced.size());
+  for (size_t i = 0; i < traced.size(); ++i) symbolic[i].assign(traced[i].rank(), false);
+  for (const Symbol& s : symbols) {
+    const int64_t value = inputs[s.dims[0].first].size(s.dims[0].second);
+    for (auto [i, d] : s.dims) {
+      if (inputs[i].size(d) != value) return false;
+      symbolic[i][d] = true;
+    }
+  }
+  for (size_t i = 0; i < traced.size(); ++i) {
+    const Tensor& t = inputs[i];
     for (int64_t d = 0; d < t.dim(); ++d) {
       if (!symbolic[i][d] && t.size(d) != traced[i].shape[d]) return false;
     }
@@ -224,6 +223,75 @@ absl::StatusOr<SymbolicShapes> NamedSymbols(const std::vector<TensorType>& types
   return s;
 }
 
+namespace {
+
+// ir::Trace at `types`; an exception the user's function throws (any, not only kiln::Error) is
+// an error status: at sizes the caller never passed, it only means "not this program".
+absl::StatusOr<Graph> TraceAt(const ir::TensorFn& fn, const std::vector<TensorType>& types) {
+  try {
+    return ir::Trace(fn, types);
+  } catch (const std::exception& e) {
+    std::vector<std::string> shapes;
+    for (const TensorType& t : types) shapes.push_back(ShapeString(t.shape));
+    return absl::FailedPreconditionError(absl::StrCat("the function threw while traced at sizes ",
+                                                      absl::StrJoin(shapes, ", "), ": ", e.what()));
+  }
+}
+
+}  // namespace
+
+std::vector<std::pair<int64_t, int64_t>> TracedRanges(const std::vector<TensorType>& types,
+                                                      const SymbolicShapes& symbols) {
+  const std::vector<int64_t> real = ValuesIn(types, symbols);
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (size_t j = 0; j < real.size(); ++j) {
+    out.emplace_back(std::min({real[j], kProbes[0][j], kProbes[1][j]}),
+                     std::max({real[j], kProbes[0][j], kProbes[1][j]}));
+  }
+  return out;
+}
+
+absl::Status SameProgramAt(const ir::TensorFn& fn, const Graph& symbolic,
+                           const std::vector<TensorType>& types, const SymbolicShapes& symbols,
+                           absl::Span<const int64_t> values) {
+  KILN_ASSIGN_OR_RETURN(const Graph g, TraceAt(fn, WithSymbols(types, symbols, values)));
+  if (g.num_values() != symbolic.num_values() || g.outputs() != symbolic.outputs() ||
+      g.input_updates() != symbolic.input_updates()) {
+    return absl::FailedPreconditionError("the traced program changes with the sizes");
+  }
+  for (ValueId v = 0; v < g.num_values(); ++v) {
+    const Node &a = g.node(v), &b = symbolic.node(v);
+    const auto mismatch = [&](const std::string& what) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(Where(g, v), " differs at these sizes: ", what));
+    };
+    if (a.kind != b.kind || a.op != b.op || a.inputs != b.inputs || a.type.dtype != b.type.dtype ||
+        a.type.device != b.type.device || a.type.rank() != b.type.rank()) {
+      return mismatch("another op, operand, dtype, device or rank");
+    }
+    if (!(WithoutSizes(a) == WithoutSizes(b))) return mismatch("a non-size attribute");
+    if (b.kind == NodeKind::kConstant && !a.constant.is_same(b.constant) &&
+        !(a.constant.storage() == b.constant.storage() &&
+          a.constant.shape() == b.constant.shape() && a.constant.offset() == b.constant.offset())) {
+      return mismatch("a constant");
+    }
+    for (int64_t d = 0; d < a.type.rank(); ++d) {
+      if ((b.sym_dims >> d & 1u) == 0 && a.type.shape[d] != b.type.shape[d]) {
+        return mismatch(
+            absl::StrCat("dim ", d, " is ", a.type.shape[d], ", traced as ", b.type.shape[d]));
+      }
+    }
+    if (HasSizeAttrs(a)) {
+      Node expected = b;
+      expected.attrs = InstantiateAttrs(b, values);
+      if (SizeAttrs(a) != SizeAttrs(expected)) {
+        return mismatch("a size attribute no formula of the traces gives");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Graph> TraceSymbolic(const ir::TensorFn& fn, const std::vector<TensorType>& types,
                                     const SymbolicShapes& symbols) {
   if (symbols.symbols.size() > kMaxSymbols) {
@@ -233,10 +301,10 @@ absl::StatusOr<Graph> TraceSymbolic(const ir::TensorFn& fn, const std::vector<Te
   Graph graphs[3];
   for (int k = 0; k < 2; ++k) {
     values[k].assign(kProbes[k], kProbes[k] + symbols.symbols.size());
-    KILN_ASSIGN_OR_RETURN(graphs[k], ir::Trace(fn, WithSymbols(types, symbols, values[k])));
+    KILN_ASSIGN_OR_RETURN(graphs[k], TraceAt(fn, WithSymbols(types, symbols, values[k])));
   }
   values[2] = ValuesIn(types, symbols);
-  KILN_ASSIGN_OR_RETURN(graphs[2], ir::Trace(fn, types));
+  KILN_ASSIGN_OR_RETURN(graphs[2], TraceAt(fn, types));
   const Graph* g[3] = {&graphs[0], &graphs[1], &graphs[2]};
   const std::vector<int64_t>* syms[3] = {&values[0], &values[1], &values[2]};
   if (graphs[0].num_values() != graphs[2].num_values() ||

@@ -12,9 +12,13 @@
 // explains — makes the function not symbolic in those dims, and the caller compiles per size.
 //
 // Guards at call time check what stays static: the rank, dtype and device of every input, every
-// static dim, and that the dims of one symbol agree. Limitation (stated, not checked): control
-// flow that depends on a symbolic size between the traced sizes is not detected, as the traces
-// agree at those sizes (torch guards such branches; kiln's model API has no symbolic integers).
+// static dim, and that the dims of one symbol agree. A call whose symbol values lie outside the
+// range the traces covered is traced once more at its sizes and must be the same program there
+// (SameProgramAt): a branch on a size, a dim of size 1 squeezed, a slice bound that turns
+// negative are found, and such sizes get a plan of their own; a pass widens the range. Limitation
+// (stated, not checked): control flow inside a verified range that no traced size shows (a branch
+// on size == 100 between traces at 97 and 131) is not detected (torch guards such branches;
+// kiln's model API has no symbolic integers).
 //
 //   std::optional<SymbolicShapes> s = SymbolsBetween(first_types, new_types);
 //   absl::StatusOr<ir::Graph> g = TraceSymbolic(fn, new_types, *s);
@@ -60,6 +64,19 @@ absl::StatusOr<SymbolicShapes> NamedSymbols(const std::vector<TensorType>& types
 absl::StatusOr<ir::Graph> TraceSymbolic(const ir::TensorFn& fn,
                                         const std::vector<TensorType>& types,
                                         const SymbolicShapes& symbols);
+
+// Per symbol, the smallest and largest value TraceSymbolic traced it at (the call's and the
+// probes'): where the program was seen to be one.
+std::vector<std::pair<int64_t, int64_t>> TracedRanges(const std::vector<TensorType>& types,
+                                                      const SymbolicShapes& symbols);
+
+// OK when `fn` traced at `types` with the symbols set to `values` is the program `symbolic` (a
+// graph TraceSymbolic returned) at those values: the same nodes, static dims and attributes, its
+// size formulas giving the traced sizes. An error (a user exception while tracing included) says
+// where it differs.
+absl::Status SameProgramAt(const ir::TensorFn& fn, const ir::Graph& symbolic,
+                           const std::vector<TensorType>& types, const SymbolicShapes& symbols,
+                           absl::Span<const int64_t> values);
 
 // The attributes of view node `n` at the given symbol values (its sym_attrs evaluated).
 OpAttrs InstantiateAttrs(const ir::Node& n, absl::Span<const int64_t> symbol_values);

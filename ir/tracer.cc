@@ -57,12 +57,19 @@ class Tracer final : public DispatchHook {
   // the function writes in place without receiving them as inputs.
   Tracer(Graph* graph, std::vector<Tensor>* captured) : graph_(graph), captured_(captured) {}
 
-  Tensor AddInput(const TensorType& type, int index) {
-    const ValueId v = graph_->AddInput(type, absl::StrCat("input", index));
-    Tensor p = MakePlaceholder(type);
-    aliases_[p.storage().get()] = Alias{v, type.shape, {}, p.storage()};
+  // `strides` empty: a contiguous input; else the view of a flat input over what it reaches.
+  Tensor AddInput(const TensorType& type, const Strides& strides, int index) {
+    TensorType stored = type;
+    StridedSpan reach;
+    if (!strides.empty()) {
+      reach = SpanOf(type.shape, strides);
+      stored.shape = {reach.span};
+    }
+    const ValueId v = graph_->AddInput(stored, absl::StrCat("input", index));
+    Tensor p = MakePlaceholder(stored);
+    aliases_[p.storage().get()] = Alias{v, stored.shape, {}, p.storage()};
     inputs_.push_back(p.storage().get());
-    return p;
+    return strides.empty() ? p : p.as_strided(type.shape, strides, reach.offset);
   }
 
   ValueId ValueOf(const Tensor& t) {
@@ -92,6 +99,17 @@ class Tracer final : public DispatchHook {
     Tensor p = MakePlaceholder(graph_->type(v));
     aliases_[p.storage().get()] = Alias{v, graph_->type(v).shape, {}, p.storage()};
     return p;
+  }
+
+  // Where `t` lies in the memory of one of the caller's inputs (the first `callers` graph
+  // inputs), if it does.
+  std::optional<OutputAlias> AliasOf(const Tensor& t, size_t callers) const {
+    for (size_t i = 0; i < callers && i < inputs_.size(); ++i) {
+      if (inputs_[i] == t.storage().get()) {
+        return OutputAlias{static_cast<int>(i), t.offset(), t.shape(), t.strides()};
+      }
+    }
+    return std::nullopt;
   }
 
   // The value each graph input's storage holds at the end (the input itself if never written).
@@ -138,13 +156,19 @@ class Tracer final : public DispatchHook {
     return view;
   }
 
-  // `self` was written with value `v`: the storage's new base value.
+  // `self` was written with value `v`: the storage's new base value. A result of another
+  // floating type is cast to self's (as eager writes it).
   const Tensor& WriteInPlace(const OpDef& def, const Tensor& self, ValueId v) {
     KILN_CHECK(graph_->type(v).shape == self.shape(), def.name, "_: in-place result shape ",
                ShapeString(graph_->type(v).shape), " differs from self's ", self.shape_string());
     KILN_CHECK(!IsFloatingPoint(graph_->type(v).dtype) || IsFloatingPoint(self.dtype()), def.name,
                "_: a ", DTypeName(graph_->type(v).dtype), " result cannot be written into ",
                DTypeName(self.dtype()), " self");
+    if (graph_->type(v).dtype != self.dtype()) {
+      OpAttrs to;
+      to.dtype = self.dtype();
+      v = graph_->AddOp(OpId::kCast, {v}, to);
+    }
     KILN_CHECK(!self.has_internal_overlap(), def.name,
                "_: self is a broadcast (expanded) view whose elements overlap; call contiguous() "
                "first");
@@ -217,26 +241,56 @@ void MarkLocalConstants(Graph& graph) {
 
 }  // namespace
 
+StridedSpan SpanOf(IntList shape, IntList strides) {
+  StridedSpan r{1, 0};
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 0) return {0, 0};
+    const int64_t reach = (shape[d] - 1) * strides[d];
+    r.span += reach < 0 ? -reach : reach;
+    if (reach < 0) r.offset -= reach;
+  }
+  return r;
+}
+
+Strides InputStrides(const Tensor& t) {
+  if (t.numel() == 0 || t.is_contiguous()) return {};
+  return t.strides();
+}
+
+Tensor FlatInput(const Tensor& t) {
+  const StridedSpan reach = SpanOf(t.shape(), t.strides());
+  return Tensor(t.storage(), t.offset() - reach.offset, {reach.span}, {1}, t.dtype(), t.device());
+}
+
 absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<Tensor>& examples,
                             std::vector<Tensor>* captured) {
   std::vector<TensorType> types;
+  std::vector<Strides> strides;
   for (size_t i = 0; i < examples.size(); ++i) {
     if (!examples[i].defined()) {
       return absl::InvalidArgumentError(absl::StrCat("trace: example input ", i, " is undefined"));
     }
     types.push_back(examples[i].type());
+    strides.push_back(InputStrides(examples[i]));
   }
-  return Trace(fn, types, captured);
+  return Trace(fn, types, strides, captured);
 }
 
 absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<TensorType>& examples,
                             std::vector<Tensor>* captured) {
+  return Trace(fn, examples, std::vector<Strides>(examples.size()), captured);
+}
+
+absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<TensorType>& examples,
+                            const std::vector<Strides>& input_strides,
+                            std::vector<Tensor>* captured,
+                            std::vector<std::optional<OutputAlias>>* output_aliases) {
   Graph graph;
   Tracer tracer(&graph, captured);
   try {
     std::vector<Tensor> placeholders;
     for (size_t i = 0; i < examples.size(); ++i) {
-      placeholders.push_back(tracer.AddInput(examples[i], static_cast<int>(i)));
+      placeholders.push_back(tracer.AddInput(examples[i], input_strides[i], static_cast<int>(i)));
     }
     std::vector<Tensor> outs;
     {
@@ -245,6 +299,10 @@ absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<TensorType>& e
     }
     std::vector<ValueId> out_ids;
     for (const Tensor& t : outs) out_ids.push_back(tracer.ValueOf(t));
+    if (output_aliases != nullptr) {
+      output_aliases->clear();
+      for (const Tensor& t : outs) output_aliases->push_back(tracer.AliasOf(t, examples.size()));
+    }
     // Inputs written in place: their new values are further outputs, copied back after a call.
     const std::vector<ValueId> finals = tracer.FinalInputValues();
     for (size_t i = 0; i < finals.size(); ++i) {

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -28,11 +29,45 @@ namespace kiln::ir {
 using TensorFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 
 // Traces `fn` on placeholders shaped like `examples`; kiln::Error thrown inside `fn` (bad
-// shapes, using data while tracing) becomes the returned status.
+// shapes, using data while tracing) becomes the returned status. A non-contiguous example is
+// traced with its layout (see InputStrides below).
 absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<Tensor>& examples,
                             std::vector<Tensor>* captured = nullptr);
 // The same from the input types alone (symbolic compiles trace at probe sizes).
 absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<TensorType>& input_types,
                             std::vector<Tensor>* captured = nullptr);
+
+// The elements a view of `shape` and `strides` reaches from its first one: `span` of them, the
+// view starting `offset` elements in (negative strides reach below the view's own offset).
+struct StridedSpan {
+  int64_t span = 0;
+  int64_t offset = 0;
+};
+StridedSpan SpanOf(IntList shape, IntList strides);
+
+// The same with input layouts: input i with non-empty `input_strides[i]` (a non-contiguous
+// input) is the graph input of type [SpanOf(shape, strides).span], a flat tensor over what the
+// view reaches, and the function receives the view of it, so eager's decisions hold (reshape and
+// contiguous() copy where eager copies, view() refuses, writes land through the view).
+// The caller binds such an input to the flat tensor over its memory (FlatInput).
+// An output of the traced function that is (a view of) the memory of its input `input`: where,
+// in the coordinates of that input's graph value. The compiled function returns that view of the
+// caller's tensor (the tensor itself for all of it), as eager returns it.
+struct OutputAlias {
+  int input = 0;
+  int64_t offset = 0;
+  Shape shape;
+  Strides strides;
+};
+// `output_aliases` (may be null) gets one entry per output the function returned.
+absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<TensorType>& input_types,
+                            const std::vector<Strides>& input_strides,
+                            std::vector<Tensor>* captured,
+                            std::vector<std::optional<OutputAlias>>* output_aliases = nullptr);
+// Empty strides for a contiguous (or empty) tensor, else its own: what Trace's input_strides
+// holds for it.
+Strides InputStrides(const Tensor& t);
+// The flat tensor over what `t` reaches: the graph input for a non-contiguous `t`.
+Tensor FlatInput(const Tensor& t);
 
 }  // namespace kiln::ir

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <stdexcept>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "codegen/compile.h"
@@ -118,6 +120,218 @@ void InputMutation(Device device) {
     ExpectEqualTensors(f(compiled_in)[0], want[0], "strided input: output");
     ExpectEqualTensors(compiled_in[1], eager_in[1], "strided input: written back");
   }
+}
+
+// A non-contiguous input is traced with its strides: reshape and contiguous() copy where eager
+// copies (a write to the copy stays out of the caller's tensor), view() refuses, and a reshape
+// that eager can view (a transpose of a transposed input) writes through to the caller.
+void NonContiguousInputs(Device device) {
+  const auto permuted = [&] {
+    return permute(zeros({4, 3, 2}, DType::kFloat32, device), {2, 1, 0});
+  };
+  const Fn reshape_then_write = [](const std::vector<Tensor>& in) {
+    Tensor y = reshape(in[0], {2, 12});
+    add_(y, 1.0);
+    return std::vector<Tensor>{y};
+  };
+  const Fn contiguous_then_write = [](const std::vector<Tensor>& in) {
+    Tensor y = contiguous(in[0]);
+    add_(y, 1.0);
+    return std::vector<Tensor>{y * 2.0};
+  };
+  const Fn viewable_then_write = [](const std::vector<Tensor>& in) {
+    Tensor y = reshape(transpose(in[0], 0, 1), {12});  // in[0] is a transpose: this is a view
+    add_(y, 1.0);
+    return std::vector<Tensor>{y};
+  };
+  const Fn strided_write = [](const std::vector<Tensor>& in) {
+    mul_(in[0], 3.0);
+    return std::vector<Tensor>{sum(in[0], {0})};
+  };
+  for (const CompileOptions& o : Modes(device)) {
+    for (const auto& [name, fn, make] :
+         std::vector<std::tuple<std::string, Fn, std::function<Tensor()>>>{
+             {"reshape of a permuted input", reshape_then_write, permuted},
+             {"contiguous() of a permuted input", contiguous_then_write, permuted},
+             {"reshape of a transposed input's transpose", viewable_then_write,
+              [&] {
+                return transpose(ones({4, 3}, DType::kFloat32, device), 0, 1);
+              }},
+             {"a step-2 slice written in place", strided_write,
+              [&] { return slice(arange(24, DType::kFloat32, device), 0, 0, 24, 2); }},
+         }) {
+      std::vector<Tensor> eager_in = {make()};
+      const std::vector<Tensor> want = fn(eager_in);
+      CompiledFn f = compile(fn, {make()}, o);
+      for (int call = 0; call < 3; ++call) {
+        std::vector<Tensor> in = {make()};
+        const std::vector<Tensor> got = f(in);
+        ExpectEqualTensors(got[0], want[0], absl::StrCat(name, ": output, call ", call));
+        ExpectEqualTensors(in[0], eager_in[0], absl::StrCat(name, ": the input, call ", call));
+      }
+    }
+    const Fn strict_view = [](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{view(in[0], {2, 12})};
+    };
+    EXPECT_NE(ErrorOf([&] { compile(strict_view, {permuted()}, o); }).find("view"),
+              std::string::npos);
+  }
+}
+
+TEST(CompileSemantics, NonContiguousInputsCopyWhereEagerCopiesOnCpu) { NonContiguousInputs(kCPU); }
+TEST(CompileSemantics, NonContiguousInputsCopyWhereEagerCopiesOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  NonContiguousInputs(CUDA(0));
+}
+
+// A symbolic plan (two sizes seen) serves other sizes only where the function is that program:
+// a size-1 dim squeezed, a branch on a size, a window whose start turns negative below the traced
+// sizes, a branch above them — each gets eager's answer.
+TEST(CompileSemantics, SymbolicPlansCheckSizesOutsideTheirTraces) {
+  const Fn squeezed = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{squeeze(in[0]) * 1.0};
+  };
+  const Fn branch_on_one = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{in[0].size(0) == 1 ? in[0] * 2.0 : in[0] * 3.0};
+  };
+  const Fn last_64 = [](const std::vector<Tensor>& in) {
+    const int64_t n = in[0].size(0);
+    return std::vector<Tensor>{slice(in[0], 0, std::max<int64_t>(0, n - 64), n) * 1.0};
+  };
+  const Fn branch_above = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{in[0].size(0) > 200 ? in[0] * 3.0 : in[0] * 2.0};
+  };
+  for (const auto& [name, fn] :
+       std::vector<std::pair<std::string, Fn>>{{"squeeze", squeezed},
+                                               {"branch on size 1", branch_on_one},
+                                               {"last 64 rows", last_64},
+                                               {"branch above the traces", branch_above}}) {
+    CompiledFn f = compile(fn, {ones({100, 2})});
+    f({ones({120, 2})});  // a second size: the dim becomes symbolic
+    for (int64_t n : {1, 40, 63, 300, 301, 100, 1}) {
+      const Tensor x = ones({n, 2});
+      const Tensor want = fn({x})[0];
+      const Tensor got = f({x})[0];
+      ExpectEqualTensors(got, want, absl::StrCat(name, " at ", n));
+    }
+  }
+  // A growing sequence is not traced at every step: the verified range widens ahead of it.
+  CompiledFn grow = compile(branch_above, {ones({100, 2})});
+  for (int64_t n = 120; n < 160; ++n) grow({ones({n, 2})});
+  EXPECT_EQ(grow.compilations(), 2);
+}
+
+// A user's exception at a probe size (sizes the caller never passed) only means "not
+// symbolic": the caller's sizes run as eagerly.
+TEST(CompileSemantics, AnExceptionAtProbeSizesDoesNotReachTheCaller) {
+  const Fn limited = [](const std::vector<Tensor>& in) {
+    if (in[0].size(0) > 64) throw std::invalid_argument("sequence longer than 64");
+    return std::vector<Tensor>{in[0] + 1.0};
+  };
+  CompiledFn f = compile(limited, {ones({3})});
+  for (int64_t n : {5, 2, 10}) {
+    ExpectEqualTensors(f({ones({n})})[0], full({n}, 2.0), absl::StrCat("n = ", n));
+  }
+  EXPECT_THROW(f({ones({70})}), std::invalid_argument);  // the caller's own size: as eagerly
+}
+
+// Guards never index past an input's rank: a 0-dim input after a symbolic plan recompiles.
+TEST(CompileSemantics, ARankChangeAfterASymbolicPlanRecompiles) {
+  const Fn twice = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0] * 2.0}; };
+  CompiledFn f = compile(twice, {ones({4, 6})});
+  f({ones({8, 6})});
+  ExpectEqualTensors(f({full({}, 1.5)})[0], full({}, 3.0), "0-dim");
+  ExpectEqualTensors(f({ones({5})})[0], full({5}, 2.0), "1-D");
+  EXPECT_NE(ErrorOf([] { full({}, 1.5).size(0); }).find("a 0-dim tensor has no dimensions"),
+            std::string::npos);
+}
+
+// An in-place op whose result type is wider than self's (bf16 += f32) writes self's dtype, as
+// eagerly.
+TEST(CompileSemantics, InPlaceResultsAreCastToSelfsDtype) {
+  const Fn accumulate = [](const std::vector<Tensor>& in) {
+    add_(in[0], in[1]);
+    return std::vector<Tensor>{in[0] * 1.0};
+  };
+  Generator gen(5);
+  const Tensor t = randn({3, 4}, gen, DType::kBFloat16), u = randn({3, 4}, gen);
+  std::vector<Tensor> eager_in = {clone(t), clone(u)}, compiled_in = {clone(t), clone(u)};
+  const Tensor want = accumulate(eager_in)[0];
+  CompiledFn f = compile(accumulate, Clones(compiled_in));
+  const Tensor got = f(compiled_in)[0];
+  EXPECT_EQ(got.dtype(), DType::kBFloat16);
+  EXPECT_EQ(to_vector(got), to_vector(want));
+  EXPECT_EQ(to_vector(compiled_in[0]), to_vector(eager_in[0]));
+}
+
+// Outputs that are an input, or views of it, share the caller's memory as eagerly, whether or
+// not the function wrote the input (the returned input is the caller's tensor itself).
+TEST(CompileSemantics, OutputsThatAreInputsAreTheCallersTensors) {
+  const Fn write_and_return = [](const std::vector<Tensor>& in) {
+    add_(in[0], 1.0);
+    return std::vector<Tensor>{in[0], transpose(in[0], 0, 1), slice(in[0], 1, 1, 3), in[1]};
+  };
+  for (const Tensor& x : {zeros({2, 3}), transpose(zeros({3, 2}), 0, 1)}) {
+    CompiledFn f = compile(write_and_return, {clone(x), ones({2})});
+    for (int call = 0; call < 2; ++call) {
+      std::vector<Tensor> in = {x.is_contiguous() ? zeros({2, 3}) : transpose(zeros({3, 2}), 0, 1),
+                                ones({2})};
+      const std::vector<Tensor> out = f(in);
+      EXPECT_TRUE(out[0].is_same(in[0]));
+      EXPECT_TRUE(out[3].is_same(in[1]));
+      for (const Tensor& o : out) EXPECT_TRUE(o.shares_storage(o.is_same(in[1]) ? in[1] : in[0]));
+      add_(out[1], 10.0);  // through the transposed view: the caller's tensor
+      EXPECT_EQ(to_vector(sum(in[0]))[0], 6 * 11.0);
+      EXPECT_EQ(to_vector(out[2]), std::vector<double>(4, 11.0));
+    }
+  }
+}
+
+// Past max_signatures plans a new signature runs eagerly (one warning, counted), as torch past
+// its cache_size_limit; sizes alternating with dtypes get a symbolic plan per dtype.
+TEST(CompileSemantics, PastMaxSignaturesCallsRunEagerly) {
+  const Fn twice = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0] * 2.0}; };
+  CompileOptions o;
+  o.dynamic = CompileOptions::Dynamic::kNone;
+  o.max_signatures = 2;
+  CompiledFn f = compile(twice, {ones({1})}, o);
+  for (int64_t n = 1; n <= 4; ++n) {
+    ExpectEqualTensors(f({ones({n})})[0], full({n}, 2.0), absl::StrCat("n = ", n));
+  }
+  EXPECT_EQ(f.compilations(), 2);
+  EXPECT_EQ(f.eager_fallbacks(), 2);
+  CompiledFn g = compile(twice, {ones({1, 16})});
+  for (int64_t n = 1; n <= 8; ++n) {
+    const DType t = n % 2 == 0 ? DType::kBFloat16 : DType::kFloat32;
+    ExpectEqualTensors(g({ones({n, 16}, t)})[0], full({n, 16}, 2.0), absl::StrCat("n = ", n));
+  }
+  EXPECT_LE(g.compilations(), 6);  // per dtype: the first size, then one symbolic plan (and n=1, 2)
+  EXPECT_EQ(g.eager_fallbacks(), 0);
+}
+
+// A compiled function called inside another's trace is inlined into it (torch's nesting).
+TEST(CompileSemantics, ACompiledFunctionInsideATraceIsInlined) {
+  const Fn inner_fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{in[0] + 1.0};
+  };
+  CompiledFn inner = compile(inner_fn, {ones({3})});
+  const Fn outer_fn = [&](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{inner({in[0] * 2.0})[0] * 3.0};
+  };
+  CompiledFn outer = compile(outer_fn, {ones({3})});
+  ExpectEqualTensors(outer({ones({3})})[0], full({3}, 9.0), "nested");
+}
+
+// recompile = false: a layout change is a new signature too, refused.
+TEST(CompileSemantics, WithoutRecompileALayoutChangeIsAnError) {
+  const Fn twice = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0] * 2.0}; };
+  CompileOptions o;
+  o.recompile = false;
+  CompiledFn f = compile(twice, {ones({3, 3})}, o);
+  EXPECT_NE(ErrorOf([&] {
+              f({transpose(ones({3, 3}), 0, 1)});
+            }).find("input 0 is strides [1, 3] but the function was compiled for contiguous"),
+            std::string::npos);
 }
 
 TEST(CompileSemantics, InputMutationReachesTheCallerOnCpu) { InputMutation(kCPU); }
