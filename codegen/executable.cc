@@ -381,19 +381,21 @@ namespace {
 
 // This thread's GEMV chain region over a run's steps (ops/cuda/gemv_chain.h): one-row GEMVs of
 // consecutive steps launch as one kernel. Steps that launch only through registry ops (ops,
-// views, families saying so) keep the region's rule by themselves; before any other step what is
-// pending launches. An exception drops what is pending (the run's results are lost anyway).
+// views, families saying so) keep the region's rule by themselves; any other step runs with the
+// region paused (what is pending launches first). On an exception what is pending still
+// launches (AbandonGemvChain). Regions nest: a plan inside a caller's region closes only its own.
 class ChainRegion {
  public:
   ChainRegion() {
     if constexpr (kWithCuda) {
-      cuda_ops::BeginGemvChain();
+      opened_ = cuda_ops::BeginGemvChain();
       saved_before_ = cuda_ops::GemvChainLaunchesSaved();
     }
   }
   ~ChainRegion() {
     if constexpr (kWithCuda) {
-      if (open_) cuda_ops::AbandonGemvChain();
+      paused_.reset();
+      if (open_) cuda_ops::AbandonGemvChain(opened_);
     }
   }
   ChainRegion(const ChainRegion&) = delete;
@@ -414,7 +416,7 @@ class ChainRegion {
     if constexpr (kWithCuda) {
       paused_.reset();
       open_ = false;
-      cuda_ops::EndGemvChain();
+      cuda_ops::EndGemvChain(opened_);
       return cuda_ops::GemvChainLaunchesSaved() - saved_before_;
     }
     return 0;
@@ -422,6 +424,7 @@ class ChainRegion {
 
  private:
   bool open_ = true;
+  bool opened_ = false;  // BeginGemvChain's result
   int saved_before_ = 0;
   // (a placeholder type without CUDA, where gemv_chain.cc is not built)
   std::optional<std::conditional_t<kWithCuda, cuda_ops::GemvChainPause, int>> paused_;

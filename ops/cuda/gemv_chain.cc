@@ -14,7 +14,7 @@ namespace kiln::cuda_ops {
 namespace {
 
 struct ChainState {
-  bool open = false;
+  int open = 0;  // nesting depth of the open regions (a plan run inside a user's region)
   int paused = 0;
   cudaStream_t stream = nullptr;
   int device = 0;  // current when the pending GEMVs were deferred: their stream's
@@ -30,7 +30,7 @@ ChainState& State() {
 
 // The header's inline flags, after every change of `s`.
 void SyncFlags(const ChainState& s) {
-  internal::t_deferring = s.open && s.paused == 0;
+  internal::t_deferring = s.open > 0 && s.paused == 0;
   internal::t_pending = !s.pending.empty();
 }
 
@@ -48,26 +48,32 @@ bool GemvChainEnabled() {
 
 void SetGemvChainEnabled(bool on) { g_override.store(on ? 1 : 0, std::memory_order_relaxed); }
 
-void BeginGemvChain() {
-  if (!GemvChainEnabled()) return;
+bool BeginGemvChain() {
+  if (!GemvChainEnabled()) return false;
   ChainState& s = State();
-  s.open = true;
+  ++s.open;
   SyncFlags(s);
+  return true;
 }
 
-void EndGemvChain() {
+void EndGemvChain(bool opened) {
   ChainState& s = State();
-  s.open = false;  // closed even when the launch below throws
+  if (opened && s.open > 0) --s.open;  // closed even when the launch below throws
   SyncFlags(s);
   FlushDeferredGemvs();
 }
 
-void AbandonGemvChain() noexcept {
+void AbandonGemvChain(bool opened) noexcept {
   ChainState& s = State();
-  s.pending.clear();
-  s.operands.clear();
-  s.open = false;
+  if (opened && s.open > 0) --s.open;
   SyncFlags(s);
+  try {  // what is pending may write tensors the caller still holds: launch it if the GPU can
+    FlushDeferredGemvs();
+  } catch (...) {
+    s.pending.clear();
+    s.operands.clear();
+    SyncFlags(s);
+  }
 }
 
 void internal::LaunchPendingGemvs() {
@@ -84,11 +90,12 @@ void internal::LaunchPendingGemvs() {
   int current = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&current));
   if (current != s.device) KILN_CUDA_CHECK(cudaSetDevice(s.device));
+  int launches = 0;
   const cudaError_t launched =
-      cuda_kernels::GemvChain(ops.data(), static_cast<int>(ops.size()), s.stream);
+      cuda_kernels::GemvChain(ops.data(), static_cast<int>(ops.size()), s.stream, &launches);
   if (current != s.device) KILN_CUDA_CHECK(cudaSetDevice(current));
   KILN_CUDA_CHECK(launched);
-  s.saved += static_cast<int>(ops.size()) - 1;
+  s.saved += static_cast<int>(ops.size()) - launches;
 }
 
 bool DeferGemv(const cuda_kernels::GemvArgs& op, cuda::StreamHandle stream,

@@ -20,9 +20,9 @@
 // before the launch (a residual made contiguous, the plan's last use of a value) would otherwise
 // go back to the caching allocator while still to be read.
 //
-//   cuda_ops::BeginGemvChain();
+//   const bool opened = cuda_ops::BeginGemvChain();
 //   ... linear, linear, norm-linear ...          // deferred
-//   cuda_ops::EndGemvChain();                    // one launch (one GEMV: a plain launch)
+//   cuda_ops::EndGemvChain(opened);              // one launch (one GEMV: a plain launch)
 //
 // Thread-local: each thread has its own region and pending list. Off by default until measured
 // on the H200 (the chain kernel was written in a session without a GPU): KILN_GEMV_CHAIN=on or
@@ -45,13 +45,16 @@ namespace kiln::cuda_ops {
 bool GemvChainEnabled();
 void SetGemvChainEnabled(bool on);
 
-// Opens this thread's chain region (no-op when chains are off).
-void BeginGemvChain();
-// Launches what is pending and closes the region. Throws kiln::Error when the launch fails.
-void EndGemvChain();
-// Closes the region dropping what is pending, without launching (unwinding from an exception:
-// the results were never going to be read).
-void AbandonGemvChain() noexcept;
+// Opens this thread's chain region, or one level more inside an open one (a plan run inside a
+// region its caller opened); false, and nothing opened, when chains are off. Pass the result to
+// the End or Abandon that closes it.
+bool BeginGemvChain();
+// Launches what is pending and closes the level Begin opened (`opened`: Begin's result). Throws
+// kiln::Error when the launch fails.
+void EndGemvChain(bool opened);
+// The same while unwinding from an exception: what is pending still launches (it may write
+// tensors the caller holds), and an error doing so drops it instead of throwing.
+void AbandonGemvChain(bool opened) noexcept;
 
 namespace internal {
 // This thread's chain state as two flags (gemv_chain.cc keeps them in step with it), read inline:

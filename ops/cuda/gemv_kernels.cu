@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
@@ -1029,10 +1030,19 @@ cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
 // device holds at once (a cooperative launch: every CTA must be resident for the barriers).
 template <typename T>
 cudaError_t ChainGrid(int64_t max_tiles, int sm_count, unsigned* grid) {
-  static int per_sm = -1;  // one kernel, one block size: the occupancy is the same every call
-  static const cudaError_t queried =
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, GemvChainKernel<T>, kThreads, 0);
-  if (queried != cudaSuccess) return queried;
+  // One kernel, one block size: the occupancy is the same every call on one device (queried per
+  // device: a process may drive GPUs of different kinds).
+  constexpr int kDevices = 64;
+  static std::atomic<int> per_device[kDevices] = {};  // 0: not queried yet
+  int device = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  int per_sm = device < kDevices ? per_device[device].load(std::memory_order_relaxed) : 0;
+  if (per_sm == 0) {
+    const cudaError_t queried =
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, GemvChainKernel<T>, kThreads, 0);
+    if (queried != cudaSuccess) return queried;
+    if (device < kDevices) per_device[device].store(per_sm, std::memory_order_relaxed);
+  }
   if (per_sm < 1) return cudaErrorInvalidConfiguration;
   *grid = static_cast<unsigned>(std::min(max_tiles, int64_t{per_sm} * std::max(sm_count, 1)));
   return cudaSuccess;
@@ -1141,6 +1151,7 @@ void GemvChainBarriers(const GemvArgs* ops, int count, bool* barrier_before) {
     }
     if (barrier_before[i]) phase_start = i;
   }
+  for (int i = kGemvChainMaxOps; i < count; ++i) barrier_before[i] = true;  // no chain takes them
 }
 
 bool GemvChainTakes(const GemvArgs& a) {
@@ -1155,14 +1166,32 @@ bool GemvChainTakes(const GemvArgs& a) {
   }
 }
 
-cudaError_t GemvChain(const GemvArgs* ops, int count, cudaStream_t stream) {
+cudaError_t GemvChain(const GemvArgs* ops, int count, cudaStream_t stream, int* launches) {
+  int unused = 0;
+  int& launched = launches != nullptr ? *launches : unused;
+  launched = 1;
   if (count < 1 || count > kGemvChainMaxOps) return cudaErrorInvalidValue;
   for (int i = 0; i < count; ++i) {
     if (!GemvChainTakes(ops[i]) || ops[i].type != ops[0].type) return cudaErrorInvalidValue;
   }
   if (count == 1) return Gemv(ops[0], stream);
-  return ops[0].type == ElemType::kF16 ? LaunchChain<__half>(ops, count, stream)
-                                       : LaunchChain<__nv_bfloat16>(ops, count, stream);
+  const cudaError_t chained = ops[0].type == ElemType::kF16
+                                  ? LaunchChain<__half>(ops, count, stream)
+                                  : LaunchChain<__nv_bfloat16>(ops, count, stream);
+  if (chained == cudaSuccess) return chained;
+  // A cooperative launch the device refuses (fewer SMs than reported under MPS or a green
+  // context, no cooperative support): the same GEMVs, one launch each. Configuration errors are
+  // not sticky: clear the one recorded.
+  if (chained != cudaErrorCooperativeLaunchTooLarge && chained != cudaErrorNotSupported &&
+      chained != cudaErrorInvalidConfiguration) {
+    return chained;
+  }
+  (void)cudaGetLastError();
+  launched = count;
+  for (int i = 0; i < count; ++i) {
+    if (const cudaError_t e = Gemv(ops[i], stream); e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
 }
 
 cudaError_t Gemv(const GemvArgs& a, cudaStream_t stream) {

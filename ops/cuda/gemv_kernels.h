@@ -84,7 +84,9 @@ constexpr int kGemvChainMaxOps = 8;
 bool GemvChainTakes(const GemvArgs& op);
 // cudaErrorInvalidValue for count outside [1, kGemvChainMaxOps] or an op the chain does not take,
 // else the launch's error.
-cudaError_t GemvChain(const GemvArgs* ops, int count, cudaStream_t stream);
+// `launches` (may be null): the kernels it launched (1, or count where the device refused the
+// cooperative launch and the GEMVs ran one by one).
+cudaError_t GemvChain(const GemvArgs* ops, int count, cudaStream_t stream, int* launches = nullptr);
 // Where GemvChain puts its grid barriers (host code, no device needed): barrier_before[i] when op
 // i reads what an op since the last barrier writes, or writes what one reads or writes (byte
 // ranges of x, w, bias, residual, the norm's weight and bias, out; one row each).
