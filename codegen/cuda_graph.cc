@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "ops/cuda/gemv_chain.h"
 #include "ops/cuda/index_cuda.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
@@ -65,6 +66,9 @@ absl::Status CudaGraphPlan::CaptureOnce(const std::vector<Tensor>& inputs) {
   // The flag the captured index kernels raise on a bad index, read after each replay.
   const ir::Graph& g = exe_.graph();
   index_flag_ = cuda_ops::ZeroedFlag(g.node(g.outputs()[0]).type.device);
+  // GEMVs a caller's chain region holds launch now, and none is deferred during the capture (a
+  // deferred one would launch after it, outside the graph).
+  const cuda_ops::GemvChainPause no_chains;
   // The caller's stream only (a device-wide sync would interfere with other threads' captures).
   KILN_CUDA_CHECK(cudaStreamSynchronize(cuda::CurrentStream()));
   std::vector<Tensor> outs;
