@@ -48,7 +48,8 @@ RopeOptions RopeFromJson(const Json& j, RopeOptions r) {
   const bool v5 = params != j.end() && !params->is_null();
   KILN_CHECK(!v5 || params->is_object(), "LlamaConfig::FromJson: rope_parameters must be an ",
              "object, got ", v5 ? params->dump() : "");
-  r.base = Field<double>(v5 ? *params : j, "rope_theta", r.base);
+  // transformers 5 keeps a top-level rope_theta where rope_parameters lacks one.
+  r.base = Field<double>(v5 ? *params : j, "rope_theta", Field<double>(j, "rope_theta", r.base));
   const Json* s = nullptr;
   if (v5) {
     s = &*params;

@@ -443,6 +443,9 @@ AttentionConfig Checked(AttentionConfig c) {
     c.head_dim = c.dim / c.heads;
   }
   KILN_CHECK(c.head_dim > 0, "Attention: head_dim must be positive, got ", c.head_dim);
+  int64_t width = 0;
+  KILN_CHECK(!__builtin_mul_overflow(c.heads, c.head_dim, &width),
+             "Attention: heads x head_dim = ", c.heads, " x ", c.head_dim, " passes int64's range");
   KILN_CHECK(c.sliding_window >= 0, "Attention: sliding_window must be >= 0 (0: none), got ",
              c.sliding_window);
   return c;

@@ -436,6 +436,14 @@ TEST(LlamaConfig, FromHuggingFaceJson) {
                                       "use_sliding_window": true})")
                 .sliding_window,
             4096);
+  EXPECT_EQ(LlamaConfig::FromJson(R"({"rope_theta": 500000, "rope_parameters":
+                                      {"rope_type": "default"}})")
+                .rope.base,
+            500000);
+  EXPECT_NE(ErrorOf([] {
+              Attention({.dim = 8, .heads = 4, .head_dim = int64_t{1} << 62});
+            }).find("passes int64's range"),
+            std::string::npos);
   EXPECT_EQ(LlamaConfig::FromJson(R"({"hidden_size": 64})").dim, 64);
   EXPECT_EQ(LlamaConfig::FromJson(R"({"rope_theta": 10000})").rope.base, 10000);  // int as double
 }
