@@ -23,6 +23,7 @@
 #include "ir/printer.h"
 #include "ops/cuda/device_timing.h"
 #include "ops/dispatch.h"
+#include "ops/ops.h"
 #include "runtime/build_config.h"
 #include "runtime/cuda.h"
 #include "runtime/nvrtc.h"
@@ -74,7 +75,8 @@ struct Entry {
   // sizes (VerifiedFor), which widens the range or refuses the sizes.
   std::optional<ir::Graph> symbolic_graph;
   std::vector<std::pair<int64_t, int64_t>> verified;
-  std::set<std::vector<int64_t>> refused;
+  uint64_t orders = 0;                            // OrderBits of the traced and verified values
+  std::set<std::vector<int64_t>> exact, refused;  // values verified one by one; refused
   std::unique_ptr<codegen::Executable> exe;
   CompileReport report;
   std::mutex graph_mu;  // serialises CUDA-graph replays (CudaGraphCache is not thread-safe)
@@ -97,30 +99,13 @@ struct Entry {
   };
   std::vector<Captured> captured;
   std::vector<int> written_inputs;  // inputs the function writes in place
-  // Per output of a plan of fixed sizes: where it lies in an input's memory (ir::OutputAlias), to
-  // hand the caller that view of its own tensor, as eager does.
+  // Per output: where it lies in an input's memory (ir::OutputAlias), to hand the caller that
+  // view of its own tensor, as eager does (a symbolic plan: only outputs that are an input whole).
   std::vector<std::optional<ir::OutputAlias>> output_aliases;
 
-  // Outputs that are (views of) inputs become those views of the caller's tensors: the input
-  // itself where the output is all of it as the function received it.
   void AliasOutputs(const std::vector<Tensor>& inputs, const std::vector<Tensor>& plan_inputs,
                     std::vector<Tensor>& outs) const {
-    for (size_t k = 0; k < output_aliases.size() && k < outs.size(); ++k) {
-      if (!output_aliases[k].has_value()) continue;
-      const ir::OutputAlias& a = *output_aliases[k];
-      const Tensor& caller = inputs[a.input];
-      const ir::StridedSpan reach = strides[a.input].empty()
-                                        ? ir::StridedSpan{caller.numel(), 0}
-                                        : ir::SpanOf(caller.shape(), caller.strides());
-      const Strides own =
-          strides[a.input].empty() ? ContiguousStrides(caller.shape()) : caller.strides();
-      if (a.offset == reach.offset && a.shape == caller.shape() && a.strides == own) {
-        outs[k] = caller;
-        continue;
-      }
-      const Tensor& base = plan_inputs[a.input];
-      outs[k] = base.as_strided(a.shape, a.strides, base.offset() + a.offset);
-    }
+    ApplyOutputAliases(output_aliases, strides, inputs, plan_inputs, outs);
   }
   // Tensors the function writes in place without receiving them (a module's KV cache): the
   // graph's inputs after the caller's (ir/tracer.h), passed on every call.
@@ -157,15 +142,9 @@ struct Entry {
   // in place shares memory with another input or with a captured tensor, so eager would read its
   // new values where the plan reads old ones (the trace gave each input memory of its own).
   std::string AliasingConflict(const std::vector<Tensor>& inputs) const {
+    if (std::string why = WrittenInputOverlap(written_inputs, inputs); !why.empty()) return why;
     for (int w : written_inputs) {
       const Tensor& x = inputs[w];
-      for (size_t j = 0; j < inputs.size(); ++j) {
-        if (static_cast<int>(j) == w || inputs[j].storage() != x.storage()) continue;
-        if (GetMemOverlap(x, inputs[j]) != MemOverlap::kNo) {
-          return absl::StrCat("input ", w, ", which the function writes in place, overlaps input ",
-                              j);
-        }
-      }
       for (const Captured& c : captured) {
         if (c.is_input) continue;  // checked as an input above
         if (c.tensor.storage() == x.storage() && GetMemOverlap(x, c.tensor) != MemOverlap::kNo) {
@@ -186,37 +165,126 @@ struct Entry {
     return true;
   }
 
-  // Whether a symbolic plan serves the sizes of `inputs` (which it admits): inside the verified
-  // ranges it does; outside, `fn` is traced again and must be the same program there (a branch on
-  // a size, a size-1 dim squeezed, a slice bound that turns negative all change it). A pass widens
-  // the ranges, above by up to 256 more (a growing sequence is not traced at every step); a
-  // failure is remembered, and the call compiles a plan of its own.
+  // Whether a symbolic plan serves the sizes of `inputs` (which it admits): where it is covered
+  // (below) it does; elsewhere `fn` is traced again and must be the same program there (a branch
+  // on a size, a size-1 dim squeezed, a slice bound that turns negative all change it). A pass
+  // widens what is covered, above by up to 256 more (a growing sequence is not traced at every
+  // step); a failure is remembered, and the call compiles a plan of its own.
   bool VerifiedFor(const std::vector<Tensor>& inputs, const ir::TensorFn& fn) {
     if (symbols.empty()) return true;
     const std::vector<int64_t> values = symbols.Values(inputs);
+    if (Covered(values)) return true;
+    if (refused.contains(values)) return false;
     std::vector<int64_t> wide = values;
-    bool inside = true;
     for (size_t j = 0; j < values.size(); ++j) {
-      const auto [lo, hi] = verified[j];
-      inside &= values[j] >= lo && values[j] <= hi;
+      const int64_t hi = verified[j].second;
       if (values[j] > hi) wide[j] = std::max(values[j], std::min(2 * hi, values[j] + 256));
     }
-    if (inside) return true;
-    if (refused.contains(values)) return false;
     for (const std::vector<int64_t>* at : {&std::as_const(wide), &values}) {
       if (codegen::SameProgramAt(fn, *symbolic_graph, types, symbols, *at).ok()) {
-        for (size_t j = 0; j < values.size(); ++j) {
-          verified[j] = {std::min(verified[j].first, (*at)[j]),
-                         std::max(verified[j].second, (*at)[j])};
-        }
-        return true;
+        Cover(*at);
+        if (Covered(values)) return true;
       }
-      if (wide == values) break;
+      if (*at == values) break;
     }
     refused.insert(values);
     return false;
   }
+
+  // Covered: each value inside its symbol's verified range, and the order of every two symbols
+  // (<, =, >) one a trace showed. Values 0 and 1 are never covered by a range (torch specialises
+  // them too: a dim of size 1 broadcasts, squeezes): only the exact values a trace passed.
+  bool Covered(const std::vector<int64_t>& values) const {
+    if (exact.contains(values)) return true;
+    for (size_t j = 0; j < values.size(); ++j) {
+      if (values[j] <= 1 || values[j] < verified[j].first || values[j] > verified[j].second) {
+        return false;
+      }
+    }
+    return (OrderBits(values) & ~orders) == 0;
+  }
+  void Cover(const std::vector<int64_t>& values) {
+    if (std::any_of(values.begin(), values.end(), [](int64_t v) { return v <= 1; })) {
+      exact.insert(values);
+      return;
+    }
+    for (size_t j = 0; j < values.size(); ++j) {
+      verified[j] = {std::min(verified[j].first, values[j]),
+                     std::max(verified[j].second, values[j])};
+    }
+    orders |= OrderBits(values);
+  }
+  // Per pair of symbols (j < k), one bit of three for v[j] < v[k], ==, >.
+  static uint64_t OrderBits(const std::vector<int64_t>& v) {
+    uint64_t bits = 0;
+    int pair = 0;
+    for (size_t j = 0; j < v.size(); ++j) {
+      for (size_t k = j + 1; k < v.size(); ++k, ++pair) {
+        const int order = v[j] < v[k] ? 0 : v[j] == v[k] ? 1 : 2;
+        bits |= uint64_t{1} << (3 * pair + order);
+      }
+    }
+    return bits;
+  }
 };
+
+std::string WrittenInputOverlap(const std::vector<int>& written,
+                                const std::vector<Tensor>& inputs) {
+  for (int w : written) {
+    const Tensor& x = inputs[w];
+    for (size_t j = 0; j < inputs.size(); ++j) {
+      if (static_cast<int>(j) == w || inputs[j].storage() != x.storage()) continue;
+      if (GetMemOverlap(x, inputs[j]) != MemOverlap::kNo) {
+        return absl::StrCat("input ", w, ", which the function writes in place, overlaps input ",
+                            j);
+      }
+    }
+  }
+  return "";
+}
+
+void ApplyOutputAliases(const std::vector<std::optional<ir::OutputAlias>>& aliases,
+                        const std::vector<Strides>& input_strides,
+                        const std::vector<Tensor>& inputs, const std::vector<Tensor>& plan_inputs,
+                        std::vector<Tensor>& outs) {
+  for (size_t k = 0; k < aliases.size() && k < outs.size(); ++k) {
+    if (!aliases[k].has_value()) continue;
+    const ir::OutputAlias& a = *aliases[k];
+    const Tensor& caller = inputs[a.input];
+    if (a.whole_input) {
+      outs[k] = caller;
+      continue;
+    }
+    const bool strided = !input_strides[a.input].empty();
+    // The function received the caller's tensor as all of its graph input (contiguous) or as the
+    // view of the flat input starting at the span's offset (strided).
+    const int64_t received_at = strided ? ir::SpanOf(caller.shape(), caller.strides()).offset : 0;
+    const Strides received = strided ? caller.strides() : ContiguousStrides(caller.shape());
+    if (a.offset == received_at && a.shape == caller.shape() && a.strides == received) {
+      outs[k] = caller;
+      continue;
+    }
+    const Tensor& base = plan_inputs[a.input];
+    outs[k] = base.as_strided(a.shape, a.strides, base.offset() + a.offset);
+  }
+}
+
+StridedWrites::StridedWrites(const std::vector<int>& written, const std::vector<Strides>& strides,
+                             const std::vector<Tensor>& inputs, std::vector<Tensor>& plan_inputs) {
+  for (int w : written) {
+    if (w >= static_cast<int>(inputs.size()) || strides[w].empty()) continue;
+    const Tensor& caller = inputs[w];
+    Tensor copy = clone(plan_inputs[w]);
+    plan_inputs[w] = copy;
+    copies_.emplace_back(caller,
+                         copy.as_strided(caller.shape(), caller.strides(),
+                                         ir::SpanOf(caller.shape(), caller.strides()).offset));
+  }
+}
+
+void StridedWrites::CopyBack() const {
+  for (const auto& [caller, written] : copies_) copy_(caller, written);
+}
 
 std::string CompileReport::Summary() const {
   auto ms = [](double v) { return absl::StrFormat("%.1f", v); };
@@ -405,10 +473,13 @@ std::unique_ptr<Entry> CompiledFn::State::Compile(const std::vector<TensorType>&
   std::string not_symbolic;
   if (std::optional<codegen::SymbolicShapes> s = SymbolsFor(types, strides, &not_symbolic)) {
     const auto t0 = std::chrono::steady_clock::now();
-    absl::StatusOr<ir::Graph> g = codegen::TraceSymbolic(fn, types, *s);
+    absl::StatusOr<ir::Graph> g = codegen::TraceSymbolic(fn, types, *s, &entry->output_aliases);
     if (g.ok()) {
       entry->symbolic_graph = *g;
       entry->verified = codegen::TracedRanges(types, *s);
+      for (const std::vector<int64_t>& traced : codegen::TracedValues(types, *s)) {
+        entry->orders |= Entry::OrderBits(traced);
+      }
       BuildPlan(*std::move(g), *std::move(s), options, MsSince(t0), *entry);
       entry->symbols = entry->exe->symbols();
       return entry;
@@ -452,6 +523,18 @@ bool CompiledFn::State::AtSignatureLimit() const {
 }
 
 Entry* CompiledFn::State::EntryFor(const std::vector<Tensor>& inputs) {
+  // A call made while this thread compiles this function (by a custom op folded at compile time,
+  // a tensor_names callback) would wait for itself: an error instead.
+  thread_local std::vector<const State*> compiling;
+  KILN_CHECK(std::find(compiling.begin(), compiling.end(), this) == compiling.end(),
+             "compiled function: called while this thread is compiling it (from code that runs "
+             "at compile time: a custom op folded into a constant, tensor_names); call it after "
+             "compile returns");
+  compiling.push_back(this);
+  struct Done {
+    std::vector<const State*>& list;
+    ~Done() { list.pop_back(); }
+  } done{compiling};
   std::lock_guard<std::mutex> lock(mu);
   std::string recompile_reason;
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
@@ -528,31 +611,40 @@ namespace {
 // in a way the trace did not see.
 std::vector<Tensor> RunEntry(CompiledFn::State& state, Entry& e,
                              const std::vector<Tensor>& inputs) {
-  const std::vector<Tensor> plan_inputs = e.PlanInputs(inputs);
+  std::vector<Tensor> plan_inputs = e.PlanInputs(inputs);
   if (!e.written_inputs.empty()) {
-    if (const std::string why = e.AliasingConflict(plan_inputs); !why.empty()) {
+    // Overlap is judged on the caller's tensors (a strided input's flat span reaches elements
+    // that are not its own).
+    std::vector<Tensor> check = plan_inputs;
+    for (size_t i = 0; i < inputs.size(); ++i) check[i] = inputs[i];
+    if (const std::string why = e.AliasingConflict(check); !why.empty()) {
       state.RunEagerlyOnce(why);
       return state.fn(inputs);
     }
   }
-  if (!state.options.cuda_graphs || !e.exe->on_cuda()) return e.exe->Run(plan_inputs);
-  if constexpr (kWithCuda) {  // (a plan on CUDA exists only there)
-    // Replays one of the entry's CUDA graphs (by input address, or copy-in), capturing after a
-    // plain run when none fits; the report says which, or why none.
-    std::lock_guard<std::mutex> lock(e.graph_mu);
-    if (e.graphs == nullptr) e.graphs = std::make_shared<codegen::CudaGraphCache>(*e.exe);
-    const cuda::ScopedGraphReplay for_graph;  // the plain run before a capture chooses for it
-    std::vector<Tensor> out = e.graphs->Run(plan_inputs);
-    if (e.graphs->changes() == e.graph_changes_reported) return out;
-    e.graph_changes_reported = e.graphs->changes();
-    std::string described = e.graphs->Describe();
-    if (described != e.report.cuda_graph) {
-      if (DebugLevel() >= 1) std::cerr << "kiln: CUDA graph " << described << "\n";
-      e.report.cuda_graph = std::move(described);
+  const StridedWrites strided_writes(e.written_inputs, e.strides, inputs, plan_inputs);
+  std::vector<Tensor> outs = [&]() -> std::vector<Tensor> {
+    if (!state.options.cuda_graphs || !e.exe->on_cuda()) return e.exe->Run(plan_inputs);
+    if constexpr (kWithCuda) {  // (a plan on CUDA exists only there)
+      // Replays one of the entry's CUDA graphs (by input address, or copy-in), capturing after a
+      // plain run when none fits; the report says which, or why none.
+      std::lock_guard<std::mutex> lock(e.graph_mu);
+      if (e.graphs == nullptr) e.graphs = std::make_shared<codegen::CudaGraphCache>(*e.exe);
+      const cuda::ScopedGraphReplay for_graph;  // the plain run before a capture chooses for it
+      std::vector<Tensor> out = e.graphs->Run(plan_inputs);
+      if (e.graphs->changes() == e.graph_changes_reported) return out;
+      e.graph_changes_reported = e.graphs->changes();
+      std::string described = e.graphs->Describe();
+      if (described != e.report.cuda_graph) {
+        if (DebugLevel() >= 1) std::cerr << "kiln: CUDA graph " << described << "\n";
+        e.report.cuda_graph = std::move(described);
+      }
+      return out;
     }
-    return out;
-  }
-  return e.exe->Run(plan_inputs);
+    return e.exe->Run(plan_inputs);
+  }();
+  strided_writes.CopyBack();
+  return outs;
 }
 
 }  // namespace
@@ -589,6 +681,11 @@ const CompileReport& CompiledFn::report(const std::vector<Tensor>& inputs) const
   std::lock_guard<std::mutex> lock(count_mu);
   e.report.kernels_per_step = e.exe->kernels_per_step();
   return e.report;
+}
+
+std::vector<std::optional<ir::OutputAlias>> CompiledFn::output_aliases(
+    const std::vector<Tensor>& inputs) const {
+  return state_->RequiredEntryFor(inputs).output_aliases;
 }
 
 const codegen::Executable& CompiledFn::executable(const std::vector<Tensor>& inputs) const {

@@ -162,6 +162,10 @@ class CompiledFn {
   // valid as long as the CompiledFn.
   const CompileReport& report(const std::vector<Tensor>& inputs) const;
   const codegen::Executable& executable(const std::vector<Tensor>& inputs) const;
+  // Per output of that plan: where it lies in an input's memory (returned as that view of the
+  // caller's tensor), or nullopt (a symbolic plan records none).
+  std::vector<std::optional<ir::OutputAlias>> output_aliases(
+      const std::vector<Tensor>& inputs) const;
   int compilations() const;  // plans built so far
   // Calls run eagerly because the plan could not serve them as traced: an input the function
   // writes in place overlapped another input or a captured tensor (aliasing the trace did not
@@ -181,6 +185,33 @@ CompiledFn compile(ir::TensorFn fn, const std::vector<Tensor>& example_inputs,
 // A module with one input and one output. The compiled function refers to the module: calling
 // it after the module is destroyed raises an error (a new signature would retrace it).
 CompiledFn compile(Module& module, const Tensor& example_input, CompileOptions options = {});
+
+// "" when no input of `written` (inputs a plan writes in place) shares memory with another of
+// `inputs`, else which: the plan, traced with each input in memory of its own, would read old
+// values where eager reads new ones.
+std::string WrittenInputOverlap(const std::vector<int>& written, const std::vector<Tensor>& inputs);
+
+// A plan writes a strided input back as its whole flat span (ir::FlatInput), which reaches
+// elements that are not the input's (a neighbour's column, another thread's slice). So the plan
+// gets a private copy of the span of each strided input it writes, and CopyBack writes the
+// caller's elements, and only them, from it after the run (as eager writes through the view).
+class StridedWrites {
+ public:
+  StridedWrites(const std::vector<int>& written, const std::vector<Strides>& strides,
+                const std::vector<Tensor>& inputs, std::vector<Tensor>& plan_inputs);
+  void CopyBack() const;
+
+ private:
+  std::vector<std::pair<Tensor, Tensor>> copies_;  // the caller's tensor, its view of the copy
+};
+
+// Replaces each output `aliases` places in an input's memory with that view of the caller's
+// tensor (the tensor itself where it is all of it as the function received it). `plan_inputs`:
+// the plan's inputs for `inputs` (a strided input's flat tensor, ir::FlatInput).
+void ApplyOutputAliases(const std::vector<std::optional<ir::OutputAlias>>& aliases,
+                        const std::vector<Strides>& input_strides,
+                        const std::vector<Tensor>& inputs, const std::vector<Tensor>& plan_inputs,
+                        std::vector<Tensor>& outs);
 
 // Blocks until the kernels compiled functions left compiling in the background (see
 // CompileReport::background_compiles) are compiled; the next call of such a function runs them.

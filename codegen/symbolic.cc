@@ -227,9 +227,10 @@ namespace {
 
 // ir::Trace at `types`; an exception the user's function throws (any, not only kiln::Error) is
 // an error status: at sizes the caller never passed, it only means "not this program".
-absl::StatusOr<Graph> TraceAt(const ir::TensorFn& fn, const std::vector<TensorType>& types) {
+absl::StatusOr<Graph> TraceAt(const ir::TensorFn& fn, const std::vector<TensorType>& types,
+                              std::vector<std::optional<ir::OutputAlias>>* aliases = nullptr) {
   try {
-    return ir::Trace(fn, types);
+    return ir::Trace(fn, types, std::vector<Strides>(types.size()), nullptr, aliases);
   } catch (const std::exception& e) {
     std::vector<std::string> shapes;
     for (const TensorType& t : types) shapes.push_back(ShapeString(t.shape));
@@ -239,6 +240,13 @@ absl::StatusOr<Graph> TraceAt(const ir::TensorFn& fn, const std::vector<TensorTy
 }
 
 }  // namespace
+
+std::vector<std::vector<int64_t>> TracedValues(const std::vector<TensorType>& types,
+                                               const SymbolicShapes& symbols) {
+  const size_t n = symbols.symbols.size();
+  return {ValuesIn(types, symbols), std::vector<int64_t>(kProbes[0], kProbes[0] + n),
+          std::vector<int64_t>(kProbes[1], kProbes[1] + n)};
+}
 
 std::vector<std::pair<int64_t, int64_t>> TracedRanges(const std::vector<TensorType>& types,
                                                       const SymbolicShapes& symbols) {
@@ -292,19 +300,42 @@ absl::Status SameProgramAt(const ir::TensorFn& fn, const Graph& symbolic,
   return absl::OkStatus();
 }
 
+// The outputs that are one input, whole, in every trace.
+std::vector<std::optional<ir::OutputAlias>> WholeInputs(
+    const std::vector<std::optional<ir::OutputAlias>> (&aliases)[3],
+    const std::vector<TensorType> (&types)[3]) {
+  std::vector<std::optional<ir::OutputAlias>> out(aliases[2].size());
+  for (size_t k = 0; k < out.size(); ++k) {
+    bool whole = true;
+    for (int t = 0; t < 3 && whole; ++t) {
+      const std::optional<ir::OutputAlias>& a = aliases[t][k];
+      whole = a.has_value() && a->input == aliases[2][k]->input && a->offset == 0 &&
+              a->shape == types[t][a->input].shape &&
+              a->strides == ContiguousStrides(types[t][a->input].shape);
+    }
+    if (whole) out[k] = ir::OutputAlias{.input = aliases[2][k]->input, .whole_input = true};
+  }
+  return out;
+}
+
 absl::StatusOr<Graph> TraceSymbolic(const ir::TensorFn& fn, const std::vector<TensorType>& types,
-                                    const SymbolicShapes& symbols) {
+                                    const SymbolicShapes& symbols,
+                                    std::vector<std::optional<ir::OutputAlias>>* whole_inputs) {
   if (symbols.symbols.size() > kMaxSymbols) {
     return absl::InvalidArgumentError(absl::StrCat("at most ", kMaxSymbols, " symbolic sizes"));
   }
   std::vector<int64_t> values[3];
   Graph graphs[3];
+  std::vector<std::optional<ir::OutputAlias>> aliases[3];
+  std::vector<TensorType> traced[3];
   for (int k = 0; k < 2; ++k) {
     values[k].assign(kProbes[k], kProbes[k] + symbols.symbols.size());
-    KILN_ASSIGN_OR_RETURN(graphs[k], TraceAt(fn, WithSymbols(types, symbols, values[k])));
+    traced[k] = WithSymbols(types, symbols, values[k]);
+    KILN_ASSIGN_OR_RETURN(graphs[k], TraceAt(fn, traced[k], &aliases[k]));
   }
   values[2] = ValuesIn(types, symbols);
-  KILN_ASSIGN_OR_RETURN(graphs[2], TraceAt(fn, types));
+  traced[2] = types;
+  KILN_ASSIGN_OR_RETURN(graphs[2], TraceAt(fn, types, &aliases[2]));
   const Graph* g[3] = {&graphs[0], &graphs[1], &graphs[2]};
   const std::vector<int64_t>* syms[3] = {&values[0], &values[1], &values[2]};
   if (graphs[0].num_values() != graphs[2].num_values() ||
@@ -314,6 +345,12 @@ absl::StatusOr<Graph> TraceSymbolic(const ir::TensorFn& fn, const std::vector<Te
   }
   for (ValueId v = 0; v < graphs[2].num_values(); ++v) {
     KILN_RETURN_IF_ERROR(Unify(g, syms, v, graphs[2].mutable_node(v)));
+  }
+  if (whole_inputs != nullptr) {
+    if (aliases[0].size() != aliases[2].size() || aliases[1].size() != aliases[2].size()) {
+      return absl::FailedPreconditionError("the traced outputs change with the sizes");
+    }
+    *whole_inputs = WholeInputs(aliases, traced);
   }
   return std::move(graphs[2]);
 }

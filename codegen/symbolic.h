@@ -61,14 +61,19 @@ absl::StatusOr<SymbolicShapes> NamedSymbols(const std::vector<TensorType>& types
 // Traces `fn` at `types` and at two probe sizes of `symbols`, checks the traces are one program,
 // and returns the graph at `types` with sym_dims and sym_attrs set; an error says why the
 // function is not symbolic in those dims.
-absl::StatusOr<ir::Graph> TraceSymbolic(const ir::TensorFn& fn,
-                                        const std::vector<TensorType>& types,
-                                        const SymbolicShapes& symbols);
+// `whole_inputs` (may be null): per output, the input it is, whole, at every traced size (an
+// OutputAlias with whole_input set), else nullopt.
+absl::StatusOr<ir::Graph> TraceSymbolic(
+    const ir::TensorFn& fn, const std::vector<TensorType>& types, const SymbolicShapes& symbols,
+    std::vector<std::optional<ir::OutputAlias>>* whole_inputs = nullptr);
 
 // Per symbol, the smallest and largest value TraceSymbolic traced it at (the call's and the
 // probes'): where the program was seen to be one.
 std::vector<std::pair<int64_t, int64_t>> TracedRanges(const std::vector<TensorType>& types,
                                                       const SymbolicShapes& symbols);
+// The symbol values of TraceSymbolic's three traces (the call's and the probes').
+std::vector<std::vector<int64_t>> TracedValues(const std::vector<TensorType>& types,
+                                               const SymbolicShapes& symbols);
 
 // OK when `fn` traced at `types` with the symbols set to `values` is the program `symbolic` (a
 // graph TraceSymbolic returned) at those values: the same nodes, static dims and attributes, its

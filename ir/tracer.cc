@@ -161,9 +161,13 @@ class Tracer final : public DispatchHook {
   const Tensor& WriteInPlace(const OpDef& def, const Tensor& self, ValueId v) {
     KILN_CHECK(graph_->type(v).shape == self.shape(), def.name, "_: in-place result shape ",
                ShapeString(graph_->type(v).shape), " differs from self's ", self.shape_string());
-    KILN_CHECK(!IsFloatingPoint(graph_->type(v).dtype) || IsFloatingPoint(self.dtype()), def.name,
-               "_: a ", DTypeName(graph_->type(v).dtype), " result cannot be written into ",
-               DTypeName(self.dtype()), " self");
+    // torch's casting rule, as eager's in-place ops: no floating result into an integer or bool
+    // self, no integer result into a bool self.
+    const DType result = graph_->type(v).dtype;
+    KILN_CHECK((!IsFloatingPoint(result) || IsFloatingPoint(self.dtype())) &&
+                   (self.dtype() != DType::kBool || result == DType::kBool),
+               def.name, "_: in-place: a ", DTypeName(result), " result cannot be written into ",
+               DTypeName(self.dtype()), " self (torch's casting rule)");
     if (graph_->type(v).dtype != self.dtype()) {
       OpAttrs to;
       to.dtype = self.dtype();
@@ -254,6 +258,13 @@ StridedSpan SpanOf(IntList shape, IntList strides) {
 
 Strides InputStrides(const Tensor& t) {
   if (t.numel() == 0 || t.is_contiguous()) return {};
+  for (size_t d = 0; d < t.strides().size(); ++d) {
+    KILN_CHECK(
+        t.strides()[d] >= 0 || t.shape()[d] <= 1, "compiled function: an input of ",
+        Describe(t.type()), " has strides ", ShapeString(t.strides()),
+        "; compiled functions take inputs of non-negative strides (call contiguous() on it, ",
+        "or run the function eagerly)");
+  }
   return t.strides();
 }
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <tuple>
@@ -320,6 +321,96 @@ TEST(CompileSemantics, ACompiledFunctionInsideATraceIsInlined) {
   };
   CompiledFn outer = compile(outer_fn, {ones({3})});
   ExpectEqualTensors(outer({ones({3})})[0], full({3}, 9.0), "nested");
+}
+
+// Two disjoint strided views of one buffer, both written: each keeps only its own writes (the
+// plan writes a strided input back through its view, not its whole span), also from threads.
+TEST(CompileSemantics, DisjointStridedViewsKeepTheirOwnWrites) {
+  const Fn both = [](const std::vector<Tensor>& in) {
+    const Tensor old = in[0] * 1.0;  // keeps the old value alive: the write is not in place
+    add_(in[0], 1.0);
+    add_(in[1], 10.0);
+    return std::vector<Tensor>{old};
+  };
+  const Tensor eager_buffer = zeros({6, 8});
+  both({slice(eager_buffer, 1, 0, 4), slice(eager_buffer, 1, 4, 8)});
+  const Tensor buffer = zeros({6, 8});
+  CompiledFn f = compile(both, {slice(zeros({6, 8}), 1, 0, 4), slice(zeros({6, 8}), 1, 4, 8)});
+  f({slice(buffer, 1, 0, 4), slice(buffer, 1, 4, 8)});
+  EXPECT_EQ(to_vector(buffer), to_vector(eager_buffer));  // (interleaved views: run eagerly)
+  const Fn one = [](const std::vector<Tensor>& in) {
+    const Tensor old = in[0] * 1.0;
+    add_(in[0], 1.0);
+    return std::vector<Tensor>{old};
+  };
+  const Tensor shared = zeros({64, 8});
+  CompiledFn g = compile(one, {slice(zeros({64, 8}), 1, 0, 4)});
+  std::vector<std::thread> threads;
+  for (int64_t half : {0, 4}) {
+    threads.emplace_back([&, half] {
+      for (int call = 0; call < 50; ++call) g({slice(shared, 1, half, half + 4)});
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(to_vector(shared), std::vector<double>(64 * 8, 50.0));
+}
+
+// Symbolic plans: the order of two symbols the traces showed is a guard too, a size 1 is never
+// covered by a range widened to 0, and an output that is a written input is the caller's tensor.
+TEST(CompileSemantics, SymbolicPlansGuardOrdersAndSizeOne) {
+  const Fn ordered = [](const std::vector<Tensor>& in) {
+    const int64_t a = in[0].size(0), b = in[1].size(0);
+    return std::vector<Tensor>{a > b ? sum(in[0]) + sum(in[1]) : sum(in[0]) - sum(in[1])};
+  };
+  CompiledFn f = compile(ordered, {ones({4}), ones({3})});
+  f({ones({6}), ones({5})});
+  for (auto [a, b] : std::vector<std::pair<int64_t, int64_t>>{{10, 20}, {20, 10}, {15, 15}}) {
+    ExpectEqualTensors(f({ones({a}), ones({b})})[0], ordered({ones({a}), ones({b})})[0],
+                       absl::StrCat("sizes ", a, ", ", b));
+  }
+  const Fn squeezed = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{squeeze(in[0], 0) * 1.0};
+  };
+  CompiledFn g = compile(squeezed, {ones({4, 3})});
+  g({ones({5, 3})});
+  g({ones({0, 3})});
+  EXPECT_EQ(g({ones({1, 3})})[0].shape(), (Shape{3}));
+  const Fn written = [](const std::vector<Tensor>& in) {
+    add_(in[0], 1.0);
+    return std::vector<Tensor>{in[0]};
+  };
+  CompiledFn h = compile(written, {ones({4, 3})});
+  for (int64_t n : {4, 5, 6}) {
+    const std::vector<Tensor> in = {ones({n, 3})};
+    EXPECT_TRUE(h(in)[0].is_same(in[0])) << n;
+  }
+}
+
+// A bool self takes no integer result (torch's casting rule), compiled as eagerly; inputs of
+// negative strides are refused clearly; a call while compiling itself is an error, not a hang.
+TEST(CompileSemantics, CastingRuleNegativeStridesAndReentry) {
+  const Fn to_bool = [](const std::vector<Tensor>& in) {
+    add_(in[0], in[1]);
+    return std::vector<Tensor>{in[0]};
+  };
+  const std::vector<Tensor> in = {zeros({3}, DType::kBool), ones({3}, DType::kInt32)};
+  EXPECT_THROW(to_bool(in), Error);
+  EXPECT_NE(ErrorOf([&] { compile(to_bool, in); }).find("cannot be written into bool self"),
+            std::string::npos);
+  const Tensor reversed = arange(8, DType::kFloat32, kCPU).as_strided({4}, {-2}, 7);
+  const Fn twice = [](const std::vector<Tensor>& v) { return std::vector<Tensor>{v[0] * 2.0}; };
+  EXPECT_NE(ErrorOf([&] { compile(twice, {reversed}); }).find("non-negative strides"),
+            std::string::npos);
+  std::optional<CompiledFn> self;
+  CompileOptions o;
+  o.mode = CompileOptions::Mode::kCompiled;
+  o.tensor_names = [&] {
+    if (self.has_value()) (*self)({ones({2})});
+    return std::vector<std::pair<std::string, Tensor>>{};
+  };
+  self.emplace(twice, o);
+  EXPECT_NE(ErrorOf([&] { (*self)({ones({2})}); }).find("called while this thread is compiling"),
+            std::string::npos);
 }
 
 // recompile = false: a layout change is a new signature too, refused.
