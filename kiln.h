@@ -26,6 +26,7 @@
 #include "io/safetensors.h"
 #include "io/state_dict.h"
 #include "models/causal_lm.h"
+#include "models/export.h"
 #include "models/generate.h"
 #include "models/llama.h"
 #include "models/sampling.h"

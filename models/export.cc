@@ -2,10 +2,13 @@
 // their checks, the kernels given to the kernel cache, the loaded plan's calls.
 #include "models/export.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 
 #include "absl/strings/str_cat.h"
@@ -39,14 +42,15 @@ constexpr char kConstants[] = "constants.safetensors";
 // What a loaded plan needs to know of the exporter's call.
 struct InputSpec {
   TensorType type;
-  bool contiguous = true;
+  Strides strides;  // empty: contiguous; else the strides the plan was traced with
 };
 
 struct Manifest {
   std::string kiln, arch;  // kiln's build; "sm_90" or "cpu"
   std::vector<InputSpec> inputs;
   std::vector<int> input_updates;
-  std::map<std::string, std::string> files;  // relative path -> SHA-256
+  std::vector<std::optional<ir::OutputAlias>> output_aliases;  // per output
+  std::map<std::string, std::string> files;                    // relative path -> SHA-256
 };
 
 std::string ConstantName(int k) { return absl::StrCat("constant_", k); }
@@ -77,13 +81,22 @@ std::string ManifestJson(const Manifest& m) {
     inputs.push_back({{"dtype", DTypeName(in.type.dtype)},
                       {"shape", in.type.shape},
                       {"device", in.type.device.str()},
-                      {"contiguous", in.contiguous}});
+                      {"strides", in.strides.empty() ? Json(nullptr) : Json(in.strides)}});
+  }
+  Json aliases = Json::array();
+  for (const std::optional<ir::OutputAlias>& a : m.output_aliases) {
+    aliases.push_back(a ? Json{{"input", a->input},
+                               {"offset", a->offset},
+                               {"shape", a->shape},
+                               {"strides", a->strides}}
+                        : Json(nullptr));
   }
   Json j = {{"format", kFormat},
             {"kiln", m.kiln},
             {"arch", m.arch},
             {"inputs", inputs},
             {"input_updates", m.input_updates},
+            {"output_aliases", aliases},
             {"files", m.files}};
   return j.dump(2) + "\n";
 }
@@ -95,10 +108,26 @@ DType DTypeNamed(const std::string& name) {
   KILN_FAIL("unknown dtype \"", name, "\"");
 }
 
+// A JSON integer (not a float, not a bool) that fits int64.
+int64_t Integer(const Json& v, const char* what) {
+  KILN_CHECK(v.is_number_integer() &&
+                 (!v.is_number_unsigned() || v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)),
+             what, " must be an integer, got ", v.dump());
+  return v.get<int64_t>();
+}
+
+std::vector<int64_t> Integers(const Json& v, const char* what) {
+  KILN_CHECK(v.is_array(), what, " must be a list of integers, got ", v.dump());
+  std::vector<int64_t> out;
+  for (const Json& x : v) out.push_back(Integer(x, what));
+  return out;
+}
+
 Manifest ParseManifest(const std::string& text) {
   Manifest m;
   const Json j = Json::parse(text);  // throws on malformed text (caught by the caller)
-  if (j.at("format").get<int>() != kFormat) {
+  KILN_CHECK(j.is_object(), "the manifest is not a JSON object");
+  if (Integer(j.at("format"), "format") != kFormat) {
     KILN_FAIL("format ", j.at("format").dump(), " (this kiln reads format ", kFormat, ")");
   }
   m.kiln = j.at("kiln").get<std::string>();
@@ -106,14 +135,48 @@ Manifest ParseManifest(const std::string& text) {
   for (const Json& in : j.at("inputs")) {
     InputSpec s;
     s.type.dtype = DTypeNamed(in.at("dtype").get<std::string>());
-    s.type.shape = in.at("shape").get<Shape>();
+    const std::vector<int64_t> shape = Integers(in.at("shape"), "an input's shape");
+    s.type.shape = Shape(shape.begin(), shape.end());
     s.type.device = ParseDevice(in.at("device").get<std::string>());
-    s.contiguous = in.at("contiguous").get<bool>();
+    if (!in.at("strides").is_null()) {
+      const std::vector<int64_t> strides = Integers(in.at("strides"), "an input's strides");
+      s.strides = Strides(strides.begin(), strides.end());
+      KILN_CHECK(s.strides.size() == s.type.shape.size(), "an input's strides ",
+                 in.at("strides").dump(), " do not match its shape");
+    }
     m.inputs.push_back(s);
   }
-  m.input_updates = j.at("input_updates").get<std::vector<int>>();
+  for (int64_t i : Integers(j.at("input_updates"), "input_updates")) {
+    KILN_CHECK(i >= 0 && i < static_cast<int64_t>(m.inputs.size()), "input_updates names input ", i,
+               " of ", m.inputs.size());
+    m.input_updates.push_back(static_cast<int>(i));
+  }
+  for (const Json& a : j.at("output_aliases")) {
+    if (a.is_null()) {
+      m.output_aliases.emplace_back();
+      continue;
+    }
+    ir::OutputAlias alias;
+    const int64_t input = Integer(a.at("input"), "an output alias's input");
+    KILN_CHECK(input >= 0 && input < static_cast<int64_t>(m.inputs.size()),
+               "an output alias names input ", input, " of ", m.inputs.size());
+    alias.input = static_cast<int>(input);
+    alias.offset = Integer(a.at("offset"), "an output alias's offset");
+    const std::vector<int64_t> shape = Integers(a.at("shape"), "an output alias's shape");
+    const std::vector<int64_t> strides = Integers(a.at("strides"), "an output alias's strides");
+    alias.shape = Shape(shape.begin(), shape.end());
+    alias.strides = Strides(strides.begin(), strides.end());
+    m.output_aliases.push_back(std::move(alias));
+  }
   m.files = j.at("files").get<std::map<std::string, std::string>>();
   return m;
+}
+
+// The graph input an input of `spec` is: itself, or the flat tensor over what a strided one
+// reaches (ir::Trace's input_strides).
+TensorType GraphInputType(const InputSpec& spec) {
+  if (spec.strides.empty()) return spec.type;
+  return {Shape{ir::SpanOf(spec.type.shape, spec.strides).span}, spec.type.dtype, spec.type.device};
 }
 
 // The graph's constants in value order (the text's order: ParseGraph numbers values as written).
@@ -146,9 +209,20 @@ void CheckSignature(const ir::Graph& g, const Manifest& m) {
   KILN_CHECK(g.inputs().size() == m.inputs.size(), "the graph takes ", g.inputs().size(),
              " inputs, the manifest lists ", m.inputs.size());
   for (size_t i = 0; i < m.inputs.size(); ++i) {
-    KILN_CHECK(g.type(g.inputs()[i]) == m.inputs[i].type, "input ", i, " is ",
-               Describe(g.type(g.inputs()[i])), " in the graph, ", Describe(m.inputs[i].type),
-               " in the manifest");
+    const TensorType want = GraphInputType(m.inputs[i]);
+    KILN_CHECK(g.type(g.inputs()[i]) == want, "input ", i, " is ", Describe(g.type(g.inputs()[i])),
+               " in the graph, ", Describe(want), " by the manifest");
+  }
+  KILN_CHECK(m.output_aliases.size() <= g.outputs().size(), "the manifest places ",
+             m.output_aliases.size(), " outputs of a graph of ", g.outputs().size());
+  for (const std::optional<ir::OutputAlias>& a : m.output_aliases) {
+    if (!a) continue;
+    // The alias must lie inside its input's graph value (the plan's memory for it).
+    const TensorType in = g.type(g.inputs()[a->input]);
+    const Tensor probe = Tensor::Empty(in.shape, in.dtype, kMeta);
+    KILN_CHECK(a->offset >= 0 && a->shape.size() == a->strides.size(),
+               "an output alias is malformed");
+    probe.as_strided(a->shape, a->strides, a->offset);  // throws when outside
   }
   KILN_CHECK(m.input_updates.size() <= g.outputs().size(), "the manifest writes back ",
              m.input_updates.size(), " inputs from a graph of ", g.outputs().size(), " outputs");
@@ -168,9 +242,10 @@ std::vector<Tensor> ConstantValues(const ir::Graph& g) {
 
 void Export(const CompiledFn& fn, const std::vector<Tensor>& example_inputs,
             const std::string& dir) {
+  const std::string where = absl::StrCat("Export(", dir, ")");
+  KILN_CHECK(!dir.empty(), "Export: the folder name is empty");
   const codegen::Executable& exe = fn.executable(example_inputs);
   const ir::Graph& graph = exe.graph();
-  const std::string where = absl::StrCat("Export(", dir, ")");
   KILN_CHECK(exe.symbols().empty(), where, ": the plan has symbolic dims (",
              exe.symbols().Describe(), "); compile with dynamic = kNone to export one signature");
   KILN_CHECK(graph.inputs().size() == example_inputs.size(), where, ": the function writes ",
@@ -184,7 +259,8 @@ void Export(const CompiledFn& fn, const std::vector<Tensor>& example_inputs,
   }
   Manifest m;
   m.kiln = KILN_BUILD_ID;
-  for (const Tensor& x : example_inputs) m.inputs.push_back({x.type(), x.is_contiguous()});
+  for (const Tensor& x : example_inputs) m.inputs.push_back({x.type(), ir::InputStrides(x)});
+  m.output_aliases = fn.output_aliases(example_inputs);
   m.arch = ArchOf(TypesOf(m.inputs));
   m.input_updates = graph.input_updates();
   const std::string text = ir::PrintGraph(graph);
@@ -195,8 +271,16 @@ void Export(const CompiledFn& fn, const std::vector<Tensor>& example_inputs,
   auto constant = [&](int k, const TensorType&) { return constants.at(k); };
   std::unique_ptr<codegen::Executable> rebuilt =
       ValueOrThrow(codegen::Executable::Build(GraphWithConstants(text, constant, m.input_updates)));
-  std::vector<Tensor> run_inputs = example_inputs;  // copies of those the function writes
-  for (int i : m.input_updates) run_inputs[i] = clone(run_inputs[i]);
+  // The plan's inputs for the example call (a strided input as its flat tensor), copies of those
+  // the function writes.
+  std::vector<Tensor> run_inputs;
+  for (size_t i = 0; i < example_inputs.size(); ++i) {
+    const Tensor in =
+        m.inputs[i].strides.empty() ? example_inputs[i] : ir::FlatInput(example_inputs[i]);
+    const bool written = std::find(m.input_updates.begin(), m.input_updates.end(),
+                                   static_cast<int>(i)) != m.input_updates.end();
+    run_inputs.push_back(written ? clone(in) : in);
+  }
   rebuilt->Run(run_inputs);
   if (rebuilt->on_cuda()) cuda::Synchronize();
   const std::vector<cuda::KernelBinaryImage> kernels = ValueOrThrow(cuda::ServedKernelImages());
@@ -209,6 +293,10 @@ void Export(const CompiledFn& fn, const std::vector<Tensor>& example_inputs,
   fs::create_directories(fs::path(dir) / "kernels", ec);
   KILN_CHECK(!ec, where, ": cannot create ", dir, ": ", ec.message());
   const fs::path root(dir);
+  // An earlier export's manifest goes first: until the new one is written last, the folder is
+  // an unfinished export (refused as such), never an old manifest over new files.
+  fs::remove(root / kManifest, ec);
+  KILN_CHECK(!ec, where, ": cannot replace the earlier export's manifest: ", ec.message());
   auto write = [&](const std::string& file, const std::string& bytes) {
     WriteFileAtomically(root / file, bytes, where);
     m.files[file] = Sha256Hex(bytes);
@@ -224,45 +312,65 @@ struct LoadedFn::State {
   Manifest manifest;
   std::unique_ptr<codegen::Executable> exe;
   int kernels = 0;
-  LoadOptions options;
+  LoadCompiledOptions options;
   std::mutex graph_mu;  // serialises CUDA-graph replays
   std::shared_ptr<codegen::CudaGraphCache> graphs;
 
-  void CheckInputs(const std::vector<Tensor>& inputs) const {
+  // The plan's inputs for `inputs` (a strided one as its flat tensor), after checking them
+  // against the exported signature and for memory a written input shares with another (an
+  // exported plan has no eager fallback: that is an error).
+  std::vector<Tensor> PlanInputs(const std::vector<Tensor>& inputs) const {
     const std::vector<InputSpec>& want = manifest.inputs;
     KILN_CHECK(inputs.size() == want.size(), "LoadedFn(", dir, "): expected ", want.size(),
                " inputs, got ", inputs.size());
+    const auto layout = [](const Strides& st) {
+      return st.empty() ? std::string("contiguous") : absl::StrCat("strides ", ShapeString(st));
+    };
+    std::vector<Tensor> plan_inputs;
     for (size_t i = 0; i < inputs.size(); ++i) {
       KILN_CHECK(inputs[i].defined(), "LoadedFn(", dir, "): input ", i, " is undefined");
       KILN_CHECK(inputs[i].type() == want[i].type, "LoadedFn(", dir, "): input ", i, " is ",
                  Describe(inputs[i].type()), "; the plan was exported for ", Describe(want[i].type),
                  " (an exported plan serves its signature only)");
-      KILN_CHECK(inputs[i].is_contiguous() == want[i].contiguous, "LoadedFn(", dir, "): input ", i,
-                 " is ", inputs[i].is_contiguous() ? "" : "not ",
-                 "contiguous; the plan was exported for a",
-                 want[i].contiguous ? " contiguous" : " strided", " one");
+      const Strides strides = ir::InputStrides(inputs[i]);
+      KILN_CHECK(strides == want[i].strides, "LoadedFn(", dir, "): input ", i, " is ",
+                 layout(strides), "; the plan was exported for ", layout(want[i].strides));
+      plan_inputs.push_back(strides.empty() ? inputs[i] : ir::FlatInput(inputs[i]));
     }
+    const std::string overlap = WrittenInputOverlap(manifest.input_updates, plan_inputs);
+    KILN_CHECK(overlap.empty(), "LoadedFn(", dir, "): ", overlap,
+               "; an exported plan was traced with each input in memory of its own: pass ",
+               "separate tensors");
+    return plan_inputs;
   }
 };
 
 std::vector<Tensor> LoadedFn::operator()(const std::vector<Tensor>& inputs) const {
   State& s = *state_;
-  s.CheckInputs(inputs);
-  if (!s.options.cuda_graphs || !s.exe->on_cuda()) return s.exe->Run(inputs);
-  if constexpr (kWithCuda) {
+  const std::vector<Tensor> plan_inputs = s.PlanInputs(inputs);
+  std::vector<Tensor> outs;
+  if (!s.options.cuda_graphs || !s.exe->on_cuda()) {
+    outs = s.exe->Run(plan_inputs);
+  } else if constexpr (kWithCuda) {
     std::lock_guard<std::mutex> lock(s.graph_mu);
     if (s.graphs == nullptr) s.graphs = std::make_shared<codegen::CudaGraphCache>(*s.exe);
     const cuda::ScopedGraphReplay for_graph;
-    return s.graphs->Run(inputs);
+    outs = s.graphs->Run(plan_inputs);
+  } else {
+    outs = s.exe->Run(plan_inputs);
   }
-  return s.exe->Run(inputs);
+  std::vector<Strides> strides;
+  for (const InputSpec& in : s.manifest.inputs) strides.push_back(in.strides);
+  ApplyOutputAliases(s.manifest.output_aliases, strides, inputs, plan_inputs, outs);
+  return outs;
 }
 
 const codegen::Executable& LoadedFn::executable() const { return *state_->exe; }
 const std::string& LoadedFn::graph_text() const { return state_->text; }
 int LoadedFn::kernels() const { return state_->kernels; }
 
-LoadedFn LoadCompiled(const std::string& dir, LoadOptions options) {
+LoadedFn LoadCompiled(const std::string& dir, LoadCompiledOptions options) {
+  KILN_CHECK(!dir.empty(), "LoadCompiled: the folder name is empty");
   const fs::path root(dir);
   auto fail = [&](const std::string& why) { KILN_FAIL("LoadCompiled(", dir, "): ", why); };
   absl::StatusOr<std::string> manifest_text = ReadFileBytes(root / kManifest);

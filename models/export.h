@@ -9,13 +9,13 @@
 //   std::vector<kiln::Tensor> y = g({x});
 //
 // The folder holds `manifest.json` (format, kiln's build, the GPU architecture, the signature:
-// each input's dtype, shape, device and contiguity; which inputs the function writes in place;
-// a SHA-256 per file), `graph.txt` (the plan's final graph in kiln's IR text), `constants.
-// safetensors` (every constant the graph reads: weights, folded values) and `kernels/` (the CUBIN
-// of every kernel the exporting process has loaded through kiln's kernel cache, the plan's among
-// them, named by its cache key: kiln's kernel users keep the handles they got, so which kernels a
-// plan runs is known only as "everything loaded so far"; export from a process that compiled
-// little else). Whatever depends on addresses
+// each input's dtype, shape, device and strides where it is not contiguous; which inputs the
+// function writes in place; which outputs are views of inputs; a SHA-256 per file), `graph.txt`
+// (the plan's final graph in kiln's IR text), `constants. safetensors` (every constant the graph
+// reads: weights, folded values) and `kernels/` (the CUBIN of every kernel the exporting process
+// has loaded through kiln's kernel cache, the plan's among them, named by its cache key: kiln's
+// kernel users keep the handles they got, so which kernels a plan runs is known only as "everything
+// loaded so far"; export from a process that compiled little else). Whatever depends on addresses
 // (TMA descriptors, CUDA graphs, cuBLASLt plans and per-shape timings) is rebuilt at load time,
 // never stored.
 //
@@ -44,7 +44,7 @@ namespace kiln {
 void Export(const CompiledFn& fn, const std::vector<Tensor>& example_inputs,
             const std::string& dir);
 
-struct LoadOptions {
+struct LoadCompiledOptions {
   bool cuda_graphs = false;  // replay the plan as a CUDA graph after the first call
 };
 
@@ -58,10 +58,10 @@ class LoadedFn {
   struct State;
 
  private:
-  friend LoadedFn LoadCompiled(const std::string& dir, LoadOptions options);
+  friend LoadedFn LoadCompiled(const std::string& dir, LoadCompiledOptions options);
   std::shared_ptr<State> state_;
 };
 
-LoadedFn LoadCompiled(const std::string& dir, LoadOptions options = {});
+LoadedFn LoadCompiled(const std::string& dir, LoadCompiledOptions options = {});
 
 }  // namespace kiln

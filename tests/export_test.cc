@@ -8,6 +8,7 @@
 #include "models/export.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -76,7 +77,11 @@ TEST(Export, ALoadedPlanComputesWhatTheCompiledOneDoes) {
         g({randn({8, 32}, gen)});
       },
       "input 0 is float32[8, 32]", "exported for float32[16, 32]");
-  ExpectThrowsWith([&] { g({transpose(randn({32, 16}, gen), 0, 1)}); }, "not contiguous");
+  ExpectThrowsWith(
+      [&] {
+        g({transpose(randn({32, 16}, gen), 0, 1)});
+      },
+      "input 0 is strides [1, 16]", "exported for contiguous");
   ExpectThrowsWith([&] { g({m.x, m.x}); }, "expected 1 inputs, got 2");
 }
 
@@ -94,6 +99,48 @@ TEST(Export, AFunctionThatWritesItsInputStillDoes) {
   const Tensor a = full({4, 4}, 1.0);
   EXPECT_EQ(to_vector(g({a})[0]), std::vector<double>(16, 4.0));
   EXPECT_EQ(to_vector(a), std::vector<double>(16, 2.0));
+}
+
+// A strided input exports with its strides (the plan serves those), an output that is the
+// written input is the caller's tensor, and written inputs sharing memory are refused (a loaded
+// plan has no eager fallback).
+TEST(Export, StridesAliasedOutputsAndOverlappingInputs) {
+  auto fn = [](const std::vector<Tensor>& in) {
+    add_(in[0], 1.0);
+    return std::vector<Tensor>{in[0], in[1] * 2.0};
+  };
+  const auto strided = [] { return transpose(full({3, 2}, 1.0), 0, 1); };
+  const CompiledFn f =
+      compile(fn, {strided(), ones({2})}, {.mode = CompileOptions::Mode::kCompiled});
+  const LoadedFn g = LoadCompiled(ExportedTo("export_strided", f, {strided(), ones({2})}));
+  std::vector<Tensor> in = {strided(), ones({2})};
+  const std::vector<Tensor> out = g(in);
+  EXPECT_TRUE(out[0].is_same(in[0]));
+  EXPECT_EQ(to_vector(in[0]), std::vector<double>(6, 2.0));
+  EXPECT_EQ(to_vector(out[1]), std::vector<double>(2, 2.0));
+  ExpectThrowsWith(
+      [&] {
+        g({full({2, 3}, 1.0), ones({2})});
+      },
+      "input 0 is contiguous", "exported for strides [1, 2]");
+  const Tensor shared = full({6}, 1.0);
+  const Tensor view = transpose(reshape(shared, {3, 2}), 0, 1);
+  ExpectThrowsWith(
+      [&] {
+        g({view, slice(shared, 0, 0, 2)});
+      },
+      "input 0, which the function writes in place, overlaps input 1", "pass separate tensors");
+}
+
+// Files are read only when regular (a FIFO would block), and no folder name means no folder.
+TEST(Export, ReadsRegularFilesOnlyAndNeedsAFolderName) {
+  const std::string dir = TempPath("export_fifo");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ASSERT_EQ(mkfifo((dir + "/manifest.json").c_str(), 0600), 0);
+  ExpectThrowsWith([&] { LoadCompiled(dir); }, "LoadCompiled(", "not a regular file");
+  ExpectThrowsWith([&] { LoadCompiled(""); }, "LoadCompiled:", "the folder name is empty");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Export, SaysWhatItCannotExport) {
