@@ -3,6 +3,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include <cstdint>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -110,20 +111,25 @@ Tensor from_dlpack(DLManagedTensor* managed) {
   const Strides strides =
       dl.strides != nullptr ? Strides(dl.strides, dl.strides + dl.ndim) : ContiguousStrides(shape);
   const int64_t elem = DTypeSize(*dtype);
-  // The storage starts at `data` when the byte offset is a whole number of elements (kept as the
-  // tensor's offset), else at data + byte_offset.
+  // The first element is at data + byte_offset (checked for range before any pointer
+  // arithmetic, and for alignment by from_blob). The storage starts at `data` when the offset is
+  // whole elements (kept as the tensor's offset), else at the first element.
   const uint64_t byte_offset = dl.data != nullptr ? dl.byte_offset : 0;
-  const bool whole = byte_offset % elem == 0;
+  KILN_CHECK(byte_offset <= static_cast<uint64_t>(INT64_MAX) &&
+                 byte_offset <= UINTPTR_MAX - reinterpret_cast<uintptr_t>(dl.data),
+             "from_dlpack: byte_offset ", byte_offset, " is out of range");
+  const bool whole = byte_offset % static_cast<uint64_t>(elem) == 0;
   const int64_t offset = whole ? static_cast<int64_t>(byte_offset) / elem : 0;
   char* base = static_cast<char*>(dl.data) + (whole ? 0 : byte_offset);
-  // Validates sizes, strides and the pointer's device; throws before taking ownership.
+  // Validates sizes, strides, alignment and the pointer's device; throws before taking ownership.
   Tensor view = from_blob(base + offset * elem, shape, strides, *dtype, *device);
-  const int64_t span = view.storage()->nbytes() / elem;
+  int64_t total = 0;
+  KILN_CHECK(!__builtin_add_overflow(offset, view.storage()->nbytes() / elem, &total),
+             "from_dlpack: byte_offset ", byte_offset, " and the view's extent overflow");
   auto deleter = [managed](void*) {
     if (managed->deleter != nullptr) managed->deleter(managed);
   };
-  return from_blob(base, {offset + span}, *dtype, *device, deleter)
-      .as_strided(shape, strides, offset);
+  return from_blob(base, {total}, *dtype, *device, deleter).as_strided(shape, strides, offset);
 }
 
 }  // namespace kiln

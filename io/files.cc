@@ -1,6 +1,8 @@
 // Whole files in and out (see files.h).
 #include "io/files.h"
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -10,6 +12,14 @@
 namespace kiln {
 
 absl::StatusOr<std::string> ReadFileBytes(const std::filesystem::path& path) {
+  // Regular files only (a symlink is followed): a FIFO would block the read, a device file such
+  // as /dev/zero never end.
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read ", path.string(), ": not a regular file"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path.string()));
   std::ostringstream s;
@@ -31,7 +41,8 @@ void WriteFileAtomically(const std::filesystem::path& path, const std::string& d
   if (!written || ec) {
     std::error_code ignored;
     std::filesystem::remove(tmp, ignored);
-    KILN_FAIL(what, ": cannot write ", path.string(), written ? ": " : "", ec ? ec.message() : "");
+    KILN_FAIL(what, ": cannot write ", path.string(), ": ",
+              written ? ec.message() : std::string(std::strerror(errno)));
   }
 }
 

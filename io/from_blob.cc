@@ -60,6 +60,10 @@ Tensor from_blob(void* data, IntList shape, IntList strides, DType dtype, Device
   const int64_t span = ElementSpan(shape, strides, what);
   KILN_CHECK(data != nullptr || span == 0, "from_blob: a null pointer for ", span, " elements (",
              what, ")");
+  KILN_CHECK(reinterpret_cast<uintptr_t>(data) % static_cast<uintptr_t>(DTypeSize(dtype)) == 0,
+             "from_blob: the pointer 0x", absl::Hex(reinterpret_cast<uintptr_t>(data)),
+             " is not aligned to the ", DTypeSize(dtype), " bytes of a ", DTypeName(dtype),
+             " element (", what, ")");
   CheckPointerDevice(data, device, what);
   int64_t nbytes = 0;
   KILN_CHECK(!__builtin_mul_overflow(span, DTypeSize(dtype), &nbytes),

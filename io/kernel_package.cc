@@ -56,7 +56,7 @@ const std::regex& EntryRule() {
   return r;
 }
 const std::regex& ArchRule() {
-  static const std::regex r("(sm|compute)_([0-9]{2,3})(a?)");
+  static const std::regex r("(sm|compute)_([1-9][0-9]{1,2})(a?)");  // no leading zero: one spelling
   return r;
 }
 const std::regex& FileRule() {  // a plain file name inside the package: no folders, no ".."
@@ -233,6 +233,9 @@ std::string KernelPackageManifestJson(const KernelPackageManifest& m) {
 
 bool KernelPackageVersionMatches(const std::string& version, const std::string& pin) {
   if (pin.empty() || pin == "*") return true;
+  KILN_CHECK(pin.size() <= 256 && std::regex_match(pin, VersionRule()), "kernel package: the ",
+             "version pin \"", pin.substr(0, 64), "\" is malformed (a version or its leading ",
+             "components, like 1.2 or 1.2.0-rc, or * for any)");
   const std::vector<std::string> have = absl::StrSplit(version, '.');
   const std::vector<std::string> want = absl::StrSplit(pin, '.');
   if (want.size() > have.size()) return false;
@@ -243,6 +246,7 @@ bool KernelPackageVersionMatches(const std::string& version, const std::string& 
 }
 
 const KernelBinary* ChooseKernelBinary(const KernelSpec& spec, int major, int minor) {
+  if (major < 1 || major > 99 || minor < 0 || minor > 9) return nullptr;  // no such device
   const int device = major * 10 + minor;
   const KernelBinary* best = nullptr;
   int best_rank = 0;

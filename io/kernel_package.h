@@ -60,12 +60,13 @@ absl::StatusOr<KernelPackageManifest> ParseKernelPackageManifest(const std::stri
 std::string KernelPackageManifestJson(const KernelPackageManifest& manifest);
 
 // Whether `version` satisfies `pin`: "" or "*" any; otherwise the pin's dot-separated components
-// equal the version's leading ones ("1.2" takes 1.2.0 and 1.2.7, not 1.20.0 or 1.3.0).
+// equal the version's leading ones ("1.2" takes 1.2.0 and 1.2.7, not 1.20.0 or 1.3.0). A pin
+// that is not a version or its leading components ("^", "1.x", "1.") is an error.
 bool KernelPackageVersionMatches(const std::string& version, const std::string& pin);
 
 // The binary of `spec` that runs on compute capability major.minor: the arch-specific CUBIN of
 // exactly that capability ("sm_90a" on 9.0), else its CUBIN ("sm_90"), else the newest PTX not
-// newer than the device; nullptr when none runs there.
+// newer than the device; nullptr when none runs there (or major.minor is no device's).
 const KernelBinary* ChooseKernelBinary(const KernelSpec& spec, int major, int minor);
 
 // A kernel to put in a package: its CUDA source (NVRTC, C++17) and entry point.

@@ -212,6 +212,42 @@ TEST(FromBlob, BadInputIsAClearError) {
             }).find("device cuda:64 is not present"),
             std::string::npos);
   EXPECT_EQ(from_blob(nullptr, {0, 3}, DType::kFloat32).numel(), 0);
+  alignas(8) char bytes[32] = {};
+  EXPECT_NE(ErrorOf([&] {
+              from_blob(bytes + 1, {4}, DType::kFloat32);
+            }).find("is not aligned to the 4 bytes of a float32 element"),
+            std::string::npos);
+}
+
+// DLPack byte offsets: the first element aligned, never past the address space (checked before
+// any pointer arithmetic); the deleter stays the caller's on every refusal.
+TEST(Dlpack, ByteOffsetsAreWholeElementsInRange) {
+  alignas(8) float data[4] = {1, 2, 3, 4};
+  int64_t shape[1] = {2};
+  int deleted = 0;
+  DLManagedTensor m{};
+  m.dl_tensor.data = data;
+  m.dl_tensor.device = {kDLCPU, 0};
+  m.dl_tensor.ndim = 1;
+  m.dl_tensor.dtype = {kDLFloat, 32, 1};
+  m.dl_tensor.shape = shape;
+  m.manager_ctx = &deleted;
+  m.deleter = [](DLManagedTensor* self) { ++*static_cast<int*>(self->manager_ctx); };
+  for (uint64_t bad : {(uint64_t{1} << 63) + 4, UINT64_MAX - 3}) {
+    m.dl_tensor.byte_offset = bad;
+    EXPECT_NE(ErrorOf([&] { from_dlpack(&m); }).find("from_dlpack: byte_offset"), std::string::npos)
+        << bad;
+  }
+  m.dl_tensor.byte_offset = 2;  // the first element at data + 2: not aligned for float32
+  EXPECT_NE(ErrorOf([&] { from_dlpack(&m); }).find("is not aligned to the 4 bytes"),
+            std::string::npos);
+  EXPECT_EQ(deleted, 0);
+  m.dl_tensor.byte_offset = 8;
+  {
+    const Tensor t = from_dlpack(&m);
+    EXPECT_EQ(to_vector(t), (std::vector<double>{3, 4}));
+  }
+  EXPECT_EQ(deleted, 1);
 }
 
 TEST(FromBlob, PointerOnAnotherDeviceIsAnError) {

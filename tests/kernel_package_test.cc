@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -127,6 +128,11 @@ TEST(KernelPackageVersion, PinsMatchLeadingComponents) {
   EXPECT_FALSE(KernelPackageVersionMatches("1.3.0", "1.2"));
   EXPECT_FALSE(KernelPackageVersionMatches("1.2", "1.2.0"));
   EXPECT_FALSE(KernelPackageVersionMatches("2.0.0", "1"));
+  for (const char* bad : {"^", "1.x", "1.", ".", " 1.2", "**", ">=1.2.3"}) {
+    EXPECT_NE(ErrorOf([&] { KernelPackageVersionMatches("1.2.7", bad); }).find("is malformed"),
+              std::string::npos)
+        << bad;
+  }
 }
 
 TEST(KernelPackageBinary, EachGpuTakesWhatRunsThere) {
@@ -150,6 +156,9 @@ TEST(KernelPackageBinary, EachGpuTakesWhatRunsThere) {
   with({"compute_70", "compute_86"});
   EXPECT_EQ(chosen(9, 0), "compute_86");  // the newest PTX not newer than the GPU
   EXPECT_EQ(chosen(8, 0), "compute_70");
+  EXPECT_EQ(chosen(INT_MAX, 0), "none");  // no device: no overflow, nothing chosen
+  EXPECT_EQ(chosen(9, -1), "none");
+  EXPECT_EQ(chosen(0, INT_MAX), "none");
 }
 
 // A kernel that adds `a` to n floats in place: (float* x, float a, int n), 8 + 4 + 4 bytes.
