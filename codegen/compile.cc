@@ -105,7 +105,7 @@ struct Entry {
 
   void AliasOutputs(const std::vector<Tensor>& inputs, const std::vector<Tensor>& plan_inputs,
                     std::vector<Tensor>& outs) const {
-    ApplyOutputAliases(output_aliases, strides, inputs, plan_inputs, outs);
+    ApplyOutputAliases(output_aliases, inputs, plan_inputs, outs);
   }
   // Tensors the function writes in place without receiving them (a module's KV cache): the
   // graph's inputs after the caller's (ir/tracer.h), passed on every call.
@@ -244,7 +244,6 @@ std::string WrittenInputOverlap(const std::vector<int>& written,
 }
 
 void ApplyOutputAliases(const std::vector<std::optional<ir::OutputAlias>>& aliases,
-                        const std::vector<Strides>& input_strides,
                         const std::vector<Tensor>& inputs, const std::vector<Tensor>& plan_inputs,
                         std::vector<Tensor>& outs) {
   for (size_t k = 0; k < aliases.size() && k < outs.size(); ++k) {
@@ -252,15 +251,6 @@ void ApplyOutputAliases(const std::vector<std::optional<ir::OutputAlias>>& alias
     const ir::OutputAlias& a = *aliases[k];
     const Tensor& caller = inputs[a.input];
     if (a.whole_input) {
-      outs[k] = caller;
-      continue;
-    }
-    const bool strided = !input_strides[a.input].empty();
-    // The function received the caller's tensor as all of its graph input (contiguous) or as the
-    // view of the flat input starting at the span's offset (strided).
-    const int64_t received_at = strided ? ir::SpanOf(caller.shape(), caller.strides()).offset : 0;
-    const Strides received = strided ? caller.strides() : ContiguousStrides(caller.shape());
-    if (a.offset == received_at && a.shape == caller.shape() && a.strides == received) {
       outs[k] = caller;
       continue;
     }

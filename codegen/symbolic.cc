@@ -302,16 +302,13 @@ absl::Status SameProgramAt(const ir::TensorFn& fn, const Graph& symbolic,
 
 // The outputs that are one input, whole, in every trace.
 std::vector<std::optional<ir::OutputAlias>> WholeInputs(
-    const std::vector<std::optional<ir::OutputAlias>> (&aliases)[3],
-    const std::vector<TensorType> (&types)[3]) {
+    const std::vector<std::optional<ir::OutputAlias>> (&aliases)[3]) {
   std::vector<std::optional<ir::OutputAlias>> out(aliases[2].size());
   for (size_t k = 0; k < out.size(); ++k) {
     bool whole = true;
     for (int t = 0; t < 3 && whole; ++t) {
       const std::optional<ir::OutputAlias>& a = aliases[t][k];
-      whole = a.has_value() && a->input == aliases[2][k]->input && a->offset == 0 &&
-              a->shape == types[t][a->input].shape &&
-              a->strides == ContiguousStrides(types[t][a->input].shape);
+      whole = a.has_value() && a->whole_input && a->input == aliases[2][k]->input;
     }
     if (whole) out[k] = ir::OutputAlias{.input = aliases[2][k]->input, .whole_input = true};
   }
@@ -350,7 +347,7 @@ absl::StatusOr<Graph> TraceSymbolic(const ir::TensorFn& fn, const std::vector<Te
     if (aliases[0].size() != aliases[2].size() || aliases[1].size() != aliases[2].size()) {
       return absl::FailedPreconditionError("the traced outputs change with the sizes");
     }
-    *whole_inputs = WholeInputs(aliases, traced);
+    *whole_inputs = WholeInputs(aliases);
   }
   return std::move(graphs[2]);
 }

@@ -101,13 +101,16 @@ class Tracer final : public DispatchHook {
     return p;
   }
 
-  // Where `t` lies in the memory of one of the caller's inputs (the first `callers` graph
-  // inputs), if it does.
-  std::optional<OutputAlias> AliasOf(const Tensor& t, size_t callers) const {
-    for (size_t i = 0; i < callers && i < inputs_.size(); ++i) {
-      if (inputs_[i] == t.storage().get()) {
-        return OutputAlias{static_cast<int>(i), t.offset(), t.shape(), t.strides()};
-      }
+  // Where `t` lies in the memory of one of the caller's
+  // inputs (the first `placeholders.size()` graph inputs), if it does: the input itself when it
+  // is the tensor the function received (as eager returns the caller's tensor object).
+  std::optional<OutputAlias> AliasOf(const Tensor& t,
+                                     const std::vector<Tensor>& placeholders) const {
+    for (size_t i = 0; i < placeholders.size() && i < inputs_.size(); ++i) {
+      if (inputs_[i] != t.storage().get()) continue;
+      OutputAlias a{static_cast<int>(i), t.offset(), t.shape(), t.strides()};
+      a.whole_input = t.is_same(placeholders[i]);
+      return a;
     }
     return std::nullopt;
   }
@@ -312,7 +315,7 @@ absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<TensorType>& e
     for (const Tensor& t : outs) out_ids.push_back(tracer.ValueOf(t));
     if (output_aliases != nullptr) {
       output_aliases->clear();
-      for (const Tensor& t : outs) output_aliases->push_back(tracer.AliasOf(t, examples.size()));
+      for (const Tensor& t : outs) output_aliases->push_back(tracer.AliasOf(t, placeholders));
     }
     // Inputs written in place: their new values are further outputs, copied back after a call.
     const std::vector<ValueId> finals = tracer.FinalInputValues();

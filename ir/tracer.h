@@ -58,7 +58,7 @@ struct OutputAlias {
   int64_t offset = 0;
   Shape shape;
   Strides strides;
-  bool whole_input = false;  // the input itself at any size (a symbolic plan's only kind)
+  bool whole_input = false;  // the tensor the function received, itself (at any size)
 };
 // `output_aliases` (may be null) gets one entry per output the function returned.
 absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<TensorType>& input_types,

@@ -88,7 +88,8 @@ std::string ManifestJson(const Manifest& m) {
     aliases.push_back(a ? Json{{"input", a->input},
                                {"offset", a->offset},
                                {"shape", a->shape},
-                               {"strides", a->strides}}
+                               {"strides", a->strides},
+                               {"whole_input", a->whole_input}}
                         : Json(nullptr));
   }
   Json j = {{"format", kFormat},
@@ -166,6 +167,8 @@ Manifest ParseManifest(const std::string& text) {
     const std::vector<int64_t> strides = Integers(a.at("strides"), "an output alias's strides");
     alias.shape = Shape(shape.begin(), shape.end());
     alias.strides = Strides(strides.begin(), strides.end());
+    KILN_CHECK(a.at("whole_input").is_boolean(), "an output alias's whole_input must be a bool");
+    alias.whole_input = a.at("whole_input").get<bool>();
     m.output_aliases.push_back(std::move(alias));
   }
   m.files = j.at("files").get<std::map<std::string, std::string>>();
@@ -359,9 +362,7 @@ std::vector<Tensor> LoadedFn::operator()(const std::vector<Tensor>& inputs) cons
   } else {
     outs = s.exe->Run(plan_inputs);
   }
-  std::vector<Strides> strides;
-  for (const InputSpec& in : s.manifest.inputs) strides.push_back(in.strides);
-  ApplyOutputAliases(s.manifest.output_aliases, strides, inputs, plan_inputs, outs);
+  ApplyOutputAliases(s.manifest.output_aliases, inputs, plan_inputs, outs);
   return outs;
 }
 
