@@ -76,7 +76,7 @@ std::string Disagreement(const std::vector<Call>& calls, const std::string& what
 class ThreadWorld {
  public:
   ThreadWorld(int n, std::chrono::milliseconds timeout)
-      : n_(n), timeout_(timeout), slots_(n), joined_(n, false) {}
+      : n_(n), timeout_(timeout), slots_(n), joined_(n, false), busy_(n, false) {}
 
   int size() const { return n_; }
 
@@ -84,9 +84,20 @@ class ThreadWorld {
   // group failed, a rank does not come in time, or the calls differ (then the group fails).
   std::vector<Call> Exchange(int rank, Call call, int64_t seq) {
     const std::string what = absl::StrCat(KindName(call.kind), " #", seq);
+    bool second = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      slots_[rank] = std::move(call);
+      second = busy_[rank];
+      if (!second) {
+        busy_[rank] = true;
+        slots_[rank] = std::move(call);
+      }
+    }
+    if (second) {
+      Fail(
+          absl::StrCat(what, ": rank ", rank, " issued it while another collective of that rank ",
+                       "is still in progress (two threads of one rank issue collectives: a rank's ",
+                       "collectives must come one at a time, in one order on every rank)"));
     }
     Barrier(rank, what);
     std::vector<Call> calls;
@@ -99,7 +110,11 @@ class ThreadWorld {
   }
 
   // After reading the slots: no rank writes its next call before all have read.
-  void Done(int rank, int64_t seq) { Barrier(rank, absl::StrCat("collective #", seq, "'s end")); }
+  void Done(int rank, int64_t seq) {
+    Barrier(rank, absl::StrCat("collective #", seq, "'s end"));
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_[rank] = false;
+  }
 
   // Marks the group failed (the first reason is kept) and wakes every waiting rank.
   void Abort(const std::string& why) {
@@ -151,6 +166,7 @@ class ThreadWorld {
   std::condition_variable cv_;
   std::vector<Call> slots_;
   std::vector<bool> joined_;
+  std::vector<bool> busy_;  // a rank between its Exchange and its Done
   int count_ = 0;
   int64_t generation_ = 0;
   std::string failed_;  // non-empty once the group failed
@@ -359,6 +375,8 @@ void RunThreadRanks(int world_size, const std::function<void(ProcessGroup&)>& bo
                     std::chrono::milliseconds timeout) {
   KILN_CHECK(world_size >= 1 && world_size <= 1024, "RunThreadRanks: world size ", world_size,
              " is not in 1..1024");
+  KILN_CHECK(timeout.count() > 0, "RunThreadRanks: the timeout must be positive, got ",
+             timeout.count(), " ms");
   ThreadWorld world(world_size, timeout);
   // Each rank's error, and whether it is only the echo of another rank's failure (kAborted).
   std::vector<std::exception_ptr> errors(world_size);

@@ -339,6 +339,11 @@ Result Expand(Types in, const OpAttrs& a) {
     const int64_t xi = i - (rank - x.rank());
     const int64_t have = xi >= 0 ? x.shape[xi] : 1;
     if (out[i] == -1 && xi >= 0) out[i] = have;
+    if (out[i] == -1) {
+      return Invalid(absl::StrCat("cannot expand ", ShapeString(x.shape), " to ",
+                                  ShapeString(a.dims), ": -1 is not allowed in a leading, new dim ",
+                                  "(dim ", i, ")"));
+    }
     if (out[i] < 0 || (have != 1 && have != out[i])) {
       return Invalid(absl::StrCat("cannot expand ", ShapeString(x.shape), " to ",
                                   ShapeString(a.dims), ": dim ", i, " has size ", have,

@@ -38,7 +38,10 @@ Tensor RowParallel(const Tensor& x_shard, const Tensor& weight_shard, const Tens
 }
 
 PaddedRows PaddedRowsOf(int64_t rows, int rank, int world) {
-  const int64_t part = (rows + world - 1) / world;
+  KILN_CHECK(world >= 1 && rank >= 0 && rank < world && rows >= 0, "PaddedRowsOf: rank ", rank,
+             " of a world of ", world, " over ", rows, " rows (needs world >= 1, 0 <= rank < ",
+             "world, rows >= 0)");
+  const int64_t part = rows / world + (rows % world != 0);  // ceil, without rows + world overflow
   const int64_t begin = std::min(rows, rank * part);
   return {begin, std::min(rows, begin + part), part};
 }

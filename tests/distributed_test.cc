@@ -101,6 +101,13 @@ TEST(ThreadRanks, RanksThatCallDifferentThingsFailOnEveryRank) {
       "rank 2: all_reduce of float32 [5]");
 }
 
+// A timeout must be positive (0 ms would fail every collective at once).
+TEST(ThreadRanks, ATimeoutMustBePositive) {
+  EXPECT_THROW(RunThreadRanks(
+                   1, [](ProcessGroup&) {}, std::chrono::milliseconds(0)),
+               Error);
+}
+
 TEST(ThreadRanks, ARankThatNeverComesTimesOutNamingIt) {
   ExpectThrowsWith(
       [] {

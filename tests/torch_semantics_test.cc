@@ -24,6 +24,7 @@
 #include "ops/dispatch.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
+#include "ops/tensor_parallel.h"
 #include "runtime/status.h"
 #include "tests/test_util.h"
 
@@ -539,6 +540,12 @@ TEST(SizeArithmetic, NearInt64sEndNothingWraps) {
         unflatten(arange(6), 0, {9, 6148914691236517206});
       },
       {"unflatten:", "multiply past"}, "unflatten");
+  ExpectError(
+      [&] {
+        expand(ones({3}), {-1, 3});
+      },
+      {"expand", "-1 is not allowed in a leading"}, "expand -1");
+  ExpectError([&] { PaddedRowsOf(10, 0, 0); }, {"PaddedRowsOf:", "world of 0"}, "PaddedRowsOf");
 }
 
 // to_vector<T> is exact for int64 and refuses what T cannot hold (no float-to-int UB).
