@@ -78,7 +78,7 @@ std::string ShapesString(absl::Span<const Tensor> inputs) {
   return s + "]";
 }
 
-void Begin(const char* name, EventKind kind, const absl::Span<const Tensor>* inputs) {
+uint64_t Begin(const char* name, EventKind kind, const absl::Span<const Tensor>* inputs) {
   ThreadState& t = State();
   OpenRange& r = t.open.emplace_back();
   r.name = name;
@@ -91,17 +91,18 @@ void Begin(const char* name, EventKind kind, const absl::Span<const Tensor>* inp
   r.pushed_to = g_source.load(std::memory_order_acquire);
   if (r.pushed_to != nullptr) r.pushed_to->PushExternalId(r.id);
   r.start_ns = NowNs();
+  return r.id;
 }
 
 // Appends the closed range to the thread's buffer if its session is still being collected. The
 // session is read under the buffer lock: EndSession clears it before draining any buffer.
-void Commit(ThreadState& t, OpenRange& r, int64_t end_ns) {
+void Commit(ThreadState& t, OpenRange& r, int32_t depth, int64_t end_ns) {
   std::lock_guard<std::mutex> lock(t.buffer->mu);
   if (r.session != g_session.load(std::memory_order_relaxed)) return;
   HostEvent& e = t.buffer->events.emplace_back();
   e.name = r.name;
   e.kind = r.kind;
-  e.depth = static_cast<int32_t>(t.open.size()) - 1;
+  e.depth = depth;
   e.tid = t.tid;
   e.start_ns = r.start_ns;
   e.end_ns = end_ns;
@@ -109,16 +110,23 @@ void Commit(ThreadState& t, OpenRange& r, int64_t end_ns) {
   e.shapes = std::move(r.shapes);
 }
 
-void End() {
+// Closes the open range `id` (0: the innermost). A user's Range may close out of order (one
+// destroyed before a range opened after it): it still closes its own entry, with its own times.
+void End(uint64_t id = 0) {
   const int64_t end_ns = NowNs();
   ThreadState& t = State();
   if (t.open.empty()) return;
-  OpenRange& r = t.open.back();
+  size_t at = t.open.size() - 1;
+  while (id != 0 && t.open[at].id != id) {
+    if (at == 0) return;  // not open on this thread (its session ended)
+    --at;
+  }
+  OpenRange& r = t.open[at];
   if (r.pushed_to != nullptr && r.pushed_to == g_source.load(std::memory_order_acquire)) {
     r.pushed_to->PopExternalId();
   }
-  if (r.session != 0) Commit(t, r, end_ns);
-  t.open.pop_back();
+  if (r.session != 0) Commit(t, r, static_cast<int32_t>(at), end_ns);
+  t.open.erase(t.open.begin() + static_cast<std::ptrdiff_t>(at));
 }
 
 }  // namespace
@@ -155,16 +163,19 @@ const char* Intern(const std::string& name) {
   return names->insert(name).first->c_str();
 }
 
+// The name is interned (copied once): the caller's buffer may change or go before the report.
 Range::Range(const char* name) : armed_(IsActive()) {
-  if (KILN_PREDICT_FALSE(armed_)) Begin(name, EventKind::kUser, nullptr);
+  if (KILN_PREDICT_FALSE(armed_)) {
+    id_ = Begin(Intern(name != nullptr ? name : "(null)"), EventKind::kUser, nullptr);
+  }
 }
 
 Range::Range(const std::string& name) : armed_(IsActive()) {
-  if (KILN_PREDICT_FALSE(armed_)) Begin(Intern(name), EventKind::kUser, nullptr);
+  if (KILN_PREDICT_FALSE(armed_)) id_ = Begin(Intern(name), EventKind::kUser, nullptr);
 }
 
 Range::~Range() {
-  if (KILN_PREDICT_FALSE(armed_)) End();
+  if (KILN_PREDICT_FALSE(armed_)) End(id_);
 }
 
 OpRange::OpRange(const char* name, absl::Span<const Tensor> inputs) {

@@ -62,14 +62,15 @@ const char* Intern(const std::string& name);
 // A user range. Records only if a profiler is recording when it opens.
 class Range {
  public:
-  explicit Range(const char* name);
+  explicit Range(const char* name);  // the name is copied
   explicit Range(const std::string& name);
-  ~Range();
+  ~Range();  // closes this range, also when ranges opened after it are still open
   Range(const Range&) = delete;
   Range& operator=(const Range&) = delete;
 
  private:
   bool armed_;
+  uint64_t id_ = 0;
 };
 
 // The range the dispatcher opens around one op. Construct it only when IsActive().

@@ -61,7 +61,13 @@ void SortAndNest(std::vector<HostEvent>& events) {
 
 Profiler::Profiler() : Profiler(Options{}) {}
 
-Profiler::Profiler(Options options) : options_(std::move(options)) {}
+Profiler::Profiler(Options options) : options_(std::move(options)) {
+  const Options& o = options_;
+  KILN_CHECK(o.wait >= 0 && o.warmup >= 0 && o.active > 0 && o.repeat >= 0,
+             "Profiler: the schedule needs wait >= 0, warmup >= 0, active > 0 and repeat >= 0 ",
+             "(torch's schedule), got wait=", o.wait, " warmup=", o.warmup, " active=", o.active,
+             " repeat=", o.repeat);
+}
 
 Profiler::~Profiler() {
   if (running_) Stop();

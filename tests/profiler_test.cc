@@ -276,6 +276,31 @@ TEST(ProfilerHost, NestAndTime) {
   EXPECT_EQ(r.steps_recorded, 1);
 }
 
+// A range's name is copied (the caller's buffer may change), and a range closed before one
+// opened after it closes its own entry with its own times.
+TEST(ProfilerHost, NamesAreCopiedAndOutOfOrderRangesKeepTheirTimes) {
+  Profiler prof(HostOnly());
+  prof.Start();
+  char name[16];
+  for (int i = 0; i < 2; ++i) {
+    std::snprintf(name, sizeof name, "layer%d", i);
+    Range r(name);
+  }
+  std::snprintf(name, sizeof name, "CLOBBERED");
+  auto outer = std::make_unique<Range>("outer");
+  auto inner = std::make_unique<Range>("inner");
+  outer.reset();  // closed first, though opened first
+  SleepMs(10);
+  inner.reset();
+  ProfileResult r = prof.Stop();
+  One(r, "layer0");
+  One(r, "layer1");
+  EXPECT_LT(One(r, "outer").duration_ns(), 10'000'000);
+  EXPECT_GE(One(r, "inner").duration_ns(), 10'000'000);
+  EXPECT_THROW(Profiler(ProfilerOptions{.active = 0}), Error);
+  EXPECT_THROW(Profiler(ProfilerOptions{.wait = -1}), Error);
+}
+
 TEST(ProfilerHost, OpsNestUnderUserRange) {
   ProfilerOptions o = HostOnly();
   o.record_shapes = true;
