@@ -22,6 +22,8 @@
 // Called inside a function being traced, a CompiledFn runs its function there (inlined).
 // Values the function reads from the host (a captured double, a tensor handle re-bound after
 // compiling, a generator's draw) are read once, at trace time: C++ closures cannot be guarded.
+// An explicit as_strided on an input counts its offset from the input's first element (eager:
+// from the start of the input's storage; they differ for an input with a storage offset).
 // compilations() counts the plans built.
 //
 // Semantics (torch's, see DESIGN.md "Round 2"): results equal eager's for the same inputs and

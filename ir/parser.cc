@@ -438,6 +438,9 @@ absl::StatusOr<ValueId> Parser::Result(Graph* g, const Scope& scope) {
   KILN_ASSIGN_OR_RETURN(ValueId fusion, Use(scope));
   KILN_RETURN_IF_ERROR(Expect('#', "before the result's index"));
   KILN_ASSIGN_OR_RETURN(int64_t index, Integer("after '#'"));
+  if (index < 1 || index > INT32_MAX) {
+    return Error(absl::StrCat("the result index ", index, " is out of range (1 .. 2^31 - 1)"));
+  }
   KILN_RETURN_IF_ERROR(Expect(':', "after the result's index"));
   Node node;
   node.kind = NodeKind::kResult;

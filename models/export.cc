@@ -150,6 +150,9 @@ Manifest ParseManifest(const std::string& text) {
   for (int64_t i : Integers(j.at("input_updates"), "input_updates")) {
     KILN_CHECK(i >= 0 && i < static_cast<int64_t>(m.inputs.size()), "input_updates names input ", i,
                " of ", m.inputs.size());
+    KILN_CHECK(
+        std::find(m.input_updates.begin(), m.input_updates.end(), i) == m.input_updates.end(),
+        "input_updates names input ", i, " twice");
     m.input_updates.push_back(static_cast<int>(i));
   }
   for (const Json& a : j.at("output_aliases")) {
@@ -375,7 +378,10 @@ LoadedFn LoadCompiled(const std::string& dir, LoadCompiledOptions options) {
   const fs::path root(dir);
   auto fail = [&](const std::string& why) { KILN_FAIL("LoadCompiled(", dir, "): ", why); };
   absl::StatusOr<std::string> manifest_text = ReadFileBytes(root / kManifest);
-  if (!manifest_text.ok()) fail(std::string(manifest_text.status().message()));
+  if (!manifest_text.ok()) {
+    fail(absl::StrCat(manifest_text.status().message(),
+                      " (no export, or one that did not finish: Export writes the manifest last)"));
+  }
   auto state = std::make_shared<LoadedFn::State>();
   state->dir = dir;
   state->options = options;
