@@ -75,8 +75,9 @@ struct Entry {
   // sizes (VerifiedFor), which widens the range or refuses the sizes.
   std::optional<ir::Graph> symbolic_graph;
   std::vector<std::pair<int64_t, int64_t>> verified;
-  uint64_t orders = 0;                            // OrderBits of the traced and verified values
-  std::set<std::vector<int64_t>> exact, refused;  // values verified one by one; refused
+  uint64_t orders = 0;                 // OrderBits of the traced and verified values
+  std::vector<uint32_t> small_values;  // per symbol: bit v for a verified value v of 0 or 1
+  std::set<std::vector<int64_t>> refused;
   std::unique_ptr<codegen::Executable> exe;
   CompileReport report;
   std::mutex graph_mu;  // serialises CUDA-graph replays (CudaGraphCache is not thread-safe)
@@ -191,26 +192,29 @@ struct Entry {
     return false;
   }
 
-  // Covered: each value inside its symbol's verified range, and the order of every two symbols
-  // (<, =, >) one a trace showed. Values 0 and 1 are never covered by a range (torch specialises
-  // them too: a dim of size 1 broadcasts, squeezes): only the exact values a trace passed.
+  // Covered: each value of 2 or more inside its symbol's verified range, each value 0 or 1 one a
+  // trace passed for that symbol (torch specialises them too: a dim of size 1 broadcasts,
+  // squeezes; a range never covers them), and the order of every two symbols (<, =, >) one a
+  // trace showed.
   bool Covered(const std::vector<int64_t>& values) const {
-    if (exact.contains(values)) return true;
     for (size_t j = 0; j < values.size(); ++j) {
-      if (values[j] <= 1 || values[j] < verified[j].first || values[j] > verified[j].second) {
+      const bool small = values[j] <= 1;
+      if (small ? !(j < small_values.size() && ((small_values[j] >> values[j]) & 1u))
+                : values[j] < verified[j].first || values[j] > verified[j].second) {
         return false;
       }
     }
     return (OrderBits(values) & ~orders) == 0;
   }
   void Cover(const std::vector<int64_t>& values) {
-    if (std::any_of(values.begin(), values.end(), [](int64_t v) { return v <= 1; })) {
-      exact.insert(values);
-      return;
-    }
+    if (small_values.size() < values.size()) small_values.resize(values.size(), 0);
     for (size_t j = 0; j < values.size(); ++j) {
-      verified[j] = {std::min(verified[j].first, values[j]),
-                     std::max(verified[j].second, values[j])};
+      if (values[j] <= 1) {
+        small_values[j] |= 1u << values[j];
+      } else {
+        verified[j] = {std::min(verified[j].first, values[j]),
+                       std::max(verified[j].second, values[j])};
+      }
     }
     orders |= OrderBits(values);
   }
@@ -468,7 +472,7 @@ std::unique_ptr<Entry> CompiledFn::State::Compile(const std::vector<TensorType>&
       entry->symbolic_graph = *g;
       entry->verified = codegen::TracedRanges(types, *s);
       for (const std::vector<int64_t>& traced : codegen::TracedValues(types, *s)) {
-        entry->orders |= Entry::OrderBits(traced);
+        entry->Cover(traced);
       }
       BuildPlan(*std::move(g), *std::move(s), options, MsSince(t0), *entry);
       entry->symbols = entry->exe->symbols();
@@ -601,7 +605,8 @@ namespace {
 // in a way the trace did not see.
 std::vector<Tensor> RunEntry(CompiledFn::State& state, Entry& e,
                              const std::vector<Tensor>& inputs) {
-  std::vector<Tensor> plan_inputs = e.PlanInputs(inputs);
+  const std::vector<Tensor> flat = e.PlanInputs(inputs);  // over the caller's memory
+  std::vector<Tensor> plan_inputs = flat;
   if (!e.written_inputs.empty()) {
     // Overlap is judged on the caller's tensors (a strided input's flat span reaches elements
     // that are not its own).
@@ -634,6 +639,7 @@ std::vector<Tensor> RunEntry(CompiledFn::State& state, Entry& e,
     return e.exe->Run(plan_inputs);
   }();
   strided_writes.CopyBack();
+  e.AliasOutputs(inputs, flat, outs);
   return outs;
 }
 
@@ -653,10 +659,7 @@ std::vector<Tensor> CompiledFn::operator()(const std::vector<Tensor>& inputs) co
                      Signature(TypesOf(inputs))));
     return state_->fn(inputs);
   }
-  Entry& e = *entry;
-  std::vector<Tensor> outs = RunEntry(*state_, e, inputs);
-  e.AliasOutputs(inputs, e.PlanInputs(inputs), outs);
-  return outs;
+  return RunEntry(*state_, *entry, inputs);
 }
 
 const CompileReport& CompiledFn::report(const std::vector<Tensor>& inputs) const {

@@ -176,6 +176,8 @@ bool CudaGraphPlan::PreviousOutputsHeld() const {
 }
 
 std::vector<Tensor> CudaGraphPlan::Run(const std::vector<Tensor>& inputs) {
+  // GEMVs a caller's chain region holds may write what the graph reads: they launch first.
+  cuda_ops::FlushDeferredGemvs();
   if (PreviousOutputsHeld()) {  // a replay would overwrite them: run the plan instead
     ++fallbacks_;
     return exe_.Run(inputs);

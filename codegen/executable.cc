@@ -456,7 +456,7 @@ void Executable::RunSteps(const std::vector<Tensor>& inputs, std::vector<Tensor>
         }
         break;
       case Step::Kind::kView:
-        if (IsInputWindow(graph_, n)) {  // inputs are contiguous (flat): the window is a view
+        if (IsInputWindow(graph_, n) && args[0].is_contiguous()) {  // a flat input: a view
           env[s.value] =
               args[0].as_strided(n.attrs.dims, n.attrs.strides, args[0].offset() + n.attrs.offset);
           break;

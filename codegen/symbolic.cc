@@ -252,9 +252,10 @@ std::vector<std::pair<int64_t, int64_t>> TracedRanges(const std::vector<TensorTy
                                                       const SymbolicShapes& symbols) {
   const std::vector<int64_t> real = ValuesIn(types, symbols);
   std::vector<std::pair<int64_t, int64_t>> out;
-  for (size_t j = 0; j < real.size(); ++j) {
-    out.emplace_back(std::min({real[j], kProbes[0][j], kProbes[1][j]}),
-                     std::max({real[j], kProbes[0][j], kProbes[1][j]}));
+  for (size_t j = 0; j < real.size(); ++j) {  // (a real value of 0 or 1 is no range's end)
+    const int64_t r = real[j] <= 1 ? kProbes[0][j] : real[j];
+    out.emplace_back(std::min({r, kProbes[0][j], kProbes[1][j]}),
+                     std::max({r, kProbes[0][j], kProbes[1][j]}));
   }
   return out;
 }
@@ -308,7 +309,8 @@ std::vector<std::optional<ir::OutputAlias>> WholeInputs(
     bool whole = true;
     for (int t = 0; t < 3 && whole; ++t) {
       const std::optional<ir::OutputAlias>& a = aliases[t][k];
-      whole = a.has_value() && a->whole_input && a->input == aliases[2][k]->input;
+      whole = a.has_value() && aliases[2][k].has_value() && a->whole_input &&
+              a->input == aliases[2][k]->input;
     }
     if (whole) out[k] = ir::OutputAlias{.input = aliases[2][k]->input, .whole_input = true};
   }

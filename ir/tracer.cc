@@ -285,7 +285,11 @@ absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<Tensor>& examp
       return absl::InvalidArgumentError(absl::StrCat("trace: example input ", i, " is undefined"));
     }
     types.push_back(examples[i].type());
-    strides.push_back(InputStrides(examples[i]));
+    try {
+      strides.push_back(InputStrides(examples[i]));
+    } catch (const Error& e) {
+      return e.status();
+    }
   }
   return Trace(fn, types, strides, captured);
 }

@@ -34,7 +34,7 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-constexpr int kFormat = 1;
+constexpr int kFormat = 2;  // 2: inputs' strides, output aliases
 constexpr char kManifest[] = "manifest.json";
 constexpr char kGraph[] = "graph.txt";
 constexpr char kConstants[] = "constants.safetensors";
@@ -343,7 +343,8 @@ struct LoadedFn::State {
                  layout(strides), "; the plan was exported for ", layout(want[i].strides));
       plan_inputs.push_back(strides.empty() ? inputs[i] : ir::FlatInput(inputs[i]));
     }
-    const std::string overlap = WrittenInputOverlap(manifest.input_updates, plan_inputs);
+    // Judged on the caller's tensors (a strided input's flat span reaches others' elements).
+    const std::string overlap = WrittenInputOverlap(manifest.input_updates, inputs);
     KILN_CHECK(overlap.empty(), "LoadedFn(", dir, "): ", overlap,
                "; an exported plan was traced with each input in memory of its own: pass ",
                "separate tensors");
@@ -353,7 +354,11 @@ struct LoadedFn::State {
 
 std::vector<Tensor> LoadedFn::operator()(const std::vector<Tensor>& inputs) const {
   State& s = *state_;
-  const std::vector<Tensor> plan_inputs = s.PlanInputs(inputs);
+  const std::vector<Tensor> flat = s.PlanInputs(inputs);
+  std::vector<Tensor> plan_inputs = flat;
+  std::vector<Strides> strides;
+  for (const InputSpec& in : s.manifest.inputs) strides.push_back(in.strides);
+  const StridedWrites strided_writes(s.manifest.input_updates, strides, inputs, plan_inputs);
   std::vector<Tensor> outs;
   if (!s.options.cuda_graphs || !s.exe->on_cuda()) {
     outs = s.exe->Run(plan_inputs);
@@ -365,7 +370,8 @@ std::vector<Tensor> LoadedFn::operator()(const std::vector<Tensor>& inputs) cons
   } else {
     outs = s.exe->Run(plan_inputs);
   }
-  ApplyOutputAliases(s.manifest.output_aliases, inputs, plan_inputs, outs);
+  strided_writes.CopyBack();
+  ApplyOutputAliases(s.manifest.output_aliases, inputs, flat, outs);
   return outs;
 }
 

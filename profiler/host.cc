@@ -34,6 +34,7 @@ struct OpenRange {
   int64_t start_ns;
   ActivitySource* pushed_to;  // the source holding this range's external correlation id
   std::string shapes;
+  bool closed = false;  // closed out of order: recorded, its external id popped once on top
 };
 
 struct ThreadState {
@@ -122,11 +123,17 @@ void End(uint64_t id = 0) {
     --at;
   }
   OpenRange& r = t.open[at];
-  if (r.pushed_to != nullptr && r.pushed_to == g_source.load(std::memory_order_acquire)) {
-    r.pushed_to->PopExternalId();
-  }
   if (r.session != 0) Commit(t, r, static_cast<int32_t>(at), end_ns);
-  t.open.erase(t.open.begin() + static_cast<std::ptrdiff_t>(at));
+  r.closed = true;
+  // The external correlation ids are a stack: only the innermost is popped; a range closed out of
+  // order waits, closed, until the ranges above it close.
+  while (!t.open.empty() && t.open.back().closed) {
+    OpenRange& top = t.open.back();
+    if (top.pushed_to != nullptr && top.pushed_to == g_source.load(std::memory_order_acquire)) {
+      top.pushed_to->PopExternalId();
+    }
+    t.open.pop_back();
+  }
 }
 
 }  // namespace
