@@ -15,8 +15,8 @@
 // the same program (a branch on a size, a size-1 dim squeezed get a plan of their own). Other
 // changes recompile (cached per signature; past max_signatures plans a new signature runs
 // eagerly with one warning, as torch past its cache_size_limit), or, with recompile = false,
-// throw a kiln::Error naming the input that changed. Inputs may have any strides: a
-// non-contiguous input is traced with its strides (reshape and contiguous() copy where eager
+// throw a kiln::Error naming the input that changed. Inputs may have any non-negative strides:
+// a non-contiguous input is traced with its strides (reshape and contiguous() copy where eager
 // copies, view() refuses as eager does) and its plan serves those strides. Outputs that are an
 // input or views of it are the caller's tensor or those views of it, as eager returns them.
 // Called inside a function being traced, a CompiledFn runs its function there (inlined).

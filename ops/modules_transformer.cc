@@ -181,8 +181,10 @@ Tensor RotaryEmbedding::Rotate(const Tensor& x, const Tensor& positions) const {
   const int64_t half = head_dim_ / 2;
   const auto table = [&](const Tensor& t) {  // [T, half] or [B, T, half]
     return WithErrorContext(
-        absl::StrCat("RotaryEmbedding: positions must lie in [0, max_positions = ", cos_.size(0),
-                     ")"),
+        [&] {
+          return absl::StrCat(
+              "RotaryEmbedding: positions must lie in [0, max_positions = ", cos_.size(0), ")");
+        },
         [&] { return cast(embedding(positions, t), x.dtype()); });
   };
   Tensor cos_t = table(cos_), sin_t = table(sin_);
@@ -559,7 +561,10 @@ Tensor Attention::Cached(const Tensor& x, const Tensor& positions, const Cache& 
              "Attention::Cached: slots must be [T] = [", x.size(1), "] cache rows, got ",
              slots.defined() ? slots.shape_string() : "undefined");
   WithErrorContext(
-      absl::StrCat("Attention::Cached: slots must be rows of the cache's S = ", cache.k.size(2)),
+      [&] {
+        return absl::StrCat("Attention::Cached: slots must be rows of the cache's S = ",
+                            cache.k.size(2));
+      },
       [&] {
         index_copy_(cache.k, 2, slots, k);
         index_copy_(cache.v, 2, slots, v);

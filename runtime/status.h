@@ -43,14 +43,15 @@ T ValueOrThrow(absl::StatusOr<T> result) {
   return *std::move(result);
 }
 
-// Runs f(); a kiln::Error it throws is rethrown with `context` ("Module: the rule") in front of
+// Runs f(); a kiln::Error it throws is rethrown with context() ("Module: the rule") in front of
 // its message and its code kept, so an error from an op deep inside a module names the module.
-template <typename F>
-decltype(auto) WithErrorContext(const std::string& context, F&& f) {
+// `context` is called only on an error (no string is built on the path that succeeds).
+template <typename C, typename F>
+decltype(auto) WithErrorContext(C&& context, F&& f) {
   try {
     return std::forward<F>(f)();
   } catch (const Error& e) {
-    throw Error(absl::Status(e.code(), absl::StrCat(context, ": ", e.what())));
+    throw Error(absl::Status(e.code(), absl::StrCat(context(), ": ", e.what())));
   }
 }
 
