@@ -311,12 +311,14 @@ struct CompiledFn::State {
   std::vector<std::unique_ptr<Entry>> entries;  // guarded by mu; most recent last
   int compilations = 0;                         // guarded by mu
   std::atomic<int> eager_fallbacks{0};
-  std::once_flag warned;
+  enum class Fallback { kAliasing, kSignatures, kNumKinds };
+  std::once_flag warned[static_cast<int>(Fallback::kNumKinds)];
 
-  // Counts a call the plan cannot serve as traced (run eagerly instead) and warns once.
-  void RunEagerlyOnce(const std::string& why) {
+  // Counts a call the plan cannot serve as traced (run eagerly instead) and warns once per kind
+  // of reason.
+  void RunEagerlyOnce(Fallback kind, const std::string& why) {
     ++eager_fallbacks;
-    std::call_once(warned, [&] {
+    std::call_once(warned[static_cast<int>(kind)], [&] {
       std::cerr << "kiln: compiled function: " << why
                 << "; such calls run eagerly (CompiledFn::eager_fallbacks() counts them)\n";
     });
@@ -613,7 +615,7 @@ std::vector<Tensor> RunEntry(CompiledFn::State& state, Entry& e,
     std::vector<Tensor> check = plan_inputs;
     for (size_t i = 0; i < inputs.size(); ++i) check[i] = inputs[i];
     if (const std::string why = e.AliasingConflict(check); !why.empty()) {
-      state.RunEagerlyOnce(why);
+      state.RunEagerlyOnce(CompiledFn::State::Fallback::kAliasing, why);
       return state.fn(inputs);
     }
   }
@@ -649,9 +651,14 @@ std::vector<Tensor> CompiledFn::operator()(const std::vector<Tensor>& inputs) co
   // Called inside a function being traced (a compiled function calling another): its ops are
   // recorded into the outer trace, as torch inlines a nested compiled function.
   if (!state_->compiled || CurrentDispatchHook() != nullptr) return state_->fn(inputs);
+  // Meta inputs carry shapes and no data: eagerly, every op propagates them (nothing to run).
+  for (const Tensor& t : inputs) {
+    if (t.defined() && t.device().is_meta()) return state_->fn(inputs);
+  }
   Entry* entry = state_->EntryFor(inputs);
   if (entry == nullptr) {
     state_->RunEagerlyOnce(
+        State::Fallback::kSignatures,
         absl::StrCat("more than ", state_->options.max_signatures,
                      " input signatures (dims that vary are "
                      "made symbolic only when nothing but sizes change; set options.dynamic or "

@@ -19,7 +19,8 @@
 // a non-contiguous input is traced with its strides (reshape and contiguous() copy where eager
 // copies, view() refuses as eager does) and its plan serves those strides. Outputs that are an
 // input or views of it are the caller's tensor or those views of it, as eager returns them.
-// Called inside a function being traced, a CompiledFn runs its function there (inlined).
+// Called inside a function being traced, a CompiledFn runs its function there (inlined); with
+// meta inputs it runs eagerly (shapes propagate, nothing runs).
 // Values the function reads from the host (a captured double, a tensor handle re-bound after
 // compiling, a generator's draw) are read once, at trace time: C++ closures cannot be guarded.
 // An explicit as_strided on an input counts its offset from the input's first element (eager:

@@ -413,6 +413,17 @@ TEST(CompileSemantics, CastingRuleNegativeStridesAndReentry) {
             std::string::npos);
 }
 
+// Meta inputs propagate shapes as eagerly (no plan: nothing runs).
+TEST(CompileSemantics, MetaInputsPropagateShapesAsEagerly) {
+  const Fn fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{matmul(in[0], transpose(in[0], 0, 1)) + 1.0};
+  };
+  CompiledFn f = compile(fn, {ones({2, 3})});
+  const Tensor out = f({empty({4, 3}, DType::kFloat32, kMeta)})[0];
+  EXPECT_TRUE(out.device().is_meta());
+  EXPECT_EQ(out.shape(), (Shape{4, 4}));
+}
+
 // recompile = false: a layout change is a new signature too, refused.
 TEST(CompileSemantics, WithoutRecompileALayoutChangeIsAnError) {
   const Fn twice = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0] * 2.0}; };
