@@ -104,10 +104,6 @@ struct Entry {
   // view of its own tensor, as eager does (a symbolic plan: only outputs that are an input whole).
   std::vector<std::optional<ir::OutputAlias>> output_aliases;
 
-  void AliasOutputs(const std::vector<Tensor>& inputs, const std::vector<Tensor>& plan_inputs,
-                    std::vector<Tensor>& outs) const {
-    ApplyOutputAliases(output_aliases, inputs, plan_inputs, outs);
-  }
   // Tensors the function writes in place without receiving them (a module's KV cache): the
   // graph's inputs after the caller's (ir/tracer.h), passed on every call.
   std::vector<Tensor> captured_inputs;
@@ -270,9 +266,8 @@ StridedWrites::StridedWrites(const std::vector<int>& written, const std::vector<
     const Tensor& caller = inputs[w];
     Tensor copy = clone(plan_inputs[w]);
     plan_inputs[w] = copy;
-    copies_.emplace_back(caller,
-                         copy.as_strided(caller.shape(), caller.strides(),
-                                         ir::SpanOf(caller.shape(), caller.strides()).offset));
+    copies_.emplace_back(caller, copy.as_strided(caller.shape(), caller.strides(),
+                                                 SpanOf(caller.shape(), caller.strides()).offset));
   }
 }
 
@@ -641,7 +636,7 @@ std::vector<Tensor> RunEntry(CompiledFn::State& state, Entry& e,
     return e.exe->Run(plan_inputs);
   }();
   strided_writes.CopyBack();
-  e.AliasOutputs(inputs, flat, outs);
+  ApplyOutputAliases(e.output_aliases, inputs, flat, outs);
   return outs;
 }
 

@@ -248,17 +248,6 @@ void MarkLocalConstants(Graph& graph) {
 
 }  // namespace
 
-StridedSpan SpanOf(IntList shape, IntList strides) {
-  StridedSpan r{1, 0};
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 0) return {0, 0};
-    const int64_t reach = (shape[d] - 1) * strides[d];
-    r.span += reach < 0 ? -reach : reach;
-    if (reach < 0) r.offset -= reach;
-  }
-  return r;
-}
-
 Strides InputStrides(const Tensor& t) {
   if (t.numel() == 0 || t.is_contiguous()) return {};
   for (size_t d = 0; d < t.strides().size(); ++d) {

@@ -37,18 +37,10 @@ absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<Tensor>& examp
 absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<TensorType>& input_types,
                             std::vector<Tensor>* captured = nullptr);
 
-// The elements a view of `shape` and `strides` reaches from its first one: `span` of them, the
-// view starting `offset` elements in (negative strides reach below the view's own offset).
-struct StridedSpan {
-  int64_t span = 0;
-  int64_t offset = 0;
-};
-StridedSpan SpanOf(IntList shape, IntList strides);
-
 // The same with input layouts: input i with non-empty `input_strides[i]` (a non-contiguous
-// input) is the graph input of type [SpanOf(shape, strides).span], a flat tensor over what the
-// view reaches, and the function receives the view of it, so eager's decisions hold (reshape and
-// contiguous() copy where eager copies, view() refuses, writes land through the view).
+// input) is the graph input of type [SpanOf(shape, strides).span] (runtime/shape.h), a flat tensor
+// over what the view reaches, and the function receives the view of it, so eager's decisions hold
+// (reshape and contiguous() copy where eager copies, view() refuses, writes land through the view).
 // The caller binds such an input to the flat tensor over its memory (FlatInput).
 // An output of the traced function that is (a view of) the memory of its input `input`: where,
 // in the coordinates of that input's graph value. The compiled function returns that view of the

@@ -67,6 +67,17 @@ absl::StatusOr<Shape> BroadcastShapes(IntList a, IntList b) {
   return out;
 }
 
+StridedSpan SpanOf(IntList shape, IntList strides) {
+  StridedSpan r{1, 0};
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 0) return {0, 0};
+    const int64_t reach = (shape[d] - 1) * strides[d];
+    r.span += reach < 0 ? -reach : reach;
+    if (reach < 0) r.offset -= reach;
+  }
+  return r;
+}
+
 absl::StatusOr<int64_t> WrapDim(int64_t dim, int64_t rank) {
   const int64_t lo = rank == 0 ? -1 : -rank, hi = rank == 0 ? 0 : rank - 1;
   if (dim < lo || dim > hi) {

@@ -34,6 +34,14 @@ absl::StatusOr<Shape> BroadcastShapes(IntList a, IntList b);
 // Wraps a possibly negative dim into [0, rank); error if out of range.
 absl::StatusOr<int64_t> WrapDim(int64_t dim, int64_t rank);
 
+// The elements a view of `shape` and `strides` reaches from its first one: `span` of them (0 for
+// an empty view), the view starting `offset` elements in (negative strides reach below it).
+struct StridedSpan {
+  int64_t span = 0;
+  int64_t offset = 0;
+};
+StridedSpan SpanOf(IntList shape, IntList strides);
+
 struct TensorType {
   Shape shape;
   DType dtype = DType::kFloat32;

@@ -188,12 +188,9 @@ namespace {
 
 // The lowest and highest element index a non-empty tensor reaches in its storage.
 std::pair<int64_t, int64_t> ElementExtent(const Tensor& t) {
-  int64_t lo = t.offset(), hi = t.offset();
-  for (int64_t i = 0; i < t.dim(); ++i) {
-    const int64_t reach = (t.shape()[i] - 1) * t.strides()[i];  // bounded by as_strided
-    (reach < 0 ? lo : hi) += reach;
-  }
-  return {lo, hi};
+  const StridedSpan reach = SpanOf(t.shape(), t.strides());  // bounded by as_strided
+  const int64_t lo = t.offset() - reach.offset;
+  return {lo, lo + reach.span - 1};
 }
 
 }  // namespace
