@@ -44,6 +44,11 @@ bool IsInputWindow(const ir::Graph& g, const Node& n) {
          g.node(n.inputs[0]).kind == NodeKind::kInput;
 }
 
+// The window input-window node `n` reads of `base` (a flat input, or its layout).
+Tensor WindowOf(const Tensor& base, const Node& n) {
+  return base.as_strided(n.attrs.dims, n.attrs.strides, base.offset() + n.attrs.offset);
+}
+
 // Whether node `n` of `g` is run as a view of its first operand.
 bool IsView(const ir::Graph& g, const Node& n) {
   return (n.kind == NodeKind::kOp && GetOpDef(n.op).view != nullptr) || IsInputWindow(g, n);
@@ -457,8 +462,7 @@ void Executable::RunSteps(const std::vector<Tensor>& inputs, std::vector<Tensor>
         break;
       case Step::Kind::kView:
         if (IsInputWindow(graph_, n) && args[0].is_contiguous()) {  // a flat input: a view
-          env[s.value] =
-              args[0].as_strided(n.attrs.dims, n.attrs.strides, args[0].offset() + n.attrs.offset);
+          env[s.value] = WindowOf(args[0], n);
           break;
         }
         env[s.value] = Dispatch(
@@ -503,8 +507,7 @@ std::vector<Tensor> PlanLayouts(const ir::Graph& g, std::vector<bool>* copies) {
     if (n.kind == NodeKind::kConstant) {
       layout[v] = fresh.as_strided(n.constant.shape(), n.constant.strides(), 0);
     } else if (IsInputWindow(g, n)) {
-      const Tensor& in = layout[n.inputs[0]];
-      layout[v] = in.as_strided(n.attrs.dims, n.attrs.strides, in.offset() + n.attrs.offset);
+      layout[v] = WindowOf(layout[n.inputs[0]], n);
     } else if (n.kind == NodeKind::kOp && GetOpDef(n.op).view != nullptr) {
       const Tensor& in = layout[n.inputs[0]];
       if (n.op != OpId::kReshape) {

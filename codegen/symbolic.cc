@@ -91,6 +91,22 @@ std::string Where(const Graph& g, ValueId v) {
   return absl::StrCat("%", v, " (", what, ")");
 }
 
+// "" when nodes `a` and `b` of two traces are one node but for sizes (the same op, operands,
+// dtype, device, rank, other attributes and constant), else how they differ.
+std::string SameNodeBarSizes(const Node& a, const Node& b) {
+  if (a.kind != b.kind || a.op != b.op || a.inputs != b.inputs || a.type.dtype != b.type.dtype ||
+      a.type.device != b.type.device || a.type.rank() != b.type.rank()) {
+    return "another op, operand, dtype, device or rank";
+  }
+  if (!(WithoutSizes(a) == WithoutSizes(b))) return "a non-size attribute";
+  if (b.kind == NodeKind::kConstant && !a.constant.is_same(b.constant) &&
+      !(a.constant.storage() == b.constant.storage() && a.constant.shape() == b.constant.shape() &&
+        a.constant.offset() == b.constant.offset())) {
+    return absl::StrCat("a constant of shape ", b.constant.shape_string(), " built from the sizes");
+  }
+  return "";
+}
+
 // Checks node v of the three traces is one node and annotates it in `out`.
 absl::Status Unify(const Graph* g[3], const std::vector<int64_t>* syms[3], ValueId v, Node& out) {
   const Node* n[3] = {&g[0]->node(v), &g[1]->node(v), &g[2]->node(v)};
@@ -99,18 +115,8 @@ absl::Status Unify(const Graph* g[3], const std::vector<int64_t>* syms[3], Value
         absl::StrCat(Where(*g[2], v), " differs between sizes: ", what));
   };
   for (int k = 0; k < 2; ++k) {
-    if (n[k]->kind != n[2]->kind || n[k]->op != n[2]->op || n[k]->inputs != n[2]->inputs ||
-        n[k]->type.dtype != n[2]->type.dtype || n[k]->type.device != n[2]->type.device ||
-        n[k]->type.rank() != n[2]->type.rank()) {
-      return mismatch("another op, operand, dtype, device or rank");
-    }
-    if (!(WithoutSizes(*n[k]) == WithoutSizes(*n[2]))) return mismatch("a non-size attribute");
-    if (n[2]->kind == NodeKind::kConstant && !n[k]->constant.is_same(n[2]->constant) &&
-        !(n[k]->constant.storage() == n[2]->constant.storage() &&
-          n[k]->constant.shape() == n[2]->constant.shape() &&
-          n[k]->constant.offset() == n[2]->constant.offset())) {
-      return mismatch(absl::StrCat("a constant of shape ", n[2]->constant.shape_string(),
-                                   " built from the sizes"));
+    if (const std::string differ = SameNodeBarSizes(*n[k], *n[2]); !differ.empty()) {
+      return mismatch(differ);
     }
   }
   for (int64_t d = 0; d < n[2]->type.rank(); ++d) {
@@ -274,16 +280,7 @@ absl::Status SameProgramAt(const ir::TensorFn& fn, const Graph& symbolic,
       return absl::FailedPreconditionError(
           absl::StrCat(Where(g, v), " differs at these sizes: ", what));
     };
-    if (a.kind != b.kind || a.op != b.op || a.inputs != b.inputs || a.type.dtype != b.type.dtype ||
-        a.type.device != b.type.device || a.type.rank() != b.type.rank()) {
-      return mismatch("another op, operand, dtype, device or rank");
-    }
-    if (!(WithoutSizes(a) == WithoutSizes(b))) return mismatch("a non-size attribute");
-    if (b.kind == NodeKind::kConstant && !a.constant.is_same(b.constant) &&
-        !(a.constant.storage() == b.constant.storage() &&
-          a.constant.shape() == b.constant.shape() && a.constant.offset() == b.constant.offset())) {
-      return mismatch("a constant");
-    }
+    if (const std::string differ = SameNodeBarSizes(a, b); !differ.empty()) return mismatch(differ);
     for (int64_t d = 0; d < a.type.rank(); ++d) {
       if ((b.sym_dims >> d & 1u) == 0 && a.type.shape[d] != b.type.shape[d]) {
         return mismatch(
@@ -326,14 +323,12 @@ absl::StatusOr<Graph> TraceSymbolic(const ir::TensorFn& fn, const std::vector<Te
   std::vector<int64_t> values[3];
   Graph graphs[3];
   std::vector<std::optional<ir::OutputAlias>> aliases[3];
-  std::vector<TensorType> traced[3];
   for (int k = 0; k < 2; ++k) {
     values[k].assign(kProbes[k], kProbes[k] + symbols.symbols.size());
-    traced[k] = WithSymbols(types, symbols, values[k]);
-    KILN_ASSIGN_OR_RETURN(graphs[k], TraceAt(fn, traced[k], &aliases[k]));
+    KILN_ASSIGN_OR_RETURN(graphs[k],
+                          TraceAt(fn, WithSymbols(types, symbols, values[k]), &aliases[k]));
   }
   values[2] = ValuesIn(types, symbols);
-  traced[2] = types;
   KILN_ASSIGN_OR_RETURN(graphs[2], TraceAt(fn, types, &aliases[2]));
   const Graph* g[3] = {&graphs[0], &graphs[1], &graphs[2]};
   const std::vector<int64_t>* syms[3] = {&values[0], &values[1], &values[2]};
