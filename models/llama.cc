@@ -137,15 +137,22 @@ LlamaConfig LlamaConfig::FromJson(const std::string& text) {
   KILN_CHECK(model_type == "llama" || model_type == "mistral" || model_type == "qwen2",
              "LlamaConfig::FromJson: model_type '", model_type,
              "' is not supported (supported: llama, mistral, qwen2)");
-  const bool qwen2 = model_type == "qwen2";
-  // Mistral: sliding_window (null: none); Qwen2 only with use_sliding_window.
-  if (!qwen2 || Field<bool>(j, "use_sliding_window", false)) {
+  const bool qwen2 = model_type == "qwen2", mistral = model_type == "mistral";
+  // The fields each transformers config class reads (one it does not define is ignored, as
+  // there): Mistral's sliding_window defaults to 4096 when absent (null: none), Qwen2's applies
+  // only with use_sliding_window, Llama has none. Mistral has no biases; Qwen2 has q/k/v biases
+  // and no others; Llama reads attention_bias and mlp_bias.
+  if (mistral) {
+    const auto it = j.find("sliding_window");
+    c.sliding_window = it == j.end() ? 4096 : Field<int64_t>(j, "sliding_window", 0);
+  } else if (qwen2 && Field<bool>(j, "use_sliding_window", false)) {
     c.sliding_window = Field<int64_t>(j, "sliding_window", 0);
   }
-  const bool attention_bias = Field<bool>(j, "attention_bias", false);
+  const bool llama = !qwen2 && !mistral;
+  const bool attention_bias = llama && Field<bool>(j, "attention_bias", false);
   c.qkv_bias = qwen2 || attention_bias;
-  c.out_bias = !qwen2 && attention_bias;
-  c.mlp_bias = Field<bool>(j, "mlp_bias", false);
+  c.out_bias = attention_bias;
+  c.mlp_bias = llama && Field<bool>(j, "mlp_bias", false);
   c.tie_word_embeddings = Field<bool>(j, "tie_word_embeddings", false);
   return c;
 }
@@ -166,8 +173,8 @@ void LlamaDecoderLayer::ShardTensorParallel(ProcessGroup& group) {
   mlp_.ShardTensorParallel(group);
 }
 
-Tensor LlamaDecoderLayer::Forward(const Tensor& x, const Tensor& positions) {
-  const Tensor h = x + self_attn_({input_layernorm_(x), positions})[0];
+Tensor LlamaDecoderLayer::Forward(const Tensor& x, const Tensor& positions, const Tensor& mask) {
+  const Tensor h = x + self_attn_.forward_many({input_layernorm_(x), positions, mask})[0];
   return h + mlp_(post_attention_layernorm_(h));
 }
 
@@ -217,17 +224,42 @@ Tensor LlamaForCausalLM::Logits(const Tensor& x) {
   return linear(h, embed_tokens_.weight());
 }
 
+namespace {
+
+// The attention pattern of a padded batch: query i of row b sees key j <= i where
+// attention_mask[b, j] is nonzero (HF's [B, T] mask, 1 = token, 0 = padding), and always
+// itself, so a padding query's row is not empty (its output is never read).
+Tensor PaddedCausalMask(const Tensor& attention_mask, const Tensor& tokens) {
+  const int64_t b = tokens.size(0), t = tokens.size(1);
+  KILN_CHECK(
+      attention_mask.dim() == 2 && attention_mask.size(0) == b && attention_mask.size(1) == t,
+      "LlamaForCausalLM: attention_mask must be [B, T] = ", tokens.shape_string(),
+      " like the tokens, got ", attention_mask.shape_string());
+  const Device d = tokens.device();
+  const Tensor i = reshape(arange(t, DType::kInt64, d), {t, 1});
+  const Tensor j = reshape(arange(t, DType::kInt64, d), {1, t});
+  const Tensor keys = reshape(ne(attention_mask, 0), {b, 1, 1, t});
+  const Tensor causal = reshape(le(j, i), {1, 1, t, t});
+  return where(reshape(eq(i, j), {1, 1, t, t}), causal, mul(causal, keys));
+}
+
+}  // namespace
+
 std::vector<Tensor> LlamaForCausalLM::forward_many(const std::vector<Tensor>& inputs) {
-  KILN_CHECK(inputs.size() == 1 || inputs.size() == 2,
-             "LlamaForCausalLM: takes {tokens} or {tokens, positions}, got ", inputs.size(),
-             " inputs");
+  KILN_CHECK(inputs.size() >= 1 && inputs.size() <= 3,
+             "LlamaForCausalLM: takes {tokens}, {tokens, positions} or {tokens, positions, "
+             "attention_mask}, got ",
+             inputs.size(), " inputs");
   const Tensor& tokens = inputs[0];
   KILN_CHECK(tokens.dim() == 2, "LlamaForCausalLM: expected tokens [B, T], got ",
              tokens.shape_string());
-  const Tensor positions =
-      inputs.size() == 2 ? inputs[1] : arange(tokens.size(1), DType::kInt64, tokens.device());
+  const Tensor positions = inputs.size() >= 2 && inputs[1].defined()
+                               ? inputs[1]
+                               : arange(tokens.size(1), DType::kInt64, tokens.device());
+  const Tensor mask =
+      inputs.size() == 3 && inputs[2].defined() ? PaddedCausalMask(inputs[2], tokens) : Tensor();
   Tensor x = embed_tokens_(tokens);
-  for (LlamaDecoderLayer* layer : layers_) x = layer->Forward(x, positions);
+  for (LlamaDecoderLayer* layer : layers_) x = layer->Forward(x, positions, mask);
   return {Logits(x)};
 }
 

@@ -52,8 +52,9 @@ struct LlamaConfig {
 class LlamaDecoderLayer : public Module {
  public:
   LlamaDecoderLayer(const LlamaConfig& c, const RotaryEmbedding& rotary, ModuleOptions o);
-  // x [B, T, dim], causal at positions `positions` ([T] or [B, T]).
-  Tensor Forward(const Tensor& x, const Tensor& positions);
+  // x [B, T, dim] at positions `positions` ([T] or [B, T]): causal, or the attention pattern
+  // `mask` (bool [B, 1, T, T], true = attend) when defined.
+  Tensor Forward(const Tensor& x, const Tensor& positions, const Tensor& mask = {});
   // With the KV cache (CausalLM::StepInputs): k and v of x into rows `slots` of k, v.
   Tensor Cached(const Tensor& x, const Tensor& positions, const Attention::Cache& cache,
                 const Tensor& slots, const Tensor& mask);
@@ -76,7 +77,9 @@ class LlamaForCausalLM : public CausalLM {
 
   // Logits [B, T, vocab] of tokens [B, T] at positions 0 .. T-1 (no cache, causal).
   Tensor forward(const Tensor& tokens) override;
-  // {tokens} or {tokens, positions [B, T]}.
+  // {tokens}, {tokens, positions [B, T]} or {tokens, positions, attention_mask [B, T]} (HF's:
+  // nonzero = token, 0 = padding). Positions alone do not hide padding from attention: a
+  // left-padded batch needs its attention_mask (generate() builds it).
   std::vector<Tensor> forward_many(const std::vector<Tensor>& inputs) override;
   CacheSpec cache_spec() const override;
   Tensor Step(const StepInputs& in) override;

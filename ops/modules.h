@@ -458,6 +458,8 @@ struct AttentionConfig {
 // only), or one a model shares among its layers (`shared_rotary`, which must outlive it).
 //   forward(x)                          x [B, T, dim] at positions 0 .. T-1, causal
 //   forward_many({x, positions})        rotary positions [T] or [B, T]
+//   forward_many({x, positions, mask})  the attention pattern given instead of causal: bool,
+//                                       broadcasting to [B, 1, T, T], true = attend (padding)
 //   Cached(x, positions, cache, slots, mask)
 //       with a KV cache: k and v of x are written (index_copy_) into rows `slots` (int64 [T]) of
 //       cache.k / cache.v [B, kv_heads, S, head_dim]; the queries attend to the cache's S rows

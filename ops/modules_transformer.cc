@@ -530,15 +530,21 @@ Tensor Attention::forward(const Tensor& x) {
 }
 
 std::vector<Tensor> Attention::forward_many(const std::vector<Tensor>& inputs) {
-  KILN_CHECK(inputs.size() == 1 || inputs.size() == 2,
-             "Attention: takes {x} or {x, positions}, got ", inputs.size(), " inputs");
+  KILN_CHECK(inputs.size() >= 1 && inputs.size() <= 3,
+             "Attention: takes {x}, {x, positions} or {x, positions, mask}, got ", inputs.size(),
+             " inputs");
   if (inputs.size() == 1) return {forward(inputs[0])};
   KILN_CHECK(rotary_ != nullptr || !inputs[1].defined(),
              "Attention: positions are an input only with rotary embeddings (config.rotary)");
+  const Tensor mask = inputs.size() == 3 ? inputs[2] : Tensor();
+  KILN_CHECK(!mask.defined() || mask.dtype() == DType::kBool,
+             "Attention: the mask must be bool (true = attend), got ",
+             mask.defined() ? DTypeName(mask.dtype()) : "");
   const auto [q, k, v] = Project(inputs[0], inputs[1]);
   CheckWithinWindow(config_, q.size(2), "a sequence");
   const bool gqa = config_.kv_heads != config_.heads;
-  return {Out(scaled_dot_product_attention(q, k, v, {}, /*is_causal=*/true, std::nullopt, gqa))};
+  return {Out(scaled_dot_product_attention(q, k, v, mask, /*is_causal=*/!mask.defined(),
+                                           std::nullopt, gqa))};
 }
 
 Tensor Attention::Cached(const Tensor& x, const Tensor& positions, const Cache& cache,

@@ -429,6 +429,20 @@ TEST(LlamaConfig, FromHuggingFaceJson) {
   EXPECT_EQ(
       LlamaConfig::FromJson(R"({"model_type": "mistral", "sliding_window": null})").sliding_window,
       0);
+  // Each model type reads only its transformers class's fields: Mistral's window defaults to
+  // 4096 and it has no biases; Qwen2 has only q/k/v biases; Llama has no window.
+  const LlamaConfig mistral = LlamaConfig::FromJson(
+      R"({"model_type": "mistral", "attention_bias": true, "mlp_bias": true})");
+  EXPECT_EQ(mistral.sliding_window, 4096);
+  EXPECT_FALSE(mistral.qkv_bias || mistral.out_bias || mistral.mlp_bias);
+  const LlamaConfig qwen2 =
+      LlamaConfig::FromJson(R"({"model_type": "qwen2", "attention_bias": true, "mlp_bias": true})");
+  EXPECT_TRUE(qwen2.qkv_bias);
+  EXPECT_FALSE(qwen2.out_bias || qwen2.mlp_bias);
+  const LlamaConfig llama =
+      LlamaConfig::FromJson(R"({"sliding_window": 16, "attention_bias": true, "mlp_bias": true})");
+  EXPECT_EQ(llama.sliding_window, 0);
+  EXPECT_TRUE(llama.qkv_bias && llama.out_bias && llama.mlp_bias);
   EXPECT_EQ(
       LlamaConfig::FromJson(R"({"model_type": "qwen2", "sliding_window": 4096})").sliding_window,
       0);
@@ -463,6 +477,28 @@ std::vector<int64_t> GreedyByFullForward(LlamaForCausalLM& model, std::vector<in
     ids.push_back(next);
   }
   return out;
+}
+
+// A left-padded batch through forward_many with HF's attention_mask gives each prompt's logits
+// alone; positions alone would let the padding into attention.
+TEST(LlamaForward, AttentionMaskHidesLeftPadding) {
+  Generator gen(5);
+  LlamaForCausalLM model(TinyLlama(), {.generator = &gen});
+  const Tensor alone = model(from_vector({5, 9, 13}, {1, 3}, DType::kInt64));
+  const Tensor tokens = from_vector({0, 0, 5, 9, 13, 7, 3, 8, 1, 2}, {2, 5}, DType::kInt64);
+  const Tensor positions = from_vector({0, 0, 0, 1, 2, 0, 1, 2, 3, 4}, {2, 5}, DType::kInt64);
+  const Tensor mask = from_vector({0, 0, 1, 1, 1, 1, 1, 1, 1, 1}, {2, 5}, DType::kInt64);
+  const Tensor padded = model.forward_many({tokens, positions, mask})[0];
+  const Tensor row0 = slice(slice(padded, 0, 0, 1), 1, 2, 5);
+  EXPECT_LT(item<double>(max(abs(row0 - alone))), 1e-5);
+  const Tensor unpadded = model(slice(tokens, 0, 1, 2));
+  EXPECT_LT(item<double>(max(abs(slice(padded, 0, 1, 2) - unpadded))), 1e-5);
+  const Tensor unmasked = model.forward_many({tokens, positions})[0];
+  EXPECT_GT(item<double>(max(abs(slice(slice(unmasked, 0, 0, 1), 1, 2, 5) - alone))), 1e-3);
+  EXPECT_NE(ErrorOf([&] {
+              model.forward_many({tokens, positions, slice(mask, 1, 0, 4)});
+            }).find("attention_mask must be [B, T]"),
+            std::string::npos);
 }
 
 class Generate : public ::testing::TestWithParam<Device> {
