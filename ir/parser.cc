@@ -17,6 +17,7 @@
 // absl::StrCat takes and std::string_view is not.
 #include "ir/parser.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <map>
@@ -111,6 +112,7 @@ class Parser {
   absl::Status Attr(const OpDef& def, uint32_t* seen, OpAttrs* attrs);
   // One attribute's value, by the type of its row (ops/op_def.h kAttrRows).
   absl::Status AttrValue(absl::string_view what, double* v) { return Set(Number(what), v); }
+  absl::Status AttrValue(absl::string_view what, Scalar* v);
   absl::Status AttrValue(absl::string_view what, int64_t* v) { return Set(Integer(what), v); }
   absl::Status AttrValue(absl::string_view what, bool* v) { return Set(Bool(what), v); }
   absl::Status AttrValue(absl::string_view what, Shape* v) { return Set(IntList(what), v); }
@@ -235,6 +237,29 @@ absl::StatusOr<double> Parser::Number(absl::string_view what) {
                               token.empty() ? "" : absl::StrCat(", got '", token, "'")));
   }
   return value;
+}
+
+// A scalar attribute: digits alone ("3", "-2") are an integer, anything else ("3.0", "1e+30",
+// "inf") a floating value (Scalar::ToString).
+absl::Status Parser::AttrValue(absl::string_view what, Scalar* v) {
+  SkipSpace();
+  const size_t start = pos_;
+  KILN_ASSIGN_OR_RETURN(const double d, Number(what));
+  absl::string_view token = text_.substr(start, pos_ - start);
+  if (!token.empty() && (token[0] == '+' || token[0] == '-')) token.remove_prefix(1);
+  if (token.empty() || !std::all_of(token.begin(), token.end(), IsDigit)) {
+    *v = Scalar(d);
+    return absl::OkStatus();
+  }
+  int64_t i = 0;
+  const char* first = text_.data() + start + (text_[start] == '+' ? 1 : 0);
+  const auto [ptr, ec] = std::from_chars(first, text_.data() + pos_, i);
+  if (ec != std::errc() || ptr != text_.data() + pos_) {
+    pos_ = start;
+    return Error(absl::StrCat("the integer for ", what, " is outside int64"));
+  }
+  *v = Scalar(i);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<bool> Parser::Bool(absl::string_view what) {

@@ -79,6 +79,7 @@ namespace {
 
 // An attribute value as the text form writes it (the parser reads each back).
 std::string AttrText(double v) { return FormatDouble(v); }
+std::string AttrText(const Scalar& v) { return v.ToString(); }
 std::string AttrText(int64_t v) { return absl::StrCat(v); }
 std::string AttrText(bool v) { return v ? "true" : "false"; }
 std::string AttrText(const Shape& v) { return absl::StrCat("[", absl::StrJoin(v, ", "), "]"); }

@@ -217,6 +217,8 @@ Tensor var(const Tensor& x, IntList dims, int64_t correction, bool keepdim) {
 
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
   CheckDefined("leaky_relu", x);
+  KILN_CHECK(IsFloatingPoint(x.dtype()), "leaky_relu: the input must be a floating-point tensor ",
+             "(as in torch), got ", DTypeName(x.dtype()));
   return where(gt(x, 0.0), x, mul(x, negative_slope));
 }
 
@@ -230,7 +232,7 @@ Tensor ones_like(const Tensor& x) {
   return ones(x.shape(), x.dtype(), x.device());
 }
 
-Tensor full_like(const Tensor& x, double value) {
+Tensor full_like(const Tensor& x, Scalar value) {
   CheckDefined("full_like", x);
   return full(x.shape(), value, x.dtype(), x.device());
 }

@@ -69,14 +69,18 @@ Tensor empty(IntList shape, DType dtype, Device device) {
 // A constant: checked and stored once, then the element's bytes are repeated: on CUDA by a fill
 // kernel (or a memset for zero bytes) on the current stream, never staged on the host; on the
 // CPU the filled bytes double by memcpy (a million-element fill costs microseconds).
-Tensor full(IntList shape, double value, DType dtype, Device device) {
-  KILN_CHECK(FitsDType(value, dtype), "full: the value ", value, " cannot be converted to ",
+Tensor full(IntList shape, Scalar value, DType dtype, Device device) {
+  KILN_CHECK(value.FitsIn(dtype), "full: the value ", value.ToString(), " cannot be converted to ",
              DTypeName(dtype), " without overflow");
   Tensor out = NewTensor("full", shape, dtype, device);  // on CUDA: out of memory raises here
   const size_t element = DTypeSize(dtype), total = element * static_cast<size_t>(out.numel());
   if (device.is_meta() || total == 0) return out;
   uint64_t pattern = 0;
-  StorerFor(dtype)(&pattern, 0, value);
+  if (value.is_integer() && !IsFloatingPoint(dtype)) {
+    IntStorerFor(dtype)(&pattern, 0, value.to_int64());  // exact past 2^53
+  } else {
+    StorerFor(dtype)(&pattern, 0, value.to_double());
+  }
   if constexpr (kWithCuda) {
     if (device.is_cuda()) {
       cuda_ops::FillBytes(out, pattern);
@@ -95,10 +99,14 @@ Tensor full(IntList shape, double value, DType dtype, Device device) {
 Tensor zeros(IntList shape, DType dtype, Device device) { return full(shape, 0, dtype, device); }
 Tensor ones(IntList shape, DType dtype, Device device) { return full(shape, 1, dtype, device); }
 
-Tensor arange(double start, double end, double step, std::optional<DType> given, Device device) {
-  auto whole = [](double v) { return std::floor(v) == v; };
-  const DType dtype =
-      given.value_or(whole(start) && whole(end) && whole(step) ? DType::kInt64 : DType::kFloat32);
+Tensor arange(Scalar start_scalar, Scalar end_scalar, Scalar step_scalar,
+              std::optional<DType> given, Device device) {
+  // torch's rule: int64 when every argument is an integer, float32 otherwise.
+  const bool integers =
+      start_scalar.is_integer() && end_scalar.is_integer() && step_scalar.is_integer();
+  const DType dtype = given.value_or(integers ? DType::kInt64 : DType::kFloat32);
+  const double start = start_scalar.to_double(), end = end_scalar.to_double(),
+               step = step_scalar.to_double();
   KILN_CHECK(step != 0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
              "arange: step must be non-zero and bounds finite, got start=", start, " end=", end,
              " step=", step);

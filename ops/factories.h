@@ -18,17 +18,18 @@
 #include <vector>
 
 #include "runtime/random.h"
+#include "runtime/scalar.h"
 #include "runtime/tensor.h"
 
 namespace kiln {
 
 Tensor empty(IntList shape, DType dtype = DType::kFloat32, Device device = kCPU);
-Tensor full(IntList shape, double value, DType dtype = DType::kFloat32, Device device = kCPU);
+Tensor full(IntList shape, Scalar value, DType dtype = DType::kFloat32, Device device = kCPU);
 Tensor zeros(IntList shape, DType dtype = DType::kFloat32, Device device = kCPU);
 Tensor ones(IntList shape, DType dtype = DType::kFloat32, Device device = kCPU);
 // [start, end) with `step`. Without a dtype, as torch.arange infers it: int64 when start, end and
 // step are whole numbers, else float32 (arange(0, 1, 0.25) is [0, 0.25, 0.5, 0.75]).
-Tensor arange(double start, double end, double step = 1, std::optional<DType> dtype = std::nullopt,
+Tensor arange(Scalar start, Scalar end, Scalar step = 1, std::optional<DType> dtype = std::nullopt,
               Device device = kCPU);
 Tensor arange(int64_t end, DType dtype = DType::kInt64, Device device = kCPU);
 // Standard normal / uniform [0, 1) samples drawn from `gen`'s Philox stream: the same numbers on

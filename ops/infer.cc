@@ -20,8 +20,6 @@ absl::Status RequireFloat(const TensorType& t, const char* what) {
   return Invalid(absl::StrCat(what, " must be a floating-point tensor, got ", DTypeName(t.dtype)));
 }
 
-bool IsIntegral(double v) { return std::floor(v) == v && std::isfinite(v); }
-
 }  // namespace
 
 absl::StatusOr<std::vector<bool>> ReducedMask(IntList dims, int64_t rank) {
@@ -39,23 +37,29 @@ Result UnaryFloat(Types in, const OpAttrs&) {
   return TensorType{in[0].shape, FloatOrDefault(in[0].dtype), in[0].device};
 }
 
+Result UnaryFloatOnly(Types in, const OpAttrs&) {
+  KILN_RETURN_IF_ERROR(RequireFloat(in[0], "input"));
+  return in[0];
+}
+
 Result UnarySame(Types in, const OpAttrs&) {
   if (in[0].dtype == DType::kBool) return Invalid("bool tensors are not supported; cast first");
   return in[0];
 }
 
 Result ScalarArith(Types in, const OpAttrs& a) {
-  // An integral scalar acts like a Python int: an integer tensor stays integer (int32 * 3e9 wraps
-  // in int32, like torch), a bool tensor becomes int64; any other scalar makes the result float.
-  DType t = in[0].dtype;
-  if (t == DType::kBool) t = DType::kInt64;
-  if (!IsFloatingPoint(t) && !IsIntegral(a.scalar)) t = DType::kFloat32;
-  if (!IsFloatingPoint(t) && !FitsDType(a.scalar, DType::kInt64)) {
-    return Invalid(absl::StrCat("the scalar ", a.scalar, " cannot be converted to int64 without ",
-                                "overflow (the ", DTypeName(in[0].dtype), " operand keeps ",
-                                "integer math)"));
+  // A scalar acts like a Python number: an integer keeps an integer tensor's type (int32 * 3e9
+  // wraps in int32, like torch) and makes a bool tensor int64; a floating one makes it float32.
+  return TensorType{in[0].shape, ScalarResultType(in[0].dtype, a.scalar), in[0].device};
+}
+
+Result SubtractScalar(Types in, const OpAttrs& a) {
+  if (in[0].dtype == DType::kBool) {
+    return Invalid(
+        "subtraction with a bool tensor is not supported (as in torch); to invert a "
+        "mask use eq(mask, false)");
   }
-  return TensorType{in[0].shape, t, in[0].device};
+  return ScalarArith(in, a);
 }
 
 Result ScalarDiv(Types in, const OpAttrs&) { return UnaryFloat(in, {}); }
@@ -76,6 +80,11 @@ Result Binary(Types in, const OpAttrs&) {
 Result Subtract(Types in, const OpAttrs& a) {
   if (in[0].dtype == DType::kBool && in[1].dtype == DType::kBool) {
     return Invalid("subtracting two bool tensors is not supported (as in torch); use ne() for xor");
+  }
+  if (in[0].dtype == DType::kBool || in[1].dtype == DType::kBool) {
+    return Invalid(absl::StrCat(
+        "subtraction with a bool tensor is not supported (as in torch): ", DTypeName(in[0].dtype),
+        " - ", DTypeName(in[1].dtype), "; cast the mask first"));
   }
   return Binary(in, a);
 }
@@ -100,9 +109,9 @@ Result MaskedFill(Types in, const OpAttrs& a) {
     return Invalid(absl::StrCat("mask must be bool, got ", DTypeName(in[1].dtype)));
   }
   const DType t = in[0].dtype;
-  if (!FitsDType(a.scalar, t)) {
-    return Invalid(absl::StrCat("the value ", a.scalar, " cannot be converted to ", DTypeName(t),
-                                " without overflow"));
+  if (!a.scalar.FitsIn(t)) {
+    return Invalid(absl::StrCat("the value ", a.scalar.ToString(), " cannot be converted to ",
+                                DTypeName(t), " without overflow"));
   }
   KILN_ASSIGN_OR_RETURN(Shape s, BroadcastShapes(in[0].shape, in[1].shape));
   return TensorType{std::move(s), in[0].dtype, in[0].device};
@@ -453,9 +462,9 @@ DType ResultType(const TensorType& a, const TensorType& b) {
   return dims;
 }
 
-DType ScalarResultType(DType t, double scalar) {
+DType ScalarResultType(DType t, const Scalar& scalar) {
   if (IsFloatingPoint(t)) return t;
-  if (!IsIntegral(scalar) || std::fabs(scalar) >= 9223372036854775808.0) return DType::kFloat32;
+  if (!scalar.is_integer()) return DType::kFloat32;
   return t == DType::kBool ? DType::kInt64 : t;
 }
 
@@ -479,15 +488,22 @@ Result Pow(Types in, const OpAttrs& a) {
 
 Result PowScalar(Types in, const OpAttrs& a) {
   const DType t = ScalarResultType(in[0].dtype, a.scalar);
-  if (!IsFloatingPoint(t) && a.scalar < 0) {
+  if (!IsFloatingPoint(t) && a.scalar.to_int64() < 0) {
     return Invalid(absl::StrCat("integers to negative integer powers are not allowed (",
-                                DTypeName(in[0].dtype), " tensor ** ", a.scalar, ")"));
+                                DTypeName(in[0].dtype), " tensor ** ", a.scalar.ToString(), ")"));
   }
   return TensorType{in[0].shape, t, in[0].device};
 }
 
 Result ClampScalar(Types in, const OpAttrs& a) {
-  return TensorType{in[0].shape, ScalarResultType(in[0].dtype, a.scalar), in[0].device};
+  // torch promotes (clamp(int_tensor, 0.5) is float32) and converts the bound to the result
+  // type with an overflow check (an int32 tensor clamped at 2^40 is an error, not a wrapped bound).
+  const DType t = ScalarResultType(in[0].dtype, a.scalar);
+  if (!a.scalar.FitsIn(t)) {
+    return Invalid(absl::StrCat("the bound ", a.scalar.ToString(), " cannot be converted to ",
+                                DTypeName(t), " without overflow"));
+  }
+  return TensorType{in[0].shape, t, in[0].device};
 }
 
 }  // namespace kiln::infer

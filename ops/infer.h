@@ -16,13 +16,15 @@ using Result = absl::StatusOr<TensorType>;
 // range or named twice is an error.
 absl::StatusOr<std::vector<bool>> ReducedMask(IntList dims, int64_t rank);
 
-Result UnaryFloat(Types in, const OpAttrs& a);   // exp, tanh, gelu, ...: ints promote to float32
-Result UnarySame(Types in, const OpAttrs& a);    // neg, relu: dtype kept
-Result ScalarArith(Types in, const OpAttrs& a);  // x (op) scalar
-Result ScalarDiv(Types in, const OpAttrs& a);    // x / scalar: always floating
+Result UnaryFloat(Types in, const OpAttrs& a);      // exp, tanh, gelu, ...: ints promote to float32
+Result UnarySame(Types in, const OpAttrs& a);       // neg, relu: dtype kept
+Result UnaryFloatOnly(Types in, const OpAttrs& a);  // gelu, silu: floating inputs only (torch)
+Result ScalarArith(Types in, const OpAttrs& a);     // x (op) scalar
+Result SubtractScalar(Types in, const OpAttrs& a);  // ScalarArith, a bool x refused (as torch)
+Result ScalarDiv(Types in, const OpAttrs& a);       // x / scalar: always floating
 Result Cast(Types in, const OpAttrs& a);
 Result Binary(Types in, const OpAttrs& a);     // add, sub, mul: broadcast + promote
-Result Subtract(Types in, const OpAttrs& a);   // sub: Binary, two bools refused (as torch)
+Result Subtract(Types in, const OpAttrs& a);   // sub: Binary, any bool operand refused (torch)
 Result BinaryDiv(Types in, const OpAttrs& a);  // true division: floating result
 Result Where(Types in, const OpAttrs& a);
 Result MaskedFill(Types in, const OpAttrs& a);
@@ -55,9 +57,9 @@ Result AsStridedScatter(Types in, const OpAttrs& a);  // the base's type; src ha
 // category decides (int32 x + a float32 0-d tensor is float32); otherwise PromoteTypes.
 DType ResultType(const TensorType& a, const TensorType& b);
 // The common dtype of a tensor and a scalar operand (torch's result_type with a Python number):
-// bool becomes int64; an integer type stays unless the scalar is fractional, non-finite or
-// beyond int64, which makes it float32; a floating type stays.
-DType ScalarResultType(DType t, double scalar);
+// a floating type stays; with an integer scalar an integer type stays and bool becomes int64;
+// a floating scalar makes an integer or bool type float32.
+DType ScalarResultType(DType t, const Scalar& scalar);
 Result Compare(Types in, const OpAttrs& a);        // eq, ne, lt, le, gt, ge: broadcast, bool
 Result CompareScalar(Types in, const OpAttrs& a);  // x (cmp) scalar: bool
 Result MinMax(Types in, const OpAttrs& a);         // minimum, maximum: broadcast + promote

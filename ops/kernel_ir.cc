@@ -26,7 +26,7 @@ std::string DoubleText(double v) {
 // The attributes an elementwise row reads, as text ("" when none).
 std::string AttrText(const OpDef& def, const OpAttrs& a) {
   std::vector<std::string> parts;
-  if (def.attr_fields & kAttrScalar) parts.push_back("scalar=" + DoubleText(a.scalar));
+  if (def.attr_fields & kAttrScalar) parts.push_back("scalar=" + a.scalar.ToString());
   if (def.attr_fields & kAttrApproximate) {
     parts.push_back(a.approximate == GeluApprox::kTanh ? "approximate=tanh" : "approximate=none");
   }
@@ -61,7 +61,10 @@ static_assert(TakesFields(std::make_index_sequence<kListedFields>()) &&
 
 template <typename T>
 void AppendFieldBits(const T& v, std::string* key) {
-  if constexpr (requires { v.size(); }) {  // Shape, Strides: the elements, then the count
+  if constexpr (std::is_same_v<T, Scalar>) {  // the kind, then the value (no padding bytes)
+    key->push_back(v.is_integer() ? 'i' : 'f');
+    AppendFieldBits(v.is_integer() ? v.to_int64() : std::bit_cast<int64_t>(v.to_double()), key);
+  } else if constexpr (requires { v.size(); }) {  // Shape, Strides: the elements, then the count
     for (int64_t e : v) key->append(reinterpret_cast<const char*>(&e), sizeof(e));
     const int64_t n = static_cast<int64_t>(v.size());
     key->append(reinterpret_cast<const char*>(&n), sizeof(n));
@@ -82,7 +85,7 @@ bool FieldBitsEqual(const T& x, const T& y) {
 
 template <typename T>
 constexpr bool IsScalarRow(const AttrRow<T>& row) {
-  if constexpr (std::is_same_v<T, double>) {
+  if constexpr (std::is_same_v<T, Scalar>) {
     return row.member == &OpAttrs::scalar;
   } else {
     return false;

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "runtime/scalar.h"
 #include "runtime/tensor.h"
 
 namespace kiln {
@@ -135,7 +136,7 @@ const char* ReduceOpName(ReduceOp op);  // "sum", "max" (the IR text form)
 // Attributes of an op call. Each row says which fields it reads (OpDef::attr_fields) so the IR
 // can print and parse exactly those.
 struct OpAttrs {
-  double scalar = 0;                     // the scalar of *_scalar ops, masked_fill's value
+  Scalar scalar;                         // the scalar of *_scalar ops, masked_fill's value
   double eps = 1e-5;                     // layer_norm / rms_norm
   int64_t dim = 0;                       // softmax, transpose (first), slice, unsqueeze/squeeze
   int64_t dim2 = 0;                      // transpose (second)
@@ -201,7 +202,7 @@ struct AttrRow {
   bool only_if_set = false;
 };
 inline constexpr auto kAttrRows =
-    std::make_tuple(AttrRow<double>{"scalar", kAttrScalar, &OpAttrs::scalar},
+    std::make_tuple(AttrRow<Scalar>{"scalar", kAttrScalar, &OpAttrs::scalar},
                     AttrRow<double>{"eps", kAttrEps, &OpAttrs::eps},
                     AttrRow<int64_t>{"dim", kAttrDim, &OpAttrs::dim},
                     AttrRow<int64_t>{"dim2", kAttrDim2, &OpAttrs::dim2},
@@ -248,7 +249,7 @@ using ScalarFn = double (*)(const double* args, const OpAttrs& attrs);
 // The same on integers, for rows that keep integer dtypes (add, mul, neg, where, ...): when the
 // output and every operand are integer or bool, kernels compute in int64 with two's-complement
 // wrap-around (torch's integer semantics) instead of through double. The scalar attribute is
-// the integral value of attrs.scalar (ScalarAsInt64).
+// attrs.scalar as an int64 (ScalarAsInt64).
 using IntScalarFn = int64_t (*)(const int64_t* args, const OpAttrs& attrs);
 
 struct OpDef {
@@ -295,9 +296,9 @@ struct OpDef {
 // True when an elementwise call computes on the integer path: the row has an integer form and
 // the output and every input are integer or bool.
 bool UsesIntegerPath(const OpDef& def, absl::Span<const DType> inputs, DType out);
-// attrs.scalar as the int64 the integer path uses (truncated toward zero; the inference rules
-// refuse values outside int64 for integer results).
-inline int64_t ScalarAsInt64(const OpAttrs& attrs) { return DoubleToInt64(attrs.scalar); }
+// attrs.scalar as the int64 the integer path uses (an integer scalar exactly; a floating one
+// truncated toward zero).
+inline int64_t ScalarAsInt64(const OpAttrs& attrs) { return attrs.scalar.to_int64(); }
 
 const OpDef& GetOpDef(OpId id);
 // Looks an op up by name (IR parsing, tests); nullptr if unknown. Not for the dispatch path.

@@ -13,7 +13,7 @@ namespace kiln {
 namespace {
 
 Tensor Unary(OpId id, const Tensor& x) { return Dispatch(id, {x}); }
-Tensor WithScalar(OpId id, const Tensor& x, double s) {
+Tensor WithScalar(OpId id, const Tensor& x, Scalar s) {
   OpAttrs a;
   a.scalar = s;
   return Dispatch(id, {x}, a);
@@ -62,28 +62,28 @@ Tensor add(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kAdd, {a, b
 Tensor sub(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kSub, {a, b}); }
 Tensor mul(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kMul, {a, b}); }
 Tensor div(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kDiv, {a, b}); }
-Tensor add(const Tensor& a, double b) { return WithScalar(OpId::kAddScalar, a, b); }
-Tensor sub(const Tensor& a, double b) { return WithScalar(OpId::kSubScalar, a, b); }
-Tensor mul(const Tensor& a, double b) { return WithScalar(OpId::kMulScalar, a, b); }
-Tensor div(const Tensor& a, double b) { return WithScalar(OpId::kDivScalar, a, b); }
+Tensor add(const Tensor& a, Scalar b) { return WithScalar(OpId::kAddScalar, a, b); }
+Tensor sub(const Tensor& a, Scalar b) { return WithScalar(OpId::kSubScalar, a, b); }
+Tensor mul(const Tensor& a, Scalar b) { return WithScalar(OpId::kMulScalar, a, b); }
+Tensor div(const Tensor& a, Scalar b) { return WithScalar(OpId::kDivScalar, a, b); }
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-Tensor operator+(const Tensor& a, double b) { return add(a, b); }
-Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
-Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
-Tensor operator/(const Tensor& a, double b) { return div(a, b); }
-Tensor operator+(double a, const Tensor& b) { return add(b, a); }
-Tensor operator-(double a, const Tensor& b) { return WithScalar(OpId::kRsubScalar, b, a); }
-Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
+Tensor operator+(const Tensor& a, Scalar b) { return add(a, b); }
+Tensor operator-(const Tensor& a, Scalar b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, Scalar b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, Scalar b) { return div(a, b); }
+Tensor operator+(Scalar a, const Tensor& b) { return add(b, a); }
+Tensor operator-(Scalar a, const Tensor& b) { return WithScalar(OpId::kRsubScalar, b, a); }
+Tensor operator*(Scalar a, const Tensor& b) { return mul(b, a); }
 Tensor operator-(const Tensor& x) { return neg(x); }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return Dispatch(OpId::kWhere, {cond, a, b});
 }
 
-Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   OpAttrs a;
   a.scalar = value;
   return Dispatch(OpId::kMaskedFill, {x, mask}, a);
@@ -95,17 +95,17 @@ const Tensor& add_(const Tensor& self, const Tensor& other) {
 const Tensor& mul_(const Tensor& self, const Tensor& other) {
   return DispatchInPlace(OpId::kMul, {self, other});
 }
-const Tensor& add_(const Tensor& self, double other) {
+const Tensor& add_(const Tensor& self, Scalar other) {
   OpAttrs a;
   a.scalar = other;
   return DispatchInPlace(OpId::kAddScalar, {self}, a);
 }
-const Tensor& mul_(const Tensor& self, double other) {
+const Tensor& mul_(const Tensor& self, Scalar other) {
   OpAttrs a;
   a.scalar = other;
   return DispatchInPlace(OpId::kMulScalar, {self}, a);
 }
-const Tensor& masked_fill_(const Tensor& self, const Tensor& mask, double value) {
+const Tensor& masked_fill_(const Tensor& self, const Tensor& mask, Scalar value) {
   OpAttrs a;
   a.scalar = value;
   return DispatchInPlace(OpId::kMaskedFill, {self, mask}, a);
@@ -258,13 +258,13 @@ Tensor abs(const Tensor& x) { return Unary(OpId::kAbs, x); }
 Tensor sin(const Tensor& x) { return Unary(OpId::kSin, x); }
 Tensor cos(const Tensor& x) { return Unary(OpId::kCos, x); }
 Tensor pow(const Tensor& x, const Tensor& exponent) { return Dispatch(OpId::kPow, {x, exponent}); }
-Tensor pow(const Tensor& x, double exponent) { return WithScalar(OpId::kPowScalar, x, exponent); }
+Tensor pow(const Tensor& x, Scalar exponent) { return WithScalar(OpId::kPowScalar, x, exponent); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kMinimum, {a, b}); }
 Tensor maximum(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kMaximum, {a, b}); }
-Tensor clamp_min(const Tensor& x, double min) { return WithScalar(OpId::kClampMin, x, min); }
-Tensor clamp_max(const Tensor& x, double max) { return WithScalar(OpId::kClampMax, x, max); }
+Tensor clamp_min(const Tensor& x, Scalar min) { return WithScalar(OpId::kClampMin, x, min); }
+Tensor clamp_max(const Tensor& x, Scalar max) { return WithScalar(OpId::kClampMax, x, max); }
 
-Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
   KILN_CHECK(min.has_value() || max.has_value(), "clamp: at least one of min and max must be ",
              "given (operand: ", x.defined() ? Describe(x.type()) : "undefined", ")");
   Tensor y = min ? clamp_min(x, *min) : x;
@@ -290,10 +290,10 @@ Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max) {
 namespace {
 
 // torch converts a Python number to a floating tensor's dtype before comparing.
-Tensor CompareScalar(OpId id, const Tensor& x, double s) {
+Tensor CompareScalar(OpId id, const Tensor& x, Scalar s) {
   if (x.defined() && IsFloatingPoint(x.dtype())) {
     uint64_t scratch = 0;
-    StorerFor(x.dtype())(&scratch, 0, s);
+    StorerFor(x.dtype())(&scratch, 0, s.to_double());
     s = LoaderFor(x.dtype())(&scratch, 0);
   }
   return WithScalar(id, x, s);
@@ -307,23 +307,23 @@ Tensor lt(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kLt, {a, b})
 Tensor le(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kLe, {a, b}); }
 Tensor gt(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kGt, {a, b}); }
 Tensor ge(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kGe, {a, b}); }
-Tensor eq(const Tensor& a, double b) { return CompareScalar(OpId::kEqScalar, a, b); }
-Tensor ne(const Tensor& a, double b) { return CompareScalar(OpId::kNeScalar, a, b); }
-Tensor lt(const Tensor& a, double b) { return CompareScalar(OpId::kLtScalar, a, b); }
-Tensor le(const Tensor& a, double b) { return CompareScalar(OpId::kLeScalar, a, b); }
-Tensor gt(const Tensor& a, double b) { return CompareScalar(OpId::kGtScalar, a, b); }
-Tensor ge(const Tensor& a, double b) { return CompareScalar(OpId::kGeScalar, a, b); }
+Tensor eq(const Tensor& a, Scalar b) { return CompareScalar(OpId::kEqScalar, a, b); }
+Tensor ne(const Tensor& a, Scalar b) { return CompareScalar(OpId::kNeScalar, a, b); }
+Tensor lt(const Tensor& a, Scalar b) { return CompareScalar(OpId::kLtScalar, a, b); }
+Tensor le(const Tensor& a, Scalar b) { return CompareScalar(OpId::kLeScalar, a, b); }
+Tensor gt(const Tensor& a, Scalar b) { return CompareScalar(OpId::kGtScalar, a, b); }
+Tensor ge(const Tensor& a, Scalar b) { return CompareScalar(OpId::kGeScalar, a, b); }
 Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
 Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }
 Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
 Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
 Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
 Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
-Tensor operator==(const Tensor& a, double b) { return eq(a, b); }
-Tensor operator!=(const Tensor& a, double b) { return ne(a, b); }
-Tensor operator<(const Tensor& a, double b) { return lt(a, b); }
-Tensor operator<=(const Tensor& a, double b) { return le(a, b); }
-Tensor operator>(const Tensor& a, double b) { return gt(a, b); }
-Tensor operator>=(const Tensor& a, double b) { return ge(a, b); }
+Tensor operator==(const Tensor& a, Scalar b) { return eq(a, b); }
+Tensor operator!=(const Tensor& a, Scalar b) { return ne(a, b); }
+Tensor operator<(const Tensor& a, Scalar b) { return lt(a, b); }
+Tensor operator<=(const Tensor& a, Scalar b) { return le(a, b); }
+Tensor operator>(const Tensor& a, Scalar b) { return gt(a, b); }
+Tensor operator>=(const Tensor& a, Scalar b) { return ge(a, b); }
 
 }  // namespace kiln

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ops/op_def.h"
+#include "runtime/scalar.h"
 #include "runtime/status.h"  // kiln::Error, thrown by every op on bad input
 
 namespace kiln {
@@ -37,33 +38,33 @@ Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
-Tensor add(const Tensor& a, double b);
-Tensor sub(const Tensor& a, double b);
-Tensor mul(const Tensor& a, double b);
-Tensor div(const Tensor& a, double b);
+Tensor add(const Tensor& a, Scalar b);
+Tensor sub(const Tensor& a, Scalar b);
+Tensor mul(const Tensor& a, Scalar b);
+Tensor div(const Tensor& a, Scalar b);
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
 Tensor operator*(const Tensor& a, const Tensor& b);
 Tensor operator/(const Tensor& a, const Tensor& b);
-Tensor operator+(const Tensor& a, double b);
-Tensor operator-(const Tensor& a, double b);
-Tensor operator*(const Tensor& a, double b);
-Tensor operator/(const Tensor& a, double b);
-Tensor operator+(double a, const Tensor& b);
-Tensor operator-(double a, const Tensor& b);
-Tensor operator*(double a, const Tensor& b);
+Tensor operator+(const Tensor& a, Scalar b);
+Tensor operator-(const Tensor& a, Scalar b);
+Tensor operator*(const Tensor& a, Scalar b);
+Tensor operator/(const Tensor& a, Scalar b);
+Tensor operator+(Scalar a, const Tensor& b);
+Tensor operator-(Scalar a, const Tensor& b);
+Tensor operator*(Scalar a, const Tensor& b);
 Tensor operator-(const Tensor& x);
 
 // Selection.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
-Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
 
 // In place (torch's trailing underscore): self must not be a broadcast view and keeps its shape.
 const Tensor& add_(const Tensor& self, const Tensor& other);
-const Tensor& add_(const Tensor& self, double other);
+const Tensor& add_(const Tensor& self, Scalar other);
 const Tensor& mul_(const Tensor& self, const Tensor& other);
-const Tensor& mul_(const Tensor& self, double other);
-const Tensor& masked_fill_(const Tensor& self, const Tensor& mask, double value);
+const Tensor& mul_(const Tensor& self, Scalar other);
+const Tensor& masked_fill_(const Tensor& self, const Tensor& mask, Scalar value);
 // self = src (src broadcast to self's shape, converted to self's dtype), like Tensor.copy_.
 const Tensor& copy_(const Tensor& self, const Tensor& src);
 
@@ -155,15 +156,15 @@ Tensor abs(const Tensor& x);
 Tensor sin(const Tensor& x);
 Tensor cos(const Tensor& x);
 Tensor pow(const Tensor& x, const Tensor& exponent);  // broadcasting; int ** negative int: 0, ±1
-Tensor pow(const Tensor& x, double exponent);         // an int tensor ** negative int: an error
+Tensor pow(const Tensor& x, Scalar exponent);         // an int tensor ** negative int: an error
 Tensor minimum(const Tensor& a, const Tensor& b);     // NaN propagates
 Tensor maximum(const Tensor& a, const Tensor& b);
 // clamp with either bound (std::nullopt: none); a NaN bound or value gives NaN, min > max gives
 // max, like torch. Tensor bounds broadcast (maximum, then minimum).
-Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max = std::nullopt);
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
 Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max);
-Tensor clamp_min(const Tensor& x, double min);
-Tensor clamp_max(const Tensor& x, double max);
+Tensor clamp_min(const Tensor& x, Scalar min);
+Tensor clamp_max(const Tensor& x, Scalar max);
 
 // Comparisons: bool results, broadcasting, compared in torch's common dtype (a scalar is first
 // rounded to a floating tensor's dtype, so bf16 x == 0.1 compares with bf16(0.1)).
@@ -173,24 +174,24 @@ Tensor lt(const Tensor& a, const Tensor& b);
 Tensor le(const Tensor& a, const Tensor& b);
 Tensor gt(const Tensor& a, const Tensor& b);
 Tensor ge(const Tensor& a, const Tensor& b);
-Tensor eq(const Tensor& a, double b);
-Tensor ne(const Tensor& a, double b);
-Tensor lt(const Tensor& a, double b);
-Tensor le(const Tensor& a, double b);
-Tensor gt(const Tensor& a, double b);
-Tensor ge(const Tensor& a, double b);
+Tensor eq(const Tensor& a, Scalar b);
+Tensor ne(const Tensor& a, Scalar b);
+Tensor lt(const Tensor& a, Scalar b);
+Tensor le(const Tensor& a, Scalar b);
+Tensor gt(const Tensor& a, Scalar b);
+Tensor ge(const Tensor& a, Scalar b);
 Tensor operator==(const Tensor& a, const Tensor& b);
 Tensor operator!=(const Tensor& a, const Tensor& b);
 Tensor operator<(const Tensor& a, const Tensor& b);
 Tensor operator<=(const Tensor& a, const Tensor& b);
 Tensor operator>(const Tensor& a, const Tensor& b);
 Tensor operator>=(const Tensor& a, const Tensor& b);
-Tensor operator==(const Tensor& a, double b);
-Tensor operator!=(const Tensor& a, double b);
-Tensor operator<(const Tensor& a, double b);
-Tensor operator<=(const Tensor& a, double b);
-Tensor operator>(const Tensor& a, double b);
-Tensor operator>=(const Tensor& a, double b);
+Tensor operator==(const Tensor& a, Scalar b);
+Tensor operator!=(const Tensor& a, Scalar b);
+Tensor operator<(const Tensor& a, Scalar b);
+Tensor operator<=(const Tensor& a, Scalar b);
+Tensor operator>(const Tensor& a, Scalar b);
+Tensor operator>=(const Tensor& a, Scalar b);
 
 // Indexing with int64 or int32 indices (ops/indexing_ops.cc). An index outside the indexed dim
 // throws kiln::Error naming the op, the index and its position, on CUDA too (the CUDA kernels
@@ -247,7 +248,7 @@ Tensor var(const Tensor& x, IntList dims = {}, int64_t correction = 1, bool keep
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 Tensor zeros_like(const Tensor& x);  // x's shape, dtype and device
 Tensor ones_like(const Tensor& x);
-Tensor full_like(const Tensor& x, double value);
+Tensor full_like(const Tensor& x, Scalar value);
 Tensor empty_like(const Tensor& x);
 
 // Conversions.

@@ -48,32 +48,34 @@ double FRelu(const double* x, A) { return x[0] > 0 || std::isnan(x[0]) ? x[0] : 
 double FGelu(const double* x, A a) { return GeluOf(x[0], a.approximate); }
 double FSilu(const double* x, A) { return x[0] * Sigmoid(x[0]); }
 double FIdentity(const double* x, A) { return x[0]; }
-double FAddScalar(const double* x, A a) { return x[0] + a.scalar; }
-double FSubScalar(const double* x, A a) { return x[0] - a.scalar; }
-double FRsubScalar(const double* x, A a) { return a.scalar - x[0]; }
-double FMulScalar(const double* x, A a) { return x[0] * a.scalar; }
-double FDivScalar(const double* x, A a) { return x[0] / a.scalar; }
+double FAddScalar(const double* x, A a) { return x[0] + a.scalar.to_double(); }
+double FSubScalar(const double* x, A a) { return x[0] - a.scalar.to_double(); }
+double FRsubScalar(const double* x, A a) { return a.scalar.to_double() - x[0]; }
+double FMulScalar(const double* x, A a) { return x[0] * a.scalar.to_double(); }
+double FDivScalar(const double* x, A a) { return x[0] / a.scalar.to_double(); }
 double FAdd(const double* x, A) { return x[0] + x[1]; }
 double FSub(const double* x, A) { return x[0] - x[1]; }
 double FMul(const double* x, A) { return x[0] * x[1]; }
 double FDiv(const double* x, A) { return x[0] / x[1]; }
 double FWhere(const double* x, A) { return x[0] != 0 ? x[1] : x[2]; }
-double FMaskedFill(const double* x, A a) { return x[1] != 0 ? a.scalar : x[0]; }
+double FMaskedFill(const double* x, A a) { return x[1] != 0 ? a.scalar.to_double() : x[0]; }
 double FCopy(const double* x, A) { return x[1]; }
 double FAbs(const double* x, A) { return std::fabs(x[0]); }
 double FSin(const double* x, A) { return std::sin(x[0]); }
 double FCos(const double* x, A) { return std::cos(x[0]); }
 double FPow(const double* x, A) { return std::pow(x[0], x[1]); }
-double FPowScalar(const double* x, A a) { return std::pow(x[0], a.scalar); }
+double FPowScalar(const double* x, A a) { return std::pow(x[0], a.scalar.to_double()); }
 double Minimum(double p, double q) { return std::isnan(p) || p < q ? p : q; }
 double Maximum(double p, double q) { return std::isnan(p) || p > q ? p : q; }
 double FMinimum(const double* x, A) { return Minimum(x[0], x[1]); }
 double FMaximum(const double* x, A) { return Maximum(x[0], x[1]); }
 double FClampMin(const double* x, A a) {
-  return std::isnan(a.scalar) ? a.scalar : Maximum(x[0], a.scalar);
+  return std::isnan(a.scalar.to_double()) ? a.scalar.to_double()
+                                          : Maximum(x[0], a.scalar.to_double());
 }
 double FClampMax(const double* x, A a) {
-  return std::isnan(a.scalar) ? a.scalar : Minimum(x[0], a.scalar);
+  return std::isnan(a.scalar.to_double()) ? a.scalar.to_double()
+                                          : Minimum(x[0], a.scalar.to_double());
 }
 double FEq(const double* x, A) { return x[0] == x[1]; }
 double FNe(const double* x, A) { return x[0] != x[1]; }
@@ -81,12 +83,12 @@ double FLt(const double* x, A) { return x[0] < x[1]; }
 double FLe(const double* x, A) { return x[0] <= x[1]; }
 double FGt(const double* x, A) { return x[0] > x[1]; }
 double FGe(const double* x, A) { return x[0] >= x[1]; }
-double FEqScalar(const double* x, A a) { return x[0] == a.scalar; }
-double FNeScalar(const double* x, A a) { return x[0] != a.scalar; }
-double FLtScalar(const double* x, A a) { return x[0] < a.scalar; }
-double FLeScalar(const double* x, A a) { return x[0] <= a.scalar; }
-double FGtScalar(const double* x, A a) { return x[0] > a.scalar; }
-double FGeScalar(const double* x, A a) { return x[0] >= a.scalar; }
+double FEqScalar(const double* x, A a) { return x[0] == a.scalar.to_double(); }
+double FNeScalar(const double* x, A a) { return x[0] != a.scalar.to_double(); }
+double FLtScalar(const double* x, A a) { return x[0] < a.scalar.to_double(); }
+double FLeScalar(const double* x, A a) { return x[0] <= a.scalar.to_double(); }
+double FGtScalar(const double* x, A a) { return x[0] > a.scalar.to_double(); }
+double FGeScalar(const double* x, A a) { return x[0] >= a.scalar.to_double(); }
 
 // Integer forms: two's-complement wrap-around (computed unsigned, so overflow is defined).
 using I = const int64_t*;
@@ -194,13 +196,13 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   Ew(O::kTanh,    "tanh",    1, kEw, 0, infer::UnaryFloat, FTanh,    "tanhf($0)"),
   Ew(O::kSigmoid, "sigmoid", 1, kEw, 0, infer::UnaryFloat, FSigmoid, "kiln_sigmoid($0)"),
   EwInt(O::kRelu, "relu",    1, kEw, 0, infer::UnarySame,  FRelu, IRelu, "kiln_relu($0)"),
-  Ew(O::kGelu,    "gelu",    1, kEw, kAttrApproximate, infer::UnaryFloat, FGelu,
+  Ew(O::kGelu,    "gelu",    1, kEw, kAttrApproximate, infer::UnaryFloatOnly, FGelu,
      "kiln_gelu($0, $approximate)"),
-  Ew(O::kSilu,    "silu",    1, kEw, 0, infer::UnaryFloat, FSilu,    "kiln_silu($0)"),
+  Ew(O::kSilu,    "silu",    1, kEw, 0, infer::UnaryFloatOnly, FSilu,    "kiln_silu($0)"),
   EwInt(O::kCast, "cast",    1, kEw, kAttrDType, infer::Cast, FIdentity, IIdentity, "$0"),
   EwInt(O::kAddScalar,  "add_scalar",  1, kEw, kAttrScalar, infer::ScalarArith, FAddScalar,  IAddScalar,  "($0 + $scalar)"),
-  EwInt(O::kSubScalar,  "sub_scalar",  1, kEw, kAttrScalar, infer::ScalarArith, FSubScalar,  ISubScalar,  "($0 - $scalar)"),
-  EwInt(O::kRsubScalar, "rsub_scalar", 1, kEw, kAttrScalar, infer::ScalarArith, FRsubScalar, IRsubScalar, "($scalar - $0)"),
+  EwInt(O::kSubScalar,  "sub_scalar",  1, kEw, kAttrScalar, infer::SubtractScalar, FSubScalar,  ISubScalar,  "($0 - $scalar)"),
+  EwInt(O::kRsubScalar, "rsub_scalar", 1, kEw, kAttrScalar, infer::SubtractScalar, FRsubScalar, IRsubScalar, "($scalar - $0)"),
   EwInt(O::kMulScalar,  "mul_scalar",  1, kEw, kAttrScalar, infer::ScalarArith, FMulScalar,  IMulScalar,  "($0 * $scalar)"),
   Ew(O::kDivScalar,  "div_scalar",  1, kEw, kAttrScalar, infer::ScalarDiv,   FDivScalar,  "($0 / $scalar)"),
   EwInt(O::kAdd, "add",   2, kBc, 0, infer::Binary,    FAdd, IAdd, "($0 + $1)"),

@@ -224,16 +224,21 @@ Tensor CallUnary(F& f) {
       {"tanh", tanh}, {"sigmoid", sigmoid}, {"relu", relu}, {"silu", silu}};
   const auto& [op, fn] = kOps[f.Pick(9)];
   const Tensor& x = f.T();
-  // neg and relu keep the operand's dtype, which may not be bool; the others compute in floats.
+  // neg and relu keep the operand's dtype, which may not be bool; silu takes floating operands
+  // only (torch); the others compute in floats.
   const bool keeps_dtype = std::string_view(op) == "neg" || std::string_view(op) == "relu";
-  return f.Run(op, x.defined() && !(keeps_dtype && x.dtype() == DType::kBool),
+  const bool floats_only = std::string_view(op) == "silu";
+  return f.Run(op,
+               x.defined() && !(keeps_dtype && x.dtype() == DType::kBool) &&
+                   !(floats_only && !IsFloatingPoint(x.dtype())),
                [&] { return fn(x); });
 }
 
 Tensor CallGelu(F& f) {
   const Tensor& x = f.T();
   const char* approximate = f.Coin() ? "tanh" : "none";
-  return f.Run("gelu", x.defined(), [&] { return gelu(x, approximate); });
+  return f.Run("gelu", x.defined() && IsFloatingPoint(x.dtype()),
+               [&] { return gelu(x, approximate); });
 }
 
 Tensor CallCast(F& f) {
@@ -254,8 +259,8 @@ Tensor CallBinary(F& f) {
     const auto shape = rules::Broadcast(a.shape(), b.shape());
     const DType t = rules::ResultType(a, b);
     valid = shape && rules::Sized(*shape, IsFloatingPoint(t) ? t : DType::kFloat32);
-    // torch refuses the difference of two bools
-    if (std::string(op) == "sub" && a.dtype() == DType::kBool && b.dtype() == DType::kBool) {
+    // torch refuses a difference with a bool operand
+    if (std::string(op) == "sub" && (a.dtype() == DType::kBool || b.dtype() == DType::kBool)) {
       valid = false;
     }
   }
@@ -268,7 +273,10 @@ Tensor CallScalar(F& f) {
   const int which = f.Pick(5);
   static const char* const kOps[] = {"add_scalar", "sub_scalar", "mul_scalar", "div_scalar",
                                      "rsub_scalar"};
-  const bool valid = a.defined() && (which == 3 || rules::ScalarArith(a.dtype(), s));
+  const bool subtracts_bool =
+      (which == 1 || which == 4) && a.defined() && a.dtype() == DType::kBool;
+  const bool valid =
+      a.defined() && !subtracts_bool && (which == 3 || rules::ScalarArith(a.dtype(), s));
   return f.Run(kOps[which], valid, [&] {
     switch (which) {
       case 0:

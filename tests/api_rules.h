@@ -113,16 +113,11 @@ inline bool CanCast(DType from, DType to) {
   return from == DType::kBool || to != DType::kBool;
 }
 
-inline bool IsIntegral(double s) { return std::isfinite(s) && std::floor(s) == s; }
-
-// The result dtype of tensor (op) scalar for add/sub/mul (ops/infer.cc ScalarArith): floating
-// tensors keep their dtype; a fractional or non-finite scalar makes an integer or bool tensor's
-// result float32; an integral one keeps integer math (bool becomes int64) and must fit int64.
-inline std::optional<DType> ScalarArith(DType t, double s) {
-  if (IsFloatingPoint(t)) return t;
-  if (!IsIntegral(s)) return DType::kFloat32;
-  if (!(s >= -0x1p63 && s < 0x1p63)) return std::nullopt;
-  return t == DType::kBool ? DType::kInt64 : t;
+// The result dtype of tensor (op) scalar for add/sub/mul (ops/infer.cc ScalarArith), with a
+// floating scalar (a C++ double, Python's float): floating tensors keep their dtype, integer and
+// bool ones compute in float32.
+inline std::optional<DType> ScalarArith(DType t, double) {
+  return IsFloatingPoint(t) ? t : DType::kFloat32;
 }
 
 // A scalar can be stored in dtype t (torch: "value cannot be converted ... without overflow"):

@@ -228,7 +228,7 @@ TEST(TraceTest, CpuWeightBecomesAConstant) {
     CHECK:      graph(%0: f32[2, 8]@cpu) {
     CHECK-NEXT:   %1 = constant "const0" : f32[4, 8]@cpu
     CHECK-NEXT:   %2 = linear(%0, %1) : f32[2, 4]@cpu
-    CHECK-NEXT:   %3 = add_scalar(%2) {scalar=1} : f32[2, 4]@cpu
+    CHECK-NEXT:   %3 = add_scalar(%2) {scalar=1.0} : f32[2, 4]@cpu
     CHECK-NEXT:   return %3
   )"));
   ASSERT_EQ(g->node(1).kind, NodeKind::kConstant);
@@ -302,9 +302,9 @@ graph(%0: f32[2, 3, 4]@meta, %1: bool[3, 4]@meta, %2: f32[4]@meta, %3: f32[2, 3,
 TEST(ParserTest, ParsesEveryAttributeDeviceAndScalarForm) {
   const Graph g = Parse(kEveryAttribute);
   ASSERT_EQ(g.num_values(), 24);
-  EXPECT_EQ(g.node(6).attrs.scalar, -INFINITY);
-  EXPECT_EQ(g.node(7).attrs.scalar, INFINITY);
-  EXPECT_TRUE(std::isnan(g.node(8).attrs.scalar));
+  EXPECT_EQ(g.node(6).attrs.scalar, Scalar(-INFINITY));
+  EXPECT_EQ(g.node(7).attrs.scalar, Scalar(INFINITY));
+  EXPECT_TRUE(std::isnan(g.node(8).attrs.scalar.to_double()));
   EXPECT_EQ(g.node(9).attrs.eps, 1e-5);
   EXPECT_EQ(g.node(11).attrs.dim2, -1);
   EXPECT_EQ(g.node(12).attrs.dims, (Shape{2, 0, 1}));
@@ -328,7 +328,7 @@ TEST(ParserTest, ParsesEveryAttributeDeviceAndScalarForm) {
     CHECK: {eps=1.0000000000000001e-05}
     CHECK: %21 = triu(%3) {diagonal=-1} : f32[2, 3, 4]@cpu
     CHECK: %22 = max(%4) {dims=[], keepdim=false} : i32[]@cuda:1
-    CHECK: %23 = sub_scalar(%5) {scalar=-2.5000000000000001e+300} : f16[6]
+    CHECK: %23 = sub_scalar(%5) {scalar=-2.5e+300} : f16[6]
   )"));
   ExpectRoundTrip(g);
 }
@@ -668,6 +668,7 @@ TEST(KernelIrTest, EveryAttributeFieldChangesTheKeyAndTheMemoComparison) {
 
 // A value of each attribute type other than OpAttrs{}'s.
 double OtherValue(double v) { return v == 0.375 ? 0.5 : 0.375; }
+Scalar OtherValue(const Scalar& v) { return v == Scalar(0.375) ? Scalar(0.5) : Scalar(0.375); }
 int64_t OtherValue(int64_t v) { return v + 3; }
 bool OtherValue(bool v) { return !v; }
 Shape OtherValue(const Shape& v) { return v == Shape{2, 3} ? Shape{4} : Shape{2, 3}; }
@@ -677,6 +678,28 @@ GeluApprox OtherValue(GeluApprox v) {
 DType OtherValue(DType v) { return v == DType::kInt32 ? DType::kBFloat16 : DType::kInt32; }
 Epilogue OtherValue(Epilogue v) { return v == Epilogue::kRelu ? Epilogue::kAdd : Epilogue::kRelu; }
 ReduceOp OtherValue(ReduceOp v) { return v == ReduceOp::kMax ? ReduceOp::kSum : ReduceOp::kMax; }
+
+// A scalar's kind survives the text: an integer prints as digits, a floating value never does.
+TEST(AttributeTable, ScalarKindsPrintApartAndParseBack) {
+  const OpDef& def = GetOpDef(OpId::kAddScalar);
+  for (const auto& [scalar, text] : std::vector<std::pair<Scalar, std::string>>{
+           {Scalar(2), "scalar=2"},
+           {Scalar(2.0), "scalar=2.0"},
+           {Scalar(-0.5), "scalar=-0.5"},
+           {Scalar((int64_t{1} << 53) + 1), "scalar=9007199254740993"},
+           {Scalar(1e30), "scalar=1e+30"},
+           {Scalar(-INFINITY), "scalar=-inf"}}) {
+    OpAttrs a;
+    a.scalar = scalar;
+    const std::string printed = PrintAttrs(def, a);
+    EXPECT_NE(printed.find(text), std::string::npos) << printed;
+    absl::StatusOr<OpAttrs> back = ParseAttrs(def, printed);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->scalar, scalar) << printed;
+    EXPECT_EQ(back->scalar.is_integer(), scalar.is_integer()) << printed;
+  }
+  EXPECT_FALSE(ParseAttrs(def, "{scalar=99999999999999999999}").ok());
+}
 
 // Whether printed attributes `text` name `key` (not merely a key it begins: dim, dims, dim2).
 bool Names(const std::string& text, const char* key) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <thread>
 
@@ -53,7 +54,7 @@ TEST(OpsSemantics, Int64BeyondDoubleIsExactOnCpu) {
   EXPECT_EQ(AsInt64s(minimum(a, b)), (std::vector<int64_t>{kBig - 1, kBig - 1, -kBig}));
   EXPECT_EQ(AsInt64s(abs(a)), (std::vector<int64_t>{kBig, kBig - 1, kBig}));
   EXPECT_EQ(AsInt64s(clamp(a, b, b)), AsInt64s(b));
-  EXPECT_EQ(AsInt64s(pow(Int64s({3}), 39.0)), (std::vector<int64_t>{4052555153018976267}));
+  EXPECT_EQ(AsInt64s(pow(Int64s({3}), 39)), (std::vector<int64_t>{4052555153018976267}));
   EXPECT_EQ(item<int64_t>(slice(a, 0, 0, 1)), kBig);
 }
 
@@ -141,7 +142,7 @@ void ExpectPowers(const Powers& p, DType dtype, Device device) {
 }
 
 // x ** exponent (a scalar), eager and compiled.
-void ExpectScalarPowers(const Tensor& x, double exponent, const std::vector<int64_t>& want) {
+void ExpectScalarPowers(const Tensor& x, int64_t exponent, const std::vector<int64_t>& want) {
   const auto fn = [exponent](const std::vector<Tensor>& in) {
     return std::vector<Tensor>{pow(in[0], exponent)};
   };
@@ -164,16 +165,17 @@ void IntegerPowersAreTorchs(Device device) {
                 {20, 31, 31, 2, 19},
                 {-808182895, INT32_MIN, INT32_MIN, -2147479015, 1162261467}},
                DType::kInt32, device);
-  ExpectScalarPowers(to(Int64s({3, -2, 5}), device), 3.0, {27, -8, 125});
-  ExpectScalarPowers(to(from_vector({3, -2, 46341}, {3}, DType::kInt32), device), 2.0,
+  ExpectScalarPowers(to(Int64s({3, -2, 5}), device), 3, {27, -8, 125});
+  ExpectScalarPowers(to(from_vector({3, -2, 46341}, {3}, DType::kInt32), device), 2,
                      {9, 4, -2147479015});
   const Tensor x = to(Int64s({4, 2}), device);
   EXPECT_EQ(pow(x, 0.5).dtype(), DType::kFloat32);
   ExpectClose(Vals(pow(x, 0.5)), {2, std::sqrt(2.0)}, ToleranceFor(DType::kFloat32), "** 0.5");
-  EXPECT_EQ(pow(to(ones({2}, DType::kBool), device), 2.0).dtype(), DType::kInt64);
+  EXPECT_EQ(pow(to(ones({2}, DType::kBool), device), 2).dtype(), DType::kInt64);
+  EXPECT_EQ(pow(x, -1.0).dtype(), DType::kFloat32);  // a floating exponent: float math
   try {
-    pow(x, -1.0);
-    ADD_FAILURE() << "int64 ** -1.0 did not raise";
+    pow(x, -1);
+    ADD_FAILURE() << "int64 ** -1 did not raise";
   } catch (const Error& e) {
     EXPECT_TRUE(absl::StartsWith(e.what(), "pow_scalar: integers to negative integer powers"))
         << e.what();
@@ -194,18 +196,109 @@ TEST(OpsSemantics, IntegerPowersBeyondDoubleAreExactOnCpu) {
                 {4052555153018976267, -6289078614652622815, -4052555153018976267, INT64_MIN,
                  INT64_MIN, 0, 7450580596923828125, 0, 0}},
                DType::kInt64, kCPU);
-  ExpectScalarPowers(Int64s({3, -3, 2}), 39.0,
+  ExpectScalarPowers(Int64s({3, -3, 2}), 39,
                      {4052555153018976267, -4052555153018976267, int64_t{1} << 39});
-  ExpectScalarPowers(Int64s({3, 2}), 40.0, {-6289078614652622815, int64_t{1} << 40});
+  ExpectScalarPowers(Int64s({3, 2}), 40, {-6289078614652622815, int64_t{1} << 40});
   // An int32 tensor's powers wrap in 32 bits: 3^21 = 10460353203 = 1870418611 mod 2^32.
-  ExpectScalarPowers(from_vector({3}, {1}, DType::kInt32), 21.0, {1870418611});
+  ExpectScalarPowers(from_vector({3}, {1}, DType::kInt32), 21, {1870418611});
 }
 
 TEST(OpsSemantics, ClampWithMinAboveMaxGivesMax) {
   EXPECT_EQ(Vals(clamp(from_vector({-1, 0.5, 3}, {3}), 2.0, 1.0)), (std::vector<double>{1, 1, 1}));
-  EXPECT_EQ(Vals(clamp(arange(5), 1.0, 3.0)), (std::vector<double>{1, 1, 2, 3, 3}));
-  EXPECT_EQ(clamp(arange(5), 1.0, 3.0).dtype(), DType::kInt64);
+  EXPECT_EQ(Vals(clamp(arange(5), 1, 3)), (std::vector<double>{1, 1, 2, 3, 3}));
+  EXPECT_EQ(clamp(arange(5), 1, 3).dtype(), DType::kInt64);
+  EXPECT_EQ(clamp(arange(5), 1.0, 3.0).dtype(), DType::kFloat32);
   EXPECT_EQ(clamp_min(arange(5), 0.5).dtype(), DType::kFloat32);
+}
+
+// A scalar's kind decides promotion as Python's int and float do (int_tensor + 2 stays integer,
+// int_tensor + 2.0 is float32), and an integer scalar is exact over all of int64.
+void ScalarKindsPromoteLikePython(Device device) {
+  const Tensor i = to(from_vector({1, 2, 3}, {3}, DType::kInt32), device);
+  EXPECT_EQ(add(i, 2).dtype(), DType::kInt32);
+  EXPECT_EQ((i * 2.0).dtype(), DType::kFloat32);
+  EXPECT_EQ(Vals(i * 2.0), (std::vector<double>{2, 4, 6}));
+  EXPECT_EQ((2.0 - i).dtype(), DType::kFloat32);
+  EXPECT_EQ(pow(i, 2).dtype(), DType::kInt32);
+  EXPECT_EQ(pow(i, 2.0).dtype(), DType::kFloat32);
+  EXPECT_EQ(clamp(i, 1, 2).dtype(), DType::kInt32);
+  EXPECT_EQ(Vals(clamp(i, 1.5, std::nullopt)), (std::vector<double>{1.5, 2, 3}));
+  const Tensor mask = to(from_vector({1, 0, 1}, {3}, DType::kBool), device);
+  EXPECT_EQ(add(mask, 1).dtype(), DType::kInt64);
+  EXPECT_EQ(add(mask, 1.0).dtype(), DType::kFloat32);
+  EXPECT_EQ(arange(0, 3, 1, std::nullopt, device).dtype(), DType::kInt64);
+  EXPECT_EQ(arange(0.0, 3.0, 1.0, std::nullopt, device).dtype(), DType::kFloat32);
+  // Integers past 2^53 (no double holds kBig).
+  const Tensor big = Int64s({kBig, kBig - 1}, device);
+  EXPECT_EQ(Vals(eq(big, kBig)), (std::vector<double>{1, 0}));
+  EXPECT_EQ(AsInt64s(add(big, int64_t{2})), (std::vector<int64_t>{kBig + 2, kBig + 1}));
+  EXPECT_EQ(AsInt64s(full({2}, kBig, DType::kInt64, device)), (std::vector<int64_t>{kBig, kBig}));
+  EXPECT_EQ(AsInt64s(masked_fill(big, slice(mask, 0, 0, 2), kBig + 2)),
+            (std::vector<int64_t>{kBig + 2, kBig - 1}));
+  // A bound the result type cannot hold is an error, not a wrapped or infinite bound.
+  for (const auto& [x, bound] : {std::pair{i, Scalar(int64_t{3000000000})},
+                                 std::pair{to(i, DType::kFloat16), Scalar(1e6)}}) {
+    try {
+      clamp_min(x, bound);
+      ADD_FAILURE() << "clamp_min(" << DTypeName(x.dtype()) << ", " << bound.ToString()
+                    << ") did not raise";
+    } catch (const Error& e) {
+      EXPECT_TRUE(absl::StrContains(e.what(), "cannot be converted to")) << e.what();
+    }
+  }
+}
+TEST(OpsSemantics, ScalarKindsPromoteLikePythonOnCpu) { ScalarKindsPromoteLikePython(kCPU); }
+TEST(OpsSemanticsCuda, ScalarKindsPromoteLikePython) {
+  KILN_SKIP_WITHOUT_GPU();
+  ScalarKindsPromoteLikePython(CUDA(0));
+}
+
+// torch converts each operand to the result's dtype before the op and computes float32 math
+// with a float scalar: an int64 operand rounds once (from the integer), x * 0.1 is x * 0.1f.
+void OperandsConvertToTheResultDtypeFirst(Device device) {
+  const int64_t two24 = int64_t{1} << 24;
+  const Tensor n = Int64s({two24 + 1}, device);
+  EXPECT_EQ(Vals(add(n, to(from_vector({-double(two24)}, {1}), device))), (std::vector<double>{0}));
+  const int64_t wide = (int64_t{1} << 60) + (int64_t{1} << 36) + 1;  // float: 2^60 + 2^37
+  EXPECT_EQ(Vals(cast(Int64s({wide}, device), DType::kFloat32)),
+            (std::vector<double>{std::ldexp(1.0, 60) + std::ldexp(1.0, 37)}));
+  std::vector<double> values;
+  for (int k = 1; k <= 64; ++k) values.push_back(1.0 + k / 7.0);
+  const Tensor x = to(from_vector(values, {64}), device);
+  const std::vector<double> got = Vals(mul(x, 0.1));
+  for (int k = 0; k < 64; ++k) {
+    const float want = static_cast<float>(values[k]) * 0.1f;
+    EXPECT_EQ(got[k], static_cast<double>(want)) << values[k] << " * 0.1";
+  }
+}
+TEST(OpsSemantics, OperandsConvertToTheResultDtypeFirstOnCpu) {
+  OperandsConvertToTheResultDtypeFirst(kCPU);
+}
+TEST(OpsSemanticsCuda, OperandsConvertToTheResultDtypeFirst) {
+  KILN_SKIP_WITHOUT_GPU();
+  OperandsConvertToTheResultDtypeFirst(CUDA(0));
+}
+
+TEST(OpsSemantics, BoolSubtractionAndIntegerActivationsAreErrors) {
+  const Tensor mask = from_vector({1, 0}, {2}, DType::kBool);
+  const Tensor ints = from_vector({1, 2}, {2}, DType::kInt64);
+  const std::vector<std::pair<const char*, std::function<Tensor()>>> calls = {
+      {"sub_scalar: subtraction with a bool tensor", [&] { return sub(mask, 1.0); }},
+      {"rsub_scalar: subtraction with a bool tensor", [&] { return 1.0 - mask; }},
+      {"sub: subtraction with a bool tensor", [&] { return sub(ints, mask); }},
+      {"gelu: input must be a floating-point tensor", [&] { return gelu(ints); }},
+      {"silu: input must be a floating-point tensor", [&] { return silu(ints); }},
+      {"leaky_relu: the input must be a floating-point tensor", [&] { return leaky_relu(ints); }},
+  };
+  for (const auto& [want, call] : calls) {
+    try {
+      call();
+      ADD_FAILURE() << want << ": no error";
+    } catch (const Error& e) {
+      EXPECT_TRUE(absl::StartsWith(e.what(), want)) << e.what();
+    }
+  }
+  EXPECT_EQ(Vals(eq(mask, false)), (std::vector<double>{0, 1}));  // the way to invert a mask
 }
 
 TEST(OpsSemantics, SplitAndChunkAreViews) {

@@ -21,10 +21,12 @@ bool AllIntegral(absl::Span<const Tensor> in, const Tensor& out) {
   return true;
 }
 
-// out = fn(inputs) with every value read as `Value` (double, or int64 on the integer path).
-template <typename Value, typename Load, typename Store, typename Fn>
-void ElementwiseLoop(absl::Span<const Tensor> in, const Tensor& out, Load (*load_for)(DType),
-                     Store store, Fn&& fn) {
+// out = fn(inputs) with every value read as `Value` (double, or int64 on the integer path) by
+// the loader load_for(dtype) gives.
+template <typename Value, typename LoadFor, typename Store, typename Fn>
+void ElementwiseLoop(absl::Span<const Tensor> in, const Tensor& out, LoadFor load_for, Store store,
+                     Fn&& fn) {
+  using Load = decltype(load_for(DType::kFloat32));
   const int n = static_cast<int>(in.size());
   absl::InlinedVector<Strides, kMaxOperands> strides = {out.strides()};
   std::array<Load, kMaxOperands> load{};
@@ -42,6 +44,49 @@ void ElementwiseLoop(absl::Span<const Tensor> in, const Tensor& out, Load (*load
   });
 }
 
+double RoundTo(DType t, double v) {
+  uint64_t scratch = 0;  // room for any element
+  StorerFor(t)(&scratch, 0, v);
+  return LoaderFor(t)(&scratch, 0);
+}
+
+// An integer element converted to the floating dtype `To` as torch converts an integer operand
+// to a floating common dtype: through float, rounded once from the exact integer (not through
+// double, which rounds int64 values past 2^53 a first time).
+template <typename Int, DType To>
+double IntAs(const void* base, int64_t i) {
+  const float f = static_cast<float>(static_cast<const Int*>(base)[i]);
+  return To == DType::kFloat32 ? f : RoundTo(To, f);
+}
+template <DType To>
+LoadFn IntLoaderTo(DType from) {
+  if (from == DType::kInt32) return IntAs<int32_t, To>;
+  if (from == DType::kInt64) return IntAs<int64_t, To>;
+  return LoaderFor(from);  // bool (0 or 1) and floating operands: exact in double
+}
+
+// The loader of an operand of dtype `from` whose op computes in the floating dtype `common`.
+LoadFn OperandLoader(DType from, DType common) {
+  switch (common) {
+    case DType::kBFloat16:
+      return IntLoaderTo<DType::kBFloat16>(from);
+    case DType::kFloat16:
+      return IntLoaderTo<DType::kFloat16>(from);
+    case DType::kFloat32:
+      return IntLoaderTo<DType::kFloat32>(from);
+    default:
+      return LoaderFor(from);
+  }
+}
+
+// The floating dtype an op with a floating result computes in: the inputs' promotion, or the
+// result's dtype when the inputs are all integers (int / int, exp(int)).
+DType FloatingCommonDType(absl::Span<const Tensor> in, DType out) {
+  DType common = in.empty() ? out : in[0].dtype();
+  for (const Tensor& t : in) common = PromoteTypes(common, t.dtype());
+  return IsFloatingPoint(common) ? common : out;
+}
+
 }  // namespace
 
 void Elementwise(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
@@ -53,8 +98,23 @@ void Elementwise(const OpDef& def, absl::Span<const Tensor> in, const Tensor& ou
     return;
   }
   const ScalarFn fn = def.scalar;
-  ElementwiseLoop<double>(in, out, LoaderFor, StorerFor(out.dtype()),
-                          [&](const double* args) { return fn(args, a); });
+  const DType out_t = out.dtype();
+  if (!IsFloatingPoint(out_t)) {
+    ElementwiseLoop<double>(in, out, LoaderFor, StorerFor(out_t),
+                            [&](const double* args) { return fn(args, a); });
+    return;
+  }
+  // A floating result: integer operands converted to the common floating dtype first and the
+  // scalar to float (the op math type of float32, bfloat16 and float16), as torch computes
+  // x * 0.1 with 0.1f.
+  OpAttrs rounded = a;
+  if (def.attr_fields & kAttrScalar) {
+    rounded.scalar = static_cast<double>(static_cast<float>(a.scalar.to_double()));
+  }
+  const DType common = FloatingCommonDType(in, out_t);
+  ElementwiseLoop<double>(
+      in, out, [common](DType t) { return OperandLoader(t, common); }, StorerFor(out_t),
+      [&](const double* args) { return fn(args, rounded); });
 }
 
 void Copy(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs&) {
@@ -63,8 +123,10 @@ void Copy(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const Op
                              [](const int64_t* args) { return args[0]; });
     return;
   }
-  ElementwiseLoop<double>(in, out, LoaderFor, StorerFor(out.dtype()),
-                          [](const double* args) { return args[0]; });
+  const DType out_t = out.dtype();
+  ElementwiseLoop<double>(
+      in, out, [out_t](DType t) { return OperandLoader(t, out_t); }, StorerFor(out_t),
+      [](const double* args) { return args[0]; });
 }
 
 namespace {

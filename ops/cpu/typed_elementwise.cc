@@ -1,8 +1,6 @@
 // Helpers of the typed elementwise CPU kernels (see typed_elementwise.h).
 #include "ops/cpu/typed_elementwise.h"
 
-#include <limits>
-
 #include "ops/infer.h"
 
 namespace kiln::cpu {
@@ -55,13 +53,6 @@ void WriteInt(DType t, void* base, int64_t i, int64_t v) {
   }
 }
 
-int64_t ScalarInt(double s) {
-  constexpr double kLimit = 9223372036854775808.0;  // 2^63
-  if (!(s > -kLimit)) return std::numeric_limits<int64_t>::min();
-  if (!(s < kLimit)) return std::numeric_limits<int64_t>::max();
-  return static_cast<int64_t>(s);
-}
-
-double ScalarFloat(double s, DType common) { return RoundTo(common, s); }
+double ScalarFloat(const Scalar& s, DType common) { return RoundTo(common, s.to_double()); }
 
 }  // namespace kiln::cpu

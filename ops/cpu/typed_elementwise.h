@@ -22,8 +22,8 @@
 namespace kiln::cpu {
 
 // The type elementwise operands are converted to before the op (torch's common dtype): the
-// promotion of the two inputs, or of the input with the row's scalar (an integral scalar keeps
-// an integer tensor's type, a fractional one makes it float32; bool becomes int64).
+// promotion of the two inputs, or of the input with the row's scalar (an integer scalar keeps
+// an integer tensor's type, a floating one makes it float32; bool becomes int64).
 DType CommonDType(absl::Span<const Tensor> in, const OpAttrs& a);
 
 // Element `i` of a buffer of dtype `t`: exactly as int64_t, or as double rounded to `common`.
@@ -31,10 +31,9 @@ int64_t ReadInt(DType t, const void* base, int64_t i);
 double ReadFloat(DType t, DType common, const void* base, int64_t i);
 // Stores an integer result exactly (int32 wraps like torch), or a floating one with rounding.
 void WriteInt(DType t, void* base, int64_t i, int64_t v);
-// The row's scalar in the common type: truncated to int64 (Infer guarantees it is integral),
-// or rounded to the common floating dtype.
-int64_t ScalarInt(double s);
-double ScalarFloat(double s, DType common);
+// The row's scalar rounded to the common floating dtype (an integer common type takes the
+// scalar's exact int64: Infer makes it integer only for an integer scalar).
+double ScalarFloat(const Scalar& s, DType common);
 
 template <typename Op, typename T>
 void TypedLoop(absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a, DType common) {
@@ -44,7 +43,7 @@ void TypedLoop(absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a,
   const Tensor* y = in.size() > 1 ? &in[1] : nullptr;
   T scalar;
   if constexpr (std::is_same_v<T, int64_t>) {
-    scalar = ScalarInt(a.scalar);
+    scalar = a.scalar.to_int64();
   } else {
     scalar = ScalarFloat(a.scalar, common);
   }

@@ -166,8 +166,9 @@ std::string OpExpression(const kir::Program& p, const kir::Instr& in, const std:
       // Integer instructions take an integral scalar as an integer (exact, wrapping like torch)
       // and a fractional one as a double (exact too: every double past 2^53 is integral).
       const bool integer = std::string(want) == "long long";
-      const double v = in.attrs.scalar;
-      const bool integral = p.scalar_param() ? p.scalar_integral() : IsIntegralScalar(v);
+      const double v = in.attrs.scalar.to_double();
+      const bool integral =
+          p.scalar_param() ? p.scalar_integral() : IsIntegralScalar(in.attrs.scalar);
       if (!integer) {
         out += p.scalar_param() ? "scalar" : FloatLiteral(v);
       } else if (integral) {

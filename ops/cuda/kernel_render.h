@@ -52,6 +52,9 @@ std::string ValueRef(const kir::Program& p, int v, const std::string& prefix = "
 inline bool IsIntegralScalar(double v) {
   return v >= -0x1p63 && v < 0x1p63 && v == static_cast<double>(static_cast<long long>(v));
 }
+inline bool IsIntegralScalar(const Scalar& s) {
+  return s.is_integer() || IsIntegralScalar(s.to_double());
+}
 
 // A float literal that round-trips (inf and nan as bit patterns).
 std::string FloatLiteral(double v);

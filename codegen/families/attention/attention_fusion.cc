@@ -111,14 +111,15 @@ class Matcher {
       if (scale_op) {
         if (scaled) return true;
         scaled = true;
-        m->scale *= n.op == OpId::kMulScalar ? n.attrs.scalar : 1.0 / n.attrs.scalar;
+        m->scale *= n.op == OpId::kMulScalar ? n.attrs.scalar.to_double()
+                                             : 1.0 / n.attrs.scalar.to_double();
         *x = n.inputs[0];
         continue;
       }
       if (masked) return Refuse(root, "two masks");
       masked = true;
       if (n.op == OpId::kMaskedFill) {
-        if (!(std::isinf(n.attrs.scalar) && n.attrs.scalar < 0)) {
+        if (!(std::isinf(n.attrs.scalar.to_double()) && n.attrs.scalar.to_double() < 0)) {
           return Refuse(root, "the masked_fill value is not -inf");
         }
         // A constant made while tracing (or frozen) is read now: a causal pattern becomes
@@ -144,7 +145,8 @@ class Matcher {
     const Node& q = g_.node(m->q);
     if (uses_[m->q] != 1 || q.kind != NodeKind::kOp) return;
     if (q.op != OpId::kMulScalar && q.op != OpId::kDivScalar) return;
-    m->scale *= q.op == OpId::kMulScalar ? q.attrs.scalar : 1.0 / q.attrs.scalar;
+    m->scale *=
+        q.op == OpId::kMulScalar ? q.attrs.scalar.to_double() : 1.0 / q.attrs.scalar.to_double();
     m->q = q.inputs[0];
   }
 

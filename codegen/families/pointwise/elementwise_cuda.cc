@@ -267,7 +267,7 @@ namespace {
 // A row's scalar is a kernel parameter: only whether it is integral shapes the source.
 OpAttrs SourceAttrs(const OpAttrs& a) {
   OpAttrs attrs = a;
-  attrs.scalar = IsIntegralScalar(a.scalar) ? 0 : 0.5;
+  attrs.scalar = IsIntegralScalar(a.scalar) ? 0.0 : 0.5;  // floating: the kind is not the key
   return attrs;
 }
 
@@ -351,8 +351,9 @@ void Elementwise(const OpDef& def, absl::Span<const Tensor> in, const Tensor& ou
   KILN_CHECK(out.dim() <= kMaxRank && static_cast<int>(in.size()) < kMaxKernelOperands, def.name,
              ": CUDA elementwise kernels support up to rank ", kMaxRank, ", got ",
              out.shape_string());
-  LaunchElementwise(KernelsFor(def, in, out.dtype(), a), in, {out}, static_cast<float>(a.scalar),
-                    ScalarAsInt64(a), a.scalar);
+  LaunchElementwise(KernelsFor(def, in, out.dtype(), a), in, {out},
+                    static_cast<float>(a.scalar.to_double()), ScalarAsInt64(a),
+                    a.scalar.to_double());
 }
 
 void Copy(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
