@@ -2,12 +2,16 @@
 #include "io/state_dict.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "io/files.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
 #include "ops/tensor_parallel.h"
@@ -45,6 +49,82 @@ class FileSource final : public Source {
   const SafetensorsFile& file_;
   std::string what_;
 };
+
+// Several files as one checkpoint (a sharded one: model-00001-of-00002.safetensors, ...); a
+// key in two of them is an error.
+class ShardsSource final : public Source {
+ public:
+  ShardsSource(std::vector<SafetensorsFile> files, std::string what)
+      : files_(std::move(files)), what_(std::move(what)) {
+    for (size_t i = 0; i < files_.size(); ++i) {
+      for (std::string& key : files_[i].keys()) {
+        const auto [it, added] = owner_.emplace(key, i);
+        KILN_CHECK(added, "load_state_dict: the key '", key, "' is in two shards of ", what_, ": '",
+                   files_[it->second].name(), "' and '", files_[i].name(), "'");
+        keys_.push_back(std::move(key));
+      }
+    }
+  }
+  const std::string& what() const override { return what_; }
+  std::vector<std::string> keys() const override { return keys_; }
+  Shape shape(const std::string& key) const override { return File(key).entry(key).shape; }
+  std::optional<DType> dtype(const std::string& key) const override {
+    return File(key).entry(key).kiln_dtype();
+  }
+  std::string dtype_name(const std::string& key) const override {
+    return File(key).entry(key).dtype;
+  }
+  Tensor Load(const std::string& key) const override { return File(key).Load(key, kCPU); }
+
+ private:
+  const SafetensorsFile& File(const std::string& key) const { return files_[owner_.at(key)]; }
+
+  std::vector<SafetensorsFile> files_;
+  std::string what_;
+  std::map<std::string, size_t> owner_;
+  std::vector<std::string> keys_;
+};
+
+// The shards a sharded checkpoint's index names (transformers' model.safetensors.index.json:
+// {"weight_map": {tensor name: file name in the index's folder}}), each opened once, in the order
+// named; every tensor the index names must be in its file.
+std::vector<SafetensorsFile> OpenShards(const std::string& index_path) {
+  const absl::StatusOr<std::string> text = ReadFileBytes(index_path);
+  KILN_CHECK(text.ok(), "load_state_dict: cannot read the index '", index_path,
+             "': ", text.status().message());
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(*text);
+  } catch (const nlohmann::json::exception& e) {
+    KILN_FAIL("load_state_dict: the index '", index_path, "' is not JSON: ", e.what());
+  }
+  KILN_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object() &&
+                 !j["weight_map"].empty(),
+             "load_state_dict: the index '", index_path,
+             "' has no \"weight_map\" object of tensor names to file names");
+  const std::filesystem::path folder = std::filesystem::path(index_path).parent_path();
+  std::vector<SafetensorsFile> files;
+  std::map<std::string, size_t> opened;
+  for (const auto& [key, value] : j["weight_map"].items()) {
+    KILN_CHECK(value.is_string(), "load_state_dict: the index '", index_path, "' maps '", key,
+               "' to ", value.dump(), ", not a file name");
+    const std::string name = value.get<std::string>();
+    const std::filesystem::path relative(name);
+    KILN_CHECK(!name.empty() && relative.is_relative() &&
+                   std::none_of(relative.begin(), relative.end(),
+                                [](const std::filesystem::path& p) { return p == ".."; }),
+               "load_state_dict: the index '", index_path, "' names the file '", name, "' for '",
+               key, "': shards must lie in the index's folder");
+    auto it = opened.find(name);
+    if (it == opened.end()) {
+      files.push_back(SafetensorsFile::Open((folder / relative).string()));
+      it = opened.emplace(name, files.size() - 1).first;
+    }
+    KILN_CHECK(files[it->second].contains(key), "load_state_dict: the index '", index_path,
+               "' puts '", key, "' in '", name, "', which does not hold it");
+  }
+  return files;
+}
 
 class NamedSource final : public Source {
  public:
@@ -348,6 +428,11 @@ LoadReport load_state_dict(Module& module, const SafetensorsFile& file,
 }
 
 LoadReport load_state_dict(Module& module, const std::string& path, const LoadOptions& options) {
+  if (absl::EndsWith(path, ".json")) {
+    return LoadFrom(module,
+                    ShardsSource(OpenShards(path), absl::StrCat("sharded checkpoint '", path, "'")),
+                    options);
+  }
   return load_state_dict(module, SafetensorsFile::Open(path), options);
 }
 

@@ -110,6 +110,9 @@ struct LoadReport {
 
 LoadReport load_state_dict(Module& module, const SafetensorsFile& file,
                            const LoadOptions& options = {});
+// `path`: a safetensors file, or a sharded checkpoint's index (a path ending in ".json", as
+// transformers' model.safetensors.index.json: its "weight_map" names each tensor's file in the
+// index's folder; the shards load as one checkpoint).
 LoadReport load_state_dict(Module& module, const std::string& path,
                            const LoadOptions& options = {});
 LoadReport load_state_dict(Module& module, const NamedTensors& tensors,

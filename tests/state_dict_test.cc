@@ -6,8 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "codegen/compile.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
@@ -147,6 +150,51 @@ TEST(StateDict, MappingRenamesAndDrops) {
               load_state_dict(fc, sd, o);
             }).find("the mapping transposes it but the checkpoint holds float32[3], not a matrix"),
             std::string::npos);
+}
+
+// A sharded checkpoint (transformers' model.safetensors.index.json and its shards) loads as one;
+// an index that names a tensor its shard lacks, a key in two shards or a shard outside the
+// index's folder is an error naming the index.
+TEST(StateDict, LoadsAShardedCheckpointThroughItsIndex) {
+  Generator g0(21), g1(22);
+  GeGLUMLP a(8, 16, g0), b(8, 16, g1);
+  const NamedTensors all = state_dict(a);
+  const std::string dir = TempPath("sharded");
+  std::filesystem::create_directories(dir);
+  save_safetensors(dir + "/model-00001-of-00002.safetensors", {all[0], all[1]});
+  save_safetensors(dir + "/model-00002-of-00002.safetensors", {all[2]});
+  auto write_index = [&](const std::string& weight_map) {
+    std::ofstream(dir + "/model.safetensors.index.json")
+        << R"({"metadata": {"total_size": 0}, "weight_map": {)" << weight_map << "}}";
+    return dir + "/model.safetensors.index.json";
+  };
+  const std::string index =
+      write_index(absl::StrCat("\"", all[0].first, "\": \"model-00001-of-00002.safetensors\", \"",
+                               all[1].first, "\": \"model-00001-of-00002.safetensors\", \"",
+                               all[2].first, "\": \"model-00002-of-00002.safetensors\""));
+  const LoadReport r = load_state_dict(b, index);
+  EXPECT_EQ(r.loaded.size(), 3u);
+  EXPECT_EQ(ParamBytes(a), ParamBytes(b));
+  const std::map<std::string, std::string> before = ParamBytes(b);
+  for (const auto& [weight_map, words] : std::vector<std::pair<std::string, std::string>>{
+           {absl::StrCat("\"", all[2].first, "\": \"model-00001-of-00002.safetensors\""),
+            "which does not hold it"},
+           {R"("x": "../model-00001-of-00002.safetensors")", "must lie in the index's folder"},
+           {R"("x": 3)", "not a file name"}}) {
+    EXPECT_NE(ErrorOf([&] { load_state_dict(b, write_index(weight_map)); }).find(words),
+              std::string::npos)
+        << weight_map;
+  }
+  save_safetensors(dir + "/again.safetensors", {{"x", all[0].second}, all[2]});
+  EXPECT_NE(ErrorOf([&] {
+              load_state_dict(
+                  b, write_index(absl::StrCat("\"", all[2].first,
+                                              "\": \"model-00002-of-00002.safetensors\", \"x\": "
+                                              "\"again.safetensors\"")));
+            }).find("is in two shards"),
+            std::string::npos);
+  EXPECT_EQ(ParamBytes(b), before);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(StateDict, RefusesParametersWithoutMemory) {
