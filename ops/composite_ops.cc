@@ -1,5 +1,6 @@
 // Composites with torch's names and semantics (see ops.h): flatten, unflatten, narrow,
-// repeat_interleave, repeat, min, logsumexp, var, leaky_relu and the *_like factories, each
+// repeat_interleave, repeat, min, logsumexp, var, leaky_relu, the logical ops and mask operators,
+// isnan/isinf/isfinite, any/all and the *_like factories, each
 // written with the registry's ops, so eager runs those ops' kernels and a trace records them.
 #include <algorithm>
 #include <cmath>
@@ -220,6 +221,86 @@ Tensor leaky_relu(const Tensor& x, double negative_slope) {
   KILN_CHECK(IsFloatingPoint(x.dtype()), "leaky_relu: the input must be a floating-point tensor ",
              "(as in torch), got ", DTypeName(x.dtype()));
   return where(gt(x, 0.0), x, mul(x, negative_slope));
+}
+
+namespace {
+
+// x != 0 (NaN is true), the truth value torch's logical ops read.
+Tensor Truth(const Tensor& x) { return x.dtype() == DType::kBool ? x : ne(x, 0); }
+
+template <typename F>
+Tensor Named(const char* op, F&& f) {
+  return WithErrorContext([op] { return op; }, std::forward<F>(f));
+}
+
+void CheckBoolOperands(const char* op, std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts) {
+    CheckDefined(op, *t);
+    KILN_CHECK(t->dtype() == DType::kBool, op, ": kiln's bitwise operators take bool tensors ",
+               "(masks), got ", DTypeName(t->dtype()), "; use the logical_* ops for truth values");
+  }
+}
+
+}  // namespace
+
+Tensor logical_not(const Tensor& x) {
+  CheckDefined("logical_not", x);
+  return eq(x, 0);  // (bool: true where false; NaN != 0, so not NaN is false)
+}
+Tensor logical_and(const Tensor& a, const Tensor& b) {
+  CheckDefined("logical_and", a);
+  CheckDefined("logical_and", b);
+  return Named("logical_and", [&] { return mul(Truth(a), Truth(b)); });  // bool * bool: and
+}
+Tensor logical_or(const Tensor& a, const Tensor& b) {
+  CheckDefined("logical_or", a);
+  CheckDefined("logical_or", b);
+  return Named("logical_or", [&] { return add(Truth(a), Truth(b)); });  // bool + bool: or
+}
+Tensor logical_xor(const Tensor& a, const Tensor& b) {
+  CheckDefined("logical_xor", a);
+  CheckDefined("logical_xor", b);
+  return Named("logical_xor", [&] { return ne(Truth(a), Truth(b)); });
+}
+Tensor operator~(const Tensor& x) {
+  CheckBoolOperands("bitwise_not", {&x});
+  return logical_not(x);
+}
+Tensor operator&(const Tensor& a, const Tensor& b) {
+  CheckBoolOperands("bitwise_and", {&a, &b});
+  return Named("bitwise_and", [&] { return mul(a, b); });
+}
+Tensor operator|(const Tensor& a, const Tensor& b) {
+  CheckBoolOperands("bitwise_or", {&a, &b});
+  return Named("bitwise_or", [&] { return add(a, b); });
+}
+Tensor operator^(const Tensor& a, const Tensor& b) {
+  CheckBoolOperands("bitwise_xor", {&a, &b});
+  return Named("bitwise_xor", [&] { return ne(a, b); });
+}
+
+Tensor isnan(const Tensor& x) {
+  CheckDefined("isnan", x);
+  return ne(x, x);
+}
+Tensor isinf(const Tensor& x) {
+  CheckDefined("isinf", x);
+  if (!IsFloatingPoint(x.dtype())) return zeros(x.shape(), DType::kBool, x.device());
+  return eq(abs(x), INFINITY);
+}
+Tensor isfinite(const Tensor& x) {
+  CheckDefined("isfinite", x);
+  if (!IsFloatingPoint(x.dtype())) return ones(x.shape(), DType::kBool, x.device());
+  return lt(abs(x), INFINITY);  // (NaN < inf is false)
+}
+
+Tensor any(const Tensor& x, IntList dims, bool keepdim) {
+  CheckDefined("any", x);
+  return Named("any", [&] { return gt(sum(Truth(x), dims, keepdim), 0); });
+}
+Tensor all(const Tensor& x, IntList dims, bool keepdim) {
+  CheckDefined("all", x);
+  return Named("all", [&] { return eq(sum(logical_not(x), dims, keepdim), 0); });
 }
 
 Tensor zeros_like(const Tensor& x) {

@@ -246,6 +246,24 @@ Tensor logsumexp(const Tensor& x, IntList dims, bool keepdim = false);
 // correction); N - correction <= 0 gives inf or nan, as in torch. Floating x only.
 Tensor var(const Tensor& x, IntList dims = {}, int64_t correction = 1, bool keepdim = false);
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+// Truth values (torch's): nonzero is true, NaN too; bool results, broadcasting, any dtypes.
+Tensor logical_not(const Tensor& x);
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor logical_xor(const Tensor& a, const Tensor& b);
+// ~, &, |, ^ on bool tensors (torch's bitwise ops on masks); other dtypes are an error.
+Tensor operator~(const Tensor& x);
+Tensor operator&(const Tensor& a, const Tensor& b);
+Tensor operator|(const Tensor& a, const Tensor& b);
+Tensor operator^(const Tensor& a, const Tensor& b);
+// Element predicates: bool results (integers are never NaN or infinite).
+Tensor isnan(const Tensor& x);
+Tensor isinf(const Tensor& x);
+Tensor isfinite(const Tensor& x);
+// Whether any / all elements over `dims` (empty = all) are true (nonzero): bool results; an
+// empty reduction gives false / true, as torch.
+Tensor any(const Tensor& x, IntList dims = {}, bool keepdim = false);
+Tensor all(const Tensor& x, IntList dims = {}, bool keepdim = false);
 Tensor zeros_like(const Tensor& x);  // x's shape, dtype and device
 Tensor ones_like(const Tensor& x);
 Tensor full_like(const Tensor& x, Scalar value);

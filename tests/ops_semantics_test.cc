@@ -301,6 +301,45 @@ TEST(OpsSemantics, BoolSubtractionAndIntegerActivationsAreErrors) {
   EXPECT_EQ(Vals(eq(mask, false)), (std::vector<double>{0, 1}));  // the way to invert a mask
 }
 
+// Truth values as torch reads them (nonzero and NaN are true), the mask operators, the element
+// predicates and any/all (an empty reduction: false / true).
+void LogicalOpsAndPredicates(Device device) {
+  const Tensor x = to(from_vector({0, 1.5, NAN, -INFINITY, INFINITY, -2}, {6}), device);
+  const Tensor i = to(from_vector({0, 3, 0, 1, 0, 7}, {6}, DType::kInt64), device);
+  EXPECT_EQ(Vals(logical_not(x)), (std::vector<double>{1, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(Vals(logical_and(x, i)), (std::vector<double>{0, 1, 0, 1, 0, 1}));
+  EXPECT_EQ(Vals(logical_or(x, i)), (std::vector<double>{0, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(Vals(logical_xor(x, i)), (std::vector<double>{0, 0, 1, 0, 1, 0}));
+  EXPECT_EQ(logical_and(x, i).dtype(), DType::kBool);
+  EXPECT_EQ(Vals(isnan(x)), (std::vector<double>{0, 0, 1, 0, 0, 0}));
+  EXPECT_EQ(Vals(isinf(x)), (std::vector<double>{0, 0, 0, 1, 1, 0}));
+  EXPECT_EQ(Vals(isfinite(x)), (std::vector<double>{1, 1, 0, 0, 0, 1}));
+  EXPECT_EQ(Vals(isfinite(i)), (std::vector<double>(6, 1)));
+  const Tensor a = to(from_vector({1, 1, 0, 0}, {2, 2}, DType::kBool), device);
+  const Tensor b = to(from_vector({1, 0}, {2}, DType::kBool), device);  // broadcasts
+  EXPECT_EQ(Vals(a & b), (std::vector<double>{1, 0, 0, 0}));
+  EXPECT_EQ(Vals(a | b), (std::vector<double>{1, 1, 1, 0}));
+  EXPECT_EQ(Vals(a ^ b), (std::vector<double>{0, 1, 1, 0}));
+  EXPECT_EQ(Vals(~a), (std::vector<double>{0, 0, 1, 1}));
+  EXPECT_EQ(Vals(any(a, {1})), (std::vector<double>{1, 0}));
+  EXPECT_EQ(Vals(all(a, {1})), (std::vector<double>{1, 0}));
+  EXPECT_EQ(Vals(any(x)), (std::vector<double>{1}));
+  EXPECT_EQ(Vals(all(x)), (std::vector<double>{0}));
+  EXPECT_EQ(any(a, {0}, true).shape(), (Shape{1, 2}));
+  const Tensor empty = to(zeros({0, 3}), device);
+  EXPECT_EQ(Vals(any(empty, {0})), (std::vector<double>{0, 0, 0}));
+  EXPECT_EQ(Vals(all(empty, {0})), (std::vector<double>{1, 1, 1}));
+  EXPECT_NE(ErrorOf([&] { return i & i; }).find("bitwise_and: kiln's bitwise operators take bool"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] { return logical_and(a, to(ones({3}), device)); }).find("logical_and: "),
+            std::string::npos);
+}
+TEST(OpsSemantics, LogicalOpsAndPredicatesOnCpu) { LogicalOpsAndPredicates(kCPU); }
+TEST(OpsSemanticsCuda, LogicalOpsAndPredicates) {
+  KILN_SKIP_WITHOUT_GPU();
+  LogicalOpsAndPredicates(CUDA(0));
+}
+
 TEST(OpsSemantics, SplitAndChunkAreViews) {
   const Tensor x = reshape(arange(12, DType::kFloat32), {2, 6});
   const std::vector<Tensor> parts = split(x, 4, 1);
