@@ -24,11 +24,16 @@ absl::Status RequireFloat(const TensorType& t, const char* what) {
 
 absl::StatusOr<std::vector<bool>> ReducedMask(IntList dims, int64_t rank) {
   std::vector<bool> mask(rank, dims.empty());
+  bool zero_dim_seen = false;  // a 0-d tensor's one dim (0 or -1) has no mask entry
   for (int64_t d : dims) {
     KILN_ASSIGN_OR_RETURN(int64_t w, WrapDim(d, rank));
-    if (rank == 0) continue;
-    if (mask[w]) return Invalid(absl::StrCat("dim ", d, " appears twice in the reduction dims"));
-    mask[w] = true;
+    const bool seen = rank == 0 ? zero_dim_seen : mask[w];
+    if (seen) return Invalid(absl::StrCat("dim ", d, " appears twice in the reduction dims"));
+    if (rank == 0) {
+      zero_dim_seen = true;
+    } else {
+      mask[w] = true;
+    }
   }
   return mask;
 }
