@@ -77,6 +77,11 @@ enum class OpId : uint16_t {
   kAbs,
   kSin,
   kCos,
+  kErf,
+  kFloor,  // floor/ceil/round/trunc: integers pass unchanged
+  kCeil,
+  kRound,  // half to even, as torch.round
+  kTrunc,
   kPowScalar,
   kClampMin,  // clamp(x, min) = max(x, min) with a scalar bound
   kClampMax,

@@ -257,6 +257,11 @@ Tensor clone(const Tensor& x) { return Dispatch(OpId::kContiguous, {x}); }
 Tensor abs(const Tensor& x) { return Unary(OpId::kAbs, x); }
 Tensor sin(const Tensor& x) { return Unary(OpId::kSin, x); }
 Tensor cos(const Tensor& x) { return Unary(OpId::kCos, x); }
+Tensor erf(const Tensor& x) { return Unary(OpId::kErf, x); }
+Tensor floor(const Tensor& x) { return Unary(OpId::kFloor, x); }
+Tensor ceil(const Tensor& x) { return Unary(OpId::kCeil, x); }
+Tensor round(const Tensor& x) { return Unary(OpId::kRound, x); }
+Tensor trunc(const Tensor& x) { return Unary(OpId::kTrunc, x); }
 Tensor pow(const Tensor& x, const Tensor& exponent) { return Dispatch(OpId::kPow, {x, exponent}); }
 Tensor pow(const Tensor& x, Scalar exponent) { return WithScalar(OpId::kPowScalar, x, exponent); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kMinimum, {a, b}); }

@@ -155,6 +155,13 @@ SdpaBackend current_sdpa_backend();
 Tensor abs(const Tensor& x);
 Tensor sin(const Tensor& x);
 Tensor cos(const Tensor& x);
+Tensor erf(const Tensor& x);
+// Rounding to integral values (the dtype kept; integer tensors pass unchanged, bool refused);
+// round is half to even, as torch.round.
+Tensor floor(const Tensor& x);
+Tensor ceil(const Tensor& x);
+Tensor round(const Tensor& x);
+Tensor trunc(const Tensor& x);
 Tensor pow(const Tensor& x, const Tensor& exponent);  // broadcasting; int ** negative int: 0, ±1
 Tensor pow(const Tensor& x, Scalar exponent);         // an int tensor ** negative int: an error
 Tensor minimum(const Tensor& a, const Tensor& b);     // NaN propagates

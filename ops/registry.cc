@@ -64,6 +64,11 @@ double FAbs(const double* x, A) { return std::fabs(x[0]); }
 double FSin(const double* x, A) { return std::sin(x[0]); }
 double FCos(const double* x, A) { return std::cos(x[0]); }
 double FPow(const double* x, A) { return std::pow(x[0], x[1]); }
+double FErf(const double* x, A) { return std::erf(x[0]); }
+double FFloor(const double* x, A) { return std::floor(x[0]); }
+double FCeil(const double* x, A) { return std::ceil(x[0]); }
+double FRound(const double* x, A) { return std::nearbyint(x[0]); }  // (to nearest, ties even)
+double FTrunc(const double* x, A) { return std::trunc(x[0]); }
 double FPowScalar(const double* x, A a) { return std::pow(x[0], a.scalar.to_double()); }
 double Minimum(double p, double q) { return std::isnan(p) || p < q ? p : q; }
 double Maximum(double p, double q) { return std::isnan(p) || p > q ? p : q; }
@@ -246,6 +251,15 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
           "(($0) < 0 ? -($0) : ($0) + 0)"),
   Ew(O::kSin, "sin", 1, kEw, 0, infer::UnaryFloat, FSin, "sinf($0)"),
   Ew(O::kCos, "cos", 1, kEw, 0, infer::UnaryFloat, FCos, "cosf($0)"),
+  Ew(O::kErf, "erf", 1, kEw, 0, infer::UnaryFloat, FErf, "erff($0)"),
+  TypedEw(O::kFloor, "floor", 1, kEw, 0, infer::UnarySame, cpu::TypedElementwise<cpu::FloorOp>,
+          FFloor, "kiln_floor($0)"),
+  TypedEw(O::kCeil, "ceil", 1, kEw, 0, infer::UnarySame, cpu::TypedElementwise<cpu::CeilOp>,
+          FCeil, "kiln_ceil($0)"),
+  TypedEw(O::kRound, "round", 1, kEw, 0, infer::UnarySame, cpu::TypedElementwise<cpu::RoundOp>,
+          FRound, "kiln_round($0)"),
+  TypedEw(O::kTrunc, "trunc", 1, kEw, 0, infer::UnarySame, cpu::TypedElementwise<cpu::TruncOp>,
+          FTrunc, "kiln_trunc($0)"),
   TypedEw(O::kPowScalar, "pow_scalar", 1, kEw, kAttrScalar, infer::PowScalar,
           cpu::TypedElementwise<cpu::PowOp>, FPowScalar, KILN_POW_EXPR("$0", "$scalar")),
   TypedEw(O::kClampMin, "clamp_min", 1, kEw, kAttrScalar, infer::ClampScalar,

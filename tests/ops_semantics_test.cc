@@ -340,6 +340,34 @@ TEST(OpsSemanticsCuda, LogicalOpsAndPredicates) {
   LogicalOpsAndPredicates(CUDA(0));
 }
 
+// floor/ceil/round/trunc keep the dtype, round half to even, pass integers unchanged (exactly);
+// erf promotes integers to float32.
+void RoundingAndErf(Device device) {
+  const Tensor x = to(from_vector({0.5, 1.5, 2.5, -0.5, -1.7, 2.2}, {6}), device);
+  EXPECT_EQ(Vals(round(x)), (std::vector<double>{0, 2, 2, -0.0, -2, 2}));
+  EXPECT_EQ(Vals(floor(x)), (std::vector<double>{0, 1, 2, -1, -2, 2}));
+  EXPECT_EQ(Vals(ceil(x)), (std::vector<double>{1, 2, 3, -0.0, -1, 3}));
+  EXPECT_EQ(Vals(trunc(x)), (std::vector<double>{0, 1, 2, -0.0, -1, 2}));
+  EXPECT_EQ(floor(to(x, DType::kBFloat16)).dtype(), DType::kBFloat16);
+  const Tensor big = Int64s({kBig, -kBig}, device);
+  for (const Tensor& r : {floor(big), ceil(big), round(big), trunc(big)}) {
+    EXPECT_EQ(r.dtype(), DType::kInt64);
+    EXPECT_EQ(AsInt64s(r), (std::vector<int64_t>{kBig, -kBig}));
+  }
+  EXPECT_NE(ErrorOf([&] { return floor(to(ones({2}, DType::kBool), device)); }).find("floor: "),
+            std::string::npos);
+  const std::vector<double> e = Vals(erf(to(from_vector({0, 1, -2}, {3}, DType::kInt32), device)));
+  ASSERT_EQ(e.size(), 3u);
+  EXPECT_EQ(e[0], 0);
+  EXPECT_NEAR(e[1], std::erf(1.0), 1e-6);
+  EXPECT_NEAR(e[2], std::erf(-2.0), 1e-6);
+}
+TEST(OpsSemantics, RoundingAndErfOnCpu) { RoundingAndErf(kCPU); }
+TEST(OpsSemanticsCuda, RoundingAndErf) {
+  KILN_SKIP_WITHOUT_GPU();
+  RoundingAndErf(CUDA(0));
+}
+
 TEST(OpsSemantics, SplitAndChunkAreViews) {
   const Tensor x = reshape(arange(12, DType::kFloat32), {2, 6});
   const std::vector<Tensor> parts = split(x, 4, 1);

@@ -120,6 +120,25 @@ struct MaximumOp {
     return IsNan(a) || a > b ? a : b;
   }
 };
+// floor, ceil, round (half to even) and trunc: integers pass unchanged, as in torch.
+#define KILN_ROUNDING_OP(Name, fn)                 \
+  struct Name {                                    \
+    static constexpr bool kBoolResult = false;     \
+    template <typename T>                          \
+    static T Apply(T x, T) {                       \
+      if constexpr (std::is_floating_point_v<T>) { \
+        return fn(x);                              \
+      } else {                                     \
+        return x;                                  \
+      }                                            \
+    }                                              \
+  };
+KILN_ROUNDING_OP(FloorOp, std::floor)
+KILN_ROUNDING_OP(CeilOp, std::ceil)
+KILN_ROUNDING_OP(RoundOp, std::nearbyint)
+KILN_ROUNDING_OP(TruncOp, std::trunc)
+#undef KILN_ROUNDING_OP
+
 // clamp_min(x, lo) = max(x, lo), clamp_max(x, hi) = min(x, hi); a NaN bound gives NaN.
 struct ClampMinOp {
   static constexpr bool kBoolResult = false;
