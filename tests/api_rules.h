@@ -48,7 +48,7 @@ inline bool ReductionDimsOk(const Shape& dims, int64_t rank) {
   for (int64_t d : dims) {
     if (!DimOk(d, rank)) return false;
     const int64_t w = d < 0 ? d + std::max<int64_t>(rank, 1) : d;
-    if (seen[w] && rank > 0) return false;
+    if (seen[w]) return false;  // a 0-d tensor's one dim too (torch's dim_list_to_bitset)
     seen[w] = true;
   }
   return true;
