@@ -223,6 +223,9 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
 
 // Selection. NaN counts as the largest value; ties go to the lowest index.
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+// The index of the smallest element (the first among equal ones, a NaN's if there is one), as
+// torch.argmin; bool and integer tensors exactly.
+Tensor argmin(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 struct ValuesIndices {
   Tensor values, indices;  // indices are int64
 };

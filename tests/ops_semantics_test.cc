@@ -368,6 +368,25 @@ TEST(OpsSemanticsCuda, RoundingAndErf) {
   RoundingAndErf(CUDA(0));
 }
 
+// argmin: the first smallest, a NaN's index, exact on int64's extremes, by dim with keepdim.
+void ArgminIsTorchs(Device device) {
+  const Tensor x = to(from_vector({3, -1, 2, -1, 5, NAN}, {2, 3}), device);
+  EXPECT_EQ(AsInt64s(argmin(x, 1)), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(argmin(x, 0, true).shape(), (Shape{1, 3}));
+  EXPECT_EQ(AsInt64s(argmin(x)), (std::vector<int64_t>{5}));
+  const Tensor i = Int64s({INT64_MAX, INT64_MIN, 0, INT64_MIN}, device);
+  EXPECT_EQ(AsInt64s(argmin(i)), (std::vector<int64_t>{1}));
+  EXPECT_EQ(AsInt64s(argmin(to(from_vector({1, 0, 0}, {3}, DType::kBool), device))),
+            (std::vector<int64_t>{1}));
+  EXPECT_NE(ErrorOf([&] { return argmin(to(zeros({0}), device), 0); }).find("argmin: "),
+            std::string::npos);
+}
+TEST(OpsSemantics, ArgminIsTorchsOnCpu) { ArgminIsTorchs(kCPU); }
+TEST(OpsSemanticsCuda, ArgminIsTorchs) {
+  KILN_SKIP_WITHOUT_GPU();
+  ArgminIsTorchs(CUDA(0));
+}
+
 TEST(OpsSemantics, SplitAndChunkAreViews) {
   const Tensor x = reshape(arange(12, DType::kFloat32), {2, 6});
   const std::vector<Tensor> parts = split(x, 4, 1);
