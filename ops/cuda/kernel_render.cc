@@ -44,18 +44,15 @@ __device__ __forceinline__ kiln_u16 kiln_f_to_f16(float f) {
 }
 template <typename T> __device__ __forceinline__ T kiln_relu(T x) { return x > T(0) || x != x ? x : T(0); }
 // floor, ceil, round (half to even: rint) and trunc for each compute type; integers unchanged.
-__device__ __forceinline__ float kiln_floor(float x) { return floorf(x); }
-__device__ __forceinline__ double kiln_floor(double x) { return floor(x); }
-__device__ __forceinline__ long long kiln_floor(long long x) { return x; }
-__device__ __forceinline__ float kiln_ceil(float x) { return ceilf(x); }
-__device__ __forceinline__ double kiln_ceil(double x) { return ceil(x); }
-__device__ __forceinline__ long long kiln_ceil(long long x) { return x; }
-__device__ __forceinline__ float kiln_round(float x) { return rintf(x); }
-__device__ __forceinline__ double kiln_round(double x) { return rint(x); }
-__device__ __forceinline__ long long kiln_round(long long x) { return x; }
-__device__ __forceinline__ float kiln_trunc(float x) { return truncf(x); }
-__device__ __forceinline__ double kiln_trunc(double x) { return trunc(x); }
-__device__ __forceinline__ long long kiln_trunc(long long x) { return x; }
+#define KILN_ROUNDING(name, float_fn, double_fn)                                         \
+  __device__ __forceinline__ float kiln_##name(float x) { return float_fn(x); }          \
+  __device__ __forceinline__ double kiln_##name(double x) { return double_fn(x); }       \
+  __device__ __forceinline__ long long kiln_##name(long long x) { return x; }
+KILN_ROUNDING(floor, floorf, floor)
+KILN_ROUNDING(ceil, ceilf, ceil)
+KILN_ROUNDING(round, rintf, rint)
+KILN_ROUNDING(trunc, truncf, trunc)
+#undef KILN_ROUNDING
 __device__ __forceinline__ float kiln_sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
 __device__ __forceinline__ float kiln_silu(float x) { return x / (1.f + expf(-x)); }
 // GELU's tanh form as x * sigmoid(2u) (the same function: 0.5 (1 + tanh(u)) = sigmoid(2u)), one
