@@ -125,12 +125,6 @@ std::vector<Step> Flatten(const kir::Program& p) {
   return steps;
 }
 
-double RoundThrough(DType t, double v) {
-  double scratch;
-  StorerFor(t)(&scratch, 0, v);
-  return LoaderFor(t)(&scratch, 0);
-}
-
 }  // namespace
 
 void EvaluateProgramOnCpu(const kir::Program& p, absl::Span<const Tensor> inputs,
@@ -168,7 +162,7 @@ void EvaluateProgramOnCpu(const kir::Program& p, absl::Span<const Tensor> inputs
       double args[3];
       for (size_t k = 0; k < s.args.size(); ++k) args[k] = vals[s.args[k]];
       const double r = s.fn(args, *s.attrs);
-      vals[v] = s.round ? RoundThrough(s.dtype, r) : r;
+      vals[v] = s.round ? RoundToDType(s.dtype, r) : r;
     }
     for (size_t o = 0; o < n_out; ++o) store[o](dst[o], off[o], vals[p.outputs()[o]]);
   });

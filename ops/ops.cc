@@ -297,9 +297,7 @@ namespace {
 // torch converts a Python number to a floating tensor's dtype before comparing.
 Tensor CompareScalar(OpId id, const Tensor& x, Scalar s) {
   if (x.defined() && IsFloatingPoint(x.dtype())) {
-    uint64_t scratch = 0;
-    StorerFor(x.dtype())(&scratch, 0, s.to_double());
-    s = LoaderFor(x.dtype())(&scratch, 0);
+    s = RoundToDType(x.dtype(), s.to_double());
   }
   return WithScalar(id, x, s);
 }

@@ -129,6 +129,11 @@ uint16_t FloatToHalf(float f) {
 
 LoadFn LoaderFor(DType t) { return kLoaders[static_cast<int>(t)]; }
 StoreFn StorerFor(DType t) { return kStorers[static_cast<int>(t)]; }
+double RoundToDType(DType t, double v) {
+  uint64_t scratch = 0;  // room for any element
+  StorerFor(t)(&scratch, 0, v);
+  return LoaderFor(t)(&scratch, 0);
+}
 IntLoadFn IntLoaderFor(DType t) { return kIntLoaders[static_cast<int>(t)]; }
 IntStoreFn IntStorerFor(DType t) { return kIntStorers[static_cast<int>(t)]; }
 

@@ -52,6 +52,8 @@ using LoadFn = double (*)(const void* base, int64_t i);
 using StoreFn = void (*)(void* base, int64_t i, double v);
 LoadFn LoaderFor(DType t);
 StoreFn StorerFor(DType t);
+// `v` rounded to dtype `t` and read back (stored and loaded as above).
+double RoundToDType(DType t, double v);
 
 // The exact integer path of the same (integer and bool operands compute in int64, like torch):
 // element `i` read as int64 / an int64 written with the dtype's wrap-around (int32 keeps the low

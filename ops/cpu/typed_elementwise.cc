@@ -4,16 +4,6 @@
 #include "ops/infer.h"
 
 namespace kiln::cpu {
-namespace {
-
-double RoundTo(DType t, double v) {
-  uint64_t scratch = 0;  // room for any element
-  StorerFor(t)(&scratch, 0, v);
-  return LoaderFor(t)(&scratch, 0);
-}
-
-}  // namespace
-
 DType CommonDType(absl::Span<const Tensor> in, const OpAttrs& a) {
   if (in.size() > 1) return PromoteTypes(in[0].dtype(), in[1].dtype());
   return infer::ScalarResultType(in[0].dtype(), a.scalar);
@@ -34,7 +24,7 @@ int64_t ReadInt(DType t, const void* base, int64_t i) {
 
 double ReadFloat(DType t, DType common, const void* base, int64_t i) {
   const double v = LoaderFor(t)(base, i);
-  return t == common ? v : RoundTo(common, v);
+  return t == common ? v : RoundToDType(common, v);
 }
 
 void WriteInt(DType t, void* base, int64_t i, int64_t v) {
@@ -53,6 +43,6 @@ void WriteInt(DType t, void* base, int64_t i, int64_t v) {
   }
 }
 
-double ScalarFloat(const Scalar& s, DType common) { return RoundTo(common, s.to_double()); }
+double ScalarFloat(const Scalar& s, DType common) { return RoundToDType(common, s.to_double()); }
 
 }  // namespace kiln::cpu
