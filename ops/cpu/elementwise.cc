@@ -44,19 +44,13 @@ void ElementwiseLoop(absl::Span<const Tensor> in, const Tensor& out, LoadFor loa
   });
 }
 
-double RoundTo(DType t, double v) {
-  uint64_t scratch = 0;  // room for any element
-  StorerFor(t)(&scratch, 0, v);
-  return LoaderFor(t)(&scratch, 0);
-}
-
 // An integer element converted to the floating dtype `To` as torch converts an integer operand
 // to a floating common dtype: through float, rounded once from the exact integer (not through
 // double, which rounds int64 values past 2^53 a first time).
 template <typename Int, DType To>
 double IntAs(const void* base, int64_t i) {
   const float f = static_cast<float>(static_cast<const Int*>(base)[i]);
-  return To == DType::kFloat32 ? f : RoundTo(To, f);
+  return To == DType::kFloat32 ? f : RoundToDType(To, f);
 }
 template <DType To>
 LoadFn IntLoaderTo(DType from) {
@@ -107,14 +101,17 @@ void Elementwise(const OpDef& def, absl::Span<const Tensor> in, const Tensor& ou
   // A floating result: integer operands converted to the common floating dtype first and the
   // scalar to float (the op math type of float32, bfloat16 and float16), as torch computes
   // x * 0.1 with 0.1f.
-  OpAttrs rounded = a;
-  if (def.attr_fields & kAttrScalar) {
-    rounded.scalar = static_cast<double>(static_cast<float>(a.scalar.to_double()));
-  }
   const DType common = FloatingCommonDType(in, out_t);
-  ElementwiseLoop<double>(
-      in, out, [common](DType t) { return OperandLoader(t, common); }, StorerFor(out_t),
-      [&](const double* args) { return fn(args, rounded); });
+  auto loader = [common](DType t) { return OperandLoader(t, common); };
+  if (!(def.attr_fields & kAttrScalar)) {
+    ElementwiseLoop<double>(in, out, loader, StorerFor(out_t),
+                            [&](const double* args) { return fn(args, a); });
+    return;
+  }
+  OpAttrs rounded = a;
+  rounded.scalar = static_cast<double>(static_cast<float>(a.scalar.to_double()));
+  ElementwiseLoop<double>(in, out, loader, StorerFor(out_t),
+                          [&](const double* args) { return fn(args, rounded); });
 }
 
 void Copy(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs&) {
