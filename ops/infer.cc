@@ -23,18 +23,14 @@ absl::Status RequireFloat(const TensorType& t, const char* what) {
 }  // namespace
 
 absl::StatusOr<std::vector<bool>> ReducedMask(IntList dims, int64_t rank) {
-  std::vector<bool> mask(rank, dims.empty());
-  bool zero_dim_seen = false;  // a 0-d tensor's one dim (0 or -1) has no mask entry
+  // A 0-d tensor has one dim to name (0 or -1), and no entry in the result.
+  std::vector<bool> mask(std::max<int64_t>(rank, 1), dims.empty());
   for (int64_t d : dims) {
     KILN_ASSIGN_OR_RETURN(int64_t w, WrapDim(d, rank));
-    const bool seen = rank == 0 ? zero_dim_seen : mask[w];
-    if (seen) return Invalid(absl::StrCat("dim ", d, " appears twice in the reduction dims"));
-    if (rank == 0) {
-      zero_dim_seen = true;
-    } else {
-      mask[w] = true;
-    }
+    if (mask[w]) return Invalid(absl::StrCat("dim ", d, " appears twice in the reduction dims"));
+    mask[w] = true;
   }
+  mask.resize(rank);
   return mask;
 }
 
@@ -58,12 +54,20 @@ Result ScalarArith(Types in, const OpAttrs& a) {
   return TensorType{in[0].shape, ScalarResultType(in[0].dtype, a.scalar), in[0].device};
 }
 
+namespace {
+
+// torch refuses a difference with any bool operand.
+absl::Status RefuseBoolSubtraction(DType a, DType b) {
+  if (a != DType::kBool && b != DType::kBool) return absl::OkStatus();
+  return Invalid(
+      absl::StrCat("subtraction with a bool tensor is not supported (as in torch): ", DTypeName(a),
+                   " - ", DTypeName(b), "; to invert a mask use eq(mask, false)"));
+}
+
+}  // namespace
+
 Result SubtractScalar(Types in, const OpAttrs& a) {
-  if (in[0].dtype == DType::kBool) {
-    return Invalid(
-        "subtraction with a bool tensor is not supported (as in torch); to invert a "
-        "mask use eq(mask, false)");
-  }
+  KILN_RETURN_IF_ERROR(RefuseBoolSubtraction(in[0].dtype, ScalarResultType(in[0].dtype, a.scalar)));
   return ScalarArith(in, a);
 }
 
@@ -86,11 +90,7 @@ Result Subtract(Types in, const OpAttrs& a) {
   if (in[0].dtype == DType::kBool && in[1].dtype == DType::kBool) {
     return Invalid("subtracting two bool tensors is not supported (as in torch); use ne() for xor");
   }
-  if (in[0].dtype == DType::kBool || in[1].dtype == DType::kBool) {
-    return Invalid(absl::StrCat(
-        "subtraction with a bool tensor is not supported (as in torch): ", DTypeName(in[0].dtype),
-        " - ", DTypeName(in[1].dtype), "; cast the mask first"));
-  }
+  KILN_RETURN_IF_ERROR(RefuseBoolSubtraction(in[0].dtype, in[1].dtype));
   return Binary(in, a);
 }
 
