@@ -32,35 +32,17 @@ class Source {
   virtual Tensor Load(const std::string& key) const = 0;  // on the host, or where it lives
 };
 
-class FileSource final : public Source {
+// One safetensors file, or several as one checkpoint (a sharded one: model-00001-of-00002,
+// ...; a key in two of them is an error). The files are the caller's, read lazily.
+class FilesSource final : public Source {
  public:
-  explicit FileSource(const SafetensorsFile& file)
-      : file_(file), what_(absl::StrCat("safetensors file '", file.name(), "'")) {}
-  const std::string& what() const override { return what_; }
-  std::vector<std::string> keys() const override { return file_.keys(); }
-  Shape shape(const std::string& key) const override { return file_.entry(key).shape; }
-  std::optional<DType> dtype(const std::string& key) const override {
-    return file_.entry(key).kiln_dtype();
-  }
-  std::string dtype_name(const std::string& key) const override { return file_.entry(key).dtype; }
-  Tensor Load(const std::string& key) const override { return file_.Load(key, kCPU); }
-
- private:
-  const SafetensorsFile& file_;
-  std::string what_;
-};
-
-// Several files as one checkpoint (a sharded one: model-00001-of-00002.safetensors, ...); a
-// key in two of them is an error.
-class ShardsSource final : public Source {
- public:
-  ShardsSource(std::vector<SafetensorsFile> files, std::string what)
+  FilesSource(std::vector<const SafetensorsFile*> files, std::string what)
       : files_(std::move(files)), what_(std::move(what)) {
     for (size_t i = 0; i < files_.size(); ++i) {
-      for (std::string& key : files_[i].keys()) {
+      for (std::string& key : files_[i]->keys()) {
         const auto [it, added] = owner_.emplace(key, i);
         KILN_CHECK(added, "load_state_dict: the key '", key, "' is in two shards of ", what_, ": '",
-                   files_[it->second].name(), "' and '", files_[i].name(), "'");
+                   files_[it->second]->name(), "' and '", files_[i]->name(), "'");
         keys_.push_back(std::move(key));
       }
     }
@@ -77,9 +59,9 @@ class ShardsSource final : public Source {
   Tensor Load(const std::string& key) const override { return File(key).Load(key, kCPU); }
 
  private:
-  const SafetensorsFile& File(const std::string& key) const { return files_[owner_.at(key)]; }
+  const SafetensorsFile& File(const std::string& key) const { return *files_[owner_.at(key)]; }
 
-  std::vector<SafetensorsFile> files_;
+  std::vector<const SafetensorsFile*> files_;
   std::string what_;
   std::map<std::string, size_t> owner_;
   std::vector<std::string> keys_;
@@ -424,13 +406,17 @@ LoadReport LoadFrom(Module& module, const Source& source, const LoadOptions& opt
 
 LoadReport load_state_dict(Module& module, const SafetensorsFile& file,
                            const LoadOptions& options) {
-  return LoadFrom(module, FileSource(file), options);
+  return LoadFrom(
+      module, FilesSource({&file}, absl::StrCat("safetensors file '", file.name(), "'")), options);
 }
 
 LoadReport load_state_dict(Module& module, const std::string& path, const LoadOptions& options) {
   if (absl::EndsWith(path, ".json")) {
+    const std::vector<SafetensorsFile> shards = OpenShards(path);
+    std::vector<const SafetensorsFile*> files;
+    for (const SafetensorsFile& f : shards) files.push_back(&f);
     return LoadFrom(module,
-                    ShardsSource(OpenShards(path), absl::StrCat("sharded checkpoint '", path, "'")),
+                    FilesSource(std::move(files), absl::StrCat("sharded checkpoint '", path, "'")),
                     options);
   }
   return load_state_dict(module, SafetensorsFile::Open(path), options);
