@@ -239,8 +239,7 @@ Tensor PaddedCausalMask(const Tensor& attention_mask, const Tensor& tokens) {
   const Tensor i = reshape(arange(t, DType::kInt64, d), {t, 1});
   const Tensor j = reshape(arange(t, DType::kInt64, d), {1, t});
   const Tensor keys = reshape(ne(attention_mask, 0), {b, 1, 1, t});
-  const Tensor causal = reshape(le(j, i), {1, 1, t, t});
-  return where(reshape(eq(i, j), {1, 1, t, t}), causal, mul(causal, keys));
+  return le(j, i) & (keys | eq(i, j));  // [B, 1, T, T]
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Composites with torch's names and semantics (see ops.h): flatten, unflatten, narrow,
 // repeat_interleave, repeat, min, logsumexp, var, leaky_relu, the logical ops and mask operators,
-// isnan/isinf/isfinite, any/all and the *_like factories, each
+// argmin, isnan/isinf/isfinite, any/all and the *_like factories, each
 // written with the registry's ops, so eager runs those ops' kernels and a trace records them.
 #include <algorithm>
 #include <cmath>
@@ -277,6 +277,17 @@ Tensor operator|(const Tensor& a, const Tensor& b) {
 Tensor operator^(const Tensor& a, const Tensor& b) {
   CheckBoolOperands("bitwise_xor", {&a, &b});
   return Named("bitwise_xor", [&] { return ne(a, b); });
+}
+
+Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  CheckDefined("argmin", x);
+  // argmax of an order-reversing map: -x for floats (NaN stays NaN, argmax's maximum), -1 - x
+  // for integers (exact over all of int64, where -x wraps at its minimum).
+  return Named("argmin", [&] {
+    if (IsFloatingPoint(x.dtype())) return argmax(neg(x), dim, keepdim);
+    const Tensor ints = x.dtype() == DType::kBool ? cast(x, DType::kInt64) : x;
+    return argmax(-1 - ints, dim, keepdim);
+  });
 }
 
 Tensor isnan(const Tensor& x) {

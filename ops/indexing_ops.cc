@@ -135,19 +135,6 @@ Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   return Dispatch(OpId::kArgMax, {x}, a);
 }
 
-Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
-  CheckDefined("argmin", x);
-  // argmax of an order-reversing map: -x for floats (NaN stays NaN, argmax's maximum), -1 - x
-  // for integers (exact over all of int64, where -x wraps at its minimum).
-  return WithErrorContext([] { return "argmin"; },
-                          [&] {
-                            if (IsFloatingPoint(x.dtype())) return argmax(neg(x), dim, keepdim);
-                            const Tensor ints =
-                                x.dtype() == DType::kBool ? cast(x, DType::kInt64) : x;
-                            return argmax(-1 - ints, dim, keepdim);
-                          });
-}
-
 ValuesIndices max_with_indices(const Tensor& x, int64_t dim, bool keepdim) {
   Tensor indices = argmax(x, dim, keepdim);  // first: its Infer rejects empty dims
   return {max(x, {dim}, keepdim), std::move(indices)};
