@@ -2,6 +2,7 @@
 #include "io/state_dict.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -167,6 +168,7 @@ struct ParamPlan {
   Shape shape;  // what the checkpoint's pieces fill: the parameter's, or the whole one's
   std::optional<Module::ParamShard> shard;
   std::vector<Piece> pieces;
+  std::vector<Piece> tied;  // whole tensors under an alias of the parameter (Module::named_ties)
 };
 
 // The shape of `s`'s part of its whole tensor (ShardOf's or PaddedRowShard's), or why none.
@@ -290,6 +292,35 @@ Tensor WholeOnHost(const Source& source, const ParamPlan& plan) {
   return whole;
 }
 
+// A tied alias's tensor (a tied LM head's "lm_head.weight") fills its parameter where the
+// parameter's own key is absent.
+void AdoptTied(ParamPlan& plan) {
+  if (plan.pieces.empty() && !plan.tied.empty()) plan.pieces.push_back(plan.tied.front());
+}
+
+// Where the parameter's own key and a tied alias are both present they must agree, since the
+// model has one tensor for the two (transformers would silently keep one of them).
+void CheckTiedAgree(const Source& source, const std::string& name, const ParamPlan& plan) {
+  if (plan.tied.empty() || plan.pieces.empty()) return;
+  const Tensor held = contiguous(WholeOnHost(source, plan));
+  for (const Piece& alias : plan.tied) {
+    if (alias.key == plan.pieces.front().key) continue;  // adopted: the parameter's own
+    Tensor other = source.Load(alias.key);
+    if (alias.transpose) other = transpose(other, 0, 1);
+    if (other.dtype() != held.dtype()) other = cast(other, held.dtype());
+    other = contiguous(to(other, kCPU));
+    const size_t bytes = static_cast<size_t>(held.numel() * held.element_size());
+    KILN_CHECK(std::memcmp(other.data_ptr(), held.data_ptr(), bytes) == 0, "load_state_dict from ",
+               source.what(), ": checkpoint key '", alias.key, "' names parameter '", name,
+               "' (the model ties the two), but its values differ from ", ListKeys([&] {
+                 std::vector<std::string> keys;
+                 for (const Piece& q : plan.pieces) keys.push_back(q.key);
+                 return keys;
+               }()),
+               "'s: an untied model (tie_word_embeddings = false) keeps both; nothing was loaded");
+  }
+}
+
 // `src`, or a copy of it where it shares memory with `param` (which is about to be written).
 Tensor Detached(const Tensor& src, const Tensor& param) {
   return src.shares_storage(param) ? clone(src) : src;
@@ -350,6 +381,8 @@ LoadReport LoadFrom(Module& module, const Source& source, const LoadOptions& opt
     plan->second.shape = shard.whole;
     plan->second.shard = shard;
   }
+  const std::vector<std::pair<std::string, std::string>> tied = module.named_ties();
+  const std::map<std::string, std::string> ties(tied.begin(), tied.end());  // alias -> parameter
   LoadReport report;
   for (const std::string& key : source.keys()) {
     const KeyMappings m = options.map ? options.map(key) : KeyMappings(KeyMapping{key});
@@ -359,14 +392,21 @@ LoadReport LoadFrom(Module& module, const Source& source, const LoadOptions& opt
     }
     bool unexpected = false;
     for (const KeyMapping& target : m.list()) {
+      const bool whole = target.from.start == 0 && target.from.length == 0 &&
+                         target.to.start == 0 && target.to.length == 0;
+      Piece piece{key, target.transpose, target.from, target.to, whole};
+      const auto tie = ties.find(target.name);
+      if (tie != ties.end() && whole && plans.count(tie->second)) {
+        ParamPlan& pp = plans.at(tie->second);
+        CheckPiece(source, tie->second, pp.param, pp.shape, piece, options);
+        pp.tied.push_back(std::move(piece));
+        continue;
+      }
       const auto plan = plans.find(target.name);
       if (plan == plans.end()) {
         unexpected = true;
         continue;
       }
-      const bool whole = target.from.start == 0 && target.from.length == 0 &&
-                         target.to.start == 0 && target.to.length == 0;
-      Piece piece{key, target.transpose, target.from, target.to, whole};
       KILN_CHECK(plan->second.pieces.empty() || !whole, "load_state_dict from ", source.what(),
                  ": the checkpoint keys '", plan->second.pieces[0].key, "' and '", key,
                  "' both map to parameter '", target.name, "'");
@@ -384,7 +424,9 @@ LoadReport LoadFrom(Module& module, const Source& source, const LoadOptions& opt
   }
   for (const auto& [name, p] : params) {
     ParamPlan& plan = plans.at(name);
+    AdoptTied(plan);
     CheckCoverage(source, name, plan);
+    CheckTiedAgree(source, name, plan);
     (plan.pieces.empty() ? report.missing_keys : report.loaded).push_back(name);
   }
   KILN_CHECK(!options.strict || (report.missing_keys.empty() && report.unexpected_keys.empty()),

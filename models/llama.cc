@@ -206,7 +206,9 @@ LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& config, ModuleOptions o)
         }
         return RegisterModule("norm", std::make_unique<RMSNorm>(config.dim, config.eps, o));
       }()) {
-  if (!config.tie_word_embeddings) {
+  if (config.tie_word_embeddings) {
+    MarkTied("lm_head.weight", "embed_tokens.weight");  // what transformers may save too
+  } else {
     lm_head_ =
         &RegisterModule("lm_head", std::make_unique<Linear>(config.dim, config.vocab, false, o));
   }

@@ -34,7 +34,9 @@ struct LlamaConfig {
   bool qkv_bias = false;  // q_proj, k_proj, v_proj biases (attention_bias; Qwen2: always)
   bool out_bias = false;  // o_proj's (attention_bias; Qwen2: never)
   bool mlp_bias = false;
-  bool tie_word_embeddings = false;  // no lm_head: logits through embed_tokens.weight
+  // No lm_head: logits through embed_tokens.weight. A checkpoint's "lm_head.weight", where
+  // present, loads as the embedding and must equal it (Module::named_ties).
+  bool tie_word_embeddings = false;
   // sliding_window (Mistral; Qwen2 with use_sliding_window), 0: none. kiln does not mask by
   // window: it runs sequences and KV caches up to this length (where the window changes
   // nothing) and refuses longer ones (AttentionConfig::sliding_window).

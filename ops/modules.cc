@@ -154,6 +154,20 @@ std::vector<std::pair<std::string, Module::ParamShard>> Module::named_shards() c
   return out;
 }
 
+void Module::MarkTied(std::string alias, std::string name) {
+  ties_.emplace_back(std::move(alias), std::move(name));
+}
+
+std::vector<std::pair<std::string, std::string>> Module::named_ties() const {
+  std::vector<std::pair<std::string, std::string>> out(ties_.begin(), ties_.end());
+  for (const auto& [name, child] : children_) {
+    for (auto& [alias, target] : child->named_ties()) {
+      out.emplace_back(absl::StrCat(name, ".", alias), absl::StrCat(name, ".", target));
+    }
+  }
+  return out;
+}
+
 void Module::to(Device device) {
   for (auto* list : {&params_, &buffers_}) {
     for (auto& [name, t] : *list) {

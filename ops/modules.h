@@ -115,6 +115,11 @@ class Module {
   };
   // The split parameters of this module and its submodules, named as named_parameters() names them.
   std::vector<std::pair<std::string, ParamShard>> named_shards() const;
+  // Checkpoint names of parameters held under another name (Hugging Face's tied weights: a tied
+  // LM head is the embedding), {alias, parameter}, named as named_parameters() names them.
+  // load_state_dict takes the alias where the parameter's own key is absent and otherwise
+  // requires the two to hold the same values.
+  std::vector<std::pair<std::string, std::string>> named_ties() const;
 
  private:
   std::shared_ptr<const bool> alive_ = std::make_shared<const bool>(true);
@@ -131,6 +136,9 @@ class Module {
   }
   // Records that parameter `name` of this module holds only `shard` of the whole.
   void MarkShard(const std::string& name, ParamShard shard);
+  // Records that a checkpoint may name parameter `name` (of this module or a child, dotted) as
+  // `alias` too.
+  void MarkTied(std::string alias, std::string name);
   // to_empty's step for this module's own buffers; the default gives meta ones uninitialised
   // memory and moves the others. A module that computes its buffers overrides it.
   virtual void MaterialiseBuffers(Device device);
@@ -148,6 +156,7 @@ class Module {
   std::deque<std::pair<std::string, Tensor>> params_, buffers_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
   std::vector<std::pair<std::string, ParamShard>> shards_;  // MarkShard's, by parameter name
+  std::vector<std::pair<std::string, std::string>> ties_;   // MarkTied's {alias, name}
   bool in_default_forward_ = false;  // breaks the recursion of the two default forwards
   // Set when a parameter was registered without values; cleared once a check found all written.
   mutable std::atomic<bool> maybe_uninitialised_{false};

@@ -314,6 +314,48 @@ TEST(Init, UninitialisedModulesRefuseToRunUntilLoaded) {
   ExpectClose(to_vector(model(tokens)), to_vector(source(tokens)), {0, 0}, "loaded model");
 }
 
+// A tied model's checkpoint may carry the head as "lm_head.weight" too (transformers saves it
+// when asked to): the same values load, different ones are an error, and the head alone serves.
+TEST(LlamaTied, AHeadKeyEqualToTheEmbeddingLoadsAndADifferentOneIsRefused) {
+  LlamaConfig tied = TinyLlama();
+  tied.tie_word_embeddings = true;
+  Generator gen(6);
+  LlamaForCausalLM source(tied, {.generator = &gen});
+  NamedTensors sd = state_dict(source, llama_save_mapping());
+  Tensor embedding;
+  for (const auto& [k, t] : sd) {
+    if (k == "model.embed_tokens.weight") embedding = t;
+  }
+  ASSERT_TRUE(embedding.defined());
+  const Tensor tokens = from_vector({1, 2, 3}, {1, 3}, DType::kInt64);
+  NamedTensors with_head = sd;
+  with_head.emplace_back("lm_head.weight", clone(embedding));
+  LlamaForCausalLM model(tied, {.init = Init::kNone});
+  EXPECT_EQ(load_state_dict(model, with_head, {.map = llama_load_mapping()}).unexpected_keys.size(),
+            0u);
+  ExpectClose(to_vector(model(tokens)), to_vector(source(tokens)), {0, 0}, "tied, head key");
+
+  NamedTensors head_only;  // the embedding under the head's name only
+  for (const auto& [k, t] : with_head) {
+    if (k != "model.embed_tokens.weight") head_only.emplace_back(k, t);
+  }
+  LlamaForCausalLM from_head(tied, {.init = Init::kNone});
+  load_state_dict(from_head, head_only, {.map = llama_load_mapping()});
+  ExpectClose(to_vector(from_head(tokens)), to_vector(source(tokens)), {0, 0}, "head only");
+
+  NamedTensors differing = sd;
+  differing.emplace_back("lm_head.weight", mul(embedding, 2.0));
+  LlamaForCausalLM other(tied, {.init = Init::kNone});
+  const std::string err =
+      ErrorOf([&] { load_state_dict(other, differing, {.map = llama_load_mapping()}); });
+  EXPECT_NE(err.find("'lm_head.weight' names parameter 'embed_tokens.weight'"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("values differ"), std::string::npos) << err;
+  for (const auto& [name, p] : other.named_parameters()) {
+    EXPECT_TRUE(p.storage()->uninitialised()) << name << " was written by a refused load";
+  }
+}
+
 // GPT-2's fused c_attn split into q/k/v projections on load, joined back on save.
 TEST(KeyMapping, SplitsAndJoinsTensorsByRows) {
   Generator gen(5);
