@@ -83,6 +83,24 @@ RopeOptions RopeFromJson(const Json& j, RopeOptions r) {
   return r;
 }
 
+// Qwen2/Qwen3's window: sliding_window (default 4096) with use_sliding_window, where some layer
+// is a sliding one (layer_types says, or else the layers from max_window_layers, default 28, on);
+// 0 where none is.
+int64_t QwenSlidingWindow(const Json& j, int64_t layers) {
+  if (!Field<bool>(j, "use_sliding_window", false)) return 0;
+  const int64_t window = Field<int64_t>(j, "sliding_window", 4096);
+  const auto types = j.find("layer_types");
+  if (types != j.end() && !types->is_null()) {
+    KILN_CHECK(types->is_array(), "LlamaConfig::FromJson: layer_types must be a list, got ",
+               types->dump());
+    for (const Json& t : *types) {
+      if (t == "sliding_attention") return window;
+    }
+    return 0;
+  }
+  return layers > Field<int64_t>(j, "max_window_layers", 28) ? window : 0;
+}
+
 AttentionConfig AttentionOf(const LlamaConfig& c) {
   return {.dim = c.dim,
           .heads = c.heads,
@@ -92,6 +110,8 @@ AttentionConfig AttentionOf(const LlamaConfig& c) {
           .out_bias = c.out_bias,
           .rotary = true,
           .rope = c.rope,
+          .qk_norm = c.qk_norm,
+          .qk_norm_eps = c.eps,
           .sliding_window = c.sliding_window};
 }
 
@@ -134,25 +154,30 @@ LlamaConfig LlamaConfig::FromJson(const std::string& text) {
   c.rope = RopeFromJson(j, c.rope);
   c.activation = ActivationFromName(Field<std::string>(j, "hidden_act", "silu"));
   const std::string model_type = Field<std::string>(j, "model_type", "llama");
-  KILN_CHECK(model_type == "llama" || model_type == "mistral" || model_type == "qwen2",
+  KILN_CHECK(model_type == "llama" || model_type == "mistral" || model_type == "qwen2" ||
+                 model_type == "qwen3",
              "LlamaConfig::FromJson: model_type '", model_type,
-             "' is not supported (supported: llama, mistral, qwen2)");
-  const bool qwen2 = model_type == "qwen2", mistral = model_type == "mistral";
+             "' is not supported (supported: llama, mistral, qwen2, qwen3)");
+  const bool mistral = model_type == "mistral", qwen3 = model_type == "qwen3";
+  const bool qwen = model_type == "qwen2" || qwen3;
   // The fields each transformers config class reads (one it does not define is ignored, as
-  // there): Mistral's sliding_window defaults to 4096 when absent (null: none), Qwen2's applies
-  // only with use_sliding_window, Llama has none. Mistral has no biases; Qwen2 has q/k/v biases
-  // and no others; Llama reads attention_bias and mlp_bias.
+  // there): Mistral's sliding_window defaults to 4096 when absent (null: none); Qwen's applies
+  // only with use_sliding_window and to some layers (SlidingWindowOf); Llama has none. Mistral
+  // has no biases; Qwen2 has q/k/v biases and no others; Qwen3 reads attention_bias for all four
+  // projections, has q/k norms and a head_dim of 128 unless given; Llama reads attention_bias and
+  // mlp_bias.
   if (mistral) {
     const auto it = j.find("sliding_window");
     c.sliding_window = it == j.end() ? 4096 : Field<int64_t>(j, "sliding_window", 0);
-  } else if (qwen2 && Field<bool>(j, "use_sliding_window", false)) {
-    c.sliding_window = Field<int64_t>(j, "sliding_window", 0);
+  } else if (qwen) {
+    c.sliding_window = QwenSlidingWindow(j, c.layers);
   }
-  const bool llama = !qwen2 && !mistral;
-  const bool attention_bias = llama && Field<bool>(j, "attention_bias", false);
-  c.qkv_bias = qwen2 || attention_bias;
-  c.out_bias = attention_bias;
-  c.mlp_bias = llama && Field<bool>(j, "mlp_bias", false);
+  if (qwen3) c.head_dim = Field<int64_t>(j, "head_dim", 128);
+  const bool own_bias = (qwen3 || model_type == "llama") && Field<bool>(j, "attention_bias", false);
+  c.qkv_bias = model_type == "qwen2" || own_bias;
+  c.out_bias = own_bias;
+  c.mlp_bias = model_type == "llama" && Field<bool>(j, "mlp_bias", false);
+  c.qk_norm = qwen3;
   c.tie_word_embeddings = Field<bool>(j, "tie_word_embeddings", false);
   return c;
 }

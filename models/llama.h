@@ -1,5 +1,6 @@
 // A Llama-style decoder-only language model (Hugging Face's LlamaForCausalLM and the families
-// that share its layout: Mistral, Qwen2 with attention_bias, TinyLlama, SmolLM): token
+// that share its layout: Mistral, Qwen2 with attention_bias, Qwen3 with q/k norms, TinyLlama,
+// SmolLM): token
 // embedding, pre-norm layers of RMSNorm, grouped-query attention with rotary embeddings (one
 // table shared by all layers) and a gated MLP, a final RMSNorm and the LM head (or the tied
 // embedding). Parameters carry HF's names without "model." (llama_load_mapping() adds nothing
@@ -34,6 +35,7 @@ struct LlamaConfig {
   bool qkv_bias = false;  // q_proj, k_proj, v_proj biases (attention_bias; Qwen2: always)
   bool out_bias = false;  // o_proj's (attention_bias; Qwen2: never)
   bool mlp_bias = false;
+  bool qk_norm = false;  // q_norm, k_norm over each head (Qwen3), epsilon eps
   // No lm_head: logits through embed_tokens.weight. A checkpoint's "lm_head.weight", where
   // present, loads as the embedding and must equal it (Module::named_ties).
   bool tie_word_embeddings = false;
@@ -44,8 +46,8 @@ struct LlamaConfig {
 
   // From the text of a Hugging Face config.json (fields named as in the comments above;
   // rope_scaling of type "linear" or "llama3"); a missing field takes transformers' default
-  // (rms_norm_eps 1e-6). model_type, where given, must be llama, mistral or qwen2. A field of
-  // the wrong type, an unknown model type, rope scaling or hidden_act, or a scaling without its
+  // (rms_norm_eps 1e-6). model_type, where given, must be llama, mistral, qwen2 or qwen3. A field
+  // of the wrong type, an unknown model type, rope scaling or hidden_act, or a scaling without its
   // parameters is an error naming it.
   static LlamaConfig FromJson(const std::string& json_text);
 };

@@ -455,6 +455,10 @@ struct AttentionConfig {
   bool out_bias = false;  // o_proj's
   bool rotary = true;
   RopeOptions rope;
+  // q_norm and k_norm (Qwen3): RMSNorm over each query and key head's head_dim, weight [head_dim]
+  // and epsilon qk_norm_eps, after the projections and before the rotary embedding.
+  bool qk_norm = false;
+  double qk_norm_eps = 1e-6;
   // Nonzero: the model was trained with sliding-window attention (HF Mistral's sliding_window:
   // a query sees only the last `sliding_window` keys). kiln does not mask by window; it runs
   // sequences and caches of at most this many positions, where the window changes nothing, and
@@ -503,6 +507,8 @@ class Attention : public Module {
   Linear& k_proj_;
   Linear& v_proj_;
   Linear& o_proj_;
+  RMSNorm* q_norm_ = nullptr;  // AttentionConfig::qk_norm
+  RMSNorm* k_norm_ = nullptr;
   const RotaryEmbedding* rotary_ = nullptr;
   GroupRef group_;  // set by ShardTensorParallel
 };

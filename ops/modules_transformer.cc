@@ -450,6 +450,8 @@ AttentionConfig Checked(AttentionConfig c) {
              "Attention: heads x head_dim = ", c.heads, " x ", c.head_dim, " passes int64's range");
   KILN_CHECK(c.sliding_window >= 0, "Attention: sliding_window must be >= 0 (0: none), got ",
              c.sliding_window);
+  KILN_CHECK(!c.qk_norm || c.qk_norm_eps >= 0, "Attention: qk_norm_eps must be >= 0, got ",
+             c.qk_norm_eps);
   return c;
 }
 
@@ -479,6 +481,12 @@ Attention::Attention(const AttentionConfig& config, ModuleOptions o,
       o_proj_(
           RegisterModule("o_proj", std::make_unique<Linear>(config_.heads * config_.head_dim,
                                                             config_.dim, config_.out_bias, o))) {
+  if (config_.qk_norm) {
+    q_norm_ = &RegisterModule("q_norm",
+                              std::make_unique<RMSNorm>(config_.head_dim, config_.qk_norm_eps, o));
+    k_norm_ = &RegisterModule("k_norm",
+                              std::make_unique<RMSNorm>(config_.head_dim, config_.qk_norm_eps, o));
+  }
   if (config_.rotary && shared_rotary != nullptr) {
     KILN_CHECK(shared_rotary->head_dim() == config_.head_dim, "Attention: the shared rotary ",
                "embedding is for head_dim ", shared_rotary->head_dim(), ", the heads have ",
@@ -494,10 +502,13 @@ std::array<Tensor, 3> Attention::Project(const Tensor& x, const Tensor& position
   KILN_CHECK(x.dim() == 3 && x.size(2) == config_.dim, "Attention: expected x [B, T, ", config_.dim,
              "], got ", x.shape_string());
   const int64_t b = x.size(0), t = x.size(1), hd = config_.head_dim;
-  auto heads = [&](Linear& proj, int64_t n) {
-    return permute(reshape(proj(x), {b, t, n, hd}), {0, 2, 1, 3});  // [B, n, T, hd]
+  auto heads = [&](Linear& proj, int64_t n, RMSNorm* norm = nullptr) {
+    Tensor h = reshape(proj(x), {b, t, n, hd});
+    if (norm != nullptr) h = (*norm)(h);
+    return permute(h, {0, 2, 1, 3});  // [B, n, T, hd]
   };
-  Tensor q = heads(q_proj_, config_.heads), k = heads(k_proj_, config_.kv_heads);
+  Tensor q = heads(q_proj_, config_.heads, q_norm_);
+  Tensor k = heads(k_proj_, config_.kv_heads, k_norm_);
   if (rotary_ != nullptr) {
     q = rotary_->Rotate(q, positions);
     k = rotary_->Rotate(k, positions);

@@ -65,10 +65,44 @@ TEST(Attention, GroupedQueryHeadsMatchTheMathWrittenOut) {
             std::string::npos);
 }
 
+// Qwen3's q/k norms: RMSNorm over each head's head_dim (one weight [head_dim] shared by the
+// heads) after the projections and before the rotary embedding, written out.
+TEST(Attention, QkNormsNormaliseEachHeadBeforeTheRotation) {
+  Generator gen(11);
+  constexpr double eps = 1e-6;
+  const AttentionConfig c{
+      .dim = 32, .heads = 4, .kv_heads = 2, .head_dim = 8, .qk_norm = true, .qk_norm_eps = eps};
+  Attention attn(c, {.generator = &gen});
+  std::vector<std::string> names;
+  for (const auto& [name, t] : attn.named_parameters()) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"q_proj.weight", "k_proj.weight", "v_proj.weight",
+                                             "o_proj.weight", "q_norm.weight", "k_norm.weight"}));
+  auto p = Params(attn);
+  EXPECT_EQ(p["q_norm.weight"].shape(), (Shape{8}));
+  copy_(p["q_norm.weight"], randn({8}, gen));
+  copy_(p["k_norm.weight"], randn({8}, gen));
+  const Tensor x = randn({2, 5, 32}, gen);
+  auto heads = [](const Tensor& t, int64_t n, const Tensor& w) {
+    Tensor h = reshape(t, {2, 5, n, 8});
+    if (w.defined()) h = h * rsqrt(mean(h * h, {-1}, true) + eps) * w;
+    return permute(h, {0, 2, 1, 3});
+  };
+  RotaryEmbedding rope(8, RopeOptions{});
+  const Tensor q = rope(heads(linear(x, p["q_proj.weight"]), 4, p["q_norm.weight"]));
+  const Tensor k = rope(heads(linear(x, p["k_proj.weight"]), 2, p["k_norm.weight"]));
+  const Tensor v = heads(linear(x, p["v_proj.weight"]), 2, {});
+  const Tensor y = causal_attention(q, RepeatHeads(k, 2), RepeatHeads(v, 2));
+  const Tensor want = linear(reshape(permute(y, {0, 2, 1, 3}), {2, 5, 32}), p["o_proj.weight"]);
+  ExpectClose(to_vector(attn(x)), to_vector(want), {1e-5, 1e-5}, "qk-normed attention");
+}
+
 // The cached form over a cache written in two steps equals the full causal forward.
-TEST(Attention, CachedStepsEqualTheFullForward) {
+void CachedStepsEqualTheFullForward(const AttentionConfig& c) {
   Generator gen(2);
-  Attention attn({.dim = 16, .heads = 4, .kv_heads = 1}, {.generator = &gen});
+  Attention attn(c, {.generator = &gen});
+  for (const auto& [name, p] : attn.named_parameters()) {
+    if (name.find("norm") != std::string::npos) copy_(p, randn(p.shape(), gen));
+  }
   const Tensor x = randn({1, 6, 16}, gen);
   const Tensor full_y = attn(x);
   Attention::Cache cache{zeros({1, 1, 8, 4}), zeros({1, 1, 8, 4})};
@@ -80,6 +114,13 @@ TEST(Attention, CachedStepsEqualTheFullForward) {
   const Tensor y1 =
       attn.Cached(slice(x, 1, 4, 6), arange(4, 6, 1), cache, arange(4, 6, 1), mask_for(4, 2));
   ExpectClose(to_vector(cat({y0, y1}, 1)), to_vector(full_y), {1e-5, 1e-5}, "cached");
+}
+
+TEST(Attention, CachedStepsEqualTheFullForward) {
+  for (const bool qk_norm : {false, true}) {
+    SCOPED_TRACE(qk_norm ? "q/k norms" : "plain");
+    CachedStepsEqualTheFullForward({.dim = 16, .heads = 4, .kv_heads = 1, .qk_norm = qk_norm});
+  }
 }
 
 // The cached form's inputs: a bool mask (a float one would be added to the scores, an absent one
@@ -461,10 +502,11 @@ TEST(LlamaConfig, FromHuggingFaceJson) {
               LlamaConfig::FromJson(R"({"rope_scaling": {"type": "linear"}})");
             }).find("needs the field 'factor'"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([] {
-              LlamaConfig::FromJson(R"({"model_type": "gemma"})");
-            }).find("model_type 'gemma' is not supported (supported: llama, mistral, qwen2)"),
-            std::string::npos);
+  EXPECT_NE(
+      ErrorOf([] {
+        LlamaConfig::FromJson(R"({"model_type": "gemma"})");
+      }).find("model_type 'gemma' is not supported (supported: llama, mistral, qwen2, qwen3)"),
+      std::string::npos);
   EXPECT_EQ(
       LlamaConfig::FromJson(R"({"model_type": "mistral", "sliding_window": 4096})").sliding_window,
       4096);
@@ -492,6 +534,32 @@ TEST(LlamaConfig, FromHuggingFaceJson) {
                                       "use_sliding_window": true})")
                 .sliding_window,
             4096);
+  // Qwen3: q/k norms, attention_bias on all four projections, head_dim 128 unless given; a
+  // window only where use_sliding_window makes some layer a sliding one.
+  const LlamaConfig qwen3 = LlamaConfig::FromJson(
+      R"({"model_type": "qwen3", "hidden_size": 64, "attention_bias": true, "mlp_bias": true})");
+  EXPECT_TRUE(qwen3.qk_norm && qwen3.qkv_bias && qwen3.out_bias);
+  EXPECT_FALSE(qwen3.mlp_bias || LlamaConfig::FromJson("{}").qk_norm);
+  EXPECT_EQ(qwen3.head_dim, 128);
+  EXPECT_EQ(LlamaConfig::FromJson(R"({"model_type": "qwen3", "head_dim": 16})").head_dim, 16);
+  EXPECT_EQ(LlamaConfig::FromJson(R"({"model_type": "qwen3", "use_sliding_window": true,
+                                      "num_hidden_layers": 28})")
+                .sliding_window,
+            0);
+  EXPECT_EQ(LlamaConfig::FromJson(R"({"model_type": "qwen3", "use_sliding_window": true,
+                                      "num_hidden_layers": 2, "max_window_layers": 1})")
+                .sliding_window,
+            4096);
+  EXPECT_EQ(LlamaConfig::FromJson(R"({"model_type": "qwen2", "use_sliding_window": true,
+                                      "sliding_window": 64, "layer_types":
+                                      ["full_attention", "sliding_attention"]})")
+                .sliding_window,
+            64);
+  EXPECT_NE(ErrorOf([] {
+              LlamaConfig::FromJson(R"({"model_type": "qwen3", "use_sliding_window": true,
+                                        "layer_types": "sliding_attention"})");
+            }).find("layer_types must be a list"),
+            std::string::npos);
   EXPECT_EQ(LlamaConfig::FromJson(R"({"rope_theta": 500000, "rope_parameters":
                                       {"rope_type": "default"}})")
                 .rope.base,
@@ -569,6 +637,29 @@ TEST_P(Generate, GreedyEqualsTheFullForwardAndBatchesEqualPromptsAlone) {
     const GenerateResult r = generate(model, prompts, o);
     EXPECT_EQ(r.tokens, batch.tokens) << "mode " << static_cast<int>(mode);
     EXPECT_GT(r.kernels_per_decode_step, 0);
+  }
+}
+
+// A Qwen3-style model (q/k norms, biases on all four attention projections, a tied head):
+// eager, compiled and graph-replayed decoding give the ids of the full forward.
+TEST_P(Generate, QkNormModelsDecodeAsTheirFullForward) {
+  Generator gen(9);
+  LlamaConfig c = TinyLlama();
+  c.qk_norm = c.qkv_bias = c.out_bias = c.tie_word_embeddings = true;
+  c.head_dim = 16;
+  LlamaForCausalLM model(c, {.device = GetParam(), .generator = &gen});
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (name.find("_norm") != std::string::npos) copy_(p, to(randn(p.shape(), gen), p.device()));
+  }
+  const std::vector<int64_t> prompt = {3, 14, 15, 9};
+  GenerateOptions o;
+  o.max_new_tokens = 8;
+  const std::vector<int64_t> want = GreedyByFullForward(model, prompt, 8);
+  EXPECT_EQ(generate(model, {prompt}, o).tokens[0], want);
+  for (auto mode : {GenerateOptions::Mode::kCompiled, GenerateOptions::Mode::kCudaGraph}) {
+    if (mode == GenerateOptions::Mode::kCudaGraph && !GetParam().is_cuda()) continue;
+    o.mode = mode;
+    EXPECT_EQ(generate(model, {prompt}, o).tokens[0], want) << "mode " << static_cast<int>(mode);
   }
 }
 
