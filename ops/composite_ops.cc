@@ -45,6 +45,12 @@ int64_t Product(const char* fn, IntList sizes) {
   return product;
 }
 
+// f() with errors prefixed by `op` (the composite's name, not its parts').
+template <typename F>
+Tensor Named(const char* op, F&& f) {
+  return WithErrorContext([op] { return op; }, std::forward<F>(f));
+}
+
 // Which dims a reduction over `dims` takes (infer::ReducedMask), or the error naming `fn`.
 std::vector<bool> Reduced(const char* fn, const Tensor& x, IntList dims) {
   absl::StatusOr<std::vector<bool>> mask = infer::ReducedMask(dims, x.dim());
@@ -180,8 +186,9 @@ Tensor min(const Tensor& x, IntList dims, bool keepdim) {
 
 Tensor logsumexp(const Tensor& x, IntList dims, bool keepdim) {
   CheckDefined("logsumexp", x);
-  KILN_CHECK(IsFloatingPoint(x.dtype()), "logsumexp: needs a floating tensor, got ",
-             DTypeName(x.dtype()), Shapes(x));
+  if (!IsFloatingPoint(x.dtype())) {  // integers and bools promote to float32, as in torch
+    return logsumexp(cast(x, DType::kFloat32), dims, keepdim);
+  }
   if (x.dtype() != DType::kFloat32) {  // half types compute in float32 and round once, as torch
     return cast(logsumexp(cast(x, DType::kFloat32), dims, keepdim), x.dtype());
   }
@@ -216,6 +223,98 @@ Tensor var(const Tensor& x, IntList dims, int64_t correction, bool keepdim) {
   return div(squares, static_cast<double>(std::max<int64_t>(n - correction, 0)));
 }
 
+Tensor std(const Tensor& x, IntList dims, int64_t correction, bool keepdim) {
+  CheckDefined("std", x);
+  KILN_CHECK(IsFloatingPoint(x.dtype()), "std: needs a floating tensor, got ", DTypeName(x.dtype()),
+             Shapes(x));
+  if (x.dtype() != DType::kFloat32) {  // half types compute in float32 and round once, as torch
+    return cast(std(cast(x, DType::kFloat32), dims, correction, keepdim), x.dtype());
+  }
+  return Named("std", [&] { return sqrt(var(x, dims, correction, keepdim)); });
+}
+
+Tensor norm(const Tensor& x, double p, IntList dims, bool keepdim) {
+  CheckDefined("norm", x);
+  KILN_CHECK(IsFloatingPoint(x.dtype()), "norm: needs a floating tensor (as torch's vector_norm), ",
+             "got ", DTypeName(x.dtype()), Shapes(x));
+  KILN_CHECK(!std::isnan(p), "norm: the order p is NaN");
+  if (x.dtype() != DType::kFloat32) {  // half types compute in float32 and round once, as torch
+    return cast(norm(cast(x, DType::kFloat32), p, dims, keepdim), x.dtype());
+  }
+  Reduced("norm", x, dims);
+  return Named("norm", [&] {
+    const Tensor a = abs(x);
+    if (std::isinf(p)) return p > 0 ? max(a, dims, keepdim) : min(a, dims, keepdim);
+    if (p == 0) return sum(cast(ne(x, 0.0), DType::kFloat32), dims, keepdim);
+    if (p == 1) return sum(a, dims, keepdim);
+    if (p == 2) return sqrt(sum(mul(x, x), dims, keepdim));
+    return pow(sum(pow(a, p), dims, keepdim), 1.0 / p);
+  });
+}
+
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  CheckDefined("softplus", x);
+  KILN_CHECK(IsFloatingPoint(x.dtype()), "softplus: needs a floating tensor (as torch), got ",
+             DTypeName(x.dtype()), Shapes(x));
+  return Named("softplus", [&] {
+    const Tensor bx = mul(x, beta);
+    return where(gt(bx, threshold), x, div(log1p(exp(bx)), beta));
+  });
+}
+
+Tensor outer(const Tensor& a, const Tensor& b) {
+  CheckDefined("outer", a);
+  CheckDefined("outer", b);
+  KILN_CHECK(a.dim() == 1 && b.dim() == 1, "outer: needs two 1-D tensors, got ", a.shape_string(),
+             " and ", b.shape_string());
+  return Named("outer", [&] { return mul(unsqueeze(a, 1), unsqueeze(b, 0)); });
+}
+
+namespace {
+
+// The class dim of cross_entropy's logits and the target's shape it needs, or the error.
+int64_t CheckCrossEntropyShapes(const Tensor& logits, const Tensor& target) {
+  const std::string got = absl::StrCat("logits ", Shapes(logits), ", target ", Shapes(target));
+  KILN_CHECK(logits.dim() >= 1, "cross_entropy: logits must have a class dim, got ", got);
+  KILN_CHECK(IsFloatingPoint(logits.dtype()), "cross_entropy: logits must be floating, got ",
+             DTypeName(logits.dtype()), " (", got, ")");
+  KILN_CHECK(!IsFloatingPoint(target.dtype()) && target.dtype() != DType::kBool,
+             "cross_entropy: the target must hold class indices (an integer tensor), got ",
+             DTypeName(target.dtype()), " (", got, "); probability targets are not supported");
+  const int64_t class_dim = logits.dim() == 1 ? 0 : 1;
+  Shape want = logits.shape();
+  want.erase(want.begin() + class_dim);
+  KILN_CHECK(target.shape() == want, "cross_entropy: the target must be ", ShapeString(want),
+             " (the logits' shape without the class dim ", class_dim, "), got ", got);
+  KILN_CHECK(logits.size(class_dim) > 0, "cross_entropy: no classes (", got, ")");
+  return class_dim;
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                     std::string_view reduction) {
+  CheckDefined("cross_entropy", logits);
+  CheckDefined("cross_entropy", target);
+  KILN_CHECK(reduction == "mean" || reduction == "sum" || reduction == "none",
+             "cross_entropy: reduction must be \"mean\", \"sum\" or \"none\", got \"",
+             std::string(reduction), "\"");
+  const int64_t c = CheckCrossEntropyShapes(logits, target);
+  return Named("cross_entropy", [&] {
+    const Tensor x = cast(logits, DType::kFloat32);
+    const Tensor kept = ne(target, ignore_index);
+    // Ignored elements read class 0 (their index may be anything); a kept one outside [0, C) is
+    // gather's error.
+    const Tensor index = unsqueeze(where(kept, target, zeros_like(target)), c);
+    const Tensor picked = squeeze(gather(x, c, cast(index, DType::kInt64)), c);
+    const Tensor loss = where(kept, sub(logsumexp(x, {c}), picked), zeros_like(picked));
+    Tensor out = loss;
+    if (reduction == "sum") out = sum(loss);
+    if (reduction == "mean") out = div(sum(loss), sum(cast(kept, DType::kFloat32)));
+    return cast(out, logits.dtype());
+  });
+}
+
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
   CheckDefined("leaky_relu", x);
   KILN_CHECK(IsFloatingPoint(x.dtype()), "leaky_relu: the input must be a floating-point tensor ",
@@ -227,11 +326,6 @@ namespace {
 
 // x != 0 (NaN is true), the truth value torch's logical ops read.
 Tensor Truth(const Tensor& x) { return x.dtype() == DType::kBool ? x : ne(x, 0); }
-
-template <typename F>
-Tensor Named(const char* op, F&& f) {
-  return WithErrorContext([op] { return op; }, std::forward<F>(f));
-}
 
 void CheckBoolOperands(const char* op, std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts) {

@@ -485,11 +485,15 @@ Result CompareScalar(Types in, const OpAttrs&) {
 
 Result MinMax(Types in, const OpAttrs& a) { return Binary(in, a); }
 
-Result Pow(Types in, const OpAttrs& a) {
+Result BinaryNumeric(Types in, const OpAttrs& a) {
   KILN_ASSIGN_OR_RETURN(TensorType t, Binary(in, a));
   if (t.dtype == DType::kBool) return Invalid("bool tensors are not supported; cast first");
   return t;
 }
+
+Result Pow(Types in, const OpAttrs& a) { return BinaryNumeric(in, a); }
+
+Result Sign(Types in, const OpAttrs&) { return in[0]; }
 
 Result PowScalar(Types in, const OpAttrs& a) {
   const DType t = ScalarResultType(in[0].dtype, a.scalar);

@@ -64,8 +64,11 @@ Result Compare(Types in, const OpAttrs& a);        // eq, ne, lt, le, gt, ge: br
 Result CompareScalar(Types in, const OpAttrs& a);  // x (cmp) scalar: bool
 Result MinMax(Types in, const OpAttrs& a);         // minimum, maximum: broadcast + promote
 Result Pow(Types in, const OpAttrs& a);            // pow(x, y): broadcast + promote, not bool
-Result PowScalar(Types in, const OpAttrs& a);      // pow(x, scalar)
-Result ClampScalar(Types in, const OpAttrs& a);    // clamp_min / clamp_max(x, scalar)
+// remainder, fmod, floor_divide: broadcast + promote, not bool (as pow)
+Result BinaryNumeric(Types in, const OpAttrs& a);
+Result Sign(Types in, const OpAttrs& a);         // dtype kept, bool too
+Result PowScalar(Types in, const OpAttrs& a);    // pow(x, scalar)
+Result ClampScalar(Types in, const OpAttrs& a);  // clamp_min / clamp_max(x, scalar)
 
 // Indexing, joining and selection (infer_indexing.cc).
 Result Embedding(Types in, const OpAttrs& a);    // weight [V, D], indices [*] -> [*, D]
@@ -75,6 +78,7 @@ Result IndexCopy(Types in, const OpAttrs& a);    // self, 1-D index, source alon
 Result Cat(Types in, const OpAttrs& a);          // any number of tensors along a.dim
 Result ArgMax(Types in, const OpAttrs& a);       // along a.dims (none or one), keepdim: int64
 Result TopK(Types in, const OpAttrs& a);         // indices of the k largest along a.dim: int64
+Result Cumsum(Types in, const OpAttrs& a);       // along a.dim: floats keep, integers int64
 
 // Resolves one -1 in a reshape target against `numel`; error if impossible.
 absl::StatusOr<Shape> InferReshapeSizes(IntList sizes, int64_t numel);

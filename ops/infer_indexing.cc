@@ -171,4 +171,11 @@ Result TopK(Types in, const OpAttrs& a) {
   return t;
 }
 
+Result Cumsum(Types in, const OpAttrs& a) {
+  const TensorType& x = in[0];
+  KILN_RETURN_IF_ERROR(WrapDim(a.dim, x.rank()).status());
+  const DType t = IsFloatingPoint(x.dtype) ? x.dtype : DType::kInt64;  // as torch
+  return TensorType{x.shape, t, x.device};
+}
+
 }  // namespace kiln::infer

@@ -82,6 +82,15 @@ enum class OpId : uint16_t {
   kCeil,
   kRound,  // half to even, as torch.round
   kTrunc,
+  kLog1p,
+  kExpm1,
+  kTan,
+  kAtan,
+  kReciprocal,
+  kSign,         // -1, 0 or 1 (0 for NaN, as torch); bool passes unchanged
+  kRemainder,    // Python's %: the divisor's sign
+  kFmod,         // C's fmod: the dividend's sign
+  kFloorDivide,  // the quotient rounded down
   kPowScalar,
   kClampMin,  // clamp(x, min) = max(x, min) with a scalar bound
   kClampMax,
@@ -107,6 +116,7 @@ enum class OpId : uint16_t {
   kCat,
   kArgMax,
   kTopK,       // the indices of the k largest (or smallest); values are a gather of them
+  kCumsum,     // running sums along a dim
   kIndexCopy,  // index_copy(self, index, source){dim}: self with rows index[i] = source row i
   // collectives over a process group (ops/distributed.h), functional: a fresh result
   kAllReduce,

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ops/dispatch.h"
+#include "ops/factories.h"
 #include "ops/infer.h"
 #include "ops/views.h"
 #include "runtime/status.h"
@@ -262,6 +263,47 @@ Tensor floor(const Tensor& x) { return Unary(OpId::kFloor, x); }
 Tensor ceil(const Tensor& x) { return Unary(OpId::kCeil, x); }
 Tensor round(const Tensor& x) { return Unary(OpId::kRound, x); }
 Tensor trunc(const Tensor& x) { return Unary(OpId::kTrunc, x); }
+Tensor log1p(const Tensor& x) { return Unary(OpId::kLog1p, x); }
+Tensor expm1(const Tensor& x) { return Unary(OpId::kExpm1, x); }
+Tensor tan(const Tensor& x) { return Unary(OpId::kTan, x); }
+Tensor atan(const Tensor& x) { return Unary(OpId::kAtan, x); }
+Tensor reciprocal(const Tensor& x) { return Unary(OpId::kReciprocal, x); }
+Tensor sign(const Tensor& x) { return Unary(OpId::kSign, x); }
+Tensor cumsum(const Tensor& x, int64_t dim) {
+  OpAttrs a;
+  a.dim = dim;
+  // Bools sum as int64 (the CUDA kernel reads no bool).
+  const Tensor in = x.defined() && x.dtype() == DType::kBool ? cast(x, DType::kInt64) : x;
+  return Dispatch(OpId::kCumsum, {in}, a);
+}
+Tensor remainder(const Tensor& x, const Tensor& y) { return Dispatch(OpId::kRemainder, {x, y}); }
+Tensor fmod(const Tensor& x, const Tensor& y) { return Dispatch(OpId::kFmod, {x, y}); }
+Tensor floor_divide(const Tensor& x, const Tensor& y) {
+  return Dispatch(OpId::kFloorDivide, {x, y});
+}
+
+namespace {
+
+// x and a zero-dim tensor holding `s` in their common dtype (torch's result_type with a Python
+// number; the scalar rounded to a floating dtype once, as torch converts it), for the binary
+// rows that have no scalar form.
+Tensor ScalarOperand(const char* op, const Tensor& x, Scalar s) {
+  KILN_CHECK(x.defined(), op, ": the input is an undefined tensor");
+  const DType t = infer::ScalarResultType(x.dtype(), s);
+  return full({}, IsFloatingPoint(t) ? Scalar(RoundToDType(t, s.to_double())) : s, t, x.device());
+}
+
+}  // namespace
+
+Tensor remainder(const Tensor& x, Scalar y) {
+  return remainder(x, ScalarOperand("remainder", x, y));
+}
+Tensor operator%(const Tensor& a, const Tensor& b) { return remainder(a, b); }
+Tensor operator%(const Tensor& a, Scalar b) { return remainder(a, b); }
+Tensor fmod(const Tensor& x, Scalar y) { return fmod(x, ScalarOperand("fmod", x, y)); }
+Tensor floor_divide(const Tensor& x, Scalar y) {
+  return floor_divide(x, ScalarOperand("floor_divide", x, y));
+}
 Tensor pow(const Tensor& x, const Tensor& exponent) { return Dispatch(OpId::kPow, {x, exponent}); }
 Tensor pow(const Tensor& x, Scalar exponent) { return WithScalar(OpId::kPowScalar, x, exponent); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kMinimum, {a, b}); }

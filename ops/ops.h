@@ -162,6 +162,26 @@ Tensor floor(const Tensor& x);
 Tensor ceil(const Tensor& x);
 Tensor round(const Tensor& x);
 Tensor trunc(const Tensor& x);
+Tensor log1p(const Tensor& x);  // log(1 + x), accurate near 0
+Tensor expm1(const Tensor& x);  // exp(x) - 1, accurate near 0
+Tensor tan(const Tensor& x);
+Tensor atan(const Tensor& x);
+Tensor reciprocal(const Tensor& x);  // 1 / x; integers give float32
+Tensor sign(const Tensor& x);        // -1, 0 or 1 in x's dtype (NaN: 0); bool unchanged
+// Division with rounding, broadcasting and promoting like add (bool refused), exact on integers:
+// remainder is Python's % (the result takes the divisor's sign), fmod C's (the dividend's),
+// floor_divide the quotient rounded down (torch's div rounding_mode="floor"). An integer
+// divisor of 0 is an error on the CPU (torch's ZeroDivisionError) and gives -1 on CUDA, where
+// torch gives whatever the hardware gives; a floating one gives NaN or ±inf.
+// Running sums along `dim` (torch.cumsum): floating inputs keep their dtype, integer and bool
+// ones give int64. On CUDA floats are summed in float32 (on the CPU in double, as torch's).
+Tensor cumsum(const Tensor& x, int64_t dim);
+Tensor remainder(const Tensor& x, const Tensor& y);
+Tensor remainder(const Tensor& x, Scalar y);
+Tensor fmod(const Tensor& x, const Tensor& y);
+Tensor fmod(const Tensor& x, Scalar y);
+Tensor floor_divide(const Tensor& x, const Tensor& y);
+Tensor floor_divide(const Tensor& x, Scalar y);
 Tensor pow(const Tensor& x, const Tensor& exponent);  // broadcasting; int ** negative int: 0, ±1
 Tensor pow(const Tensor& x, Scalar exponent);         // an int tensor ** negative int: an error
 Tensor minimum(const Tensor& a, const Tensor& b);     // NaN propagates
@@ -250,12 +270,31 @@ Tensor repeat_interleave(const Tensor& x, int64_t repeats, int64_t dim);
 Tensor repeat_interleave(const Tensor& x, int64_t repeats);  // of the flattened x
 Tensor repeat(const Tensor& x, IntList repeats);             // torch.Tensor.repeat (tiles)
 Tensor min(const Tensor& x, IntList dims = {}, bool keepdim = false);  // values (torch.amin)
-// log(sum(exp(x))) over `dims`, stably (a row of -inf gives -inf, one with +inf gives +inf).
+// log(sum(exp(x))) over `dims`, stably (a row of -inf gives -inf, one with +inf gives +inf);
+// integer and bool inputs give float32.
 Tensor logsumexp(const Tensor& x, IntList dims, bool keepdim = false);
 // Variance over `dims` (empty = all) with Bessel's `correction`: sum((x - mean)^2) / (N -
 // correction); N - correction <= 0 gives inf or nan, as in torch. Floating x only.
 Tensor var(const Tensor& x, IntList dims = {}, int64_t correction = 1, bool keepdim = false);
+// The standard deviation, sqrt(var(...)) (torch.std).
+Tensor std(const Tensor& x, IntList dims = {}, int64_t correction = 1, bool keepdim = false);
+// The vector p-norm over `dims` (empty = all; torch.linalg.vector_norm): (sum |x|^p)^(1/p), the
+// largest |x| for p = inf, the smallest for -inf, the count of nonzeros for 0. Floating x only;
+// half types compute in float32 and round once.
+Tensor norm(const Tensor& x, double p = 2, IntList dims = {}, bool keepdim = false);
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+// log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (torch's softplus).
+Tensor softplus(const Tensor& x, double beta = 1, double threshold = 20);
+// a[i] * b[j] for 1-D a and b: [len(a), len(b)].
+Tensor outer(const Tensor& a, const Tensor& b);
+// The cross-entropy of `logits` (classes along dim 1: [N, C], [N, C, d1, ...], or [C]) against
+// class indices `target` ([N], [N, d1, ...] or [], integer): logsumexp(logits) - the target's
+// logit, per element; elements whose target is ignore_index count for nothing. reduction "mean"
+// (over the elements not ignored; NaN when all are), "sum" or "none" (target's shape). Computed
+// in float32 for half logits, the result in the logits' dtype. A target outside [0, C) is an
+// error naming it.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index = -100,
+                     std::string_view reduction = "mean");
 // Truth values (torch's): nonzero is true, NaN too; bool results, broadcasting, any dtypes.
 Tensor logical_not(const Tensor& x);
 Tensor logical_and(const Tensor& a, const Tensor& b);
@@ -266,6 +305,9 @@ Tensor operator~(const Tensor& x);
 Tensor operator&(const Tensor& a, const Tensor& b);
 Tensor operator|(const Tensor& a, const Tensor& b);
 Tensor operator^(const Tensor& a, const Tensor& b);
+// remainder (Python's %: the result takes the divisor's sign).
+Tensor operator%(const Tensor& a, const Tensor& b);
+Tensor operator%(const Tensor& a, Scalar b);
 // Element predicates: bool results (integers are never NaN or infinite).
 Tensor isnan(const Tensor& x);
 Tensor isinf(const Tensor& x);

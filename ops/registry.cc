@@ -69,6 +69,15 @@ double FFloor(const double* x, A) { return std::floor(x[0]); }
 double FCeil(const double* x, A) { return std::ceil(x[0]); }
 double FRound(const double* x, A) { return std::nearbyint(x[0]); }  // (to nearest, ties even)
 double FTrunc(const double* x, A) { return std::trunc(x[0]); }
+double FLog1p(const double* x, A) { return std::log1p(x[0]); }
+double FExpm1(const double* x, A) { return std::expm1(x[0]); }
+double FTan(const double* x, A) { return std::tan(x[0]); }
+double FAtan(const double* x, A) { return std::atan(x[0]); }
+double FReciprocal(const double* x, A) { return 1.0 / x[0]; }
+double FSign(const double* x, A) { return cpu::SignOp::Apply(x[0], 0.0); }
+double FRemainder(const double* x, A) { return cpu::RemainderOp::Apply(x[0], x[1]); }
+double FFmod(const double* x, A) { return cpu::FmodOp::Apply(x[0], x[1]); }
+double FFloorDivide(const double* x, A) { return cpu::FloorDivideOp::Apply(x[0], x[1]); }
 double FPowScalar(const double* x, A a) { return std::pow(x[0], a.scalar.to_double()); }
 double Minimum(double p, double q) { return std::isnan(p) || p < q ? p : q; }
 double Maximum(double p, double q) { return std::isnan(p) || p > q ? p : q; }
@@ -260,6 +269,19 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
           FRound, "kiln_round($0)"),
   TypedEw(O::kTrunc, "trunc", 1, kEw, 0, infer::UnarySame, cpu::TypedElementwise<cpu::TruncOp>,
           FTrunc, "kiln_trunc($0)"),
+  Ew(O::kLog1p, "log1p", 1, kEw, 0, infer::UnaryFloat, FLog1p, "log1pf($0)"),
+  Ew(O::kExpm1, "expm1", 1, kEw, 0, infer::UnaryFloat, FExpm1, "expm1f($0)"),
+  Ew(O::kTan, "tan", 1, kEw, 0, infer::UnaryFloat, FTan, "tanf($0)"),
+  Ew(O::kAtan, "atan", 1, kEw, 0, infer::UnaryFloat, FAtan, "atanf($0)"),
+  Ew(O::kReciprocal, "reciprocal", 1, kEw, 0, infer::UnaryFloat, FReciprocal, "(1.f / ($0))"),
+  TypedEw(O::kSign, "sign", 1, kEw, 0, infer::Sign, cpu::TypedElementwise<cpu::SignOp>, FSign,
+          "((($0) > 0) - (($0) < 0))"),
+  TypedEw(O::kRemainder, "remainder", 2, kBc, 0, infer::BinaryNumeric,
+          cpu::TypedElementwise<cpu::RemainderOp>, FRemainder, "kiln_remainder($0, $1)"),
+  TypedEw(O::kFmod, "fmod", 2, kBc, 0, infer::BinaryNumeric,
+          cpu::TypedElementwise<cpu::FmodOp>, FFmod, "kiln_fmod($0, $1)"),
+  TypedEw(O::kFloorDivide, "floor_divide", 2, kBc, 0, infer::BinaryNumeric,
+          cpu::TypedElementwise<cpu::FloorDivideOp>, FFloorDivide, "kiln_floor_divide($0, $1)"),
   TypedEw(O::kPowScalar, "pow_scalar", 1, kEw, kAttrScalar, infer::PowScalar,
           cpu::TypedElementwise<cpu::PowOp>, FPowScalar, KILN_POW_EXPR("$0", "$scalar")),
   TypedEw(O::kClampMin, "clamp_min", 1, kEw, kAttrScalar, infer::ClampScalar,
@@ -292,6 +314,7 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   Op(O::kCat, "cat", 1, kMaxCatInputs, kOpq, kAttrDim, infer::Cat, cpu::Cat, KILN_CUDA_KERNEL(cuda_ops::Cat)),
   VaryingLaunches(Op(O::kArgMax, "argmax", 1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ArgMax, cpu::ArgMax, KILN_CUDA_KERNEL(cuda_ops::ArgMax))),
   Op(O::kTopK, "topk", 1, 1, kOpq, kAttrDim | kAttrTopK, infer::TopK, cpu::TopK, KILN_CUDA_KERNEL(cuda_ops::TopK)),
+  Op(O::kCumsum, "cumsum", 1, 1, kOpq, kAttrDim, infer::Cumsum, cpu::Cumsum, KILN_CUDA_KERNEL(cuda_ops::Cumsum)),
   UpdatesSelf(Op(O::kIndexCopy, "index_copy", 3, 3, kOpq, kAttrDim, infer::IndexCopy, cpu::IndexCopy, KILN_CUDA_KERNEL(cuda_ops::IndexCopy))),
   Collective(O::kAllReduce, "all_reduce", kAttrReduce, collective::InferAllReduce),
   Collective(O::kAllGather, "all_gather", 0, collective::InferAllGather),

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -23,6 +24,7 @@
 #include "codegen/fusion_template.h"
 #include "ir/printer.h"
 #include "ir/tracer.h"
+#include "ops/cuda/kernel_render.h"
 #include "ops/factories.h"
 #include "ops/modules.h"
 #include "ops/ops.h"
@@ -781,7 +783,8 @@ TEST(KernelIr, ReusedValuesKeepTheSourceLinear) {
     EXPECT_GT(step1, 0);
     EXPECT_LT(step3, 1.25 * step1) << "source grows faster than the level count";
     EXPECT_GT(step3, 0.8 * step1);
-    EXPECT_LT(bytes.back(), 64u << 10);  // 60 levels: tens of KiB, not megabytes
+    // 60 levels: tens of KiB besides the prelude every kernel shares, not megabytes.
+    EXPECT_LT(bytes.back() - std::strlen(cuda_ops::KernelPrelude()), 64u << 10);
   }
 }
 

@@ -150,6 +150,18 @@ std::vector<OpCase> UnaryCases() {
        [](double x) { return std::nearbyint(x * 3); }},
       {"trunc", OpId::kTrunc, Gen::kNormal, [](const Tensor& x) { return trunc(x * 3.0); },
        [](double x) { return std::trunc(x * 3); }},
+      {"log1p", OpId::kLog1p, Gen::kPositive, [](const Tensor& x) { return log1p(x); },
+       [](double x) { return std::log1p(x); }},
+      {"expm1", OpId::kExpm1, Gen::kNormal, [](const Tensor& x) { return expm1(x); },
+       [](double x) { return std::expm1(x); }},
+      {"tan", OpId::kTan, Gen::kNormal, [](const Tensor& x) { return tan(x * 0.5); },
+       [](double x) { return std::tan(x * 0.5); }},
+      {"atan", OpId::kAtan, Gen::kNormal, [](const Tensor& x) { return atan(x); },
+       [](double x) { return std::atan(x); }},
+      {"reciprocal", OpId::kReciprocal, Gen::kPositive,
+       [](const Tensor& x) { return reciprocal(x); }, [](double x) { return 1 / x; }},
+      {"sign", OpId::kSign, Gen::kNormal, [](const Tensor& x) { return sign(x); },
+       [](double x) { return static_cast<double>((0 < x) - (x < 0)); }},
       {"gelu", OpId::kGelu, Gen::kNormal, [](const Tensor& x) { return gelu(x); }, GeluErf},
       {"gelu_tanh", OpId::kGelu, Gen::kNormal, [](const Tensor& x) { return gelu(x, "tanh"); },
        GeluTanh},
@@ -201,6 +213,14 @@ std::vector<OpCase> BinaryCases() {
        [](double a, double b) { return a * b; }},
       {"div", OpId::kDiv, [](const Tensor& a, const Tensor& b) { return a / b; },
        [](double a, double b) { return a / b; }, Gen::kPositive},
+      {"remainder", OpId::kRemainder,
+       [](const Tensor& a, const Tensor& b) { return remainder(a * 4.0, b); },
+       [](double a, double b) { return a * 4 - std::floor(a * 4 / b) * b; }, Gen::kPositive},
+      {"fmod", OpId::kFmod, [](const Tensor& a, const Tensor& b) { return fmod(a * 4.0, b); },
+       [](double a, double b) { return std::fmod(a * 4, b); }, Gen::kPositive},
+      {"floor_divide", OpId::kFloorDivide,
+       [](const Tensor& a, const Tensor& b) { return floor_divide(a * 4.0, b); },
+       [](double a, double b) { return std::floor(a * 4 / b); }, Gen::kPositive},
   };
   const std::pair<const char*, std::vector<std::vector<int64_t>>> shapes[] = {
       {"same", {{4, 5}, {4, 5}}},        {"row", {{4, 5}, {5}}}, {"col", {{4, 1}, {1, 5}}},
@@ -310,7 +330,29 @@ std::vector<OpCase> OtherCases() {
           [](double a, int64_t) { return a; });
     };
   };
+  auto cumsum_ref = [](int64_t dim) {  // running sums along `dim`, in double
+    return [dim](RefIn in) {
+      ref::RefTensor out = in[0];
+      for (int64_t i = 0; i < out.numel(); ++i) {
+        std::vector<int64_t> idx = ref::Unravel(i, out.shape);
+        if (idx[dim] == 0) continue;
+        --idx[dim];
+        out.v[i] += out.v[ref::Ravel(idx, out.shape)];  // the element before, already summed
+      }
+      return out;
+    };
+  };
   std::vector<OpCase> c = {
+      {"cumsum_last",
+       OpId::kCumsum,
+       {N({3, 300})},
+       [](KilnIn in) { return cumsum(in[0], -1); },
+       cumsum_ref(1)},
+      {"cumsum_strided_dim0",
+       OpId::kCumsum,
+       {T({4, 5})},
+       [](KilnIn in) { return cumsum(in[0], 0); },
+       cumsum_ref(0)},
       {"where",
        OpId::kWhere,
        {M({4, 5}), N({4, 5}), N({5})},

@@ -21,6 +21,7 @@
 #include "codegen/compile.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
+#include "ops/cuda/kernel_render.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
 #include "runtime/nvrtc.h"
@@ -368,6 +369,174 @@ TEST(OpsSemanticsCuda, RoundingAndErf) {
   RoundingAndErf(CUDA(0));
 }
 
+// remainder (Python's %), fmod (C's) and floor_divide on integers (exact past 2^53, INT64_MIN by
+// -1 wrapping) and floats, their dtypes and scalar forms, division by zero, bool refused.
+void DivisionRoundingIsTorchs(Device device) {
+  const Tensor a = Int64s({5, -5, 5, -5}, device), b = Int64s({3, 3, -3, -3}, device);
+  EXPECT_EQ(AsInt64s(remainder(a, b)), (std::vector<int64_t>{2, 1, -1, -2}));
+  EXPECT_EQ(AsInt64s(fmod(a, b)), (std::vector<int64_t>{2, -2, 2, -2}));
+  EXPECT_EQ(AsInt64s(floor_divide(a, b)), (std::vector<int64_t>{1, -2, -2, 1}));
+  const Tensor big = Int64s({kBig, -kBig, INT64_MIN, INT64_MIN}, device);
+  const Tensor by = Int64s({7, 7, -1, 2}, device);
+  EXPECT_EQ(AsInt64s(remainder(big, by)), (std::vector<int64_t>{kBig % 7, 7 - kBig % 7, 0, 0}));
+  EXPECT_EQ(AsInt64s(floor_divide(big, by)),
+            (std::vector<int64_t>{kBig / 7, -kBig / 7 - 1, INT64_MIN, INT64_MIN / 2}));
+  const Tensor x = to(from_vector({5.5, -5.5, 5.5, -5.5}, {4}), device);
+  const Tensor y = to(from_vector({2, 2, -2, -2}, {4}), device);
+  EXPECT_EQ(Vals(remainder(x, y)), (std::vector<double>{1.5, 0.5, -0.5, -1.5}));
+  EXPECT_EQ(Vals(fmod(x, y)), (std::vector<double>{1.5, -1.5, 1.5, -1.5}));
+  EXPECT_EQ(Vals(floor_divide(x, y)), (std::vector<double>{2, -3, -3, 2}));
+  // Dtypes: integers stay (int32 % int32 is int32), a float scalar makes float32, bf16 stays.
+  const Tensor i32 = to(from_vector({7, -7}, {2}, DType::kInt32), device);
+  EXPECT_EQ(remainder(i32, i32).dtype(), DType::kInt32);
+  EXPECT_EQ(Vals(remainder(i32, 3)), (std::vector<double>{1, 2}));
+  EXPECT_EQ(remainder(i32, 3).dtype(), DType::kInt32);
+  EXPECT_EQ(Vals(remainder(i32, 2.5)), (std::vector<double>{2, 0.5}));
+  EXPECT_EQ(remainder(i32, 2.5).dtype(), DType::kFloat32);
+  EXPECT_EQ(floor_divide(to(x, DType::kBFloat16), 2).dtype(), DType::kBFloat16);
+  EXPECT_EQ(Vals(fmod(i32, -3)), (std::vector<double>{1, -1}));
+  EXPECT_EQ(Vals(floor_divide(i32, 2)), (std::vector<double>{3, -4}));
+  // A floating divisor of 0: NaN or ±inf; an integer one: an error on the CPU, -1 on CUDA.
+  const Tensor zero = to(zeros({1}), device), one = to(ones({1}), device);
+  EXPECT_TRUE(std::isnan(Vals(remainder(one, zero))[0]));
+  EXPECT_EQ(Vals(floor_divide(one, zero))[0], INFINITY);
+  const Tensor izero = Int64s({0}, device), ione = Int64s({1}, device);
+  for (auto op : {+[](const Tensor&p, const Tensor&q) { return remainder(p, q); },
+                  +[](const Tensor&p, const Tensor&q) { return fmod(p, q); },
+                  +[](const Tensor&p, const Tensor&q) { return floor_divide(p, q); }}) {
+    if (device.is_cuda()) {
+      EXPECT_EQ(AsInt64s(op(ione, izero)), (std::vector<int64_t>{-1}));
+    } else {
+      EXPECT_NE(ErrorOf([&] { return op(ione, izero); }).find("integer division by zero"),
+                std::string::npos);
+    }
+  }
+  const Tensor mask = to(ones({2}, DType::kBool), device);
+  EXPECT_NE(ErrorOf([&] { return remainder(mask, mask); }).find("remainder: "), std::string::npos);
+}
+TEST(OpsSemantics, DivisionRoundingIsTorchsOnCpu) { DivisionRoundingIsTorchs(kCPU); }
+TEST(OpsSemanticsCuda, DivisionRoundingIsTorchs) {
+  KILN_SKIP_WITHOUT_GPU();
+  DivisionRoundingIsTorchs(CUDA(0));
+}
+
+// sign (NaN and -0.0 give 0; integers exact; bool unchanged) and the float-valued unary rows on
+// integers (float32 results).
+void SignAndFloatUnaries(Device device) {
+  const Tensor x = to(from_vector({-2.5, 0, 3, NAN, -0.0}, {5}), device);
+  const std::vector<double> s = Vals(sign(x));
+  EXPECT_EQ(s, (std::vector<double>{-1, 0, 1, 0, 0}));
+  EXPECT_FALSE(std::signbit(s[4]));
+  EXPECT_EQ(AsInt64s(sign(Int64s({INT64_MIN, 0, kBig}, device))), (std::vector<int64_t>{-1, 0, 1}));
+  const Tensor mask = to(from_vector({1, 0}, {2}, DType::kBool), device);
+  EXPECT_EQ(sign(mask).dtype(), DType::kBool);
+  EXPECT_EQ(Vals(sign(mask)), (std::vector<double>{1, 0}));
+  const Tensor ints = to(from_vector({0, 1, 2}, {3}, DType::kInt32), device);
+  for (const Tensor& r : {log1p(ints), expm1(ints), tan(ints), atan(ints), reciprocal(ints)}) {
+    EXPECT_EQ(r.dtype(), DType::kFloat32);
+  }
+  ExpectClose(Vals(reciprocal(ints)), {INFINITY, 1, 0.5}, {0, 0}, "reciprocal");
+  ExpectClose(Vals(log1p(to(from_vector({1e-7, -0.5}, {2}), device))),
+              {std::log1p(1e-7), std::log1p(-0.5)}, {1e-6, 0}, "log1p");
+  ExpectClose(Vals(expm1(to(from_vector({1e-7, 2}, {2}), device))),
+              {std::expm1(1e-7), std::expm1(2.0)}, {1e-6, 0}, "expm1");
+}
+TEST(OpsSemantics, SignAndFloatUnariesOnCpu) { SignAndFloatUnaries(kCPU); }
+TEST(OpsSemanticsCuda, SignAndFloatUnaries) {
+  KILN_SKIP_WITHOUT_GPU();
+  SignAndFloatUnaries(CUDA(0));
+}
+
+// cumsum along either dim of a strided input, its dtypes (integers and bools give int64, exact
+// past 2^53; floats keep), 0-d and empty inputs, rows longer than one block's chunk, a bad dim.
+void CumsumIsTorchs(Device device) {
+  const Tensor x = to(from_vector({1, 2, 3, 4, 5, 6}, {2, 3}), device);
+  EXPECT_EQ(Vals(cumsum(x, 1)), (std::vector<double>{1, 3, 6, 4, 9, 15}));
+  EXPECT_EQ(Vals(cumsum(x, -2)), (std::vector<double>{1, 2, 3, 5, 7, 9}));
+  EXPECT_EQ(Vals(cumsum(transpose(x, 0, 1), 1)), (std::vector<double>{1, 5, 2, 7, 3, 9}));
+  const Tensor big = Int64s({kBig, 1, -kBig}, device);
+  EXPECT_EQ(AsInt64s(cumsum(big, 0)), (std::vector<int64_t>{kBig, kBig + 1, 1}));
+  const Tensor i32 = to(from_vector({2, -1}, {2}, DType::kInt32), device);
+  EXPECT_EQ(cumsum(i32, 0).dtype(), DType::kInt64);
+  EXPECT_EQ(AsInt64s(cumsum(i32, 0)), (std::vector<int64_t>{2, 1}));
+  const Tensor mask = to(from_vector({1, 0, 1, 1}, {4}, DType::kBool), device);
+  EXPECT_EQ(AsInt64s(cumsum(mask, 0)), (std::vector<int64_t>{1, 1, 2, 3}));
+  EXPECT_EQ(cumsum(to(x, DType::kBFloat16), 1).dtype(), DType::kBFloat16);
+  EXPECT_EQ(Vals(cumsum(to(full({}, 2.5), device), 0)), (std::vector<double>{2.5}));
+  EXPECT_EQ(cumsum(to(zeros({0, 3}), device), 0).shape(), (Shape{0, 3}));
+  // 1000 ones: past one block's 256-element chunk, the carry joins the chunks.
+  const std::vector<double> ramp = Vals(cumsum(to(ones({2, 1000}), device), 1));
+  EXPECT_EQ(ramp[999], 1000);
+  EXPECT_EQ(ramp[1000 + 256], 257);
+  EXPECT_NE(ErrorOf([&] { return cumsum(x, 2); }).find("cumsum: "), std::string::npos);
+}
+TEST(OpsSemantics, CumsumIsTorchsOnCpu) { CumsumIsTorchs(kCPU); }
+TEST(OpsSemanticsCuda, CumsumIsTorchs) {
+  KILN_SKIP_WITHOUT_GPU();
+  CumsumIsTorchs(CUDA(0));
+}
+
+// The composites std, norm (every order), softplus, outer, cross_entropy and the % operator
+// against the math written out in double.
+void CompositeMathIsTorchs(Device device) {
+  const std::vector<double> v = {3, -4, 0, 1.5, -2, 6};
+  const Tensor x = to(from_vector(v, {2, 3}), device);
+  double mean = 0, ss = 0;
+  for (double e : v) mean += e / 6;
+  for (double e : v) ss += (e - mean) * (e - mean);
+  ExpectClose(Vals(std(x)), {std::sqrt(ss / 5)}, {1e-6, 1e-6}, "std");
+  EXPECT_EQ(std(x, {1}, 0, true).shape(), (Shape{2, 1}));
+  ExpectClose(Vals(norm(x)), {std::sqrt(9 + 16 + 2.25 + 4 + 36)}, {1e-6, 1e-6}, "norm 2");
+  ExpectClose(Vals(norm(x, 1, {1})), {7, 9.5}, {1e-6, 1e-6}, "norm 1");
+  ExpectClose(Vals(norm(x, INFINITY, {1})), {4, 6}, {0, 0}, "norm inf");
+  ExpectClose(Vals(norm(x, -INFINITY, {1})), {0, 1.5}, {0, 0}, "norm -inf");
+  ExpectClose(Vals(norm(x, 0, {1})), {2, 3}, {0, 0}, "norm 0");
+  ExpectClose(Vals(norm(x, 3, {0})), {std::cbrt(27 + 3.375), std::cbrt(64 + 8), std::cbrt(216)},
+              {1e-5, 1e-5}, "norm 3");
+  EXPECT_EQ(norm(to(x, DType::kBFloat16)).dtype(), DType::kBFloat16);
+  EXPECT_NE(ErrorOf([&] { return norm(to(x, DType::kInt64)); }).find("norm: "), std::string::npos);
+  const Tensor s = softplus(to(from_vector({-1, 0, 30}, {3}), device));
+  ExpectClose(Vals(s), {std::log1p(std::exp(-1.0)), std::log(2.0), 30}, {1e-6, 1e-6}, "softplus");
+  EXPECT_EQ(
+      outer(to(from_vector({1, 2}, {2}), device), to(from_vector({3, 4, 5}, {3}), device)).shape(),
+      (Shape{2, 3}));
+  EXPECT_NE(ErrorOf([&] { return outer(x, x); }).find("outer: needs two 1-D tensors"),
+            std::string::npos);
+  EXPECT_EQ(Vals(x % 4.0), (std::vector<double>{3, 0, 0, 1.5, 2, 2}));
+  EXPECT_EQ(logsumexp(Int64s({0, 0}, device), {0}).dtype(), DType::kFloat32);
+  // cross_entropy: rows [N, C] with one target ignored, every reduction, and a bad target.
+  const Tensor logits = to(from_vector({1, 2, 3, 0, 0, 0, -1, 5, 2}, {3, 3}), device);
+  const Tensor target = Int64s({2, -100, 1}, device);
+  auto row_loss = [](std::vector<double> row, int t) {
+    double z = 0;
+    for (double e : row) z += std::exp(e);
+    return std::log(z) - row[t];
+  };
+  const double l0 = row_loss({1, 2, 3}, 2), l2 = row_loss({-1, 5, 2}, 1);
+  ExpectClose(Vals(cross_entropy(logits, target)), {(l0 + l2) / 2}, {1e-6, 1e-6}, "ce mean");
+  ExpectClose(Vals(cross_entropy(logits, target, -100, "sum")), {l0 + l2}, {1e-6, 1e-6}, "sum");
+  ExpectClose(Vals(cross_entropy(logits, target, -100, "none")), {l0, 0, l2}, {1e-6, 1e-6}, "none");
+  EXPECT_TRUE(std::isnan(Vals(cross_entropy(logits, Int64s({-100, -100, -100}, device)))[0]));
+  EXPECT_EQ(cross_entropy(to(logits, DType::kBFloat16), target).dtype(), DType::kBFloat16);
+  // [N, C, d] logits with a [N, d] target: the class dim is 1.
+  const Tensor spatial = cross_entropy(reshape(logits, {1, 3, 3}),
+                                       reshape(Int64s({0, 1, 2}, device), {1, 3}), -100, "none");
+  EXPECT_EQ(spatial.shape(), (Shape{1, 3}));
+  const std::string bad = ErrorOf([&] { return cross_entropy(logits, Int64s({2, 3, 0}, device)); });
+  EXPECT_NE(bad.find("cross_entropy"), std::string::npos) << bad;
+  EXPECT_NE(ErrorOf([&] {
+              return cross_entropy(logits, Int64s({1, 2}, device));
+            }).find("the target must be [3]"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] { return cross_entropy(logits, logits); }).find("class indices"),
+            std::string::npos);
+}
+TEST(OpsSemantics, CompositeMathIsTorchsOnCpu) { CompositeMathIsTorchs(kCPU); }
+TEST(OpsSemanticsCuda, CompositeMathIsTorchs) {
+  KILN_SKIP_WITHOUT_GPU();
+  CompositeMathIsTorchs(CUDA(0));
+}
+
 // argmin: the first smallest, a NaN's index, exact on int64's extremes, by dim with keepdim.
 void ArgminIsTorchs(Device device) {
   const Tensor x = to(from_vector({3, -1, 2, -1, 5, NAN}, {2, 3}), device);
@@ -687,24 +856,30 @@ TEST(OpsSemantics, ItemOfATracedValueIsAnError) {
 }
 
 // The kernel-IR renderer computes integer instructions in long long: every elementwise row that
-// takes integers must compile with long long operands (and a float scalar) too. Compiled with
-// NVRTC; no GPU needed. (What pow's expression computes there: IntegerPowersAreTorchs, above.)
-TEST(OpsSemantics, IntegerCapableExpressionsCompileWithLongLongOperands) {
+// takes integers must compile with long long operands (and a float scalar) too, and with float.
+// Compiled with NVRTC with the kernels' prelude; no GPU needed. (What pow's expression computes
+// there: IntegerPowersAreTorchs, above.)
+TEST(OpsSemantics, IntegerCapableExpressionsCompileWithLongLongAndFloatOperands) {
   KILN_SKIP_WITHOUT_NVRTC();
-  std::string body;
-  int rows = 0;
-  for (OpId id : {OpId::kAbs, OpId::kPowScalar, OpId::kClampMin, OpId::kClampMax, OpId::kEqScalar,
-                  OpId::kLtScalar, OpId::kPow, OpId::kMinimum, OpId::kMaximum, OpId::kEq, OpId::kNe,
-                  OpId::kLt, OpId::kLe, OpId::kGt, OpId::kGe}) {
-    const std::string expr = absl::StrReplaceAll(
-        std::string(GetOpDef(id).cuda_expr), {{"$0", "a0"}, {"$1", "a1"}, {"$scalar", "scalar"}});
-    absl::StrAppend(&body, "  out[", rows++, "] = (long long)(", expr, ");\n");
+  for (const std::string type : {"long long", "float"}) {
+    std::string body;
+    int rows = 0;
+    for (OpId id :
+         {OpId::kAbs,       OpId::kPowScalar, OpId::kClampMin,   OpId::kClampMax, OpId::kEqScalar,
+          OpId::kLtScalar,  OpId::kPow,       OpId::kMinimum,    OpId::kMaximum,  OpId::kEq,
+          OpId::kNe,        OpId::kLt,        OpId::kLe,         OpId::kGt,       OpId::kGe,
+          OpId::kFloor,     OpId::kCeil,      OpId::kRound,      OpId::kTrunc,    OpId::kSign,
+          OpId::kRemainder, OpId::kFmod,      OpId::kFloorDivide}) {
+      const std::string expr = absl::StrReplaceAll(
+          std::string(GetOpDef(id).cuda_expr), {{"$0", "a0"}, {"$1", "a1"}, {"$scalar", "scalar"}});
+      absl::StrAppend(&body, "  out[", rows++, "] = (", type, ")(", expr, ");\n");
+    }
+    const std::string src = absl::StrCat(
+        cuda_ops::KernelPrelude(), "extern \"C\" __global__ void k(", type, "* out, const ", type,
+        "* in, float scalar) {\n", "  const ", type, " a0 = in[0], a1 = in[1];\n", body, "}\n");
+    absl::StatusOr<std::string> ptx = cuda::CompileSource(src, "typed_rows", "compute_90", false);
+    EXPECT_TRUE(ptx.ok()) << type << ": " << ptx.status().message() << "\n" << src;
   }
-  const std::string src = absl::StrCat(
-      "extern \"C\" __global__ void k(long long* out, const long long* in, float scalar) {\n",
-      "  const long long a0 = in[0], a1 = in[1];\n", body, "}\n");
-  absl::StatusOr<std::string> ptx = cuda::CompileSource(src, "long_long_rows", "compute_90", false);
-  EXPECT_TRUE(ptx.ok()) << ptx.status().message() << "\n" << src;
 }
 
 // The kernels keep no state between calls (the CUDA index flag is per launch): the same calls

@@ -38,5 +38,8 @@ void Cat(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const
 // Selection (select.cc): NaN is the largest value, ties go to the lowest index.
 void ArgMax(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 void TopK(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+// Running sums along attrs.dim: floats in double (as torch's CPU kernel), integers in int64
+// (wrapping).
+void Cumsum(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 
 }  // namespace kiln::cpu

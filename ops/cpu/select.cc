@@ -1,6 +1,7 @@
-// CPU reference kernels of argmax and topk. Values compare in their own type (int64 exactly,
-// floats as double); NaN counts as the largest value, as in torch; ties go to the lowest index.
-// topk sorts each row stably, so its order is fully determined: the CUDA kernel reproduces it.
+// CPU reference kernels along one dim: argmax, topk and cumsum. Values compare in their own type
+// (int64 exactly, floats as double); NaN counts as the largest value, as in torch; ties go to the
+// lowest index. topk sorts each row stably, so its order is fully determined: the CUDA kernel
+// reproduces it.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -103,6 +104,31 @@ void TopK(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const Op
       return a.largest ? Greater(keys[p], keys[q]) : Greater(keys[q], keys[p]);
     });
     for (int64_t j = 0; j < a.k; ++j) dst[out_off + j * out_stride] = order[j];
+  });
+}
+
+void Cumsum(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
+  const Tensor& x = in[0];
+  if (x.numel() == 0) return;
+  const Tensor xs = x.dim() == 0 ? x.as_strided({1}, {1}, x.offset()) : x;
+  const Tensor os = out.dim() == 0 ? out.as_strided({1}, {1}, out.offset()) : out;
+  const int64_t d = a.dim < 0 ? a.dim + xs.dim() : a.dim;
+  const int64_t n = xs.size(d), stride = xs.stride(d), out_stride = os.stride(d);
+  const bool ints = !IsFloatingPoint(out.dtype());
+  const LoadFn load = LoaderFor(x.dtype());
+  const StoreFn store = StorerFor(out.dtype());
+  ForEachRowOf(xs, os, d, [&](int64_t in_off, int64_t out_off) {
+    uint64_t isum = 0;  // wraps like torch's int64
+    double fsum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (ints) {
+        isum += static_cast<uint64_t>(ReadInt(x.dtype(), x.data_ptr(), in_off + i * stride));
+        WriteInt(out.dtype(), out.data_ptr(), out_off + i * out_stride, static_cast<int64_t>(isum));
+      } else {
+        fsum += load(x.data_ptr(), in_off + i * stride);
+        store(out.data_ptr(), out_off + i * out_stride, fsum);
+      }
+    }
   });
 }
 

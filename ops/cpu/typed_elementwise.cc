@@ -2,6 +2,7 @@
 #include "ops/cpu/typed_elementwise.h"
 
 #include "ops/infer.h"
+#include "runtime/status.h"
 
 namespace kiln::cpu {
 DType CommonDType(absl::Span<const Tensor> in, const OpAttrs& a) {
@@ -44,5 +45,10 @@ void WriteInt(DType t, void* base, int64_t i, int64_t v) {
 }
 
 double ScalarFloat(const Scalar& s, DType common) { return RoundToDType(common, s.to_double()); }
+
+void ThrowIntegerDivisionByZero(const char* op) {
+  KILN_FAIL(op, ": integer division by zero (torch raises ZeroDivisionError); on CUDA such an ",
+            "element gives -1");
+}
 
 }  // namespace kiln::cpu

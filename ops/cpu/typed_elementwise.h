@@ -1,8 +1,9 @@
 // CPU reference kernels of the elementwise rows that must be exact on integers (comparisons,
-// minimum/maximum, clamp, abs, pow): computed in the operands' common type as torch does, i.e.
-// in int64_t when it is an integer or bool type (exact beyond 2^53, wrapping on overflow) and in
-// double after rounding each operand to the common floating dtype otherwise. The generic loop in
-// elementwise.cc goes through double and is kept for the floating-only rows.
+// minimum/maximum, clamp, abs, pow, sign, the rounding divisions): computed in the operands' common
+// type as torch does, i.e. in int64_t when it is an integer or bool type (exact beyond 2^53,
+// wrapping on overflow) and in double after rounding each operand to the common floating dtype
+// otherwise. The generic loop in elementwise.cc goes through double and is kept for the
+// floating-only rows.
 //
 //   // a registry row (ops/registry.cc):
 //   Op(OpId::kEq, "eq", ..., cpu::TypedElementwise<cpu::EqOp>, ...)
@@ -182,6 +183,67 @@ struct PowOp {
         if (e & 1) result *= b;
       }
       return static_cast<T>(result);
+    }
+  }
+};
+
+// sign: (0 < x) - (x < 0), so NaN gives 0 and -0.0 gives 0, as torch; bool passes unchanged
+// (an integer common type: true stays 1).
+struct SignOp {
+  static constexpr bool kBoolResult = false;
+  template <typename T>
+  static T Apply(T x, T) {
+    return static_cast<T>((T(0) < x) - (x < T(0)));
+  }
+};
+
+// An integer divisor of 0: torch's CPU kernels raise ZeroDivisionError.
+void ThrowIntegerDivisionByZero(const char* op);
+
+// fmod: the dividend's sign (C's fmod, C++'s % on integers); remainder: the divisor's (Python's
+// %); floor_divide: the quotient rounded down, on floats as torch's div_floor (the quotient from
+// fmod's exact remainder, rounded to the nearest integer it lies within 0.5 of). On integers,
+// INT64_MIN by -1 wraps instead of trapping.
+struct FmodOp {
+  static constexpr bool kBoolResult = false;
+  template <typename T>
+  static T Apply(T a, T b) {
+    if constexpr (std::is_floating_point_v<T>) {
+      return std::fmod(a, b);
+    } else {
+      if (b == 0) ThrowIntegerDivisionByZero("fmod");
+      return b == -1 ? 0 : a % b;
+    }
+  }
+};
+struct RemainderOp {
+  static constexpr bool kBoolResult = false;
+  template <typename T>
+  static T Apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      if (b == 0) ThrowIntegerDivisionByZero("remainder");
+    }
+    const T m = FmodOp::Apply(a, b);
+    return m != 0 && ((b < 0) != (m < 0)) ? m + b : m;
+  }
+};
+struct FloorDivideOp {
+  static constexpr bool kBoolResult = false;
+  template <typename T>
+  static T Apply(T a, T b) {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (b == 0) return a / b;
+      const T m = std::fmod(a, b);
+      T d = (a - m) / b;
+      if (m != 0 && ((b < 0) != (m < 0))) d -= 1;
+      if (d == 0) return std::copysign(T(0), a / b);
+      const T f = std::floor(d);
+      return d - f > T(0.5) ? f + 1 : f;
+    } else {
+      if (b == 0) ThrowIntegerDivisionByZero("floor_divide");
+      if (b == -1) return static_cast<T>(0 - static_cast<uint64_t>(a));  // INT64_MIN wraps
+      const T q = a / b;
+      return a % b != 0 && ((a < 0) != (b < 0)) ? q - 1 : q;
     }
   }
 };

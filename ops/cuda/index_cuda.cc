@@ -233,6 +233,22 @@ void TopK(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, cons
   });
 }
 
+void Cumsum(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
+  const Tensor& x = in[0];
+  const ElemType t = ToElemType(def, x.dtype());
+  if (x.numel() == 0) return;
+  const auto scan = [&](const Tensor& src, const Tensor& dst_view, int64_t rows, int64_t n) {
+    WriteContiguous(dst_view, [&](const Tensor& dst) {
+      KILN_CUDA_CHECK(cuda_kernels::CumsumRows(src.data_ptr(), dst.data_ptr(), rows, n, t,
+                                               cuda::CurrentStream()));
+    });
+  };
+  if (x.dim() == 0) return scan(Contiguous(x), out, 1, 1);  // one row of one element
+  const int64_t d = a.dim < 0 ? a.dim + x.dim() : a.dim;
+  const std::vector<int64_t> order = DimLast(x.dim(), d);  // the rows along d, made last
+  scan(Contiguous(Permuted(x, order)), Permuted(out, order), x.numel() / x.size(d), x.size(d));
+}
+
 IndexCheckScope::IndexCheckScope() : outer_(t_index_scope) { t_index_scope = this; }
 
 IndexCheckScope::IndexCheckScope(unsigned* device_flag)

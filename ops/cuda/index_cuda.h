@@ -1,5 +1,5 @@
 // CUDA kernels of the indexing, joining and selection rows (KernelFn, ops/op_def.h): embedding,
-// index_select, gather, index_copy, cat, argmax and topk, over inputs of any strides.
+// index_select, gather, index_copy, cat, argmax, topk and cumsum, over inputs of any strides.
 //
 // Out-of-range indices. The gather kernel writes zeros for a bad index and raises a flag in a
 // small device buffer; the launcher waits for the stream (a 4-byte copy after the queued work;
@@ -36,6 +36,9 @@ void Cat(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const
 void ArgMax(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 // Radix select on the GPU for k <= 1024; larger k are computed by the CPU kernel on a host copy.
 void TopK(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+// A block scan per row along attrs.dim (cuda_kernels::CumsumRows); bool inputs are refused
+// (cumsum() casts them to int64 first).
+void Cumsum(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 
 // Throws kiln::Error (kOutOfRange) if a gather-family kernel launched during a CUDA graph capture
 // (and run by a replay since the last call) met an out-of-range index; clears the flag. Waits for

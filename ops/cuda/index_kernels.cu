@@ -9,6 +9,8 @@
 // keys finds the k-th key in 4 (32-bit keys) or 8 (int64) passes over the row, one more pass
 // collects the winners (those equal to the k-th key in index order, through a block scan), and a
 // bitonic sort in shared memory orders them by (key descending, index ascending).
+// CumsumRows: a block per row, kThreads elements at a time through a block scan whose carry (the
+// running total, kept by the scan's prefix callback) joins the chunks.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -448,6 +450,88 @@ cudaError_t TopKRows(const void* x, int64_t* out, int64_t rows, int64_t n, int64
     const int grid = static_cast<int>(std::min<int64_t>(rows, kMaxGrid));
     TopKKernel<T>
         <<<grid, kTopKThreads, 0, stream>>>(static_cast<const T*>(x), out, rows, n, k, largest);
+    return cudaGetLastError();
+  });
+}
+
+// ---- cumsum ------------------------------------------------------------------------------
+
+namespace {
+
+template <typename T>
+struct ScanTypes {  // floats sum in float32 and keep their type; integers sum in int64
+  using Acc = std::conditional_t<std::is_integral_v<T>, long long, float>;
+  using Out = std::conditional_t<std::is_integral_v<T>, long long, T>;
+};
+
+template <typename T>
+__device__ __forceinline__ typename ScanTypes<T>::Acc ToAcc(T v) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __half2float(v);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat162float(v);
+  } else {
+    return static_cast<typename ScanTypes<T>::Acc>(v);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ typename ScanTypes<T>::Out FromAcc(typename ScanTypes<T>::Acc v) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(v);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(v);
+  } else {
+    return v;
+  }
+}
+
+// The block scan's prefix callback: thread 0 of the first warp calls it once per chunk with the
+// chunk's total and gets the total of the chunks before.
+template <typename Acc>
+struct RunningTotal {
+  Acc total;
+  __device__ Acc operator()(Acc chunk) {
+    const Acc before = total;
+    if constexpr (std::is_integral_v<Acc>) {  // wraps, as torch's int64
+      total = static_cast<Acc>(static_cast<unsigned long long>(total) +
+                               static_cast<unsigned long long>(chunk));
+    } else {
+      total = total + chunk;
+    }
+    return before;
+  }
+};
+
+template <typename T>
+__global__ void CumsumKernel(const T* x, typename ScanTypes<T>::Out* out, int64_t rows,
+                             int64_t n) {
+  using Acc = typename ScanTypes<T>::Acc;
+  using Scan = cub::BlockScan<Acc, kThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    RunningTotal<Acc> carry{Acc(0)};
+    for (int64_t base = 0; base < n; base += kThreads) {
+      const int64_t i = base + threadIdx.x;
+      Acc v = i < n ? ToAcc(x[r * n + i]) : Acc(0);
+      Scan(temp).InclusiveSum(v, v, carry);
+      __syncthreads();  // temp is reused by the next chunk
+      if (i < n) out[r * n + i] = FromAcc<T>(v);
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t CumsumRows(const void* x, void* out, int64_t rows, int64_t n, ElemType t,
+                       cudaStream_t stream) {
+  if (rows < 0 || n < 0) return cudaErrorInvalidValue;
+  if (rows == 0 || n == 0) return cudaSuccess;
+  return WithType(t, [&](auto tag) {
+    using T = decltype(tag);
+    const int grid = static_cast<int>(std::min<int64_t>(rows, kMaxGrid));
+    CumsumKernel<T><<<grid, kThreads, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<typename ScanTypes<T>::Out*>(out), rows, n);
     return cudaGetLastError();
   });
 }

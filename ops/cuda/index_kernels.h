@@ -47,4 +47,10 @@ inline constexpr int64_t kTopKMaxK = 1024;
 cudaError_t TopKRows(const void* x, int64_t* out, int64_t rows, int64_t n, int64_t k, bool largest,
                      ElemType t, cudaStream_t stream);
 
+// out[r, i] = x[r, 0] + ... + x[r, i] for a contiguous [rows, n] x and out: floats (f32, f16,
+// bf16) summed in float32 and stored in x's type, integers (i32, i64) summed in int64 (wrapping)
+// and stored as int64.
+cudaError_t CumsumRows(const void* x, void* out, int64_t rows, int64_t n, ElemType t,
+                       cudaStream_t stream);
+
 }  // namespace kiln::cuda_kernels

@@ -53,6 +53,40 @@ KILN_ROUNDING(ceil, ceilf, ceil)
 KILN_ROUNDING(round, rintf, rint)
 KILN_ROUNDING(trunc, truncf, trunc)
 #undef KILN_ROUNDING
+// fmod (the dividend's sign), remainder (the divisor's: Python's %) and floor division (torch's
+// div_floor) for each compute type. An integer divisor of 0 gives -1 (torch's CPU kernels raise;
+// its CUDA ones give what the hardware gives); INT64_MIN by -1 wraps.
+#define KILN_DIVISION(T, fmod_fn, floor_fn, copysign_fn)                                  \
+  __device__ __forceinline__ T kiln_fmod(T a, T b) { return fmod_fn(a, b); }             \
+  __device__ __forceinline__ T kiln_remainder(T a, T b) {                                 \
+    const T m = fmod_fn(a, b);                                                            \
+    return m != T(0) && ((b < T(0)) != (m < T(0))) ? m + b : m;                           \
+  }                                                                                       \
+  __device__ __forceinline__ T kiln_floor_divide(T a, T b) {                              \
+    if (b == T(0)) return a / b;                                                          \
+    const T m = fmod_fn(a, b);                                                            \
+    T d = (a - m) / b;                                                                    \
+    if (m != T(0) && ((b < T(0)) != (m < T(0)))) d -= T(1);                               \
+    if (d == T(0)) return copysign_fn(T(0), a / b);                                       \
+    const T f = floor_fn(d);                                                              \
+    return d - f > T(0.5) ? f + T(1) : f;                                                 \
+  }
+KILN_DIVISION(float, fmodf, floorf, copysignf)
+KILN_DIVISION(double, fmod, floor, copysign)
+#undef KILN_DIVISION
+__device__ __forceinline__ long long kiln_fmod(long long a, long long b) {
+  return b == 0 ? -1 : b == -1 ? 0 : a % b;
+}
+__device__ __forceinline__ long long kiln_remainder(long long a, long long b) {
+  const long long m = kiln_fmod(a, b);
+  return b != 0 && m != 0 && ((b < 0) != (m < 0)) ? m + b : m;
+}
+__device__ __forceinline__ long long kiln_floor_divide(long long a, long long b) {
+  if (b == 0) return -1;
+  if (b == -1) return (long long)(0ull - (unsigned long long)a);
+  const long long q = a / b;
+  return a % b != 0 && ((a < 0) != (b < 0)) ? q - 1 : q;
+}
 __device__ __forceinline__ float kiln_sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
 __device__ __forceinline__ float kiln_silu(float x) { return x / (1.f + expf(-x)); }
 // GELU's tanh form as x * sigmoid(2u) (the same function: 0.5 (1 + tanh(u)) = sigmoid(2u)), one
