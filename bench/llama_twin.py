@@ -2,12 +2,14 @@
 """PyTorch/transformers twin of examples/06_llama.cc: writes a seeded Llama-style model as a
 Hugging Face folder (nothing downloaded), then checks kiln's results on it against transformers.
 
-  python3 bench/llama_twin.py write DIR [--seed 0]
+  python3 bench/llama_twin.py write DIR [--seed 0] [--family llama|qwen3]
   06_llama --model-dir DIR --dtype f32 --new-tokens 64 --out kiln_f32.json    (and bf16)
   python3 bench/llama_twin.py check DIR kiln_f32.json [kiln_bf16.json ...]
 
 The model: grouped-query attention (8 heads, 2 kv heads), llama3 rope scaling, untied LM head,
-weights N(0, 0.08) so that greedy picks are not near ties. `check` prints one "check: ... OK" or
+weights N(0, 0.08) so that greedy picks are not near ties. --family qwen3 writes a Qwen3 model
+instead: per-head q/k norms, biases on all four attention projections, head_dim 48 (not
+hidden / heads), a tied head whose checkpoint also carries lm_head.weight. `check` prints one "check: ... OK" or
 "MISMATCH" line per comparison and exits 1 on any mismatch:
   - float32 files: every prompt's greedy ids (each mode) equal transformers' greedy ids for that
     prompt alone (a fresh full forward per token), and the prefill logits agree to 1e-4 relative;
@@ -21,7 +23,16 @@ import math
 import sys
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+
+def qwen3_model():
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    return Qwen3ForCausalLM(Qwen3Config(
+        vocab_size=512, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
+        num_attention_heads=8, num_key_value_heads=2, head_dim=48, max_position_embeddings=512,
+        rope_theta=10000.0, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=True,
+        attention_bias=True, initializer_range=0.08))
 
 
 def config():
@@ -36,21 +47,29 @@ def config():
 
 def write(args):
     torch.manual_seed(args.seed)
-    model = LlamaForCausalLM(config())
-    with torch.no_grad():  # RMSNorm weights away from 1, so a wrong eps or weight shows
+    model = qwen3_model() if args.family == "qwen3" else LlamaForCausalLM(config())
+    with torch.no_grad():  # RMSNorm weights away from 1 and biases away from 0, so they show
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.copy_(1 + 0.1 * torch.randn_like(p))
+            if name.endswith(".bias"):
+                p.copy_(0.05 * torch.randn_like(p))
     model.save_pretrained(args.dir, safe_serialization=True)
+    if args.family == "qwen3":  # the tied head's key too, as some exporters write it
+        from safetensors.torch import load_file, save_file
+        path = f"{args.dir}/model.safetensors"
+        tensors = load_file(path)
+        tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
+        save_file(tensors, path, metadata={"format": "pt"})
     import transformers
-    print(f"wrote {args.dir}: transformers {transformers.__version__} LlamaForCausalLM, "
-          f"seed {args.seed}; config.json:")
+    print(f"wrote {args.dir}: transformers {transformers.__version__} "
+          f"{type(model).__name__}, seed {args.seed}; config.json:")
     with open(f"{args.dir}/config.json") as f:
         print(f.read())
 
 
 def load(directory, dtype, device):
-    model = LlamaForCausalLM.from_pretrained(directory, torch_dtype=dtype).to(device)
+    model = AutoModelForCausalLM.from_pretrained(directory, torch_dtype=dtype).to(device)
     return model.eval()
 
 
@@ -119,6 +138,7 @@ def main():
     w = sub.add_parser("write")
     w.add_argument("dir")
     w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--family", choices=["llama", "qwen3"], default="llama")
     c = sub.add_parser("check")
     c.add_argument("dir")
     c.add_argument("kiln", nargs="+")
