@@ -2,14 +2,15 @@
 """PyTorch/transformers twin of examples/06_llama.cc: writes a seeded Llama-style model as a
 Hugging Face folder (nothing downloaded), then checks kiln's results on it against transformers.
 
-  python3 bench/llama_twin.py write DIR [--seed 0] [--family llama|qwen3]
+  python3 bench/llama_twin.py write DIR [--seed 0] [--family llama|qwen3|yarn]
   06_llama --model-dir DIR --dtype f32 --new-tokens 64 --out kiln_f32.json    (and bf16)
   python3 bench/llama_twin.py check DIR kiln_f32.json [kiln_bf16.json ...]
 
 The model: grouped-query attention (8 heads, 2 kv heads), llama3 rope scaling, untied LM head,
 weights N(0, 0.08) so that greedy picks are not near ties. --family qwen3 writes a Qwen3 model
 instead: per-head q/k norms, biases on all four attention projections, head_dim 48 (not
-hidden / heads), a tied head whose checkpoint also carries lm_head.weight. `check` prints one "check: ... OK" or
+hidden / heads), a tied head whose checkpoint also carries lm_head.weight. --family yarn: the
+Llama model with YaRN rope scaling (factor 4 over 128 original positions) instead of llama3's. `check` prints one "check: ... OK" or
 "MISMATCH" line per comparison and exits 1 on any mismatch:
   - float32 files: every prompt's greedy ids (each mode) equal transformers' greedy ids for that
     prompt alone (a fresh full forward per token), and the prefill logits agree to 1e-4 relative;
@@ -35,19 +36,26 @@ def qwen3_model():
         attention_bias=True, initializer_range=0.08))
 
 
-def config():
+def config(rope_scaling=None):
     return LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=688,
                        num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2,
                        max_position_embeddings=512, rope_theta=10000.0, rms_norm_eps=1e-5,
                        hidden_act="silu", tie_word_embeddings=False, initializer_range=0.08,
-                       rope_scaling={"rope_type": "llama3", "factor": 8.0,
-                                     "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                     "original_max_position_embeddings": 128})
+                       rope_scaling=rope_scaling or {
+                           "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                           "high_freq_factor": 4.0, "original_max_position_embeddings": 128})
+
+
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
+        "beta_fast": 32.0, "beta_slow": 1.0}
 
 
 def write(args):
     torch.manual_seed(args.seed)
-    model = qwen3_model() if args.family == "qwen3" else LlamaForCausalLM(config())
+    if args.family == "qwen3":
+        model = qwen3_model()
+    else:
+        model = LlamaForCausalLM(config(YARN if args.family == "yarn" else None))
     with torch.no_grad():  # RMSNorm weights away from 1 and biases away from 0, so they show
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
@@ -138,7 +146,7 @@ def main():
     w = sub.add_parser("write")
     w.add_argument("dir")
     w.add_argument("--seed", type=int, default=0)
-    w.add_argument("--family", choices=["llama", "qwen3"], default="llama")
+    w.add_argument("--family", choices=["llama", "qwen3", "yarn"], default="llama")
     c = sub.add_parser("check")
     c.add_argument("dir")
     c.add_argument("kiln", nargs="+")

@@ -76,9 +76,29 @@ RopeOptions RopeFromJson(const Json& j, RopeOptions r) {
     r.low_freq_factor = required("low_freq_factor", 0.0);
     r.high_freq_factor = required("high_freq_factor", 0.0);
     r.original_max_positions = required("original_max_position_embeddings", int64_t{0});
+  } else if (type == "yarn") {
+    r.scaling = RopeOptions::Scaling::kYarn;
+    // transformers 5: original_max_position_embeddings defaults to max_position_embeddings, and
+    // a missing factor is their ratio.
+    r.original_max_positions =
+        Field<int64_t>(*s, "original_max_position_embeddings", r.max_positions);
+    r.factor = Field<double>(
+        *s, "factor",
+        static_cast<double>(r.max_positions) / static_cast<double>(r.original_max_positions));
+    r.attention_factor = Field<double>(*s, "attention_factor", 0.0);
+    r.beta_fast = Field<double>(*s, "beta_fast", 0.0);  // 0 or null: the default, as there
+    r.beta_slow = Field<double>(*s, "beta_slow", 0.0);
+    if (r.beta_fast == 0) r.beta_fast = 32;
+    if (r.beta_slow == 0) r.beta_slow = 1;
+    r.mscale = Field<double>(*s, "mscale", 0.0);
+    r.mscale_all_dim = Field<double>(*s, "mscale_all_dim", 0.0);
+    r.truncate = Field<bool>(*s, "truncate", true);
+  } else if (type == "dynamic") {
+    r.scaling = RopeOptions::Scaling::kDynamic;
+    r.factor = required("factor", 0.0);
   } else if (type != "default") {
     KILN_FAIL("LlamaConfig::FromJson: rope type '", type,
-              "' is not supported (supported: default, linear, llama3)");
+              "' is not supported (supported: default, linear, llama3, yarn, dynamic)");
   }
   return r;
 }

@@ -45,10 +45,10 @@ struct LlamaConfig {
   int64_t sliding_window = 0;
 
   // From the text of a Hugging Face config.json (fields named as in the comments above;
-  // rope_scaling of type "linear" or "llama3"); a missing field takes transformers' default
-  // (rms_norm_eps 1e-6). model_type, where given, must be llama, mistral, qwen2 or qwen3. A field
-  // of the wrong type, an unknown model type, rope scaling or hidden_act, or a scaling without its
-  // parameters is an error naming it.
+  // rope_scaling of type "linear", "llama3", "yarn" or "dynamic"); a missing field takes
+  // transformers' default (rms_norm_eps 1e-6). model_type, where given, must be llama, mistral,
+  // qwen2 or qwen3. A field of the wrong type, an unknown model type, rope scaling or hidden_act,
+  // or a scaling without its parameters is an error naming it.
   static LlamaConfig FromJson(const std::string& json_text);
 };
 

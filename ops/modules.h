@@ -303,15 +303,32 @@ struct RopeOptions {
     kNone,
     kLinear,  // positions divided by factor (HF "linear")
     kLlama3,  // Llama 3.1's frequency-dependent rule (HF "llama3")
+    // YaRN (HF "yarn"): each frequency blends its interpolated (/ factor) and original values by
+    // a ramp over the dims between beta_fast and beta_slow rotations in original_max_positions,
+    // and the tables are scaled by attention_factor.
+    kYarn,
+    // Dynamic NTK (HF "dynamic"): the default frequencies up to max_positions, which is where
+    // kiln's tables end (HF changes them only for longer sequences).
+    kDynamic,
   };
   double base = 10000;  // rope_theta
   int64_t max_positions = 2048;
   Scaling scaling = Scaling::kNone;
-  double factor = 1;                      // kLinear, kLlama3
+  double factor = 1;                      // kLinear, kLlama3, kYarn
   double low_freq_factor = 1;             // kLlama3
   double high_freq_factor = 4;            // kLlama3
-  int64_t original_max_positions = 8192;  // kLlama3
+  int64_t original_max_positions = 8192;  // kLlama3, kYarn
+  // kYarn: the tables' scale (0: from factor, as 0.1 ln(factor) + 1, or the ratio of the two
+  // such terms with mscale and mscale_all_dim when both are given), the ramp's ends in
+  // rotations, and whether they are rounded outwards to whole dims.
+  double attention_factor = 0;
+  double beta_fast = 32, beta_slow = 1;
+  double mscale = 0, mscale_all_dim = 0;
+  bool truncate = true;
 };
+
+// The scale of the rotary tables (YaRN's attention factor; 1 for the other rules).
+double rope_attention_scaling(const RopeOptions& rope);
 
 // Rotary position embeddings (RoFormer; the "rotate half" layout of GPT-NeoX and LLaMA): the
 // two halves (x1, x2) of the last dim become (x1 cos - x2 sin, x2 cos + x1 sin) with angles

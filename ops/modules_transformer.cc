@@ -2,6 +2,7 @@
 // activations, FeedForward, SelfAttention, the pre-norm DecoderBlock and the Llama-style
 // Attention, all written with kiln ops (so they run eagerly on any device and trace into
 // compiled functions).
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -57,6 +58,49 @@ RMSNorm::RMSNorm(int64_t dim, double eps, ModuleOptions o)
 
 Tensor RMSNorm::forward(const Tensor& x) { return rms_norm(x, weight_, eps_); }
 
+namespace {
+
+// YaRN's frequencies, every step in float32 where transformers' _compute_yarn_parameters computes
+// in float32 (the correction range in double, as there).
+Tensor YarnInverseFrequencies(int64_t head_dim, const RopeOptions& r) {
+  const double dim = static_cast<double>(head_dim);
+  const auto correction_dim = [&](double rotations) {
+    return dim * std::log(static_cast<double>(r.original_max_positions) / (rotations * 2 * M_PI)) /
+           (2 * std::log(r.base));
+  };
+  double low = correction_dim(r.beta_fast), high = correction_dim(r.beta_slow);
+  if (r.truncate) low = std::floor(low), high = std::ceil(high);
+  low = std::max(low, 0.0);
+  high = std::min(high, dim - 1);
+  if (low == high) high += 0.001;  // as transformers: no zero-width ramp
+  const int64_t half = head_dim / 2;
+  std::vector<double> inv(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    const float pos = std::pow(static_cast<float>(r.base), exponent);
+    const float extrapolated = 1.0f / pos;
+    const float interpolated = 1.0f / (static_cast<float>(r.factor) * pos);
+    const float ramp = std::clamp(
+        (static_cast<float>(i) - static_cast<float>(low)) / static_cast<float>(high - low), 0.0f,
+        1.0f);
+    const float keep = 1.0f - ramp;  // the share of the original frequency
+    inv[static_cast<size_t>(i)] = interpolated * (1.0f - keep) + extrapolated * keep;
+  }
+  return from_vector(inv, {half}, DType::kFloat32);
+}
+
+}  // namespace
+
+double rope_attention_scaling(const RopeOptions& r) {
+  if (r.scaling != RopeOptions::Scaling::kYarn) return 1;
+  if (r.attention_factor > 0) return r.attention_factor;
+  const auto mscale = [&](double m) {
+    return r.factor <= 1 ? 1.0 : 0.1 * m * std::log(r.factor) + 1;
+  };
+  if (r.mscale != 0 && r.mscale_all_dim != 0) return mscale(r.mscale) / mscale(r.mscale_all_dim);
+  return mscale(1);
+}
+
 Tensor rope_inverse_frequencies(int64_t head_dim, const RopeOptions& r) {
   using Scaling = RopeOptions::Scaling;
   KILN_CHECK(head_dim > 0 && head_dim % 2 == 0, "RotaryEmbedding: head_dim must be positive and ",
@@ -69,6 +113,14 @@ Tensor rope_inverse_frequencies(int64_t head_dim, const RopeOptions& r) {
       "RotaryEmbedding: llama3 scaling needs high_freq_factor > low_freq_factor > 0 and ",
       "original_max_positions > 0, got ", r.high_freq_factor, ", ", r.low_freq_factor, ", ",
       r.original_max_positions);
+  KILN_CHECK(
+      r.scaling != Scaling::kYarn || (r.original_max_positions > 0 && r.beta_fast > 0 &&
+                                      r.beta_slow > 0 && r.attention_factor >= 0 && r.base > 1),
+      "RotaryEmbedding: yarn scaling needs original_max_positions, beta_fast and beta_slow "
+      "positive, attention_factor >= 0 and base > 1, got ",
+      r.original_max_positions, ", ", r.beta_fast, ", ", r.beta_slow, ", ", r.attention_factor,
+      ", ", r.base);
+  if (r.scaling == Scaling::kYarn) return YarnInverseFrequencies(head_dim, r);
   // Every step in float32, in the order of transformers' rope init functions.
   const int64_t half = head_dim / 2;
   const float factor = static_cast<float>(r.factor);
@@ -97,15 +149,18 @@ Tensor rope_inverse_frequencies(int64_t head_dim, const RopeOptions& r) {
 
 namespace {
 
-// cos (or sin) of position * inv_freq for [max_positions, head_dim / 2], float32 throughout.
-Tensor RotaryTable(const std::vector<double>& inv, int64_t max_positions, bool sine,
+// cos (or sin) of position * inv_freq for [max_positions, head_dim / 2] times `scale`, float32
+// throughout.
+Tensor RotaryTable(const std::vector<double>& inv, int64_t max_positions, bool sine, double scale,
                    Device device) {
   const int64_t half = static_cast<int64_t>(inv.size());
+  const float s = static_cast<float>(scale);
   std::vector<double> v(static_cast<size_t>(max_positions * half));
   for (int64_t p = 0; p < max_positions; ++p) {
     for (int64_t i = 0; i < half; ++i) {
       const float angle = static_cast<float>(p) * static_cast<float>(inv[i]);
-      v[p * half + i] = sine ? std::sin(angle) : std::cos(angle);
+      const float value = static_cast<float>(sine ? std::sin(angle) : std::cos(angle));
+      v[p * half + i] = s == 1.0f ? value : value * s;
     }
   }
   return from_vector(v, {max_positions, half}, DType::kFloat32, device);
@@ -137,14 +192,16 @@ RotaryEmbedding::RotaryEmbedding(int64_t head_dim, int64_t max_positions, double
 
 RotaryEmbedding::RotaryEmbedding(int64_t head_dim, RopeOptions r, ModuleOptions o)
     : head_dim_(head_dim),
-      cos_(RegisterBuffer("cos", RotaryTable(CheckedInverseFrequencies(head_dim, r),
-                                             r.max_positions, false, o.device))),
-      sin_(RegisterBuffer("sin", RotaryTable(CheckedInverseFrequencies(head_dim, r),
-                                             r.max_positions, true, o.device))) {
+      cos_(
+          RegisterBuffer("cos", RotaryTable(CheckedInverseFrequencies(head_dim, r), r.max_positions,
+                                            false, rope_attention_scaling(r), o.device))),
+      sin_(
+          RegisterBuffer("sin", RotaryTable(CheckedInverseFrequencies(head_dim, r), r.max_positions,
+                                            true, rope_attention_scaling(r), o.device))) {
   if (o.device.is_meta()) {  // the values, for to_empty
     const std::vector<double> inv = CheckedInverseFrequencies(head_dim, r);
-    meta_values_ = {RotaryTable(inv, r.max_positions, false, kCPU),
-                    RotaryTable(inv, r.max_positions, true, kCPU)};
+    meta_values_ = {RotaryTable(inv, r.max_positions, false, rope_attention_scaling(r), kCPU),
+                    RotaryTable(inv, r.max_positions, true, rope_attention_scaling(r), kCPU)};
   }
 }
 

@@ -227,6 +227,43 @@ TEST(Rotary, ScalingRulesAndGivenTables) {
   EXPECT_GT(kept, 0);
   EXPECT_GT(divided, 0);
   EXPECT_GT(blended, 0);
+  // yarn: dims below the ramp keep the original frequency, those above are divided by factor,
+  // those on it blend; the tables are scaled by the attention factor (0.1 ln(factor) + 1, or a
+  // given one). dynamic: the default frequencies.
+  RopeOptions yarn = plain;
+  yarn.scaling = RopeOptions::Scaling::kYarn;
+  yarn.factor = 4;
+  yarn.original_max_positions = 2048;
+  yarn.max_positions = 8;
+  const std::vector<double> y = to_vector(rope_inverse_frequencies(64, yarn));
+  // The ramp's ends: the dims where 32 and 1 rotations fit into 2048 positions (floor, ceil).
+  const double low = std::floor(64 * std::log(2048 / (32 * 2 * M_PI)) / (2 * std::log(10000.0)));
+  const double high = std::ceil(64 * std::log(2048 / (1 * 2 * M_PI)) / (2 * std::log(10000.0)));
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (i <= low) {
+      EXPECT_FLOAT_EQ(y[i], a[i]) << i;
+    } else if (i >= high) {
+      EXPECT_FLOAT_EQ(y[i], a[i] / 4) << i;
+    } else {
+      EXPECT_LT(y[i], a[i]) << i;
+      EXPECT_GT(y[i], a[i] / 4) << i;
+    }
+  }
+  EXPECT_DOUBLE_EQ(rope_attention_scaling(yarn), 0.1 * std::log(4.0) + 1);
+  const RotaryEmbedding yarn_rope(64, yarn);
+  EXPECT_FLOAT_EQ(to_vector(yarn_rope.named_buffers()[0].second)[0], 0.1 * std::log(4.0) + 1);
+  RopeOptions deepseek = yarn;  // mscale over mscale_all_dim
+  deepseek.mscale = 0.707;
+  deepseek.mscale_all_dim = 1;
+  EXPECT_DOUBLE_EQ(rope_attention_scaling(deepseek),
+                   (0.0707 * std::log(4.0) + 1) / (0.1 * std::log(4.0) + 1));
+  deepseek.attention_factor = 1.25;
+  EXPECT_EQ(rope_attention_scaling(deepseek), 1.25);
+  RopeOptions dynamic = plain;
+  dynamic.scaling = RopeOptions::Scaling::kDynamic;
+  dynamic.factor = 2;
+  EXPECT_EQ(to_vector(rope_inverse_frequencies(64, dynamic)), a);
+  EXPECT_EQ(rope_attention_scaling(dynamic), 1);
   // Given tables are used as they are.
   Generator gen(3);
   const Tensor cos_t = rand({16, 4}, gen), sin_t = rand({16, 4}, gen);
@@ -480,8 +517,32 @@ TEST(LlamaConfig, FromHuggingFaceJson) {
             }).find("field 'hidden_size' has the wrong type"),
             std::string::npos);
   EXPECT_NE(ErrorOf([] {
-              LlamaConfig::FromJson(R"({"rope_scaling": {"type": "yarn"}})");
-            }).find("'yarn' is not supported"),
+              LlamaConfig::FromJson(R"({"rope_scaling": {"type": "longrope"}})");
+            }).find("'longrope' is not supported"),
+            std::string::npos);
+  // yarn's fields, and transformers' defaults for those left out (the original length is
+  // max_position_embeddings; without a factor, the ratio of the two).
+  const LlamaConfig yarn = LlamaConfig::FromJson(R"({"max_position_embeddings": 4096,
+    "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024,
+    "beta_fast": null, "mscale": 0.707, "mscale_all_dim": 1.0, "truncate": false}})");
+  EXPECT_EQ(yarn.rope.scaling, RopeOptions::Scaling::kYarn);
+  EXPECT_EQ(yarn.rope.original_max_positions, 1024);
+  EXPECT_EQ(yarn.rope.beta_fast, 32);
+  EXPECT_EQ(yarn.rope.beta_slow, 1);
+  EXPECT_EQ(yarn.rope.mscale, 0.707);
+  EXPECT_FALSE(yarn.rope.truncate);
+  const LlamaConfig yarn_ratio = LlamaConfig::FromJson(R"({"max_position_embeddings": 4096,
+    "rope_scaling": {"type": "yarn", "original_max_position_embeddings": 1024}})");
+  EXPECT_EQ(yarn_ratio.rope.factor, 4);
+  EXPECT_EQ(LlamaConfig::FromJson(R"({"rope_scaling": {"type": "yarn", "factor": 2}})")
+                .rope.original_max_positions,
+            2048);
+  EXPECT_EQ(
+      LlamaConfig::FromJson(R"({"rope_scaling": {"type": "dynamic", "factor": 2}})").rope.scaling,
+      RopeOptions::Scaling::kDynamic);
+  EXPECT_NE(ErrorOf([] {
+              LlamaConfig::FromJson(R"({"rope_scaling": {"type": "dynamic"}})");
+            }).find("needs the field 'factor'"),
             std::string::npos);
   EXPECT_THROW(LlamaConfig::FromJson("{"), Error);
   // Integer fields take JSON integers that fit int64: no truncation of 16.5, no overflow of 1e30.
