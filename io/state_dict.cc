@@ -302,13 +302,19 @@ void AdoptTied(ParamPlan& plan) {
 // model has one tensor for the two (transformers would silently keep one of them).
 void CheckTiedAgree(const Source& source, const std::string& name, const ParamPlan& plan) {
   if (plan.tied.empty() || plan.pieces.empty()) return;
-  const Tensor held = contiguous(WholeOnHost(source, plan));
+  // Compared in float32 where the dtypes differ (exact for every floating dtype kiln has), so a
+  // difference one of them cannot hold still shows.
+  Tensor held = WholeOnHost(source, plan);
   for (const Piece& alias : plan.tied) {
     if (alias.key == plan.pieces.front().key) continue;  // adopted: the parameter's own
-    Tensor other = source.Load(alias.key);
+    Tensor other = to(source.Load(alias.key), kCPU);
     if (alias.transpose) other = transpose(other, 0, 1);
-    if (other.dtype() != held.dtype()) other = cast(other, held.dtype());
-    other = contiguous(to(other, kCPU));
+    if (other.dtype() != held.dtype()) {
+      other = cast(other, DType::kFloat32);
+      held = cast(held, DType::kFloat32);
+    }
+    held = contiguous(held);
+    other = contiguous(other);
     const size_t bytes = static_cast<size_t>(held.numel() * held.element_size());
     KILN_CHECK(std::memcmp(other.data_ptr(), held.data_ptr(), bytes) == 0, "load_state_dict from ",
                source.what(), ": checkpoint key '", alias.key, "' names parameter '", name,

@@ -108,15 +108,21 @@ RopeOptions RopeFromJson(const Json& j, RopeOptions r) {
 // 0 where none is.
 int64_t QwenSlidingWindow(const Json& j, int64_t layers) {
   if (!Field<bool>(j, "use_sliding_window", false)) return 0;
-  const int64_t window = Field<int64_t>(j, "sliding_window", 4096);
+  const auto given = j.find("sliding_window");  // null: no window, as in transformers
+  const int64_t window = given == j.end() ? 4096 : Field<int64_t>(j, "sliding_window", 0);
   const auto types = j.find("layer_types");
   if (types != j.end() && !types->is_null()) {
-    KILN_CHECK(types->is_array(), "LlamaConfig::FromJson: layer_types must be a list, got ",
-               types->dump());
+    KILN_CHECK(types->is_array() && static_cast<int64_t>(types->size()) == layers,
+               "LlamaConfig::FromJson: layer_types must be a list of num_hidden_layers = ", layers,
+               " entries, got ", types->dump());
+    bool sliding = false;
     for (const Json& t : *types) {
-      if (t == "sliding_attention") return window;
+      KILN_CHECK(t == "sliding_attention" || t == "full_attention",
+                 "LlamaConfig::FromJson: layer_types entries must be \"full_attention\" or ",
+                 "\"sliding_attention\", got ", t.dump());
+      sliding = sliding || t == "sliding_attention";
     }
-    return 0;
+    return sliding ? window : 0;
   }
   return layers > Field<int64_t>(j, "max_window_layers", 28) ? window : 0;
 }

@@ -241,7 +241,11 @@ Tensor norm(const Tensor& x, double p, IntList dims, bool keepdim) {
   if (x.dtype() != DType::kFloat32) {  // half types compute in float32 and round once, as torch
     return cast(norm(cast(x, DType::kFloat32), p, dims, keepdim), x.dtype());
   }
-  Reduced("norm", x, dims);
+  const std::vector<bool> reduced = Reduced("norm", x, dims);
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    KILN_CHECK(!(p < 0 && reduced[d] && x.size(d) == 0), "norm: the ", p, "-norm of no elements ",
+               "has no value (a negative order has no identity), got ", Shapes(x), " over dim ", d);
+  }
   return Named("norm", [&] {
     const Tensor a = abs(x);
     if (std::isinf(p)) return p > 0 ? max(a, dims, keepdim) : min(a, dims, keepdim);
@@ -256,6 +260,9 @@ Tensor softplus(const Tensor& x, double beta, double threshold) {
   CheckDefined("softplus", x);
   KILN_CHECK(IsFloatingPoint(x.dtype()), "softplus: needs a floating tensor (as torch), got ",
              DTypeName(x.dtype()), Shapes(x));
+  if (x.dtype() != DType::kFloat32) {  // half types compute in float32 and round once, as torch
+    return cast(softplus(cast(x, DType::kFloat32), beta, threshold), x.dtype());
+  }
   return Named("softplus", [&] {
     const Tensor bx = mul(x, beta);
     return where(gt(bx, threshold), x, div(log1p(exp(bx)), beta));

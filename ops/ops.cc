@@ -290,7 +290,12 @@ namespace {
 Tensor ScalarOperand(const char* op, const Tensor& x, Scalar s) {
   KILN_CHECK(x.defined(), op, ": the input is an undefined tensor");
   const DType t = infer::ScalarResultType(x.dtype(), s);
-  return full({}, IsFloatingPoint(t) ? Scalar(RoundToDType(t, s.to_double())) : s, t, x.device());
+  return WithErrorContext([&] { return absl::StrCat(op, " of ", Describe(x.type())); },
+                          [&] {
+                            return full(
+                                {}, IsFloatingPoint(t) ? Scalar(RoundToDType(t, s.to_double())) : s,
+                                t, x.device());
+                          });
 }
 
 }  // namespace
@@ -300,6 +305,9 @@ Tensor remainder(const Tensor& x, Scalar y) {
 }
 Tensor operator%(const Tensor& a, const Tensor& b) { return remainder(a, b); }
 Tensor operator%(const Tensor& a, Scalar b) { return remainder(a, b); }
+Tensor operator%(Scalar a, const Tensor& b) {
+  return remainder(ScalarOperand("remainder", b, a), b);
+}
 Tensor fmod(const Tensor& x, Scalar y) { return fmod(x, ScalarOperand("fmod", x, y)); }
 Tensor floor_divide(const Tensor& x, Scalar y) {
   return floor_divide(x, ScalarOperand("floor_divide", x, y));

@@ -276,7 +276,8 @@ Tensor logsumexp(const Tensor& x, IntList dims, bool keepdim = false);
 // Variance over `dims` (empty = all) with Bessel's `correction`: sum((x - mean)^2) / (N -
 // correction); N - correction <= 0 gives inf or nan, as in torch. Floating x only.
 Tensor var(const Tensor& x, IntList dims = {}, int64_t correction = 1, bool keepdim = false);
-// The standard deviation, sqrt(var(...)) (torch.std).
+// The standard deviation, sqrt(var(...)) (torch.std). Call it as kiln::std: after `using
+// namespace kiln`, a bare std(x) is ambiguous with namespace std (as torch::std is).
 Tensor std(const Tensor& x, IntList dims = {}, int64_t correction = 1, bool keepdim = false);
 // The vector p-norm over `dims` (empty = all; torch.linalg.vector_norm): (sum |x|^p)^(1/p), the
 // largest |x| for p = inf, the smallest for -inf, the count of nonzeros for 0. Floating x only;
@@ -308,6 +309,7 @@ Tensor operator^(const Tensor& a, const Tensor& b);
 // remainder (Python's %: the result takes the divisor's sign).
 Tensor operator%(const Tensor& a, const Tensor& b);
 Tensor operator%(const Tensor& a, Scalar b);
+Tensor operator%(Scalar a, const Tensor& b);
 // Element predicates: bool results (integers are never NaN or infinite).
 Tensor isnan(const Tensor& x);
 Tensor isinf(const Tensor& x);

@@ -432,6 +432,16 @@ TEST(LlamaTied, AHeadKeyEqualToTheEmbeddingLoadsAndADifferentOneIsRefused) {
   for (const auto& [name, p] : other.named_parameters()) {
     EXPECT_TRUE(p.storage()->uninitialised()) << name << " was written by a refused load";
   }
+  // A float32 head beside a bfloat16 embedding: equal only if the head holds the same numbers.
+  NamedTensors mixed;
+  for (const auto& [k, t] : sd)
+    mixed.emplace_back(k, k == "model.embed_tokens.weight" ? cast(t, DType::kBFloat16) : t);
+  mixed.emplace_back("lm_head.weight", embedding);  // float32, not rounded to bfloat16
+  LlamaForCausalLM mixed_model(tied, {.init = Init::kNone});
+  EXPECT_NE(ErrorOf([&] {
+              load_state_dict(mixed_model, mixed, {.map = llama_load_mapping()});
+            }).find("values differ"),
+            std::string::npos);
 }
 
 // GPT-2's fused c_attn split into q/k/v projections on load, joined back on save.
@@ -612,15 +622,24 @@ TEST(LlamaConfig, FromHuggingFaceJson) {
                 .sliding_window,
             4096);
   EXPECT_EQ(LlamaConfig::FromJson(R"({"model_type": "qwen2", "use_sliding_window": true,
-                                      "sliding_window": 64, "layer_types":
+                                      "sliding_window": 64, "num_hidden_layers": 2, "layer_types":
                                       ["full_attention", "sliding_attention"]})")
                 .sliding_window,
             64);
   EXPECT_NE(ErrorOf([] {
               LlamaConfig::FromJson(R"({"model_type": "qwen3", "use_sliding_window": true,
                                         "layer_types": "sliding_attention"})");
-            }).find("layer_types must be a list"),
+            }).find("layer_types must be a list of num_hidden_layers = 32 entries"),
             std::string::npos);
+  EXPECT_NE(ErrorOf([] {
+              LlamaConfig::FromJson(R"({"model_type": "qwen3", "use_sliding_window": true,
+                "num_hidden_layers": 2, "layer_types": ["full_attention", "bogus"]})");
+            }).find("got \"bogus\""),
+            std::string::npos);
+  EXPECT_EQ(LlamaConfig::FromJson(R"({"model_type": "qwen3", "use_sliding_window": true,
+                                      "sliding_window": null, "num_hidden_layers": 40})")
+                .sliding_window,
+            0);
   EXPECT_EQ(LlamaConfig::FromJson(R"({"rope_theta": 500000, "rope_parameters":
                                       {"rope_type": "default"}})")
                 .rope.base,

@@ -413,6 +413,15 @@ void DivisionRoundingIsTorchs(Device device) {
   }
   const Tensor mask = to(ones({2}, DType::kBool), device);
   EXPECT_NE(ErrorOf([&] { return remainder(mask, mask); }).find("remainder: "), std::string::npos);
+  // Floats compute in float32 as torch does: the quotient of a - fmod(a, b) rounds there.
+  const Tensor fa = to(from_vector({-22799200.0}, {1}), device);
+  const Tensor fb = to(from_vector({1.43084168}, {1}), device);
+  EXPECT_EQ(Vals(floor_divide(fa, fb)), (std::vector<double>{-15934117}));
+  // A number on the left (torch's __rmod__), and one that does not fit the tensor's dtype.
+  EXPECT_EQ(Vals(7 % i32), (std::vector<double>{0, -0.0}));
+  EXPECT_EQ(Vals(Scalar(8) % i32), (std::vector<double>{1, -6}));
+  EXPECT_NE(ErrorOf([&] { return remainder(i32, int64_t{1} << 40); }).find("remainder of int32"),
+            std::string::npos);
 }
 TEST(OpsSemantics, DivisionRoundingIsTorchsOnCpu) { DivisionRoundingIsTorchs(kCPU); }
 TEST(OpsSemanticsCuda, DivisionRoundingIsTorchs) {
@@ -497,6 +506,11 @@ void CompositeMathIsTorchs(Device device) {
   EXPECT_NE(ErrorOf([&] { return norm(to(x, DType::kInt64)); }).find("norm: "), std::string::npos);
   const Tensor s = softplus(to(from_vector({-1, 0, 30}, {3}), device));
   ExpectClose(Vals(s), {std::log1p(std::exp(-1.0)), std::log(2.0), 30}, {1e-6, 1e-6}, "softplus");
+  // Half inputs compute in float32 (exp(12) would overflow float16) and round once.
+  EXPECT_EQ(Vals(softplus(to(from_vector({12, 15}, {2}, DType::kFloat16), device))),
+            (std::vector<double>{12, 15}));
+  EXPECT_NE(ErrorOf([&] { return norm(to(zeros({0}), device), -1); }).find("has no value"),
+            std::string::npos);
   EXPECT_EQ(
       outer(to(from_vector({1, 2}, {2}), device), to(from_vector({3, 4, 5}, {3}), device)).shape(),
       (Shape{2, 3}));

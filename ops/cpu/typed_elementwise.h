@@ -202,14 +202,15 @@ void ThrowIntegerDivisionByZero(const char* op);
 
 // fmod: the dividend's sign (C's fmod, C++'s % on integers); remainder: the divisor's (Python's
 // %); floor_divide: the quotient rounded down, on floats as torch's div_floor (the quotient from
-// fmod's exact remainder, rounded to the nearest integer it lies within 0.5 of). On integers,
-// INT64_MIN by -1 wraps instead of trapping.
+// fmod's exact remainder, rounded to the nearest integer it lies within 0.5 of). Floats compute
+// in float32, torch's compute type for every floating dtype kiln has (so its roundings, e.g. of
+// a - fmod(a, b), are torch's); on integers INT64_MIN by -1 wraps instead of trapping.
 struct FmodOp {
   static constexpr bool kBoolResult = false;
   template <typename T>
   static T Apply(T a, T b) {
     if constexpr (std::is_floating_point_v<T>) {
-      return std::fmod(a, b);
+      return std::fmod(static_cast<float>(a), static_cast<float>(b));
     } else {
       if (b == 0) ThrowIntegerDivisionByZero("fmod");
       return b == -1 ? 0 : a % b;
@@ -220,11 +221,15 @@ struct RemainderOp {
   static constexpr bool kBoolResult = false;
   template <typename T>
   static T Apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
+    if constexpr (std::is_floating_point_v<T>) {
+      const float m = std::fmod(static_cast<float>(a), static_cast<float>(b));
+      const float fb = static_cast<float>(b);
+      return m != 0 && ((fb < 0) != (m < 0)) ? m + fb : m;
+    } else {
       if (b == 0) ThrowIntegerDivisionByZero("remainder");
+      const T m = FmodOp::Apply(a, b);
+      return m != 0 && ((b < 0) != (m < 0)) ? m + b : m;
     }
-    const T m = FmodOp::Apply(a, b);
-    return m != 0 && ((b < 0) != (m < 0)) ? m + b : m;
   }
 };
 struct FloorDivideOp {
@@ -232,13 +237,14 @@ struct FloorDivideOp {
   template <typename T>
   static T Apply(T a, T b) {
     if constexpr (std::is_floating_point_v<T>) {
-      if (b == 0) return a / b;
-      const T m = std::fmod(a, b);
-      T d = (a - m) / b;
-      if (m != 0 && ((b < 0) != (m < 0))) d -= 1;
-      if (d == 0) return std::copysign(T(0), a / b);
-      const T f = std::floor(d);
-      return d - f > T(0.5) ? f + 1 : f;
+      const float fa = static_cast<float>(a), fb = static_cast<float>(b);
+      if (fb == 0) return fa / fb;
+      const float m = std::fmod(fa, fb);
+      float d = (fa - m) / fb;
+      if (m != 0 && ((fb < 0) != (m < 0))) d -= 1;
+      if (d == 0) return std::copysign(0.0f, fa / fb);
+      const float f = std::floor(d);
+      return d - f > 0.5f ? f + 1 : f;
     } else {
       if (b == 0) ThrowIntegerDivisionByZero("floor_divide");
       if (b == -1) return static_cast<T>(0 - static_cast<uint64_t>(a));  // INT64_MIN wraps
