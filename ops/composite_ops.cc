@@ -1,6 +1,7 @@
 // Composites with torch's names and semantics (see ops.h): flatten, unflatten, narrow,
-// repeat_interleave, repeat, min, logsumexp, var, leaky_relu, the logical ops and mask operators,
-// argmin, isnan/isinf/isfinite, any/all and the *_like factories, each
+// repeat_interleave, repeat, min, logsumexp, var, std, norm, leaky_relu, softplus, sort/argsort,
+// flip, roll, one_hot, outer, cross_entropy, the logical ops and mask operators, argmin,
+// isnan/isinf/isfinite, any/all and the *_like factories, each
 // written with the registry's ops, so eager runs those ops' kernels and a trace records them.
 #include <algorithm>
 #include <cmath>
@@ -266,6 +267,80 @@ Tensor softplus(const Tensor& x, double beta, double threshold) {
   return Named("softplus", [&] {
     const Tensor bx = mul(x, beta);
     return where(gt(bx, threshold), x, div(log1p(exp(bx)), beta));
+  });
+}
+
+ValuesIndices sort(const Tensor& x, int64_t dim, bool descending) {
+  CheckDefined("sort", x);
+  const int64_t d = Wrapped("sort", x, dim);
+  if (x.dtype() == DType::kBool) {  // topk orders numbers: false < true as 0 < 1
+    ValuesIndices r = sort(cast(x, DType::kInt32), dim, descending);
+    return {cast(r.values, DType::kBool), std::move(r.indices)};
+  }
+  const int64_t n = x.dim() == 0 ? 1 : x.size(d);
+  return WithErrorContext([] { return "sort"; }, [&] { return topk(x, n, d, descending); });
+}
+
+Tensor argsort(const Tensor& x, int64_t dim, bool descending) {
+  return sort(x, dim, descending).indices;
+}
+
+Tensor flip(const Tensor& x, IntList dims) {
+  CheckDefined("flip", x);
+  if (dims.empty()) return clone(x);
+  const std::vector<bool> flipped = Reduced("flip", x, dims);  // each dim once, in range
+  return Named("flip", [&] {
+    Tensor y = x;
+    for (int64_t d = 0; d < x.dim(); ++d) {
+      if (!flipped[d] || x.size(d) <= 1) continue;
+      const int64_t n = x.size(d);
+      y = index_select(y, d, arange(n - 1, -1, -1, DType::kInt64, x.device()));
+    }
+    return y.shares_storage(x) ? clone(y) : y;
+  });
+}
+
+Tensor roll(const Tensor& x, IntList shifts, IntList dims) {
+  CheckDefined("roll", x);
+  if (dims.empty()) {
+    KILN_CHECK(shifts.size() == 1, "roll: without dims, one shift (of the flattened tensor), got ",
+               shifts.size(), " for ", Shapes(x));
+    return reshape(roll(flatten(x), shifts, {0}), x.shape());
+  }
+  KILN_CHECK(shifts.size() == dims.size(), "roll: shifts and dims must have the same length, got ",
+             shifts.size(), " and ", dims.size(), " for ", Shapes(x));
+  return Named("roll", [&] {
+    Tensor y = x;
+    for (size_t i = 0; i < dims.size(); ++i) {
+      const int64_t d = Wrapped("roll", x, dims[i]);
+      const int64_t n = x.dim() == 0 ? 1 : x.size(d);
+      if (n == 0 || x.dim() == 0) continue;
+      const int64_t s = ((shifts[i] % n) + n) % n;  // into [0, n)
+      if (s != 0) y = cat({slice(y, d, n - s, n), slice(y, d, 0, n - s)}, d);
+    }
+    return y.shares_storage(x) ? clone(y) : y;
+  });
+}
+
+Tensor one_hot(const Tensor& indices, int64_t num_classes) {
+  CheckDefined("one_hot", indices);
+  KILN_CHECK(indices.dtype() == DType::kInt64 || indices.dtype() == DType::kInt32,
+             "one_hot: indices must be int64 or int32, got ", DTypeName(indices.dtype()),
+             Shapes(indices));
+  KILN_CHECK(num_classes >= -1, "one_hot: num_classes must be -1 (inferred) or >= 0, got ",
+             num_classes);
+  if (num_classes == -1) {
+    KILN_CHECK(indices.numel() > 0, "one_hot: cannot infer num_classes from no indices ",
+               Shapes(indices));
+    num_classes = item<int64_t>(max(cast(indices, DType::kInt64))) + 1;
+  }
+  return Named("one_hot", [&] {
+    // The indices through a lookup of 0 .. C-1, which checks their range (eagerly or at the end
+    // of a compiled call) and gives them back unchanged.
+    const Tensor classes = arange(num_classes, DType::kInt64, indices.device());
+    const Tensor flat = reshape(indices, {indices.numel()});
+    const Tensor checked = reshape(index_select(classes, 0, flat), indices.shape());
+    return cast(eq(unsqueeze(checked, -1), classes), DType::kInt64);
   });
 }
 

@@ -286,6 +286,19 @@ Tensor norm(const Tensor& x, double p = 2, IntList dims = {}, bool keepdim = fal
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 // log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (torch's softplus).
 Tensor softplus(const Tensor& x, double beta = 1, double threshold = 20);
+// x sorted along `dim` (torch.sort, stable): ascending, or descending; NaN counts as the
+// largest value. Values and their int64 indices in x.
+ValuesIndices sort(const Tensor& x, int64_t dim = -1, bool descending = false);
+Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false);
+// x with the order of each of `dims` reversed (a copy, as torch.flip).
+Tensor flip(const Tensor& x, IntList dims);
+// x rolled by shifts[i] along dims[i] (elements past the end come back at the start); with no
+// dims, the flattened x rolled and reshaped back (torch.roll).
+Tensor roll(const Tensor& x, IntList shifts, IntList dims = {});
+// int64 [..., num_classes] with a 1 at each index (torch.nn.functional.one_hot); num_classes -1:
+// the largest index + 1 (read on the host: not inside a compiled function). An index outside
+// [0, num_classes) is an error.
+Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
 // a[i] * b[j] for 1-D a and b: [len(a), len(b)].
 Tensor outer(const Tensor& a, const Tensor& b);
 // The cross-entropy of `logits` (classes along dim 1: [N, C], [N, C, d1, ...], or [C]) against

@@ -551,6 +551,53 @@ TEST(OpsSemanticsCuda, CompositeMathIsTorchs) {
   CompositeMathIsTorchs(CUDA(0));
 }
 
+// sort/argsort (stable, NaN largest, bool), flip, roll (with and without dims) and one_hot
+// (inferred classes, range checked).
+void SortFlipRollOneHot(Device device) {
+  const Tensor x = to(from_vector({3, NAN, 1, 3, -2, 0}, {2, 3}), device);
+  const ValuesIndices up = sort(x, 1);
+  EXPECT_EQ(AsInt64s(up.indices), (std::vector<int64_t>{2, 0, 1, 1, 2, 0}));
+  const std::vector<double> v = Vals(up.values);
+  EXPECT_EQ(v[0], 1);
+  EXPECT_TRUE(std::isnan(v[2]));
+  EXPECT_EQ(AsInt64s(argsort(x, 1, true)), (std::vector<int64_t>{1, 0, 2, 0, 2, 1}));
+  const Tensor ties = to(from_vector({2, 1, 2, 1}, {4}), device);
+  EXPECT_EQ(AsInt64s(argsort(ties)), (std::vector<int64_t>{1, 3, 0, 2}));  // stable
+  const Tensor mask = to(from_vector({1, 0, 1}, {3}, DType::kBool), device);
+  EXPECT_EQ(sort(mask).values.dtype(), DType::kBool);
+  EXPECT_EQ(Vals(sort(mask).values), (std::vector<double>{0, 1, 1}));
+  const Tensor m = to(from_vector({1, 2, 3, 4, 5, 6}, {2, 3}), device);
+  EXPECT_EQ(Vals(flip(m, {1})), (std::vector<double>{3, 2, 1, 6, 5, 4}));
+  EXPECT_EQ(Vals(flip(m, {0, -1})), (std::vector<double>{6, 5, 4, 3, 2, 1}));
+  EXPECT_NE(ErrorOf([&] { return flip(m, {1, 1}); }).find("flip: "), std::string::npos);
+  EXPECT_EQ(Vals(roll(m, {1}, {1})), (std::vector<double>{3, 1, 2, 6, 4, 5}));
+  EXPECT_EQ(Vals(roll(m, {-4}, {1})), (std::vector<double>{2, 3, 1, 5, 6, 4}));
+  EXPECT_EQ(Vals(roll(m, {2})), (std::vector<double>{5, 6, 1, 2, 3, 4}));
+  EXPECT_EQ(roll(m, {2}).shape(), (Shape{2, 3}));
+  EXPECT_NE(ErrorOf([&] { return roll(m, {1, 2}, {0}); }).find("roll: "), std::string::npos);
+  const Tensor ids = Int64s({2, 0, 1}, device);
+  EXPECT_EQ(AsInt64s(one_hot(ids)), (std::vector<int64_t>{0, 0, 1, 1, 0, 0, 0, 1, 0}));
+  EXPECT_EQ(one_hot(ids, 5).shape(), (Shape{3, 5}));
+  EXPECT_NE(ErrorOf([&] { return one_hot(ids, 2); }).find("one_hot"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { return one_hot(Int64s({-1}, device), 3); }).find("one_hot"),
+            std::string::npos);
+  // Compiled: the same values as eager, and a bad class index still an error.
+  const auto fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{roll(flip(in[0], {1}), {1}, {0}), one_hot(in[1], 3),
+                               cumsum(in[0], 1), in[0] % 4.0, argsort(in[0], 0, true)};
+  };
+  CompiledFn f = compile(fn, {m, ids});
+  const std::vector<Tensor> got = f({m, ids}), want = fn({m, ids});
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(Vals(got[i]), Vals(want[i])) << "output " << i;
+  EXPECT_THROW(f({m, Int64s({0, 3, 1}, device)}), Error);
+}
+TEST(OpsSemantics, SortFlipRollOneHotOnCpu) { SortFlipRollOneHot(kCPU); }
+TEST(OpsSemanticsCuda, SortFlipRollOneHot) {
+  KILN_SKIP_WITHOUT_GPU();
+  SortFlipRollOneHot(CUDA(0));
+}
+
 // argmin: the first smallest, a NaN's index, exact on int64's extremes, by dim with keepdim.
 void ArgminIsTorchs(Device device) {
   const Tensor x = to(from_vector({3, -1, 2, -1, 5, NAN}, {2, 3}), device);
