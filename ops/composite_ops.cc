@@ -1,6 +1,7 @@
 // Composites with torch's names and semantics (see ops.h): flatten, unflatten, narrow,
 // repeat_interleave, repeat, min, logsumexp, var, std, norm, leaky_relu, softplus, sort/argsort,
-// flip, roll, one_hot, outer, cross_entropy, the logical ops and mask operators, argmin,
+// flip, roll, one_hot, outer, cross_entropy, the activations elu ... glu, normalize,
+// cosine_similarity, addmm, the logical ops and mask operators, argmin,
 // isnan/isinf/isfinite, any/all and the *_like factories, each
 // written with the registry's ops, so eager runs those ops' kernels and a trace records them.
 #include <algorithm>
@@ -341,6 +342,108 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
     const Tensor flat = reshape(indices, {indices.numel()});
     const Tensor checked = reshape(index_select(classes, 0, flat), indices.shape());
     return cast(eq(unsqueeze(checked, -1), classes), DType::kInt64);
+  });
+}
+
+namespace {
+
+// f(x) for a floating x, computed in float32 for half types and rounded once (as torch's
+// activation kernels); other dtypes are the error naming `op`.
+template <typename F>
+Tensor FloatActivation(const char* op, const Tensor& x, F&& f) {
+  CheckDefined(op, x);
+  KILN_CHECK(IsFloatingPoint(x.dtype()), op, ": needs a floating tensor (as torch), got ",
+             DTypeName(x.dtype()), Shapes(x));
+  if (x.dtype() != DType::kFloat32) {
+    return cast(Named(op, [&] { return f(cast(x, DType::kFloat32)); }), x.dtype());
+  }
+  return Named(op, [&] { return f(x); });
+}
+
+}  // namespace
+
+Tensor elu(const Tensor& x, double alpha) {
+  return FloatActivation(
+      "elu", x, [&](const Tensor& v) { return where(gt(v, 0.0), v, mul(expm1(v), alpha)); });
+}
+
+Tensor hardtanh(const Tensor& x, double min_val, double max_val) {
+  KILN_CHECK(min_val <= max_val, "hardtanh: min_val ", min_val, " is above max_val ", max_val);
+  return FloatActivation("hardtanh", x,
+                         [&](const Tensor& v) { return clamp(v, min_val, max_val); });
+}
+
+Tensor relu6(const Tensor& x) {
+  return FloatActivation("relu6", x, [](const Tensor& v) { return clamp(v, 0.0, 6.0); });
+}
+
+Tensor hardsigmoid(const Tensor& x) {
+  return FloatActivation("hardsigmoid", x,
+                         [](const Tensor& v) { return div(clamp(add(v, 3.0), 0.0, 6.0), 6.0); });
+}
+
+Tensor hardswish(const Tensor& x) {
+  return FloatActivation("hardswish", x, [](const Tensor& v) {
+    return div(mul(v, clamp(add(v, 3.0), 0.0, 6.0)), 6.0);
+  });
+}
+
+Tensor mish(const Tensor& x) {
+  return FloatActivation("mish", x, [](const Tensor& v) { return mul(v, tanh(softplus(v))); });
+}
+
+Tensor logsigmoid(const Tensor& x) {
+  return FloatActivation("logsigmoid", x, [](const Tensor& v) { return neg(softplus(neg(v))); });
+}
+
+Tensor glu(const Tensor& x, int64_t dim) {
+  CheckDefined("glu", x);
+  KILN_CHECK(x.dim() > 0, "glu: needs a tensor with dims, got ", Shapes(x));
+  const int64_t d = Wrapped("glu", x, dim);
+  KILN_CHECK(x.size(d) % 2 == 0, "glu: dim ", dim, " must have an even size to halve, got ",
+             Shapes(x));
+  return FloatActivation("glu", x, [&](const Tensor& v) {
+    const int64_t h = v.size(d) / 2;
+    return mul(slice(v, d, 0, h), sigmoid(slice(v, d, h, 2 * h)));
+  });
+}
+
+Tensor normalize(const Tensor& x, double p, int64_t dim, double eps) {
+  CheckDefined("normalize", x);
+  const int64_t d = Wrapped("normalize", x, dim);
+  return Named("normalize",
+               [&] { return div(x, clamp_min(norm(x, p, {d}, /*keepdim=*/true), eps)); });
+}
+
+Tensor cosine_similarity(const Tensor& a, const Tensor& b, int64_t dim, double eps) {
+  CheckDefined("cosine_similarity", a);
+  CheckDefined("cosine_similarity", b);
+  const absl::StatusOr<Shape> shape = BroadcastShapes(a.shape(), b.shape());
+  KILN_CHECK(shape.ok(), "cosine_similarity: the shapes ", a.shape_string(), " and ",
+             b.shape_string(), " do not broadcast");
+  const int64_t d = Wrapped("cosine_similarity", a.dim() >= b.dim() ? a : b, dim);
+  return Named("cosine_similarity", [&] {
+    const Tensor x = broadcast_to(a, *shape), y = broadcast_to(b, *shape);
+    const Tensor nx = clamp_min(norm(x, 2, {d}, true), eps);
+    const Tensor ny = clamp_min(norm(y, 2, {d}, true), eps);
+    return sum(mul(div(x, nx), div(y, ny)), {d});
+  });
+}
+
+Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, Scalar beta, Scalar alpha) {
+  CheckDefined("addmm", input);
+  CheckDefined("addmm", a);
+  CheckDefined("addmm", b);
+  KILN_CHECK(a.dim() == 2 && b.dim() == 2, "addmm: a and b must be 2-D, got ", a.shape_string(),
+             " and ", b.shape_string());
+  return Named("addmm", [&] {
+    Tensor out = matmul(a, b);
+    const absl::StatusOr<Shape> s = BroadcastShapes(input.shape(), out.shape());
+    KILN_CHECK(s.ok() && *s == out.shape(), "input ", input.shape_string(),
+               " does not broadcast to the product's ", out.shape_string());
+    if (alpha.to_double() != 1) out = mul(out, alpha);
+    if (beta.to_double() == 0) return out;
+    return add(out, beta.to_double() == 1 ? input : mul(input, beta));
   });
 }
 

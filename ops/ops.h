@@ -299,6 +299,25 @@ Tensor roll(const Tensor& x, IntList shifts, IntList dims = {});
 // the largest index + 1 (read on the host: not inside a compiled function). An index outside
 // [0, num_classes) is an error.
 Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
+// Activations (torch.nn.functional's), floating x only; half inputs compute in float32 and
+// round once, as torch's kernels do.
+Tensor elu(const Tensor& x, double alpha = 1);  // x > 0 ? x : alpha (exp(x) - 1)
+Tensor hardtanh(const Tensor& x, double min_val = -1, double max_val = 1);
+Tensor relu6(const Tensor& x);        // hardtanh(x, 0, 6)
+Tensor hardsigmoid(const Tensor& x);  // relu6(x + 3) / 6
+Tensor hardswish(const Tensor& x);    // x relu6(x + 3) / 6
+Tensor mish(const Tensor& x);         // x tanh(softplus(x))
+Tensor logsigmoid(const Tensor& x);   // log(sigmoid(x)) = -softplus(-x)
+// a sigmoid(b) for the two halves a, b of `dim` (its size must be even).
+Tensor glu(const Tensor& x, int64_t dim = -1);
+// x / max(||x||_p, eps) along dim (F.normalize).
+Tensor normalize(const Tensor& x, double p = 2, int64_t dim = 1, double eps = 1e-12);
+// sum over dim of (a / max(||a||, eps)) (b / max(||b||, eps)), broadcasting a and b
+// (F.cosine_similarity).
+Tensor cosine_similarity(const Tensor& a, const Tensor& b, int64_t dim = 1, double eps = 1e-8);
+// beta input + alpha (a @ b) for 2-D a and b (torch.addmm); beta = 0 ignores input (NaN too).
+Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, Scalar beta = 1,
+             Scalar alpha = 1);
 // a[i] * b[j] for 1-D a and b: [len(a), len(b)].
 Tensor outer(const Tensor& a, const Tensor& b);
 // The cross-entropy of `logits` (classes along dim 1: [N, C], [N, C, d1, ...], or [C]) against

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -596,6 +597,53 @@ TEST(OpsSemantics, SortFlipRollOneHotOnCpu) { SortFlipRollOneHot(kCPU); }
 TEST(OpsSemanticsCuda, SortFlipRollOneHot) {
   KILN_SKIP_WITHOUT_GPU();
   SortFlipRollOneHot(CUDA(0));
+}
+
+// The activation composites, normalize, cosine_similarity and addmm against the math in double.
+void ActivationsAndNorms(Device device) {
+  const std::vector<double> v = {-4, -1, -0.5, 0, 0.5, 2, 7};
+  const Tensor x = to(from_vector(v, {7}), device);
+  auto each = [&](double (*f)(double)) {
+    std::vector<double> out;
+    for (double e : v) out.push_back(f(e));
+    return out;
+  };
+  const auto close = [](const std::vector<double>& got, const std::vector<double>& want,
+                        const char* what) {
+    ExpectClose(got, want, {1e-6, 1e-6}, what);
+  };
+  close(Vals(elu(x)), each([](double e) { return e > 0 ? e : std::expm1(e); }), "elu");
+  close(Vals(hardtanh(x)), each([](double e) { return std::clamp(e, -1.0, 1.0); }), "hardtanh");
+  close(Vals(relu6(x)), each([](double e) { return std::clamp(e, 0.0, 6.0); }), "relu6");
+  close(Vals(hardsigmoid(x)), each([](double e) { return std::clamp(e + 3, 0.0, 6.0) / 6; }),
+        "hardsigmoid");
+  close(Vals(hardswish(x)), each([](double e) { return e * std::clamp(e + 3, 0.0, 6.0) / 6; }),
+        "hardswish");
+  close(Vals(mish(x)), each([](double e) { return e * std::tanh(std::log1p(std::exp(e))); }),
+        "mish");
+  close(Vals(logsigmoid(x)), each([](double e) { return -std::log1p(std::exp(-e)); }),
+        "logsigmoid");
+  EXPECT_EQ(mish(to(x, DType::kBFloat16)).dtype(), DType::kBFloat16);
+  EXPECT_NE(ErrorOf([&] { return elu(Int64s({1}, device)); }).find("elu: "), std::string::npos);
+  const Tensor g = to(from_vector({1, 2, 0, -1}, {1, 4}), device);
+  close(Vals(glu(g)), {1 / (1 + std::exp(0.0)), 2 / (1 + std::exp(1.0))}, "glu");
+  EXPECT_NE(ErrorOf([&] { return glu(x); }).find("even size"), std::string::npos);
+  const Tensor m = to(from_vector({3, 4, 0, 0}, {2, 2}), device);
+  close(Vals(normalize(m)), {0.6, 0.8, 0, 0}, "normalize");
+  const Tensor a = to(from_vector({1, 0, 1, 1}, {2, 2}), device);
+  const Tensor b = to(from_vector({1, 1}, {1, 2}), device);
+  close(Vals(cosine_similarity(a, b)), {1 / std::sqrt(2.0), 1}, "cosine_similarity");
+  const Tensor bias = to(from_vector({1, 2}, {2}), device);
+  close(Vals(addmm(bias, m, a, 0.5, 2)), {2 * 7 + 0.5, 2 * 4 + 1, 0.5, 1}, "addmm");
+  EXPECT_NE(ErrorOf([&] {
+              return addmm(to(zeros({3, 2, 2}), device), m, a);
+            }).find("does not broadcast"),
+            std::string::npos);
+}
+TEST(OpsSemantics, ActivationsAndNormsOnCpu) { ActivationsAndNorms(kCPU); }
+TEST(OpsSemanticsCuda, ActivationsAndNorms) {
+  KILN_SKIP_WITHOUT_GPU();
+  ActivationsAndNorms(CUDA(0));
 }
 
 // argmin: the first smallest, a NaN's index, exact on int64's extremes, by dim with keepdim.
