@@ -318,6 +318,11 @@ Tensor cosine_similarity(const Tensor& a, const Tensor& b, int64_t dim = 1, doub
 // beta input + alpha (a @ b) for 2-D a and b (torch.addmm); beta = 0 ignores input (NaN too).
 Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, Scalar beta = 1,
              Scalar alpha = 1);
+// torch.einsum: subscripts per operand ("bhid,bhjd->bhij", "ij,jk", "...ij->...ji"), letters and
+// one "..." each; without "->" the output is the ellipsis and then the letters seen once, in
+// order. Sizes of one subscript must agree or be 1. Contracted pairwise left to right, each pair
+// one matmul (ops/einsum.cc). A subscript repeated within one operand (a diagonal) is an error.
+Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands);
 // a[i] * b[j] for 1-D a and b: [len(a), len(b)].
 Tensor outer(const Tensor& a, const Tensor& b);
 // The cross-entropy of `logits` (classes along dim 1: [N, C], [N, C, d1, ...], or [C]) against

@@ -646,6 +646,57 @@ TEST(OpsSemanticsCuda, ActivationsAndNorms) {
   ActivationsAndNorms(CUDA(0));
 }
 
+// einsum against the ops it stands for: matmul, batched attention scores, outer products,
+// transposes, sums, the implicit output, the ellipsis, size-1 broadcasting, three operands, and
+// its errors.
+void EinsumIsTorchs(Device device) {
+  Generator gen(5);
+  const Tensor a = randn({3, 4}, gen, DType::kFloat32, device);
+  const Tensor b = randn({4, 5}, gen, DType::kFloat32, device);
+  const auto same = [](const Tensor& got, const Tensor& want, const char* what) {
+    EXPECT_EQ(got.shape(), want.shape()) << what;
+    ExpectClose(Vals(got), Vals(want), {1e-5, 1e-5}, what);
+  };
+  same(einsum("ij,jk->ik", {a, b}), matmul(a, b), "matmul");
+  same(einsum("ij,jk", {a, b}), matmul(a, b), "implicit");
+  same(einsum("ij->ji", {a}), transpose(a, 0, 1), "transpose");
+  same(einsum("ba", {a}), transpose(a, 0, 1), "implicit order");
+  same(einsum("ij->", {a}), sum(a), "sum");
+  same(einsum("ij->j", {a}), sum(a, {0}), "column sums");
+  const Tensor u = randn({3}, gen, DType::kFloat32, device);
+  const Tensor v = randn({5}, gen, DType::kFloat32, device);
+  same(einsum("i,j->ij", {u, v}), outer(u, v), "outer");
+  same(einsum("i,i->", {u, u}), sum(u * u), "dot");
+  const Tensor q = randn({2, 3, 6, 8}, gen, DType::kFloat32, device);
+  const Tensor k = randn({2, 3, 7, 8}, gen, DType::kFloat32, device);
+  same(einsum("bhid,bhjd->bhij", {q, k}), matmul(q, transpose(k, -2, -1)), "scores");
+  same(einsum("...id,...jd->...ij", {q, k}), matmul(q, transpose(k, -2, -1)), "ellipsis");
+  same(einsum("bhid->bdhi", {q}), permute(q, {0, 3, 1, 2}), "permute");
+  const Tensor row = randn({1, 4}, gen, DType::kFloat32, device);
+  same(einsum("ij,ij->ij", {a, row}), a * row, "size-1 broadcast");
+  same(einsum("ij,jk,k->i", {a, b, v}), matmul(matmul(a, b), v), "three operands");
+  EXPECT_NE(ErrorOf([&] {
+              return einsum("ii->i", {to(ones({3, 3}), device)});
+            }).find("diagonal"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] {
+              return einsum("ij,jk->ik", {a, a});
+            }).find("sizes must agree"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] { return einsum("ij->ik", {a}); }).find("no operand has"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] { return einsum("ijk->i", {a}); }).find("rank 2"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { return einsum("ij,jk->ik", {a}); }).find("for 1 tensors"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] { return einsum("i1->i", {u}); }).find("subscripts are letters"),
+            std::string::npos);
+}
+TEST(OpsSemantics, EinsumIsTorchsOnCpu) { EinsumIsTorchs(kCPU); }
+TEST(OpsSemanticsCuda, EinsumIsTorchs) {
+  KILN_SKIP_WITHOUT_GPU();
+  EinsumIsTorchs(CUDA(0));
+}
+
 // argmin: the first smallest, a NaN's index, exact on int64's extremes, by dim with keepdim.
 void ArgminIsTorchs(Device device) {
   const Tensor x = to(from_vector({3, -1, 2, -1, 5, NAN}, {2, 3}), device);
