@@ -188,7 +188,7 @@ LlamaConfig LlamaConfig::FromJson(const std::string& text) {
   const bool qwen = model_type == "qwen2" || qwen3;
   // The fields each transformers config class reads (one it does not define is ignored, as
   // there): Mistral's sliding_window defaults to 4096 when absent (null: none); Qwen's applies
-  // only with use_sliding_window and to some layers (SlidingWindowOf); Llama has none. Mistral
+  // only with use_sliding_window and to some layers (QwenSlidingWindow); Llama has none. Mistral
   // has no biases; Qwen2 has q/k/v biases and no others; Qwen3 reads attention_bias for all four
   // projections, has q/k norms and a head_dim of 128 unless given; Llama reads attention_bias and
   // mlp_bias.

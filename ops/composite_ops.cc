@@ -49,8 +49,21 @@ int64_t Product(const char* fn, IntList sizes) {
 
 // f() with errors prefixed by `op` (the composite's name, not its parts').
 template <typename F>
-Tensor Named(const char* op, F&& f) {
+decltype(auto) Named(const char* op, F&& f) {
   return WithErrorContext([op] { return op; }, std::forward<F>(f));
+}
+
+// f(x) for a floating x (other dtypes are the error naming `op`), computed in float32 for the
+// half types and rounded once, as torch's kernels compute them; f's errors name `op`.
+template <typename F>
+Tensor InFloat32(const char* op, const Tensor& x, F&& f) {
+  CheckDefined(op, x);
+  KILN_CHECK(IsFloatingPoint(x.dtype()), op, ": needs a floating tensor (as torch), got ",
+             DTypeName(x.dtype()), Shapes(x));
+  if (x.dtype() != DType::kFloat32) {
+    return cast(Named(op, [&] { return f(cast(x, DType::kFloat32)); }), x.dtype());
+  }
+  return Named(op, [&] { return f(x); });
 }
 
 // Which dims a reduction over `dims` takes (infer::ReducedMask), or the error naming `fn`.
@@ -191,83 +204,63 @@ Tensor logsumexp(const Tensor& x, IntList dims, bool keepdim) {
   if (!IsFloatingPoint(x.dtype())) {  // integers and bools promote to float32, as in torch
     return logsumexp(cast(x, DType::kFloat32), dims, keepdim);
   }
-  if (x.dtype() != DType::kFloat32) {  // half types compute in float32 and round once, as torch
-    return cast(logsumexp(cast(x, DType::kFloat32), dims, keepdim), x.dtype());
-  }
-  // No elements to reduce: the sums of no exponentials are 0, their logs -inf (as torch), and no
-  // maximum exists to shift by.
   Reduced("logsumexp", x, dims);  // dims checked here: the work below is done by max and sum
-  if (x.numel() == 0) return log(sum(exp(x), dims, keepdim));
-  const Tensor m = max(x, dims, /*keepdim=*/true);
-  // An infinite row maximum shifts by 0 instead (-inf - -inf would be NaN).
-  const Tensor shift = masked_fill(m, eq(abs(m), std::numeric_limits<double>::infinity()), 0.0);
-  const Tensor out = add(log(sum(exp(sub(x, shift)), dims, /*keepdim=*/true)), shift);
-  if (keepdim) return out;
-  return dims.empty() ? reshape(out, {}) : sum(out, dims, /*keepdim=*/false);  // drops the 1s
+  return InFloat32("logsumexp", x, [&](const Tensor& v) {
+    // No elements to reduce: the sums of no exponentials are 0, their logs -inf (as torch), and
+    // no maximum exists to shift by.
+    if (v.numel() == 0) return log(sum(exp(v), dims, keepdim));
+    const Tensor m = max(v, dims, /*keepdim=*/true);
+    // An infinite row maximum shifts by 0 instead (-inf - -inf would be NaN).
+    const Tensor shift = masked_fill(m, eq(abs(m), std::numeric_limits<double>::infinity()), 0.0);
+    const Tensor out = add(log(sum(exp(sub(v, shift)), dims, /*keepdim=*/true)), shift);
+    if (keepdim) return out;
+    return dims.empty() ? reshape(out, {}) : sum(out, dims, /*keepdim=*/false);  // drops the 1s
+  });
 }
 
 Tensor var(const Tensor& x, IntList dims, int64_t correction, bool keepdim) {
   CheckDefined("var", x);
-  KILN_CHECK(IsFloatingPoint(x.dtype()), "var: needs a floating tensor, got ", DTypeName(x.dtype()),
-             Shapes(x));
   KILN_CHECK(correction >= 0, "var: correction must be non-negative, got ", correction);
-  if (x.dtype() != DType::kFloat32) {  // half types compute in float32 and round once, as torch
-    return cast(var(cast(x, DType::kFloat32), dims, correction, keepdim), x.dtype());
-  }
   const std::vector<bool> reduced = Reduced("var", x, dims);
   Shape taken;
   for (int64_t d = 0; d < x.dim(); ++d) {
     if (reduced[d]) taken.push_back(x.size(d));
   }
   const int64_t n = Product("var", taken);
-  const Tensor centred = sub(x, mean(x, dims, /*keepdim=*/true));
-  const Tensor squares = sum(mul(centred, centred), dims, keepdim);
-  return div(squares, static_cast<double>(std::max<int64_t>(n - correction, 0)));
+  return InFloat32("var", x, [&](const Tensor& v) {
+    const Tensor centred = sub(v, mean(v, dims, /*keepdim=*/true));
+    const Tensor squares = sum(mul(centred, centred), dims, keepdim);
+    return div(squares, static_cast<double>(std::max<int64_t>(n - correction, 0)));
+  });
 }
 
 Tensor std(const Tensor& x, IntList dims, int64_t correction, bool keepdim) {
-  CheckDefined("std", x);
-  KILN_CHECK(IsFloatingPoint(x.dtype()), "std: needs a floating tensor, got ", DTypeName(x.dtype()),
-             Shapes(x));
-  if (x.dtype() != DType::kFloat32) {  // half types compute in float32 and round once, as torch
-    return cast(std(cast(x, DType::kFloat32), dims, correction, keepdim), x.dtype());
-  }
-  return Named("std", [&] { return sqrt(var(x, dims, correction, keepdim)); });
+  return InFloat32("std", x,
+                   [&](const Tensor& v) { return sqrt(var(v, dims, correction, keepdim)); });
 }
 
 Tensor norm(const Tensor& x, double p, IntList dims, bool keepdim) {
   CheckDefined("norm", x);
-  KILN_CHECK(IsFloatingPoint(x.dtype()), "norm: needs a floating tensor (as torch's vector_norm), ",
-             "got ", DTypeName(x.dtype()), Shapes(x));
   KILN_CHECK(!std::isnan(p), "norm: the order p is NaN");
-  if (x.dtype() != DType::kFloat32) {  // half types compute in float32 and round once, as torch
-    return cast(norm(cast(x, DType::kFloat32), p, dims, keepdim), x.dtype());
-  }
   const std::vector<bool> reduced = Reduced("norm", x, dims);
   for (int64_t d = 0; d < x.dim(); ++d) {
     KILN_CHECK(!(p < 0 && reduced[d] && x.size(d) == 0), "norm: the ", p, "-norm of no elements ",
                "has no value (a negative order has no identity), got ", Shapes(x), " over dim ", d);
   }
-  return Named("norm", [&] {
-    const Tensor a = abs(x);
+  return InFloat32("norm", x, [&](const Tensor& v) {
+    const Tensor a = abs(v);
     if (std::isinf(p)) return p > 0 ? max(a, dims, keepdim) : min(a, dims, keepdim);
-    if (p == 0) return sum(cast(ne(x, 0.0), DType::kFloat32), dims, keepdim);
+    if (p == 0) return sum(cast(ne(v, 0.0), DType::kFloat32), dims, keepdim);
     if (p == 1) return sum(a, dims, keepdim);
-    if (p == 2) return sqrt(sum(mul(x, x), dims, keepdim));
+    if (p == 2) return sqrt(sum(mul(v, v), dims, keepdim));
     return pow(sum(pow(a, p), dims, keepdim), 1.0 / p);
   });
 }
 
 Tensor softplus(const Tensor& x, double beta, double threshold) {
-  CheckDefined("softplus", x);
-  KILN_CHECK(IsFloatingPoint(x.dtype()), "softplus: needs a floating tensor (as torch), got ",
-             DTypeName(x.dtype()), Shapes(x));
-  if (x.dtype() != DType::kFloat32) {  // half types compute in float32 and round once, as torch
-    return cast(softplus(cast(x, DType::kFloat32), beta, threshold), x.dtype());
-  }
-  return Named("softplus", [&] {
-    const Tensor bx = mul(x, beta);
-    return where(gt(bx, threshold), x, div(log1p(exp(bx)), beta));
+  return InFloat32("softplus", x, [&](const Tensor& v) {
+    const Tensor bv = mul(v, beta);
+    return where(gt(bv, threshold), v, div(log1p(exp(bv)), beta));
   });
 }
 
@@ -279,7 +272,7 @@ ValuesIndices sort(const Tensor& x, int64_t dim, bool descending) {
     return {cast(r.values, DType::kBool), std::move(r.indices)};
   }
   const int64_t n = x.dim() == 0 ? 1 : x.size(d);
-  return WithErrorContext([] { return "sort"; }, [&] { return topk(x, n, d, descending); });
+  return Named("sort", [&] { return topk(x, n, d, descending); });
 }
 
 Tensor argsort(const Tensor& x, int64_t dim, bool descending) {
@@ -345,55 +338,36 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   });
 }
 
-namespace {
-
-// f(x) for a floating x, computed in float32 for half types and rounded once (as torch's
-// activation kernels); other dtypes are the error naming `op`.
-template <typename F>
-Tensor FloatActivation(const char* op, const Tensor& x, F&& f) {
-  CheckDefined(op, x);
-  KILN_CHECK(IsFloatingPoint(x.dtype()), op, ": needs a floating tensor (as torch), got ",
-             DTypeName(x.dtype()), Shapes(x));
-  if (x.dtype() != DType::kFloat32) {
-    return cast(Named(op, [&] { return f(cast(x, DType::kFloat32)); }), x.dtype());
-  }
-  return Named(op, [&] { return f(x); });
-}
-
-}  // namespace
-
 Tensor elu(const Tensor& x, double alpha) {
-  return FloatActivation(
-      "elu", x, [&](const Tensor& v) { return where(gt(v, 0.0), v, mul(expm1(v), alpha)); });
+  return InFloat32("elu", x,
+                   [&](const Tensor& v) { return where(gt(v, 0.0), v, mul(expm1(v), alpha)); });
 }
 
 Tensor hardtanh(const Tensor& x, double min_val, double max_val) {
   KILN_CHECK(min_val <= max_val, "hardtanh: min_val ", min_val, " is above max_val ", max_val);
-  return FloatActivation("hardtanh", x,
-                         [&](const Tensor& v) { return clamp(v, min_val, max_val); });
+  return InFloat32("hardtanh", x, [&](const Tensor& v) { return clamp(v, min_val, max_val); });
 }
 
 Tensor relu6(const Tensor& x) {
-  return FloatActivation("relu6", x, [](const Tensor& v) { return clamp(v, 0.0, 6.0); });
+  return InFloat32("relu6", x, [](const Tensor& v) { return clamp(v, 0.0, 6.0); });
 }
 
 Tensor hardsigmoid(const Tensor& x) {
-  return FloatActivation("hardsigmoid", x,
-                         [](const Tensor& v) { return div(clamp(add(v, 3.0), 0.0, 6.0), 6.0); });
+  return InFloat32("hardsigmoid", x,
+                   [](const Tensor& v) { return div(clamp(add(v, 3.0), 0.0, 6.0), 6.0); });
 }
 
 Tensor hardswish(const Tensor& x) {
-  return FloatActivation("hardswish", x, [](const Tensor& v) {
-    return div(mul(v, clamp(add(v, 3.0), 0.0, 6.0)), 6.0);
-  });
+  return InFloat32("hardswish", x,
+                   [](const Tensor& v) { return div(mul(v, clamp(add(v, 3.0), 0.0, 6.0)), 6.0); });
 }
 
 Tensor mish(const Tensor& x) {
-  return FloatActivation("mish", x, [](const Tensor& v) { return mul(v, tanh(softplus(v))); });
+  return InFloat32("mish", x, [](const Tensor& v) { return mul(v, tanh(softplus(v))); });
 }
 
 Tensor logsigmoid(const Tensor& x) {
-  return FloatActivation("logsigmoid", x, [](const Tensor& v) { return neg(softplus(neg(v))); });
+  return InFloat32("logsigmoid", x, [](const Tensor& v) { return neg(softplus(neg(v))); });
 }
 
 Tensor glu(const Tensor& x, int64_t dim) {
@@ -402,7 +376,7 @@ Tensor glu(const Tensor& x, int64_t dim) {
   const int64_t d = Wrapped("glu", x, dim);
   KILN_CHECK(x.size(d) % 2 == 0, "glu: dim ", dim, " must have an even size to halve, got ",
              Shapes(x));
-  return FloatActivation("glu", x, [&](const Tensor& v) {
+  return InFloat32("glu", x, [&](const Tensor& v) {
     const int64_t h = v.size(d) / 2;
     return mul(slice(v, d, 0, h), sigmoid(slice(v, d, h, 2 * h)));
   });

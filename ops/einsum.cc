@@ -164,6 +164,29 @@ Term Contract(const Term& a, const Term& b, const Labels& later, const std::vect
   return {reshape(product, shape), labels};
 }
 
+// The operands contracted left to right into the output's labels: before each step, what no
+// later operand or the output needs is summed out of the operand.
+Tensor ContractAll(const std::vector<Term>& terms, const Labels& out,
+                   const std::vector<int64_t>& size) {
+  auto needed_after = [&](size_t i) {  // the labels of the operands after i, and the output's
+    Labels later = out;
+    for (size_t j = i + 1; j < terms.size(); ++j) {
+      later.insert(later.end(), terms[j].labels.begin(), terms[j].labels.end());
+    }
+    return later;
+  };
+  Term acc = SumOut(terms[0], needed_after(0));
+  for (size_t i = 1; i < terms.size(); ++i) {
+    const Labels later = needed_after(i);
+    Labels keep = later;
+    keep.insert(keep.end(), acc.labels.begin(), acc.labels.end());
+    acc = Contract(acc, SumOut(terms[i], keep), later, size);
+  }
+  acc = SumOut(acc, out);
+  // To the output's order and sizes (a label of size 1 in every operand stays 1).
+  return contiguous(Arrange(acc, out, size));
+}
+
 }  // namespace
 
 Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands) {
@@ -217,33 +240,8 @@ Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands) 
       if (count[l] == 1) out.push_back(l);
     }
   }
-  return WithErrorContext(
-      [&] { return absl::StrCat("einsum '", equation, "'"); },
-      [&] {
-        // Contract left to right; before each step, sum out what no later operand or output needs.
-        auto needed_after = [&](size_t i) {  // labels of operands after i, and the output's
-          Labels later = out;
-          for (size_t j = i + 1; j < terms.size(); ++j) {
-            later.insert(later.end(), terms[j].labels.begin(), terms[j].labels.end());
-          }
-          return later;
-        };
-        Labels first_keep = needed_after(0);
-        if (terms.size() > 1) {
-          first_keep.insert(first_keep.end(), terms[1].labels.begin(), terms[1].labels.end());
-        }
-        Term acc = SumOut(terms[0], first_keep);
-        for (size_t i = 1; i < terms.size(); ++i) {
-          const Labels later = needed_after(i);
-          Labels keep = later;
-          keep.insert(keep.end(), acc.labels.begin(), acc.labels.end());
-          const Term next = SumOut(terms[i], keep);
-          acc = Contract(acc, next, later, size);
-        }
-        acc = SumOut(acc, out);
-        // To the output's order and sizes (a label of size 1 in every operand stays 1).
-        return contiguous(Arrange(acc, out, size));
-      });
+  return WithErrorContext([&] { return absl::StrCat("einsum '", equation, "'"); },
+                          [&] { return ContractAll(terms, out, size); });
 }
 
 }  // namespace kiln

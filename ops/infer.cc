@@ -493,8 +493,6 @@ Result BinaryNumeric(Types in, const OpAttrs& a) {
 
 Result Pow(Types in, const OpAttrs& a) { return BinaryNumeric(in, a); }
 
-Result Sign(Types in, const OpAttrs&) { return in[0]; }
-
 Result PowScalar(Types in, const OpAttrs& a) {
   const DType t = ScalarResultType(in[0].dtype, a.scalar);
   if (!IsFloatingPoint(t) && a.scalar.to_int64() < 0) {

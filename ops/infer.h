@@ -45,7 +45,7 @@ Result Expand(Types in, const OpAttrs& a);
 Result Slice(Types in, const OpAttrs& a);
 Result Unsqueeze(Types in, const OpAttrs& a);
 Result Squeeze(Types in, const OpAttrs& a);
-Result Same(Types in, const OpAttrs& a);       // contiguous
+Result Same(Types in, const OpAttrs& a);       // contiguous, sign: the input's type
 Result TriMask(Types in, const OpAttrs& a);    // triu, tril: rank >= 2
 Result Copy(Types in, const OpAttrs& a);       // copy(self, src): self's type, src broadcasts
 Result AsStrided(Types in, const OpAttrs& a);  // the window's shape, in bounds
@@ -66,7 +66,6 @@ Result MinMax(Types in, const OpAttrs& a);         // minimum, maximum: broadcas
 Result Pow(Types in, const OpAttrs& a);            // pow(x, y): broadcast + promote, not bool
 // remainder, fmod, floor_divide: broadcast + promote, not bool (as pow)
 Result BinaryNumeric(Types in, const OpAttrs& a);
-Result Sign(Types in, const OpAttrs& a);         // dtype kept, bool too
 Result PowScalar(Types in, const OpAttrs& a);    // pow(x, scalar)
 Result ClampScalar(Types in, const OpAttrs& a);  // clamp_min / clamp_max(x, scalar)
 

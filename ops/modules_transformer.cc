@@ -149,31 +149,26 @@ Tensor rope_inverse_frequencies(int64_t head_dim, const RopeOptions& r) {
 
 namespace {
 
-// cos (or sin) of position * inv_freq for [max_positions, head_dim / 2] times `scale`, float32
-// throughout.
-Tensor RotaryTable(const std::vector<double>& inv, int64_t max_positions, bool sine, double scale,
-                   Device device) {
-  const int64_t half = static_cast<int64_t>(inv.size());
-  const float s = static_cast<float>(scale);
-  std::vector<double> v(static_cast<size_t>(max_positions * half));
-  for (int64_t p = 0; p < max_positions; ++p) {
-    for (int64_t i = 0; i < half; ++i) {
-      const float angle = static_cast<float>(p) * static_cast<float>(inv[i]);
-      const float value = static_cast<float>(sine ? std::sin(angle) : std::cos(angle));
-      v[p * half + i] = s == 1.0f ? value : value * s;
-    }
-  }
-  return from_vector(v, {max_positions, half}, DType::kFloat32, device);
-}
-
-std::vector<double> CheckedInverseFrequencies(int64_t head_dim, const RopeOptions& r) {
+// The rule's cos (or sin) table on the CPU: of position * inv_freq for [max_positions,
+// head_dim / 2], times the rule's attention scaling, float32 throughout.
+Tensor RotaryTable(int64_t head_dim, const RopeOptions& r, bool sine) {
   KILN_CHECK(r.max_positions > 0, "RotaryEmbedding: max_positions must be positive, got ",
              r.max_positions);
   constexpr int64_t kMaxTableEntries = int64_t{1} << 28;  // 1 GiB per float32 table
   KILN_CHECK(head_dim / 2 <= kMaxTableEntries / r.max_positions, "RotaryEmbedding: tables of ",
              "max_positions x head_dim / 2 = ", r.max_positions, " x ", head_dim / 2,
              " entries are too large (at most 2^28 entries each)");
-  return to_vector(rope_inverse_frequencies(head_dim, r));
+  const std::vector<double> inv = to_vector(rope_inverse_frequencies(head_dim, r));
+  const int64_t half = static_cast<int64_t>(inv.size());
+  const float scale = static_cast<float>(rope_attention_scaling(r));
+  std::vector<double> v(static_cast<size_t>(r.max_positions * half));
+  for (int64_t p = 0; p < r.max_positions; ++p) {
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(p) * static_cast<float>(inv[i]);
+      v[p * half + i] = static_cast<float>(sine ? std::sin(angle) : std::cos(angle)) * scale;
+    }
+  }
+  return from_vector(v, {r.max_positions, half}, DType::kFloat32);
 }
 
 Tensor GivenTable(const Tensor& t, const Tensor& other, const char* name, Device device) {
@@ -190,20 +185,9 @@ RotaryEmbedding::RotaryEmbedding(int64_t head_dim, int64_t max_positions, double
                                  ModuleOptions o)
     : RotaryEmbedding(head_dim, RopeOptions{.base = base, .max_positions = max_positions}, o) {}
 
+// The rule's tables, as given tables (which keeps the meta device's values for to_empty).
 RotaryEmbedding::RotaryEmbedding(int64_t head_dim, RopeOptions r, ModuleOptions o)
-    : head_dim_(head_dim),
-      cos_(
-          RegisterBuffer("cos", RotaryTable(CheckedInverseFrequencies(head_dim, r), r.max_positions,
-                                            false, rope_attention_scaling(r), o.device))),
-      sin_(
-          RegisterBuffer("sin", RotaryTable(CheckedInverseFrequencies(head_dim, r), r.max_positions,
-                                            true, rope_attention_scaling(r), o.device))) {
-  if (o.device.is_meta()) {  // the values, for to_empty
-    const std::vector<double> inv = CheckedInverseFrequencies(head_dim, r);
-    meta_values_ = {RotaryTable(inv, r.max_positions, false, rope_attention_scaling(r), kCPU),
-                    RotaryTable(inv, r.max_positions, true, rope_attention_scaling(r), kCPU)};
-  }
-}
+    : RotaryEmbedding(RotaryTable(head_dim, r, false), RotaryTable(head_dim, r, true), o) {}
 
 RotaryEmbedding::RotaryEmbedding(const Tensor& cos, const Tensor& sin, ModuleOptions o)
     : head_dim_(cos.defined() && cos.dim() == 2 ? 2 * cos.size(1) : 0),

@@ -274,7 +274,7 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   Ew(O::kTan, "tan", 1, kEw, 0, infer::UnaryFloat, FTan, "tanf($0)"),
   Ew(O::kAtan, "atan", 1, kEw, 0, infer::UnaryFloat, FAtan, "atanf($0)"),
   Ew(O::kReciprocal, "reciprocal", 1, kEw, 0, infer::UnaryFloat, FReciprocal, "(1.f / ($0))"),
-  TypedEw(O::kSign, "sign", 1, kEw, 0, infer::Sign, cpu::TypedElementwise<cpu::SignOp>, FSign,
+  TypedEw(O::kSign, "sign", 1, kEw, 0, infer::Same, cpu::TypedElementwise<cpu::SignOp>, FSign,
           "((($0) > 0) - (($0) < 0))"),
   TypedEw(O::kRemainder, "remainder", 2, kBc, 0, infer::BinaryNumeric,
           cpu::TypedElementwise<cpu::RemainderOp>, FRemainder, "kiln_remainder($0, $1)"),

@@ -102,16 +102,16 @@ void Elementwise(const OpDef& def, absl::Span<const Tensor> in, const Tensor& ou
   // scalar to float (the op math type of float32, bfloat16 and float16), as torch computes
   // x * 0.1 with 0.1f.
   const DType common = FloatingCommonDType(in, out_t);
-  auto loader = [common](DType t) { return OperandLoader(t, common); };
-  if (!(def.attr_fields & kAttrScalar)) {
-    ElementwiseLoop<double>(in, out, loader, StorerFor(out_t),
-                            [&](const double* args) { return fn(args, a); });
-    return;
+  const OpAttrs* attrs = &a;
+  OpAttrs rounded;
+  if (def.attr_fields & kAttrScalar) {
+    rounded = a;
+    rounded.scalar = static_cast<double>(static_cast<float>(a.scalar.to_double()));
+    attrs = &rounded;
   }
-  OpAttrs rounded = a;
-  rounded.scalar = static_cast<double>(static_cast<float>(a.scalar.to_double()));
-  ElementwiseLoop<double>(in, out, loader, StorerFor(out_t),
-                          [&](const double* args) { return fn(args, rounded); });
+  ElementwiseLoop<double>(
+      in, out, [common](DType t) { return OperandLoader(t, common); }, StorerFor(out_t),
+      [&](const double* args) { return fn(args, *attrs); });
 }
 
 void Copy(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs&) {

@@ -118,16 +118,18 @@ void Cumsum(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const 
   const LoadFn load = LoaderFor(x.dtype());
   const StoreFn store = StorerFor(out.dtype());
   ForEachRowOf(xs, os, d, [&](int64_t in_off, int64_t out_off) {
-    uint64_t isum = 0;  // wraps like torch's int64
-    double fsum = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      if (ints) {
-        isum += static_cast<uint64_t>(ReadInt(x.dtype(), x.data_ptr(), in_off + i * stride));
-        WriteInt(out.dtype(), out.data_ptr(), out_off + i * out_stride, static_cast<int64_t>(isum));
-      } else {
-        fsum += load(x.data_ptr(), in_off + i * stride);
-        store(out.data_ptr(), out_off + i * out_stride, fsum);
+    if (ints) {
+      uint64_t sum = 0;  // wraps like torch's int64
+      for (int64_t i = 0; i < n; ++i) {
+        sum += static_cast<uint64_t>(ReadInt(x.dtype(), x.data_ptr(), in_off + i * stride));
+        WriteInt(out.dtype(), out.data_ptr(), out_off + i * out_stride, static_cast<int64_t>(sum));
       }
+      return;
+    }
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      sum += load(x.data_ptr(), in_off + i * stride);
+      store(out.data_ptr(), out_off + i * out_stride, sum);
     }
   });
 }

@@ -221,14 +221,15 @@ struct RemainderOp {
   static constexpr bool kBoolResult = false;
   template <typename T>
   static T Apply(T a, T b) {
-    if constexpr (std::is_floating_point_v<T>) {
-      const float m = std::fmod(static_cast<float>(a), static_cast<float>(b));
-      const float fb = static_cast<float>(b);
-      return m != 0 && ((fb < 0) != (m < 0)) ? m + fb : m;
-    } else {
+    if constexpr (std::is_integral_v<T>) {
       if (b == 0) ThrowIntegerDivisionByZero("remainder");
-      const T m = FmodOp::Apply(a, b);
-      return m != 0 && ((b < 0) != (m < 0)) ? m + b : m;
+    }
+    const T m = FmodOp::Apply(a, b);
+    if (m == 0 || (b < 0) == (m < 0)) return m;
+    if constexpr (std::is_floating_point_v<T>) {
+      return static_cast<float>(m) + static_cast<float>(b);  // in float32, as torch
+    } else {
+      return m + b;  // opposite signs: no overflow
     }
   }
 };
