@@ -20,6 +20,7 @@
 #include <cub/block/block_scan.cuh>
 #include <type_traits>
 
+#include "ops/cuda/float_convert.cuh"
 #include "ops/cuda/index_kernels.h"
 
 namespace kiln::cuda_kernels {
@@ -464,25 +465,22 @@ struct ScanTypes {  // floats sum in float32 and keep their type; integers sum i
   using Out = std::conditional_t<std::is_integral_v<T>, long long, T>;
 };
 
+// An element into the sum's type (float_convert.cuh's ToFloat for the floating types), and back.
 template <typename T>
 __device__ __forceinline__ typename ScanTypes<T>::Acc ToAcc(T v) {
-  if constexpr (std::is_same_v<T, __half>) {
-    return __half2float(v);
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __bfloat162float(v);
+  if constexpr (std::is_integral_v<T>) {
+    return v;
   } else {
-    return static_cast<typename ScanTypes<T>::Acc>(v);
+    return ToFloat(v);
   }
 }
 
 template <typename T>
 __device__ __forceinline__ typename ScanTypes<T>::Out FromAcc(typename ScanTypes<T>::Acc v) {
-  if constexpr (std::is_same_v<T, __half>) {
-    return __float2half_rn(v);
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16_rn(v);
-  } else {
+  if constexpr (std::is_integral_v<T>) {
     return v;
+  } else {
+    return FromFloat<T>(v);
   }
 }
 
@@ -504,8 +502,7 @@ struct RunningTotal {
 };
 
 template <typename T>
-__global__ void CumsumKernel(const T* x, typename ScanTypes<T>::Out* out, int64_t rows,
-                             int64_t n) {
+__global__ void CumsumKernel(const T* x, typename ScanTypes<T>::Out* out, int64_t rows, int64_t n) {
   using Acc = typename ScanTypes<T>::Acc;
   using Scan = cub::BlockScan<Acc, kThreads>;
   __shared__ typename Scan::TempStorage temp;
