@@ -95,6 +95,26 @@ IndexPlan PlanIndexCopy(const OpDef& def, const Tensor& out, int64_t dim, const 
   return p;
 }
 
+IndexPlan PlanScatter(const OpDef& def, const Tensor& out, int64_t dim, const Tensor& index,
+                      const Tensor& src) {
+  IndexPlan p = Base(def, index, out.element_size());  // iterates over the index
+  SetIndex(p, index);
+  p.scatter = true;
+  if (out.dim() == 0) {  // a 0-d scatter: index 0 picks the one element
+    p.bound = 1;
+    return p;
+  }
+  const int64_t d = Wrap(dim, out.dim());
+  for (int i = 0; i < p.rank; ++i) {
+    p.src_strides[i] = src.stride(i);
+    p.out_strides[i] = i == d ? 0 : out.stride(i);
+    p.idx_strides[i] = index.stride(i);
+  }
+  p.select_stride = out.stride(d);
+  p.bound = out.size(d);
+  return p;
+}
+
 IndexPlan PlanCopy(const OpDef& def, const Tensor& src, const Tensor& out) {
   IndexPlan p = Base(def, out, out.element_size());
   for (int i = 0; i < p.rank; ++i) p.src_strides[i] = src.size(i) == 1 ? 0 : src.stride(i);
@@ -154,6 +174,36 @@ void RunOnCpu(const IndexPlan& p, void* out, const void* src, const void* index)
       (p.scatter ? o : s) += v * p.select_stride;
     }
     std::memcpy(dst + o * size, from + s * size, static_cast<size_t>(size));
+  });
+}
+
+void ScatterAddOnCpu(const IndexPlan& p, DType dtype, void* out, const void* src,
+                     const void* index) {
+  const Shape shape(p.sizes, p.sizes + p.rank);
+  const Strides strides[] = {Strides(p.out_strides, p.out_strides + p.rank),
+                             Strides(p.src_strides, p.src_strides + p.rank),
+                             Strides(p.idx_strides, p.idx_strides + p.rank)};
+  auto target = [&](const int64_t* off) {
+    const int64_t v = p.index_is_int64 ? static_cast<const int64_t*>(index)[off[2]]
+                                       : static_cast<const int32_t*>(index)[off[2]];
+    return off[0] + v * p.select_stride;
+  };
+  if (!IsFloatingPoint(dtype)) {  // integers add exactly, wrapping in dtype
+    const IntLoadFn load = IntLoaderFor(dtype);
+    const IntStoreFn store = IntStorerFor(dtype);
+    cpu::ForEachElement(shape, strides, [&](const int64_t* off) {
+      const int64_t o = target(off);
+      store(out, o,
+            static_cast<int64_t>(static_cast<uint64_t>(load(out, o)) +
+                                 static_cast<uint64_t>(load(src, off[1]))));
+    });
+    return;
+  }
+  const LoadFn load = LoaderFor(dtype);
+  const StoreFn store = StorerFor(dtype);
+  cpu::ForEachElement(shape, strides, [&](const int64_t* off) {
+    const int64_t o = target(off);
+    store(out, o, load(out, o) + load(src, off[1]));
   });
 }
 

@@ -25,6 +25,10 @@ IndexPlan PlanGather(const OpDef& def, const Tensor& x, int64_t dim, const Tenso
 // source.select(dim, i).
 IndexPlan PlanIndexCopy(const OpDef& def, const Tensor& out, int64_t dim, const Tensor& index,
                         const Tensor& source);
+// scatter's and scatter_add's plan over `index`'s elements: out[..index[o]..] = src[o] (or +=),
+// with out's offset from o's position in every dim but `dim`, where the index picks it.
+IndexPlan PlanScatter(const OpDef& def, const Tensor& out, int64_t dim, const Tensor& index,
+                      const Tensor& src);
 // A strided copy of `src` into `out` (same shape and dtype): cat's per-input copy.
 IndexPlan PlanCopy(const OpDef& def, const Tensor& src, const Tensor& out);
 
@@ -58,5 +62,9 @@ void CheckIndices(const OpDef& def, const Tensor& index, int64_t bound, int64_t 
 // out[o] = src[...] for every output element, or for a scatter out[...] = src[o] for every source
 // element (a bitwise copy of elem_size bytes). The caller has checked the indices.
 void RunOnCpu(const IndexPlan& plan, void* out, const void* src, const void* index);
+// A scatter plan's adds on the CPU: out[...] += src[o] in `dtype`, in the order of src's elements
+// (each sum rounded to dtype, as torch's CPU kernel). The caller has checked the indices.
+void ScatterAddOnCpu(const IndexPlan& plan, DType dtype, void* out, const void* src,
+                     const void* index);
 
 }  // namespace kiln::gather

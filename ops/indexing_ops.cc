@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ops/dispatch.h"
+#include "ops/factories.h"
 #include "ops/ops.h"
 #include "runtime/cuda.h"
 #include "runtime/status.h"
@@ -42,6 +43,42 @@ const Tensor& index_copy_(const Tensor& self, int64_t dim, const Tensor& index,
   OpAttrs a;
   a.dim = dim;
   return DispatchInPlace(OpId::kIndexCopy, {self, index, source}, a);
+}
+
+namespace {
+
+OpAttrs DimAttr(int64_t dim) {
+  OpAttrs a;
+  a.dim = dim;
+  return a;
+}
+
+}  // namespace
+
+Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  return Dispatch(OpId::kScatter, {self, index, src}, DimAttr(dim));
+}
+
+Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, Scalar value) {
+  KILN_CHECK(self.defined() && index.defined(), "scatter: self and index must be defined tensors");
+  KILN_CHECK(value.FitsIn(self.dtype()), "scatter: the value ", value.ToString(),
+             " cannot be converted to ", DTypeName(self.dtype()), " without overflow");
+  // The value as a src of index's shape (expanded: no copy).
+  const Tensor src = expand(full({}, value, self.dtype(), self.device()), index.shape());
+  return scatter(self, dim, index, src);
+}
+
+Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  return Dispatch(OpId::kScatterAdd, {self, index, src}, DimAttr(dim));
+}
+
+const Tensor& scatter_(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  return DispatchInPlace(OpId::kScatter, {self, index, src}, DimAttr(dim));
+}
+
+const Tensor& scatter_add_(const Tensor& self, int64_t dim, const Tensor& index,
+                           const Tensor& src) {
+  return DispatchInPlace(OpId::kScatterAdd, {self, index, src}, DimAttr(dim));
 }
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {

@@ -74,6 +74,7 @@ Result Embedding(Types in, const OpAttrs& a);    // weight [V, D], indices [*] -
 Result IndexSelect(Types in, const OpAttrs& a);  // x, 1-D index along a.dim
 Result Gather(Types in, const OpAttrs& a);       // x, index of x's rank along a.dim
 Result IndexCopy(Types in, const OpAttrs& a);    // self, 1-D index, source along a.dim
+Result Scatter(Types in, const OpAttrs& a);      // self, index, src of self's rank along a.dim
 Result Cat(Types in, const OpAttrs& a);          // any number of tensors along a.dim
 Result ArgMax(Types in, const OpAttrs& a);       // along a.dims (none or one), keepdim: int64
 Result TopK(Types in, const OpAttrs& a);         // indices of the k largest along a.dim: int64

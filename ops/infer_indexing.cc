@@ -98,6 +98,31 @@ Result IndexCopy(Types in, const OpAttrs& a) {
   return self;
 }
 
+Result Scatter(Types in, const OpAttrs& a) {
+  const TensorType &self = in[0], &index = in[1], &src = in[2];
+  KILN_RETURN_IF_ERROR(RequireIndexType(index, "index"));
+  if (src.dtype != self.dtype) {
+    return Invalid(absl::StrCat("src's dtype ", DTypeName(src.dtype), " must equal self's ",
+                                DTypeName(self.dtype)));
+  }
+  if (index.rank() != self.rank() || src.rank() != self.rank()) {
+    return Invalid(absl::StrCat("index ", ShapeString(index.shape), ", self ",
+                                ShapeString(self.shape), " and src ", ShapeString(src.shape),
+                                " must have the same number of dims"));
+  }
+  KILN_ASSIGN_OR_RETURN(int64_t d, WrapDim(a.dim, self.rank()));
+  for (int64_t i = 0; i < self.rank(); ++i) {
+    if (index.shape[i] > src.shape[i] || (i != d && index.shape[i] > self.shape[i])) {
+      return Invalid(absl::StrCat(
+          "index ", ShapeString(index.shape), " is larger than ",
+          index.shape[i] > src.shape[i] ? "src " : "self ",
+          ShapeString(index.shape[i] > src.shape[i] ? src.shape : self.shape), " in dim ", i,
+          " (index may be larger than self only in dim ", d, ", never larger than src)"));
+    }
+  }
+  return self;
+}
+
 namespace {
 
 // torch's legacy rule: a 1-D empty tensor joins any cat (it is skipped).

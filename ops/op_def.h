@@ -51,6 +51,7 @@ enum class OpId : uint16_t {
   kSum,
   kMean,
   kMax,
+  kProd,  // products (integers and bools in int64, as sum)
   kSoftmax,
   kLogSoftmax,
   kLayerNorm,
@@ -86,6 +87,17 @@ enum class OpId : uint16_t {
   kExpm1,
   kTan,
   kAtan,
+  kLog2,
+  kLog10,
+  kExp2,
+  kSinh,
+  kCosh,
+  kAsin,
+  kAcos,
+  kAsinh,
+  kAcosh,
+  kAtanh,
+  kAtan2,  // atan2(y, x): the angle of (x, y), quadrant-aware
   kReciprocal,
   kSign,         // -1, 0 or 1 (0 for NaN, as torch); bool passes unchanged
   kRemainder,    // Python's %: the divisor's sign
@@ -115,9 +127,11 @@ enum class OpId : uint16_t {
   kGather,
   kCat,
   kArgMax,
-  kTopK,       // the indices of the k largest (or smallest); values are a gather of them
-  kCumsum,     // running sums along a dim
-  kIndexCopy,  // index_copy(self, index, source){dim}: self with rows index[i] = source row i
+  kTopK,        // the indices of the k largest (or smallest); values are a gather of them
+  kCumsum,      // running sums along a dim
+  kIndexCopy,   // index_copy(self, index, source){dim}: self with rows index[i] = source row i
+  kScatter,     // scatter(self, index, src){dim}: self with out[..index[i]..] = src[i] (torch's)
+  kScatterAdd,  // the same with += (repeated indices accumulate)
   // collectives over a process group (ops/distributed.h), functional: a fresh result
   kAllReduce,
   kAllGather,

@@ -124,6 +124,9 @@ Tensor mean(const Tensor& x, IntList dims, bool keepdim) {
 Tensor max(const Tensor& x, IntList dims, bool keepdim) {
   return WithDims(OpId::kMax, x, dims, keepdim);
 }
+Tensor prod(const Tensor& x, IntList dims, bool keepdim) {
+  return WithDims(OpId::kProd, x, dims, keepdim);
+}
 Tensor softmax(const Tensor& x, int64_t dim) { return WithDim(OpId::kSoftmax, x, dim); }
 Tensor log_softmax(const Tensor& x, int64_t dim) { return WithDim(OpId::kLogSoftmax, x, dim); }
 
@@ -267,6 +270,17 @@ Tensor log1p(const Tensor& x) { return Unary(OpId::kLog1p, x); }
 Tensor expm1(const Tensor& x) { return Unary(OpId::kExpm1, x); }
 Tensor tan(const Tensor& x) { return Unary(OpId::kTan, x); }
 Tensor atan(const Tensor& x) { return Unary(OpId::kAtan, x); }
+Tensor log2(const Tensor& x) { return Unary(OpId::kLog2, x); }
+Tensor log10(const Tensor& x) { return Unary(OpId::kLog10, x); }
+Tensor exp2(const Tensor& x) { return Unary(OpId::kExp2, x); }
+Tensor sinh(const Tensor& x) { return Unary(OpId::kSinh, x); }
+Tensor cosh(const Tensor& x) { return Unary(OpId::kCosh, x); }
+Tensor asin(const Tensor& x) { return Unary(OpId::kAsin, x); }
+Tensor acos(const Tensor& x) { return Unary(OpId::kAcos, x); }
+Tensor asinh(const Tensor& x) { return Unary(OpId::kAsinh, x); }
+Tensor acosh(const Tensor& x) { return Unary(OpId::kAcosh, x); }
+Tensor atanh(const Tensor& x) { return Unary(OpId::kAtanh, x); }
+Tensor atan2(const Tensor& y, const Tensor& x) { return Dispatch(OpId::kAtan2, {y, x}); }
 Tensor reciprocal(const Tensor& x) { return Unary(OpId::kReciprocal, x); }
 Tensor sign(const Tensor& x) { return Unary(OpId::kSign, x); }
 Tensor cumsum(const Tensor& x, int64_t dim) {

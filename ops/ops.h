@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ops/op_def.h"
+#include "runtime/random.h"
 #include "runtime/scalar.h"
 #include "runtime/status.h"  // kiln::Error, thrown by every op on bad input
 
@@ -72,6 +73,9 @@ const Tensor& copy_(const Tensor& self, const Tensor& src);
 Tensor sum(const Tensor& x, IntList dims = {}, bool keepdim = false);
 Tensor mean(const Tensor& x, IntList dims = {}, bool keepdim = false);
 Tensor max(const Tensor& x, IntList dims = {}, bool keepdim = false);  // values (torch.amax)
+// The product (torch.prod): integers and bools give int64 (wrapping), floats keep their dtype;
+// an empty reduction gives 1.
+Tensor prod(const Tensor& x, IntList dims = {}, bool keepdim = false);
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 // Normalise over the last dim; weight/bias may be undefined (Tensor()).
@@ -166,6 +170,19 @@ Tensor log1p(const Tensor& x);  // log(1 + x), accurate near 0
 Tensor expm1(const Tensor& x);  // exp(x) - 1, accurate near 0
 Tensor tan(const Tensor& x);
 Tensor atan(const Tensor& x);
+// More of torch's unary math: integers and bools give float32, as torch's.
+Tensor log2(const Tensor& x);
+Tensor log10(const Tensor& x);
+Tensor exp2(const Tensor& x);
+Tensor sinh(const Tensor& x);
+Tensor cosh(const Tensor& x);
+Tensor asin(const Tensor& x);
+Tensor acos(const Tensor& x);
+Tensor asinh(const Tensor& x);
+Tensor acosh(const Tensor& x);
+Tensor atanh(const Tensor& x);
+// The angle of the point (x, y) in (-pi, pi], broadcasting (torch.atan2(y, x)).
+Tensor atan2(const Tensor& y, const Tensor& x);
 Tensor reciprocal(const Tensor& x);  // 1 / x; integers give float32
 Tensor sign(const Tensor& x);        // -1, 0 or 1 in x's dtype (NaN: 0); bool unchanged
 // Division with rounding, broadcasting and promoting like add (bool refused), exact on integers:
@@ -233,6 +250,19 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);  // out[i][j] 
 Tensor index_copy(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source);
 const Tensor& index_copy_(const Tensor& self, int64_t dim, const Tensor& index,
                           const Tensor& source);
+// torch.scatter: self with out[index[i][j]][j] = src[i][j] (dim 0; likewise in any dim and rank).
+// index, self and src have one rank; index is no larger than src in any dim and no larger than
+// self but along dim; src has self's dtype. Repeated indices: one of the writes wins (which one
+// is unspecified on CUDA, as in torch). Every index is checked before any is written.
+Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, Scalar value);
+// The same with += (torch.scatter_add): repeated indices accumulate (on CUDA by atomics, in an
+// order that may change the last bits of floating sums; bool and 8/16-bit integers are refused
+// there).
+Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+// In place: self is written (only the indexed elements move).
+const Tensor& scatter_(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+const Tensor& scatter_add_(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
 
 // Joining copies (types promote); splitting returns views (slices of x), like torch.
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
@@ -333,6 +363,92 @@ Tensor outer(const Tensor& a, const Tensor& b);
 // error naming it.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index = -100,
                      std::string_view reduction = "mean");
+// Classification losses over class indices, like cross_entropy: nll_loss takes log-probabilities
+// (torch.nn.functional.nll_loss: -input[target]).
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index = -100,
+                std::string_view reduction = "mean");
+// Pointwise losses (torch.nn.functional's, ops/loss_ops.cc): floating input and target, which
+// broadcast (the binary cross-entropies need one shape, as torch); reduction "mean", "sum" or
+// "none"; half inputs compute in float32 and the result is rounded once.
+Tensor mse_loss(const Tensor& input, const Tensor& target, std::string_view reduction = "mean");
+Tensor l1_loss(const Tensor& input, const Tensor& target, std::string_view reduction = "mean");
+// 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (beta 0: l1_loss).
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target,
+                      std::string_view reduction = "mean", double beta = 1.0);
+// 0.5 d^2 where |d| <= delta, else delta (|d| - 0.5 delta); delta > 0.
+Tensor huber_loss(const Tensor& input, const Tensor& target, std::string_view reduction = "mean",
+                  double delta = 1.0);
+// -(t log x + (1 - t) log(1 - x)) for probabilities x, each log clamped at -100 (torch's);
+// values of x outside [0, 1] give NaN (torch's CPU kernel refuses them, which needs the data).
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target,
+                            std::string_view reduction = "mean");
+// The same on logits, computed stably; pos_weight (broadcasting to the input) weighs the
+// positive term.
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                        std::string_view reduction = "mean",
+                                        const Tensor& pos_weight = {});
+// target (log target - input) for log-probabilities `input` (0 where target is 0); log_target:
+// targets given as logs. reduction may also be "batchmean" (the sum over input.size(0)).
+Tensor kl_div(const Tensor& input, const Tensor& target, std::string_view reduction = "mean",
+              bool log_target = false);
+// More math (ops/composite_math.cc).
+Tensor square(const Tensor& x);  // x * x; bool gives int64
+// start + weight (end - start), as torch.lerp (floating operands, broadcasting).
+Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight);
+Tensor lerp(const Tensor& start, const Tensor& end, Scalar weight);
+Tensor addcmul(const Tensor& input, const Tensor& t1, const Tensor& t2, Scalar value = 1);
+Tensor addcdiv(const Tensor& input, const Tensor& t1, const Tensor& t2, Scalar value = 1);
+Tensor logaddexp(const Tensor& a, const Tensor& b);  // log(exp(a) + exp(b)), stably
+Tensor hypot(const Tensor& a, const Tensor& b);      // sqrt(a^2 + b^2) without overflow
+// Batched products of 3-D [B, n, k] and [B, k, m] (no broadcasting, as torch.bmm), and
+// beta input + alpha bmm(a, b) (beta = 0 ignores input).
+Tensor bmm(const Tensor& a, const Tensor& b);
+Tensor baddbmm(const Tensor& input, const Tensor& a, const Tensor& b, Scalar beta = 1,
+               Scalar alpha = 1);
+// Activations (floating x; half inputs compute in float32).
+Tensor selu(const Tensor& x);
+Tensor celu(const Tensor& x, double alpha = 1);  // x > 0 ? x : alpha (exp(x / alpha) - 1)
+Tensor softsign(const Tensor& x);                // x / (1 + |x|)
+Tensor tanhshrink(const Tensor& x);              // x - tanh(x)
+Tensor threshold(const Tensor& x, double threshold, double value);  // x > threshold ? x : value
+Tensor softmin(const Tensor& x, int64_t dim);                       // softmax(-x, dim)
+// The number of nonzero elements over `dims` (empty = all): int64.
+Tensor count_nonzero(const Tensor& x, IntList dims = {});
+// x with dims source[i] moved to destination[i], the others in their order (a view).
+Tensor movedim(const Tensor& x, IntList source, IntList destination);
+// torch.tile: repeat with reps padded by leading 1s when x has more dims.
+Tensor tile(const Tensor& x, IntList reps);
+// NaN, +inf and -inf replaced (by default 0 and the dtype's largest and lowest finite values).
+Tensor nan_to_num(const Tensor& x, double nan = 0, std::optional<double> posinf = std::nullopt,
+                  std::optional<double> neginf = std::nullopt);
+// The n x m identity (m defaults to n).
+Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, DType dtype = DType::kFloat32,
+           Device device = kCPU);
+// `steps` evenly spaced values from start to end inclusive (torch.linspace).
+Tensor linspace(double start, double end, int64_t steps, DType dtype = DType::kFloat32,
+                Device device = kCPU);
+// Zeroes elements with probability p and scales the rest by 1 / (1 - p) when training (else x
+// itself), drawing from `gen` (so not inside a compiled function, as rand).
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
+// Data-dependent selection (ops/composite_select.cc): the truth values are read on the host, so
+// these run eagerly (inside a function being compiled they are an error, as reading data is).
+Tensor nonzero(const Tensor& x);   // int64 [n, rank]: the indices of the nonzero elements
+Tensor argwhere(const Tensor& x);  // the same (torch.argwhere)
+// The elements of x where the bool mask (broadcasting with x) is true, flattened: 1-D.
+Tensor masked_select(const Tensor& x, const Tensor& mask);
+// |a - b| <= atol + rtol |b| elementwise, or equal (infinities of one sign too); NaN is close to
+// NaN only with equal_nan. a and b have one dtype, as in torch. allclose: all of them.
+Tensor isclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8,
+               bool equal_nan = false);
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8,
+              bool equal_nan = false);
+bool equal(const Tensor& a, const Tensor& b);  // the same shape and equal elements
+// The diagonal of dims dim1, dim2 (offset above it when positive, below when negative) as the
+// last dim of a new tensor (a copy, where torch returns a view).
+Tensor diagonal(const Tensor& x, int64_t offset = 0, int64_t dim1 = 0, int64_t dim2 = 1);
+// 1-D x: the square matrix with x on diagonal `offset`; 2-D x: diagonal(x, offset).
+Tensor diag(const Tensor& x, int64_t offset = 0);
+Tensor trace(const Tensor& x);  // the sum of a 2-D tensor's diagonal
 // Truth values (torch's): nonzero is true, NaN too; bool results, broadcasting, any dtypes.
 Tensor logical_not(const Tensor& x);
 Tensor logical_and(const Tensor& a, const Tensor& b);

@@ -73,6 +73,17 @@ double FLog1p(const double* x, A) { return std::log1p(x[0]); }
 double FExpm1(const double* x, A) { return std::expm1(x[0]); }
 double FTan(const double* x, A) { return std::tan(x[0]); }
 double FAtan(const double* x, A) { return std::atan(x[0]); }
+double FLog2(const double* x, A) { return std::log2(x[0]); }
+double FLog10(const double* x, A) { return std::log10(x[0]); }
+double FExp2(const double* x, A) { return std::exp2(x[0]); }
+double FSinh(const double* x, A) { return std::sinh(x[0]); }
+double FCosh(const double* x, A) { return std::cosh(x[0]); }
+double FAsin(const double* x, A) { return std::asin(x[0]); }
+double FAcos(const double* x, A) { return std::acos(x[0]); }
+double FAsinh(const double* x, A) { return std::asinh(x[0]); }
+double FAcosh(const double* x, A) { return std::acosh(x[0]); }
+double FAtanh(const double* x, A) { return std::atanh(x[0]); }
+double FAtan2(const double* x, A) { return std::atan2(x[0], x[1]); }
 double FReciprocal(const double* x, A) { return 1.0 / x[0]; }
 double FSign(const double* x, A) { return cpu::SignOp::Apply(x[0], 0.0); }
 double FRemainder(const double* x, A) { return cpu::RemainderOp::Apply(x[0], x[1]); }
@@ -230,6 +241,7 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   Op(O::kSum,  "sum",  1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ReduceSum,  cpu::Sum, KILN_CUDA_KERNEL(cuda_ops::Sum)),
   Op(O::kMean, "mean", 1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ReduceMean, cpu::Mean, KILN_CUDA_KERNEL(cuda_ops::Mean)),
   Op(O::kMax,  "max",  1, 1, kRed, kAttrDims | kAttrKeepdim, infer::Reduce,     cpu::Max, KILN_CUDA_KERNEL(cuda_ops::Max)),
+  Op(O::kProd, "prod", 1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ReduceSum,  cpu::Prod, KILN_CUDA_KERNEL(cuda_ops::Prod)),
   Op(O::kSoftmax,    "softmax",     1, 1, kRed, kAttrDim, infer::Softmax, cpu::Softmax, KILN_CUDA_KERNEL(cuda_ops::Softmax)),
   Op(O::kLogSoftmax, "log_softmax", 1, 1, kRed, kAttrDim, infer::Softmax, cpu::LogSoftmax, KILN_CUDA_KERNEL(cuda_ops::LogSoftmax)),
   Op(O::kLayerNorm,  "layer_norm",  1, 3, kRed, kAttrEps, infer::LayerNorm, cpu::LayerNorm, KILN_CUDA_KERNEL(cuda_ops::LayerNorm)),
@@ -273,6 +285,17 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   Ew(O::kExpm1, "expm1", 1, kEw, 0, infer::UnaryFloat, FExpm1, "expm1f($0)"),
   Ew(O::kTan, "tan", 1, kEw, 0, infer::UnaryFloat, FTan, "tanf($0)"),
   Ew(O::kAtan, "atan", 1, kEw, 0, infer::UnaryFloat, FAtan, "atanf($0)"),
+  Ew(O::kLog2, "log2", 1, kEw, 0, infer::UnaryFloat, FLog2, "log2f($0)"),
+  Ew(O::kLog10, "log10", 1, kEw, 0, infer::UnaryFloat, FLog10, "log10f($0)"),
+  Ew(O::kExp2, "exp2", 1, kEw, 0, infer::UnaryFloat, FExp2, "exp2f($0)"),
+  Ew(O::kSinh, "sinh", 1, kEw, 0, infer::UnaryFloat, FSinh, "sinhf($0)"),
+  Ew(O::kCosh, "cosh", 1, kEw, 0, infer::UnaryFloat, FCosh, "coshf($0)"),
+  Ew(O::kAsin, "asin", 1, kEw, 0, infer::UnaryFloat, FAsin, "asinf($0)"),
+  Ew(O::kAcos, "acos", 1, kEw, 0, infer::UnaryFloat, FAcos, "acosf($0)"),
+  Ew(O::kAsinh, "asinh", 1, kEw, 0, infer::UnaryFloat, FAsinh, "asinhf($0)"),
+  Ew(O::kAcosh, "acosh", 1, kEw, 0, infer::UnaryFloat, FAcosh, "acoshf($0)"),
+  Ew(O::kAtanh, "atanh", 1, kEw, 0, infer::UnaryFloat, FAtanh, "atanhf($0)"),
+  Ew(O::kAtan2, "atan2", 2, kBc, 0, infer::BinaryDiv, FAtan2, "atan2f($0, $1)"),
   Ew(O::kReciprocal, "reciprocal", 1, kEw, 0, infer::UnaryFloat, FReciprocal, "(1.f / ($0))"),
   TypedEw(O::kSign, "sign", 1, kEw, 0, infer::Same, cpu::TypedElementwise<cpu::SignOp>, FSign,
           "((($0) > 0) - (($0) < 0))"),
@@ -316,6 +339,8 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   Op(O::kTopK, "topk", 1, 1, kOpq, kAttrDim | kAttrTopK, infer::TopK, cpu::TopK, KILN_CUDA_KERNEL(cuda_ops::TopK)),
   Op(O::kCumsum, "cumsum", 1, 1, kOpq, kAttrDim, infer::Cumsum, cpu::Cumsum, KILN_CUDA_KERNEL(cuda_ops::Cumsum)),
   UpdatesSelf(Op(O::kIndexCopy, "index_copy", 3, 3, kOpq, kAttrDim, infer::IndexCopy, cpu::IndexCopy, KILN_CUDA_KERNEL(cuda_ops::IndexCopy))),
+  UpdatesSelf(Op(O::kScatter, "scatter", 3, 3, kOpq, kAttrDim, infer::Scatter, cpu::Scatter, KILN_CUDA_KERNEL(cuda_ops::Scatter))),
+  UpdatesSelf(Op(O::kScatterAdd, "scatter_add", 3, 3, kOpq, kAttrDim, infer::Scatter, cpu::ScatterAdd, KILN_CUDA_KERNEL(cuda_ops::ScatterAdd))),
   Collective(O::kAllReduce, "all_reduce", kAttrReduce, collective::InferAllReduce),
   Collective(O::kAllGather, "all_gather", 0, collective::InferAllGather),
   Collective(O::kReduceScatter, "reduce_scatter", kAttrReduce, collective::InferReduceScatter),

@@ -158,6 +158,27 @@ std::vector<OpCase> UnaryCases() {
        [](double x) { return std::tan(x * 0.5); }},
       {"atan", OpId::kAtan, Gen::kNormal, [](const Tensor& x) { return atan(x); },
        [](double x) { return std::atan(x); }},
+      {"log2", OpId::kLog2, Gen::kPositive, [](const Tensor& x) { return log2(x); },
+       [](double x) { return std::log2(x); }},
+      {"log10", OpId::kLog10, Gen::kPositive, [](const Tensor& x) { return log10(x); },
+       [](double x) { return std::log10(x); }},
+      {"exp2", OpId::kExp2, Gen::kNormal, [](const Tensor& x) { return exp2(x); },
+       [](double x) { return std::exp2(x); }},
+      {"sinh", OpId::kSinh, Gen::kNormal, [](const Tensor& x) { return sinh(x); },
+       [](double x) { return std::sinh(x); }},
+      {"cosh", OpId::kCosh, Gen::kNormal, [](const Tensor& x) { return cosh(x); },
+       [](double x) { return std::cosh(x); }},
+      // The inverse functions on their domains: |x / 8| < 1 for the normal draws.
+      {"asin", OpId::kAsin, Gen::kNormal, [](const Tensor& x) { return asin(x * 0.125); },
+       [](double x) { return std::asin(x * 0.125); }},
+      {"acos", OpId::kAcos, Gen::kNormal, [](const Tensor& x) { return acos(x * 0.125); },
+       [](double x) { return std::acos(x * 0.125); }},
+      {"asinh", OpId::kAsinh, Gen::kNormal, [](const Tensor& x) { return asinh(x); },
+       [](double x) { return std::asinh(x); }},
+      {"acosh", OpId::kAcosh, Gen::kPositive, [](const Tensor& x) { return acosh(x + 1.0); },
+       [](double x) { return std::acosh(x + 1); }},
+      {"atanh", OpId::kAtanh, Gen::kNormal, [](const Tensor& x) { return atanh(x * 0.125); },
+       [](double x) { return std::atanh(x * 0.125); }},
       {"reciprocal", OpId::kReciprocal, Gen::kPositive,
        [](const Tensor& x) { return reciprocal(x); }, [](double x) { return 1 / x; }},
       {"sign", OpId::kSign, Gen::kNormal, [](const Tensor& x) { return sign(x); },
@@ -218,6 +239,8 @@ std::vector<OpCase> BinaryCases() {
        [](double a, double b) { return a * 4 - std::floor(a * 4 / b) * b; }, Gen::kPositive},
       {"fmod", OpId::kFmod, [](const Tensor& a, const Tensor& b) { return fmod(a * 4.0, b); },
        [](double a, double b) { return std::fmod(a * 4, b); }, Gen::kPositive},
+      {"atan2", OpId::kAtan2, [](const Tensor& a, const Tensor& b) { return atan2(a, b); },
+       [](double a, double b) { return std::atan2(a, b); }},
       {"floor_divide", OpId::kFloorDivide,
        [](const Tensor& a, const Tensor& b) { return floor_divide(a * 4.0, b); },
        [](double a, double b) { return std::floor(a * 4 / b); }, Gen::kPositive},
@@ -320,6 +343,11 @@ std::vector<OpCase> OtherCases() {
   auto reduce = [](std::vector<int64_t> dims, bool keep, int kind) {
     return [dims, keep, kind](RefIn in) {
       if (kind == 0) return RefSum(in[0], dims, keep);
+      if (kind == 3) {
+        return ref::Reduce(
+            in[0], dims, keep, 1, [](double a, double b) { return a * b; },
+            [](double a, int64_t) { return a; });
+      }
       if (kind == 1) {
         return ref::Reduce(
             in[0], dims, keep, 0, [](double a, double b) { return a + b; },
@@ -485,6 +513,22 @@ std::vector<OpCase> OtherCases() {
        {T({4, 7})},
        [](KilnIn in) { return max(in[0]); },
        reduce({}, false, 2)},
+      {"prod_dim",
+       OpId::kProd,
+       {N({3, 4, 5})},
+       [](KilnIn in) { return prod(in[0], {1}); },
+       reduce({1}, false, 3),
+       false},
+      {"prod_all_strided_keep",
+       OpId::kProd,
+       {T({3, 4})},
+       [](KilnIn in) { return prod(in[0], {}, true); },
+       reduce({}, true, 3)},
+      {"prod_empty",
+       OpId::kProd,
+       {N({0, 4})},
+       [](KilnIn in) { return prod(in[0], {0}); },
+       reduce({0}, false, 3)},
       {"softmax_last",
        OpId::kSoftmax,
        {N({4, 33})},

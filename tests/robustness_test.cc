@@ -415,7 +415,9 @@ void RunEveryRowOnMeta(const Tensor& m, const Tensor& mask, int64_t group) {
     const Tensor index = empty({3, 4}, DType::kInt64, kMeta);
     if (def.id == OpId::kEmbedding) in[0] = index;
     if (def.id == OpId::kIndexSelect) in[1] = empty({2}, DType::kInt64, kMeta);
-    if (def.id == OpId::kGather) in[1] = index;
+    if (def.id == OpId::kGather || def.id == OpId::kScatter || def.id == OpId::kScatterAdd) {
+      in[1] = index;
+    }
     if (def.id == OpId::kIndexCopy) in[1] = empty({3}, DType::kInt64, kMeta);  // all of dim 0
     Tensor out;
     try {

@@ -41,6 +41,40 @@ void IndexCopy(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
                    source.data_ptr(), index.data_ptr());
 }
 
+namespace {
+
+// out = self (unless out is self), then apply(plan, index, src) on out; every index is checked
+// first, so a bad one leaves out untouched.
+template <typename Apply>
+void ScatterImpl(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a,
+                 Apply&& apply) {
+  const Tensor& self = in[0];
+  const Tensor index = gather::Unaliased(in[1], out), src = gather::Unaliased(in[2], out);
+  const int64_t d = self.dim() == 0 ? 0 : (a.dim < 0 ? a.dim + self.dim() : a.dim);
+  if (index.numel() > 0)
+    gather::CheckIndices(def, index, self.dim() == 0 ? 1 : self.size(d), d, in);
+  if (!gather::SameView(out, self)) {
+    gather::RunOnCpu(gather::PlanCopy(def, self, out), out.data_ptr(), self.data_ptr(), nullptr);
+  }
+  if (index.numel() == 0) return;
+  apply(gather::PlanScatter(def, out, d, index, src), index, src);
+}
+
+}  // namespace
+
+void Scatter(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
+  ScatterImpl(def, in, out, a, [&](const IndexPlan& plan, const Tensor& index, const Tensor& src) {
+    gather::RunOnCpu(plan, out.data_ptr(), src.data_ptr(), index.data_ptr());
+  });
+}
+
+void ScatterAdd(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
+                const OpAttrs& a) {
+  ScatterImpl(def, in, out, a, [&](const IndexPlan& plan, const Tensor& index, const Tensor& src) {
+    gather::ScatterAddOnCpu(plan, out.dtype(), out.data_ptr(), src.data_ptr(), index.data_ptr());
+  });
+}
+
 void Cat(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
   gather::ForEachCatSlice(in, out, a.dim, [&](const Tensor& t, const Tensor& slice) {
     if (t.dtype() == out.dtype()) {

@@ -14,6 +14,7 @@ void Elementwise(const OpDef& def, absl::Span<const Tensor> in, const Tensor& ou
 void Sum(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 void Mean(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 void Max(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+void Prod(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 void Softmax(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 void LogSoftmax(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 void LayerNorm(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
@@ -34,6 +35,10 @@ void IndexSelect(const OpDef& def, absl::Span<const Tensor> in, const Tensor& ou
 void Gather(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 // self, index, source: out = self (skipped when out is self) with source's rows at index.
 void IndexCopy(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+// self, index, src (scatter / scatter_add): out = self (skipped when out is self) with src's
+// elements written (added) where index points along attrs.dim.
+void Scatter(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+void ScatterAdd(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 void Cat(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 // Selection (select.cc): NaN is the largest value, ties go to the lowest index.
 void ArgMax(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);

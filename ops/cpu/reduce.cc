@@ -1,4 +1,4 @@
-// CPU kernels for reductions (sum, mean, max along dims) and row-wise normalisations
+// CPU kernels for reductions (sum, mean, max, prod along dims) and row-wise normalisations
 // (softmax, log_softmax, layer_norm, rms_norm), all accumulating in double.
 #include <climits>
 #include <cmath>
@@ -103,6 +103,24 @@ void Max(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const OpA
   ForEachReduction(in[0], out, a, [&](int64_t o, auto&& reduce) {
     double acc = -std::numeric_limits<double>::infinity();
     reduce([&](double v) { acc = (std::isnan(v) || v > acc) ? v : acc; });  // NaN propagates
+    store(out.data_ptr(), o, acc);
+  });
+}
+
+void Prod(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
+  if (!IsFloatingPoint(in[0].dtype())) {  // integers and bools multiply exactly in int64 (wrapping)
+    const IntStoreFn store = IntStorerFor(out.dtype());
+    ForEachReduction<IntLoadFn>(in[0], out, a, [&](int64_t o, auto&& reduce) {
+      uint64_t acc = 1;
+      reduce([&](int64_t v) { acc *= static_cast<uint64_t>(v); });
+      store(out.data_ptr(), o, static_cast<int64_t>(acc));
+    });
+    return;
+  }
+  const StoreFn store = StorerFor(out.dtype());
+  ForEachReduction(in[0], out, a, [&](int64_t o, auto&& reduce) {
+    double acc = 1;
+    reduce([&](double v) { acc *= v; });
     store(out.data_ptr(), o, acc);
   });
 }

@@ -177,6 +177,80 @@ void IndexCopy(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
                                              source.data_ptr(), index.data_ptr(), flag, stream));
 }
 
+namespace {
+
+// scatter's add types: the atomics CUDA has (the other dtypes are refused, naming the op).
+cuda_kernels::AddType AddTypeOf(const OpDef& def, DType t) {
+  using cuda_kernels::AddType;
+  switch (t) {
+    case DType::kFloat32:
+      return AddType::kF32;
+    case DType::kFloat16:
+      return AddType::kF16;
+    case DType::kBFloat16:
+      return AddType::kBF16;
+    case DType::kInt32:
+      return AddType::kI32;
+    case DType::kInt64:
+      return AddType::kI64;
+    default:
+      throw Error(absl::UnimplementedError(absl::StrCat(
+          def.name, ": dtype ", DTypeName(t),
+          " is not supported on CUDA (float32, float16, bfloat16, int32 and int64 are)")));
+  }
+}
+
+// out = self (unless out is self), then run(plan, index, src, flag) with every index checked
+// before any is written (inside a capture or a deferred-check scope the kernel raises the flag
+// instead, as index_copy's does).
+template <typename Run>
+void ScatterImpl(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a,
+                 Run&& run) {
+  const Tensor& self = in[0];
+  const Tensor index = Contiguous(gather::Unaliased(in[1], out));
+  const Tensor src = gather::Unaliased(in[2], out);
+  const int64_t d = self.dim() == 0 ? 0 : (a.dim < 0 ? a.dim + self.dim() : a.dim);
+  const cudaStream_t stream = cuda::CurrentStream();
+  if (!gather::SameView(out, self) && out.numel() > 0) {
+    KILN_CUDA_CHECK(cuda_kernels::RunIndexPlan(gather::PlanCopy(def, self, out), out.numel(),
+                                               out.data_ptr(), self.data_ptr(), nullptr, nullptr,
+                                               stream));
+  }
+  if (index.numel() == 0) return;
+  const IndexPlan plan = gather::PlanScatter(def, out, d, index, src);
+  unsigned* flag = DeferredFlag(out.device());
+  if (flag == nullptr && !cuda::Capturing(stream)) {
+    const Tensor bad = ZeroedFlag(out.device());
+    KILN_CUDA_CHECK(cuda_kernels::CheckIndexRange(index.data_ptr(), index.numel(), 1,
+                                                  index.dtype() == DType::kInt64, plan.bound,
+                                                  bad.data<unsigned>(), stream));
+    ReportBadIndexIfFlagged(def, bad, index, plan.bound, d, in);
+  }
+  run(plan, index, src, flag);
+}
+
+}  // namespace
+
+void Scatter(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
+  ScatterImpl(def, in, out, a,
+              [&](const IndexPlan& plan, const Tensor& index, const Tensor& src, unsigned* flag) {
+                KILN_CUDA_CHECK(cuda_kernels::RunIndexPlan(plan, index.numel(), out.data_ptr(),
+                                                           src.data_ptr(), index.data_ptr(), flag,
+                                                           cuda::CurrentStream()));
+              });
+}
+
+void ScatterAdd(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
+                const OpAttrs& a) {
+  const cuda_kernels::AddType t = AddTypeOf(def, out.dtype());  // refused before any write
+  ScatterImpl(def, in, out, a,
+              [&](const IndexPlan& plan, const Tensor& index, const Tensor& src, unsigned* flag) {
+                KILN_CUDA_CHECK(cuda_kernels::ScatterAddPlan(plan, index.numel(), out.data_ptr(),
+                                                             src.data_ptr(), index.data_ptr(), t,
+                                                             flag, cuda::CurrentStream()));
+              });
+}
+
 void Cat(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
   gather::ForEachCatSlice(in, out, a.dim, [&](const Tensor& t, const Tensor& slice) {
     if (t.dtype() != out.dtype()) {

@@ -31,6 +31,11 @@ void Gather(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, co
 // self, index, source (index_copy): out = self (not copied when out is self) with source's slices
 // at index along attrs.dim.
 void IndexCopy(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+// self, index, src (scatter / scatter_add): out = self (not copied when out is self) with src's
+// elements written, or added atomically (floats, int32 and int64 only), where index points
+// along attrs.dim; every index is checked before any is written.
+void Scatter(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+void ScatterAdd(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 // Bitwise strided copies into slices of out (a converting copy where an input's dtype differs).
 void Cat(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 void ArgMax(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);

@@ -9,6 +9,7 @@
 // keys finds the k-th key in 4 (32-bit keys) or 8 (int64) passes over the row, one more pass
 // collects the winners (those equal to the k-th key in index order, through a block scan), and a
 // bitonic sort in shared memory orders them by (key descending, index ascending).
+// ScatterAddPlan: one thread per index element over a scatter plan, adding with atomicAdd.
 // CumsumRows: a block per row, kThreads elements at a time through a block scan whose carry (the
 // running total, kept by the scan's prefix callback) joins the chunks.
 #include <cuda_bf16.h>
@@ -33,6 +34,24 @@ constexpr int kTopKThreads = 512;
 constexpr int64_t kMaxGrid = 65535;
 
 // ---- The gather family ------------------------------------------------------------------
+
+// The offsets of plan element i before the index: output, source and index.
+struct PlanOffsets {
+  int64_t o = 0, s = 0, x = 0;
+};
+__device__ __forceinline__ PlanOffsets OffsetsOf(const IndexPlan& p, int64_t i) {
+  PlanOffsets r;
+#pragma unroll
+  for (int d = kIndexPlanMaxRank - 1; d >= 0; --d) {
+    if (d >= p.rank) continue;
+    const int64_t c = i % p.sizes[d];
+    i /= p.sizes[d];
+    r.o += c * p.out_strides[d];
+    r.s += c * p.src_strides[d];
+    r.x += c * p.idx_strides[d];
+  }
+  return r;
+}
 
 // One element of a plan: o, s and x are the output, source and index offsets before the index.
 // A gather reads the index, then the source (zero for a bad index); a scatter reads its source
@@ -64,16 +83,8 @@ __global__ void IndexPlanKernel(IndexPlan p, int64_t n, char* out, const char* s
                                 const void* index, unsigned* bad) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t rem = i, o = 0, s = 0, x = 0;
-#pragma unroll
-    for (int d = kIndexPlanMaxRank - 1; d >= 0; --d) {
-      if (d >= p.rank) continue;
-      const int64_t c = rem % p.sizes[d];
-      rem /= p.sizes[d];
-      o += c * p.out_strides[d];
-      s += c * p.src_strides[d];
-      x += c * p.idx_strides[d];
-    }
+    const PlanOffsets at = OffsetsOf(p, i);
+    const int64_t o = at.o, s = at.s, x = at.x;
     switch (p.elem_size) {
       case 1:
         MoveElement<uint8_t>(p, out, o, src, s, index, x, bad);
@@ -90,6 +101,31 @@ __global__ void IndexPlanKernel(IndexPlan p, int64_t n, char* out, const char* s
       default:
         MoveElement<uint4>(p, out, o, src, s, index, x, bad);
     }
+  }
+}
+
+__device__ __forceinline__ void AtomicAddTo(int64_t* p, int64_t v) {  // wraps, as int64 adds do
+  atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+}
+template <typename T>
+__device__ __forceinline__ void AtomicAddTo(T* p, T v) {
+  atomicAdd(p, v);
+}
+
+template <typename T>
+__global__ void ScatterAddKernel(IndexPlan p, int64_t n, T* out, const T* src, const void* index,
+                                 unsigned* bad) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const PlanOffsets at = OffsetsOf(p, i);
+    const T value = src[at.s];
+    const int64_t v = p.index_is_int64 ? static_cast<const int64_t*>(index)[at.x]
+                                       : static_cast<const int32_t*>(index)[at.x];
+    if (v < 0 || v >= p.bound) {
+      *(bad != nullptr ? bad : &g_index_error) = 1u;
+      continue;
+    }
+    AtomicAddTo(out + at.o + v * p.select_stride, value);
   }
 }
 
@@ -386,6 +422,32 @@ cudaError_t RunIndexPlan(const IndexPlan& given, int64_t n, void* out, const voi
   IndexPlanKernel<<<static_cast<int>(grid), kThreads, 0, stream>>>(
       plan, n, static_cast<char*>(out), static_cast<const char*>(src), index, bad);
   return cudaGetLastError();
+}
+
+cudaError_t ScatterAddPlan(const IndexPlan& plan, int64_t n, void* out, const void* src,
+                           const void* index, AddType t, unsigned* bad, cudaStream_t stream) {
+  if (n < 0 || plan.rank > kIndexPlanMaxRank || !plan.scatter) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  const int grid = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxGrid));
+  auto launch = [&](auto tag) {
+    using T = decltype(tag);
+    ScatterAddKernel<T><<<grid, kThreads, 0, stream>>>(plan, n, static_cast<T*>(out),
+                                                       static_cast<const T*>(src), index, bad);
+    return cudaGetLastError();
+  };
+  switch (t) {
+    case AddType::kF32:
+      return launch(float{});
+    case AddType::kF16:
+      return launch(__half{});
+    case AddType::kBF16:
+      return launch(__nv_bfloat16{});
+    case AddType::kI32:
+      return launch(int32_t{});
+    case AddType::kI64:
+      return launch(int64_t{});
+  }
+  return cudaErrorInvalidValue;
 }
 
 cudaError_t CheckIndexRange(const void* index, int64_t n, int64_t stride, bool is64, int64_t bound,

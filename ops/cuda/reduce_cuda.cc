@@ -187,6 +187,12 @@ void Sum(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const
   Reduce(def, widen ? CastTo(x, DType::kInt64) : x, out, a, cuda_kernels::kReduceSum);
 }
 
+void Prod(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
+  const Tensor& x = in[0];
+  const bool widen = !IsFloatingPoint(x.dtype()) && x.numel() > 0;  // as sum: in int64
+  Reduce(def, widen ? CastTo(x, DType::kInt64) : x, out, a, cuda_kernels::kReduceProd);
+}
+
 void Mean(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
   if (!IsFloatingPoint(in[0].dtype())) ThrowUnsupported(def, in[0].dtype());
   Reduce(def, in[0], out, a, cuda_kernels::kReduceMean);

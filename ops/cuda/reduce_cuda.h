@@ -16,11 +16,12 @@
 
 namespace kiln::cuda_ops {
 
-// Sum (ints and bool accumulate in int64), mean (floats) and max (any dtype; int32 and bool via
-// int64) over a.dims.
+// Sum and prod (ints and bool accumulate in int64), mean (floats) and max (any dtype; int32 and
+// bool via int64) over a.dims.
 void Sum(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 void Mean(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 void Max(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
+void Prod(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 // softmax / log_softmax along a.dim.
 void Softmax(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);
 void LogSoftmax(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a);

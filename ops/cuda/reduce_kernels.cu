@@ -305,6 +305,25 @@ struct MeanReduce : SumReduce {
     return acc / static_cast<A>(n);  // 0/0 = NaN for an empty row, like the CPU kernel
   }
 };
+struct ProdReduce {
+  template <typename A>
+  static __device__ A Identity() {
+    return A{1};
+  }
+  template <typename A>
+  __device__ A operator()(A a, A b) const {
+    if constexpr (std::is_same_v<A, int64_t>) {  // wraps, as the CPU kernel's
+      return static_cast<int64_t>(static_cast<unsigned long long>(a) *
+                                  static_cast<unsigned long long>(b));
+    } else {
+      return a * b;
+    }
+  }
+  template <typename A>
+  __device__ A Finalize(A acc, int64_t) const {
+    return acc;
+  }
+};
 struct MaxReduce {  // NaN wins, like the CPU kernel
   template <typename A>
   static __device__ A Identity() {
@@ -547,6 +566,8 @@ cudaError_t ReduceTyped(const void* x, void* y, int64_t outer, int64_t inner, in
       }
     case kReduceMax:
       return LaunchReduceBestWidth<T>(x, y, outer, inner, MaxReduce{}, s);
+    case kReduceProd:
+      return LaunchReduceBestWidth<T>(x, y, outer, inner, ProdReduce{}, s);
     default:
       return cudaErrorInvalidValue;
   }

@@ -34,12 +34,13 @@ cudaError_t RowNorm(const void* x, const void* weight, const void* bias, void* y
 inline constexpr int kReduceSum = 0;
 inline constexpr int kReduceMean = 1;
 inline constexpr int kReduceMax = 2;
+inline constexpr int kReduceProd = 3;
 
 // y[o] = op(x[o, 0 .. inner)) for a contiguous [outer, inner] x. in_t must equal out_t, a floating
-// type or kI64 (which supports sum and max only). Float sums accumulate in double, int64 sums in
-// int64. An empty row (inner == 0) gives 0 for sum, NaN for mean and -inf (int64: INT64_MIN) for
-// max. Few long rows are split across blocks, with partials in a scratch buffer from
-// cudaMallocAsync on `stream`.
+// type or kI64 (which supports sum, max and prod). Float sums and products accumulate in double,
+// int64 ones in int64 (wrapping). An empty row (inner == 0) gives 0 for sum, 1 for prod, NaN for
+// mean and -inf (int64: INT64_MIN) for max. Few long rows are split across blocks, with partials in
+// a scratch buffer from cudaMallocAsync on `stream`.
 cudaError_t RowReduce(const void* x, void* y, int64_t outer, int64_t inner, int op, ElemType in_t,
                       ElemType out_t, cudaStream_t stream);
 
