@@ -1,6 +1,6 @@
 // Composites with torch's names and semantics (see ops.h): flatten, unflatten, narrow,
 // repeat_interleave, repeat, min, logsumexp, var, std, norm, leaky_relu, softplus, sort/argsort,
-// flip, roll, one_hot, outer, cross_entropy, the activations elu ... glu, normalize,
+// flip, roll, one_hot, outer, the activations elu ... glu, normalize,
 // cosine_similarity, addmm, the logical ops and mask operators, argmin,
 // isnan/isinf/isfinite, any/all and the *_like factories, each
 // written with the registry's ops, so eager runs those ops' kernels and a trace records them.
@@ -11,69 +11,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "ops/composite_helpers.h"
 #include "ops/factories.h"
 #include "ops/infer.h"
 #include "ops/ops.h"
 #include "runtime/status.h"
 
 namespace kiln {
-namespace {
-
-std::string Shapes(const Tensor& x) {
-  return x.defined() ? x.shape_string() : std::string("an undefined tensor");
-}
-
-void CheckDefined(const char* fn, const Tensor& x) {
-  KILN_CHECK(x.defined(), fn, ": the input is an undefined tensor");
-}
-
-// `dim` wrapped into [0, rank) (WrapDim: rank 0 counts as 1, as in torch), or the error naming
-// `fn`.
-int64_t Wrapped(const char* fn, const Tensor& x, int64_t dim) {
-  const absl::StatusOr<int64_t> w = WrapDim(dim, x.dim());
-  KILN_CHECK(w.ok(), fn, ": ", w.status().message(), ", got ", Shapes(x));
-  return *w;
-}
-
-// The product of `sizes` (0 when one is 0, whatever the others), or the error naming `fn` when
-// it passes int64's range.
-int64_t Product(const char* fn, IntList sizes) {
-  if (std::find(sizes.begin(), sizes.end(), 0) != sizes.end()) return 0;
-  int64_t product = 1;
-  for (int64_t s : sizes) {
-    KILN_CHECK(!__builtin_mul_overflow(product, s, &product), fn, ": the sizes ",
-               ShapeString(sizes), " multiply past int64's range");
-  }
-  return product;
-}
-
-// f() with errors prefixed by `op` (the composite's name, not its parts').
-template <typename F>
-decltype(auto) Named(const char* op, F&& f) {
-  return WithErrorContext([op] { return op; }, std::forward<F>(f));
-}
-
-// f(x) for a floating x (other dtypes are the error naming `op`), computed in float32 for the
-// half types and rounded once, as torch's kernels compute them; f's errors name `op`.
-template <typename F>
-Tensor InFloat32(const char* op, const Tensor& x, F&& f) {
-  CheckDefined(op, x);
-  KILN_CHECK(IsFloatingPoint(x.dtype()), op, ": needs a floating tensor (as torch), got ",
-             DTypeName(x.dtype()), Shapes(x));
-  if (x.dtype() != DType::kFloat32) {
-    return cast(Named(op, [&] { return f(cast(x, DType::kFloat32)); }), x.dtype());
-  }
-  return Named(op, [&] { return f(x); });
-}
-
-// Which dims a reduction over `dims` takes (infer::ReducedMask), or the error naming `fn`.
-std::vector<bool> Reduced(const char* fn, const Tensor& x, IntList dims) {
-  absl::StatusOr<std::vector<bool>> mask = infer::ReducedMask(dims, x.dim());
-  KILN_CHECK(mask.ok(), fn, ": ", mask.status().message(), ", got ", Shapes(x));
-  return *std::move(mask);
-}
-
-}  // namespace
+using namespace composite;  // NOLINT: the helpers of every composite file
 
 Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
   CheckDefined("flatten", x);
@@ -427,51 +372,6 @@ Tensor outer(const Tensor& a, const Tensor& b) {
   KILN_CHECK(a.dim() == 1 && b.dim() == 1, "outer: needs two 1-D tensors, got ", a.shape_string(),
              " and ", b.shape_string());
   return Named("outer", [&] { return mul(unsqueeze(a, 1), unsqueeze(b, 0)); });
-}
-
-namespace {
-
-// The class dim of cross_entropy's logits and the target's shape it needs, or the error.
-int64_t CheckCrossEntropyShapes(const Tensor& logits, const Tensor& target) {
-  const std::string got = absl::StrCat("logits ", Shapes(logits), ", target ", Shapes(target));
-  KILN_CHECK(logits.dim() >= 1, "cross_entropy: logits must have a class dim, got ", got);
-  KILN_CHECK(IsFloatingPoint(logits.dtype()), "cross_entropy: logits must be floating, got ",
-             DTypeName(logits.dtype()), " (", got, ")");
-  KILN_CHECK(!IsFloatingPoint(target.dtype()) && target.dtype() != DType::kBool,
-             "cross_entropy: the target must hold class indices (an integer tensor), got ",
-             DTypeName(target.dtype()), " (", got, "); probability targets are not supported");
-  const int64_t class_dim = logits.dim() == 1 ? 0 : 1;
-  Shape want = logits.shape();
-  want.erase(want.begin() + class_dim);
-  KILN_CHECK(target.shape() == want, "cross_entropy: the target must be ", ShapeString(want),
-             " (the logits' shape without the class dim ", class_dim, "), got ", got);
-  KILN_CHECK(logits.size(class_dim) > 0, "cross_entropy: no classes (", got, ")");
-  return class_dim;
-}
-
-}  // namespace
-
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
-                     std::string_view reduction) {
-  CheckDefined("cross_entropy", logits);
-  CheckDefined("cross_entropy", target);
-  KILN_CHECK(reduction == "mean" || reduction == "sum" || reduction == "none",
-             "cross_entropy: reduction must be \"mean\", \"sum\" or \"none\", got \"",
-             std::string(reduction), "\"");
-  const int64_t c = CheckCrossEntropyShapes(logits, target);
-  return Named("cross_entropy", [&] {
-    const Tensor x = cast(logits, DType::kFloat32);
-    const Tensor kept = ne(target, ignore_index);
-    // Ignored elements read class 0 (their index may be anything); a kept one outside [0, C) is
-    // gather's error.
-    const Tensor index = unsqueeze(where(kept, target, zeros_like(target)), c);
-    const Tensor picked = squeeze(gather(x, c, cast(index, DType::kInt64)), c);
-    const Tensor loss = where(kept, sub(logsumexp(x, {c}), picked), zeros_like(picked));
-    Tensor out = loss;
-    if (reduction == "sum") out = sum(loss);
-    if (reduction == "mean") out = div(sum(loss), sum(cast(kept, DType::kFloat32)));
-    return cast(out, logits.dtype());
-  });
 }
 
 Tensor leaky_relu(const Tensor& x, double negative_slope) {

@@ -2,6 +2,7 @@
 #include "runtime/dtype.h"
 
 #include <cmath>
+#include <limits>
 
 namespace kiln {
 namespace {
@@ -137,21 +138,31 @@ double RoundToDType(DType t, double v) {
 IntLoadFn IntLoaderFor(DType t) { return kIntLoaders[static_cast<int>(t)]; }
 IntStoreFn IntStorerFor(DType t) { return kIntStorers[static_cast<int>(t)]; }
 
+double MaxFinite(DType t) {
+  switch (t) {
+    case DType::kFloat16:
+      return 65504.0;
+    case DType::kBFloat16:
+      return 0x1.fep127;  // 3.3895e38
+    case DType::kFloat32:
+      return 0x1.fffffep127;  // 3.4028e38
+    default:
+      return std::numeric_limits<double>::max();
+  }
+}
+
 bool FitsDType(double v, DType t) {
   // A floating dtype takes NaN, the infinities and finite values up to its largest (c10's
   // overflows<To>: 65504.5 does not fit float16 although it would round to 65504).
-  auto within = [v](double largest) { return !std::isfinite(v) || std::fabs(v) <= largest; };
   switch (t) {
     case DType::kInt32:
       return v > -0x1p31 - 1 && v < 0x1p31;
     case DType::kInt64:
       return v >= -0x1p63 && v < 0x1p63;  // NaN fails both
     case DType::kFloat16:
-      return within(65504.0);
     case DType::kBFloat16:
-      return within(0x1.fep127);  // 3.3895e38
     case DType::kFloat32:
-      return within(0x1.fffffep127);  // 3.4028e38
+      return !std::isfinite(v) || std::fabs(v) <= MaxFinite(t);
     default:
       return true;  // bool: any value (nonzero is true)
   }

@@ -71,5 +71,7 @@ int64_t DoubleToInt64(double v);
 // dtypes take NaN, the infinities and finite values of magnitude up to their largest (float16:
 // 65504); bool takes any value.
 bool FitsDType(double v, DType t);
+// The largest finite value of a floating dtype (float16: 65504); double's for the other dtypes.
+double MaxFinite(DType t);
 
 }  // namespace kiln

@@ -1,0 +1,71 @@
+// The helpers every composite file shares (composite_ops.cc, composite_math.cc, loss_ops.cc):
+// argument checks whose errors name the composite, its error context, and computing half
+// inputs in float32. Internal to ops/; not part of kiln's API.
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ops/infer.h"
+#include "ops/ops.h"
+#include "runtime/status.h"
+
+namespace kiln::composite {
+
+inline std::string Shapes(const Tensor& x) {
+  return x.defined() ? x.shape_string() : std::string("an undefined tensor");
+}
+
+inline void CheckDefined(const char* fn, const Tensor& x) {
+  KILN_CHECK(x.defined(), fn, ": the input is an undefined tensor");
+}
+
+// `dim` wrapped into [0, rank) (WrapDim: rank 0 counts as 1, as in torch), or the error naming
+// `fn`.
+inline int64_t Wrapped(const char* fn, const Tensor& x, int64_t dim) {
+  const absl::StatusOr<int64_t> w = WrapDim(dim, x.dim());
+  KILN_CHECK(w.ok(), fn, ": ", w.status().message(), ", got ", Shapes(x));
+  return *w;
+}
+
+// The product of `sizes` (0 when one is 0, whatever the others), or the error naming `fn` when
+// it passes int64's range.
+inline int64_t Product(const char* fn, IntList sizes) {
+  if (std::find(sizes.begin(), sizes.end(), 0) != sizes.end()) return 0;
+  int64_t product = 1;
+  for (int64_t s : sizes) {
+    KILN_CHECK(!__builtin_mul_overflow(product, s, &product), fn, ": the sizes ",
+               ShapeString(sizes), " multiply past int64's range");
+  }
+  return product;
+}
+
+// f() with errors prefixed by `op` (the composite's name, not its parts').
+template <typename F>
+decltype(auto) Named(const char* op, F&& f) {
+  return WithErrorContext([op] { return op; }, std::forward<F>(f));
+}
+
+// f(x) for a floating x (other dtypes are the error naming `op`), computed in float32 for the
+// half types and rounded once, as torch's kernels compute them; f's errors name `op`.
+template <typename F>
+Tensor InFloat32(const char* op, const Tensor& x, F&& f) {
+  CheckDefined(op, x);
+  KILN_CHECK(IsFloatingPoint(x.dtype()), op, ": needs a floating tensor (as torch), got ",
+             DTypeName(x.dtype()), Shapes(x));
+  if (x.dtype() != DType::kFloat32) {
+    return cast(Named(op, [&] { return f(cast(x, DType::kFloat32)); }), x.dtype());
+  }
+  return Named(op, [&] { return f(x); });
+}
+
+// Which dims a reduction over `dims` takes (infer::ReducedMask), or the error naming `fn`.
+inline std::vector<bool> Reduced(const char* fn, const Tensor& x, IntList dims) {
+  absl::StatusOr<std::vector<bool>> mask = infer::ReducedMask(dims, x.dim());
+  KILN_CHECK(mask.ok(), fn, ": ", mask.status().message(), ", got ", Shapes(x));
+  return *std::move(mask);
+}
+
+}  // namespace kiln::composite

@@ -1,0 +1,444 @@
+// torch semantics of scatter / scatter_add, prod, the inverse and hyperbolic math rows, atan2,
+// the loss functions (ops/loss_ops.cc), the math composites (ops/composite_math.cc) and the
+// selection, closeness and diagonal ones (ops/composite_select.cc): values
+// against hand-computed or C++ <cmath> references, dtypes, bad input as errors naming the op, and
+// the new rows under kiln::compile equal to eager. Device-parametrised bodies run on the CPU
+// here and on CUDA on the GPU machine.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "codegen/compile.h"
+#include "ops/factories.h"
+#include "ops/ops.h"
+#include "runtime/status.h"
+#include "tests/test_util.h"
+
+namespace kiln {
+namespace {
+
+std::vector<double> Vals(const Tensor& x) { return to_vector(x); }
+
+Tensor F32(const std::vector<double>& v, IntList shape, Device device) {
+  return to(from_vector(v, shape), device);
+}
+Tensor I64(const std::vector<double>& v, IntList shape, Device device) {
+  return to(from_vector(v, shape, DType::kInt64), device);
+}
+
+void ExpectErrorNames(const std::function<Tensor()>& f, const std::string& op,
+                      const std::string& rule) {
+  const std::string e = ErrorOf(f);
+  EXPECT_NE(e.find(op), std::string::npos) << e;
+  EXPECT_NE(e.find(rule), std::string::npos) << e;
+}
+
+// scatter / scatter_add along dim 0 and 1, a scalar value, repeated indices (which add up), an
+// index smaller than src, in place, int64 exactly, and the errors: a bad index (nothing written),
+// mismatched ranks and dtypes, an index larger than src.
+void ScatterIsTorchs(Device device) {
+  const Tensor self = to(zeros({3, 4}), device);
+  const Tensor src = F32({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4}, device);
+  const Tensor index = I64({0, 1, 2, 0, 2, 0, 0, 1}, {2, 4}, device);
+  // dim 0: out[index[i][j]][j] = src[i][j].
+  EXPECT_EQ(Vals(scatter(self, 0, index, src)),
+            (std::vector<double>{1, 6, 7, 4, 0, 2, 0, 8, 5, 0, 3, 0}));
+  // dim 1 with a [2, 2] index (smaller than src): out[i][index[i][j]] = src[i][j].
+  const Tensor idx1 = I64({3, 0, 1, 2}, {2, 2}, device);
+  EXPECT_EQ(Vals(scatter(self, 1, idx1, src)),
+            (std::vector<double>{2, 0, 0, 1, 0, 5, 6, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(Vals(scatter(self, -1, idx1, 2.5)),
+            (std::vector<double>{2.5, 0, 0, 2.5, 0, 2.5, 2.5, 0, 0, 0, 0, 0}));
+  // Repeated indices accumulate under scatter_add.
+  const Tensor ones_src = to(ones({2, 4}), device);
+  const Tensor rep = I64({0, 0, 0, 0, 0, 0, 2, 2}, {2, 4}, device);
+  EXPECT_EQ(Vals(scatter_add(self, 0, rep, ones_src)),
+            (std::vector<double>{2, 2, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1}));
+  // A histogram: many adds onto few bins, int64 exactly.
+  const Tensor bins = to(zeros({4}, DType::kInt64), device);
+  const Tensor values = to(remainder(arange(1000), 4), device);
+  EXPECT_EQ(Vals(scatter_add(bins, 0, values, to(ones({1000}, DType::kInt64), device))),
+            (std::vector<double>{250, 250, 250, 250}));
+  // In place: self itself is written.
+  Tensor inplace = to(zeros({3, 4}), device);
+  scatter_add_(inplace, 0, rep, ones_src);
+  scatter_(inplace, 1, idx1, src);
+  EXPECT_EQ(Vals(inplace), (std::vector<double>{2, 2, 1, 1, 0, 5, 6, 0, 0, 0, 1, 1}));
+  // Bad input: an index out of range names the op and leaves nothing half-written.
+  const Tensor keep = to(ones({3, 4}), device);
+  const std::string bad = ErrorOf([&] {
+    return scatter(keep, 0, I64({0, 3}, {1, 2}, device), src);
+  });
+  EXPECT_NE(bad.find("scatter"), std::string::npos) << bad;
+  EXPECT_EQ(Vals(keep), std::vector<double>(12, 1));
+  ExpectErrorNames([&] { return scatter(self, 0, I64({0}, {1}, device), src); }, "scatter",
+                   "same number of dims");
+  ExpectErrorNames([&] { return scatter(self, 0, index, to(src, DType::kFloat16)); }, "scatter",
+                   "dtype");
+  ExpectErrorNames(
+      [&] {
+        return scatter_add(self, 0, I64({0, 0, 0}, {3, 1}, device), src);
+      },
+      "scatter_add", "larger than src");
+  ExpectErrorNames([&] { return scatter(self, 0, to(index, DType::kFloat32), src); }, "scatter",
+                   "int64 or int32");
+  ExpectErrorNames([&] { return scatter(self, 2, index, src); }, "scatter", "dim");
+}
+TEST(ScatterLossesMath, ScatterIsTorchsOnCpu) { ScatterIsTorchs(kCPU); }
+TEST(ScatterLossesMathCuda, ScatterIsTorchs) {
+  KILN_SKIP_WITHOUT_GPU();
+  ScatterIsTorchs(CUDA(0));
+}
+
+TEST(ScatterLossesMathCuda, ScatterAddOfHalfTypesAccumulates) {
+  KILN_SKIP_WITHOUT_GPU();
+  for (DType t : {DType::kBFloat16, DType::kFloat16, DType::kInt32}) {
+    const Tensor out =
+        scatter_add(to(zeros({2}, t), CUDA(0)), 0, to(zeros({64}, DType::kInt64), CUDA(0)),
+                    to(ones({64}, t), CUDA(0)));
+    EXPECT_EQ(Vals(out), (std::vector<double>{64, 0})) << DTypeName(t);
+  }
+  ExpectErrorNames(
+      [] {
+        return scatter_add(to(zeros({2}, DType::kBool), CUDA(0)), 0,
+                           to(zeros({1}, DType::kInt64), CUDA(0)),
+                           to(ones({1}, DType::kBool), CUDA(0)));
+      },
+      "scatter_add", "not supported on CUDA");
+}
+
+// prod over all and some dims, keepdim, empty reductions (1), integers exactly in int64 (wrapping
+// past it), bools, and NaN/zero propagation.
+void ProdIsTorchs(Device device) {
+  const Tensor x = F32({1, 2, 3, 4, 5, 6}, {2, 3}, device);
+  EXPECT_EQ(Vals(prod(x)), (std::vector<double>{720}));
+  EXPECT_EQ(Vals(prod(x, {1})), (std::vector<double>{6, 120}));
+  EXPECT_EQ(prod(x, {0}, true).shape(), (Shape{1, 3}));
+  EXPECT_EQ(Vals(prod(x, {0})), (std::vector<double>{4, 10, 18}));
+  EXPECT_EQ(Vals(prod(to(zeros({0, 3}), device), {0})), (std::vector<double>{1, 1, 1}));
+  const Tensor big = I64({1 << 20, 1 << 20, 1 << 20, 2}, {4}, device);
+  const Tensor p = prod(big);
+  EXPECT_EQ(p.dtype(), DType::kInt64);
+  EXPECT_EQ(item<int64_t>(p), int64_t{1} << 61);
+  EXPECT_EQ(item<int64_t>(prod(I64({1 << 30, 1 << 30, 16}, {3}, device))), 0);  // wraps: 2^64
+  EXPECT_EQ(prod(to(ones({3}, DType::kBool), device)).dtype(), DType::kInt64);
+  EXPECT_TRUE(std::isnan(item(prod(F32({2, NAN, 0}, {3}, device)))));
+  EXPECT_EQ(prod(to(x, DType::kBFloat16)).dtype(), DType::kBFloat16);
+  // A long row takes the split path on CUDA (partials in a scratch buffer).
+  const Tensor near_one = to(full({1 << 17}, 1.0000001), device);
+  EXPECT_NEAR(item(prod(near_one)), std::pow(static_cast<double>(1.0000001f), 1 << 17), 1e-4);
+}
+TEST(ScatterLossesMath, ProdIsTorchsOnCpu) { ProdIsTorchs(kCPU); }
+TEST(ScatterLossesMathCuda, ProdIsTorchs) {
+  KILN_SKIP_WITHOUT_GPU();
+  ProdIsTorchs(CUDA(0));
+}
+
+// The inverse and hyperbolic rows and atan2 against <cmath>, their domains' NaN and inf, and
+// integer inputs giving float32.
+void MathRowsAreCmaths(Device device) {
+  const std::vector<double> v = {-0.75, -0.25, 0, 0.5, 0.9};
+  const Tensor x = F32(v, {5}, device);
+  struct Row {
+    const char* name;
+    Tensor (*op)(const Tensor&);
+    double (*f)(double);
+  };
+  const Row rows[] = {
+      {"log2", [](const Tensor& t) { return log2(t); }, [](double e) { return std::log2(e); }},
+      {"log10", [](const Tensor& t) { return log10(t); }, [](double e) { return std::log10(e); }},
+      {"exp2", [](const Tensor& t) { return exp2(t); }, [](double e) { return std::exp2(e); }},
+      {"sinh", [](const Tensor& t) { return sinh(t); }, [](double e) { return std::sinh(e); }},
+      {"cosh", [](const Tensor& t) { return cosh(t); }, [](double e) { return std::cosh(e); }},
+      {"asin", [](const Tensor& t) { return asin(t); }, [](double e) { return std::asin(e); }},
+      {"acos", [](const Tensor& t) { return acos(t); }, [](double e) { return std::acos(e); }},
+      {"asinh", [](const Tensor& t) { return asinh(t); }, [](double e) { return std::asinh(e); }},
+      {"acosh", [](const Tensor& t) { return acosh(add(abs(t), 1.0)); },
+       [](double e) { return std::acosh(std::fabs(e) + 1); }},
+      {"atanh", [](const Tensor& t) { return atanh(t); }, [](double e) { return std::atanh(e); }}};
+  for (const Row& r : rows) {
+    std::vector<double> want;
+    for (double e : v) want.push_back(r.f(static_cast<double>(static_cast<float>(e))));
+    ExpectClose(Vals(r.op(x)), want, {1e-6, 1e-5}, r.name);  // log2(0) = -inf matches
+  }
+  EXPECT_TRUE(std::isnan(item(asin(F32({2}, {}, device)))));
+  EXPECT_EQ(item(atanh(F32({1}, {}, device))), INFINITY);
+  EXPECT_EQ(log2(I64({8}, {1}, device)).dtype(), DType::kFloat32);
+  EXPECT_EQ(Vals(log2(I64({8}, {1}, device))), (std::vector<double>{3}));
+  // atan2(y, x): every quadrant, the axes, and broadcasting.
+  const Tensor y = F32({1, 1, -1, -1, 0, 1}, {6}, device),
+               xs = F32({1, -1, -1, 1, -1, 0}, {6}, device);
+  std::vector<double> want;
+  for (int i = 0; i < 6; ++i) {
+    const double yv[] = {1, 1, -1, -1, 0, 1}, xv[] = {1, -1, -1, 1, -1, 0};
+    want.push_back(std::atan2(yv[i], xv[i]));
+  }
+  ExpectClose(Vals(atan2(y, xs)), want, {1e-6, 1e-6}, "atan2");
+  EXPECT_EQ(atan2(reshape(y, {6, 1}), xs).shape(), (Shape{6, 6}));
+  EXPECT_EQ(atan2(I64({1}, {1}, device), I64({1}, {1}, device)).dtype(), DType::kFloat32);
+}
+TEST(ScatterLossesMath, MathRowsAreCmathsOnCpu) { MathRowsAreCmaths(kCPU); }
+TEST(ScatterLossesMathCuda, MathRowsAreCmaths) {
+  KILN_SKIP_WITHOUT_GPU();
+  MathRowsAreCmaths(CUDA(0));
+}
+
+// Each loss against its formula, each reduction, half inputs keeping their dtype, and the errors.
+void LossesAreTorchs(Device device) {
+  const Tensor in = F32({0.5, -1, 2, 0.25}, {2, 2}, device);
+  const Tensor tg = F32({0, 1, 2.5, -0.5}, {2, 2}, device);
+  const std::vector<double> d = {0.5, -2, -0.5, 0.75};
+  double sq = 0, ab = 0, smooth = 0, huber = 0;
+  for (double e : d) {
+    sq += e * e, ab += std::fabs(e);
+    smooth += std::fabs(e) < 1 ? 0.5 * e * e : std::fabs(e) - 0.5;
+    huber += std::fabs(e) <= 1.5 ? 0.5 * e * e : 1.5 * (std::fabs(e) - 0.75);
+  }
+  const Tolerance tol{1e-6, 1e-6};
+  ExpectClose(Vals(mse_loss(in, tg)), {sq / 4}, tol, "mse");
+  ExpectClose(Vals(mse_loss(in, tg, "sum")), {sq}, tol, "mse sum");
+  EXPECT_EQ(mse_loss(in, tg, "none").shape(), (Shape{2, 2}));
+  ExpectClose(Vals(l1_loss(in, tg)), {ab / 4}, tol, "l1");
+  ExpectClose(Vals(smooth_l1_loss(in, tg, "sum")), {smooth}, tol, "smooth_l1");
+  ExpectClose(Vals(smooth_l1_loss(in, tg, "sum", 0)), {ab}, tol, "smooth_l1 beta 0");
+  ExpectClose(Vals(huber_loss(in, tg, "sum", 1.5)), {huber}, tol, "huber");
+  EXPECT_EQ(mse_loss(to(in, DType::kBFloat16), to(tg, DType::kBFloat16)).dtype(), DType::kBFloat16);
+  // Broadcasting targets, as torch (which warns).
+  EXPECT_EQ(mse_loss(in, F32({1}, {1}, device), "none").shape(), (Shape{2, 2}));
+  // Binary cross-entropies: probabilities at 0 and 1 stay finite (logs clamped at -100).
+  const Tensor p = F32({0.25, 0.5, 0, 1}, {4}, device), t = F32({1, 0, 0, 1}, {4}, device);
+  const double bce = (-std::log(0.25) - std::log(0.5) + 0 + 0) / 4;
+  ExpectClose(Vals(binary_cross_entropy(p, t)), {bce}, tol, "bce");
+  ExpectClose(Vals(binary_cross_entropy(F32({0}, {1}, device), F32({1}, {1}, device))), {100}, tol,
+              "bce clamp");
+  const Tensor z = F32({-2, 0, 3, 40}, {4}, device);
+  std::vector<double> want;
+  const double zs[] = {-2, 0, 3, 40}, ts[] = {1, 0, 0, 1};
+  for (int i = 0; i < 4; ++i) {
+    const double s = 1 / (1 + std::exp(-zs[i]));
+    want.push_back(ts[i] == 1 ? -std::log(s) : -std::log1p(-s));
+  }
+  ExpectClose(Vals(binary_cross_entropy_with_logits(z, t, "none")), want, {1e-6, 1e-5},
+              "bce logits");
+  const Tensor pw = F32({3}, {1}, device);
+  want[0] *= 3, want[3] *= 3;  // pos_weight scales the positive terms
+  ExpectClose(Vals(binary_cross_entropy_with_logits(z, t, "none", pw)), want, {1e-6, 1e-5},
+              "bce pos_weight");
+  // nll_loss: minus the picked log-probability, ignore_index, mean over the kept.
+  const Tensor lp = F32({-1, -2, -3, -0.5, -1.5, -2.5}, {2, 3}, device);
+  ExpectClose(Vals(nll_loss(lp, I64({2, 0}, {2}, device))), {(3 + 0.5) / 2}, tol, "nll");
+  ExpectClose(Vals(nll_loss(lp, I64({2, -100}, {2}, device))), {3}, tol, "nll ignore");
+  // kl_div: pointwise t (log t - x), 0 where t is 0; batchmean divides by the batch.
+  const Tensor kx = F32({-1, -2, -0.5, -3}, {2, 2}, device),
+               kt = F32({0.5, 0, 0.25, 0.25}, {2, 2}, device);
+  const double kl =
+      0.5 * (std::log(0.5) + 1) + 0.25 * (std::log(0.25) + 0.5) + 0.25 * (std::log(0.25) + 3);
+  ExpectClose(Vals(kl_div(kx, kt, "sum")), {kl}, tol, "kl sum");
+  ExpectClose(Vals(kl_div(kx, kt, "batchmean")), {kl / 2}, tol, "kl batchmean");
+  // log_target: exp(t) (t - x), NaN where t is -inf, as in torch; on positive targets the same.
+  const Tensor positive = F32({0.5, 0.125, 0.25, 0.125}, {2, 2}, device);
+  ExpectClose(Vals(kl_div(kx, log(positive), "sum", /*log_target=*/true)),
+              Vals(kl_div(kx, positive, "sum")), tol, "kl log target");
+  EXPECT_TRUE(std::isnan(item(kl_div(kx, log(kt), "sum", /*log_target=*/true))));
+  // Errors.
+  ExpectErrorNames([&] { return mse_loss(in, tg, "avg"); }, "mse_loss", "reduction");
+  ExpectErrorNames([&] { return l1_loss(in, I64({1, 2}, {2}, device)); }, "l1_loss", "floating");
+  ExpectErrorNames(
+      [&] {
+        return mse_loss(in, F32({1, 2, 3}, {3}, device));
+      },
+      "mse_loss", "broadcast");
+  ExpectErrorNames(
+      [&] {
+        return binary_cross_entropy(p, F32({1, 0}, {2}, device));
+      },
+      "binary_cross_entropy", "input's shape");
+  ExpectErrorNames([&] { return huber_loss(in, tg, "mean", 0); }, "huber_loss", "delta");
+  ExpectErrorNames([&] { return smooth_l1_loss(in, tg, "mean", -1); }, "smooth_l1_loss", "beta");
+  ExpectErrorNames([&] { return nll_loss(lp, I64({3, 0}, {2}, device)); }, "nll_loss", "index");
+  ExpectErrorNames([&] { return nll_loss(lp, lp); }, "nll_loss", "class indices");
+  ExpectErrorNames([&] { return kl_div(kx, kt, "batch"); }, "kl_div", "batchmean");
+}
+TEST(ScatterLossesMath, LossesAreTorchsOnCpu) { LossesAreTorchs(kCPU); }
+TEST(ScatterLossesMathCuda, LossesAreTorchs) {
+  KILN_SKIP_WITHOUT_GPU();
+  LossesAreTorchs(CUDA(0));
+}
+
+// The math composites against their formulas, with the edge values torch defines.
+void CompositesAreTorchs(Device device) {
+  const Tolerance tol{1e-6, 1e-6};
+  const Tensor a = F32({1, -2, 0.5}, {3}, device), b = F32({3, 4, -1}, {3}, device);
+  EXPECT_EQ(Vals(square(a)), (std::vector<double>{1, 4, 0.25}));
+  EXPECT_EQ(square(to(ones({2}, DType::kBool), device)).dtype(), DType::kInt64);
+  ExpectClose(Vals(lerp(a, b, 0.25)), {1.5, -0.5, 0.125}, tol, "lerp");
+  EXPECT_EQ(Vals(lerp(a, b, 1.0)), Vals(b));  // exactly end at weight 1
+  ExpectClose(Vals(lerp(a, b, F32({0, 1, 0.5}, {3}, device))), {1, 4, -0.25}, tol, "lerp t");
+  ExpectClose(Vals(addcmul(a, a, b, 2)), {7, -18, -0.5}, tol, "addcmul");
+  ExpectClose(Vals(addcdiv(a, a, b, 0.5)), {1 + 1.0 / 6, -2.25, 0.25}, tol, "addcdiv");
+  ExpectErrorNames([&] { return addcdiv(a, I64({1}, {1}, device), I64({2}, {1}, device)); },
+                   "addcdiv", "integer division");
+  const Tensor inf = F32({-INFINITY, INFINITY, 1000, 0}, {4}, device);
+  const Tensor other = F32({-INFINITY, INFINITY, 1000, -1000}, {4}, device);
+  ExpectClose(Vals(logaddexp(inf, other)), {-INFINITY, INFINITY, 1000 + std::log(2.0), 0}, tol,
+              "logaddexp");
+  ExpectClose(
+      Vals(hypot(F32({3, 1e30, 0, NAN}, {4}, device), F32({4, 1e30, 0, INFINITY}, {4}, device))),
+      {5, std::sqrt(2.0) * 1e30, 0, INFINITY}, {1e-6, 1e-6}, "hypot");
+  // bmm and baddbmm against matmul.
+  Generator gen(7);
+  const Tensor x = randn({2, 3, 4}, gen, DType::kFloat32, device);
+  const Tensor y = randn({2, 4, 5}, gen, DType::kFloat32, device);
+  ExpectClose(Vals(bmm(x, y)), Vals(matmul(x, y)), tol, "bmm");
+  const Tensor bias = randn({5}, gen, DType::kFloat32, device);
+  ExpectClose(Vals(baddbmm(bias, x, y, 0.5, 2)), Vals(add(mul(matmul(x, y), 2.0), mul(bias, 0.5))),
+              tol, "baddbmm");
+  ExpectErrorNames([&] { return bmm(x, x); }, "bmm", "[B, k, m]");
+  ExpectErrorNames([&] { return bmm(reshape(x, {6, 4}), y); }, "bmm", "3-D");
+  // Activations.
+  const Tensor v = F32({-1, 0, 2}, {3}, device);
+  const double k_alpha = 1.6732632423543772, k_scale = 1.0507009873554805;
+  ExpectClose(Vals(selu(v)), {k_scale * k_alpha * std::expm1(-1.0), 0, k_scale * 2}, tol, "selu");
+  ExpectClose(Vals(celu(v, 2)), {2 * std::expm1(-0.5), 0, 2}, tol, "celu");
+  ExpectClose(Vals(softsign(v)), {-0.5, 0, 2.0 / 3}, tol, "softsign");
+  ExpectClose(Vals(tanhshrink(v)), {-1 - std::tanh(-1.0), 0, 2 - std::tanh(2.0)}, tol,
+              "tanhshrink");
+  EXPECT_EQ(Vals(threshold(v, 0, -7)), (std::vector<double>{-7, -7, 2}));
+  ExpectClose(Vals(softmin(v, 0)), Vals(softmax(neg(v), 0)), tol, "softmin");
+  ExpectErrorNames([&] { return selu(I64({1}, {1}, device)); }, "selu", "floating");
+  // Counting, moving dims, tiles, NaN replacement.
+  EXPECT_EQ(Vals(count_nonzero(F32({0, 1, NAN, 0, -2, 0}, {2, 3}, device), {1})),
+            (std::vector<double>{2, 1}));
+  const Tensor cube = to(reshape(arange(24), {2, 3, 4}), device);
+  EXPECT_EQ(movedim(cube, {0}, {2}).shape(), (Shape{3, 4, 2}));
+  EXPECT_EQ(movedim(cube, {2, 0}, {0, 1}).shape(), (Shape{4, 2, 3}));
+  EXPECT_EQ(Vals(movedim(cube, {-1}, {0})), Vals(permute(cube, {2, 0, 1})));
+  ExpectErrorNames([&] { return movedim(cube, {0, 0}, {1, 2}); }, "movedim", "repeats");
+  EXPECT_EQ(tile(F32({1, 2}, {2}, device), {2, 2}).shape(), (Shape{2, 4}));
+  EXPECT_EQ(tile(cube, {2}).shape(), (Shape{2, 3, 8}));
+  EXPECT_EQ(
+      Vals(nan_to_num(F32({NAN, INFINITY, -INFINITY, 1}, {4}, device), 0, 9)),
+      (std::vector<double>{0, 9, -static_cast<double>(std::numeric_limits<float>::max()), 1}));
+  EXPECT_EQ(Vals(nan_to_num(to(F32({INFINITY}, {1}, device), DType::kFloat16))),
+            (std::vector<double>{65504}));
+  // Factories.
+  EXPECT_EQ(Vals(eye(2, 3, DType::kFloat32, device)), (std::vector<double>{1, 0, 0, 0, 1, 0}));
+  EXPECT_EQ(Vals(linspace(0, 1, 5, DType::kFloat32, device)),
+            (std::vector<double>{0, 0.25, 0.5, 0.75, 1}));
+  EXPECT_EQ(linspace(2, 3, 0).numel(), 0);
+  EXPECT_EQ(Vals(linspace(2, 3, 1)), (std::vector<double>{2}));
+  // Dropout: the identity when not training; scaled survivors, about 1 - p of them, when training.
+  Generator drop(11);
+  const Tensor big = to(ones({4000}), device);
+  EXPECT_EQ(dropout(big, 0.5, /*training=*/false, drop).storage(), big.storage());
+  const std::vector<double> kept = Vals(dropout(big, 0.25, /*training=*/true, drop));
+  int survivors = 0;
+  for (double e : kept) {
+    EXPECT_TRUE(e == 0 || std::fabs(e - 1 / 0.75) < 1e-6) << e;
+    survivors += e != 0;
+  }
+  EXPECT_NEAR(survivors / 4000.0, 0.75, 0.03);
+  ExpectErrorNames([&] { return dropout(big, 1.5, true, drop); }, "dropout", "p must be");
+}
+TEST(ScatterLossesMath, CompositesAreTorchsOnCpu) { CompositesAreTorchs(kCPU); }
+TEST(ScatterLossesMathCuda, CompositesAreTorchs) {
+  KILN_SKIP_WITHOUT_GPU();
+  CompositesAreTorchs(CUDA(0));
+}
+
+// nonzero / argwhere / masked_select (eager: the mask is read on the host; traced: an error),
+// isclose / allclose / equal, and the diagonals.
+void SelectionAndClosenessAreTorchs(Device device) {
+  const Tensor x = F32({0, 1.5, 0, -2, 0, NAN}, {2, 3}, device);
+  EXPECT_EQ(Vals(nonzero(x)), (std::vector<double>{0, 1, 1, 0, 1, 2}));
+  EXPECT_EQ(nonzero(x).shape(), (Shape{3, 2}));
+  EXPECT_EQ(nonzero(to(zeros({4}), device)).shape(), (Shape{0, 1}));
+  EXPECT_EQ(Vals(argwhere(x)), Vals(nonzero(x)));
+  EXPECT_EQ(Vals(masked_select(F32({1, 2, 3, 4, 5, 6}, {2, 3}, device),
+                               gt(F32({0, 1, 0}, {3}, device), 0.5))),
+            (std::vector<double>{2, 5}));
+  ExpectErrorNames([&] { return masked_select(x, x); }, "masked_select", "bool");
+  // isclose: tolerances, infinities, NaN only with equal_nan, one dtype.
+  const Tensor a = F32({1, 1, INFINITY, -INFINITY, NAN, 100}, {6}, device);
+  const Tensor b = F32({1 + 1e-7, 1.1, INFINITY, INFINITY, NAN, 100.0015}, {6}, device);
+  EXPECT_EQ(Vals(isclose(a, b)), (std::vector<double>{1, 0, 1, 0, 0, 0}));
+  EXPECT_EQ(Vals(isclose(a, b, 1e-5, 1e-3, /*equal_nan=*/true)),
+            (std::vector<double>{1, 0, 1, 0, 1, 1}));
+  EXPECT_TRUE(allclose(a, a, 1e-5, 1e-8, true));
+  EXPECT_FALSE(allclose(a, b));
+  EXPECT_TRUE(equal(x, x) == false);  // NaN != NaN, as torch.equal
+  EXPECT_TRUE(equal(a, a) == false);
+  EXPECT_TRUE(equal(to(arange(4), device), to(arange(4), device)));
+  EXPECT_FALSE(equal(to(arange(4), device), to(reshape(arange(4), {2, 2}), device)));
+  ExpectErrorNames([&] { return isclose(a, to(b, DType::kBFloat16)); }, "isclose", "one dtype");
+  // Diagonals.
+  const Tensor m = to(reshape(arange(12), {3, 4}), device);
+  EXPECT_EQ(Vals(diagonal(m)), (std::vector<double>{0, 5, 10}));
+  EXPECT_EQ(Vals(diagonal(m, 1)), (std::vector<double>{1, 6, 11}));
+  EXPECT_EQ(Vals(diagonal(m, -1)), (std::vector<double>{4, 9}));
+  EXPECT_EQ(diagonal(m, 5).numel(), 0);
+  const Tensor cube = to(reshape(arange(24), {2, 3, 4}), device);
+  EXPECT_EQ(Vals(diagonal(cube, 0, 1, 2)), (std::vector<double>{0, 5, 10, 12, 17, 22}));
+  EXPECT_EQ(Vals(diagonal(cube, 0, 0, 2)), (std::vector<double>{0, 13, 4, 17, 8, 21}));
+  EXPECT_EQ(item<int64_t>(trace(m)), 15);
+  EXPECT_EQ(Vals(diag(F32({1, 2}, {2}, device))), (std::vector<double>{1, 0, 0, 2}));
+  EXPECT_EQ(Vals(diag(F32({1, 2}, {2}, device), 1)),
+            (std::vector<double>{0, 1, 0, 0, 0, 2, 0, 0, 0}));
+  EXPECT_EQ(Vals(diag(F32({1, 2}, {2}, device), -1)),
+            (std::vector<double>{0, 0, 0, 1, 0, 0, 0, 2, 0}));
+  EXPECT_EQ(Vals(diag(m)), (std::vector<double>{0, 5, 10}));
+  ExpectErrorNames([&] { return diagonal(m, 0, 1, -1); }, "diagonal", "must differ");
+  ExpectErrorNames([&] { return trace(cube); }, "trace", "2-D");
+}
+TEST(ScatterLossesMath, SelectionAndClosenessAreTorchsOnCpu) {
+  SelectionAndClosenessAreTorchs(kCPU);
+}
+TEST(ScatterLossesMathCuda, SelectionAndClosenessAreTorchs) {
+  KILN_SKIP_WITHOUT_GPU();
+  SelectionAndClosenessAreTorchs(CUDA(0));
+}
+
+TEST(ScatterLossesMath, DataDependentSelectionInsideATraceIsAnError) {
+  const auto fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{nonzero(in[0])}; };
+  const std::vector<Tensor> in = {ones({3})};
+  const std::string e = ErrorOf([&] {
+    compile(fn, in)(in);
+    return Tensor();
+  });
+  EXPECT_NE(e.find("nonzero"), std::string::npos) << e;
+  EXPECT_NE(e.find("while tracing"), std::string::npos) << e;
+}
+
+// The new rows traced and run by a compiled function equal eager, scatter_add's repeated indices
+// included.
+void CompiledEqualsEager(Device device) {
+  const auto fn = [](const std::vector<Tensor>& in) {
+    const Tensor s = scatter_add(in[0], 1, in[1], in[2]);
+    return std::vector<Tensor>{add(s, atan2(s, in[0])), prod(asinh(s), {1}),
+                               scatter(in[0], 1, in[3], in[2])};
+  };
+  Generator gen(5);
+  const std::vector<Tensor> in = {
+      randn({4, 6}, gen, DType::kFloat32, device),
+      to(from_vector({0, 0, 5, 1, 2, 2, 3, 4, 0}, {3, 3}, DType::kInt64), device),
+      randn({3, 3}, gen, DType::kFloat32, device),
+      to(from_vector({5, 1, 0, 2, 3, 4, 0, 1, 2}, {3, 3}, DType::kInt64), device)};
+  CompiledFn f = compile(fn, in);
+  const std::vector<Tensor> got = f(in), want = fn(in);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ExpectClose(Vals(got[i]), Vals(want[i]), {1e-5, 1e-5}, "compiled output " + std::to_string(i));
+  }
+}
+TEST(ScatterLossesMath, CompiledEqualsEagerOnCpu) { CompiledEqualsEager(kCPU); }
+TEST(ScatterLossesMathCuda, CompiledEqualsEager) {
+  KILN_SKIP_WITHOUT_GPU();
+  CompiledEqualsEager(CUDA(0));
+}
+
+}  // namespace
+}  // namespace kiln
