@@ -2,7 +2,7 @@
 """PyTorch/transformers twin of examples/06_llama.cc: writes a seeded Llama-style model as a
 Hugging Face folder (nothing downloaded), then checks kiln's results on it against transformers.
 
-  python3 bench/llama_twin.py write DIR [--seed 0] [--family llama|qwen3|yarn]
+  python3 bench/llama_twin.py write DIR [--seed 0] [--family llama|qwen3|yarn|gemma]
   06_llama --model-dir DIR --dtype f32 --new-tokens 64 --out kiln_f32.json    (and bf16)
   python3 bench/llama_twin.py check DIR kiln_f32.json [kiln_bf16.json ...]
 
@@ -10,7 +10,9 @@ The model: grouped-query attention (8 heads, 2 kv heads), llama3 rope scaling, u
 weights N(0, 0.08) so that greedy picks are not near ties. --family qwen3 writes a Qwen3 model
 instead: per-head q/k norms, biases on all four attention projections, head_dim 48 (not
 hidden / heads), a tied head whose checkpoint also carries lm_head.weight. --family yarn: the
-Llama model with YaRN rope scaling (factor 4 over 128 original positions) instead of llama3's. `check` prints one "check: ... OK" or
+Llama model with YaRN rope scaling (factor 4 over 128 original positions) instead of llama3's.
+--family gemma: a Gemma model (embeddings scaled by sqrt(hidden), (1 + w) norms in float32, the
+tanh GELU, head_dim 64 with 4 heads and one kv head, a tied head). `check` prints one "check: ... OK" or
 "MISMATCH" line per comparison and exits 1 on any mismatch:
   - float32 files: every prompt's greedy ids (each mode) equal transformers' greedy ids for that
     prompt alone (a fresh full forward per token), and the prefill logits agree to 1e-4 relative;
@@ -36,6 +38,15 @@ def qwen3_model():
         attention_bias=True, initializer_range=0.08))
 
 
+def gemma_model():
+    from transformers import GemmaConfig, GemmaForCausalLM
+    return GemmaForCausalLM(GemmaConfig(
+        vocab_size=512, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=64, max_position_embeddings=512,
+        rope_theta=10000.0, rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh",
+        hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True, initializer_range=0.08))
+
+
 def config(rope_scaling=None):
     return LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=688,
                        num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2,
@@ -54,12 +65,14 @@ def write(args):
     torch.manual_seed(args.seed)
     if args.family == "qwen3":
         model = qwen3_model()
+    elif args.family == "gemma":
+        model = gemma_model()
     else:
         model = LlamaForCausalLM(config(YARN if args.family == "yarn" else None))
     with torch.no_grad():  # RMSNorm weights away from 1 and biases away from 0, so they show
         for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(1 + 0.1 * torch.randn_like(p))
+            if name.endswith("norm.weight"):  # Gemma's norms apply 1 + w: w near 0
+                p.copy_((args.family != "gemma") + 0.1 * torch.randn_like(p))
             if name.endswith(".bias"):
                 p.copy_(0.05 * torch.randn_like(p))
     model.save_pretrained(args.dir, safe_serialization=True)
@@ -146,7 +159,7 @@ def main():
     w = sub.add_parser("write")
     w.add_argument("dir")
     w.add_argument("--seed", type=int, default=0)
-    w.add_argument("--family", choices=["llama", "qwen3", "yarn"], default="llama")
+    w.add_argument("--family", choices=["llama", "qwen3", "yarn", "gemma"], default="llama")
     c = sub.add_parser("check")
     c.add_argument("dir")
     c.add_argument("kiln", nargs="+")

@@ -3,14 +3,17 @@
 #include "models/llama.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "ops/distributed.h"
 #include "ops/factories.h"
+#include "ops/module_init.h"
 #include "ops/ops.h"
 #include "ops/tensor_parallel.h"
 #include "runtime/status.h"
@@ -178,13 +181,20 @@ LlamaConfig LlamaConfig::FromJson(const std::string& text) {
   c.head_dim = Field<int64_t>(j, "head_dim", c.head_dim);
   c.eps = Field<double>(j, "rms_norm_eps", 1e-6);  // transformers' default, not the struct's
   c.rope = RopeFromJson(j, c.rope);
-  c.activation = ActivationFromName(Field<std::string>(j, "hidden_act", "silu"));
   const std::string model_type = Field<std::string>(j, "model_type", "llama");
   KILN_CHECK(model_type == "llama" || model_type == "mistral" || model_type == "qwen2" ||
-                 model_type == "qwen3",
+                 model_type == "qwen3" || model_type == "gemma",
              "LlamaConfig::FromJson: model_type '", model_type,
-             "' is not supported (supported: llama, mistral, qwen2, qwen3)");
+             "' is not supported (supported: llama, mistral, qwen2, qwen3, gemma)");
   const bool mistral = model_type == "mistral", qwen3 = model_type == "qwen3";
+  c.gemma = model_type == "gemma";
+  // Gemma: hidden_activation where given (transformers' GemmaMLP reads it), else hidden_act,
+  // whose default there is the tanh GELU.
+  const std::string act =
+      c.gemma ? Field<std::string>(j, "hidden_activation",
+                                   Field<std::string>(j, "hidden_act", "gelu_pytorch_tanh"))
+              : Field<std::string>(j, "hidden_act", "silu");
+  c.activation = ActivationFromName(act);
   const bool qwen = model_type == "qwen2" || qwen3;
   // The fields each transformers config class reads (one it does not define is ignored, as
   // there): Mistral's sliding_window defaults to 4096 when absent (null: none); Qwen's applies
@@ -199,23 +209,45 @@ LlamaConfig LlamaConfig::FromJson(const std::string& text) {
     c.sliding_window = QwenSlidingWindow(j, c.layers);
   }
   if (qwen3) c.head_dim = Field<int64_t>(j, "head_dim", 128);
-  const bool own_bias = (qwen3 || model_type == "llama") && Field<bool>(j, "attention_bias", false);
+  if (c.gemma) c.head_dim = Field<int64_t>(j, "head_dim", 256);
+  const bool own_bias =
+      (qwen3 || c.gemma || model_type == "llama") && Field<bool>(j, "attention_bias", false);
   c.qkv_bias = model_type == "qwen2" || own_bias;
   c.out_bias = own_bias;
   c.mlp_bias = model_type == "llama" && Field<bool>(j, "mlp_bias", false);
   c.qk_norm = qwen3;
-  c.tie_word_embeddings = Field<bool>(j, "tie_word_embeddings", false);
+  // Gemma ties its head unless told otherwise (GemmaConfig's default); the others do not.
+  c.tie_word_embeddings = Field<bool>(j, "tie_word_embeddings", c.gemma);
   return c;
 }
 
+GemmaRMSNorm::GemmaRMSNorm(int64_t dim, double eps, ModuleOptions o)
+    : eps_(eps), weight_(RegisterParameter("weight", module_init::Full({dim}, 0, o))) {
+  KILN_CHECK(dim > 0, "GemmaRMSNorm: dim must be positive, got ", dim);
+}
+
+Tensor GemmaRMSNorm::forward(const Tensor& x) {
+  CheckInitialised();
+  // A float32 weight makes rms_norm compute in float32 and round once, as transformers does.
+  return rms_norm(x, add(cast(weight_, DType::kFloat32), 1.0), eps_);
+}
+
+namespace {
+
+// The model's RMSNorm: Gemma's where the config says so.
+std::unique_ptr<Module> NormOf(const LlamaConfig& c, ModuleOptions o) {
+  if (c.gemma) return std::make_unique<GemmaRMSNorm>(c.dim, c.eps, o);
+  return std::make_unique<RMSNorm>(c.dim, c.eps, o);
+}
+
+}  // namespace
+
 LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, const RotaryEmbedding& rotary,
                                      ModuleOptions o)
-    : input_layernorm_(
-          RegisterModule("input_layernorm", std::make_unique<RMSNorm>(c.dim, c.eps, o))),
+    : input_layernorm_(RegisterModule("input_layernorm", NormOf(c, o))),
       self_attn_(
           RegisterModule("self_attn", std::make_unique<Attention>(AttentionOf(c), o, &rotary))),
-      post_attention_layernorm_(
-          RegisterModule("post_attention_layernorm", std::make_unique<RMSNorm>(c.dim, c.eps, o))),
+      post_attention_layernorm_(RegisterModule("post_attention_layernorm", NormOf(c, o))),
       mlp_(RegisterModule("mlp", std::make_unique<FeedForward>(c.dim, c.hidden, MlpKind::kGated,
                                                                c.activation, c.mlp_bias, o))) {}
 
@@ -249,13 +281,13 @@ LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& config, ModuleOptions o)
           RegisterModule("embed_tokens", std::make_unique<Embedding>(config.vocab, config.dim, o))),
       rotary_(RegisterModule("rotary_emb",
                              std::make_unique<RotaryEmbedding>(HeadDim(config), config.rope, o))),
-      norm_([&]() -> RMSNorm& {
+      norm_([&]() -> Module& {
         auto& list = RegisterModule("layers", std::make_unique<ModuleList>());
         for (int64_t i = 0; i < config.layers; ++i) {
           layers_.push_back(
               &list.push_back(std::make_unique<LlamaDecoderLayer>(config, rotary_, o)));
         }
-        return RegisterModule("norm", std::make_unique<RMSNorm>(config.dim, config.eps, o));
+        return RegisterModule("norm", NormOf(config, o));
       }()) {
   if (config.tie_word_embeddings) {
     MarkTied("lm_head.weight", "embed_tokens.weight");  // what transformers may save too
@@ -263,6 +295,13 @@ LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& config, ModuleOptions o)
     lm_head_ =
         &RegisterModule("lm_head", std::make_unique<Linear>(config.dim, config.vocab, false, o));
   }
+}
+
+Tensor LlamaForCausalLM::Embed(const Tensor& tokens) {
+  const Tensor x = embed_tokens_(tokens);
+  if (!config_.gemma) return x;
+  // transformers multiplies by sqrt(hidden_size) as a tensor of the model's dtype.
+  return mul(x, RoundToDType(x.dtype(), std::sqrt(static_cast<double>(config_.dim))));
 }
 
 Tensor LlamaForCausalLM::Logits(const Tensor& x) {
@@ -310,7 +349,7 @@ std::vector<Tensor> LlamaForCausalLM::forward_many(const std::vector<Tensor>& in
                                : arange(tokens.size(1), DType::kInt64, tokens.device());
   const Tensor mask =
       inputs.size() == 3 && inputs[2].defined() ? PaddedCausalMask(inputs[2], tokens) : Tensor();
-  Tensor x = embed_tokens_(tokens);
+  Tensor x = Embed(tokens);
   for (LlamaDecoderLayer* layer : layers_) x = layer->Forward(x, positions, mask);
   return {Logits(x)};
 }
@@ -351,7 +390,7 @@ Tensor LlamaForCausalLM::Step(const StepInputs& in) {
              " layers, got tokens ", in.tokens.shape_string(), " and ", in.cache.k.size(),
              " layers");
   const int64_t t = in.tokens.size(1);
-  Tensor x = embed_tokens_(in.tokens);
+  Tensor x = Embed(in.tokens);
   for (size_t i = 0; i < layers_.size(); ++i) {
     x = layers_[i]->Cached(x, in.positions, {in.cache.k[i], in.cache.v[i]}, in.slots, in.mask);
   }

@@ -1,6 +1,6 @@
 // A Llama-style decoder-only language model (Hugging Face's LlamaForCausalLM and the families
-// that share its layout: Mistral, Qwen2 with attention_bias, Qwen3 with q/k norms, TinyLlama,
-// SmolLM): token
+// that share its layout: Mistral, Qwen2 with attention_bias, Qwen3 with q/k norms, Gemma with
+// its scaled embeddings and (1 + weight) norms, TinyLlama, SmolLM): token
 // embedding, pre-norm layers of RMSNorm, grouped-query attention with rotary embeddings (one
 // table shared by all layers) and a gated MLP, a final RMSNorm and the LM head (or the tied
 // embedding). Parameters carry HF's names without "model." (llama_load_mapping() adds nothing
@@ -43,13 +43,29 @@ struct LlamaConfig {
   // window: it runs sequences and KV caches up to this length (where the window changes
   // nothing) and refuses longer ones (AttentionConfig::sliding_window).
   int64_t sliding_window = 0;
+  // Gemma: the embeddings are multiplied by sqrt(dim) (rounded to the model's dtype, as
+  // transformers' normalizer), and every RMSNorm is a GemmaRMSNorm (weights stored as w - 1).
+  bool gemma = false;
 
   // From the text of a Hugging Face config.json (fields named as in the comments above;
   // rope_scaling of type "linear", "llama3", "yarn" or "dynamic"); a missing field takes
   // transformers' default (rms_norm_eps 1e-6). model_type, where given, must be llama, mistral,
-  // qwen2 or qwen3. A field of the wrong type, an unknown model type, rope scaling or hidden_act,
-  // or a scaling without its parameters is an error naming it.
+  // qwen2, qwen3 or gemma. A field of the wrong type, an unknown model type, rope scaling or
+  // hidden_act, or a scaling without its parameters is an error naming it.
   static LlamaConfig FromJson(const std::string& json_text);
+};
+
+// Gemma's RMSNorm: x normalised and multiplied by (1 + weight), all in float32 and rounded once
+// to x's dtype (transformers' GemmaRMSNorm); the weight starts at zeros.
+class GemmaRMSNorm : public Module {
+ public:
+  explicit GemmaRMSNorm(int64_t dim, double eps = 1e-6, ModuleOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  const char* type_name() const override { return "GemmaRMSNorm"; }
+
+ private:
+  double eps_;
+  Tensor& weight_;
 };
 
 // input_layernorm, self_attn, post_attention_layernorm, mlp (HF's names).
@@ -68,9 +84,9 @@ class LlamaDecoderLayer : public Module {
   void ShardTensorParallel(ProcessGroup& group);
 
  private:
-  RMSNorm& input_layernorm_;
+  Module& input_layernorm_;  // RMSNorm, or GemmaRMSNorm
   Attention& self_attn_;
-  RMSNorm& post_attention_layernorm_;
+  Module& post_attention_layernorm_;
   FeedForward& mlp_;
 };
 
@@ -99,14 +115,15 @@ class LlamaForCausalLM : public CausalLM {
   void ShardTensorParallel(ProcessGroup& group);
 
  private:
-  Tensor Logits(const Tensor& x);  // norm, then lm_head or the tied embedding
+  Tensor Logits(const Tensor& x);      // norm, then lm_head or the tied embedding
+  Tensor Embed(const Tensor& tokens);  // embed_tokens (Gemma: scaled)
 
   LlamaConfig config_;
   ModuleOptions options_;
   Embedding& embed_tokens_;
   RotaryEmbedding& rotary_;  // "rotary_emb": its tables are buffers, shared by the layers
   std::vector<LlamaDecoderLayer*> layers_;
-  RMSNorm& norm_;
+  Module& norm_;
   Linear* lm_head_ = nullptr;
   GroupRef tp_;  // the ranks the model is split over; none: not split
 };

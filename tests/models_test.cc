@@ -6,6 +6,7 @@
 // (a chi-square test over 10,000 draws) and the same ids from one seed on CPU and CUDA.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -573,11 +574,27 @@ TEST(LlamaConfig, FromHuggingFaceJson) {
               LlamaConfig::FromJson(R"({"rope_scaling": {"type": "linear"}})");
             }).find("needs the field 'factor'"),
             std::string::npos);
-  EXPECT_NE(
-      ErrorOf([] {
-        LlamaConfig::FromJson(R"({"model_type": "gemma"})");
-      }).find("model_type 'gemma' is not supported (supported: llama, mistral, qwen2, qwen3)"),
-      std::string::npos);
+  EXPECT_NE(ErrorOf([] { LlamaConfig::FromJson(R"({"model_type": "gemma2"})"); })
+                .find("model_type 'gemma2' is not supported (supported: llama, mistral, qwen2, "
+                      "qwen3, gemma)"),
+            std::string::npos);
+  // Gemma: scaled embeddings and (1 + w) norms, a tied head and head_dim 256 unless given, the
+  // tanh GELU unless hidden_activation (or else hidden_act) says otherwise.
+  const LlamaConfig gemma = LlamaConfig::FromJson(R"({"model_type": "gemma"})");
+  EXPECT_TRUE(gemma.gemma && gemma.tie_word_embeddings);
+  EXPECT_EQ(gemma.head_dim, 256);
+  EXPECT_EQ(gemma.activation, Activation::kGeluTanh);
+  EXPECT_FALSE(LlamaConfig::FromJson("{}").gemma);
+  EXPECT_EQ(LlamaConfig::FromJson(R"({"model_type": "gemma", "hidden_act": "gelu",
+                                      "hidden_activation": "gelu_pytorch_tanh"})")
+                .activation,
+            Activation::kGeluTanh);
+  EXPECT_EQ(LlamaConfig::FromJson(R"({"model_type": "gemma", "hidden_act": "gelu",
+                                      "hidden_activation": null})")
+                .activation,
+            Activation::kGelu);
+  EXPECT_FALSE(LlamaConfig::FromJson(R"({"model_type": "gemma", "tie_word_embeddings": false})")
+                   .tie_word_embeddings);
   EXPECT_EQ(
       LlamaConfig::FromJson(R"({"model_type": "mistral", "sliding_window": 4096})").sliding_window,
       4096);
@@ -741,6 +758,42 @@ TEST_P(Generate, QkNormModelsDecodeAsTheirFullForward) {
     o.mode = mode;
     EXPECT_EQ(generate(model, {prompt}, o).tokens[0], want) << "mode " << static_cast<int>(mode);
   }
+}
+
+// A Gemma model is a Llama model whose norm weights are 1 + w and whose embeddings are scaled by
+// sqrt(dim): in float32 the two give the same logits, and Gemma decodes as its full forward.
+TEST_P(Generate, GemmaIsLlamaWithOffsetNormsAndScaledEmbeddings) {
+  Generator gen(13);
+  LlamaConfig c = TinyLlama();
+  c.gemma = true;
+  c.activation = Activation::kGeluTanh;
+  LlamaForCausalLM gemma(c, {.device = GetParam(), .generator = &gen});
+  c.gemma = false;
+  LlamaForCausalLM llama(c, {.device = GetParam(), .generator = &gen});
+  const double scale = RoundToDType(DType::kFloat32, std::sqrt(static_cast<double>(c.dim)));
+  const auto llama_params = llama.named_parameters();
+  for (const auto& [name, p] : gemma.named_parameters()) {
+    const bool norm = name.find("norm") != std::string::npos;
+    if (norm) copy_(p, to(mul(randn(p.shape(), gen), 0.1), p.device()));  // gemma's w
+    const Tensor& twin = std::find_if(llama_params.begin(), llama_params.end(), [&](const auto& e) {
+                           return e.first == name;
+                         })->second;
+    if (norm) {
+      copy_(twin, add(p, 1.0));
+    } else if (name == "embed_tokens.weight") {
+      copy_(twin, mul(p, scale));
+    } else {
+      copy_(twin, p);
+    }
+  }
+  const Tensor tokens = to(from_vector({3, 14, 15, 9, 2}, {1, 5}, DType::kInt64), GetParam());
+  const Tensor g = gemma(tokens), l = llama(tokens);
+  ASSERT_EQ(g.shape(), l.shape());
+  EXPECT_LT(item<double>(max(abs(g - l))), 1e-5);
+  const std::vector<int64_t> prompt = {3, 14, 15, 9};
+  GenerateOptions o;
+  o.max_new_tokens = 6;
+  EXPECT_EQ(generate(gemma, {prompt}, o).tokens[0], GreedyByFullForward(gemma, prompt, 6));
 }
 
 TEST_P(Generate, StopTokensEndRowsAndOnStepSeesEveryId) {
