@@ -171,7 +171,17 @@ LlamaConfig LlamaConfig::FromJson(const std::string& text) {
     KILN_FAIL("LlamaConfig::FromJson: not JSON: ", e.what());
   }
   KILN_CHECK(j.is_object(), "LlamaConfig::FromJson: expected a JSON object");
+  const std::string model_type = Field<std::string>(j, "model_type", "llama");
+  KILN_CHECK(model_type == "llama" || model_type == "mistral" || model_type == "qwen2" ||
+                 model_type == "qwen3" || model_type == "gemma",
+             "LlamaConfig::FromJson: model_type '", model_type,
+             "' is not supported (supported: llama, mistral, qwen2, qwen3, gemma)");
   LlamaConfig c;
+  c.gemma = model_type == "gemma";
+  if (c.gemma) {  // GemmaConfig's defaults (gemma-7b) for the fields a config leaves out
+    c.vocab = 256000, c.dim = 3072, c.hidden = 24576, c.layers = 28, c.heads = 16;
+    c.kv_heads = 16, c.head_dim = 256, c.rope.max_positions = 8192;
+  }
   c.vocab = Field<int64_t>(j, "vocab_size", c.vocab);
   c.dim = Field<int64_t>(j, "hidden_size", c.dim);
   c.hidden = Field<int64_t>(j, "intermediate_size", c.hidden);
@@ -181,13 +191,7 @@ LlamaConfig LlamaConfig::FromJson(const std::string& text) {
   c.head_dim = Field<int64_t>(j, "head_dim", c.head_dim);
   c.eps = Field<double>(j, "rms_norm_eps", 1e-6);  // transformers' default, not the struct's
   c.rope = RopeFromJson(j, c.rope);
-  const std::string model_type = Field<std::string>(j, "model_type", "llama");
-  KILN_CHECK(model_type == "llama" || model_type == "mistral" || model_type == "qwen2" ||
-                 model_type == "qwen3" || model_type == "gemma",
-             "LlamaConfig::FromJson: model_type '", model_type,
-             "' is not supported (supported: llama, mistral, qwen2, qwen3, gemma)");
   const bool mistral = model_type == "mistral", qwen3 = model_type == "qwen3";
-  c.gemma = model_type == "gemma";
   // Gemma: hidden_activation where given (transformers' GemmaMLP reads it), else hidden_act,
   // whose default there is the tanh GELU.
   const std::string act =
@@ -209,7 +213,6 @@ LlamaConfig LlamaConfig::FromJson(const std::string& text) {
     c.sliding_window = QwenSlidingWindow(j, c.layers);
   }
   if (qwen3) c.head_dim = Field<int64_t>(j, "head_dim", 128);
-  if (c.gemma) c.head_dim = Field<int64_t>(j, "head_dim", 256);
   const bool own_bias =
       (qwen3 || c.gemma || model_type == "llama") && Field<bool>(j, "attention_bias", false);
   c.qkv_bias = model_type == "qwen2" || own_bias;

@@ -61,6 +61,18 @@ Tensor InFloat32(const char* op, const Tensor& x, F&& f) {
   return Named(op, [&] { return f(x); });
 }
 
+// f(operands) for operands whose common dtype is `t`: computed in float32 and rounded once to t
+// when t is a half type (as torch's kernels compute them), else as they are; errors name `op`.
+template <typename F>
+Tensor PromotedInFloat32(const char* op, DType t, std::vector<Tensor> operands, F&& f) {
+  const bool half = t == DType::kBFloat16 || t == DType::kFloat16;
+  if (half) {
+    for (Tensor& x : operands) x = cast(x, DType::kFloat32);
+  }
+  Tensor out = Named(op, [&] { return f(operands); });
+  return half ? cast(out, t) : out;
+}
+
 // Which dims a reduction over `dims` takes (infer::ReducedMask), or the error naming `fn`.
 inline std::vector<bool> Reduced(const char* fn, const Tensor& x, IntList dims) {
   absl::StatusOr<std::vector<bool>> mask = infer::ReducedMask(dims, x.dim());

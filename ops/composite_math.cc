@@ -38,44 +38,65 @@ Tensor square(const Tensor& x) {
 
 Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight) {
   CheckFloating("lerp", {&start, &end, &weight});
+  KILN_CHECK(end.dtype() == start.dtype() && weight.dtype() == start.dtype(),
+             "lerp: start, end and weight must have one dtype (as in torch), got ",
+             DTypeName(start.dtype()), ", ", DTypeName(end.dtype()), " and ",
+             DTypeName(weight.dtype()));
   // torch's form: start + w (end - start) for |w| < 0.5, end - (end - start)(1 - w) otherwise,
   // so that w = 1 gives end exactly.
-  return Named("lerp", [&] {
-    const Tensor diff = sub(end, start);
-    return where(lt(abs(weight), 0.5), add(start, mul(weight, diff)),
-                 sub(end, mul(diff, (1.0 - weight))));
+  return PromotedInFloat32("lerp", start.dtype(), {start, end, weight}, [](const auto& v) {
+    const Tensor diff = sub(v[1], v[0]);
+    return where(lt(abs(v[2]), 0.5), add(v[0], mul(v[2], diff)), sub(v[1], mul(diff, 1.0 - v[2])));
   });
 }
 
 Tensor lerp(const Tensor& start, const Tensor& end, Scalar weight) {
   CheckFloating("lerp", {&start, &end});
+  KILN_CHECK(end.dtype() == start.dtype(), "lerp: start and end must have one dtype (as in ",
+             "torch), got ", DTypeName(start.dtype()), " and ", DTypeName(end.dtype()));
   const double w = weight.to_double();
-  return Named("lerp", [&] {
-    const Tensor diff = sub(end, start);
-    return std::abs(w) < 0.5 ? add(start, mul(diff, w)) : sub(end, mul(diff, 1.0 - w));
+  return PromotedInFloat32("lerp", start.dtype(), {start, end}, [w](const auto& v) {
+    const Tensor diff = sub(v[1], v[0]);
+    return std::abs(w) < 0.5 ? add(v[0], mul(diff, w)) : sub(v[1], mul(diff, 1.0 - w));
   });
 }
 
+namespace {
+
+// addcmul's and addcdiv's checks: defined operands, and (as torch) an integral value for
+// integer tensors. Returns the operands' common dtype.
+DType CheckPointwiseWithValue(const char* fn, const Tensor& input, const Tensor& t1,
+                              const Tensor& t2, Scalar value) {
+  CheckDefined(fn, input);
+  CheckDefined(fn, t1);
+  CheckDefined(fn, t2);
+  const DType t = PromoteTypes(PromoteTypes(input.dtype(), t1.dtype()), t2.dtype());
+  KILN_CHECK(IsFloatingPoint(t) || value.is_integer(), fn,
+             ": for integer tensors the value must not be a floating-point number (as in torch), "
+             "got ",
+             value.ToString());
+  return t;
+}
+
+}  // namespace
+
 Tensor addcmul(const Tensor& input, const Tensor& t1, const Tensor& t2, Scalar value) {
-  CheckDefined("addcmul", input);
-  CheckDefined("addcmul", t1);
-  CheckDefined("addcmul", t2);
-  return Named("addcmul", [&] {
-    const Tensor product = mul(t1, t2);
-    return add(input, value.to_double() == 1 ? product : mul(product, value));
+  const DType t = CheckPointwiseWithValue("addcmul", input, t1, t2, value);
+  // input + value t1 t2, the product taken left to right as torch's kernel.
+  return PromotedInFloat32("addcmul", t, {input, t1, t2}, [&](const auto& v) {
+    const Tensor scaled = value.to_double() == 1 ? v[1] : mul(v[1], value);
+    return add(v[0], mul(scaled, v[2]));
   });
 }
 
 Tensor addcdiv(const Tensor& input, const Tensor& t1, const Tensor& t2, Scalar value) {
-  CheckDefined("addcdiv", input);
-  CheckDefined("addcdiv", t1);
-  CheckDefined("addcdiv", t2);
+  const DType t = CheckPointwiseWithValue("addcdiv", input, t1, t2, value);
   KILN_CHECK(IsFloatingPoint(t1.dtype()) || IsFloatingPoint(t2.dtype()),
              "addcdiv: integer division is not supported (as in torch), got ", Describe(t1.type()),
              " / ", Describe(t2.type()));
-  return Named("addcdiv", [&] {
-    const Tensor quotient = div(t1, t2);
-    return add(input, value.to_double() == 1 ? quotient : mul(quotient, value));
+  return PromotedInFloat32("addcdiv", t, {input, t1, t2}, [&](const auto& v) {
+    const Tensor quotient = div(v[1], v[2]);
+    return add(v[0], value.to_double() == 1 ? quotient : mul(quotient, value));
   });
 }
 
@@ -83,22 +104,23 @@ Tensor logaddexp(const Tensor& a, const Tensor& b) {
   CheckFloating("logaddexp", {&a, &b});
   // max + log1p(exp(-|a - b|)); equal operands give a + log 2 exactly, so that two -inf give
   // -inf and two +inf give +inf (their difference is NaN).
-  return Named("logaddexp", [&] {
-    return where(eq(a, b), add(a, std::log(2.0)),
-                 add(maximum(a, b), log1p(exp(neg(abs(sub(a, b)))))));
-  });
+  return PromotedInFloat32(
+      "logaddexp", PromoteTypes(a.dtype(), b.dtype()), {a, b}, [](const auto& v) {
+        return where(eq(v[0], v[1]), add(v[0], std::log(2.0)),
+                     add(maximum(v[0], v[1]), log1p(exp(neg(abs(sub(v[0], v[1])))))));
+      });
 }
 
 Tensor hypot(const Tensor& a, const Tensor& b) {
   CheckFloating("hypot", {&a, &b});
   // m sqrt(1 + (n / m)^2) with m = max(|a|, |b|), so squares never overflow; an infinite operand
   // gives +inf even beside a NaN, as C's hypot.
-  return Named("hypot", [&] {
-    const Tensor x = abs(a), y = abs(b);
+  return PromotedInFloat32("hypot", PromoteTypes(a.dtype(), b.dtype()), {a, b}, [](const auto& v) {
+    const Tensor x = abs(v[0]), y = abs(v[1]);
     const Tensor m = maximum(x, y), n = minimum(x, y);
     const Tensor r = div(n, m);
     const Tensor finite = where(eq(m, 0.0), zeros_like(m), mul(m, sqrt(add(mul(r, r), 1.0))));
-    return where(logical_or(isinf(a), isinf(b)), full_like(m, INFINITY), finite);
+    return where(logical_or(isinf(v[0]), isinf(v[1])), full_like(m, INFINITY), finite);
   });
 }
 
@@ -140,17 +162,32 @@ Tensor celu(const Tensor& x, double alpha) {
   });
 }
 
+namespace {
+
+// x itself when floating, else x as float32 (the ops torch computes on integers that way).
+Tensor FloatingOrFloat32(const char* fn, const Tensor& x) {
+  CheckDefined(fn, x);
+  return IsFloatingPoint(x.dtype()) ? x : cast(x, DType::kFloat32);
+}
+
+}  // namespace
+
 Tensor softsign(const Tensor& x) {
-  return InFloat32("softsign", x, [](const Tensor& v) { return div(v, add(abs(v), 1.0)); });
+  return InFloat32("softsign", FloatingOrFloat32("softsign", x),
+                   [](const Tensor& v) { return div(v, add(abs(v), 1.0)); });
 }
 
 Tensor tanhshrink(const Tensor& x) {
-  return InFloat32("tanhshrink", x, [](const Tensor& v) { return sub(v, tanh(v)); });
+  return InFloat32("tanhshrink", FloatingOrFloat32("tanhshrink", x),
+                   [](const Tensor& v) { return sub(v, tanh(v)); });
 }
 
 Tensor threshold(const Tensor& x, double threshold, double value) {
   CheckDefined("threshold", x);
-  return Named("threshold", [&] { return where(gt(x, threshold), x, full_like(x, value)); });
+  // x <= threshold ? value : x, so NaN stays; an integer x compares with the threshold
+  // converted to its dtype (truncated), as torch's kernel.
+  const double th = IsFloatingPoint(x.dtype()) ? threshold : std::trunc(threshold);
+  return Named("threshold", [&] { return where(le(x, th), full_like(x, value), x); });
 }
 
 Tensor softmin(const Tensor& x, int64_t dim) {
@@ -168,6 +205,14 @@ Tensor movedim(const Tensor& x, IntList source, IntList destination) {
   KILN_CHECK(source.size() == destination.size(), "movedim: ", source.size(), " source dims but ",
              destination.size(), " destinations");
   const int64_t rank = x.dim();
+  if (rank == 0) {  // dims 0 and -1 name the one "dim" of a 0-d tensor: nothing moves
+    for (size_t i = 0; i < source.size(); ++i) {
+      Wrapped("movedim", x, source[i]);
+      Wrapped("movedim", x, destination[i]);
+    }
+    KILN_CHECK(source.size() <= 1, "movedim: a 0-d tensor has one dim, got ", source.size());
+    return x;
+  }
   std::vector<int64_t> order(rank, -1);
   std::vector<bool> moved(rank, false), taken(rank, false);
   for (size_t i = 0; i < source.size(); ++i) {
@@ -199,11 +244,15 @@ Tensor nan_to_num(const Tensor& x, double nan, std::optional<double> posinf,
                   std::optional<double> neginf) {
   CheckDefined("nan_to_num", x);
   if (!IsFloatingPoint(x.dtype())) return clone(x);  // integers hold no NaN or inf
-  const double big = MaxFinite(x.dtype());
+  const DType t = x.dtype();
+  const double big = MaxFinite(t);
+  // Each replacement converted to x's dtype as torch does (a value past its range: inf), and
+  // each chosen from x itself, so a replacement is never replaced again.
+  const auto value = [&](double v) { return full({}, RoundToDType(t, v), t, x.device()); };
   return Named("nan_to_num", [&] {
-    const Tensor no_nan = where(isnan(x), full_like(x, nan), x);
-    const Tensor up = where(eq(no_nan, INFINITY), full_like(x, posinf.value_or(big)), no_nan);
-    return where(eq(up, -INFINITY), full_like(x, neginf.value_or(-big)), up);
+    const Tensor infinities = where(eq(x, INFINITY), value(posinf.value_or(big)),
+                                    where(eq(x, -INFINITY), value(neginf.value_or(-big)), x));
+    return where(isnan(x), value(nan), infinities);
   });
 }
 
@@ -220,6 +269,8 @@ Tensor linspace(double start, double end, int64_t steps, DType dtype, Device dev
   KILN_CHECK(steps >= 0, "linspace: steps must be >= 0, got ", steps);
   KILN_CHECK(IsFloatingPoint(dtype) || (std::isfinite(start) && std::isfinite(end)),
              "linspace: an integer dtype needs finite ends, got ", start, " and ", end);
+  // An integer dtype takes the ends converted to it first (truncated), as torch's kernel.
+  if (!IsFloatingPoint(dtype)) start = std::trunc(start), end = std::trunc(end);
   // torch's symmetric form: the first half counts up from start, the second down from end, so
   // that both ends are exact; one step is start.
   std::vector<double> v(static_cast<size_t>(steps), start);
@@ -234,13 +285,14 @@ Tensor linspace(double start, double end, int64_t steps, DType dtype, Device dev
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   CheckDefined("dropout", x);
   KILN_CHECK(p >= 0 && p <= 1, "dropout: p must be in [0, 1], got ", p);
+  if (!training || p == 0) return x;
   KILN_CHECK(IsFloatingPoint(x.dtype()), "dropout: needs a floating tensor, got ",
              Describe(x.type()));
-  if (!training || p == 0) return x;
-  if (p == 1) return zeros_like(x);
+  // x times the scaled mask (as torch), so a dropped NaN or inf gives NaN, not 0.
+  if (p == 1) return Named("dropout", [&] { return mul(x, 0.0); });
   return Named("dropout", [&] {
     const Tensor keep = lt(rand(x.shape(), gen, DType::kFloat32, x.device()), 1.0 - p);
-    return where(keep, div(x, 1.0 - p), zeros_like(x));
+    return mul(mul(x, cast(keep, x.dtype())), 1.0 / (1.0 - p));
   });
 }
 

@@ -4,6 +4,7 @@
 // the diagonals (diagonal, diag, trace), written with the registry's ops.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -69,8 +70,13 @@ Tensor isclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool 
     if (!IsFloatingPoint(a.dtype()) && a.dtype() != DType::kBool && rtol == 0 && atol == 0) {
       return same;
     }
-    const Tensor x = cast(a, DType::kFloat32), y = cast(b, DType::kFloat32);
-    const Tensor near = le(abs(sub(x, y)), add(mul(abs(y), rtol), atol));
+    // The difference in a's dtype (exact for integers; bools as float32), compared in float32
+    // with the allowed error, as torch's isclose.
+    const bool floating = IsFloatingPoint(a.dtype());
+    const Tensor x = floating || a.dtype() == DType::kBool ? cast(a, DType::kFloat32) : a;
+    const Tensor y = floating || b.dtype() == DType::kBool ? cast(b, DType::kFloat32) : b;
+    const Tensor allowed = add(mul(abs(cast(y, DType::kFloat32)), rtol), atol);
+    const Tensor near = le(cast(abs(sub(x, y)), DType::kFloat32), allowed);
     Tensor close = logical_or(same, logical_and(near, logical_and(isfinite(x), isfinite(y))));
     if (equal_nan) close = logical_or(close, logical_and(isnan(x), isnan(y)));
     return close;
@@ -84,6 +90,8 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool e
 bool equal(const Tensor& a, const Tensor& b) {
   CheckDefined("equal", a);
   CheckDefined("equal", b);
+  KILN_CHECK(a.dtype() == b.dtype(), "equal: a and b must have one dtype (as in torch), got ",
+             DTypeName(a.dtype()), " and ", DTypeName(b.dtype()));
   if (a.shape() != b.shape()) return false;
   return Named("equal", [&] { return item<bool>(all(eq(a, b))); });
 }
@@ -112,7 +120,11 @@ Tensor diag(const Tensor& x, int64_t offset) {
   CheckDefined("diag", x);
   KILN_CHECK(x.dim() == 1 || x.dim() == 2, "diag: needs a 1-D or 2-D tensor, got ", Shapes(x));
   if (x.dim() == 2) return Named("diag", [&] { return diagonal(x, offset, 0, 1); });
-  const int64_t n = x.size(0), size = n + (offset >= 0 ? offset : -offset);
+  int64_t size = 0;
+  const int64_t n = x.size(0);
+  KILN_CHECK(offset > std::numeric_limits<int64_t>::min() &&
+                 !__builtin_add_overflow(n, offset >= 0 ? offset : -offset, &size),
+             "diag: offset ", offset, " makes a matrix side past int64's range");
   if (n == 0) return zeros({size, size}, x.dtype(), x.device());
   return Named("diag", [&] {
     // out[i][j] = x[k] where j - i == offset, k the row (offset >= 0) or column; else 0.

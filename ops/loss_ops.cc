@@ -177,10 +177,10 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, std::stri
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
                                         std::string_view reduction, const Tensor& pos_weight) {
   if (pos_weight.defined()) {
-    KILN_CHECK(IsFloatingPoint(pos_weight.dtype()) &&
-                   BroadcastShapes(pos_weight.shape(), input.shape()).ok(),
+    const absl::StatusOr<Shape> joint = BroadcastShapes(pos_weight.shape(), input.shape());
+    KILN_CHECK(IsFloatingPoint(pos_weight.dtype()) && joint.ok() && *joint == input.shape(),
                "binary_cross_entropy_with_logits: pos_weight must be a floating tensor that "
-               "broadcasts to the input, got pos_weight ",
+               "broadcasts to the input's shape, got pos_weight ",
                Describe(pos_weight.type()), ", input ", Shapes(input));
   }
   // (1 - t) x + (1 + (p - 1) t) (log1p(exp(-|x|)) + max(-x, 0)): stable for any x.
@@ -199,11 +199,13 @@ Tensor kl_div(const Tensor& input, const Tensor& target, std::string_view reduct
               bool log_target) {
   CheckReduction("kl_div", reduction, /*batchmean=*/true);
   const bool batchmean = reduction == "batchmean";
-  // target (log target - input), 0 where target is 0 (torch's xlogy); log_target: exp(t) (t - x).
+  // torch's form: xlogy(t, t) - t x (xlogy is 0 where t is 0, so a NaN input still shows);
+  // log_target: exp(t) (t - x).
   const Tensor loss = PointwiseLoss(
       "kl_div", input, target, "none", /*same_shape=*/false, [&](const Tensor& x, const Tensor& t) {
         if (log_target) return mul(exp(t), sub(t, x));
-        return where(eq(t, 0.0), zeros_like(t), mul(t, sub(log(t), x)));
+        const Tensor xlogy = where(eq(t, 0.0), zeros_like(t), mul(t, log(t)));
+        return sub(xlogy, mul(t, x));
       });
   return Named("kl_div", [&] {
     if (!batchmean) return Reduce(loss, reduction);

@@ -430,6 +430,26 @@ Tensor linspace(double start, double end, int64_t steps, DType dtype = DType::kF
 // Zeroes elements with probability p and scales the rest by 1 / (1 - p) when training (else x
 // itself), drawing from `gen` (so not inside a compiled function, as rand).
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
+// Layout and indexing (ops/composite_layout.cc). select: x indexed at `index` along dim (a
+// view without that dim; a negative index counts from the end); unbind: every such view.
+Tensor select(const Tensor& x, int64_t dim, int64_t index);
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim = 0);
+Tensor swapaxes(const Tensor& x, int64_t a, int64_t b);  // transpose
+// torch.nn.functional.pad, constant mode: pads = (left, right) of the last dim, then of the one
+// before, ...; negative sizes crop. A new tensor.
+Tensor pad(const Tensor& x, IntList pads, double value = 0);
+// Views of 0-d or 1-D tensors expanded to their grid (torch.meshgrid; "xy": the first two dims
+// swapped).
+std::vector<Tensor> meshgrid(const std::vector<Tensor>& tensors, std::string_view indexing = "ij");
+// self with alpha source's slices added at index along dim (repeats add up), and self with
+// value written at the slices index names (torch.index_add, index_fill).
+Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source,
+                 Scalar alpha = 1);
+Tensor index_fill(const Tensor& self, int64_t dim, const Tensor& index, Scalar value);
+// Products with torch's shape rules: [n, k] x [k, m], [n, k] x [k], [k] . [k] (one dtype).
+Tensor mm(const Tensor& a, const Tensor& b);
+Tensor mv(const Tensor& a, const Tensor& v);
+Tensor dot(const Tensor& a, const Tensor& b);
 // Data-dependent selection (ops/composite_select.cc): the truth values are read on the host, so
 // these run eagerly (inside a function being compiled they are an error, as reading data is).
 Tensor nonzero(const Tensor& x);   // int64 [n, rank]: the indices of the nonzero elements

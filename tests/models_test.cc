@@ -583,6 +583,8 @@ TEST(LlamaConfig, FromHuggingFaceJson) {
   const LlamaConfig gemma = LlamaConfig::FromJson(R"({"model_type": "gemma"})");
   EXPECT_TRUE(gemma.gemma && gemma.tie_word_embeddings);
   EXPECT_EQ(gemma.head_dim, 256);
+  EXPECT_EQ(gemma.vocab, 256000);  // GemmaConfig's defaults where the config says nothing
+  EXPECT_EQ(gemma.rope.max_positions, 8192);
   EXPECT_EQ(gemma.activation, Activation::kGeluTanh);
   EXPECT_FALSE(LlamaConfig::FromJson("{}").gemma);
   EXPECT_EQ(LlamaConfig::FromJson(R"({"model_type": "gemma", "hidden_act": "gelu",

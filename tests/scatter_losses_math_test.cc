@@ -238,6 +238,8 @@ void LossesAreTorchs(Device device) {
   const double kl =
       0.5 * (std::log(0.5) + 1) + 0.25 * (std::log(0.25) + 0.5) + 0.25 * (std::log(0.25) + 3);
   ExpectClose(Vals(kl_div(kx, kt, "sum")), {kl}, tol, "kl sum");
+  // A NaN input shows even where the target is 0 (torch's xlogy(t, t) - t x).
+  EXPECT_TRUE(std::isnan(Vals(kl_div(F32({NAN}, {1}, device), F32({0}, {1}, device), "none"))[0]));
   ExpectClose(Vals(kl_div(kx, kt, "batchmean")), {kl / 2}, tol, "kl batchmean");
   // log_target: exp(t) (t - x), NaN where t is -inf, as in torch; on positive targets the same.
   const Tensor positive = F32({0.5, 0.125, 0.25, 0.125}, {2, 2}, device);
@@ -258,6 +260,11 @@ void LossesAreTorchs(Device device) {
       },
       "binary_cross_entropy", "input's shape");
   ExpectErrorNames([&] { return huber_loss(in, tg, "mean", 0); }, "huber_loss", "delta");
+  ExpectErrorNames(
+      [&] {
+        return binary_cross_entropy_with_logits(z, t, "none", to(ones({4, 4}), device));
+      },
+      "binary_cross_entropy_with_logits", "pos_weight");
   ExpectErrorNames([&] { return smooth_l1_loss(in, tg, "mean", -1); }, "smooth_l1_loss", "beta");
   ExpectErrorNames([&] { return nll_loss(lp, I64({3, 0}, {2}, device)); }, "nll_loss", "index");
   ExpectErrorNames([&] { return nll_loss(lp, lp); }, "nll_loss", "class indices");
@@ -308,6 +315,10 @@ void CompositesAreTorchs(Device device) {
   ExpectClose(Vals(tanhshrink(v)), {-1 - std::tanh(-1.0), 0, 2 - std::tanh(2.0)}, tol,
               "tanhshrink");
   EXPECT_EQ(Vals(threshold(v, 0, -7)), (std::vector<double>{-7, -7, 2}));
+  // NaN stays (x <= threshold is false); integers compare with the truncated threshold.
+  EXPECT_TRUE(std::isnan(Vals(threshold(F32({NAN}, {1}, device), 1, -5))[0]));
+  EXPECT_EQ(Vals(threshold(I64({-1, 0, 5}, {3}, device), -1.5, 9)), (std::vector<double>{9, 0, 5}));
+  EXPECT_EQ(softsign(I64({1}, {1}, device)).dtype(), DType::kFloat32);
   ExpectClose(Vals(softmin(v, 0)), Vals(softmax(neg(v), 0)), tol, "softmin");
   ExpectErrorNames([&] { return selu(I64({1}, {1}, device)); }, "selu", "floating");
   // Counting, moving dims, tiles, NaN replacement.
@@ -325,12 +336,22 @@ void CompositesAreTorchs(Device device) {
       (std::vector<double>{0, 9, -static_cast<double>(std::numeric_limits<float>::max()), 1}));
   EXPECT_EQ(Vals(nan_to_num(to(F32({INFINITY}, {1}, device), DType::kFloat16))),
             (std::vector<double>{65504}));
+  // Each replacement is chosen from x once (never replaced again), converted to x's dtype.
+  const Tensor specials = F32({NAN, INFINITY, -INFINITY, 1}, {4}, device);
+  EXPECT_EQ(Vals(nan_to_num(specials, INFINITY)),
+            (std::vector<double>{INFINITY, std::numeric_limits<float>::max(),
+                                 -static_cast<double>(std::numeric_limits<float>::max()), 1}));
+  EXPECT_EQ(Vals(nan_to_num(specials, 0, -INFINITY))[1], -INFINITY);
+  EXPECT_EQ(Vals(nan_to_num(to(F32({INFINITY}, {1}, device), DType::kFloat16), 0, 1e6)),
+            (std::vector<double>{INFINITY}));
+  EXPECT_EQ(movedim(to(full({}, 2.0), device), {0}, {-1}).dim(), 0);
   // Factories.
   EXPECT_EQ(Vals(eye(2, 3, DType::kFloat32, device)), (std::vector<double>{1, 0, 0, 0, 1, 0}));
   EXPECT_EQ(Vals(linspace(0, 1, 5, DType::kFloat32, device)),
             (std::vector<double>{0, 0.25, 0.5, 0.75, 1}));
   EXPECT_EQ(linspace(2, 3, 0).numel(), 0);
   EXPECT_EQ(Vals(linspace(2, 3, 1)), (std::vector<double>{2}));
+  EXPECT_EQ(Vals(linspace(0.5, 10.7, 4, DType::kInt64)), (std::vector<double>{0, 3, 6, 10}));
   // Dropout: the identity when not training; scaled survivors, about 1 - p of them, when training.
   Generator drop(11);
   const Tensor big = to(ones({4000}), device);
@@ -343,6 +364,23 @@ void CompositesAreTorchs(Device device) {
   }
   EXPECT_NEAR(survivors / 4000.0, 0.75, 0.03);
   ExpectErrorNames([&] { return dropout(big, 1.5, true, drop); }, "dropout", "p must be");
+  EXPECT_TRUE(std::isnan(item(dropout(F32({NAN}, {1}, device), 1.0, true, drop))));
+  EXPECT_EQ(dropout(I64({1}, {1}, device), 0.5, /*training=*/false, drop).dtype(), DType::kInt64);
+  // Half operands compute in float32 and round once (torch's kernels): one rounding, not three.
+  const Tensor h1 = to(F32({19.5, 126.5}, {2}, device), DType::kBFloat16);
+  const Tensor h2 = to(F32({-3.765625, -161}, {2}, device), DType::kBFloat16);
+  EXPECT_EQ(Vals(hypot(h1, h2))[0], RoundToDType(DType::kBFloat16, std::hypot(19.5, -3.765625)));
+  EXPECT_EQ(Vals(lerp(h1, h2, -2.109375))[1],
+            RoundToDType(DType::kBFloat16, 126.5 + (-2.109375) * (-161 - 126.5)));
+  ExpectErrorNames([&] { return lerp(a, to(b, DType::kBFloat16), 0.5); }, "lerp", "one dtype");
+  ExpectErrorNames(
+      [&] {
+        return addcmul(I64({1}, {1}, device), I64({2}, {1}, device), I64({3}, {1}, device), 2.5);
+      },
+      "addcmul", "floating-point");
+  EXPECT_EQ(item<int64_t>(
+                addcmul(I64({1}, {1}, device), I64({2}, {1}, device), I64({3}, {1}, device), 2)),
+            13);
 }
 TEST(ScatterLossesMath, CompositesAreTorchsOnCpu) { CompositesAreTorchs(kCPU); }
 TEST(ScatterLossesMathCuda, CompositesAreTorchs) {
@@ -375,6 +413,14 @@ void SelectionAndClosenessAreTorchs(Device device) {
   EXPECT_TRUE(equal(to(arange(4), device), to(arange(4), device)));
   EXPECT_FALSE(equal(to(arange(4), device), to(reshape(arange(4), {2, 2}), device)));
   ExpectErrorNames([&] { return isclose(a, to(b, DType::kBFloat16)); }, "isclose", "one dtype");
+  // Integers: the difference is exact (in int64), then compared.
+  const double big = static_cast<double>(int64_t{1} << 30);
+  EXPECT_EQ(Vals(isclose(I64({big + 1}, {1}, device), I64({big}, {1}, device), 0, 0.5)),
+            (std::vector<double>{0}));
+  ExpectErrorNames([&] { return Tensor(equal(a, to(a, DType::kBFloat16)) ? a : b); }, "equal",
+                   "one dtype");
+  ExpectErrorNames([&] { return diag(F32({1}, {1}, device), std::numeric_limits<int64_t>::max()); },
+                   "diag", "offset");
   // Diagonals.
   const Tensor m = to(reshape(arange(12), {3, 4}), device);
   EXPECT_EQ(Vals(diagonal(m)), (std::vector<double>{0, 5, 10}));
@@ -400,6 +446,66 @@ TEST(ScatterLossesMath, SelectionAndClosenessAreTorchsOnCpu) {
 TEST(ScatterLossesMathCuda, SelectionAndClosenessAreTorchs) {
   KILN_SKIP_WITHOUT_GPU();
   SelectionAndClosenessAreTorchs(CUDA(0));
+}
+
+// select / unbind / swapaxes views, pad (crops too), meshgrid, index_add / index_fill, and the
+// products mm, mv, dot with their shape and dtype errors.
+void LayoutAndIndexingAreTorchs(Device device) {
+  const Tensor m = to(reshape(arange(12), {3, 4}), device);
+  EXPECT_EQ(Vals(select(m, 1, -1)), (std::vector<double>{3, 7, 11}));
+  EXPECT_EQ(select(m, 0, 2).storage(), m.storage());  // a view
+  ExpectErrorNames([&] { return select(m, 0, 3); }, "select", "out of range");
+  const std::vector<Tensor> rows = unbind(m);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(Vals(rows[1]), (std::vector<double>{4, 5, 6, 7}));
+  EXPECT_EQ(swapaxes(m, 0, 1).shape(), (Shape{4, 3}));
+  // pad: (left, right) of the last dim first; negative sizes crop.
+  const Tensor p = pad(F32({1, 2, 3}, {1, 3}, device), {1, 2}, -1);
+  EXPECT_EQ(Vals(p), (std::vector<double>{-1, 1, 2, 3, -1, -1}));
+  EXPECT_EQ(pad(m, {0, 0, 1, 1}).shape(), (Shape{5, 4}));
+  EXPECT_EQ(Vals(pad(m, {-1, -2})), (std::vector<double>{1, 5, 9}));
+  EXPECT_NE(pad(m, {0, 0}).storage(), m.storage());
+  ExpectErrorNames([&] { return pad(m, {1}); }, "pad", "pairs");
+  ExpectErrorNames([&] { return pad(m, {0, 0, 0, 0, 1, 1}); }, "pad", "at most one pair");
+  ExpectErrorNames([&] { return pad(m, {-3, -2}); }, "pad", "negative size");
+  // meshgrid.
+  const std::vector<Tensor> ij = meshgrid({F32({1, 2}, {2}, device), F32({3, 4, 5}, {3}, device)});
+  EXPECT_EQ(ij[0].shape(), (Shape{2, 3}));
+  EXPECT_EQ(Vals(ij[1]), (std::vector<double>{3, 4, 5, 3, 4, 5}));
+  const std::vector<Tensor> xy =
+      meshgrid({F32({1, 2}, {2}, device), F32({3, 4, 5}, {3}, device)}, "xy");
+  EXPECT_EQ(xy[0].shape(), (Shape{3, 2}));
+  EXPECT_EQ(Vals(xy[0]), (std::vector<double>{1, 2, 1, 2, 1, 2}));
+  // index_add (repeats add up) and index_fill.
+  const Tensor self = to(zeros({3, 2}), device);
+  const Tensor src = F32({1, 2, 3, 4, 5, 6}, {3, 2}, device);
+  EXPECT_EQ(Vals(index_add(self, 0, I64({2, 0, 2}, {3}, device), src, 2)),
+            (std::vector<double>{6, 8, 0, 0, 12, 16}));
+  EXPECT_EQ(Vals(index_fill(self, 1, I64({1}, {1}, device), 7)),
+            (std::vector<double>{0, 7, 0, 7, 0, 7}));
+  ExpectErrorNames([&] { return index_add(self, 0, I64({0}, {1}, device), src); }, "index_add",
+                   "entries along dim 0");
+  ExpectErrorNames(
+      [&] {
+        return index_add(to(self, DType::kInt64), 0, I64({0, 1, 2}, {3}, device),
+                         to(src, DType::kInt64), 0.5);
+      },
+      "index_add", "alpha");
+  // Products.
+  EXPECT_EQ(Vals(mm(F32({1, 2, 3, 4}, {2, 2}, device), F32({1, 0, 0, 1}, {2, 2}, device))),
+            (std::vector<double>{1, 2, 3, 4}));
+  EXPECT_EQ(Vals(mv(F32({1, 2, 3, 4}, {2, 2}, device), F32({1, 1}, {2}, device))),
+            (std::vector<double>{3, 7}));
+  EXPECT_EQ(item(dot(F32({1, 2, 3}, {3}, device), F32({4, 5, 6}, {3}, device))), 32);
+  EXPECT_EQ(item<int64_t>(dot(I64({1, 2}, {2}, device), I64({3, 4}, {2}, device))), 11);
+  ExpectErrorNames([&] { return mm(m, m); }, "mm", "[n, k] and [k, m]");
+  ExpectErrorNames([&] { return dot(F32({1}, {1}, device), I64({1}, {1}, device)); }, "dot",
+                   "one dtype");
+}
+TEST(ScatterLossesMath, LayoutAndIndexingAreTorchsOnCpu) { LayoutAndIndexingAreTorchs(kCPU); }
+TEST(ScatterLossesMathCuda, LayoutAndIndexingAreTorchs) {
+  KILN_SKIP_WITHOUT_GPU();
+  LayoutAndIndexingAreTorchs(CUDA(0));
 }
 
 TEST(ScatterLossesMath, DataDependentSelectionInsideATraceIsAnError) {
