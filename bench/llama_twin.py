@@ -2,7 +2,7 @@
 """PyTorch/transformers twin of examples/06_llama.cc: writes a seeded Llama-style model as a
 Hugging Face folder (nothing downloaded), then checks kiln's results on it against transformers.
 
-  python3 bench/llama_twin.py write DIR [--seed 0] [--family llama|qwen3|yarn|gemma]
+  python3 bench/llama_twin.py write DIR [--seed 0] [--family llama|qwen3|yarn|gemma|phi3]
   06_llama --model-dir DIR --dtype f32 --new-tokens 64 --out kiln_f32.json    (and bf16)
   python3 bench/llama_twin.py check DIR kiln_f32.json [kiln_bf16.json ...]
 
@@ -12,7 +12,8 @@ instead: per-head q/k norms, biases on all four attention projections, head_dim 
 hidden / heads), a tied head whose checkpoint also carries lm_head.weight. --family yarn: the
 Llama model with YaRN rope scaling (factor 4 over 128 original positions) instead of llama3's.
 --family gemma: a Gemma model (embeddings scaled by sqrt(hidden), (1 + w) norms in float32, the
-tanh GELU, head_dim 64 with 4 heads and one kv head, a tied head). `check` prints one "check: ... OK" or
+tanh GELU, head_dim 64 with 4 heads and one kv head, a tied head). --family phi3: a Phi-3 model
+(fused qkv_proj and gate_up_proj in the checkpoint, untied head). `check` prints one "check: ... OK" or
 "MISMATCH" line per comparison and exits 1 on any mismatch:
   - float32 files: every prompt's greedy ids (each mode) equal transformers' greedy ids for that
     prompt alone (a fresh full forward per token), and the prefill logits agree to 1e-4 relative;
@@ -47,6 +48,16 @@ def gemma_model():
         hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True, initializer_range=0.08))
 
 
+def phi3_model():
+    from transformers import Phi3Config, Phi3ForCausalLM
+    return Phi3ForCausalLM(Phi3Config(
+        vocab_size=512, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
+        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=512,
+        original_max_position_embeddings=512, rope_theta=10000.0, rms_norm_eps=1e-5,
+        hidden_act="silu", tie_word_embeddings=False, initializer_range=0.08,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2))
+
+
 def config(rope_scaling=None):
     return LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=688,
                        num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2,
@@ -67,6 +78,8 @@ def write(args):
         model = qwen3_model()
     elif args.family == "gemma":
         model = gemma_model()
+    elif args.family == "phi3":
+        model = phi3_model()
     else:
         model = LlamaForCausalLM(config(YARN if args.family == "yarn" else None))
     with torch.no_grad():  # RMSNorm weights away from 1 and biases away from 0, so they show
@@ -159,7 +172,7 @@ def main():
     w = sub.add_parser("write")
     w.add_argument("dir")
     w.add_argument("--seed", type=int, default=0)
-    w.add_argument("--family", choices=["llama", "qwen3", "yarn", "gemma"], default="llama")
+    w.add_argument("--family", choices=["llama", "qwen3", "yarn", "gemma", "phi3"], default="llama")
     c = sub.add_parser("check")
     c.add_argument("dir")
     c.add_argument("kiln", nargs="+")

@@ -189,7 +189,7 @@ std::unique_ptr<kiln::LlamaForCausalLM> MakeModel(const examples::Flags& f, kiln
     model->to_empty(device);
   }
   const kiln::LoadReport r = kiln::load_state_dict(*model, dir + "/model.safetensors",
-                                                   {.map = kiln::llama_load_mapping()});
+                                                   {.map = kiln::llama_load_mapping(c)});
   if (say) std::printf("loaded %s: %s\n", dir.c_str(), r.str().c_str());
   return model;
 }

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
@@ -173,11 +175,19 @@ LlamaConfig LlamaConfig::FromJson(const std::string& text) {
   KILN_CHECK(j.is_object(), "LlamaConfig::FromJson: expected a JSON object");
   const std::string model_type = Field<std::string>(j, "model_type", "llama");
   KILN_CHECK(model_type == "llama" || model_type == "mistral" || model_type == "qwen2" ||
-                 model_type == "qwen3" || model_type == "gemma",
+                 model_type == "qwen3" || model_type == "gemma" || model_type == "phi3",
              "LlamaConfig::FromJson: model_type '", model_type,
-             "' is not supported (supported: llama, mistral, qwen2, qwen3, gemma)");
+             "' is not supported (supported: llama, mistral, qwen2, qwen3, gemma, phi3)");
   LlamaConfig c;
   c.gemma = model_type == "gemma";
+  c.fused_projections = model_type == "phi3";
+  if (c.fused_projections) {  // Phi3Config's defaults (Phi-3-mini)
+    c.vocab = 32064, c.dim = 3072, c.hidden = 8192, c.rope.max_positions = 4096;
+    KILN_CHECK(Field<double>(j, "partial_rotary_factor", 1.0) == 1.0,
+               "LlamaConfig::FromJson: phi3's partial_rotary_factor must be 1 (rotary embeddings "
+               "over part of each head are not supported), got ",
+               j["partial_rotary_factor"].dump());
+  }
   if (c.gemma) {  // GemmaConfig's defaults (gemma-7b) for the fields a config leaves out
     c.vocab = 256000, c.dim = 3072, c.hidden = 24576, c.layers = 28, c.heads = 16;
     c.kv_heads = 16, c.head_dim = 256, c.rope.max_positions = 8192;
@@ -189,7 +199,8 @@ LlamaConfig LlamaConfig::FromJson(const std::string& text) {
   c.heads = Field<int64_t>(j, "num_attention_heads", c.heads);
   c.kv_heads = Field<int64_t>(j, "num_key_value_heads", c.kv_heads);
   c.head_dim = Field<int64_t>(j, "head_dim", c.head_dim);
-  c.eps = Field<double>(j, "rms_norm_eps", 1e-6);  // transformers' default, not the struct's
+  // transformers' default (Phi3Config's: 1e-5), not the struct's
+  c.eps = Field<double>(j, "rms_norm_eps", c.fused_projections ? 1e-5 : 1e-6);
   c.rope = RopeFromJson(j, c.rope);
   const bool mistral = model_type == "mistral", qwen3 = model_type == "qwen3";
   // Gemma: hidden_activation where given (transformers' GemmaMLP reads it), else hidden_act,
@@ -206,7 +217,9 @@ LlamaConfig LlamaConfig::FromJson(const std::string& text) {
   // has no biases; Qwen2 has q/k/v biases and no others; Qwen3 reads attention_bias for all four
   // projections, has q/k norms and a head_dim of 128 unless given; Llama reads attention_bias and
   // mlp_bias.
-  if (mistral) {
+  if (c.fused_projections) {
+    c.sliding_window = Field<int64_t>(j, "sliding_window", 0);  // null (the default): none
+  } else if (mistral) {
     const auto it = j.find("sliding_window");
     c.sliding_window = it == j.end() ? 4096 : Field<int64_t>(j, "sliding_window", 0);
   } else if (qwen) {
@@ -399,6 +412,86 @@ Tensor LlamaForCausalLM::Step(const StepInputs& in) {
   }
   const Tensor last = slice(x, 1, t - 1, t);  // [B, 1, dim]
   return reshape(Logits(last), {in.tokens.size(0), config_.vocab});
+}
+
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// The rows of Phi-3's fused tensors: {kiln's module, first row, rows} of self_attn.qkv_proj
+// (q, k, v) or mlp.gate_up_proj (gate, up), in checkpoint order.
+struct FusedPart {
+  const char* module;
+  int64_t start, rows;
+};
+std::vector<FusedPart> FusedParts(const LlamaConfig& c, bool attention) {
+  if (!attention) return {{"gate_proj", 0, c.hidden}, {"up_proj", c.hidden, c.hidden}};
+  const int64_t hd = HeadDim(c), q = c.heads * hd,
+                kv = (c.kv_heads > 0 ? c.kv_heads : c.heads) * hd;
+  return {{"q_proj", 0, q}, {"k_proj", q, kv}, {"v_proj", q + kv, kv}};
+}
+
+// "layers.3.self_attn." + "qkv_proj" + ".weight" split at `fused`, or nullopt.
+struct FusedName {
+  std::string prefix, param;
+  bool attention;
+};
+std::optional<FusedName> SplitFusedName(const std::string& name) {
+  for (const auto& [fused, attention] :
+       {std::pair<const char*, bool>{"self_attn.qkv_proj.", true},
+        std::pair<const char*, bool>{"mlp.gate_up_proj.", false}}) {
+    const size_t at = name.find(fused);
+    if (at != std::string::npos) {
+      return FusedName{name.substr(0, at), name.substr(at + std::strlen(fused)), attention};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+KeyMapper llama_load_mapping(const LlamaConfig& c) {
+  const KeyMapper plain = llama_load_mapping();
+  if (!c.fused_projections) return plain;
+  return [plain, c](const std::string& key) -> KeyMappings {
+    const KeyMappings base = plain(key);
+    if (base.dropped()) return base;
+    const std::string& name = base.list()[0].name;
+    const std::optional<FusedName> f = SplitFusedName(name);
+    if (!f) return base;
+    std::vector<KeyMapping> parts;
+    const std::string block = f->attention ? "self_attn." : "mlp.";
+    for (const FusedPart& p : FusedParts(c, f->attention)) {
+      parts.push_back(
+          {absl::StrCat(f->prefix, block, p.module, ".", f->param), false, {p.start, p.rows}});
+    }
+    return parts;
+  };
+}
+
+KeyMapper llama_save_mapping(const LlamaConfig& c) {
+  const KeyMapper plain = llama_save_mapping();
+  if (!c.fused_projections) return plain;
+  return [plain, c](const std::string& name) -> KeyMappings {
+    KeyMappings base = plain(name);
+    if (base.dropped()) return base;
+    for (const bool attention : {true, false}) {
+      const std::string block = attention ? "self_attn." : "mlp.";
+      for (const FusedPart& p : FusedParts(c, attention)) {
+        const std::string module = absl::StrCat(block, p.module, ".");
+        const size_t at = base.list()[0].name.find(module);
+        if (at == std::string::npos) continue;
+        const std::string& key = base.list()[0].name;
+        const std::string fused = attention ? "self_attn.qkv_proj." : "mlp.gate_up_proj.";
+        return KeyMapping{absl::StrCat(key.substr(0, at), fused, key.substr(at + module.size())),
+                          false,
+                          {},
+                          {p.start, 0}};
+      }
+    }
+    return base;
+  };
 }
 
 }  // namespace kiln

@@ -1,15 +1,17 @@
 // A Llama-style decoder-only language model (Hugging Face's LlamaForCausalLM and the families
 // that share its layout: Mistral, Qwen2 with attention_bias, Qwen3 with q/k norms, Gemma with
-// its scaled embeddings and (1 + weight) norms, TinyLlama, SmolLM): token
+// its scaled embeddings and (1 + weight) norms, Phi-3 with its fused projections in the
+// checkpoint, TinyLlama, SmolLM): token
 // embedding, pre-norm layers of RMSNorm, grouped-query attention with rotary embeddings (one
 // table shared by all layers) and a gated MLP, a final RMSNorm and the LM head (or the tied
 // embedding). Parameters carry HF's names without "model." (llama_load_mapping() adds nothing
-// else), so a transformers checkpoint loads as it is:
+// else; llama_load_mapping(c) also splits Phi-3's fused projections), so a transformers
+// checkpoint loads as it is:
 //
 //   LlamaConfig c = LlamaConfig::FromJson(ReadFile("config.json"));
 //   LlamaForCausalLM model(c, {.dtype = DType::kBFloat16, .device = CUDA(),
 //                              .init = Init::kNone});            // no random draws
-//   load_state_dict(model, "model.safetensors", {.map = llama_load_mapping()});
+//   load_state_dict(model, "model.safetensors", {.map = llama_load_mapping(c)});
 //   Tensor logits = model(tokens);                               // [B, T, vocab]
 //   GenerateResult r = generate(model, prompts, {.max_new_tokens = 64});   // models/generate.h
 #pragma once
@@ -17,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "io/state_dict.h"
 #include "models/causal_lm.h"
 
 namespace kiln {
@@ -46,12 +49,17 @@ struct LlamaConfig {
   // Gemma: the embeddings are multiplied by sqrt(dim) (rounded to the model's dtype, as
   // transformers' normalizer), and every RMSNorm is a GemmaRMSNorm (weights stored as w - 1).
   bool gemma = false;
+  // Phi-3: checkpoints hold q, k, v as one self_attn.qkv_proj and gate, up as one
+  // mlp.gate_up_proj (rows in that order); llama_load_mapping(c) splits them into kiln's
+  // modules and llama_save_mapping(c) joins them back.
+  bool fused_projections = false;
 
   // From the text of a Hugging Face config.json (fields named as in the comments above;
   // rope_scaling of type "linear", "llama3", "yarn" or "dynamic"); a missing field takes
   // transformers' default (rms_norm_eps 1e-6). model_type, where given, must be llama, mistral,
-  // qwen2, qwen3 or gemma. A field of the wrong type, an unknown model type, rope scaling or
-  // hidden_act, or a scaling without its parameters is an error naming it.
+  // qwen2, qwen3, gemma or phi3 (partial_rotary_factor 1 only). A field of the wrong type, an
+  // unknown model type, rope scaling or hidden_act, or a scaling without its parameters is an error
+  // naming it.
   static LlamaConfig FromJson(const std::string& json_text);
 };
 
@@ -89,6 +97,12 @@ class LlamaDecoderLayer : public Module {
   Module& post_attention_layernorm_;
   FeedForward& mlp_;
 };
+
+// Hugging Face's checkpoint names for a model of config `c` (io/state_dict.h's
+// llama_load_mapping() / llama_save_mapping(), which serve every config but Phi-3's), with
+// Phi-3's fused projections split on load and joined on save.
+KeyMapper llama_load_mapping(const LlamaConfig& c);
+KeyMapper llama_save_mapping(const LlamaConfig& c);
 
 class LlamaForCausalLM : public CausalLM {
  public:

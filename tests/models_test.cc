@@ -576,7 +576,7 @@ TEST(LlamaConfig, FromHuggingFaceJson) {
             std::string::npos);
   EXPECT_NE(ErrorOf([] { LlamaConfig::FromJson(R"({"model_type": "gemma2"})"); })
                 .find("model_type 'gemma2' is not supported (supported: llama, mistral, qwen2, "
-                      "qwen3, gemma)"),
+                      "qwen3, gemma, phi3)"),
             std::string::npos);
   // Gemma: scaled embeddings and (1 + w) norms, a tied head and head_dim 256 unless given, the
   // tanh GELU unless hidden_activation (or else hidden_act) says otherwise.
@@ -597,6 +597,20 @@ TEST(LlamaConfig, FromHuggingFaceJson) {
             Activation::kGelu);
   EXPECT_FALSE(LlamaConfig::FromJson(R"({"model_type": "gemma", "tie_word_embeddings": false})")
                    .tie_word_embeddings);
+  // Phi-3: fused projections, Phi3Config's defaults, a window only where given, and no partial
+  // rotary embeddings.
+  const LlamaConfig phi3 = LlamaConfig::FromJson(R"({"model_type": "phi3"})");
+  EXPECT_TRUE(phi3.fused_projections);
+  EXPECT_EQ(phi3.vocab, 32064);
+  EXPECT_EQ(phi3.eps, 1e-5);
+  EXPECT_EQ(phi3.sliding_window, 0);
+  EXPECT_EQ(
+      LlamaConfig::FromJson(R"({"model_type": "phi3", "sliding_window": 2047})").sliding_window,
+      2047);
+  EXPECT_NE(ErrorOf([] {
+              LlamaConfig::FromJson(R"({"model_type": "phi3", "partial_rotary_factor": 0.75})");
+            }).find("partial_rotary_factor must be 1"),
+            std::string::npos);
   EXPECT_EQ(
       LlamaConfig::FromJson(R"({"model_type": "mistral", "sliding_window": 4096})").sliding_window,
       4096);
@@ -690,6 +704,43 @@ std::vector<int64_t> GreedyByFullForward(LlamaForCausalLM& model, std::vector<in
 
 // A left-padded batch through forward_many with HF's attention_mask gives each prompt's logits
 // alone; positions alone would let the padding into attention.
+// Phi-3's checkpoints: llama_save_mapping(c) joins q/k/v into qkv_proj and gate/up into
+// gate_up_proj (in that row order), llama_load_mapping(c) splits them back, and the reloaded
+// model gives the same logits; other configs keep the plain names.
+TEST(LlamaCheckpoint, Phi3FusedProjectionsSplitOnLoadAndJoinOnSave) {
+  Generator gen(17);
+  LlamaConfig c = TinyLlama();
+  c.fused_projections = true;
+  LlamaForCausalLM model(c, {.generator = &gen});
+  const NamedTensors saved = state_dict(model, llama_save_mapping(c));
+  std::map<std::string, Tensor> by_name(saved.begin(), saved.end());
+  const int64_t hd = c.dim / c.heads;
+  ASSERT_TRUE(by_name.count("model.layers.1.self_attn.qkv_proj.weight"));
+  EXPECT_EQ(by_name["model.layers.1.self_attn.qkv_proj.weight"].shape(),
+            (Shape{(c.heads + 2 * c.kv_heads) * hd, c.dim}));
+  EXPECT_EQ(by_name["model.layers.0.mlp.gate_up_proj.weight"].shape(),
+            (Shape{2 * c.hidden, c.dim}));
+  EXPECT_FALSE(by_name.count("model.layers.0.self_attn.q_proj.weight"));
+  const auto params = model.named_parameters();
+  const auto param = [&](const std::string& name) {
+    return std::find_if(params.begin(), params.end(),
+                        [&](const auto& e) { return e.first == name; })
+        ->second;
+  };
+  EXPECT_EQ(to_vector(slice(by_name["model.layers.0.self_attn.qkv_proj.weight"], 0, c.heads * hd,
+                            (c.heads + c.kv_heads) * hd)),
+            to_vector(param("layers.0.self_attn.k_proj.weight")));
+  EXPECT_EQ(to_vector(slice(by_name["model.layers.0.mlp.gate_up_proj.weight"], 0, 0, c.hidden)),
+            to_vector(param("layers.0.mlp.gate_proj.weight")));
+  LlamaForCausalLM reloaded(c, {.init = Init::kNone});
+  const LoadReport r = load_state_dict(reloaded, saved, {.map = llama_load_mapping(c)});
+  EXPECT_TRUE(r.missing_keys.empty() && r.unexpected_keys.empty()) << r.str();
+  const Tensor tokens = from_vector({1, 7, 3}, {1, 3}, DType::kInt64);
+  EXPECT_EQ(to_vector(reloaded(tokens)), to_vector(model(tokens)));
+  c.fused_projections = false;
+  EXPECT_TRUE(state_dict(model, llama_save_mapping(c)).size() > saved.size());
+}
+
 TEST(LlamaForward, AttentionMaskHidesLeftPadding) {
   Generator gen(5);
   LlamaForCausalLM model(TinyLlama(), {.generator = &gen});
