@@ -111,6 +111,11 @@ Result Scatter(Types in, const OpAttrs& a) {
                                 " must have the same number of dims"));
   }
   KILN_ASSIGN_OR_RETURN(int64_t d, WrapDim(a.dim, self.rank()));
+  if (self.rank() > 0 && self.shape[d] == 0 && index.numel() > 0) {
+    return Invalid(absl::StrCat("dim ", d, " of self ", ShapeString(self.shape),
+                                " is empty, so none of the index's ", index.numel(),
+                                " entries is in range"));
+  }
   for (int64_t i = 0; i < self.rank(); ++i) {
     if (index.shape[i] > src.shape[i] || (i != d && index.shape[i] > self.shape[i])) {
       return Invalid(absl::StrCat(

@@ -87,6 +87,11 @@ void ScatterIsTorchs(Device device) {
   ExpectErrorNames([&] { return scatter(self, 0, to(index, DType::kFloat32), src); }, "scatter",
                    "int64 or int32");
   ExpectErrorNames([&] { return scatter(self, 2, index, src); }, "scatter", "dim");
+  ExpectErrorNames(
+      [&] {
+        return scatter(to(zeros({0, 4}), device), 0, index, src);
+      },
+      "scatter", "is empty");
 }
 TEST(ScatterLossesMath, ScatterIsTorchsOnCpu) { ScatterIsTorchs(kCPU); }
 TEST(ScatterLossesMathCuda, ScatterIsTorchs) {

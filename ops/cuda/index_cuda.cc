@@ -211,22 +211,21 @@ void ScatterImpl(const OpDef& def, absl::Span<const Tensor> in, const Tensor& ou
   const Tensor src = gather::Unaliased(in[2], out);
   const int64_t d = self.dim() == 0 ? 0 : (a.dim < 0 ? a.dim + self.dim() : a.dim);
   const cudaStream_t stream = cuda::CurrentStream();
-  if (!gather::SameView(out, self) && out.numel() > 0) {
-    KILN_CUDA_CHECK(cuda_kernels::RunIndexPlan(gather::PlanCopy(def, self, out), out.numel(),
-                                               out.data_ptr(), self.data_ptr(), nullptr, nullptr,
-                                               stream));
-  }
-  if (index.numel() == 0) return;
   const IndexPlan plan = gather::PlanScatter(def, out, d, index, src);
   unsigned* flag = DeferredFlag(out.device());
-  if (flag == nullptr && !cuda::Capturing(stream)) {
+  if (index.numel() > 0 && flag == nullptr && !cuda::Capturing(stream)) {  // out untouched yet
     const Tensor bad = ZeroedFlag(out.device());
     KILN_CUDA_CHECK(cuda_kernels::CheckIndexRange(index.data_ptr(), index.numel(), 1,
                                                   index.dtype() == DType::kInt64, plan.bound,
                                                   bad.data<unsigned>(), stream));
     ReportBadIndexIfFlagged(def, bad, index, plan.bound, d, in);
   }
-  run(plan, index, src, flag);
+  if (!gather::SameView(out, self) && out.numel() > 0) {
+    KILN_CUDA_CHECK(cuda_kernels::RunIndexPlan(gather::PlanCopy(def, self, out), out.numel(),
+                                               out.data_ptr(), self.data_ptr(), nullptr, nullptr,
+                                               stream));
+  }
+  if (index.numel() > 0) run(plan, index, src, flag);
 }
 
 }  // namespace
