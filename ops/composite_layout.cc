@@ -141,20 +141,27 @@ Tensor index_fill(const Tensor& self, int64_t dim, const Tensor& index, Scalar v
   });
 }
 
+namespace {
+
+// matmul(a, b) for a 2-D a and a b of rank b_rank whose first dim is a's last (mm, mv); else
+// the error naming `fn` and the shapes it `needs`.
+Tensor CheckedProduct(const char* fn, const Tensor& a, const Tensor& b, int64_t b_rank,
+                      const char* needs) {
+  CheckDefined(fn, a);
+  CheckDefined(fn, b);
+  KILN_CHECK(a.dim() == 2 && b.dim() == b_rank && a.size(1) == b.size(0), fn, ": needs ", needs,
+             ", got ", Shapes(a), " and ", Shapes(b));
+  return Named(fn, [&] { return matmul(a, b); });
+}
+
+}  // namespace
+
 Tensor mm(const Tensor& a, const Tensor& b) {
-  CheckDefined("mm", a);
-  CheckDefined("mm", b);
-  KILN_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0),
-             "mm: needs [n, k] and [k, m], got ", Shapes(a), " and ", Shapes(b));
-  return Named("mm", [&] { return matmul(a, b); });
+  return CheckedProduct("mm", a, b, 2, "[n, k] and [k, m]");
 }
 
 Tensor mv(const Tensor& a, const Tensor& v) {
-  CheckDefined("mv", a);
-  CheckDefined("mv", v);
-  KILN_CHECK(a.dim() == 2 && v.dim() == 1 && a.size(1) == v.size(0),
-             "mv: needs [n, k] and [k], got ", Shapes(a), " and ", Shapes(v));
-  return Named("mv", [&] { return matmul(a, v); });
+  return CheckedProduct("mv", a, v, 1, "[n, k] and [k]");
 }
 
 Tensor dot(const Tensor& a, const Tensor& b) {
