@@ -420,16 +420,18 @@ namespace kiln {
 namespace {
 
 // The rows of Phi-3's fused tensors: {kiln's module, first row, rows} of self_attn.qkv_proj
-// (q, k, v) or mlp.gate_up_proj (gate, up), in checkpoint order.
+// (q, k, v) or mlp.gate_up_proj (gate, up), in checkpoint order. The last part takes every row
+// left (rows 0: "the rest"), so a fused tensor with rows to spare is a size error on load, not
+// a silent partial read.
 struct FusedPart {
   const char* module;
   int64_t start, rows;
 };
 std::vector<FusedPart> FusedParts(const LlamaConfig& c, bool attention) {
-  if (!attention) return {{"gate_proj", 0, c.hidden}, {"up_proj", c.hidden, c.hidden}};
+  if (!attention) return {{"gate_proj", 0, c.hidden}, {"up_proj", c.hidden, 0}};
   const int64_t hd = HeadDim(c), q = c.heads * hd,
                 kv = (c.kv_heads > 0 ? c.kv_heads : c.heads) * hd;
-  return {{"q_proj", 0, q}, {"k_proj", q, kv}, {"v_proj", q + kv, kv}};
+  return {{"q_proj", 0, q}, {"k_proj", q, kv}, {"v_proj", q + kv, 0}};
 }
 
 // "layers.3.self_attn." + "qkv_proj" + ".weight" split at `fused`, or nullopt.

@@ -61,6 +61,18 @@ Tensor InFloat32(const char* op, const Tensor& x, F&& f) {
   return Named(op, [&] { return f(x); });
 }
 
+// The dtype torch's elementwise ops give `operands` together (infer::ResultType folded: tensors
+// with dims outrank zero-dim ones of their category).
+inline DType CommonType(const std::vector<Tensor>& operands) {
+  TensorType acc = operands.at(0).type();
+  for (size_t i = 1; i < operands.size(); ++i) {
+    const TensorType& next = operands[i].type();
+    const DType t = infer::ResultType(acc, next);
+    acc = TensorType{acc.rank() > 0 || next.rank() > 0 ? Shape{1} : Shape{}, t, acc.device};
+  }
+  return acc.dtype;
+}
+
 // f(operands) for operands whose common dtype is `t`: computed in float32 and rounded once to t
 // when t is a half type (as torch's kernels compute them), else as they are; errors name `op`.
 template <typename F>

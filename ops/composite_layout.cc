@@ -52,10 +52,12 @@ Tensor pad(const Tensor& x, IntList pads, double value) {
     for (size_t i = 0; i < pads.size() / 2; ++i) {
       const int64_t d = x.dim() - 1 - static_cast<int64_t>(i);
       const int64_t left = pads[2 * i], right = pads[2 * i + 1], n = out.size(d);
-      KILN_CHECK(n + left + right >= 0, "padding ", left, ", ", right, " of dim ", d, " (size ", n,
-                 ") leaves a negative size");
-      out = slice(out, d, std::max<int64_t>(0, -left),
-                  std::max<int64_t>(n + std::min<int64_t>(0, right), std::max<int64_t>(0, -left)));
+      // Crops (negative sizes) first, as torch narrows before it pads.
+      const int64_t from = std::max<int64_t>(0, -left);
+      const int64_t kept = n - from - std::max<int64_t>(0, -right);
+      KILN_CHECK(kept >= 0, "padding ", left, ", ", right, " of dim ", d, " (size ", n,
+                 ") crops more than it holds (a negative size)");
+      out = slice(out, d, from, from + kept);
       std::vector<Tensor> parts;
       auto block = [&](int64_t size) {
         Shape s = out.shape();
@@ -72,12 +74,16 @@ Tensor pad(const Tensor& x, IntList pads, double value) {
 }
 
 std::vector<Tensor> meshgrid(const std::vector<Tensor>& tensors, std::string_view indexing) {
+  KILN_CHECK(!tensors.empty(), "meshgrid: needs at least one tensor");
   KILN_CHECK(indexing == "ij" || indexing == "xy",
              "meshgrid: indexing must be \"ij\" or \"xy\", got \"", std::string(indexing), "\"");
   Shape shape;
   for (const Tensor& t : tensors) {
     CheckDefined("meshgrid", t);
     KILN_CHECK(t.dim() <= 1, "meshgrid: needs 0-d or 1-D tensors, got ", Shapes(t));
+    KILN_CHECK(t.dtype() == tensors[0].dtype() && t.device() == tensors[0].device(),
+               "meshgrid: the tensors must have one dtype and device (as in torch), got ",
+               Describe(tensors[0].type()), " and ", Describe(t.type()));
     shape.push_back(t.numel());
   }
   // "xy": the first two outputs' dims swapped (numpy's Cartesian indexing).
@@ -118,9 +124,10 @@ Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Ten
   KILN_CHECK(IsFloatingPoint(self.dtype()) || alpha.is_integer(), "index_add: alpha ",
              alpha.ToString(), " must be an integer for ", DTypeName(self.dtype()),
              " tensors (as in torch)");
-  KILN_CHECK(source.dim() == self.dim() && (self.dim() == 0 || source.size(d) == index.numel()),
-             "index_add: source ", Shapes(source), " must have self's rank (", Shapes(self),
-             ") and index's ", index.numel(), " entries along dim ", d);
+  bool fits = source.dim() == self.dim() && (self.dim() == 0 || source.size(d) == index.numel());
+  for (int64_t i = 0; fits && i < self.dim(); ++i) fits = i == d || source.size(i) == self.size(i);
+  KILN_CHECK(fits, "index_add: source ", Shapes(source), " must have self's shape ", Shapes(self),
+             " but for index's ", index.numel(), " entries along dim ", d);
   return Named("index_add", [&] {
     const Tensor scaled = alpha.to_double() == 1 ? source : mul(source, alpha);
     const Tensor idx =
@@ -133,11 +140,17 @@ Tensor index_fill(const Tensor& self, int64_t dim, const Tensor& index, Scalar v
   CheckDefined("index_fill", self);
   CheckDefined("index_fill", index);
   const int64_t d = Wrapped("index_fill", self, dim);
+  KILN_CHECK(index.dtype() == DType::kInt64 || index.dtype() == DType::kInt32,
+             "index_fill: index must be int64 or int32, got ", DTypeName(index.dtype()));
+  if (index.numel() == 0) return clone(self);
   return Named("index_fill", [&] {
-    if (self.dim() == 0) return scatter(self, 0, reshape(index, {}), value);
+    // Negative indices count from the end, as torch's index_fill.
+    const int64_t n = self.dim() == 0 ? 1 : self.size(d);
+    const Tensor wrapped = where(lt(index, 0), add(index, n), index);
+    if (self.dim() == 0) return scatter(self, 0, reshape(wrapped, {}), value);
     Shape like = self.shape();
     like[d] = index.numel();
-    return scatter(self, d, IndexAlong("index_fill", index, d, like), value);
+    return scatter(self, d, IndexAlong("index_fill", wrapped, d, like), value);
   });
 }
 
@@ -171,7 +184,11 @@ Tensor dot(const Tensor& a, const Tensor& b) {
              "dot: needs two 1-D tensors of one size, got ", Shapes(a), " and ", Shapes(b));
   KILN_CHECK(a.dtype() == b.dtype(), "dot: the operands must have one dtype (as in torch), got ",
              DTypeName(a.dtype()), " and ", DTypeName(b.dtype()));
-  return Named("dot", [&] { return IsFloatingPoint(a.dtype()) ? matmul(a, b) : sum(mul(a, b)); });
+  KILN_CHECK(a.dtype() != DType::kBool, "dot: bool tensors are not supported (as in torch)");
+  // Integers: the products' sum in the operands' dtype (wrapping), as torch's.
+  return Named("dot", [&] {
+    return IsFloatingPoint(a.dtype()) ? matmul(a, b) : cast(sum(mul(a, b)), a.dtype());
+  });
 }
 
 }  // namespace kiln

@@ -70,7 +70,7 @@ DType CheckPointwiseWithValue(const char* fn, const Tensor& input, const Tensor&
   CheckDefined(fn, input);
   CheckDefined(fn, t1);
   CheckDefined(fn, t2);
-  const DType t = PromoteTypes(PromoteTypes(input.dtype(), t1.dtype()), t2.dtype());
+  const DType t = CommonType({input, t1, t2});
   KILN_CHECK(IsFloatingPoint(t) || value.is_integer(), fn,
              ": for integer tensors the value must not be a floating-point number (as in torch), "
              "got ",
@@ -104,18 +104,17 @@ Tensor logaddexp(const Tensor& a, const Tensor& b) {
   CheckFloating("logaddexp", {&a, &b});
   // max + log1p(exp(-|a - b|)); equal operands give a + log 2 exactly, so that two -inf give
   // -inf and two +inf give +inf (their difference is NaN).
-  return PromotedInFloat32(
-      "logaddexp", PromoteTypes(a.dtype(), b.dtype()), {a, b}, [](const auto& v) {
-        return where(eq(v[0], v[1]), add(v[0], std::log(2.0)),
-                     add(maximum(v[0], v[1]), log1p(exp(neg(abs(sub(v[0], v[1])))))));
-      });
+  return PromotedInFloat32("logaddexp", CommonType({a, b}), {a, b}, [](const auto& v) {
+    return where(eq(v[0], v[1]), add(v[0], std::log(2.0)),
+                 add(maximum(v[0], v[1]), log1p(exp(neg(abs(sub(v[0], v[1])))))));
+  });
 }
 
 Tensor hypot(const Tensor& a, const Tensor& b) {
   CheckFloating("hypot", {&a, &b});
   // m sqrt(1 + (n / m)^2) with m = max(|a|, |b|), so squares never overflow; an infinite operand
   // gives +inf even beside a NaN, as C's hypot.
-  return PromotedInFloat32("hypot", PromoteTypes(a.dtype(), b.dtype()), {a, b}, [](const auto& v) {
+  return PromotedInFloat32("hypot", CommonType({a, b}), {a, b}, [](const auto& v) {
     const Tensor x = abs(v[0]), y = abs(v[1]);
     const Tensor m = maximum(x, y), n = minimum(x, y);
     const Tensor r = div(n, m);
@@ -184,6 +183,10 @@ Tensor tanhshrink(const Tensor& x) {
 
 Tensor threshold(const Tensor& x, double threshold, double value) {
   CheckDefined("threshold", x);
+  KILN_CHECK(x.dtype() != DType::kBool, "threshold: bool tensors are not supported (as in torch)");
+  KILN_CHECK(FitsDType(threshold, x.dtype()) && FitsDType(value, x.dtype()),
+             "threshold: ", threshold, " and ", value, " must convert to ", DTypeName(x.dtype()),
+             " without overflow");
   // x <= threshold ? value : x, so NaN stays; an integer x compares with the threshold
   // converted to its dtype (truncated), as torch's kernel.
   const double th = IsFloatingPoint(x.dtype()) ? threshold : std::trunc(threshold);

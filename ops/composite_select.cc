@@ -76,8 +76,9 @@ Tensor isclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool 
     const Tensor x = floating || a.dtype() == DType::kBool ? cast(a, DType::kFloat32) : a;
     const Tensor y = floating || b.dtype() == DType::kBool ? cast(b, DType::kFloat32) : b;
     const Tensor allowed = add(mul(abs(cast(y, DType::kFloat32)), rtol), atol);
-    const Tensor near = le(cast(abs(sub(x, y)), DType::kFloat32), allowed);
-    Tensor close = logical_or(same, logical_and(near, logical_and(isfinite(x), isfinite(y))));
+    const Tensor diff = cast(abs(sub(x, y)), DType::kFloat32);
+    // As torch: a difference that overflows to inf is never close (equal infinities are, above).
+    Tensor close = logical_or(same, logical_and(le(diff, allowed), isfinite(diff)));
     if (equal_nan) close = logical_or(close, logical_and(isnan(x), isnan(y)));
     return close;
   });

@@ -737,6 +737,16 @@ TEST(LlamaCheckpoint, Phi3FusedProjectionsSplitOnLoadAndJoinOnSave) {
   EXPECT_TRUE(r.missing_keys.empty() && r.unexpected_keys.empty()) << r.str();
   const Tensor tokens = from_vector({1, 7, 3}, {1, 3}, DType::kInt64);
   EXPECT_EQ(to_vector(reloaded(tokens)), to_vector(model(tokens)));
+  // A fused tensor with rows to spare (a checkpoint of other head counts) is an error.
+  NamedTensors spare = saved;
+  for (auto& [name, t] : spare) {
+    if (name == "model.layers.1.self_attn.qkv_proj.weight") t = zeros({t.size(0) + 1, c.dim});
+  }
+  EXPECT_NE(ErrorOf([&] {
+              LlamaForCausalLM other(c, {.init = Init::kNone});
+              load_state_dict(other, spare, {.map = llama_load_mapping(c)});
+            }).find("qkv_proj"),
+            std::string::npos);
   c.fused_projections = false;
   EXPECT_TRUE(state_dict(model, llama_save_mapping(c)).size() > saved.size());
 }

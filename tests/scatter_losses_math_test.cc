@@ -324,6 +324,8 @@ void CompositesAreTorchs(Device device) {
   EXPECT_TRUE(std::isnan(Vals(threshold(F32({NAN}, {1}, device), 1, -5))[0]));
   EXPECT_EQ(Vals(threshold(I64({-1, 0, 5}, {3}, device), -1.5, 9)), (std::vector<double>{9, 0, 5}));
   EXPECT_EQ(softsign(I64({1}, {1}, device)).dtype(), DType::kFloat32);
+  ExpectErrorNames([&] { return threshold(to(I64({1}, {1}, device), DType::kInt32), 1e10, 1); },
+                   "threshold", "overflow");
   ExpectClose(Vals(softmin(v, 0)), Vals(softmax(neg(v), 0)), tol, "softmin");
   ExpectErrorNames([&] { return selu(I64({1}, {1}, device)); }, "selu", "floating");
   // Counting, moving dims, tiles, NaN replacement.
@@ -375,6 +377,10 @@ void CompositesAreTorchs(Device device) {
   const Tensor h1 = to(F32({19.5, 126.5}, {2}, device), DType::kBFloat16);
   const Tensor h2 = to(F32({-3.765625, -161}, {2}, device), DType::kBFloat16);
   EXPECT_EQ(Vals(hypot(h1, h2))[0], RoundToDType(DType::kBFloat16, std::hypot(19.5, -3.765625)));
+  // A zero-dim float32 operand keeps the half result dtype (torch's rule) and float32 compute.
+  const Tensor h3 = hypot(to(F32({3}, {1}, device), DType::kFloat16), to(full({}, 1.0), device));
+  EXPECT_EQ(h3.dtype(), DType::kFloat16);
+  EXPECT_EQ(Vals(h3)[0], RoundToDType(DType::kFloat16, std::hypot(3.0, 1.0)));
   EXPECT_EQ(Vals(lerp(h1, h2, -2.109375))[1],
             RoundToDType(DType::kBFloat16, 126.5 + (-2.109375) * (-161 - 126.5)));
   ExpectErrorNames([&] { return lerp(a, to(b, DType::kBFloat16), 0.5); }, "lerp", "one dtype");
@@ -413,6 +419,9 @@ void SelectionAndClosenessAreTorchs(Device device) {
             (std::vector<double>{1, 0, 1, 0, 1, 1}));
   EXPECT_TRUE(allclose(a, a, 1e-5, 1e-8, true));
   EXPECT_FALSE(allclose(a, b));
+  // A difference that overflows is never close (as torch: isfinite(|a - b|)).
+  EXPECT_EQ(Vals(isclose(F32({3e38}, {1}, device), F32({-3e38}, {1}, device), 10, 0)),
+            (std::vector<double>{0}));
   EXPECT_TRUE(equal(x, x) == false);  // NaN != NaN, as torch.equal
   EXPECT_TRUE(equal(a, a) == false);
   EXPECT_TRUE(equal(to(arange(4), device), to(arange(4), device)));
@@ -473,6 +482,8 @@ void LayoutAndIndexingAreTorchs(Device device) {
   ExpectErrorNames([&] { return pad(m, {1}); }, "pad", "pairs");
   ExpectErrorNames([&] { return pad(m, {0, 0, 0, 0, 1, 1}); }, "pad", "at most one pair");
   ExpectErrorNames([&] { return pad(m, {-3, -2}); }, "pad", "negative size");
+  ExpectErrorNames([&] { return pad(m, {-5, 4}); }, "pad", "crops more");  // crops first
+  EXPECT_EQ(pad(m, {0, 0, -3, 1}).shape(), (Shape{1, 4}));
   // meshgrid.
   const std::vector<Tensor> ij = meshgrid({F32({1, 2}, {2}, device), F32({3, 4, 5}, {3}, device)});
   EXPECT_EQ(ij[0].shape(), (Shape{2, 3}));
@@ -492,6 +503,15 @@ void LayoutAndIndexingAreTorchs(Device device) {
                    "entries along dim 0");
   ExpectErrorNames(
       [&] {
+        return index_add(to(zeros({3, 3}), device), 0, I64({0, 2}, {2}, device),
+                         to(ones({2, 2}), device));
+      },
+      "index_add", "must have self's shape");
+  EXPECT_EQ(Vals(index_fill(self, 1, I64({-1}, {1}, device), 7)),  // negative: from the end
+            (std::vector<double>{0, 7, 0, 7, 0, 7}));
+  EXPECT_EQ(Vals(index_fill(self, 0, I64({}, {0}, device), 7)), Vals(self));
+  ExpectErrorNames(
+      [&] {
         return index_add(to(self, DType::kInt64), 0, I64({0, 1, 2}, {3}, device),
                          to(src, DType::kInt64), 0.5);
       },
@@ -503,6 +523,15 @@ void LayoutAndIndexingAreTorchs(Device device) {
             (std::vector<double>{3, 7}));
   EXPECT_EQ(item(dot(F32({1, 2, 3}, {3}, device), F32({4, 5, 6}, {3}, device))), 32);
   EXPECT_EQ(item<int64_t>(dot(I64({1, 2}, {2}, device), I64({3, 4}, {2}, device))), 11);
+  EXPECT_EQ(
+      dot(to(I64({1, 2}, {2}, device), DType::kInt32), to(I64({3, 4}, {2}, device), DType::kInt32))
+          .dtype(),
+      DType::kInt32);
+  ExpectErrorNames(
+      [&] {
+        return meshgrid({F32({1}, {1}, device), I64({1}, {1}, device)})[0];
+      },
+      "meshgrid", "one dtype");
   ExpectErrorNames([&] { return mm(m, m); }, "mm", "[n, k] and [k, m]");
   ExpectErrorNames([&] { return dot(F32({1}, {1}, device), I64({1}, {1}, device)); }, "dot",
                    "one dtype");
