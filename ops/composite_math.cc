@@ -30,6 +30,33 @@ void CheckFloating(const char* fn, std::initializer_list<const Tensor*> xs) {
 
 }  // namespace
 
+namespace {
+
+// a + sign alpha b with torch's alpha rules; `fn` names the op.
+Tensor AddScaled(const char* fn, const Tensor& a, const Tensor& b, Scalar alpha, double sign) {
+  CheckDefined(fn, a);
+  CheckDefined(fn, b);
+  const DType t = CommonType({a, b});
+  KILN_CHECK(IsFloatingPoint(t) || alpha.is_integer(), fn, ": alpha ", alpha.ToString(),
+             " must be an integer for ", DTypeName(t), " operands (as in torch)");
+  KILN_CHECK(t != DType::kBool || alpha.to_double() == 1, fn,
+             ": bool operands take no alpha but 1");
+  if (alpha.to_double() == 1) return sign > 0 ? add(a, b) : sub(a, b);
+  return PromotedInFloat32(fn, t, {a, b}, [&](const auto& v) {
+    const Tensor scaled = mul(v[1], alpha);
+    return sign > 0 ? add(v[0], scaled) : sub(v[0], scaled);
+  });
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
+  return AddScaled("add", a, b, alpha, 1);
+}
+Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
+  return AddScaled("sub", a, b, alpha, -1);
+}
+
 Tensor square(const Tensor& x) {
   CheckDefined("square", x);
   const Tensor v = x.dtype() == DType::kBool ? cast(x, DType::kInt64) : x;  // as torch.square

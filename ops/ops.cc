@@ -328,6 +328,35 @@ Tensor floor_divide(const Tensor& x, Scalar y) {
 }
 Tensor pow(const Tensor& x, const Tensor& exponent) { return Dispatch(OpId::kPow, {x, exponent}); }
 Tensor pow(const Tensor& x, Scalar exponent) { return WithScalar(OpId::kPowScalar, x, exponent); }
+Tensor pow(Scalar base, const Tensor& exponent) {
+  return pow(ScalarOperand("pow", exponent, base), exponent);
+}
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
+  return where(cond, a, ScalarOperand("where", a, b));
+}
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
+  return where(cond, ScalarOperand("where", b, a), b);
+}
+
+Tensor div(const Tensor& a, const Tensor& b, std::string_view rounding_mode) {
+  KILN_CHECK(rounding_mode == "floor" || rounding_mode == "trunc",
+             "div: rounding_mode must be \"trunc\" or \"floor\" (or none: div(a, b)), got \"",
+             std::string(rounding_mode), "\"");
+  if (rounding_mode == "floor") return floor_divide(a, b);
+  KILN_CHECK(a.defined() && b.defined(), "div: the operands must be defined tensors");
+  return WithErrorContext([] { return "div"; },
+                          [&] {
+                            if (IsFloatingPoint(a.dtype()) || IsFloatingPoint(b.dtype()))
+                              return trunc(div(a, b));
+                            // Integers, exactly: the floor quotient, one up where the division was
+                            // inexact and the signs differ (a divisor of 0 is floor_divide's
+                            // error).
+                            const Tensor q = floor_divide(a, b);
+                            const Tensor inexact = ne(remainder(a, b), 0);
+                            const Tensor signs_differ = ne(lt(a, 0), lt(b, 0));
+                            return where(logical_and(inexact, signs_differ), add(q, 1), q);
+                          });
+}
 Tensor minimum(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kMinimum, {a, b}); }
 Tensor maximum(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kMaximum, {a, b}); }
 Tensor clamp_min(const Tensor& x, Scalar min) { return WithScalar(OpId::kClampMin, x, min); }

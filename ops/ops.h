@@ -43,6 +43,12 @@ Tensor add(const Tensor& a, Scalar b);
 Tensor sub(const Tensor& a, Scalar b);
 Tensor mul(const Tensor& a, Scalar b);
 Tensor div(const Tensor& a, Scalar b);
+// torch.div with rounding_mode "trunc" (toward zero; integers exactly) or "floor" (floor_divide).
+Tensor div(const Tensor& a, const Tensor& b, std::string_view rounding_mode);
+// a + alpha b and a - alpha b (torch's alpha; an integer result needs an integer alpha);
+// half operands compute in float32 and round once.
+Tensor add(const Tensor& a, const Tensor& b, Scalar alpha);
+Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha);
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
 Tensor operator*(const Tensor& a, const Tensor& b);
@@ -58,6 +64,10 @@ Tensor operator-(const Tensor& x);
 
 // Selection.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+// A number for either branch, typed as torch types a Python number (where(m, x_bf16, 0.0) is
+// bfloat16; an integer x with 0.5 is float32).
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b);
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
 
 // In place (torch's trailing underscore): self must not be a broadcast view and keeps its shape.
@@ -201,6 +211,7 @@ Tensor floor_divide(const Tensor& x, const Tensor& y);
 Tensor floor_divide(const Tensor& x, Scalar y);
 Tensor pow(const Tensor& x, const Tensor& exponent);  // broadcasting; int ** negative int: 0, ±1
 Tensor pow(const Tensor& x, Scalar exponent);         // an int tensor ** negative int: an error
+Tensor pow(Scalar base, const Tensor& exponent);      // torch.pow(2, x): types as torch's
 Tensor minimum(const Tensor& a, const Tensor& b);     // NaN propagates
 Tensor maximum(const Tensor& a, const Tensor& b);
 // clamp with either bound (std::nullopt: none); a NaN bound or value gives NaN, min > max gives

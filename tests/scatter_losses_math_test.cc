@@ -537,6 +537,36 @@ void LayoutAndIndexingAreTorchs(Device device) {
                    "one dtype");
 }
 TEST(ScatterLossesMath, LayoutAndIndexingAreTorchsOnCpu) { LayoutAndIndexingAreTorchs(kCPU); }
+
+// The number overloads torch code uses most: where with a number, pow(number, x), div with a
+// rounding mode (integers exactly), add/sub with alpha.
+void NumberOverloadsAreTorchs(Device device) {
+  const Tensor m = gt(F32({1, -1, 2}, {3}, device), 0.0);
+  const Tensor x = to(F32({1, 2, 3}, {3}, device), DType::kBFloat16);
+  EXPECT_EQ(where(m, x, 0.0).dtype(), DType::kBFloat16);
+  EXPECT_EQ(Vals(where(m, x, 0.0)), (std::vector<double>{1, 0, 3}));
+  EXPECT_EQ(Vals(where(m, -1, I64({4, 5, 6}, {3}, device))), (std::vector<double>{-1, 5, -1}));
+  EXPECT_EQ(where(m, I64({4, 5, 6}, {3}, device), 0.5).dtype(), DType::kFloat32);
+  EXPECT_EQ(Vals(pow(2, I64({0, 3, 10}, {3}, device))), (std::vector<double>{1, 8, 1024}));
+  EXPECT_EQ(pow(2, I64({1}, {1}, device)).dtype(), DType::kInt64);
+  EXPECT_EQ(pow(2.5, I64({1}, {1}, device)).dtype(), DType::kFloat32);
+  const Tensor a = I64({7, -7, 7, -7, 6}, {5}, device), b = I64({2, 2, -2, -2, 3}, {5}, device);
+  EXPECT_EQ(Vals(div(a, b, "trunc")), (std::vector<double>{3, -3, -3, 3, 2}));
+  EXPECT_EQ(Vals(div(a, b, "floor")), (std::vector<double>{3, -4, -4, 3, 2}));
+  EXPECT_EQ(div(a, b, "trunc").dtype(), DType::kInt64);
+  EXPECT_EQ(Vals(div(F32({7, -7}, {2}, device), F32({2, 2}, {2}, device), "trunc")),
+            (std::vector<double>{3, -3}));
+  ExpectErrorNames([&] { return div(a, b, "round"); }, "div", "rounding_mode");
+  EXPECT_EQ(Vals(add(a, b, 3)), (std::vector<double>{13, -1, 1, -13, 15}));
+  EXPECT_EQ(Vals(sub(F32({1, 2}, {2}, device), F32({1, 1}, {2}, device), 0.5)),
+            (std::vector<double>{0.5, 1.5}));
+  ExpectErrorNames([&] { return add(a, b, 0.5); }, "add", "alpha");
+}
+TEST(ScatterLossesMath, NumberOverloadsAreTorchsOnCpu) { NumberOverloadsAreTorchs(kCPU); }
+TEST(ScatterLossesMathCuda, NumberOverloadsAreTorchs) {
+  KILN_SKIP_WITHOUT_GPU();
+  NumberOverloadsAreTorchs(CUDA(0));
+}
 TEST(ScatterLossesMathCuda, LayoutAndIndexingAreTorchs) {
   KILN_SKIP_WITHOUT_GPU();
   LayoutAndIndexingAreTorchs(CUDA(0));
