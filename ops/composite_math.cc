@@ -41,8 +41,13 @@ Tensor AddScaled(const char* fn, const Tensor& a, const Tensor& b, Scalar alpha,
              " must be an integer for ", DTypeName(t), " operands (as in torch)");
   KILN_CHECK(t != DType::kBool || alpha.to_double() == 1, fn,
              ": bool operands take no alpha but 1");
+  KILN_CHECK(sign > 0 || (a.dtype() != DType::kBool && b.dtype() != DType::kBool), fn,
+             ": subtraction with a bool tensor is not supported (as in torch), got ",
+             Describe(a.type()), " - ", Describe(b.type()));
   if (alpha.to_double() == 1) return sign > 0 ? add(a, b) : sub(a, b);
-  return PromotedInFloat32(fn, t, {a, b}, [&](const auto& v) {
+  // Both operands in the result's dtype first (an integer b times alpha must not wrap in its
+  // own type), then a + alpha b, in float32 for the half types.
+  return PromotedInFloat32(fn, t, {cast(a, t), cast(b, t)}, [&](const auto& v) {
     const Tensor scaled = mul(v[1], alpha);
     return sign > 0 ? add(v[0], scaled) : sub(v[0], scaled);
   });

@@ -346,8 +346,13 @@ Tensor div(const Tensor& a, const Tensor& b, std::string_view rounding_mode) {
   KILN_CHECK(a.defined() && b.defined(), "div: the operands must be defined tensors");
   return WithErrorContext([] { return "div"; },
                           [&] {
-                            if (IsFloatingPoint(a.dtype()) || IsFloatingPoint(b.dtype()))
-                              return trunc(div(a, b));
+                            const DType t = infer::ResultType(a.type(), b.type());
+                            if (t == DType::kBFloat16 || t == DType::kFloat16) {
+                              // In float32, rounded once (torch's kernels).
+                              const DType f32 = DType::kFloat32;
+                              return cast(trunc(div(cast(a, f32), cast(b, f32))), t);
+                            }
+                            if (IsFloatingPoint(t)) return trunc(div(a, b));
                             // Integers, exactly: the floor quotient, one up where the division was
                             // inexact and the signs differ (a divisor of 0 is floor_divide's
                             // error).

@@ -561,6 +561,16 @@ void NumberOverloadsAreTorchs(Device device) {
   EXPECT_EQ(Vals(sub(F32({1, 2}, {2}, device), F32({1, 1}, {2}, device), 0.5)),
             (std::vector<double>{0.5, 1.5}));
   ExpectErrorNames([&] { return add(a, b, 0.5); }, "add", "alpha");
+  // Half quotients truncate from float32 (one rounding); an integer b is taken in the result's
+  // dtype before alpha scales it; bool is refused in a subtraction.
+  EXPECT_EQ(Vals(div(to(F32({512, 255}, {2}, device), DType::kBFloat16),
+                     to(F32({3, 0.9921875}, {2}, device), DType::kBFloat16), "trunc")),
+            (std::vector<double>{170, 256}));
+  EXPECT_EQ(Vals(sub(F32({0}, {1}, device), I64({1 << 30}, {1}, device), 4)),
+            (std::vector<double>{-4294967296.0}));
+  EXPECT_EQ(Vals(add(to(F32({0}, {1}, device), DType::kBFloat16), I64({257}, {1}, device), 3)),
+            (std::vector<double>{768}));
+  ExpectErrorNames([&] { return sub(a, gt(a, 0), 2); }, "sub", "bool");
 }
 TEST(ScatterLossesMath, NumberOverloadsAreTorchsOnCpu) { NumberOverloadsAreTorchs(kCPU); }
 TEST(ScatterLossesMathCuda, NumberOverloadsAreTorchs) {
