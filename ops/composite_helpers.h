@@ -61,6 +61,17 @@ Tensor InFloat32(const char* op, const Tensor& x, F&& f) {
   return Named(op, [&] { return f(x); });
 }
 
+// beta input + alpha product (addmm, baddbmm): input must broadcast to the product's shape;
+// beta = 0 ignores input, NaN too, as torch.
+inline Tensor ScaledSum(const Tensor& input, Tensor product, Scalar beta, Scalar alpha) {
+  const absl::StatusOr<Shape> s = BroadcastShapes(input.shape(), product.shape());
+  KILN_CHECK(s.ok() && *s == product.shape(), "input ", input.shape_string(),
+             " does not broadcast to the product's ", product.shape_string());
+  if (alpha.to_double() != 1) product = mul(product, alpha);
+  if (beta.to_double() == 0) return product;
+  return add(product, beta.to_double() == 1 ? input : mul(input, beta));
+}
+
 // The dtype torch's elementwise ops give `operands` together (infer::ResultType folded: tensors
 // with dims outrank zero-dim ones of their category).
 inline DType CommonType(const std::vector<Tensor>& operands) {

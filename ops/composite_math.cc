@@ -167,15 +167,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 
 Tensor baddbmm(const Tensor& input, const Tensor& a, const Tensor& b, Scalar beta, Scalar alpha) {
   CheckDefined("baddbmm", input);
-  return Named("baddbmm", [&] {
-    Tensor out = bmm(a, b);
-    const absl::StatusOr<Shape> s = BroadcastShapes(input.shape(), out.shape());
-    KILN_CHECK(s.ok() && *s == out.shape(), "input ", input.shape_string(),
-               " does not broadcast to the product's ", out.shape_string());
-    if (alpha.to_double() != 1) out = mul(out, alpha);
-    if (beta.to_double() == 0) return out;  // input is ignored, NaN too (as torch)
-    return add(out, beta.to_double() == 1 ? input : mul(input, beta));
-  });
+  return Named("baddbmm", [&] { return ScaledSum(input, bmm(a, b), beta, alpha); });
 }
 
 Tensor selu(const Tensor& x) {

@@ -355,15 +355,7 @@ Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, Scalar beta,
   CheckDefined("addmm", b);
   KILN_CHECK(a.dim() == 2 && b.dim() == 2, "addmm: a and b must be 2-D, got ", a.shape_string(),
              " and ", b.shape_string());
-  return Named("addmm", [&] {
-    Tensor out = matmul(a, b);
-    const absl::StatusOr<Shape> s = BroadcastShapes(input.shape(), out.shape());
-    KILN_CHECK(s.ok() && *s == out.shape(), "input ", input.shape_string(),
-               " does not broadcast to the product's ", out.shape_string());
-    if (alpha.to_double() != 1) out = mul(out, alpha);
-    if (beta.to_double() == 0) return out;
-    return add(out, beta.to_double() == 1 ? input : mul(input, beta));
-  });
+  return Named("addmm", [&] { return ScaledSum(input, matmul(a, b), beta, alpha); });
 }
 
 Tensor outer(const Tensor& a, const Tensor& b) {

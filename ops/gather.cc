@@ -158,14 +158,16 @@ void CheckIndices(const OpDef& def, const Tensor& index, int64_t bound, int64_t 
                    " of the indices (operands: ", operand_list, ")")));
 }
 
-void RunOnCpu(const IndexPlan& p, void* out, const void* src, const void* index) {
+namespace {
+
+// Calls fn(o, s) for every element of plan `p` with its output and source offsets, the index
+// applied (to the output's for a scatter, else to the source's).
+template <typename F>
+void ForEachPlanElement(const IndexPlan& p, const void* index, F&& fn) {
   const Shape shape(p.sizes, p.sizes + p.rank);
   const Strides strides[] = {Strides(p.out_strides, p.out_strides + p.rank),
                              Strides(p.src_strides, p.src_strides + p.rank),
                              Strides(p.idx_strides, p.idx_strides + p.rank)};
-  char* dst = static_cast<char*>(out);
-  const char* from = static_cast<const char*>(src);
-  const int64_t size = p.elem_size;
   cpu::ForEachElement(shape, strides, [&](const int64_t* off) {
     int64_t o = off[0], s = off[1];
     if (p.has_index) {
@@ -173,38 +175,37 @@ void RunOnCpu(const IndexPlan& p, void* out, const void* src, const void* index)
                                          : static_cast<const int32_t*>(index)[off[2]];
       (p.scatter ? o : s) += v * p.select_stride;
     }
+    fn(o, s);
+  });
+}
+
+}  // namespace
+
+void RunOnCpu(const IndexPlan& p, void* out, const void* src, const void* index) {
+  char* dst = static_cast<char*>(out);
+  const char* from = static_cast<const char*>(src);
+  const int64_t size = p.elem_size;
+  ForEachPlanElement(p, index, [&](int64_t o, int64_t s) {
     std::memcpy(dst + o * size, from + s * size, static_cast<size_t>(size));
   });
 }
 
 void ScatterAddOnCpu(const IndexPlan& p, DType dtype, void* out, const void* src,
                      const void* index) {
-  const Shape shape(p.sizes, p.sizes + p.rank);
-  const Strides strides[] = {Strides(p.out_strides, p.out_strides + p.rank),
-                             Strides(p.src_strides, p.src_strides + p.rank),
-                             Strides(p.idx_strides, p.idx_strides + p.rank)};
-  auto target = [&](const int64_t* off) {
-    const int64_t v = p.index_is_int64 ? static_cast<const int64_t*>(index)[off[2]]
-                                       : static_cast<const int32_t*>(index)[off[2]];
-    return off[0] + v * p.select_stride;
-  };
   if (!IsFloatingPoint(dtype)) {  // integers add exactly, wrapping in dtype
     const IntLoadFn load = IntLoaderFor(dtype);
     const IntStoreFn store = IntStorerFor(dtype);
-    cpu::ForEachElement(shape, strides, [&](const int64_t* off) {
-      const int64_t o = target(off);
+    ForEachPlanElement(p, index, [&](int64_t o, int64_t s) {
       store(out, o,
             static_cast<int64_t>(static_cast<uint64_t>(load(out, o)) +
-                                 static_cast<uint64_t>(load(src, off[1]))));
+                                 static_cast<uint64_t>(load(src, s))));
     });
     return;
   }
   const LoadFn load = LoaderFor(dtype);
   const StoreFn store = StorerFor(dtype);
-  cpu::ForEachElement(shape, strides, [&](const int64_t* off) {
-    const int64_t o = target(off);
-    store(out, o, load(out, o) + load(src, off[1]));
-  });
+  ForEachPlanElement(p, index,
+                     [&](int64_t o, int64_t s) { store(out, o, load(out, o) + load(src, s)); });
 }
 
 }  // namespace kiln::gather

@@ -15,36 +15,6 @@
 #include "runtime/status.h"
 
 namespace kiln {
-
-Tensor embedding(const Tensor& indices, const Tensor& weight) {
-  return Dispatch(OpId::kEmbedding, {indices, weight});
-}
-
-Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
-  OpAttrs a;
-  a.dim = dim;
-  return Dispatch(OpId::kIndexSelect, {x, index}, a);
-}
-
-Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
-  OpAttrs a;
-  a.dim = dim;
-  return Dispatch(OpId::kGather, {x, index}, a);
-}
-
-Tensor index_copy(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source) {
-  OpAttrs a;
-  a.dim = dim;
-  return Dispatch(OpId::kIndexCopy, {self, index, source}, a);
-}
-
-const Tensor& index_copy_(const Tensor& self, int64_t dim, const Tensor& index,
-                          const Tensor& source) {
-  OpAttrs a;
-  a.dim = dim;
-  return DispatchInPlace(OpId::kIndexCopy, {self, index, source}, a);
-}
-
 namespace {
 
 OpAttrs DimAttr(int64_t dim) {
@@ -54,6 +24,27 @@ OpAttrs DimAttr(int64_t dim) {
 }
 
 }  // namespace
+
+Tensor embedding(const Tensor& indices, const Tensor& weight) {
+  return Dispatch(OpId::kEmbedding, {indices, weight});
+}
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  return Dispatch(OpId::kIndexSelect, {x, index}, DimAttr(dim));
+}
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  return Dispatch(OpId::kGather, {x, index}, DimAttr(dim));
+}
+
+Tensor index_copy(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source) {
+  return Dispatch(OpId::kIndexCopy, {self, index, source}, DimAttr(dim));
+}
+
+const Tensor& index_copy_(const Tensor& self, int64_t dim, const Tensor& index,
+                          const Tensor& source) {
+  return DispatchInPlace(OpId::kIndexCopy, {self, index, source}, DimAttr(dim));
+}
 
 Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
   return Dispatch(OpId::kScatter, {self, index, src}, DimAttr(dim));

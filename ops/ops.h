@@ -268,8 +268,7 @@ const Tensor& index_copy_(const Tensor& self, int64_t dim, const Tensor& index,
 Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, Scalar value);
 // The same with += (torch.scatter_add): repeated indices accumulate (on CUDA by atomics, in an
-// order that may change the last bits of floating sums; bool and 8/16-bit integers are refused
-// there).
+// order that may change the last bits of floating sums; bool is refused there).
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
 // In place: self is written (only the indexed elements move).
 const Tensor& scatter_(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);

@@ -51,13 +51,12 @@ void ScatterImpl(const OpDef& def, absl::Span<const Tensor> in, const Tensor& ou
   const Tensor& self = in[0];
   const Tensor index = gather::Unaliased(in[1], out), src = gather::Unaliased(in[2], out);
   const int64_t d = self.dim() == 0 ? 0 : (a.dim < 0 ? a.dim + self.dim() : a.dim);
-  if (index.numel() > 0)
-    gather::CheckIndices(def, index, self.dim() == 0 ? 1 : self.size(d), d, in);
+  const IndexPlan plan = gather::PlanScatter(def, out, d, index, src);
+  if (index.numel() > 0) gather::CheckIndices(def, index, plan.bound, d, in);
   if (!gather::SameView(out, self)) {
     gather::RunOnCpu(gather::PlanCopy(def, self, out), out.data_ptr(), self.data_ptr(), nullptr);
   }
-  if (index.numel() == 0) return;
-  apply(gather::PlanScatter(def, out, d, index, src), index, src);
+  if (index.numel() > 0) apply(plan, index, src);
 }
 
 }  // namespace

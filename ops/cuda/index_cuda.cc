@@ -179,27 +179,6 @@ void IndexCopy(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
 
 namespace {
 
-// scatter's add types: the atomics CUDA has (the other dtypes are refused, naming the op).
-cuda_kernels::AddType AddTypeOf(const OpDef& def, DType t) {
-  using cuda_kernels::AddType;
-  switch (t) {
-    case DType::kFloat32:
-      return AddType::kF32;
-    case DType::kFloat16:
-      return AddType::kF16;
-    case DType::kBFloat16:
-      return AddType::kBF16;
-    case DType::kInt32:
-      return AddType::kI32;
-    case DType::kInt64:
-      return AddType::kI64;
-    default:
-      throw Error(absl::UnimplementedError(absl::StrCat(
-          def.name, ": dtype ", DTypeName(t),
-          " is not supported on CUDA (float32, float16, bfloat16, int32 and int64 are)")));
-  }
-}
-
 // out = self (unless out is self), then run(plan, index, src, flag) with every index checked
 // before any is written (inside a capture or a deferred-check scope the kernel raises the flag
 // instead, as index_copy's does).
@@ -241,7 +220,7 @@ void Scatter(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, c
 
 void ScatterAdd(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out,
                 const OpAttrs& a) {
-  const cuda_kernels::AddType t = AddTypeOf(def, out.dtype());  // refused before any write
+  const ElemType t = ToElemType(def, out.dtype());  // bool refused before any write
   ScatterImpl(def, in, out, a,
               [&](const IndexPlan& plan, const Tensor& index, const Tensor& src, unsigned* flag) {
                 KILN_CUDA_CHECK(cuda_kernels::ScatterAddPlan(plan, index.numel(), out.data_ptr(),

@@ -425,29 +425,16 @@ cudaError_t RunIndexPlan(const IndexPlan& given, int64_t n, void* out, const voi
 }
 
 cudaError_t ScatterAddPlan(const IndexPlan& plan, int64_t n, void* out, const void* src,
-                           const void* index, AddType t, unsigned* bad, cudaStream_t stream) {
+                           const void* index, ElemType t, unsigned* bad, cudaStream_t stream) {
   if (n < 0 || plan.rank > kIndexPlanMaxRank || !plan.scatter) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   const int grid = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxGrid));
-  auto launch = [&](auto tag) {
+  return WithType(t, [&](auto tag) {
     using T = decltype(tag);
     ScatterAddKernel<T><<<grid, kThreads, 0, stream>>>(plan, n, static_cast<T*>(out),
                                                        static_cast<const T*>(src), index, bad);
     return cudaGetLastError();
-  };
-  switch (t) {
-    case AddType::kF32:
-      return launch(float{});
-    case AddType::kF16:
-      return launch(__half{});
-    case AddType::kBF16:
-      return launch(__nv_bfloat16{});
-    case AddType::kI32:
-      return launch(int32_t{});
-    case AddType::kI64:
-      return launch(int64_t{});
-  }
-  return cudaErrorInvalidValue;
+  });
 }
 
 cudaError_t CheckIndexRange(const void* index, int64_t n, int64_t stride, bool is64, int64_t bound,

@@ -28,13 +28,12 @@ namespace kiln::cuda_kernels {
 // captured into a CUDA graph, where the launcher cannot wait for the kernel).
 cudaError_t RunIndexPlan(const IndexPlan& plan, int64_t n, void* out, const void* src,
                          const void* index, unsigned* bad, cudaStream_t stream);
-// The element types scatter_add's atomics take.
-enum class AddType { kF32, kF16, kBF16, kI32, kI64 };
-// A scatter plan's adds: out[...] += src[o] by atomicAdd in `t` (integers wrap), n = the index's
-// numel; a bad index adds nothing and raises the flag as RunIndexPlan does. Repeated indices
-// accumulate in an unspecified order (floating sums may differ in the last bits run to run).
+// A scatter plan's adds: out[...] += src[o] by atomicAdd in `t` (any ElemType; integers wrap),
+// n = the index's numel; a bad index adds nothing and raises the flag as RunIndexPlan does.
+// Repeated indices accumulate in an unspecified order (floating sums may differ in the last bits
+// from run to run).
 cudaError_t ScatterAddPlan(const IndexPlan& plan, int64_t n, void* out, const void* src,
-                           const void* index, AddType t, unsigned* bad, cudaStream_t stream);
+                           const void* index, ElemType t, unsigned* bad, cudaStream_t stream);
 // Sets *bad to 1 if some index[i * stride], i < n (int64, else int32), is outside [0, bound).
 cudaError_t CheckIndexRange(const void* index, int64_t n, int64_t stride, bool is64, int64_t bound,
                             unsigned* bad, cudaStream_t stream);
