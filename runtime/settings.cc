@@ -126,6 +126,9 @@ const std::vector<Setting>& Settings() {
        "off: the flash attention kernels' CTAs run each row tile over every (batch, head) in "
        "turn, not over sections of heads whose K/V fit in L2 (the mma.sync kernel always does for "
        "causal attention; A/B)"},
+      {"KILN_FLASH_SM90_EXP2_FMA", Kind::kLevel, "-1", "-1..8",
+       "of every 8 exponentials of the Hopper attention kernel's softmax, how many are computed "
+       "by a polynomial on the FMA pipe instead of the MUFU unit's ex2 (-1: its plan's; A/B)"},
       {"KILN_FLASH_SM90_PINGPONG", Kind::kBool, "on", "",
        "off: the Hopper attention kernel's consumer warpgroups (persistent form) issue their "
        "wgmma unordered, not in turns (ping-pong; A/B)"},

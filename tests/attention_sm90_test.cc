@@ -6,6 +6,7 @@
 // kernel the profiler sees, and the fallbacks (a mask, KILN_FLASH_SM90=off).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <set>
@@ -27,8 +28,9 @@ namespace {
 using cuda_ops::FlashSm90Config;
 
 // The planner's instance of every form (one, two or three consumer warpgroups), with the other
-// tile width at two stages, and the persistent forms without turns: every instance the planner
-// or the A/B settings of the plan produce (three consumers at head dim 128 have the registers
+// tile width at two stages, with another share of exponentials on the FMA pipe, and the
+// persistent forms without turns: every instance the planner or the A/B settings of the plan
+// produce (three consumers at head dim 128 have the registers
 // for 64-key tiles only).
 std::vector<FlashSm90Config> AllConfigs() {
   std::vector<FlashSm90Config> all;
@@ -39,6 +41,9 @@ std::vector<FlashSm90Config> AllConfigs() {
           ScopedEnv w("KILN_FLASH_SM90_CONSUMERS", consumers);
           const FlashSm90Config c = cuda_ops::PlanFlashSm90(d, t, causal);
           all.push_back(c);
+          FlashSm90Config split = c;  // 3 of 8 exponentials on the FMA pipe
+          split.exp2_on_fma = c.exp2_on_fma == 3 ? 8 : 3;
+          all.push_back(split);
           if (c.consumers != 3 || d != 128) {
             FlashSm90Config other = c;  // the other tile width, two stages
             other.block_n = c.block_n == 64 ? 128 : 64;
@@ -101,6 +106,9 @@ TEST(FlashSm90Source, RefusesConfigsOutsideItsRanges) {
   c = FlashSm90Config{};
   c.consumers = 4;
   ExpectThrowsWith([&] { cuda_ops::RenderFlashSm90Source(c); }, "1..3 consumer warpgroups");
+  c = FlashSm90Config{};
+  c.exp2_on_fma = 9;
+  ExpectThrowsWith([&] { cuda_ops::RenderFlashSm90Source(c); }, "0..8 of 8 exponentials");
 }
 
 TEST(FlashSm90Source, TheAbSettingsChangeThePlan) {
@@ -114,6 +122,11 @@ TEST(FlashSm90Source, TheAbSettingsChangeThePlan) {
   ScopedEnv pp("KILN_FLASH_SM90_PINGPONG", "off");
   EXPECT_EQ(cuda_ops::PlanFlashSm90(64, DType::kBFloat16, false).Name(),
             "kiln_flash_sm90_d64_bf16_128x64_s4_persistent_unordered");
+  ScopedEnv e("KILN_FLASH_SM90_EXP2_FMA", "5");
+  EXPECT_EQ(cuda_ops::PlanFlashSm90(64, DType::kBFloat16, false).Name(),
+            "kiln_flash_sm90_d64_bf16_128x64_s4_persistent_unordered_fma5");
+  ScopedEnv bad("KILN_FLASH_SM90_EXP2_FMA", "9");
+  ExpectThrowsWith([] { cuda_ops::PlanFlashSm90(64, DType::kBFloat16, false); }, "-1..8");
 }
 
 // ---- on an sm_90 GPU -------------------------------------------------------------------------
@@ -243,6 +256,51 @@ TEST(FlashSm90, EveryTilingMatchesFloat32Math) {
       }
     }
   }
+}
+
+// Any share of the exponentials on the FMA pipe (the polynomial) matches float32 math, every form
+// and both dtypes, ragged and causal; a NaN in q or k still gives NaN rows, as ex2 and torch do.
+TEST(FlashSm90, ExponentialsOnTheFmaPipeMatchFloat32Math) {
+  SKIP_WITHOUT_SM90();
+  Generator gen(95);
+  for (const char* share : {"1", "3", "8"}) {
+    ScopedEnv e("KILN_FLASH_SM90_EXP2_FMA", share);
+    for (const char* consumers : {"1", "2", "3"}) {
+      ScopedEnv w("KILN_FLASH_SM90_CONSUMERS", consumers);
+      for (int64_t d : {64, 128}) {
+        for (bool causal : {false, true}) {
+          for (DType t : {DType::kBFloat16, DType::kFloat16}) {
+            const Shape s{1, 2, 2, 300, 333, d, causal, false, t};
+            const std::vector<Tensor> in = Operands(s, gen);
+            Tensor out;
+            const std::vector<std::string> names = KernelNames([&] { out = Sdpa(in, s); });
+            const std::string name = absl::StrCat("_fma", share);
+            EXPECT_TRUE(std::any_of(names.begin(), names.end(), [&](const std::string& n) {
+              return n.find(name) != std::string::npos;
+            })) << s.Name();
+            ExpectClose(to_vector(out), to_vector(Float32Math(in, s)), Loose(s.dtype),
+                        absl::StrCat(s.Name(), " consumers ", consumers, " fma ", share));
+          }
+        }
+      }
+    }
+  }
+  // NaN in row 7 of q: that row's output is NaN and no other's; NaN in key 3 poisons every row
+  // that sees it (non-causal: all of them).
+  ScopedEnv e("KILN_FLASH_SM90_EXP2_FMA", "8");
+  const Shape s{1, 1, 1, 64, 64, 64, false, false, DType::kBFloat16};
+  std::vector<Tensor> in = Operands(s, gen);
+  std::vector<double> q = to_vector(in[0]);
+  q[7 * 64 + 5] = NAN;
+  in[0] = from_vector(q, in[0].shape(), DType::kBFloat16, CUDA(0));
+  std::vector<double> got = to_vector(Sdpa(in, s));
+  for (int64_t r = 0; r < 64; ++r) EXPECT_EQ(std::isnan(got[r * 64]), r == 7) << "row " << r;
+  std::vector<double> k = to_vector(in[1]);
+  k[3 * 64] = NAN;
+  in[0] = Operands(s, gen)[0];
+  in[1] = from_vector(k, in[1].shape(), DType::kBFloat16, CUDA(0));
+  got = to_vector(Sdpa(in, s));
+  for (int64_t r = 0; r < 64; ++r) EXPECT_TRUE(std::isnan(got[r * 64])) << "row " << r;
 }
 
 // Lengths at and around the tile edges, down to one key, run the Hopper kernel (the launcher

@@ -32,6 +32,24 @@ __device__ __forceinline__ float exp2_approx(float x) {  // ex2.approx(-inf) = +
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+// 2^x on the FMA pipe (FlashAttention-4's emulation): x = j + f with j = rint(x) and f in
+// [-0.5, 0.5]; 2^f by a degree-3 minimax polynomial (relative error 7.5e-5, under half an f16
+// ulp), times 2^j built from its exponent bits. x is clamped at -127, whose 2^j is +0: a masked
+// score (-inf) gives +0 as ex2.approx.ftz does; a NaN stays NaN (max.NaN, then the product).
+__device__ __forceinline__ float exp2_fma(float x) {
+  float xc;
+  asm("max.NaN.f32 %0, %1, 0fC2FE0000;" : "=f"(xc) : "f"(x));  // -127
+  const float t = __fadd_rn(xc, 12582912.f);  // 1.5 * 2^23: rint(x) in the low mantissa bits
+  const float f = __fsub_rn(xc, __fsub_rn(t, 12582912.f));
+  const float y =
+      fmaf(fmaf(fmaf(0.0551716691f, f, 0.242611122f), f, 0.693260985f), f, 0.999928074f);
+  return y * __uint_as_float((__float_as_uint(t) << 23) + 0x3f800000u);  // 2^j: (j + 127) << 23
+}
+
+// Probability k of a thread's row (of BN / 4) as the plan splits them between the pipes.
+__device__ __forceinline__ float exp2_split(float x, int k) {
+  return k % 8 < KILN_FA3_EXP2_FMA ? exp2_fma(x) : exp2_approx(x);
+}
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {
 #if KILN_FA3_BF16
   return kiln_pack_bf16x2(lo, hi);
@@ -156,7 +174,7 @@ __device__ __forceinline__ void softmax(float (&sc)[SN], Rows& r, float (&alpha)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const float x = sc[4 * g + 2 * h + e];
-        const float pr = exp2_approx(masked ? x - m_use : fmaf(x, p.scale_log2, -m_use));
+        const float pr = exp2_split(masked ? x - m_use : fmaf(x, p.scale_log2, -m_use), 2 * g + e);
         sc[4 * g + 2 * h + e] = pr;
         sum += pr;
       }
@@ -480,7 +498,8 @@ std::string FlashSm90Config::Name() const {
                       causal ? "_causal" : "", "_", block_m(), "x", block_n, "_s", stages,
                       consumers == 1 ? absl::StrCat("_b", min_blocks)
                       : pingpong     ? "_persistent"
-                                     : "_persistent_unordered");
+                                     : "_persistent_unordered",
+                      exp2_on_fma == 0 ? "" : absl::StrCat("_fma", exp2_on_fma));
 }
 
 FlashSm90Config PlanFlashSm90(int head_dim, DType dtype, bool causal) {
@@ -509,6 +528,7 @@ FlashSm90Config PlanFlashSm90(int head_dim, DType dtype, bool causal) {
   if (const int n = EnvLevel("KILN_FLASH_SM90_BLOCK_N"); n != 0) c.block_n = n;
   if (const int s = EnvLevel("KILN_FLASH_SM90_STAGES"); s != 0) c.stages = s;
   c.pingpong = EnvBool("KILN_FLASH_SM90_PINGPONG");
+  if (const int e = EnvLevel("KILN_FLASH_SM90_EXP2_FMA"); e >= 0) c.exp2_on_fma = e;
   return c;
 }
 
@@ -517,10 +537,12 @@ std::string RenderFlashSm90Source(const FlashSm90Config& c) {
                  (c.dtype == DType::kBFloat16 || c.dtype == DType::kFloat16) &&
                  c.block_n % 16 == 0 && c.block_n >= 64 && c.block_n <= 256 && c.stages >= 2 &&
                  c.stages <= 8 && c.min_blocks >= 1 && c.min_blocks <= 4 && c.consumers >= 1 &&
-                 c.consumers <= 3 && c.shared_bytes() <= kMaxSharedBytes,
+                 c.consumers <= 3 && c.exp2_on_fma >= 0 && c.exp2_on_fma <= 8 &&
+                 c.shared_bytes() <= kMaxSharedBytes,
              "sm_90 attention kernel: needs head dim 64 or 128, bf16 or f16, 64..256 keys a ",
              "tile (a multiple of 16), 2..8 stages (tile j's S is computed while tile j-1's V is "
-             "read), 1..4 CTAs an SM, 1..3 consumer warpgroups, at most ",
+             "read), 1..4 CTAs an SM, 1..3 consumer warpgroups, 0..8 of 8 exponentials on the FMA "
+             "pipe, at most ",
              kMaxSharedBytes, " bytes of shared memory; got ", c.Name(), " (", c.shared_bytes(),
              " bytes)");
   std::string source;
@@ -533,6 +555,7 @@ std::string RenderFlashSm90Source(const FlashSm90Config& c) {
   AppendDefine(&source, "KILN_FA3_PINGPONG", c.pingpong ? 1 : 0);
   AppendDefine(&source, "KILN_FA3_BF16", c.dtype == DType::kBFloat16 ? 1 : 0);
   AppendDefine(&source, "KILN_FA3_CAUSAL", c.causal ? 1 : 0);
+  AppendDefine(&source, "KILN_FA3_EXP2_FMA", c.exp2_on_fma);
   absl::StrAppend(
       &source, kFlashParamsSource, HopperPrimitivesSource(),
       RenderWgmma("kiln_fa3_qk", c.block_n, c.dtype, {}),

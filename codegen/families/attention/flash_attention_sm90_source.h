@@ -48,17 +48,23 @@ struct FlashSm90Config {
   // 2 or 3 consumers: they take turns issuing wgmma (FlashAttention-3's ping-pong, named
   // barriers), so one's softmax runs under the others' products.
   bool pingpong = true;
+  // Of every 8 probabilities a thread computes, how many are 2^x by a polynomial on the FMA pipe
+  // (FlashAttention-4's split) instead of ex2.approx on the MUFU pipe, which yields 16 results a
+  // clock an SM against 128 FMAs: at head dim 64 a tile's exponentials take about as long as its
+  // two products.
+  int exp2_on_fma = 0;
 
   int block_m() const { return 64 * consumers; }  // query rows of a CTA's tile
   int threads() const { return consumers == 1 ? 128 : 128 * (consumers + 1); }
   int shared_bytes() const;  // Q, the K/V ring and the barriers
   // "kiln_flash_sm90_d64_bf16_causal_64x128_s2_b3"; "…_128x128_s3_persistent" for 2 consumers
-  // ("_persistent_unordered" without ping-pong)
+  // ("_persistent_unordered" without ping-pong), "_fma2" when 2 of 8 exponentials are polynomials
   std::string Name() const;
 };
 
 // The form and tiling kiln runs (KILN_FLASH_SM90_CONSUMERS, KILN_FLASH_SM90_BLOCK_N,
-// KILN_FLASH_SM90_STAGES and KILN_FLASH_SM90_PINGPONG override them for A/B).
+// KILN_FLASH_SM90_STAGES, KILN_FLASH_SM90_PINGPONG and KILN_FLASH_SM90_EXP2_FMA override them
+// for A/B).
 FlashSm90Config PlanFlashSm90(int head_dim, DType dtype, bool causal);
 
 // The kernel's source (its one kernel is config.Name()). Throws kiln::Error for a config outside
