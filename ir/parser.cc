@@ -239,11 +239,16 @@ absl::StatusOr<double> Parser::Number(absl::string_view what) {
   return value;
 }
 
-// A scalar attribute: digits alone ("3", "-2") are an integer, anything else ("3.0", "1e+30",
-// "inf") a floating value (Scalar::ToString).
+// A scalar attribute: digits alone ("3", "-2") are an integer, "true" / "false" a bool, anything
+// else ("3.0", "1e+30", "inf") a floating value (Scalar::ToString).
 absl::Status Parser::AttrValue(absl::string_view what, Scalar* v) {
   SkipSpace();
   const size_t start = pos_;
+  if (const absl::string_view word = Word(); word == "true" || word == "false") {
+    *v = Scalar(word == "true");
+    return absl::OkStatus();
+  }
+  pos_ = start;
   KILN_ASSIGN_OR_RETURN(const double d, Number(what));
   absl::string_view token = text_.substr(start, pos_ - start);
   if (!token.empty() && (token[0] == '+' || token[0] == '-')) token.remove_prefix(1);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -64,6 +65,9 @@ Tensor InFloat32(const char* op, const Tensor& x, F&& f) {
 // beta input + alpha product (addmm, baddbmm): input must broadcast to the product's shape;
 // beta = 0 ignores input, NaN too, as torch.
 inline Tensor ScaledSum(const Tensor& input, Tensor product, Scalar beta, Scalar alpha) {
+  KILN_CHECK(input.dtype() == product.dtype(), "input ", DTypeName(input.dtype()),
+             " and the matrices' product ", DTypeName(product.dtype()),
+             " must have the same dtype (as torch)");
   const absl::StatusOr<Shape> s = BroadcastShapes(input.shape(), product.shape());
   KILN_CHECK(s.ok() && *s == product.shape(), "input ", input.shape_string(),
              " does not broadcast to the product's ", product.shape_string());
@@ -72,16 +76,19 @@ inline Tensor ScaledSum(const Tensor& input, Tensor product, Scalar beta, Scalar
   return add(product, beta.to_double() == 1 ? input : mul(input, beta));
 }
 
-// The dtype torch's elementwise ops give `operands` together (infer::ResultType folded: tensors
-// with dims outrank zero-dim ones of their category).
+// The dtype torch's elementwise ops give `operands` together (torch's result_type): the tensors
+// with dims promoted together, the zero-dim ones together, then the two joined as
+// infer::ResultType joins a pair (a zero-dim tensor decides only from a higher category).
 inline DType CommonType(const std::vector<Tensor>& operands) {
-  TensorType acc = operands.at(0).type();
-  for (size_t i = 1; i < operands.size(); ++i) {
-    const TensorType& next = operands[i].type();
-    const DType t = infer::ResultType(acc, next);
-    acc = TensorType{acc.rank() > 0 || next.rank() > 0 ? Shape{1} : Shape{}, t, acc.device};
+  std::optional<DType> dims, zero_dim;
+  for (const Tensor& x : operands) {
+    std::optional<DType>& group = x.dim() > 0 ? dims : zero_dim;
+    group = group ? PromoteTypes(*group, x.dtype()) : x.dtype();
   }
-  return acc.dtype;
+  if (!dims || !zero_dim) return dims ? *dims : zero_dim.value();
+  const Device device = operands.at(0).device();
+  return infer::ResultType(TensorType{Shape{1}, *dims, device},
+                           TensorType{Shape{}, *zero_dim, device});
 }
 
 // f(operands) for operands whose common dtype is `t`: computed in float32 and rounded once to t

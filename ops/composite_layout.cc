@@ -144,9 +144,10 @@ Tensor index_fill(const Tensor& self, int64_t dim, const Tensor& index, Scalar v
              "index_fill: index must be int64 or int32, got ", DTypeName(index.dtype()));
   if (index.numel() == 0) return clone(self);
   return Named("index_fill", [&] {
-    // Negative indices count from the end, as torch's index_fill.
+    // Negative indices down to -n count from the end, as torch's index_fill; one below -n stays
+    // as given, so the range error names the index the caller passed.
     const int64_t n = self.dim() == 0 ? 1 : self.size(d);
-    const Tensor wrapped = where(lt(index, 0), add(index, n), index);
+    const Tensor wrapped = where(logical_and(lt(index, 0), ge(index, -n)), add(index, n), index);
     if (self.dim() == 0) return scatter(self, 0, reshape(wrapped, {}), value);
     Shape like = self.shape();
     like[d] = index.numel();

@@ -127,8 +127,9 @@ Tensor addcdiv(const Tensor& input, const Tensor& t1, const Tensor& t2, Scalar v
              "addcdiv: integer division is not supported (as in torch), got ", Describe(t1.type()),
              " / ", Describe(t2.type()));
   return PromotedInFloat32("addcdiv", t, {input, t1, t2}, [&](const auto& v) {
-    const Tensor quotient = div(v[1], v[2]);
-    return add(v[0], value.to_double() == 1 ? quotient : mul(quotient, value));
+    // input + (value t1) / t2, in torch's kernel's order.
+    const Tensor scaled = value.to_double() == 1 ? v[1] : mul(v[1], value);
+    return add(v[0], div(scaled, v[2]));
   });
 }
 
@@ -144,8 +145,9 @@ Tensor logaddexp(const Tensor& a, const Tensor& b) {
 
 Tensor hypot(const Tensor& a, const Tensor& b) {
   CheckFloating("hypot", {&a, &b});
-  // m sqrt(1 + (n / m)^2) with m = max(|a|, |b|), so squares never overflow; an infinite operand
-  // gives +inf even beside a NaN, as C's hypot.
+  // m sqrt(1 + (n / m)^2) with m = max(|a|, |b|), so squares never overflow (within 2 ulp of the
+  // correctly rounded value in float32: kiln has no float64 to compute it in); an infinite
+  // operand gives +inf even beside a NaN, as C's hypot.
   return PromotedInFloat32("hypot", CommonType({a, b}), {a, b}, [](const auto& v) {
     const Tensor x = abs(v[0]), y = abs(v[1]);
     const Tensor m = maximum(x, y), n = minimum(x, y);

@@ -64,23 +64,21 @@ Tensor isclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool 
   KILN_CHECK(a.dtype() == b.dtype(), "isclose: a and b must have one dtype (as in torch), got ",
              Describe(a.type()), " and ", Describe(b.type()));
   return Named("isclose", [&] {
-    // Equal values (infinities included) are close; otherwise |a - b| <= atol + rtol |b| for
-    // finite values, computed in float32 for the half types.
-    const Tensor same = eq(a, b);
-    if (!IsFloatingPoint(a.dtype()) && a.dtype() != DType::kBool && rtol == 0 && atol == 0) {
-      return same;
+    // torch's steps, each op in the operands' dtype (a half type rounds at each, as torch's
+    // kernels do; integers give float32 tolerances; bools compute as float32): equal values
+    // (infinities included) are close, NaNs too with equal_nan; otherwise a finite |a - b| <=
+    // atol + |rtol b| is (a difference that overflows to inf never is).
+    Tensor close = eq(a, b);
+    if (equal_nan && IsFloatingPoint(a.dtype())) {
+      close = logical_or(close, logical_and(isnan(a), isnan(b)));
     }
-    // The difference in a's dtype (exact for integers; bools as float32), compared in float32
-    // with the allowed error, as torch's isclose.
-    const bool floating = IsFloatingPoint(a.dtype());
-    const Tensor x = floating || a.dtype() == DType::kBool ? cast(a, DType::kFloat32) : a;
-    const Tensor y = floating || b.dtype() == DType::kBool ? cast(b, DType::kFloat32) : b;
-    const Tensor allowed = add(mul(abs(cast(y, DType::kFloat32)), rtol), atol);
-    const Tensor diff = cast(abs(sub(x, y)), DType::kFloat32);
-    // As torch: a difference that overflows to inf is never close (equal infinities are, above).
-    Tensor close = logical_or(same, logical_and(le(diff, allowed), isfinite(diff)));
-    if (equal_nan) close = logical_or(close, logical_and(isnan(x), isnan(y)));
-    return close;
+    if (rtol == 0 && atol == 0) return close;
+    const bool boolean = a.dtype() == DType::kBool;
+    const Tensor x = boolean ? cast(a, DType::kFloat32) : a;
+    const Tensor y = boolean ? cast(b, DType::kFloat32) : b;
+    const Tensor allowed = add(abs(mul(y, rtol)), atol);
+    const Tensor diff = abs(sub(x, y));
+    return logical_or(close, logical_and(isfinite(diff), le(diff, allowed)));
   });
 }
 

@@ -251,8 +251,31 @@ Tensor Dispatch(OpId id, absl::Span<const Tensor> inputs, const OpAttrs& attrs) 
   return RunOp(def, inputs, attrs);
 }
 
+// A kernel that writes only what changes (index_copy_, scatter_) reads its other inputs while
+// self changes, so no input may share memory with self at all, the same tensor included (torch's
+// assert_no_overlap); an elementwise op reads each element before writing it (add_(x, x) is
+// fine). Checked before a trace records the call too, so compiled and eager refuse alike.
+void RefuseInputsSharingSelf(const OpDef& def, absl::Span<const Tensor> inputs) {
+  const Tensor& self = inputs[0];
+  for (size_t i = 1; i < inputs.size(); ++i) {
+    const Tensor& x = inputs[i];
+    const MemOverlap overlap = GetMemOverlap(self, x);
+    // A trace's tensors have no memory to compare: the same view of one storage is the case.
+    const bool same_view = x.defined() && self.numel() > 0 && self.shares_storage(x) &&
+                           self.offset() == x.offset() && self.shape() == x.shape() &&
+                           self.strides() == x.strides();
+    if (overlap == MemOverlap::kFull || overlap == MemOverlap::kPartial || same_view) {
+      Fail(def, inputs, absl::StatusCode::kInvalidArgument,
+           absl::StrCat("in-place: input ", i, " and self (the written-to tensor) refer to the ",
+                        "same memory location, which this op reads while it writes; clone() the ",
+                        "input first"));
+    }
+  }
+}
+
 const Tensor& DispatchInPlace(OpId id, absl::Span<const Tensor> inputs, const OpAttrs& attrs) {
   const OpDef& def = GetOpDef(id);
+  if (def.updates_self) RefuseInputsSharingSelf(def, inputs);
   if (g_hook != nullptr) {
     g_hook->Record(def, inputs, attrs, /*in_place=*/true);
     return inputs[0];

@@ -2,6 +2,7 @@
 // fill OpAttrs and dispatch through the registry. stack, split and chunk are compositions (views
 // and cat); max_with_indices and topk are two dispatches each, so that every registry row keeps
 // one output.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -21,6 +22,51 @@ OpAttrs DimAttr(int64_t dim) {
   OpAttrs a;
   a.dim = dim;
   return a;
+}
+
+// torch's scatter shape rule before the registry's: an empty index changes nothing, whatever its
+// shape (torch returns before checking it); a 0-d tensor counts as one of shape [1], so a 0-d
+// self takes a one-element index. `run(self, index, src)` dispatches the op; `done(self)` is the
+// result when nothing is scattered (a copy, or self itself in place).
+template <typename Run, typename Done>
+Tensor ScatterShapes(const char* op, const Tensor& self, int64_t dim, const Tensor& index,
+                     const Tensor& src, Run run, Done done) {
+  KILN_CHECK(self.defined() && index.defined() && src.defined(), op,
+             ": self, index and src must be defined tensors");
+  const absl::StatusOr<int64_t> wrapped = WrapDim(dim, self.dim());
+  KILN_CHECK(wrapped.ok(), op, ": ", wrapped.status().message(), ", self ", self.shape_string());
+  if (index.numel() == 0 && (index.dtype() == DType::kInt64 || index.dtype() == DType::kInt32) &&
+      src.dtype() == self.dtype()) {
+    return done(self);
+  }
+  const int64_t top = std::max({self.dim(), index.dim(), src.dim()});
+  const bool zero_dim = self.dim() == 0 || index.dim() == 0 || src.dim() == 0;
+  if (top == 1 && zero_dim) {
+    auto one_dim = [](const Tensor& t) { return t.dim() == 0 ? reshape(t, {1}) : t; };
+    return reshape(run(one_dim(self), one_dim(index), one_dim(src)), self.shape());
+  }
+  return run(self, index, src);
+}
+
+Tensor ScatterOp(OpId id, const char* op, const Tensor& self, int64_t dim, const Tensor& index,
+                 const Tensor& src) {
+  return ScatterShapes(
+      op, self, dim, index, src,
+      [&](const Tensor& s, const Tensor& i, const Tensor& x) {
+        return Dispatch(id, {s, i, x}, DimAttr(dim));
+      },
+      [](const Tensor& s) { return clone(s); });
+}
+
+const Tensor& ScatterOpInPlace(OpId id, const char* op, const Tensor& self, int64_t dim,
+                               const Tensor& index, const Tensor& src) {
+  ScatterShapes(
+      op, self, dim, index, src,
+      [&](const Tensor& s, const Tensor& i, const Tensor& x) {
+        return DispatchInPlace(id, {s, i, x}, DimAttr(dim));
+      },
+      [](const Tensor& s) { return s; });
+  return self;
 }
 
 }  // namespace
@@ -47,7 +93,7 @@ const Tensor& index_copy_(const Tensor& self, int64_t dim, const Tensor& index,
 }
 
 Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  return Dispatch(OpId::kScatter, {self, index, src}, DimAttr(dim));
+  return ScatterOp(OpId::kScatter, "scatter", self, dim, index, src);
 }
 
 Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, Scalar value) {
@@ -60,16 +106,16 @@ Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, Scalar valu
 }
 
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  return Dispatch(OpId::kScatterAdd, {self, index, src}, DimAttr(dim));
+  return ScatterOp(OpId::kScatterAdd, "scatter_add", self, dim, index, src);
 }
 
 const Tensor& scatter_(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  return DispatchInPlace(OpId::kScatter, {self, index, src}, DimAttr(dim));
+  return ScatterOpInPlace(OpId::kScatter, "scatter_", self, dim, index, src);
 }
 
 const Tensor& scatter_add_(const Tensor& self, int64_t dim, const Tensor& index,
                            const Tensor& src) {
-  return DispatchInPlace(OpId::kScatterAdd, {self, index, src}, DimAttr(dim));
+  return ScatterOpInPlace(OpId::kScatterAdd, "scatter_add_", self, dim, index, src);
 }
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {

@@ -67,7 +67,8 @@ absl::Status RefuseBoolSubtraction(DType a, DType b) {
 }  // namespace
 
 Result SubtractScalar(Types in, const OpAttrs& a) {
-  KILN_RETURN_IF_ERROR(RefuseBoolSubtraction(in[0].dtype, ScalarResultType(in[0].dtype, a.scalar)));
+  KILN_RETURN_IF_ERROR(RefuseBoolSubtraction(
+      in[0].dtype, a.scalar.is_bool() ? DType::kBool : ScalarResultType(in[0].dtype, a.scalar)));
   return ScalarArith(in, a);
 }
 
@@ -468,7 +469,7 @@ DType ResultType(const TensorType& a, const TensorType& b) {
 }
 
 DType ScalarResultType(DType t, const Scalar& scalar) {
-  if (IsFloatingPoint(t)) return t;
+  if (IsFloatingPoint(t) || scalar.is_bool()) return t;  // a bool number keeps any tensor's type
   if (!scalar.is_integer()) return DType::kFloat32;
   return t == DType::kBool ? DType::kInt64 : t;
 }

@@ -62,7 +62,7 @@ static_assert(TakesFields(std::make_index_sequence<kListedFields>()) &&
 template <typename T>
 void AppendFieldBits(const T& v, std::string* key) {
   if constexpr (std::is_same_v<T, Scalar>) {  // the kind, then the value (no padding bytes)
-    key->push_back(v.is_integer() ? 'i' : 'f');
+    key->push_back(v.is_bool() ? 'b' : v.is_integer() ? 'i' : 'f');
     AppendFieldBits(v.is_integer() ? v.to_int64() : std::bit_cast<int64_t>(v.to_double()), key);
   } else if constexpr (requires { v.size(); }) {  // Shape, Strides: the elements, then the count
     for (int64_t e : v) key->append(reinterpret_cast<const char*>(&e), sizeof(e));

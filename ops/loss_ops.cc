@@ -176,6 +176,8 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, std::stri
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
                                         std::string_view reduction, const Tensor& pos_weight) {
+  CheckDefined("binary_cross_entropy_with_logits", input);
+  CheckDefined("binary_cross_entropy_with_logits", target);
   if (pos_weight.defined()) {
     const absl::StatusOr<Shape> joint = BroadcastShapes(pos_weight.shape(), input.shape());
     KILN_CHECK(IsFloatingPoint(pos_weight.dtype()) && joint.ok() && *joint == input.shape(),

@@ -7,6 +7,7 @@
 namespace kiln {
 
 std::string Scalar::ToString() const {
+  if (bool_) return int_ != 0 ? "true" : "false";
   if (integer_) return std::to_string(int_);
   if (std::isinf(double_)) return double_ > 0 ? "inf" : "-inf";
   if (std::isnan(double_)) return "nan";

@@ -299,6 +299,23 @@ graph(%0: f32[2, 3, 4]@meta, %1: bool[3, 4]@meta, %2: f32[4]@meta, %3: f32[2, 3,
   return %20, %21, %22, %23
 })";
 
+// A bool number prints as true / false and reads back as a bool (not the integer 1): its kind
+// decides the result's dtype.
+TEST(ParserTest, BoolScalarsRoundTripAsBools) {
+  const Graph g = Parse(R"(
+graph(%0: bool[3]@meta) {
+  %1 = add_scalar(%0) {scalar=true} : bool[3]@meta
+  %2 = mul_scalar(%1) {scalar=false} : bool[3]@meta
+  return %2
+})");
+  ASSERT_EQ(g.num_values(), 3);
+  EXPECT_EQ(g.node(1).attrs.scalar, Scalar(true));
+  EXPECT_FALSE(g.node(1).attrs.scalar == Scalar(1));
+  EXPECT_EQ(g.node(2).attrs.scalar, Scalar(false));
+  EXPECT_TRUE(Verify(g).ok()) << Verify(g);
+  ExpectRoundTrip(g);
+}
+
 TEST(ParserTest, ParsesEveryAttributeDeviceAndScalarForm) {
   const Graph g = Parse(kEveryAttribute);
   ASSERT_EQ(g.num_values(), 24);

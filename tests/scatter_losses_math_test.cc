@@ -620,5 +620,130 @@ TEST(ScatterLossesMathCuda, CompiledEqualsEager) {
   CompiledEqualsEager(CUDA(0));
 }
 
+// What a hostile probe found, as torch does it: bool numbers keep bool tensors bool (and a bool
+// number in a difference is refused); three operands promote as one (addcmul's zero-dim
+// operands); addmm/baddbmm refuse an input of another dtype; addcdiv scales before dividing;
+// isclose on halves computes its tolerance in the half dtype; the scatter family takes an empty
+// index of any shape and a 0-d self, and in place refuses src or index sharing self's memory;
+// index_fill's range error names the index given.
+void ProbeFindingsAreTorchs(Device device) {
+  const Tensor m = to(from_vector({1, 0}, {2}, DType::kBool), device);
+  EXPECT_EQ(where(m, m, false).dtype(), DType::kBool);
+  EXPECT_EQ(Vals(where(m, m, false)), (std::vector<double>{1, 0}));
+  EXPECT_EQ(where(m, true, m).dtype(), DType::kBool);
+  EXPECT_EQ(add(m, true).dtype(), DType::kBool);
+  EXPECT_EQ(Vals(add(m, true)), (std::vector<double>{1, 1}));
+  EXPECT_EQ(mul(m, true).dtype(), DType::kBool);
+  EXPECT_EQ(Vals(mul(m, true)), (std::vector<double>{1, 0}));
+  Tensor inplace = clone(m);
+  add_(inplace, true);
+  EXPECT_EQ(Vals(inplace), (std::vector<double>{1, 1}));
+  EXPECT_EQ(add(I64({1, 2}, {2}, device), true).dtype(), DType::kInt64);
+  EXPECT_EQ(Vals(add(I64({1, 2}, {2}, device), true)), (std::vector<double>{2, 3}));
+  EXPECT_EQ(mul(F32({1.5}, {1}, device), true).dtype(), DType::kFloat32);
+  ExpectErrorNames([&] { return sub(I64({1}, {1}, device), true); }, "sub", "bool");
+  ExpectErrorNames([&] { return sub(m, false); }, "sub", "bool");
+  EXPECT_EQ(Scalar(true).ToString(), "true");
+  EXPECT_FALSE(Scalar(true) == Scalar(1));
+  EXPECT_TRUE(Scalar(false) == Scalar(false));
+
+  // addcmul / addcdiv: int64 [3] with zero-dim f16 and f32 operands is float32, not float16.
+  const Tensor i3 = I64({1, 2, 3}, {3}, device);
+  const Tensor h2 = to(full({}, 2.0, DType::kFloat16), device), f3 = to(full({}, 3.0), device);
+  EXPECT_EQ(addcmul(i3, h2, f3).dtype(), DType::kFloat32);
+  EXPECT_EQ(Vals(addcmul(i3, h2, f3)), (std::vector<double>{7, 8, 9}));
+  EXPECT_EQ(addcdiv(i3, h2, f3).dtype(), DType::kFloat32);
+  // (value t1) / t2: 10 * 3e38 overflows to inf before the division, as torch's kernel.
+  EXPECT_EQ(Vals(addcdiv(F32({0}, {1}, device), F32({3e38}, {1}, device), F32({1e10}, {1}, device),
+                         10))[0],
+            INFINITY);
+
+  // addmm / baddbmm: input of another dtype than the matrices is an error.
+  ExpectErrorNames(
+      [&] {
+        return baddbmm(to(ones({1}, DType::kFloat16), device), to(ones({1, 1, 2}), device),
+                       to(ones({1, 2, 1}), device));
+      },
+      "baddbmm", "same dtype");
+  ExpectErrorNames(
+      [&] {
+        return addmm(to(ones({1}, DType::kFloat16), device), to(ones({1, 2}), device),
+                     to(ones({2, 1}), device));
+      },
+      "addmm", "same dtype");
+
+  // isclose on float16: |a - b| = 2^-10 within atol 0.00097655, which rounds to 2^-10 in f16.
+  const Tensor one = to(full({1}, 1.0, DType::kFloat16), device);
+  const Tensor next = to(full({1}, 1.0009765625, DType::kFloat16), device);
+  EXPECT_TRUE(item<bool>(all(isclose(one, next, 0.0, 0.00097655))));
+  EXPECT_FALSE(item<bool>(all(isclose(one, next, 0.0, 0.0))));
+  EXPECT_TRUE(item<bool>(all(isclose(I64({5}, {1}, device), I64({6}, {1}, device), 0.2, 0.0))));
+
+  // The scatter family: an empty index of another rank returns self; a 0-d self takes a
+  // one-element index; in place, src or index being self is refused.
+  const Tensor self = to(zeros({3, 4}), device);
+  const Tensor empty_index = to(zeros({0}, DType::kInt64), device);
+  EXPECT_EQ(Vals(scatter(self, 0, empty_index, to(ones({2, 4}), device))), Vals(self));
+  EXPECT_EQ(scatter_add(self, 1, empty_index, to(ones({2, 4}), device)).shape(), self.shape());
+  ExpectErrorNames(
+      [&] {
+        return scatter(self, 2, empty_index, to(ones({2, 4}), device));
+      },
+      "scatter", "dim");
+  const Tensor scalar_self = to(zeros({}), device);
+  const Tensor r = scatter(scalar_self, 0, I64({0}, {1}, device), to(ones({1}), device));
+  EXPECT_EQ(r.dim(), 0);
+  EXPECT_EQ(item(r), 1.0);
+  Tensor v = F32({1, 2, 3}, {3}, device);
+  ExpectErrorNames(
+      [&] {
+        return scatter_(v, 0, I64({2, 1, 0}, {3}, device), v);
+      },
+      "scatter", "same memory");
+  ExpectErrorNames(
+      [&] {
+        return scatter_add_(v, 0, I64({2, 1, 0}, {3}, device), v);
+      },
+      "scatter_add", "same memory");
+  ExpectErrorNames(
+      [&] {
+        return index_copy_(v, 0, I64({2, 1, 0}, {3}, device), v);
+      },
+      "index_copy", "same memory");
+  EXPECT_EQ(Vals(v), (std::vector<double>{1, 2, 3}));  // nothing written
+  Tensor w = F32({1, 2, 3}, {3}, device);
+  add_(w, w);  // an elementwise op may read what it writes
+  EXPECT_EQ(Vals(w), (std::vector<double>{2, 4, 6}));
+
+  ExpectErrorNames([&] { return index_fill(self, 1, I64({-5}, {1}, device), 5.0); }, "index_fill",
+                   "-5");
+  ExpectErrorNames([&] { return binary_cross_entropy_with_logits(Tensor(), self, "mean", self); },
+                   "binary_cross_entropy_with_logits", "undefined");
+}
+TEST(ScatterLossesMath, ProbeFindingsAreTorchsOnCpu) { ProbeFindingsAreTorchs(kCPU); }
+TEST(ScatterLossesMathCuda, ProbeFindingsAreTorchs) {
+  KILN_SKIP_WITHOUT_GPU();
+  ProbeFindingsAreTorchs(CUDA(0));
+}
+
+// A bool number survives tracing: its IR text reads back as a bool, and the compiled function
+// keeps the bool result.
+void BoolNumbersCompile(Device device) {
+  auto fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{add(in[0], true), where(in[0], in[0], false)};
+  };
+  const std::vector<Tensor> in = {to(from_vector({1, 0, 1}, {3}, DType::kBool), device)};
+  CompiledFn f = compile(fn, in);
+  const std::vector<Tensor> got = f(in);
+  EXPECT_EQ(got[0].dtype(), DType::kBool);
+  EXPECT_EQ(Vals(got[0]), (std::vector<double>{1, 1, 1}));
+  EXPECT_EQ(Vals(got[1]), (std::vector<double>{1, 0, 1}));
+}
+TEST(ScatterLossesMath, BoolNumbersCompileOnCpu) { BoolNumbersCompile(kCPU); }
+TEST(ScatterLossesMathCuda, BoolNumbersCompile) {
+  KILN_SKIP_WITHOUT_GPU();
+  BoolNumbersCompile(CUDA(0));
+}
+
 }  // namespace
 }  // namespace kiln
