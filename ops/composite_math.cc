@@ -302,7 +302,12 @@ Tensor linspace(double start, double end, int64_t steps, DType dtype, Device dev
   if (!IsFloatingPoint(dtype)) start = std::trunc(start), end = std::trunc(end);
   // torch's symmetric form: the first half counts up from start, the second down from end, so
   // that both ends are exact; one step is start.
-  std::vector<double> v(static_cast<size_t>(steps), start);
+  std::vector<double> v;
+  try {
+    v.assign(static_cast<size_t>(steps), start);
+  } catch (const std::exception&) {  // std::length_error, std::bad_alloc
+    KILN_FAIL("linspace: ", steps, " steps do not fit in the host's memory");
+  }
   const double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0;
   for (int64_t i = 0; i < steps && steps > 1; ++i) {
     v[i] = i < steps / 2 ? start + step * static_cast<double>(i)

@@ -73,6 +73,16 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   return slice(x, d, s, s + length);
 }
 
+namespace {
+
+// `result`, or a copy of it where it is a view of x (repeats of 1 over a contiguous x): torch's
+// repeat and repeat_interleave always return new memory.
+Tensor NewMemory(const Tensor& x, const Tensor& result) {
+  return result.shares_storage(x) ? clone(result) : result;
+}
+
+}  // namespace
+
 Tensor repeat_interleave(const Tensor& x, int64_t repeats, int64_t dim) {
   CheckDefined("repeat_interleave", x);
   KILN_CHECK(repeats >= 0, "repeat_interleave: repeats must be non-negative, got ", repeats);
@@ -83,7 +93,7 @@ Tensor repeat_interleave(const Tensor& x, int64_t repeats, int64_t dim) {
   Shape out = x.shape();
   out[d] = Product("repeat_interleave", {out[d], repeats});
   Product("repeat_interleave", out);  // the result's element count fits too
-  return reshape(expand(unsqueeze(x, d + 1), wide), out);
+  return NewMemory(x, reshape(expand(unsqueeze(x, d + 1), wide), out));
 }
 
 Tensor repeat_interleave(const Tensor& x, int64_t repeats) {
@@ -105,7 +115,7 @@ Tensor repeat(const Tensor& x, IntList repeats) {
     out.push_back(Product("repeat", {repeats[i], size}));
   }
   Product("repeat", out);  // the result's element count fits too
-  return reshape(expand(reshape(x, pairs), wide), out);
+  return NewMemory(x, reshape(expand(reshape(x, pairs), wide), out));
 }
 
 // Throws naming `fn` unless some dim `dims` reduces has size 0 (min and max have no identity).
@@ -248,10 +258,12 @@ Tensor roll(const Tensor& x, IntList shifts, IntList dims) {
   }
   KILN_CHECK(shifts.size() == dims.size(), "roll: shifts and dims must have the same length, got ",
              shifts.size(), " and ", dims.size(), " for ", Shapes(x));
+  std::vector<int64_t> wrapped;  // checked before the parts run, so the error names roll once
+  for (int64_t d : dims) wrapped.push_back(Wrapped("roll", x, d));
   return Named("roll", [&] {
     Tensor y = x;
     for (size_t i = 0; i < dims.size(); ++i) {
-      const int64_t d = Wrapped("roll", x, dims[i]);
+      const int64_t d = wrapped[i];
       const int64_t n = x.dim() == 0 ? 1 : x.size(d);
       if (n == 0 || x.dim() == 0) continue;
       const int64_t s = ((shifts[i] % n) + n) % n;  // into [0, n)

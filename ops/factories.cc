@@ -60,6 +60,37 @@ Tensor FillOnHost(const char* what, IntList shape, DType dtype, Device device, F
   return to(host, device);
 }
 
+// Whether an integer scalar is one every double between it and 0 counts exactly (|v| <= 2^53).
+bool ExactInDouble(const Scalar& v) {
+  const int64_t i = v.to_int64();
+  return i >= -(int64_t{1} << 53) && i <= (int64_t{1} << 53);
+}
+
+// arange of integers past 2^53, counted and filled in int64 as torch does (double arithmetic
+// would repeat and skip values there).
+Tensor IntegerArange(const char* what, int64_t start, int64_t end, int64_t step, DType dtype,
+                     Device device) {
+  KILN_CHECK(step != 0, what, ": step must be non-zero, got start=", start, " end=", end,
+             " step=", step);
+  KILN_CHECK(end == start || (end > start) == (step > 0), what, ": the bounds start=", start,
+             " end=", end, " are inconsistent with the sign of step=", step, " (as in torch)");
+  const __int128 span = static_cast<__int128>(end) - start;
+  const __int128 count = (span + step + (step > 0 ? -1 : 1)) / step;  // ceil(span / step)
+  KILN_CHECK(count < (static_cast<__int128>(1) << 62), what, ": [", start, ", ", end,
+             ") with step ", step, " has too many elements");
+  const int64_t n = static_cast<int64_t>(count);
+  Tensor host = NewTensor(what, {n}, dtype, device.is_meta() ? kMeta : kCPU);
+  if (device.is_meta()) return host;
+  const IntStoreFn store = IntStorerFor(dtype);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t v = static_cast<int64_t>(start + static_cast<__int128>(i) * step);
+    KILN_CHECK(Scalar(v).FitsIn(dtype), what, ": the value ", v, " cannot be converted to ",
+               DTypeName(dtype), " without overflow");
+    store(host.data_ptr(), i, v);
+  }
+  return to(host, device);
+}
+
 }  // namespace
 
 Tensor empty(IntList shape, DType dtype, Device device) {
@@ -105,6 +136,11 @@ Tensor arange(Scalar start_scalar, Scalar end_scalar, Scalar step_scalar,
   const bool integers =
       start_scalar.is_integer() && end_scalar.is_integer() && step_scalar.is_integer();
   const DType dtype = given.value_or(integers ? DType::kInt64 : DType::kFloat32);
+  if (integers && !IsFloatingPoint(dtype) &&
+      !(ExactInDouble(start_scalar) && ExactInDouble(end_scalar) && ExactInDouble(step_scalar))) {
+    return IntegerArange("arange", start_scalar.to_int64(), end_scalar.to_int64(),
+                         step_scalar.to_int64(), dtype, device);
+  }
   const double start = start_scalar.to_double(), end = end_scalar.to_double(),
                step = step_scalar.to_double();
   KILN_CHECK(step != 0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step),

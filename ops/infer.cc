@@ -27,7 +27,7 @@ absl::StatusOr<std::vector<bool>> ReducedMask(IntList dims, int64_t rank) {
   std::vector<bool> mask(std::max<int64_t>(rank, 1), dims.empty());
   for (int64_t d : dims) {
     KILN_ASSIGN_OR_RETURN(int64_t w, WrapDim(d, rank));
-    if (mask[w]) return Invalid(absl::StrCat("dim ", d, " appears twice in the reduction dims"));
+    if (mask[w]) return Invalid(absl::StrCat("dim ", d, " appears twice in the dims"));
     mask[w] = true;
   }
   mask.resize(rank);

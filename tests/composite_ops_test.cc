@@ -91,12 +91,12 @@ TEST(CompositeOps, MinOfFloatsIntsAndBools) {
       [&] {
         min(Iota({2, 2}, DType::kInt64), {1, -1});
       },
-      "min: dim -1 appears twice in the reduction dims");
+      "min: dim -1 appears twice in the dims");
   ExpectThrowsWith(
       [&] {
         sum(ones({}), {0, -1});  // a 0-d tensor's one dim named twice, as torch refuses
       },
-      "sum: dim -1 appears twice in the reduction dims");
+      "sum: dim -1 appears twice in the dims");
 }
 
 TEST(CompositeOps, LogSumExpIsStable) {

@@ -726,6 +726,42 @@ TEST(ScatterLossesMathCuda, ProbeFindingsAreTorchs) {
   ProbeFindingsAreTorchs(CUDA(0));
 }
 
+// The second probe's findings: repeat, tile and repeat_interleave return new memory even when
+// every repeat is 1; arange counts and fills int64 bounds past 2^53 exactly; linspace of more
+// steps than memory holds is a kiln::Error naming it.
+void CopiesAndExactRangesAreTorchs(Device device) {
+  const Tensor a = to(ones({1}), device);
+  const Tensor r = repeat(a, {1});
+  EXPECT_FALSE(r.shares_storage(a));
+  const Tensor b = F32({1, 2}, {2}, device);
+  const Tensor q = repeat_interleave(b, 1);
+  const Tensor c = to(ones({2, 1}), device);
+  const Tensor t = tile(c, {1, 1});
+  add_(b, 10.0);
+  add_(c, 1.0);
+  EXPECT_EQ(Vals(q), (std::vector<double>{1, 2}));
+  EXPECT_EQ(Vals(t), (std::vector<double>{1, 1}));
+  EXPECT_FALSE(repeat_interleave(to(full({}, 3.0), device), 1).shares_storage(a));
+
+  const int64_t big = int64_t{1} << 53;
+  const Tensor ar = arange(Scalar(big + 1), Scalar(big + 3), 1, std::nullopt, device);
+  ASSERT_EQ(ar.numel(), 2);
+  EXPECT_EQ(item<int64_t>(select(ar, 0, 0)), big + 1);
+  EXPECT_EQ(item<int64_t>(select(ar, 0, 1)), big + 2);
+  const Tensor down = arange(Scalar(big + 10), Scalar(big), -3, std::nullopt, device);
+  ASSERT_EQ(down.numel(), 4);  // big+10, +7, +4, +1
+  EXPECT_EQ(item<int64_t>(select(down, 0, 3)), big + 1);
+  ExpectErrorNames([&] { return arange(Scalar(big), Scalar(big + 5), 1, DType::kInt32, device); },
+                   "arange", "int32");
+  ExpectErrorNames([&] { return linspace(0, 1, int64_t{1} << 62, DType::kFloat32, device); },
+                   "linspace", "steps");
+}
+TEST(ScatterLossesMath, CopiesAndExactRangesAreTorchsOnCpu) { CopiesAndExactRangesAreTorchs(kCPU); }
+TEST(ScatterLossesMathCuda, CopiesAndExactRangesAreTorchs) {
+  KILN_SKIP_WITHOUT_GPU();
+  CopiesAndExactRangesAreTorchs(CUDA(0));
+}
+
 // A bool number survives tracing: its IR text reads back as a bool, and the compiled function
 // keeps the bool result.
 void BoolNumbersCompile(Device device) {
