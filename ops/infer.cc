@@ -359,7 +359,12 @@ Result Expand(Types in, const OpAttrs& a) {
                                   ShapeString(a.dims), ": -1 is not allowed in a leading, new dim ",
                                   "(dim ", i, ")"));
     }
-    if (out[i] < 0 || (have != 1 && have != out[i])) {
+    if (out[i] < 0) {
+      return Invalid(absl::StrCat("cannot expand ", ShapeString(x.shape), " to ",
+                                  ShapeString(a.dims), ": size ", out[i], " of dim ", i,
+                                  " is negative (only -1, keep the size, is allowed)"));
+    }
+    if (have != 1 && have != out[i]) {
       return Invalid(absl::StrCat("cannot expand ", ShapeString(x.shape), " to ",
                                   ShapeString(a.dims), ": dim ", i, " has size ", have,
                                   " (only size-1 dims expand)"));

@@ -755,6 +755,11 @@ void CopiesAndExactRangesAreTorchs(Device device) {
                    "arange", "int32");
   ExpectErrorNames([&] { return linspace(0, 1, int64_t{1} << 62, DType::kFloat32, device); },
                    "linspace", "steps");
+  ExpectErrorNames(
+      [&] {
+        return expand(to(ones({3, 1}), device), {3, -2});
+      },
+      "expand", "-2 of dim 1 is negative");
 }
 TEST(ScatterLossesMath, CopiesAndExactRangesAreTorchsOnCpu) { CopiesAndExactRangesAreTorchs(kCPU); }
 TEST(ScatterLossesMathCuda, CopiesAndExactRangesAreTorchs) {
