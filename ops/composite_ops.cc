@@ -75,8 +75,9 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
 
 namespace {
 
-// `result`, or a copy of it where it is a view of x (repeats of 1 over a contiguous x): torch's
-// repeat and repeat_interleave always return new memory.
+// `result`, or a copy of it where it is a view of x (repeats of 1 over a contiguous x, a flip
+// or roll that moved nothing): torch's repeat, repeat_interleave, flip and roll always return
+// new memory.
 Tensor NewMemory(const Tensor& x, const Tensor& result) {
   return result.shares_storage(x) ? clone(result) : result;
 }
@@ -245,7 +246,7 @@ Tensor flip(const Tensor& x, IntList dims) {
       const int64_t n = x.size(d);
       y = index_select(y, d, arange(n - 1, -1, -1, DType::kInt64, x.device()));
     }
-    return y.shares_storage(x) ? clone(y) : y;
+    return NewMemory(x, y);
   });
 }
 
@@ -269,7 +270,7 @@ Tensor roll(const Tensor& x, IntList shifts, IntList dims) {
       const int64_t s = ((shifts[i] % n) + n) % n;  // into [0, n)
       if (s != 0) y = cat({slice(y, d, n - s, n), slice(y, d, 0, n - s)}, d);
     }
-    return y.shares_storage(x) ? clone(y) : y;
+    return NewMemory(x, y);
   });
 }
 

@@ -152,7 +152,10 @@ bool CanCast(DType from, DType to) {
 }
 
 // torch's checks on self for an in-place op: the result keeps self's shape, casts to self's
-// dtype, self has no element twice, and no input partially overlaps self. Returns whether some
+// dtype, self has no element twice, and no input partially overlaps self (nor fully, for a kernel
+// that writes only what changes: index_copy_ and scatter_ read their other inputs while self
+// changes, so they refuse even self as an input, torch's assert_no_overlap; add_(x, x) reads
+// each element before writing it). Returns whether some
 // input's overlap with self is too hard to classify: such an input is read through a copy, so
 // the result never depends on the order elements are written in.
 bool CheckInPlace(const OpDef& def, absl::Span<const Tensor> inputs, const TensorType& type) {
@@ -177,7 +180,7 @@ bool CheckInPlace(const OpDef& def, absl::Span<const Tensor> inputs, const Tenso
   bool too_hard = false;
   for (size_t i = 1; i < inputs.size(); ++i) {
     const MemOverlap overlap = GetMemOverlap(self, inputs[i]);
-    if (overlap == MemOverlap::kPartial) {
+    if (overlap == MemOverlap::kPartial || (def.updates_self && overlap == MemOverlap::kFull)) {
       fail(absl::StrCat("some elements of input ", i, " and of self (the written-to tensor) ",
                         "refer to the same memory location; clone() the input first"));
     }
@@ -251,32 +254,26 @@ Tensor Dispatch(OpId id, absl::Span<const Tensor> inputs, const OpAttrs& attrs) 
   return RunOp(def, inputs, attrs);
 }
 
-// A kernel that writes only what changes (index_copy_, scatter_) reads its other inputs while
-// self changes, so no input may share memory with self at all, the same tensor included (torch's
-// assert_no_overlap); an elementwise op reads each element before writing it (add_(x, x) is
-// fine). Checked before a trace records the call too, so compiled and eager refuse alike.
-void RefuseInputsSharingSelf(const OpDef& def, absl::Span<const Tensor> inputs) {
+// CheckInPlace's refusal of self as an input of a kernel that writes only what changes, for a
+// trace, whose tensors have no memory to compare (eager runs CheckInPlace): the same view of one
+// storage is the case it can tell, so compiled and eager refuse alike.
+void RefuseSelfAsInputInTrace(const OpDef& def, absl::Span<const Tensor> inputs) {
   const Tensor& self = inputs[0];
   for (size_t i = 1; i < inputs.size(); ++i) {
     const Tensor& x = inputs[i];
-    const MemOverlap overlap = GetMemOverlap(self, x);
-    // A trace's tensors have no memory to compare: the same view of one storage is the case.
-    const bool same_view = x.defined() && self.numel() > 0 && self.shares_storage(x) &&
-                           self.offset() == x.offset() && self.shape() == x.shape() &&
-                           self.strides() == x.strides();
-    if (overlap == MemOverlap::kFull || overlap == MemOverlap::kPartial || same_view) {
+    if (x.defined() && self.numel() > 0 && self.shares_storage(x) && self.offset() == x.offset() &&
+        self.shape() == x.shape() && self.strides() == x.strides()) {
       Fail(def, inputs, absl::StatusCode::kInvalidArgument,
-           absl::StrCat("in-place: input ", i, " and self (the written-to tensor) refer to the ",
-                        "same memory location, which this op reads while it writes; clone() the ",
-                        "input first"));
+           absl::StrCat("in-place: some elements of input ", i, " and of self (the written-to ",
+                        "tensor) refer to the same memory location; clone() the input first"));
     }
   }
 }
 
 const Tensor& DispatchInPlace(OpId id, absl::Span<const Tensor> inputs, const OpAttrs& attrs) {
   const OpDef& def = GetOpDef(id);
-  if (def.updates_self) RefuseInputsSharingSelf(def, inputs);
   if (g_hook != nullptr) {
+    if (def.updates_self) RefuseSelfAsInputInTrace(def, inputs);
     g_hook->Record(def, inputs, attrs, /*in_place=*/true);
     return inputs[0];
   }

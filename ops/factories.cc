@@ -66,28 +66,37 @@ bool ExactInDouble(const Scalar& v) {
   return i >= -(int64_t{1} << 53) && i <= (int64_t{1} << 53);
 }
 
+// arange's rules on its bounds (in int64 or double): a non-zero step whose sign leads from start
+// to end.
+template <typename T>
+void CheckArangeSteps(T start, T end, T step) {
+  KILN_CHECK(step != 0, "arange: step must be non-zero, got start=", start, " end=", end,
+             " step=", step);
+  KILN_CHECK(end == start || (end > start) == (step > 0), "arange: the bounds start=", start,
+             " end=", end, " are inconsistent with the sign of step=", step, " (as in torch)");
+}
+
 // arange of integers past 2^53, counted and filled in int64 as torch does (double arithmetic
 // would repeat and skip values there).
 Tensor IntegerArange(const char* what, int64_t start, int64_t end, int64_t step, DType dtype,
                      Device device) {
-  KILN_CHECK(step != 0, what, ": step must be non-zero, got start=", start, " end=", end,
-             " step=", step);
-  KILN_CHECK(end == start || (end > start) == (step > 0), what, ": the bounds start=", start,
-             " end=", end, " are inconsistent with the sign of step=", step, " (as in torch)");
+  CheckArangeSteps(start, end, step);
   const __int128 span = static_cast<__int128>(end) - start;
   const __int128 count = (span + step + (step > 0 ? -1 : 1)) / step;  // ceil(span / step)
   KILN_CHECK(count < (static_cast<__int128>(1) << 62), what, ": [", start, ", ", end,
              ") with step ", step, " has too many elements");
   const int64_t n = static_cast<int64_t>(count);
+  auto value = [&](int64_t i) {
+    return static_cast<int64_t>(start + static_cast<__int128>(i) * step);
+  };
+  for (const int64_t v : {start, value(n - 1)}) {  // monotonic: the two ends decide
+    KILN_CHECK(n == 0 || Scalar(v).FitsIn(dtype), what, ": the value ", v,
+               " cannot be converted to ", DTypeName(dtype), " without overflow");
+  }
   Tensor host = NewTensor(what, {n}, dtype, device.is_meta() ? kMeta : kCPU);
   if (device.is_meta()) return host;
   const IntStoreFn store = IntStorerFor(dtype);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t v = static_cast<int64_t>(start + static_cast<__int128>(i) * step);
-    KILN_CHECK(Scalar(v).FitsIn(dtype), what, ": the value ", v, " cannot be converted to ",
-               DTypeName(dtype), " without overflow");
-    store(host.data_ptr(), i, v);
-  }
+  for (int64_t i = 0; i < n; ++i) store(host.data_ptr(), i, value(i));
   return to(host, device);
 }
 
@@ -143,11 +152,10 @@ Tensor arange(Scalar start_scalar, Scalar end_scalar, Scalar step_scalar,
   }
   const double start = start_scalar.to_double(), end = end_scalar.to_double(),
                step = step_scalar.to_double();
-  KILN_CHECK(step != 0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
-             "arange: step must be non-zero and bounds finite, got start=", start, " end=", end,
+  KILN_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
+             "arange: the bounds and step must be finite, got start=", start, " end=", end,
              " step=", step);
-  KILN_CHECK(end == start || (end > start) == (step > 0), "arange: the bounds start=", start,
-             " end=", end, " are inconsistent with the sign of step=", step, " (as in torch)");
+  CheckArangeSteps(start, end, step);
   const double count = std::ceil((end - start) / step);
   KILN_CHECK(std::isfinite(count) && count < 0x1p63, "arange: [", start, ", ", end, ") with step ",
              step, " has ", count, " elements, more than fit in int64");
