@@ -58,6 +58,25 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
 #endif
 }
 
+// A quad of lanes (lane % 4 = q) holds one row's columns 2q, 2q + 1 of each 8-column group;
+// x[i] is this lane's 4 bytes of group i of four. Leaves in x the 16 bytes of group q (x[c] from
+// lane c), so the quad stores 64 contiguous bytes: whole 32-byte sectors, where each lane's own
+// 4-byte stores would fill half a sector each. A 4x4 transpose in place, two butterfly stages of
+// two shuffles; every lane of the warp takes part.
+__device__ __forceinline__ void quad_transpose(unsigned (&x)[4], int lane) {
+#pragma unroll
+  for (int m = 1; m <= 2; m *= 2) {
+    const bool upper = lane & m;  // keeps the entries with bit m set, trades the others
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if (i & m) continue;
+      const unsigned got = __shfl_xor_sync(0xffffffffu, upper ? x[i] : x[i | m], m);
+      x[i] = upper ? got : x[i];
+      x[i | m] = upper ? x[i | m] : got;
+    }
+  }
+}
+
 // Tile j's K or V (keys n0 .. n0 + BN) into one slot of the ring, completing on `bar`; issued by
 // one thread. Keys past the end arrive as zeros.
 __device__ __forceinline__ void load_tile(const KilnTensorMap* map, unsigned dst, unsigned bar,
@@ -458,7 +477,8 @@ extern "C" __global__ void __launch_bounds__(128 * (KILN_FA3_CONSUMERS + 1), 1) 
     kiln_fence_operands(o);
     if (t == 0) kiln_mbar_arrive(v_empty + 8 * last);
     it += n_tiles;
-    // Normalise and store this thread's pairs (4 bytes each) of the rows that exist.
+    // Normalise; each quad turns its row's pairs into whole groups (quad_transpose) and stores
+    // 16 bytes a lane, for the rows that exist.
     kiln_u16* out = p.o + batch * p.o_batch + head * p.o_head;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -467,12 +487,20 @@ extern "C" __global__ void __launch_bounds__(128 * (KILN_FA3_CONSUMERS + 1), 1) 
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       const float inv = l > 0.f ? 1.f / l : 0.f;
       const int row = row_lo + 8 * h;
-      if (row < p.q_len) {
-        kiln_u16* o_row = out + (long long)row * p.o_row + 2 * (lane % 4);
+      kiln_u16* o_row = out + (long long)row * p.o_row + 8 * (lane % 4);
 #pragma unroll
-        for (int g = 0; g < D / 8; ++g) {
-          *reinterpret_cast<unsigned*>(o_row + 8 * g) =
-              pack2(o[4 * g + 2 * h] * inv, o[4 * g + 2 * h + 1] * inv);
+      for (int g0 = 0; g0 < D / 8; g0 += 4) {
+        unsigned x[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int g = g0 + i;
+          x[i] = pack2(o[4 * g + 2 * h] * inv, o[4 * g + 2 * h + 1] * inv);
+        }
+        quad_transpose(x, lane);
+        if (row < p.q_len) {
+          asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};"
+                       :: "l"(o_row + 8 * g0), "r"(x[0]), "r"(x[1]), "r"(x[2]), "r"(x[3])
+                       : "memory");
         }
       }
     }

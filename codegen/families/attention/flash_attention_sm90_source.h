@@ -21,8 +21,10 @@
 // runs while that product does (FlashAttention-3's intra-warpgroup overlap). Causal: tiles past the
 // CTA's last row are never loaded, only tiles crossing the diagonal or the end of the keys pay for
 // per-element masking. The output is staged in Q's shared memory and written with 16-byte stores
-// (the persistent form, whose Q buffer already holds the next item's rows, stores each thread's
-// pairs from registers). A fully masked row (no keys) is written as zeros.
+// (the persistent form, whose Q buffer already holds the next item's rows, transposes each quad's
+// pairs in registers so that each lane stores 16 contiguous bytes: whole 32-byte sectors, half
+// the sectors and a quarter of the requests of 4-byte stores). A fully masked row (no keys) is
+// written as zeros.
 //
 // sm_90a code runs on compute capability 9.0 exactly; elsewhere, and for masks, the mma.sync
 // kernel (flash_attention_source.h) runs.
