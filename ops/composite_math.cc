@@ -37,13 +37,15 @@ Tensor AddScaled(const char* fn, const Tensor& a, const Tensor& b, Scalar alpha,
   CheckDefined(fn, a);
   CheckDefined(fn, b);
   const DType t = CommonType({a, b});
-  KILN_CHECK(IsFloatingPoint(t) || alpha.is_integer(), fn, ": alpha ", alpha.ToString(),
-             " must be an integer for ", DTypeName(t), " operands (as in torch)");
-  KILN_CHECK(t != DType::kBool || alpha.to_double() == 1, fn,
-             ": bool operands take no alpha but 1");
+  KILN_CHECK(!alpha.is_bool() || t == DType::kBool, fn, ": a bool alpha (", alpha.ToString(),
+             ") is only supported for a bool result (as in torch), not ", DTypeName(t));
+  KILN_CHECK(IsFloatingPoint(t) || alpha.is_integer() || alpha.is_bool(), fn, ": alpha ",
+             alpha.ToString(), " must be an integer for ", DTypeName(t), " operands (as in torch)");
   KILN_CHECK(sign > 0 || (a.dtype() != DType::kBool && b.dtype() != DType::kBool), fn,
              ": subtraction with a bool tensor is not supported (as in torch), got ",
              Describe(a.type()), " - ", Describe(b.type()));
+  // Bools add as torch's kernel does, in bool: alpha counts as true unless it is 0.
+  if (t == DType::kBool) return add(a, alpha.to_double() != 0 ? b : mul(b, false));
   if (alpha.to_double() == 1) return sign > 0 ? add(a, b) : sub(a, b);
   // Both operands in the result's dtype first (an integer b times alpha must not wrap in its
   // own type), then a + alpha b, in float32 for the half types.

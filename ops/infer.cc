@@ -391,7 +391,12 @@ Result Slice(Types in, const OpAttrs& a) {
 
 Result Unsqueeze(Types in, const OpAttrs& a) {
   TensorType t = in[0];
-  KILN_ASSIGN_OR_RETURN(int64_t d, WrapDim(a.dim, t.rank() + 1));
+  const int64_t r = t.rank();  // the new dim goes anywhere in -(r + 1) .. r
+  if (a.dim < -(r + 1) || a.dim > r) {
+    return Invalid(absl::StrCat("dim ", a.dim, " is out of range for a tensor of rank ", r,
+                                " (expected ", -(r + 1), "..", r, ": where the new dim goes)"));
+  }
+  KILN_ASSIGN_OR_RETURN(int64_t d, WrapDim(a.dim, r + 1));
   t.shape.insert(t.shape.begin() + d, 1);
   return t;
 }

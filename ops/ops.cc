@@ -149,7 +149,27 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
 
 Tensor matmul(const Tensor& a, const Tensor& b) { return Dispatch(OpId::kMatmul, {a, b}); }
 
+namespace {
+
+// linear with torch's weight of shape (in_features): x @ w, one feature, plus a bias that
+// broadcasts to it.
+Tensor LinearOfVector(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const Tensor y = matmul(x, weight);
+  if (!bias.defined()) return y;
+  const absl::StatusOr<Shape> s = BroadcastShapes(y.shape(), bias.shape());
+  KILN_CHECK(bias.dtype() == y.dtype() && s.ok() && *s == y.shape(), "bias ", Describe(bias.type()),
+             " must have the output's dtype and broadcast to its shape ", y.shape_string(),
+             " (a 1-D weight gives one feature)");
+  return add(y, bias);
+}
+
+}  // namespace
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (weight.defined() && weight.dim() == 1) {
+    return WithErrorContext([] { return "linear"; },
+                            [&] { return LinearOfVector(x, weight, bias); });
+  }
   return bias.defined() ? Dispatch(OpId::kLinear, {x, weight, bias})
                         : Dispatch(OpId::kLinear, {x, weight});
 }
@@ -344,6 +364,9 @@ Tensor div(const Tensor& a, const Tensor& b, std::string_view rounding_mode) {
              std::string(rounding_mode), "\"");
   if (rounding_mode == "floor") return floor_divide(a, b);
   KILN_CHECK(a.defined() && b.defined(), "div: the operands must be defined tensors");
+  KILN_CHECK(a.dtype() != DType::kBool || b.dtype() != DType::kBool,
+             "div: rounding_mode \"trunc\" does not take two bool tensors (as in torch), got ",
+             Describe(a.type()), " / ", Describe(b.type()));
   return WithErrorContext([] { return "div"; },
                           [&] {
                             const DType t = infer::ResultType(a.type(), b.type());

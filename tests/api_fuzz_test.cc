@@ -507,6 +507,18 @@ Tensor CallLinear(F& f) {
     w = f.Fresh({out, x.shape().back()}, x.dtype(), x.device());
     b = f.Coin() ? Tensor() : f.Fresh({out}, x.dtype(), x.device());
   }
+  if (w.defined() && w.dim() == 1) {  // torch's weight of shape (in_features): x @ w (+ bias)
+    bool valid =
+        Ready({&x, &w}) && SameFloat({&x, &w}) && x.dim() >= 1 && x.shape().back() == w.shape()[0];
+    Shape out;
+    if (valid) out = Shape(x.shape().begin(), x.shape().end() - 1);
+    if (valid && b.defined()) {
+      const absl::StatusOr<Shape> s = BroadcastShapes(out, b.shape());
+      valid = Ready({&x, &b}) && b.dtype() == x.dtype() && s.ok() && *s == out;
+    }
+    valid = valid && rules::Sized(out, x.dtype());
+    return f.Run("linear", valid, [&] { return linear(x, w, b); });
+  }
   bool valid = Ready({&x, &w}) && SameFloat({&x, &w}) && x.dim() >= 1 && w.dim() == 2 &&
                x.shape().back() == w.shape()[1];
   if (valid && b.defined()) {

@@ -61,7 +61,7 @@ const std::vector<BadCase>& Cases() {
        {"linear:", "bias", "[16]"}},
       {"linear_rank",
        [] {
-         linear(F({4, 8}), F({8}));
+         linear(F({4, 8}), F({2, 16, 8}));
        },
        {"linear:", "weight [out, in]"}},
       {"linear_residual_shape",  // epilogue=add, as the GEMM epilogue fusion writes it

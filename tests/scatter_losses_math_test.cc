@@ -620,6 +620,76 @@ TEST(ScatterLossesMathCuda, CompiledEqualsEager) {
   CompiledEqualsEager(CUDA(0));
 }
 
+// A zero-dim operand wider than the common dtype (float32 against bfloat16 or float16 x, int64
+// against int32 x) is converted to it before the op, as torch converts every operand: comparing
+// or combining it at its own width gave a silently different answer.
+void ZeroDimOperandsTakeTheCommonDType(Device device) {
+  for (const DType half : {DType::kBFloat16, DType::kFloat16}) {
+    const Tensor x = to(full({2}, 0.1, half), device);
+    const Tensor tenth = to(full({}, 0.1), device);
+    EXPECT_EQ(Vals(eq(x, tenth)), (std::vector<double>{1, 1})) << DTypeName(half);
+    EXPECT_EQ(Vals(eq(tenth, x)), (std::vector<double>{1, 1})) << DTypeName(half);
+    EXPECT_EQ(Vals(ne(x, tenth)), (std::vector<double>{0, 0}));
+    EXPECT_EQ(Vals(lt(x, tenth)), (std::vector<double>{0, 0}));
+    EXPECT_EQ(Vals(ge(x, tenth)), (std::vector<double>{1, 1}));
+    EXPECT_EQ(Vals(maximum(x, tenth)), Vals(x));
+    EXPECT_EQ(eq(x, tenth).dtype(), DType::kBool);
+    Tensor y = clone(x);
+    add_(y, neg(tenth));  // in place: the other operand converts, self stays
+    EXPECT_EQ(Vals(y), (std::vector<double>{0, 0}));
+  }
+  const Tensor i32 = to(from_vector({1, 5, 7}, {3}, DType::kInt32), device);
+  const Tensor wide = to(full({}, 4294967297.0, DType::kInt64), device);  // 2^32 + 1: 1 as int32
+  EXPECT_EQ(Vals(eq(i32, wide)), (std::vector<double>{1, 0, 0}));
+  EXPECT_EQ(Vals(lt(i32, to(full({}, 4294967296.0, DType::kInt64), device))),
+            (std::vector<double>{0, 0, 0}));
+  EXPECT_EQ(maximum(i32, wide).dtype(), DType::kInt32);
+  EXPECT_EQ(Vals(maximum(i32, wide)), (std::vector<double>{1, 5, 7}));
+  EXPECT_EQ(Vals(floor_divide(i32, to(full({}, 4294967298.0, DType::kInt64), device))),
+            (std::vector<double>{0, 2, 3}));
+  // True division computes in float from the operands as they are: no wrap to int32 first.
+  EXPECT_EQ(div(i32, wide).dtype(), DType::kFloat32);
+  EXPECT_LT(Vals(div(i32, wide))[2], 1e-8);
+  // The other direction is untouched: a zero-dim operand of a higher category decides.
+  EXPECT_EQ(add(i32, to(full({}, 0.5), device)).dtype(), DType::kFloat32);
+  EXPECT_EQ(Vals(add(i32, to(full({}, 0.5), device))), (std::vector<double>{1.5, 5.5, 7.5}));
+}
+// A second probe's smaller findings: linear takes a 1-D weight (torch's (in_features,)), bools
+// add with any integer alpha as torch's kernel does (alpha true unless 0) and a bool alpha only
+// for bools, unsqueeze's range error names the input's rank, and div's trunc mode names itself.
+void SecondProbeFindingsAreTorchs(Device device) {
+  const Tensor x = F32({1, 2, 3, 4, 5, 6}, {2, 3}, device);
+  const Tensor w = F32({1, 0, -1}, {3}, device);
+  EXPECT_EQ(linear(x, w).shape(), (Shape{2}));
+  EXPECT_EQ(Vals(linear(x, w)), (std::vector<double>{-2, -2}));
+  EXPECT_EQ(Vals(linear(x, w, F32({10}, {}, device))), (std::vector<double>{8, 8}));
+  ExpectErrorNames([&] { return linear(x, F32({1, 2}, {2}, device)); }, "linear", "[2, 3]");
+
+  const Tensor p = to(from_vector({1, 0, 0}, {3}, DType::kBool), device);
+  const Tensor q = to(from_vector({0, 0, 1}, {3}, DType::kBool), device);
+  EXPECT_EQ(add(p, q, 2).dtype(), DType::kBool);
+  EXPECT_EQ(Vals(add(p, q, 2)), (std::vector<double>{1, 0, 1}));
+  EXPECT_EQ(Vals(add(p, q, 0)), (std::vector<double>{1, 0, 0}));
+  EXPECT_EQ(Vals(add(p, q, true)), (std::vector<double>{1, 0, 1}));
+  ExpectErrorNames([&] { return add(x, x, true); }, "add", "bool alpha");
+
+  ExpectErrorNames([&] { return unsqueeze(w, 2); }, "unsqueeze", "rank 1");
+  ExpectErrorNames([&] { return div(p, q, "trunc"); }, "div", "trunc");
+}
+TEST(ScatterLossesMath, SecondProbeFindingsAreTorchs) { SecondProbeFindingsAreTorchs(kCPU); }
+TEST(ScatterLossesMathCuda, SecondProbeFindingsAreTorchs) {
+  KILN_SKIP_WITHOUT_GPU();
+  SecondProbeFindingsAreTorchs(CUDA(0));
+}
+
+TEST(ScatterLossesMath, ZeroDimOperandsTakeTheCommonDType) {
+  ZeroDimOperandsTakeTheCommonDType(kCPU);
+}
+TEST(ScatterLossesMathCuda, ZeroDimOperandsTakeTheCommonDType) {
+  KILN_SKIP_WITHOUT_GPU();
+  ZeroDimOperandsTakeTheCommonDType(CUDA(0));
+}
+
 // What a hostile probe found, as torch does it: bool numbers keep bool tensors bool (and a bool
 // number in a difference is refused); three operands promote as one (addcmul's zero-dim
 // operands); addmm/baddbmm refuse an input of another dtype; addcdiv scales before dividing;
