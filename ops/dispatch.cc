@@ -293,7 +293,7 @@ int ZeroDimOperandToConvert(const OpDef& def, absl::Span<const Tensor> in, int f
   // A bool's 0 and 1 are exact in every type, and the op's own rules about bools (sub refuses
   // one) must see it as given.
   if (zero < first || in[zero].dtype() == DType::kBool) return -1;
-  DType common = infer::ResultType(in[0].type(), in[1].type());
+  const DType common = infer::ResultType(in[0].type(), in[1].type());
   if ((def.id == OpId::kDiv || def.id == OpId::kAtan2) && !IsFloatingPoint(common)) return -1;
   return in[zero].dtype() == common ? -1 : zero;
 }
