@@ -255,55 +255,42 @@ namespace {
 // zero-dim operand can be wider than that (infer::ResultType: a float32 0-d tensor against
 // bfloat16 x, int64 against int32), so that one is converted here, for every backend and the
 // trace alike: compared or combined at its own width, eq(bf16 0.1, f32 0-d 0.1) would be false
-// and maximum(int32 5, int64 0-d 2^32 + 1) 2^32 + 1. Division and atan2 of integers compute in
-// float from the operands as they are, so an integer common dtype is not imposed on them.
-bool ConvertsToCommonDType(const OpDef& def) {
-  switch (def.id) {
-    case OpId::kAdd:
-    case OpId::kSub:
-    case OpId::kMul:
-    case OpId::kDiv:
-    case OpId::kAtan2:
-    case OpId::kRemainder:
-    case OpId::kFmod:
-    case OpId::kFloorDivide:
-    case OpId::kPow:
-    case OpId::kMinimum:
-    case OpId::kMaximum:
-    case OpId::kEq:
-    case OpId::kNe:
-    case OpId::kLt:
-    case OpId::kLe:
-    case OpId::kGt:
-    case OpId::kGe:
-      return true;
-    default:
-      return false;
-  }
-}
+// and maximum(int32 5, int64 0-d 2^32 + 1) 2^32 + 1.
+struct ZeroDimConversion {
+  int operand = -1;  // -1: none
+  DType to = DType::kFloat32;
+};
 
-// Index of the zero-dim operand of a binary elementwise op to convert to the common dtype
-// (`first`: the lowest index that may be converted: 1 in place, where self is written), or -1.
-int ZeroDimOperandToConvert(const OpDef& def, absl::Span<const Tensor> in, int first) {
-  if (in.size() != 2 || !in[0].defined() || !in[1].defined() ||
-      (in[0].dim() == 0) == (in[1].dim() == 0) || !ConvertsToCommonDType(def)) {
-    return -1;
+// The zero-dim operand of a binary row (OpDef::common_dtype_operands) to convert, from `first`
+// on (1 in place, where self is written and keeps its type).
+ZeroDimConversion ZeroDimOperandToConvert(const OpDef& def, absl::Span<const Tensor> in,
+                                          const OpAttrs& attrs, int first) {
+  if (!def.common_dtype_operands || in.size() != 2 || !in[0].defined() || !in[1].defined() ||
+      (in[0].dim() == 0) == (in[1].dim() == 0)) {
+    return {};
   }
   const int zero = in[0].dim() == 0 ? 0 : 1;
   // A bool's 0 and 1 are exact in every type, and the op's own rules about bools (sub refuses
   // one) must see it as given.
-  if (zero < first || in[zero].dtype() == DType::kBool) return -1;
-  const DType common = infer::ResultType(in[0].type(), in[1].type());
-  if ((def.id == OpId::kDiv || def.id == OpId::kAtan2) && !IsFloatingPoint(common)) return -1;
-  return in[zero].dtype() == common ? -1 : zero;
+  if (zero < first || in[zero].dtype() == DType::kBool) return {};
+  const std::array<TensorType, 2> types = {in[0].type(), in[1].type()};
+  const DType common = infer::ResultType(types[0], types[1]);
+  if (in[zero].dtype() == common) return {};
+  if (!IsFloatingPoint(common)) {
+    // A row that computes integers in floating point (div, atan2) reads the operands as they are.
+    const absl::StatusOr<TensorType> out = def.infer(types, attrs);
+    if (!out.ok() || IsFloatingPoint(out->dtype)) return {};
+  }
+  return {zero, common};
 }
 
-// `in` with operand `i` converted to the op's common dtype.
-std::array<Tensor, 2> WithZeroDimConverted(absl::Span<const Tensor> in, int i) {
+// `in` with the operand `c` names converted.
+std::array<Tensor, 2> WithZeroDimConverted(absl::Span<const Tensor> in,
+                                           const ZeroDimConversion& c) {
   std::array<Tensor, 2> out = {in[0], in[1]};
   OpAttrs a;
-  a.dtype = infer::ResultType(in[0].type(), in[1].type());
-  out[i] = Dispatch(OpId::kCast, {in[i]}, a);
+  a.dtype = c.to;
+  out[c.operand] = Dispatch(OpId::kCast, {in[c.operand]}, a);
   return out;
 }
 
@@ -311,8 +298,9 @@ std::array<Tensor, 2> WithZeroDimConverted(absl::Span<const Tensor> in, int i) {
 
 Tensor Dispatch(OpId id, absl::Span<const Tensor> inputs, const OpAttrs& attrs) {
   const OpDef& def = GetOpDef(id);
-  if (const int i = ZeroDimOperandToConvert(def, inputs, 0); KILN_PREDICT_FALSE(i >= 0)) {
-    return Dispatch(id, WithZeroDimConverted(inputs, i), attrs);
+  if (const ZeroDimConversion c = ZeroDimOperandToConvert(def, inputs, attrs, 0);
+      KILN_PREDICT_FALSE(c.operand >= 0)) {
+    return Dispatch(id, WithZeroDimConverted(inputs, c), attrs);
   }
   if (g_hook != nullptr) return g_hook->Record(def, inputs, attrs, /*in_place=*/false);
   if (KILN_PREDICT_FALSE(profiler::IsActive())) return RunOpProfiled(def, inputs, attrs);
@@ -337,8 +325,9 @@ void RefuseSelfAsInputInTrace(const OpDef& def, absl::Span<const Tensor> inputs)
 
 const Tensor& DispatchInPlace(OpId id, absl::Span<const Tensor> inputs, const OpAttrs& attrs) {
   const OpDef& def = GetOpDef(id);
-  if (const int i = ZeroDimOperandToConvert(def, inputs, 1); KILN_PREDICT_FALSE(i >= 0)) {
-    const std::array<Tensor, 2> converted = WithZeroDimConverted(inputs, i);
+  if (const ZeroDimConversion c = ZeroDimOperandToConvert(def, inputs, attrs, 1);
+      KILN_PREDICT_FALSE(c.operand >= 0)) {
+    const std::array<Tensor, 2> converted = WithZeroDimConverted(inputs, c);
     DispatchInPlace(id, converted, attrs);
     return inputs[0];
   }

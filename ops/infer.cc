@@ -396,8 +396,7 @@ Result Unsqueeze(Types in, const OpAttrs& a) {
     return Invalid(absl::StrCat("dim ", a.dim, " is out of range for a tensor of rank ", r,
                                 " (expected ", -(r + 1), "..", r, ": where the new dim goes)"));
   }
-  KILN_ASSIGN_OR_RETURN(int64_t d, WrapDim(a.dim, r + 1));
-  t.shape.insert(t.shape.begin() + d, 1);
+  t.shape.insert(t.shape.begin() + (a.dim < 0 ? a.dim + r + 1 : a.dim), 1);
   return t;
 }
 

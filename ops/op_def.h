@@ -316,6 +316,11 @@ struct OpDef {
   // elimination) or merge two calls of it (common subexpressions), and every rank's plan must
   // issue the same ones in the same order (one trace of the same program does).
   bool collective = false;
+  // A binary elementwise row whose operands torch converts to their common dtype
+  // (infer::ResultType) before the op: a zero-dim operand can be wider than that (a float32 0-d
+  // tensor against bfloat16 x), and the dispatcher converts it (ops/dispatch.cc). Every binary
+  // broadcasting row but copy and masked_fill.
+  bool common_dtype_operands = false;
 
   bool is_elementwise() const {
     return kind == FusionKind::kElementwise || kind == FusionKind::kBroadcast;

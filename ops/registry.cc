@@ -150,18 +150,32 @@ constexpr auto kOpq = FusionKind::kOpaque;
 
 // An elementwise row: the CPU kernel is the generic loop over `fn`, the CUDA kernel is generated
 // from `expr` (the same expression the fusion codegen emits).
+// A binary broadcasting row's operands take their common dtype (OpDef::common_dtype_operands).
+constexpr bool TakesCommonDType(int arity, FusionKind kind) {
+  return arity == 2 && kind == FusionKind::kBroadcast;
+}
 constexpr OpDef Ew(OpId id, const char* name, int arity, FusionKind kind, uint32_t attrs,
                    InferFn infer, ScalarFn fn, std::string_view expr) {
-  return OpDef{id,      name,  arity, arity,
-               kind,    attrs, infer, cpu::Elementwise,
-               nullptr, fn,    expr,  KILN_CUDA_KERNEL(cuda_ops::Elementwise)};
+  OpDef def{id,      name,  arity, arity,
+            kind,    attrs, infer, cpu::Elementwise,
+            nullptr, fn,    expr,  KILN_CUDA_KERNEL(cuda_ops::Elementwise)};
+  def.common_dtype_operands = TakesCommonDType(arity, kind);
+  return def;
 }
 // An elementwise row whose CPU kernel computes in the operands' common type (integers exactly,
 // ops/cpu/typed_elementwise.h); fusion and the CUDA kernel use `fn` and `expr` as above.
 constexpr OpDef TypedEw(OpId id, const char* name, int arity, FusionKind kind, uint32_t attrs,
                         InferFn infer, KernelFn cpu, ScalarFn fn, std::string_view expr) {
-  return OpDef{id,    name, arity,   arity, kind, attrs,
-               infer, cpu,  nullptr, fn,    expr, KILN_CUDA_KERNEL(cuda_ops::Elementwise)};
+  OpDef def{id,    name, arity,   arity, kind, attrs,
+            infer, cpu,  nullptr, fn,    expr, KILN_CUDA_KERNEL(cuda_ops::Elementwise)};
+  def.common_dtype_operands = TakesCommonDType(arity, kind);
+  return def;
+}
+// A binary broadcasting row whose second operand is not converted with the first: copy's src
+// takes self's dtype, masked_fill's mask stays a mask.
+constexpr OpDef OwnDTypeOperands(OpDef def) {
+  def.common_dtype_operands = false;
+  return def;
 }
 
 // An elementwise row that also computes exactly on integers (IntScalarFn).
@@ -235,9 +249,9 @@ constexpr std::array<OpDef, kNumOps> kRows = {{
   EwInt(O::kMul, "mul",   2, kBc, 0, infer::Binary,    FMul, IMul, "($0 * $1)"),
   Ew(O::kDiv,   "div",   2, kBc, 0, infer::BinaryDiv, FDiv,   "($0 / $1)"),
   EwInt(O::kWhere, "where", 3, kBc, 0, infer::Where, FWhere, IWhere, "($0 != 0.f ? $1 : $2)"),
-  EwInt(O::kMaskedFill, "masked_fill", 2, kBc, kAttrScalar, infer::MaskedFill, FMaskedFill,
-        IMaskedFill, "($1 != 0.f ? $scalar : $0)"),
-  Ew(O::kCopy,  "copy",  2, kBc, 0, infer::Copy,      FCopy,  "$1"),
+  OwnDTypeOperands(EwInt(O::kMaskedFill, "masked_fill", 2, kBc, kAttrScalar, infer::MaskedFill,
+                         FMaskedFill, IMaskedFill, "($1 != 0.f ? $scalar : $0)")),
+  OwnDTypeOperands(Ew(O::kCopy,  "copy",  2, kBc, 0, infer::Copy,      FCopy,  "$1")),
   Op(O::kSum,  "sum",  1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ReduceSum,  cpu::Sum, KILN_CUDA_KERNEL(cuda_ops::Sum)),
   Op(O::kMean, "mean", 1, 1, kRed, kAttrDims | kAttrKeepdim, infer::ReduceMean, cpu::Mean, KILN_CUDA_KERNEL(cuda_ops::Mean)),
   Op(O::kMax,  "max",  1, 1, kRed, kAttrDims | kAttrKeepdim, infer::Reduce,     cpu::Max, KILN_CUDA_KERNEL(cuda_ops::Max)),
