@@ -40,8 +40,9 @@ struct Shape {
 constexpr Shape kShapes[] = {
     {"s1024_d64_causal", 8, 16, 1024, 64, true},   {"s1024_d64", 8, 16, 1024, 64, false},
     {"s4096_d64_causal", 8, 16, 4096, 64, true},   {"s4096_d64", 8, 16, 4096, 64, false},
-    {"s1024_d128_causal", 8, 16, 1024, 128, true}, {"s1024_d128", 8, 16, 1024, 128, false},
-    {"s4096_d128", 8, 16, 4096, 128, false},
+    {"s2048_d64_causal", 8, 16, 2048, 64, true},   {"s1024_d128_causal", 8, 16, 1024, 128, true},
+    {"s1024_d128", 8, 16, 1024, 128, false},       {"s4096_d128", 8, 16, 4096, 128, false},
+    {"s4096_d128_causal", 8, 16, 4096, 128, true},
 };
 
 double Median(std::vector<double> v) {

@@ -22,8 +22,9 @@ import torch_baseline as tb  # noqa: E402  (its measuring functions)
 
 SHAPES = [("s1024_d64_causal", 8, 16, 1024, 64, True), ("s1024_d64", 8, 16, 1024, 64, False),
           ("s4096_d64_causal", 8, 16, 4096, 64, True), ("s4096_d64", 8, 16, 4096, 64, False),
+          ("s2048_d64_causal", 8, 16, 2048, 64, True),
           ("s1024_d128_causal", 8, 16, 1024, 128, True), ("s1024_d128", 8, 16, 1024, 128, False),
-          ("s4096_d128", 8, 16, 4096, 128, False)]
+          ("s4096_d128", 8, 16, 4096, 128, False), ("s4096_d128_causal", 8, 16, 4096, 128, True)]
 BACKENDS = ["cudnn", "flash", "efficient"]
 
 

@@ -132,6 +132,9 @@ const std::vector<Setting>& Settings() {
       {"KILN_FLASH_SM90_PINGPONG", Kind::kBool, "on", "",
        "off: the Hopper attention kernel's consumer warpgroups (persistent form) issue their "
        "wgmma unordered, not in turns (ping-pong; A/B)"},
+      {"KILN_FLASH_SM90_DYNAMIC", Kind::kBool, "on", "",
+       "off: the Hopper attention kernel's persistent CTAs take every gridDim.x-th causal work "
+       "item, not the next one free from a counter (FlashAttention-3's tile scheduler; A/B)"},
       {"KILN_FD_CLUSTER", Kind::kBool, "on", "",
        "off: the decode attention kernel's key splits merge through a workspace and a second "
        "kernel instead of one thread-block cluster per row (sm_90 and later; A/B)"},

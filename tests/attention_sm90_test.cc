@@ -12,6 +12,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/compile.h"
 #include "codegen/families/attention/flash_attention_sm90_source.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
@@ -29,9 +30,9 @@ using cuda_ops::FlashSm90Config;
 
 // The planner's instance of every form (one, two or three consumer warpgroups), with the other
 // tile width at two stages, with another share of exponentials on the FMA pipe, and the
-// persistent forms without turns: every instance the planner or the A/B settings of the plan
-// produce (three consumers at head dim 128 have the registers
-// for 64-key tiles only).
+// persistent forms without turns and (causal) with the fixed schedule: every instance the
+// planner or the A/B settings of the plan produce (three consumers at head dim 128 have the
+// registers for 64-key tiles only).
 std::vector<FlashSm90Config> AllConfigs() {
   std::vector<FlashSm90Config> all;
   for (int d : {64, 128}) {
@@ -39,7 +40,7 @@ std::vector<FlashSm90Config> AllConfigs() {
       for (bool causal : {false, true}) {
         for (const char* consumers : {"1", "2", "3"}) {
           ScopedEnv w("KILN_FLASH_SM90_CONSUMERS", consumers);
-          const FlashSm90Config c = cuda_ops::PlanFlashSm90(d, t, causal);
+          const FlashSm90Config c = cuda_ops::PlanFlashSm90(d, t, causal, 1024);
           all.push_back(c);
           FlashSm90Config split = c;  // 3 of 8 exponentials on the FMA pipe
           split.exp2_on_fma = c.exp2_on_fma == 3 ? 8 : 3;
@@ -54,6 +55,11 @@ std::vector<FlashSm90Config> AllConfigs() {
             FlashSm90Config unordered = c;
             unordered.pingpong = false;
             all.push_back(unordered);
+          }
+          if (c.dynamic) {  // causal persistent forms: the fixed schedule too
+            FlashSm90Config fixed = c;
+            fixed.dynamic = false;
+            all.push_back(fixed);
           }
         }
       }
@@ -76,12 +82,19 @@ TEST(FlashSm90Source, EveryConfigCompilesForSm90aWithoutSpills) {
 TEST(FlashSm90Source, NamesSayWhatEachInstanceIs) {
   std::set<std::string> names;
   for (const FlashSm90Config& c : AllConfigs()) EXPECT_TRUE(names.insert(c.Name()).second);
-  const FlashSm90Config c = cuda_ops::PlanFlashSm90(64, DType::kBFloat16, true);
+  const FlashSm90Config c = cuda_ops::PlanFlashSm90(64, DType::kBFloat16, true, 1024);
   EXPECT_EQ(c.Name(), "kiln_flash_sm90_d64_bf16_causal_64x128_s2_b3");
-  EXPECT_EQ(cuda_ops::PlanFlashSm90(128, DType::kFloat16, false).Name(),
+  EXPECT_EQ(cuda_ops::PlanFlashSm90(128, DType::kFloat16, false, 1024).Name(),
             "kiln_flash_sm90_d128_f16_128x128_s3_persistent");
-  EXPECT_EQ(cuda_ops::PlanFlashSm90(64, DType::kBFloat16, false).Name(),
+  EXPECT_EQ(cuda_ops::PlanFlashSm90(64, DType::kBFloat16, false, 1024).Name(),
             "kiln_flash_sm90_d64_bf16_192x128_s4_persistent");
+  EXPECT_EQ(cuda_ops::PlanFlashSm90(128, DType::kBFloat16, true, 1024).Name(),
+            "kiln_flash_sm90_d128_bf16_causal_128x128_s3_persistent_dynamic");
+  // Causal at head dim 64: one-warpgroup CTAs under 2048 keys, three consumers from there.
+  EXPECT_EQ(cuda_ops::PlanFlashSm90(64, DType::kBFloat16, true, 2047).Name(),
+            "kiln_flash_sm90_d64_bf16_causal_64x128_s2_b3");
+  EXPECT_EQ(cuda_ops::PlanFlashSm90(64, DType::kBFloat16, true, 2048).Name(),
+            "kiln_flash_sm90_d64_bf16_causal_192x128_s4_persistent_dynamic");
 }
 
 TEST(FlashSm90Source, RefusesConfigsOutsideItsRanges) {
@@ -114,19 +127,25 @@ TEST(FlashSm90Source, RefusesConfigsOutsideItsRanges) {
 TEST(FlashSm90Source, TheAbSettingsChangeThePlan) {
   ScopedEnv n("KILN_FLASH_SM90_BLOCK_N", "64"), s("KILN_FLASH_SM90_STAGES", "4"),
       w("KILN_FLASH_SM90_CONSUMERS", "2");
-  const FlashSm90Config c = cuda_ops::PlanFlashSm90(64, DType::kBFloat16, false);
+  const FlashSm90Config c = cuda_ops::PlanFlashSm90(64, DType::kBFloat16, false, 1024);
   EXPECT_EQ(c.block_n, 64);
   EXPECT_EQ(c.stages, 4);
   EXPECT_EQ(c.consumers, 2);
   EXPECT_EQ(c.Name(), "kiln_flash_sm90_d64_bf16_128x64_s4_persistent");
   ScopedEnv pp("KILN_FLASH_SM90_PINGPONG", "off");
-  EXPECT_EQ(cuda_ops::PlanFlashSm90(64, DType::kBFloat16, false).Name(),
+  EXPECT_EQ(cuda_ops::PlanFlashSm90(64, DType::kBFloat16, false, 1024).Name(),
             "kiln_flash_sm90_d64_bf16_128x64_s4_persistent_unordered");
   ScopedEnv e("KILN_FLASH_SM90_EXP2_FMA", "5");
-  EXPECT_EQ(cuda_ops::PlanFlashSm90(64, DType::kBFloat16, false).Name(),
+  EXPECT_EQ(cuda_ops::PlanFlashSm90(64, DType::kBFloat16, false, 1024).Name(),
             "kiln_flash_sm90_d64_bf16_128x64_s4_persistent_unordered_fma5");
+  {  // the schedule is dynamic for causal work only, unless the setting is off
+    EXPECT_TRUE(cuda_ops::PlanFlashSm90(64, DType::kBFloat16, true, 1024).dynamic);
+    ScopedEnv dynamic_off("KILN_FLASH_SM90_DYNAMIC", "off");
+    EXPECT_FALSE(cuda_ops::PlanFlashSm90(64, DType::kBFloat16, true, 1024).dynamic);
+  }
+  EXPECT_FALSE(cuda_ops::PlanFlashSm90(64, DType::kBFloat16, false, 1024).dynamic);
   ScopedEnv bad("KILN_FLASH_SM90_EXP2_FMA", "9");
-  ExpectThrowsWith([] { cuda_ops::PlanFlashSm90(64, DType::kBFloat16, false); }, "-1..8");
+  ExpectThrowsWith([] { cuda_ops::PlanFlashSm90(64, DType::kBFloat16, false, 1024); }, "-1..8");
 }
 
 // ---- on an sm_90 GPU -------------------------------------------------------------------------
@@ -340,6 +359,61 @@ TEST(FlashSm90, ScalesOfAnySignMatchFloat32Math) {
                                      cast(in[2], DType::kFloat32), Tensor(), false, scale, false);
     ExpectClose(to_vector(out), to_vector(want), Loose(s.dtype), absl::StrCat("scale ", scale));
   }
+}
+
+// Causal work on the persistent forms takes its items from a counter (the dynamic schedule):
+// with far more items than SMs, each is computed exactly once. The output's memory is filled with
+// NaN first (the allocator hands the block back), so an item never computed shows; the result
+// equals the fixed schedule's within a bf16 rounding and float32 math within the usual tolerance;
+// the counter is zeroed for every launch, replays of a captured CUDA graph included (an
+// unzeroed counter would leave each replay's items undone, holding the previous call's values).
+TEST(FlashSm90, DynamicScheduleComputesEveryItemOnce) {
+  SKIP_WITHOUT_SM90();
+  Generator gen(95);
+  const Tolerance one_rounding{1e-6, 8e-3};
+  auto poisoned = [](const Shape& s, const std::function<Tensor()>& run) {
+    { Tensor nan = full({s.b, s.hq, s.lq, s.d}, NAN, s.dtype, CUDA(0)); }
+    return run();
+  };
+  for (const char* consumers : {"2", "3"}) {
+    ScopedEnv w("KILN_FLASH_SM90_CONSUMERS", consumers);
+    for (int64_t d : {64, 128}) {
+      for (const auto& [lq, lk] :
+           {std::pair<int64_t, int64_t>{1100, 1100}, {900, 1500}, {1500, 700}}) {
+        const Shape s{2, 16, 8, lq, lk, d, true, false, DType::kBFloat16};
+        const std::vector<Tensor> in = Operands(s, gen);
+        const std::string what = absl::StrCat(s.Name(), " consumers ", consumers);
+        // (The plan, not CUPTI, says which kernel runs: this test also runs under
+        // compute-sanitizer, where CUPTI records nothing.)
+        ASSERT_TRUE(cuda_ops::PlanFlashSm90(static_cast<int>(d), s.dtype, true, s.lk).dynamic)
+            << what;
+        const Tensor dynamic = poisoned(s, [&] { return Sdpa(in, s); });
+        Tensor fixed;
+        {
+          ScopedEnv off("KILN_FLASH_SM90_DYNAMIC", "off");
+          fixed = poisoned(s, [&] { return Sdpa(in, s); });
+        }
+        const std::vector<double> got = to_vector(dynamic);
+        ExpectClose(got, to_vector(fixed), one_rounding, what + " vs the fixed schedule");
+        ExpectClose(got, to_vector(Float32Math(in, s)), Loose(s.dtype), what + " vs float32");
+        ExpectClose(to_vector(poisoned(s, [&] { return Sdpa(in, s); })), got, one_rounding,
+                    what + " again");
+        if (::testing::Test::HasFailure()) return;  // one shape's report
+      }
+    }
+  }
+  const Shape s{2, 16, 16, 1000, 1000, 128, true, false, DType::kBFloat16};
+  CompileOptions o;
+  o.mode = CompileOptions::Mode::kCompiled;
+  o.cuda_graphs = true;
+  auto fn = [&](const std::vector<Tensor>& t) { return std::vector<Tensor>{Sdpa(t, s)}; };
+  CompiledFn f = compile(fn, Operands(s, gen), o);
+  for (int call = 0; call < 4; ++call) {  // call 0 captures, the rest replay
+    const std::vector<Tensor> in = Operands(s, gen);
+    ExpectClose(to_vector(f(in)[0]), to_vector(Sdpa(in, s)), one_rounding,
+                absl::StrCat("compiled + CUDA graph, call ", call));
+  }
+  EXPECT_EQ(f.report(Operands(s, gen)).cuda_graph.rfind("on: ", 0), 0u);
 }
 
 // A mask, or the setting off, runs the mma.sync kernel instead.

@@ -73,6 +73,11 @@ __device__ __forceinline__ kiln_u16 kiln_half(unsigned v, int e) {
 __device__ __forceinline__ void kiln_st_shared_u32(unsigned addr, unsigned v) {
   asm volatile("st.shared.u32 [%0], %1;" :: "r"(addr), "r"(v) : "memory");
 }
+__device__ __forceinline__ unsigned kiln_ld_shared_u32(unsigned addr) {
+  unsigned v;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
 // Makes this thread's shared-memory writes visible to the async proxy (a TMA store's reads).
 __device__ __forceinline__ void kiln_fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");

@@ -220,7 +220,7 @@ bool LaunchFlashSm90(absl::Span<const Tensor> in, const OpAttrs& a, const FlashP
       (head_dim != 64 && head_dim != 128) || v.size(-1) != head_dim) {
     return false;
   }
-  const FlashSm90Config c = PlanFlashSm90(head_dim, q.dtype(), a.is_causal);
+  const FlashSm90Config c = PlanFlashSm90(head_dim, q.dtype(), a.is_causal, p.kv_len);
   const int64_t tiles = (p.q_len + c.block_m() - 1) / c.block_m(), pairs = batch * heads;
   if (tiles > 65535 || pairs * tiles > INT_MAX || p.kv_len < 1) return false;
   absl::StatusOr<cuda::TensorMap> q_map = AttentionMap(q, c.block_m()),
@@ -231,7 +231,15 @@ bool LaunchFlashSm90(absl::Span<const Tensor> in, const OpAttrs& a, const FlashP
   FlashParams params = p;
   params.section = L2Section(q.device().index, p.kv_len, head_dim, pairs);
   int q_tiles = static_cast<int>(tiles), works = static_cast<int>(pairs * tiles);
-  void* args[] = {&*q_map, &*k_map, &*v_map, &params, &q_tiles, &works};
+  // The dynamic schedule's counter of items taken, zeroed for this launch (freed stream-ordered).
+  Tensor counter;
+  int* next_work = nullptr;
+  if (c.consumers > 1 && c.dynamic) {
+    counter = Tensor::Empty({1}, DType::kInt32, q.device());
+    next_work = static_cast<int*>(counter.data_ptr());
+    KILN_CUDA_CHECK(cudaMemsetAsync(next_work, 0, sizeof(int), cuda::CurrentStream()));
+  }
+  void* args[] = {&*q_map, &*k_map, &*v_map, &params, &q_tiles, &works, &next_work};
   // One CTA per (pair, row tile), or (two consumers) one persistent CTA an SM.
   const dim3 grid = c.consumers == 1
                         ? dim3(static_cast<unsigned>(pairs), static_cast<unsigned>(tiles))

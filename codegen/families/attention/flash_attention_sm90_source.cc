@@ -354,9 +354,16 @@ extern "C" __global__ void __launch_bounds__(128, KILN_FA3_MIN_BLOCKS) KILN_FA3_
 // (one thread) copies, and one CTA an SM loops over the (batch, head, row tile) work items: the
 // producer loads the next item's Q and first K/V tiles while the consumers finish the current
 // one. The producer gives most of its registers to the consumers (setmaxnreg).
+// Which items a CTA takes: every gridDim.x-th from its own index, or (KILN_FA3_DYNAMIC, for
+// causal work, whose items differ in length) its own index first and then the next item nobody
+// has taken, counted by `next_work` (zeroed for the launch) once its producer has issued the
+// current item's last copy (FlashAttention-3's tile scheduler). The producer hands each index to
+// the consumers in shared memory with the item's Q (the q_full arrival publishes it); an index
+// past the end stops them.
 extern "C" __global__ void __launch_bounds__(128 * (KILN_FA3_CONSUMERS + 1), 1) KILN_FA3_NAME(
     const __grid_constant__ KilnTensorMap q_map, const __grid_constant__ KilnTensorMap k_map,
-    const __grid_constant__ KilnTensorMap v_map, const KilnFlashParams p, int q_tiles, int works) {
+    const __grid_constant__ KilnTensorMap v_map, const KilnFlashParams p, int q_tiles, int works,
+    int* next_work) {
   using namespace kiln_fa3;
   extern __shared__ __align__(1024) unsigned char kiln_smem[];
   const unsigned sq = kiln_smem_addr(kiln_smem);
@@ -366,7 +373,7 @@ extern "C" __global__ void __launch_bounds__(128 * (KILN_FA3_CONSUMERS + 1), 1) 
   // once S is in, before its V's product has run).
   const unsigned q_full = sv + STAGES * KV_BYTES, q_empty = q_full + 8, k_full = q_empty + 8;
   const unsigned v_full = k_full + 8 * STAGES, k_empty = v_full + 8 * STAGES;
-  const unsigned v_empty = k_empty + 8 * STAGES;
+  const unsigned v_empty = k_empty + 8 * STAGES, item_slot = v_empty + 8 * STAGES;
   const int t = threadIdx.x % 128, wg = threadIdx.x / 128, warp = t / 32, lane = t % 32;
   const int bh = works / q_tiles;
   if (threadIdx.x == 0) {
@@ -397,11 +404,21 @@ extern "C" __global__ void __launch_bounds__(128 * (KILN_FA3_CONSUMERS + 1), 1) 
   if (wg == CONSUMERS) {  // the producer: one thread issues every copy
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
     if (t != 0) return;
-    int it = 0, done = 0;
-    for (int w = blockIdx.x; w < works; w += gridDim.x, ++done) {
+    int it = 0;
+    for (int w = blockIdx.x, done = 0;; ++done) {
+#if KILN_FA3_DYNAMIC
+      kiln_mbar_wait(q_empty, (done & 1) ^ 1);
+      kiln_st_shared_u32(item_slot, w);
+      if (w >= works) {
+        kiln_mbar_arrive(q_full);  // the consumers' stop
+        return;
+      }
+#else
+      if (w >= works) return;
+      kiln_mbar_wait(q_empty, (done & 1) ^ 1);
+#endif
       int batch, head, m0, n_tiles;
       item(w, batch, head, m0, n_tiles);
-      kiln_mbar_wait(q_empty, (done & 1) ^ 1);
       kiln_mbar_expect_tx(q_full, Q_BYTES);
 #pragma unroll
       for (int c = 0; c < D / 64; ++c) kiln_tma_load_4d(sq + c * Q_CHUNK, &q_map, q_full, c * 64, m0, head, batch);
@@ -413,8 +430,12 @@ extern "C" __global__ void __launch_bounds__(128 * (KILN_FA3_CONSUMERS + 1), 1) 
         kiln_mbar_wait(v_empty + 8 * s, phase);
         load_tile(&v_map, sv + s * KV_BYTES, v_full + 8 * s, j * BN, head / p.group, batch);
       }
+#if KILN_FA3_DYNAMIC
+      w = gridDim.x + atomicAdd(next_work, 1);
+#else
+      w += gridDim.x;
+#endif
     }
-    return;
   }
 #if KILN_FA3_CONSUMERS == 2
   asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
@@ -425,8 +446,15 @@ extern "C" __global__ void __launch_bounds__(128 * (KILN_FA3_CONSUMERS + 1), 1) 
   // Every issue of wgmma (a tile's first S, each S(j) with P(j-1)·V(j-1), the last P·V) is a turn;
   // consumer 0 takes the first, and absorbs the last consumer's last pass after its loop.
   if (wg == CONSUMERS - 1) turn_pass(wg);
-  int it = 0, done = 0;
-  for (int w = blockIdx.x; w < works; w += gridDim.x, ++done) {
+  int it = 0;
+  for (int done = 0;; ++done) {
+#if KILN_FA3_DYNAMIC
+    kiln_mbar_wait(q_full, done & 1);  // this item's Q, or the producer's stop
+    const int w = kiln_ld_shared_u32(item_slot);
+#else
+    const int w = blockIdx.x + done * gridDim.x;
+#endif
+    if (w >= works) break;
     int batch, head, m0, n_tiles;
     item(w, batch, head, m0, n_tiles);
     const int row0 = m0 + wg * 64, row_lo = row0 + warp * 16 + lane / 4;
@@ -436,7 +464,9 @@ extern "C" __global__ void __launch_bounds__(128 * (KILN_FA3_CONSUMERS + 1), 1) 
     Rows rows = {{neg_inf(), neg_inf()}, {0.f, 0.f}};
     float sc[SN], alpha[2];
     unsigned pa[BN / 16][4];
+#if !KILN_FA3_DYNAMIC
     kiln_mbar_wait(q_full, done & 1);
+#endif
     kiln_mbar_wait(k_full + 8 * (it % STAGES), (it / STAGES) & 1);
     turn_wait(wg);
     issue_qk(sc, sq_c, sk + (it % STAGES) * KV_BYTES);
@@ -518,7 +548,8 @@ void AppendDefine(std::string* source, const char* key, const V& value) {
 }  // namespace
 
 int FlashSm90Config::shared_bytes() const {
-  return (block_m() + 2 * stages * block_n) * head_dim * 2 + 8 * (2 + 4 * stages);
+  // The barriers (Q's two, four per slot) and the persistent form's work-item slot.
+  return (block_m() + 2 * stages * block_n) * head_dim * 2 + 8 * (3 + 4 * stages);
 }
 
 std::string FlashSm90Config::Name() const {
@@ -527,24 +558,27 @@ std::string FlashSm90Config::Name() const {
                       consumers == 1 ? absl::StrCat("_b", min_blocks)
                       : pingpong     ? "_persistent"
                                      : "_persistent_unordered",
+                      consumers > 1 && dynamic ? "_dynamic" : "",
                       exp2_on_fma == 0 ? "" : absl::StrCat("_fma", exp2_on_fma));
 }
 
-FlashSm90Config PlanFlashSm90(int head_dim, DType dtype, bool causal) {
+FlashSm90Config PlanFlashSm90(int head_dim, DType dtype, bool causal, int64_t kv_len) {
   FlashSm90Config c;
   c.head_dim = head_dim;
   c.dtype = dtype;
   c.causal = causal;
   // Measured on the H200 (attention_bench, 2026-12-04, device us at [8,16,L,D]): head dim 64
-  // causal runs one warpgroup a CTA, three CTAs an SM, 128-key tiles, two in flight (72 KB a CTA;
-  // L 1024: 62.5 against 74.2 with two persistent consumers); head dim 64 otherwise three
-  // consumers of a persistent CTA sharing 128-key tiles, four in flight (L 4096: 1199 against
-  // 1303 with one-warpgroup CTAs); head dim 128 two consumers sharing 128-key tiles, three in
-  // flight (224 KB; L 4096: 1908 against 2094 with 64-key tiles, five in flight).
+  // causal under 2048 keys runs one warpgroup a CTA, three CTAs an SM, 128-key tiles, two in
+  // flight (72 KB a CTA; L 1024: 62.5 against 74.2 with two persistent consumers); head dim 64
+  // otherwise three consumers of a persistent CTA sharing 128-key tiles, four in flight (L 4096:
+  // 1199 against 1303 with one-warpgroup CTAs); head dim 128 two consumers sharing 128-key tiles,
+  // three in flight (224 KB; L 4096: 1908 against 2094 with 64-key tiles, five in flight). With
+  // the dynamic schedule (H100, 2026-12-06, causal d64) three consumers win from 2048 keys (L
+  // 2048: 183.8 against 193.0; L 4096: 654 against 699) and lose at 1024 (69.1 against 64.2).
   if (const int w = EnvLevel("KILN_FLASH_SM90_CONSUMERS"); w != 0) {
     c.consumers = w;
   } else {
-    c.consumers = head_dim == 128 ? 2 : causal ? 1 : 3;
+    c.consumers = head_dim == 128 ? 2 : causal && kv_len < 2048 ? 1 : 3;
   }
   c.block_n = 128, c.stages = 2, c.min_blocks = 3;
   if (c.consumers == 1 && head_dim == 128) c.block_n = 64, c.min_blocks = 2;  // registers
@@ -557,6 +591,7 @@ FlashSm90Config PlanFlashSm90(int head_dim, DType dtype, bool causal) {
   if (const int s = EnvLevel("KILN_FLASH_SM90_STAGES"); s != 0) c.stages = s;
   c.pingpong = EnvBool("KILN_FLASH_SM90_PINGPONG");
   if (const int e = EnvLevel("KILN_FLASH_SM90_EXP2_FMA"); e >= 0) c.exp2_on_fma = e;
+  c.dynamic = causal && c.consumers > 1 && EnvBool("KILN_FLASH_SM90_DYNAMIC");
   return c;
 }
 
@@ -584,6 +619,7 @@ std::string RenderFlashSm90Source(const FlashSm90Config& c) {
   AppendDefine(&source, "KILN_FA3_BF16", c.dtype == DType::kBFloat16 ? 1 : 0);
   AppendDefine(&source, "KILN_FA3_CAUSAL", c.causal ? 1 : 0);
   AppendDefine(&source, "KILN_FA3_EXP2_FMA", c.exp2_on_fma);
+  AppendDefine(&source, "KILN_FA3_DYNAMIC", c.consumers > 1 && c.dynamic ? 1 : 0);
   absl::StrAppend(
       &source, kFlashParamsSource, HopperPrimitivesSource(),
       RenderWgmma("kiln_fa3_qk", c.block_n, c.dtype, {}),

@@ -30,6 +30,7 @@
 // kernel (flash_attention_source.h) runs.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "runtime/dtype.h"
@@ -55,19 +56,24 @@ struct FlashSm90Config {
   // clock an SM against 128 FMAs: at head dim 64 a tile's exponentials take about as long as its
   // two products.
   int exp2_on_fma = 0;
+  // The persistent form's CTAs take their next work item from a counter in global memory as they
+  // free up (FlashAttention-3's tile scheduler) instead of every gridDim.x-th: causal items range
+  // from one K/V tile to all of them, and a fixed share leaves some SMs idle at the end.
+  bool dynamic = false;
 
   int block_m() const { return 64 * consumers; }  // query rows of a CTA's tile
   int threads() const { return consumers == 1 ? 128 : 128 * (consumers + 1); }
   int shared_bytes() const;  // Q, the K/V ring and the barriers
   // "kiln_flash_sm90_d64_bf16_causal_64x128_s2_b3"; "…_128x128_s3_persistent" for 2 consumers
-  // ("_persistent_unordered" without ping-pong), "_fma2" when 2 of 8 exponentials are polynomials
+  // ("_persistent_unordered" without ping-pong, "_dynamic" appended with the counter), "_fma2"
+  // when 2 of 8 exponentials are polynomials
   std::string Name() const;
 };
 
-// The form and tiling kiln runs (KILN_FLASH_SM90_CONSUMERS, KILN_FLASH_SM90_BLOCK_N,
-// KILN_FLASH_SM90_STAGES, KILN_FLASH_SM90_PINGPONG and KILN_FLASH_SM90_EXP2_FMA override them
-// for A/B).
-FlashSm90Config PlanFlashSm90(int head_dim, DType dtype, bool causal);
+// The form and tiling kiln runs for kv_len keys (KILN_FLASH_SM90_CONSUMERS,
+// KILN_FLASH_SM90_BLOCK_N, KILN_FLASH_SM90_STAGES, KILN_FLASH_SM90_PINGPONG,
+// KILN_FLASH_SM90_EXP2_FMA and KILN_FLASH_SM90_DYNAMIC override them for A/B).
+FlashSm90Config PlanFlashSm90(int head_dim, DType dtype, bool causal, int64_t kv_len);
 
 // The kernel's source (its one kernel is config.Name()). Throws kiln::Error for a config outside
 // the ranges above or over a CTA's 227 KB of shared memory.
