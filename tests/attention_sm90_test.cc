@@ -83,7 +83,7 @@ TEST(FlashSm90Source, NamesSayWhatEachInstanceIs) {
   std::set<std::string> names;
   for (const FlashSm90Config& c : AllConfigs()) EXPECT_TRUE(names.insert(c.Name()).second);
   const FlashSm90Config c = cuda_ops::PlanFlashSm90(64, DType::kBFloat16, true, 1024);
-  EXPECT_EQ(c.Name(), "kiln_flash_sm90_d64_bf16_causal_64x128_s2_b3");
+  EXPECT_EQ(c.Name(), "kiln_flash_sm90_d64_bf16_causal_64x64_s2_b3");
   EXPECT_EQ(cuda_ops::PlanFlashSm90(128, DType::kFloat16, false, 1024).Name(),
             "kiln_flash_sm90_d128_f16_128x128_s3_persistent");
   EXPECT_EQ(cuda_ops::PlanFlashSm90(64, DType::kBFloat16, false, 1024).Name(),
@@ -92,7 +92,7 @@ TEST(FlashSm90Source, NamesSayWhatEachInstanceIs) {
             "kiln_flash_sm90_d128_bf16_causal_128x128_s3_persistent_dynamic");
   // Causal at head dim 64: one-warpgroup CTAs under 2048 keys, three consumers from there.
   EXPECT_EQ(cuda_ops::PlanFlashSm90(64, DType::kBFloat16, true, 2047).Name(),
-            "kiln_flash_sm90_d64_bf16_causal_64x128_s2_b3");
+            "kiln_flash_sm90_d64_bf16_causal_64x64_s2_b3");
   EXPECT_EQ(cuda_ops::PlanFlashSm90(64, DType::kBFloat16, true, 2048).Name(),
             "kiln_flash_sm90_d64_bf16_causal_192x128_s4_persistent_dynamic");
 }

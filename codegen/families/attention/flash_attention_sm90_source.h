@@ -64,7 +64,7 @@ struct FlashSm90Config {
   int block_m() const { return 64 * consumers; }  // query rows of a CTA's tile
   int threads() const { return consumers == 1 ? 128 : 128 * (consumers + 1); }
   int shared_bytes() const;  // Q, the K/V ring and the barriers
-  // "kiln_flash_sm90_d64_bf16_causal_64x128_s2_b3"; "…_128x128_s3_persistent" for 2 consumers
+  // "kiln_flash_sm90_d64_bf16_causal_64x64_s2_b3"; "…_128x128_s3_persistent" for 2 consumers
   // ("_persistent_unordered" without ping-pong, "_dynamic" appended with the counter), "_fma2"
   // when 2 of 8 exponentials are polynomials
   std::string Name() const;
