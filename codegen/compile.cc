@@ -70,14 +70,11 @@ struct Entry {
   // its strides (traced as a view of a flat input: ir::Trace's input_strides)
   std::vector<Strides> strides;
   codegen::SymbolicShapes symbols;  // empty: exactly `types`
-  // A symbolic plan: the graph as traced (sym_dims, sym_attrs), and per symbol the range of
-  // values the traces showed to be one program; a call outside it is checked by tracing at its
-  // sizes (VerifiedFor), which widens the range or refuses the sizes.
+  // A symbolic plan: the graph as traced (sym_dims, sym_attrs), and the symbol values traces
+  // showed to be this program; a call at other values is checked by tracing there
+  // (VerifiedFor), which adds them to `served` or to `refused`.
   std::optional<ir::Graph> symbolic_graph;
-  std::vector<std::pair<int64_t, int64_t>> verified;
-  uint64_t orders = 0;                 // OrderBits of the traced and verified values
-  std::vector<uint32_t> small_values;  // per symbol: bit v for a verified value v of 0 or 1
-  std::set<std::vector<int64_t>> refused;
+  std::set<std::vector<int64_t>> served, refused;
   std::unique_ptr<codegen::Executable> exe;
   CompileReport report;
   std::mutex graph_mu;  // serialises CUDA-graph replays (CudaGraphCache is not thread-safe)
@@ -162,69 +159,24 @@ struct Entry {
     return true;
   }
 
-  // Whether a symbolic plan serves the sizes of `inputs` (which it admits): where it is covered
-  // (below) it does; elsewhere `fn` is traced again and must be the same program there (a branch
-  // on a size, a size-1 dim squeezed, a slice bound that turns negative all change it). A pass
-  // widens what is covered, above by up to 256 more (a growing sequence is not traced at every
-  // step); a failure is remembered, and the call compiles a plan of its own.
+  // Whether a symbolic plan serves the sizes of `inputs` (which it admits): sizes a trace has
+  // shown to be this program do; at any others `fn` is traced again and must be the same program
+  // there (a branch on a size, a size-1 dim squeezed, a slice bound that turns negative all change
+  // it). Only the sizes traced count: a C++ branch on a size is invisible to the trace, so no
+  // range between two traces is known to be one program (a plan that served 4..12 after traces
+  // at 4 and 12 would give `n == 9 ? a : b` the wrong branch at 9). A pass is remembered, a
+  // failure too (the call compiles a plan of its own).
   bool VerifiedFor(const std::vector<Tensor>& inputs, const ir::TensorFn& fn) {
     if (symbols.empty()) return true;
     const std::vector<int64_t> values = symbols.Values(inputs);
-    if (Covered(values)) return true;
+    if (served.contains(values)) return true;
     if (refused.contains(values)) return false;
-    std::vector<int64_t> wide = values;
-    for (size_t j = 0; j < values.size(); ++j) {
-      const int64_t hi = verified[j].second;
-      if (values[j] > hi) wide[j] = std::max(values[j], std::min(2 * hi, values[j] + 256));
-    }
-    for (const std::vector<int64_t>* at : {&std::as_const(wide), &values}) {
-      if (codegen::SameProgramAt(fn, *symbolic_graph, types, symbols, *at).ok()) {
-        Cover(*at);
-        if (Covered(values)) return true;
-      }
-      if (*at == values) break;
+    if (codegen::SameProgramAt(fn, *symbolic_graph, types, symbols, values).ok()) {
+      served.insert(values);
+      return true;
     }
     refused.insert(values);
     return false;
-  }
-
-  // Covered: each value of 2 or more inside its symbol's verified range, each value 0 or 1 one a
-  // trace passed for that symbol (torch specialises them too: a dim of size 1 broadcasts,
-  // squeezes; a range never covers them), and the order of every two symbols (<, =, >) one a
-  // trace showed.
-  bool Covered(const std::vector<int64_t>& values) const {
-    for (size_t j = 0; j < values.size(); ++j) {
-      const bool small = values[j] <= 1;
-      if (small ? !(j < small_values.size() && ((small_values[j] >> values[j]) & 1u))
-                : values[j] < verified[j].first || values[j] > verified[j].second) {
-        return false;
-      }
-    }
-    return (OrderBits(values) & ~orders) == 0;
-  }
-  void Cover(const std::vector<int64_t>& values) {
-    if (small_values.size() < values.size()) small_values.resize(values.size(), 0);
-    for (size_t j = 0; j < values.size(); ++j) {
-      if (values[j] <= 1) {
-        small_values[j] |= 1u << values[j];
-      } else {
-        verified[j] = {std::min(verified[j].first, values[j]),
-                       std::max(verified[j].second, values[j])};
-      }
-    }
-    orders |= OrderBits(values);
-  }
-  // Per pair of symbols (j < k), one bit of three for v[j] < v[k], ==, >.
-  static uint64_t OrderBits(const std::vector<int64_t>& v) {
-    uint64_t bits = 0;
-    int pair = 0;
-    for (size_t j = 0; j < v.size(); ++j) {
-      for (size_t k = j + 1; k < v.size(); ++k, ++pair) {
-        const int order = v[j] < v[k] ? 0 : v[j] == v[k] ? 1 : 2;
-        bits |= uint64_t{1} << (3 * pair + order);
-      }
-    }
-    return bits;
   }
 };
 
@@ -467,9 +419,8 @@ std::unique_ptr<Entry> CompiledFn::State::Compile(const std::vector<TensorType>&
     absl::StatusOr<ir::Graph> g = codegen::TraceSymbolic(fn, types, *s, &entry->output_aliases);
     if (g.ok()) {
       entry->symbolic_graph = *g;
-      entry->verified = codegen::TracedRanges(types, *s);
       for (const std::vector<int64_t>& traced : codegen::TracedValues(types, *s)) {
-        entry->Cover(traced);
+        entry->served.insert(traced);
       }
       BuildPlan(*std::move(g), *std::move(s), options, MsSince(t0), *entry);
       entry->symbols = entry->exe->symbols();

@@ -254,18 +254,6 @@ std::vector<std::vector<int64_t>> TracedValues(const std::vector<TensorType>& ty
           std::vector<int64_t>(kProbes[1], kProbes[1] + n)};
 }
 
-std::vector<std::pair<int64_t, int64_t>> TracedRanges(const std::vector<TensorType>& types,
-                                                      const SymbolicShapes& symbols) {
-  const std::vector<int64_t> real = ValuesIn(types, symbols);
-  std::vector<std::pair<int64_t, int64_t>> out;
-  for (size_t j = 0; j < real.size(); ++j) {  // (a real value of 0 or 1 is no range's end)
-    const int64_t r = real[j] <= 1 ? kProbes[0][j] : real[j];
-    out.emplace_back(std::min({r, kProbes[0][j], kProbes[1][j]}),
-                     std::max({r, kProbes[0][j], kProbes[1][j]}));
-  }
-  return out;
-}
-
 absl::Status SameProgramAt(const ir::TensorFn& fn, const Graph& symbolic,
                            const std::vector<TensorType>& types, const SymbolicShapes& symbols,
                            absl::Span<const int64_t> values) {

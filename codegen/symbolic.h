@@ -67,10 +67,6 @@ absl::StatusOr<ir::Graph> TraceSymbolic(
     const ir::TensorFn& fn, const std::vector<TensorType>& types, const SymbolicShapes& symbols,
     std::vector<std::optional<ir::OutputAlias>>* whole_inputs = nullptr);
 
-// Per symbol, the smallest and largest value TraceSymbolic traced it at (the call's and the
-// probes'; a call's 0 or 1 is left out): where the program was seen to be one.
-std::vector<std::pair<int64_t, int64_t>> TracedRanges(const std::vector<TensorType>& types,
-                                                      const SymbolicShapes& symbols);
 // The symbol values of TraceSymbolic's three traces (the call's and the probes').
 std::vector<std::vector<int64_t>> TracedValues(const std::vector<TensorType>& types,
                                                const SymbolicShapes& symbols);

@@ -216,10 +216,36 @@ TEST(CompileSemantics, SymbolicPlansCheckSizesOutsideTheirTraces) {
       ExpectEqualTensors(got, want, absl::StrCat(name, " at ", n));
     }
   }
-  // A growing sequence is not traced at every step: the verified range widens ahead of it.
+  // A growing sequence traces each new size once, and compiles no more plans.
   CompiledFn grow = compile(branch_above, {ones({100, 2})});
   for (int64_t n = 120; n < 160; ++n) grow({ones({n, 2})});
   EXPECT_EQ(grow.compilations(), 2);
+}
+
+// A branch on one size, on a window of sizes or on a residue lies between sizes the plan served:
+// a size the traces never showed is traced before the plan serves it (a symbolic plan served
+// 9 with the branch of 4..12 before).
+TEST(CompileSemantics, BranchesBetweenServedSizesTakeTheirOwnBranch) {
+  const std::vector<std::pair<std::string, Fn>> fns = {
+      {"n == 9",
+       [](const std::vector<Tensor>& in) {
+         return std::vector<Tensor>{in[0].size(0) == 9 ? in[0] * 100.0 : in[0] + 1.0};
+       }},
+      {"8 <= n <= 10",
+       [](const std::vector<Tensor>& in) {
+         const int64_t n = in[0].size(0);
+         return std::vector<Tensor>{n >= 8 && n <= 10 ? in[0] * 100.0 : in[0] + 1.0};
+       }},
+      {"n % 3 == 0", [](const std::vector<Tensor>& in) {
+         return std::vector<Tensor>{in[0].size(0) % 3 == 0 ? in[0] * 100.0 : in[0] + 1.0};
+       }}};
+  for (const auto& [name, fn] : fns) {
+    CompiledFn f = compile(fn, {ones({4, 2})});
+    for (int64_t n : {6, 30, 9, 12, 5, 8, 10, 11, 9, 15}) {
+      const Tensor x = ones({n, 2});
+      ExpectEqualTensors(f({x})[0], fn({x})[0], absl::StrCat(name, " at ", n));
+    }
+  }
 }
 
 // A user's exception at a probe size (sizes the caller never passed) only means "not
@@ -891,6 +917,56 @@ TEST(CompileSemantics, OutputsDoNotAliasConstantsOnCpu) { OutputsDoNotAliasConst
 TEST(CompileSemantics, OutputsDoNotAliasConstantsOnCuda) {
   KILN_SKIP_WITHOUT_GPU();
   OutputsDoNotAliasConstants(CUDA(0));
+}
+
+// Outputs computed apart are returned apart, even when the plan finds them equal (CSE; clamp and
+// hardtanh, clone and contiguous of a transposed input canonicalise to one op): a write into one
+// never shows in the other, as in eager.
+void EqualOutputsStayApart(Device device) {
+  Generator gen(5);
+  const Fn fn = [](const std::vector<Tensor>& in) {
+    const Tensor xt = transpose(in[0], 0, 1);
+    return std::vector<Tensor>{
+        in[0] + 1.0, in[0] + 1.0,    clamp(in[0], -1.0, 1.0),      hardtanh(in[0]),
+        clone(xt),   contiguous(xt), transpose(in[0] * 2.0, 0, 1), in[0] * 2.0};
+  };
+  const Tensor x = to(randn({3, 4}, gen), device);
+  for (const CompileOptions& o : Modes(device)) {
+    CompiledFn f = compile(fn, {x}, o);
+    const std::vector<Tensor> want = fn({x});
+    std::vector<Tensor> got = f({x});
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      for (size_t j = i + 1; j < got.size(); ++j) {
+        EXPECT_FALSE(got[i].shares_storage(got[j])) << "outputs " << i << " and " << j;
+      }
+    }
+    for (size_t i = 0; i < got.size(); i += 2) add_(got[i], 100.0);
+    for (size_t i = 1; i < got.size(); i += 2) {
+      ExpectEqualTensors(got[i], want[i],
+                         absl::StrCat("output ", i, " after a write into ", i - 1));
+    }
+  }
+}
+
+// An in-place op whose input partly overlaps self (two slices of one input) raises when compiled
+// as it does eagerly, and leaves the caller's tensor as it was.
+TEST(CompileSemantics, PartlyOverlappingInPlaceRaisesAsEager) {
+  const Fn fn = [](const std::vector<Tensor>& in) {
+    add_(slice(in[0], 0, 0, 2), slice(in[0], 0, 1, 3));
+    return std::vector<Tensor>{in[0] * 1.0};
+  };
+  const Tensor x = arange(0, 3, 1, DType::kFloat32);
+  ExpectThrowsWith([&] { fn({clone(x)}); }, "refer to the same memory location");
+  const Tensor y = clone(x);
+  ExpectThrowsWith([&] { compile(fn, {y})({y}); }, "refer to the same memory location");
+  ExpectEqualTensors(y, x, "the caller's input");
+}
+
+TEST(CompileSemantics, EqualOutputsStayApartOnCpu) { EqualOutputsStayApart(kCPU); }
+TEST(CompileSemantics, EqualOutputsStayApartOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  EqualOutputsStayApart(CUDA(0));
 }
 
 // Issue #13 item 2: a compiled module outliving its module raises when it would retrace.
