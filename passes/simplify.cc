@@ -48,7 +48,28 @@ absl::StatusOr<bool> DeadCodeElimination::Run(Graph& graph, PassContext&) {
   return true;
 }
 
+namespace {
+
+// Per value: whether a graph output's storage is its own (the value is an output, or views lead
+// from it to one).
+std::vector<bool> OutputStorage(const Graph& graph) {
+  std::vector<bool> out(graph.num_values(), false);
+  for (ValueId v : graph.outputs()) out[v] = true;
+  for (ValueId v = graph.num_values() - 1; v >= 0; --v) {
+    const Node& n = graph.node(v);
+    if (out[v] && n.kind == NodeKind::kOp && GetOpDef(n.op).view != nullptr && !n.inputs.empty()) {
+      out[n.inputs[0]] = true;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<bool> CommonSubexpressionElimination::Run(Graph& graph, PassContext&) {
+  // Two values that are (or are viewed by) outputs stay apart: eager returns two tensors, and a
+  // write into one must not show in the other.
+  const std::vector<bool> output_storage = OutputStorage(graph);
   // Key: op, inputs, printed attributes (covers exactly the fields the row reads).
   std::map<std::tuple<int, std::vector<ValueId>, std::string>, ValueId> seen;
   bool changed = false;
@@ -61,7 +82,7 @@ absl::StatusOr<bool> CommonSubexpressionElimination::Run(Graph& graph, PassConte
                                      std::vector<ValueId>(n.inputs.begin(), n.inputs.end()),
                                      ir::PrintAttrs(GetOpDef(n.op), n.attrs));
     auto [it, inserted] = seen.emplace(key, v);
-    if (!inserted) {
+    if (!inserted && !(output_storage[v] && output_storage[it->second])) {
       ReplaceAllUses(graph, v, it->second);
       changed = true;
     }

@@ -4,8 +4,9 @@
 //   collective: the other ranks wait for them, used here or not) and what they read. Requires
 //   nothing; guarantees every remaining node (except inputs and collectives) is used.
 // CommonSubexpressionElimination: op nodes with the same op, inputs and attributes become one
-//   (collectives never: two calls are two exchanges); requires topological order (always
-//   true), keeps it.
+//   (collectives never: two calls are two exchanges; two that outputs hold, directly or through
+//   views, neither: eager returns separate tensors); requires topological order (always true),
+//   keeps it.
 // ConstantFolding: op nodes whose inputs are all constants (and cheap: not matmul/linear) are
 //   evaluated once at compile time and become constants (e.g. a causal mask built in forward),
 //   when those constants are the trace's own (Node::local) or the weights are frozen

@@ -457,6 +457,33 @@ TEST(GemmEpilogueFusion, OffSwitchAndCseKeepEpiloguesApart) {
   EXPECT_TRUE(FileCheck(out, "CHECK: add(%2, %3)"));
 }
 
+// Equal values that outputs hold (directly, or through a view) stay two: eager returns two
+// tensors, and a write into one must not show in the other. Equal values inside still merge.
+TEST(CommonSubexpressionElimination, OutputsKeepTheirOwnValues) {
+  CommonSubexpressionElimination cse;
+  const std::string out = RunPass(cse, R"(
+    graph(%0: f32[4, 2]) {
+      %1 = relu(%0) : f32[4, 2]
+      %2 = relu(%0) : f32[4, 2]
+      %3 = relu(%0) : f32[4, 2]
+      %4 = transpose(%3) {dim=0, dim2=1} : f32[2, 4]
+      %5 = exp(%0) : f32[4, 2]
+      %6 = exp(%0) : f32[4, 2]
+      %7 = add(%5, %6) : f32[4, 2]
+      return %1, %2, %4, %7
+    })");
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %1 = relu(%0)
+    CHECK: %2 = relu(%0)
+    CHECK: %3 = relu(%0)
+    CHECK: %4 = transpose(%3)
+    CHECK: %5 = exp(%0)
+    CHECK-NOT: exp(
+    CHECK: add(%5, %5)
+    CHECK: return %1, %2, %4, %6)"))
+      << out;
+}
+
 // A decode step's norm and the linear after it (with its GEMM epilogue) become one fusion whose
 // body is the norm, then the linear; the fusion has the linear's type.
 TEST(NormLinearFusion, LayerNormThenLinearBecomesOneFusionOnCuda) {
