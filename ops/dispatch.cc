@@ -307,15 +307,15 @@ Tensor Dispatch(OpId id, absl::Span<const Tensor> inputs, const OpAttrs& attrs) 
   return RunOp(def, inputs, attrs);
 }
 
-// CheckInPlace's refusal of self as an input of a kernel that writes only what changes, for a
-// trace, whose tensors have no memory to compare (eager runs CheckInPlace): the same view of one
-// storage is the case it can tell, so compiled and eager refuse alike.
-void RefuseSelfAsInputInTrace(const OpDef& def, absl::Span<const Tensor> inputs) {
+// CheckInPlace's overlap rule for a trace, whose tensors have no memory but share a storage
+// object where they view one input: an input partly overlapping self, or self itself as an input
+// of a kernel that writes only what changes, is refused as eager refuses it.
+void RefuseOverlapsInTrace(const OpDef& def, absl::Span<const Tensor> inputs) {
   const Tensor& self = inputs[0];
   for (size_t i = 1; i < inputs.size(); ++i) {
-    const Tensor& x = inputs[i];
-    if (x.defined() && self.numel() > 0 && self.shares_storage(x) && self.offset() == x.offset() &&
-        self.shape() == x.shape() && self.strides() == x.strides()) {
+    if (!inputs[i].defined()) continue;
+    const MemOverlap overlap = GetLayoutOverlap(self, inputs[i]);
+    if (overlap == MemOverlap::kPartial || (def.updates_self && overlap == MemOverlap::kFull)) {
       Fail(def, inputs, absl::StatusCode::kInvalidArgument,
            absl::StrCat("in-place: some elements of input ", i, " and of self (the written-to ",
                         "tensor) refer to the same memory location; clone() the input first"));
@@ -332,7 +332,7 @@ const Tensor& DispatchInPlace(OpId id, absl::Span<const Tensor> inputs, const Op
     return inputs[0];
   }
   if (g_hook != nullptr) {
-    if (def.updates_self) RefuseSelfAsInputInTrace(def, inputs);
+    RefuseOverlapsInTrace(def, inputs);
     g_hook->Record(def, inputs, attrs, /*in_place=*/true);
     return inputs[0];
   }

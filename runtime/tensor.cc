@@ -198,6 +198,13 @@ std::pair<int64_t, int64_t> ElementExtent(const Tensor& t) {
 MemOverlap GetMemOverlap(const Tensor& a, const Tensor& b) {
   if (!a.shares_storage(b) || a.numel() == 0 || b.numel() == 0) return MemOverlap::kNo;
   if (a.storage() == nullptr || a.storage()->device().is_meta()) return MemOverlap::kNo;
+  return GetLayoutOverlap(a, b);
+}
+
+MemOverlap GetLayoutOverlap(const Tensor& a, const Tensor& b) {
+  if (!a.shares_storage(b) || a.storage() == nullptr || a.numel() == 0 || b.numel() == 0) {
+    return MemOverlap::kNo;
+  }
   const auto [a_lo, a_hi] = ElementExtent(a);
   const auto [b_lo, b_hi] = ElementExtent(b);
   if (a_hi < b_lo || b_hi < a_lo) return MemOverlap::kNo;

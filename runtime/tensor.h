@@ -108,6 +108,9 @@ class Tensor {
 // to tell without enumerating elements (strided views whose element ranges intersect).
 enum class MemOverlap { kNo, kFull, kPartial, kTooHard };
 MemOverlap GetMemOverlap(const Tensor& a, const Tensor& b);
+// The same by the layouts alone, for tensors on one storage object that holds no memory (a
+// trace's placeholders: views of one input share theirs); GetMemOverlap says kNo for those.
+MemOverlap GetLayoutOverlap(const Tensor& a, const Tensor& b);
 
 // Copies `nbytes` between two buffers on any devices (CUDA copies go through runtime/cuda.h).
 // Throws kiln::Error if the transfer is impossible (meta tensors, no GPU).

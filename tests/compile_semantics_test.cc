@@ -949,6 +949,20 @@ void EqualOutputsStayApart(Device device) {
   }
 }
 
+// An in-place op whose input partly overlaps self (two slices of one input) raises when compiled
+// as it does eagerly, and leaves the caller's tensor as it was.
+TEST(CompileSemantics, PartlyOverlappingInPlaceRaisesAsEager) {
+  const Fn fn = [](const std::vector<Tensor>& in) {
+    add_(slice(in[0], 0, 0, 2), slice(in[0], 0, 1, 3));
+    return std::vector<Tensor>{in[0] * 1.0};
+  };
+  const Tensor x = arange(0, 3, 1, DType::kFloat32);
+  ExpectThrowsWith([&] { fn({clone(x)}); }, "refer to the same memory location");
+  const Tensor y = clone(x);
+  ExpectThrowsWith([&] { compile(fn, {y})({y}); }, "refer to the same memory location");
+  ExpectEqualTensors(y, x, "the caller's input");
+}
+
 TEST(CompileSemantics, EqualOutputsStayApartOnCpu) { EqualOutputsStayApart(kCPU); }
 TEST(CompileSemantics, EqualOutputsStayApartOnCuda) {
   KILN_SKIP_WITHOUT_GPU();
