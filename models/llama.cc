@@ -64,6 +64,11 @@ RopeOptions RopeFromJson(const Json& j, RopeOptions r) {
     s = &*it;
   }
   if (s == nullptr) return r;
+  // transformers 4 finds no rope function for a rope_scaling without its type (KeyError); 5's
+  // rope_parameters default to "default".
+  KILN_CHECK(v5 || s->contains("rope_type") || s->contains("type"),
+             "LlamaConfig::FromJson: rope_scaling needs its 'rope_type' (or 'type'), got ",
+             s->dump());
   const std::string type =
       Field<std::string>(*s, "rope_type", Field<std::string>(*s, "type", "default"));
   // A scaling's parameters are required, as transformers requires them.
@@ -191,6 +196,12 @@ LlamaConfig LlamaConfig::FromJson(const std::string& text) {
   if (c.gemma) {  // GemmaConfig's defaults (gemma-7b) for the fields a config leaves out
     c.vocab = 256000, c.dim = 3072, c.hidden = 24576, c.layers = 28, c.heads = 16;
     c.kv_heads = 16, c.head_dim = 256, c.rope.max_positions = 8192;
+  }
+  if (model_type == "mistral") {  // MistralConfig's defaults (Mistral-7B)
+    c.hidden = 14336, c.kv_heads = 8, c.rope.max_positions = 4096 * 32;
+  }
+  if (model_type == "qwen2" || model_type == "qwen3") {  // Qwen2Config's and Qwen3Config's
+    c.vocab = 151936, c.hidden = 22016, c.kv_heads = 32, c.rope.max_positions = 32768;
   }
   c.vocab = Field<int64_t>(j, "vocab_size", c.vocab);
   c.dim = Field<int64_t>(j, "hidden_size", c.dim);
@@ -402,9 +413,9 @@ CausalLM::CacheSpec LlamaForCausalLM::cache_spec() const {
 Tensor LlamaForCausalLM::Step(const StepInputs& in) {
   KILN_CHECK(in.tokens.dim() == 2 && in.tokens.size(1) > 0 && in.cache.k.size() == layers_.size() &&
                  in.cache.v.size() == layers_.size(),
-             "LlamaForCausalLM::Step: expected tokens [B, T] and a cache of ", layers_.size(),
-             " layers, got tokens ", in.tokens.shape_string(), " and ", in.cache.k.size(),
-             " layers");
+             "LlamaForCausalLM::Step: expected tokens [B, T] with T >= 1 and a cache of ",
+             layers_.size(), " layers, got tokens ", in.tokens.shape_string(), " and ",
+             in.cache.k.size(), " layers");
   const int64_t t = in.tokens.size(1);
   Tensor x = Embed(in.tokens);
   for (size_t i = 0; i < layers_.size(); ++i) {

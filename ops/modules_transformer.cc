@@ -618,6 +618,10 @@ Tensor Attention::Cached(const Tensor& x, const Tensor& positions, const Cache& 
   KILN_CHECK(slots.defined() && slots.dim() == 1 && slots.size(0) == x.size(1),
              "Attention::Cached: slots must be [T] = [", x.size(1), "] cache rows, got ",
              slots.defined() ? slots.shape_string() : "undefined");
+  KILN_CHECK(cache.k.dtype() == k.dtype() && cache.v.dtype() == v.dtype(),
+             "Attention::Cached: the caches must hold the keys' and values' dtype ",
+             DTypeName(k.dtype()), ", got k ", DTypeName(cache.k.dtype()), " v ",
+             DTypeName(cache.v.dtype()));
   WithErrorContext(
       [&] {
         return absl::StrCat("Attention::Cached: slots must be rows of the cache's S = ",

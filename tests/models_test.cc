@@ -13,6 +13,7 @@
 #include <map>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "io/state_dict.h"
 #include "models/generate.h"
 #include "models/llama.h"
@@ -146,6 +147,11 @@ TEST(Attention, CachedRefusesWhatWouldGiveAWrongAnswer) {
   EXPECT_NE(ErrorOf([&] {
               attn.Cached(x, arange(3), cache, arange(2), bool_mask);
             }).find("slots must be [T] = [3]"),
+            std::string::npos);
+  Attention::Cache half{zeros({1, 1, 8, 4}, DType::kBFloat16), zeros({1, 1, 8, 4})};
+  EXPECT_NE(ErrorOf([&] {
+              attn.Cached(x, arange(3), half, arange(3), bool_mask);
+            }).find("the caches must hold the keys' and values' dtype float32, got k bfloat16"),
             std::string::npos);
   EXPECT_EQ(to_vector(cache.k), std::vector<double>(32, 0.0));  // nothing was written
   Attention windowed({.dim = 16, .heads = 4, .sliding_window = 4}, {.generator = &gen});
@@ -523,6 +529,25 @@ TEST(LlamaConfig, FromHuggingFaceJson) {
   const LlamaConfig q = LlamaConfig::FromJson(R"({"model_type": "qwen2"})");
   EXPECT_TRUE(q.qkv_bias);
   EXPECT_FALSE(q.out_bias);
+  // Each config class's own defaults for what a config leaves out (transformers').
+  for (const char* type : {"qwen2", "qwen3"}) {
+    const LlamaConfig d = LlamaConfig::FromJson(absl::StrCat(R"({"model_type": ")", type, "\"}"));
+    EXPECT_EQ(d.vocab, 151936) << type;
+    EXPECT_EQ(d.hidden, 22016) << type;
+    EXPECT_EQ(d.kv_heads, 32) << type;
+    EXPECT_EQ(d.rope.max_positions, 32768) << type;
+  }
+  const LlamaConfig m = LlamaConfig::FromJson(R"({"model_type": "mistral"})");
+  EXPECT_EQ(m.vocab, 32000);
+  EXPECT_EQ(m.hidden, 14336);
+  EXPECT_EQ(m.kv_heads, 8);
+  EXPECT_EQ(m.rope.max_positions, 131072);
+  EXPECT_EQ(LlamaConfig::FromJson("{}").rope.max_positions, 2048);
+  // A rope_scaling without its type is refused (transformers 4 finds no rope function for it).
+  EXPECT_NE(ErrorOf([] {
+              LlamaConfig::FromJson(R"({"rope_scaling": {"factor": 4.0}})");
+            }).find("rope_scaling needs its 'rope_type' (or 'type')"),
+            std::string::npos);
   EXPECT_NE(ErrorOf([] {
               LlamaConfig::FromJson(R"({"hidden_size": "big"})");
             }).find("field 'hidden_size' has the wrong type"),
