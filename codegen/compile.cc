@@ -254,6 +254,7 @@ struct CompiledFn::State {
   ir::TensorFn fn;
   CompileOptions options;
   bool compiled = true;
+  std::function<void()> before_call;  // compile(Module&): refuses a call once the module is gone
   mutable std::mutex mu;
   std::vector<std::unique_ptr<Entry>> entries;  // guarded by mu; most recent last
   int compilations = 0;                         // guarded by mu
@@ -594,6 +595,7 @@ std::vector<Tensor> RunEntry(CompiledFn::State& state, Entry& e,
 }  // namespace
 
 std::vector<Tensor> CompiledFn::operator()(const std::vector<Tensor>& inputs) const {
+  if (state_->before_call) state_->before_call();
   // Called inside a function being traced (a compiled function calling another): its ops are
   // recorded into the outer trace, as torch inlines a nested compiled function.
   if (!state_->compiled || CurrentDispatchHook() != nullptr) return state_->fn(inputs);
@@ -645,6 +647,16 @@ CompiledFn compile(ir::TensorFn fn, const std::vector<Tensor>& example_inputs,
   return f;
 }
 
+namespace {
+
+void CheckModuleAlive(const std::weak_ptr<const bool>& alive) {
+  KILN_CHECK(!alive.expired(),
+             "compiled function: the module it was compiled from has been destroyed; compile "
+             "the new module instead");
+}
+
+}  // namespace
+
 CompiledFn compile(Module& module, const Tensor& example_input, CompileOptions options) {
   std::weak_ptr<const bool> alive = module.alive_token();
   options.tensor_names = [&module, alive, given = std::move(options.tensor_names)] {
@@ -654,15 +666,16 @@ CompiledFn compile(Module& module, const Tensor& example_input, CompileOptions o
     for (auto& named : module.named_tensors()) names.push_back(std::move(named));
     return names;
   };
-  return compile(
+  CompiledFn f = compile(
       [&module, alive](const std::vector<Tensor>& in) {
-        KILN_CHECK(!alive.expired(),
-                   "compiled function: the module it was compiled from has been destroyed; "
-                   "compile the new module instead");
+        CheckModuleAlive(alive);
         KILN_CHECK(in.size() == 1, "compiled module: takes one input, got ", in.size());
         return std::vector<Tensor>{module(in[0])};
       },
       {example_input}, std::move(options));
+  // Every call, not only one that traces: a plan would still hold the destroyed module's weights.
+  f.state_->before_call = [alive] { CheckModuleAlive(alive); };
+  return f;
 }
 
 void WaitForBackgroundCompiles() { cuda::WaitForBackgroundJobs(); }

@@ -182,13 +182,15 @@ class CompiledFn {
 
  private:
   friend CompiledFn compile(ir::TensorFn, const std::vector<Tensor>&, CompileOptions);
+  friend CompiledFn compile(Module&, const Tensor&, CompileOptions);
   std::shared_ptr<State> state_;
 };
 
 CompiledFn compile(ir::TensorFn fn, const std::vector<Tensor>& example_inputs,
                    CompileOptions options = {});
 // A module with one input and one output. The compiled function refers to the module: calling
-// it after the module is destroyed raises an error (a new signature would retrace it).
+// it after the module is destroyed raises an error (its plans would still read the destroyed
+// module's weights).
 CompiledFn compile(Module& module, const Tensor& example_input, CompileOptions options = {});
 
 // "" when no input of `written` (inputs a plan writes in place) shares memory with another of
