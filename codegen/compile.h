@@ -10,12 +10,12 @@
 // first call. With options.dynamic = kAuto (the default, like torch's automatic dynamic shapes) a
 // call whose inputs differ only in some sizes makes those dims symbolic and compiles once more:
 // the new plan serves every size of them (codegen/symbolic.h). kDims names the symbolic dims up
-// front; kNone compiles each signature separately. A symbolic plan called at sizes no trace has
-// shown it (each new set of sizes, once) traces the function once more there and serves them only
-// if it is the same program (a branch on a size, a size-1 dim squeezed get a plan of their own:
-// no range of sizes is assumed to be one program, since a C++ branch on a size is invisible to
-// the trace). Other
-// changes recompile (cached per signature; past max_signatures plans a new signature runs
+// front (for contiguous inputs: a call with strided ones is refused, naming the input); kNone
+// compiles each signature separately. A symbolic plan called at sizes no trace has shown it (each
+// new set of sizes, once) traces the function once more there and serves them only if it is the
+// same program (a branch on a size, a size-1 dim squeezed get a plan of their own: no range of
+// sizes is assumed to be one program, since a C++ branch on a size is invisible to the trace).
+// Other changes recompile (cached per signature; past max_signatures plans a new signature runs
 // eagerly with one warning, as torch past its cache_size_limit), or, with recompile = false,
 // throw a kiln::Error naming the input that changed. Inputs may have any non-negative strides:
 // a non-contiguous input is traced with its strides (reshape and contiguous() copy where eager

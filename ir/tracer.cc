@@ -304,6 +304,11 @@ absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<TensorType>& e
       ScopedDispatchHook scope(&tracer);
       outs = fn(placeholders);
     }
+    for (size_t k = 0; k < outs.size(); ++k) {
+      KILN_CHECK(outs[k].defined(), "compile: output ", k,
+                 " of the function is an undefined Tensor; a compiled function returns defined "
+                 "tensors (leave it out, or return an empty tensor)");
+    }
     std::vector<ValueId> out_ids;
     for (const Tensor& t : outs) out_ids.push_back(tracer.ValueOf(t));
     if (output_aliases != nullptr) {

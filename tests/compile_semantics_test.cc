@@ -993,6 +993,15 @@ TEST(CompileSemantics, RandomDrawsInsideTheFunctionRaise) {
   EXPECT_EQ(randn({2}, gen).numel(), 2);  // outside a trace the draw works as before
 }
 
+// An undefined output is refused at compile time, naming the output (not an op input).
+TEST(CompileSemantics, AnUndefinedOutputIsRefusedByName) {
+  const Fn fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{in[0] + 1.0, Tensor()};
+  };
+  ExpectThrowsWith([&] { compile(fn, {ones({2})}); },
+                   "output 1 of the function is an undefined Tensor");
+}
+
 // A compiled module outliving its module raises on every call.
 TEST(CompileSemantics, DestroyedModuleIsAnError) {
   Generator gen(5);
