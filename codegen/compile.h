@@ -39,7 +39,11 @@
 // inputs) are read at call time, so in-place updates of them are seen; with options.freeze_weights
 // they may be folded into the plan (GEMM merge concatenates them) and a later in-place change of a
 // folded weight is detected by its version counter and recompiles. Outputs never share memory
-// with weights or folded constants.
+// with weights or folded constants, nor with each other where eager returns separate tensors.
+// One exception, as torch.compile's SDPA rewrite has it: attention written naively that the
+// attention family runs as one SDPA node gives SDPA's answer where softmax is undefined, zeros
+// (not NaN) for a row a mask known only at run time hides whole, and a finite row where a score
+// overflows to +inf (attention_fusion.h; disabled_families = {"attention"} keeps eager's).
 //
 // Threads: a CompiledFn may be called from several threads at once (the signature cache is
 // guarded; plans keep no per-call state; CUDA-graph replays of one signature are serialised).

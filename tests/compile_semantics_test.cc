@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "codegen/compile.h"
 #include "codegen/executable.h"
 #include "ops/factories.h"
@@ -991,6 +992,43 @@ TEST(CompileSemantics, RandomDrawsInsideTheFunctionRaise) {
     }
   }
   EXPECT_EQ(randn({2}, gen).numel(), 2);  // outside a trace the draw works as before
+}
+
+// Naive attention whose constant mask hides every key of a row stays softmax and matmuls when
+// compiled (softmax gives NaN there, SDPA zeros): the row is NaN as in eager; a mask hiding no
+// whole row still becomes one attention node.
+void MaskedRowAttention(Device device) {
+  Generator gen(7);
+  const auto attention = [](const std::vector<double>& hidden) {
+    return [hidden](const std::vector<Tensor>& in) {
+      const Tensor hide = to(from_vector(hidden, {3, 4}, DType::kBool), in[0].device());
+      const Tensor s = masked_fill(matmul(in[0], transpose(in[1], 0, 1)) * 0.5, hide, -INFINITY);
+      return std::vector<Tensor>{matmul(softmax(s, -1), in[2])};
+    };
+  };
+  const std::vector<Tensor> in = {to(randn({3, 8}, gen), device), to(randn({4, 8}, gen), device),
+                                  to(randn({4, 8}, gen), device)};
+  const Fn whole_row = attention({0, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1});
+  CompiledFn f = compile(whole_row, in);
+  const std::vector<double> got = to_vector(f(in)[0]), want = to_vector(whole_row(in)[0]);
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(std::isnan(got[i]), std::isnan(want[i])) << i;
+    if (!std::isnan(want[i])) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
+  }
+  EXPECT_TRUE(std::isnan(got[2 * 8])) << "the hidden row";
+  EXPECT_NE(absl::StrJoin(f.report(in).explain, "\n").find("hides every key of a row"),
+            std::string::npos);
+  const Fn no_whole_row = attention({0, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 1});
+  CompiledFn g = compile(no_whole_row, in);
+  ExpectClose(to_vector(g(in)[0]), to_vector(no_whole_row(in)[0]), Tolerance{1e-5, 1e-5}, "fused");
+  EXPECT_NE(g.report(in).final_graph.find("scaled_dot_product_attention"), std::string::npos)
+      << g.report(in).final_graph;
+}
+
+TEST(CompileSemantics, MaskedRowAttentionIsNaNAsEagerOnCpu) { MaskedRowAttention(kCPU); }
+TEST(CompileSemantics, MaskedRowAttentionIsNaNAsEagerOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  MaskedRowAttention(CUDA(0));
 }
 
 // An undefined output is refused at compile time, naming the output (not an op input).

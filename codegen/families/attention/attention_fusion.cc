@@ -53,6 +53,21 @@ bool IsCausalMask(const Tensor& mask, int64_t l, int64_t s) {
   return true;
 }
 
+// Whether a masked_fill mask (true: hidden) hides every one of the s keys of some row: there
+// softmax gives NaN (0/0), where SDPA gives zeros. A mask of 0 elements hides no row.
+bool HidesAWholeRow(const Tensor& mask, int64_t s) {
+  if (mask.numel() == 0 || s == 0) return false;
+  const int64_t cols = mask.dim() == 0 ? 1 : mask.size(-1);  // 1: broadcast over the keys
+  const std::vector<double> bits = to_vector(to(contiguous(mask), kCPU));
+  for (size_t row = 0; row < bits.size(); row += cols) {
+    if (std::all_of(bits.begin() + row, bits.begin() + row + cols,
+                    [](double b) { return b != 0; })) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // The type of the mask operand the attention node gets: a bool keep-mask for a known mask, an
 // additive mask in q's dtype for one computed each call, the additive term itself otherwise.
 TensorType MaskType(const Match& m, const Graph& g) {
@@ -154,8 +169,12 @@ class Matcher {
     const TensorType &q = g_.type(m->q), &k = g_.type(m->k), &v = g_.type(m->v);
     if (q.dtype != k.dtype || q.dtype != v.dtype) return Refuse(root, "q, k and v differ in dtype");
     if (m->known_mask) {
-      m->causal =
-          IsCausalMask(g_.node(m->mask).constant, q.shape[q.rank() - 2], k.shape[k.rank() - 2]);
+      const Tensor& mask = g_.node(m->mask).constant;
+      if (HidesAWholeRow(mask, k.shape[k.rank() - 2])) {
+        return Refuse(root,
+                      "the mask hides every key of a row (softmax gives NaN there, SDPA zeros)");
+      }
+      m->causal = IsCausalMask(mask, q.shape[q.rank() - 2], k.shape[k.rank() - 2]);
     }
     std::vector<TensorType> types = {q, k, v};
     if (m->mask >= 0 && !m->causal) types.push_back(MaskType(*m, g_));

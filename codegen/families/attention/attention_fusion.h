@@ -12,12 +12,16 @@
 // The scale, mask and additive terms may come in any order, each at most once; the in-place
 // variants (masked_fill_, mul_) trace to the same ops. A constant mask that is exactly the causal
 // pattern (true above the diagonal) becomes is_causal (the kernel skips the masked tiles); another
-// constant bool mask becomes its complement (SDPA's true means "take part"); an additive mask may
-// be any value. Near-misses are refused with a line in the explain log ("attention fusion: ..."):
-// scores or probabilities used elsewhere, a softmax not over the last dim, a mask that is not
-// constant, a fill value that is not -inf, mixed dtypes, or operands the family's kernel does not
-// take (KernelFamily::RejectsOperands: kiln's flash kernel on CUDA; then the softmax fusion
-// handles the chain). Does nothing when the family is disabled.
+// constant bool mask becomes its complement (SDPA's true means "take part"); a bool mask known
+// only at run time becomes an additive mask; an additive mask may be any value. Near-misses are
+// refused with a line in the explain log ("attention fusion: ..."): scores or probabilities used
+// elsewhere, a softmax not over the last dim, a constant mask that hides every key of some row
+// (softmax gives NaN there, SDPA zeros), a fill value that is not -inf, mixed dtypes, or operands
+// the family's kernel does not take (KernelFamily::RejectsOperands: kiln's flash kernel on CUDA;
+// then the softmax fusion handles the chain). Does nothing when the family is disabled.
+// Numerics (compile.h): where a mask known only at run time hides a whole row, or a score
+// overflows to +inf, the fused node gives SDPA's answer (zeros for the hidden row, as the SDPA
+// rewrite of torch.compile does) where eager softmax gives NaN.
 // Requires a verified, canonicalised graph; rewrites the final matmul in place (its operands are
 // all defined before it) and leaves the chain dead for DCE.
 //
