@@ -121,8 +121,13 @@ Tensor from_dlpack(DLManagedTensor* managed) {
   const bool whole = byte_offset % static_cast<uint64_t>(elem) == 0;
   const int64_t offset = whole ? static_cast<int64_t>(byte_offset) / elem : 0;
   char* base = static_cast<char*>(dl.data) + (whole ? 0 : byte_offset);
+  KILN_CHECK(reinterpret_cast<uintptr_t>(base + offset * elem) % static_cast<uintptr_t>(elem) == 0,
+             "from_dlpack: data + byte_offset ", byte_offset, " is not aligned to the ", elem,
+             " bytes of a ", DTypeName(*dtype), " element");
   // Validates sizes, strides, alignment and the pointer's device; throws before taking ownership.
-  Tensor view = from_blob(base + offset * elem, shape, strides, *dtype, *device);
+  Tensor view = WithErrorContext(
+      [] { return std::string("from_dlpack"); },
+      [&] { return from_blob(base + offset * elem, shape, strides, *dtype, *device); });
   int64_t total = 0;
   KILN_CHECK(!__builtin_add_overflow(offset, view.storage()->nbytes() / elem, &total),
              "from_dlpack: byte_offset ", byte_offset, " and the view's extent overflow");

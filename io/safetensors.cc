@@ -11,8 +11,10 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "io/safetensors_header.h"
 #include "ops/ops.h"
@@ -176,6 +178,40 @@ namespace {
 
 using ByteSink = std::function<void(const void* data, size_t n)>;
 
+// Whether `text` is well-formed UTF-8 (the header is JSON text): no stray continuation bytes, no
+// overlong forms, surrogates or code points past U+10FFFF.
+bool IsUtf8(std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+    const unsigned char c = byte(i);
+    const int n = c < 0x80           ? 0
+                  : (c >> 5) == 0x6  ? 1
+                  : (c >> 4) == 0xE  ? 2
+                  : (c >> 3) == 0x1E ? 3
+                                     : -1;
+    if (n < 0 || i + n >= text.size()) return false;
+    uint32_t cp = n == 0 ? c : c & (0x3F >> n);
+    for (int k = 1; k <= n; ++k) {
+      if ((byte(i + k) & 0xC0) != 0x80) return false;
+      cp = cp << 6 | (byte(i + k) & 0x3F);
+    }
+    static constexpr uint32_t kLeast[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kLeast[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
+// `text` with every byte outside printable ASCII as \xNN, for an error message.
+std::string Escaped(std::string_view text) {
+  std::string out;
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    out += c >= 0x20 && c < 0x7F ? std::string(1, ch) : absl::StrFormat("\\x%02X", c);
+  }
+  return out;
+}
+
 // Checks the names and tensors, lays them out as the reference writer does, and streams the file
 // image to `sink`: the length, the header, then each tensor (copied to the host one at a time).
 void WriteSafetensors(const char* op, const NamedTensors& tensors,
@@ -184,6 +220,7 @@ void WriteSafetensors(const char* op, const NamedTensors& tensors,
   std::map<std::string, const Tensor*> by_name;
   for (const auto& [name, t] : tensors) {
     KILN_CHECK(!name.empty() && name != "__metadata__", op, ": invalid tensor name '", name, "'");
+    KILN_CHECK(IsUtf8(name), op, ": the tensor name '", Escaped(name), "' is not valid UTF-8");
     KILN_CHECK(by_name.emplace(name, &t).second, op, ": the tensor name '", name,
                "' appears twice");
     KILN_CHECK(t.defined(), op, ": tensor '", name, "' is undefined");
@@ -198,6 +235,10 @@ void WriteSafetensors(const char* op, const NamedTensors& tensors,
     e.shape = t.shape();
     e.end = static_cast<uint64_t>(t.numel() * t.element_size());
     entries.push_back(std::move(e));
+  }
+  for (const auto& [key, value] : metadata) {
+    KILN_CHECK(IsUtf8(key) && IsUtf8(value), op, ": the metadata entry '", Escaped(key), "' = '",
+               Escaped(value), "' is not valid UTF-8");
   }
   LayOutSafetensors(&entries);
   const std::string header = BuildSafetensorsHeader(entries, metadata);

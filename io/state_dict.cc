@@ -114,6 +114,11 @@ class NamedSource final : public Source {
   explicit NamedSource(const NamedTensors& tensors) : what_("named tensors") {
     for (const auto& [name, t] : tensors) {
       KILN_CHECK(t.defined(), "load_state_dict: the tensor '", name, "' is undefined");
+      // Checked here, before any parameter is written: a failed load leaves the module as it was.
+      KILN_CHECK(!t.device().is_meta() && !t.is_placeholder() &&
+                     (t.storage() == nullptr || !t.storage()->uninitialised()),
+                 "load_state_dict: the tensor '", name, "' (", Describe(t.type()),
+                 ") holds no values to load (a meta tensor, or one made without values)");
       KILN_CHECK(by_name_.emplace(name, t).second, "load_state_dict: the key '", name,
                  "' appears twice in the named tensors");
       keys_.push_back(name);

@@ -264,9 +264,17 @@ TEST(Safetensors, SaveRejectsBadNamesAndTensors) {
             }).find("tensor 'm' (float32[2] on meta) holds no data"),
             std::string::npos);
   EXPECT_NE(ErrorOf([&] {
-              serialize_safetensors({{std::string("\xff\xfe", 2), t}});
-            }).find("not valid UTF-8"),
+              serialize_safetensors({{"ok", t}, {std::string("bad\xff", 4), t}});
+            }).find("serialize_safetensors: the tensor name 'bad\\xFF' is not valid UTF-8"),
             std::string::npos);
+  EXPECT_NE(ErrorOf([&] {
+              serialize_safetensors({{"a", t}}, {{"note", std::string("\xc0\x80", 2)}});
+            }).find("the metadata entry 'note' = '\\xC0\\x80' is not valid UTF-8"),
+            std::string::npos);
+  EXPECT_EQ(SafetensorsFile::FromBytes(serialize_safetensors({{"\u00e9t\u00e9 \u4e2d", t}}))
+                .keys()
+                .size(),
+            1u);  // well-formed UTF-8 of two and three bytes
   EXPECT_NE(ErrorOf([&] {
               save_safetensors("/nonexistent/dir/w.safetensors", {{"a", t}});
             }).find("'/nonexistent/dir/w.safetensors': cannot create the file beside it"),

@@ -204,6 +204,14 @@ TEST(StateDict, RefusesParametersWithoutMemory) {
               load_state_dict(fc, NamedTensors{{"weight", zeros({2, 2})}});
             }).find("the parameter float32[2, 2] on meta holds no memory"),
             std::string::npos);
+  // A source without values is refused by its key before anything is written.
+  Linear dst(3, 2, false, gen);
+  const Tensor before = clone(dst.weight());
+  EXPECT_NE(ErrorOf([&] {
+              load_state_dict(dst, NamedTensors{{"weight", empty({2, 3}, DType::kFloat32, kMeta)}});
+            }).find("load_state_dict: the tensor 'weight' (float32[2, 3] on meta) holds no values"),
+            std::string::npos);
+  EXPECT_EQ(to_vector(dst.weight()), to_vector(before));
 }
 
 // Row mappings whose ends pass int64's are out of range (no wrapped sum passes the check).
