@@ -33,17 +33,30 @@ class DefaultForwardGuard {
 
 }  // namespace
 
+std::string Module::Child(const std::string& name) const {
+  return path_.empty() ? name : absl::StrCat(path_, ".", name);
+}
+
+void Module::SetPath(Module* m, const std::string& path) {
+  m->path_ = path;
+  for (const auto& [name, child] : m->children_) SetPath(child.get(), m->Child(name));
+}
+
+std::string Module::Where() const {
+  return path_.empty() ? type_name() : absl::StrCat(type_name(), " (", path_, ")");
+}
+
 void Module::CheckInitialised() const {
   // Every call of every module comes here: one load unless a parameter was made without values.
   if (!maybe_uninitialised_.load(std::memory_order_relaxed)) return;
   for (const auto& [name, t] : params_) {
-    KILN_CHECK(!t.defined() || t.storage() == nullptr || !t.storage()->uninitialised(), type_name(),
+    KILN_CHECK(!t.defined() || t.storage() == nullptr || !t.storage()->uninitialised(), Where(),
                ": parameter '", name, "' ", Describe(t.type()),
                " was made without values (ModuleOptions::init = Init::kNone) and never written; "
                "load_state_dict (or copy_) before calling the module");
   }
   for (const auto& [name, t] : buffers_) {
-    KILN_CHECK(!Uninitialised(t), type_name(), ": buffer '", name, "' ", Describe(t.type()),
+    KILN_CHECK(!Uninitialised(t), Where(), ": buffer '", name, "' ", Describe(t.type()),
                " got memory from to_empty and was never written");
   }
   maybe_uninitialised_.store(false, std::memory_order_relaxed);  // all written now, for good

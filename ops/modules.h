@@ -132,6 +132,7 @@ class Module {
   M& RegisterModule(std::string name, std::unique_ptr<M> child) {
     M& ref = *child;
     children_.emplace_back(std::move(name), std::move(child));
+    SetPath(children_.back().second.get(), Child(children_.back().first));
     return ref;
   }
   // Records that parameter `name` of this module holds only `shard` of the whole.
@@ -152,7 +153,14 @@ class Module {
   void CollectNamed(bool buffers, const std::string& prefix,
                     std::vector<std::pair<std::string, Tensor>>* out) const;
   static bool Uninitialised(const Tensor& t);
+  // The dotted path of child `name` ("layers.0.mlp"), and the paths of a module registered under
+  // a parent and of its submodules; error messages name a module by it.
+  std::string Child(const std::string& name) const;
+  static void SetPath(Module* m, const std::string& path);
+  // "Linear (lm_head)" for a registered module, "Linear" for a root.
+  std::string Where() const;
 
+  std::string path_;  // "" for a module no parent holds
   std::deque<std::pair<std::string, Tensor>> params_, buffers_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
   std::vector<std::pair<std::string, ParamShard>> shards_;  // MarkShard's, by parameter name

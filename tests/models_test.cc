@@ -393,6 +393,14 @@ TEST(Init, UninitialisedModulesRefuseToRunUntilLoaded) {
     EXPECT_TRUE(p.storage()->uninitialised()) << name << " was written by a failed load";
   }
   EXPECT_THROW(model(tokens), Error);
+  // Loaded without the LM head (strict off): the error names the module by its path.
+  NamedTensors no_head;
+  for (const auto& [k, t] : sd) {
+    if (k != "lm_head.weight") no_head.emplace_back(k, t);
+  }
+  load_state_dict(model, no_head, {.strict = false, .map = llama_load_mapping()});
+  const std::string head = ErrorOf([&] { model(tokens); });
+  EXPECT_NE(head.find("Linear (lm_head): parameter 'weight'"), std::string::npos) << head;
   // The whole checkpoint: it runs, and equals the source.
   const LoadReport r = load_state_dict(model, sd, {.map = llama_load_mapping()});
   EXPECT_EQ(r.str(), "all 21 parameters loaded");
