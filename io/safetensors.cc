@@ -178,30 +178,6 @@ namespace {
 
 using ByteSink = std::function<void(const void* data, size_t n)>;
 
-// Whether `text` is well-formed UTF-8 (the header is JSON text): no stray continuation bytes, no
-// overlong forms, surrogates or code points past U+10FFFF.
-bool IsUtf8(std::string_view text) {
-  for (size_t i = 0; i < text.size();) {
-    const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-    const unsigned char c = byte(i);
-    const int n = c < 0x80           ? 0
-                  : (c >> 5) == 0x6  ? 1
-                  : (c >> 4) == 0xE  ? 2
-                  : (c >> 3) == 0x1E ? 3
-                                     : -1;
-    if (n < 0 || i + n >= text.size()) return false;
-    uint32_t cp = n == 0 ? c : c & (0x3F >> n);
-    for (int k = 1; k <= n; ++k) {
-      if ((byte(i + k) & 0xC0) != 0x80) return false;
-      cp = cp << 6 | (byte(i + k) & 0x3F);
-    }
-    static constexpr uint32_t kLeast[] = {0, 0x80, 0x800, 0x10000};
-    if (cp < kLeast[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += n + 1;
-  }
-  return true;
-}
-
 // `text` with every byte outside printable ASCII as \xNN, for an error message.
 std::string Escaped(std::string_view text) {
   std::string out;
@@ -220,7 +196,7 @@ void WriteSafetensors(const char* op, const NamedTensors& tensors,
   std::map<std::string, const Tensor*> by_name;
   for (const auto& [name, t] : tensors) {
     KILN_CHECK(!name.empty() && name != "__metadata__", op, ": invalid tensor name '", name, "'");
-    KILN_CHECK(IsUtf8(name), op, ": the tensor name '", Escaped(name), "' is not valid UTF-8");
+    KILN_CHECK(IsUtf8Text(name), op, ": the tensor name '", Escaped(name), "' is not valid UTF-8");
     KILN_CHECK(by_name.emplace(name, &t).second, op, ": the tensor name '", name,
                "' appears twice");
     KILN_CHECK(t.defined(), op, ": tensor '", name, "' is undefined");
@@ -237,8 +213,8 @@ void WriteSafetensors(const char* op, const NamedTensors& tensors,
     entries.push_back(std::move(e));
   }
   for (const auto& [key, value] : metadata) {
-    KILN_CHECK(IsUtf8(key) && IsUtf8(value), op, ": the metadata entry '", Escaped(key), "' = '",
-               Escaped(value), "' is not valid UTF-8");
+    KILN_CHECK(IsUtf8Text(key) && IsUtf8Text(value), op, ": the metadata entry '", Escaped(key),
+               "' = '", Escaped(value), "' is not valid UTF-8");
   }
   LayOutSafetensors(&entries);
   const std::string header = BuildSafetensorsHeader(entries, metadata);

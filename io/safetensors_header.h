@@ -40,9 +40,12 @@ std::optional<int> SafetensorsElementSize(std::string_view dtype);
 // on entry).
 void LayOutSafetensors(std::vector<SafetensorsEntry>* entries);
 
+// Whether `text` can stand in the header: JSON text is UTF-8 (the JSON library's own check).
+bool IsUtf8Text(const std::string& text);
+
 // The header's JSON for `entries` (in data order, offsets set): "__metadata__" first when not
-// empty, then the tensors, padded with spaces to a multiple of 8 bytes. Throws kiln::Error for a
-// name or metadata string that is not valid UTF-8.
+// empty, then the tensors, padded with spaces to a multiple of 8 bytes. Every name and metadata
+// string must pass IsUtf8Text (the writer checks them first, naming the one that does not).
 std::string BuildSafetensorsHeader(const std::vector<SafetensorsEntry>& entries,
                                    const std::map<std::string, std::string>& metadata);
 

@@ -153,6 +153,17 @@ bool CanCast(DType from, DType to) {
   return from == DType::kBool || to != DType::kBool;
 }
 
+// Input i of an in-place op overlapping self as `overlap` says: partly is refused for every such
+// op, fully for a kernel that writes only what changes (it would read what it wrote).
+void RefuseOverlapWithSelf(const OpDef& def, absl::Span<const Tensor> inputs, size_t i,
+                           MemOverlap overlap) {
+  if (overlap == MemOverlap::kPartial || (def.updates_self && overlap == MemOverlap::kFull)) {
+    Fail(def, inputs, absl::StatusCode::kInvalidArgument,
+         absl::StrCat("in-place: some elements of input ", i, " and of self (the written-to ",
+                      "tensor) refer to the same memory location; clone() the input first"));
+  }
+}
+
 // torch's checks on self for an in-place op: the result keeps self's shape, casts to self's
 // dtype, self has no element twice, and no input partially overlaps self (nor fully, for a kernel
 // that writes only what changes: index_copy_ and scatter_ read their other inputs while self
@@ -182,10 +193,7 @@ bool CheckInPlace(const OpDef& def, absl::Span<const Tensor> inputs, const Tenso
   bool too_hard = false;
   for (size_t i = 1; i < inputs.size(); ++i) {
     const MemOverlap overlap = GetMemOverlap(self, inputs[i]);
-    if (overlap == MemOverlap::kPartial || (def.updates_self && overlap == MemOverlap::kFull)) {
-      fail(absl::StrCat("some elements of input ", i, " and of self (the written-to tensor) ",
-                        "refer to the same memory location; clone() the input first"));
-    }
+    RefuseOverlapWithSelf(def, inputs, i, overlap);
     too_hard = too_hard || overlap == MemOverlap::kTooHard;
   }
   return too_hard;
@@ -311,15 +319,9 @@ Tensor Dispatch(OpId id, absl::Span<const Tensor> inputs, const OpAttrs& attrs) 
 // object where they view one input: an input partly overlapping self, or self itself as an input
 // of a kernel that writes only what changes, is refused as eager refuses it.
 void RefuseOverlapsInTrace(const OpDef& def, absl::Span<const Tensor> inputs) {
-  const Tensor& self = inputs[0];
   for (size_t i = 1; i < inputs.size(); ++i) {
-    if (!inputs[i].defined()) continue;
-    const MemOverlap overlap = GetLayoutOverlap(self, inputs[i]);
-    if (overlap == MemOverlap::kPartial || (def.updates_self && overlap == MemOverlap::kFull)) {
-      Fail(def, inputs, absl::StatusCode::kInvalidArgument,
-           absl::StrCat("in-place: some elements of input ", i, " and of self (the written-to ",
-                        "tensor) refer to the same memory location; clone() the input first"));
-    }
+    if (inputs[i].defined())
+      RefuseOverlapWithSelf(def, inputs, i, GetLayoutOverlap(inputs[0], inputs[i]));
   }
 }
 

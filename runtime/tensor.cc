@@ -196,8 +196,9 @@ std::pair<int64_t, int64_t> ElementExtent(const Tensor& t) {
 }  // namespace
 
 MemOverlap GetMemOverlap(const Tensor& a, const Tensor& b) {
-  if (!a.shares_storage(b) || a.numel() == 0 || b.numel() == 0) return MemOverlap::kNo;
-  if (a.storage() == nullptr || a.storage()->device().is_meta()) return MemOverlap::kNo;
+  if (a.defined() && a.storage() != nullptr && a.storage()->device().is_meta()) {
+    return MemOverlap::kNo;  // no memory (a placeholder's storage: GetLayoutOverlap)
+  }
   return GetLayoutOverlap(a, b);
 }
 

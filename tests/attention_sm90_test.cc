@@ -122,6 +122,9 @@ TEST(FlashSm90Source, RefusesConfigsOutsideItsRanges) {
   c = FlashSm90Config{};
   c.exp2_on_fma = 9;
   ExpectThrowsWith([&] { cuda_ops::RenderFlashSm90Source(c); }, "0..8 of 8 exponentials");
+  c = FlashSm90Config{};
+  c.dynamic = true;  // one consumer: CTAs are not persistent, nothing to schedule
+  ExpectThrowsWith([&] { cuda_ops::RenderFlashSm90Source(c); }, "2..3 for the dynamic schedule");
 }
 
 TEST(FlashSm90Source, TheAbSettingsChangeThePlan) {

@@ -234,7 +234,7 @@ bool LaunchFlashSm90(absl::Span<const Tensor> in, const OpAttrs& a, const FlashP
   // The dynamic schedule's counter of items taken, zeroed for this launch (freed stream-ordered).
   Tensor counter;
   int* next_work = nullptr;
-  if (c.consumers > 1 && c.dynamic) {
+  if (c.dynamic) {
     counter = Tensor::Empty({1}, DType::kInt32, q.device());
     next_work = static_cast<int*>(counter.data_ptr());
     KILN_CUDA_CHECK(cudaMemsetAsync(next_work, 0, sizeof(int), cuda::CurrentStream()));

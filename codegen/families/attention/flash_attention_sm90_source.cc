@@ -558,7 +558,7 @@ std::string FlashSm90Config::Name() const {
                       consumers == 1 ? absl::StrCat("_b", min_blocks)
                       : pingpong     ? "_persistent"
                                      : "_persistent_unordered",
-                      consumers > 1 && dynamic ? "_dynamic" : "",
+                      dynamic ? "_dynamic" : "",
                       exp2_on_fma == 0 ? "" : absl::StrCat("_fma", exp2_on_fma));
 }
 
@@ -605,11 +605,11 @@ std::string RenderFlashSm90Source(const FlashSm90Config& c) {
                  c.block_n % 16 == 0 && c.block_n >= 64 && c.block_n <= 256 && c.stages >= 2 &&
                  c.stages <= 8 && c.min_blocks >= 1 && c.min_blocks <= 4 && c.consumers >= 1 &&
                  c.consumers <= 3 && c.exp2_on_fma >= 0 && c.exp2_on_fma <= 8 &&
-                 c.shared_bytes() <= kMaxSharedBytes,
+                 (!c.dynamic || c.consumers > 1) && c.shared_bytes() <= kMaxSharedBytes,
              "sm_90 attention kernel: needs head dim 64 or 128, bf16 or f16, 64..256 keys a ",
              "tile (a multiple of 16), 2..8 stages (tile j's S is computed while tile j-1's V is "
-             "read), 1..4 CTAs an SM, 1..3 consumer warpgroups, 0..8 of 8 exponentials on the FMA "
-             "pipe, at most ",
+             "read), 1..4 CTAs an SM, 1..3 consumer warpgroups (2..3 for the dynamic schedule), "
+             "0..8 of 8 exponentials on the FMA pipe, at most ",
              kMaxSharedBytes, " bytes of shared memory; got ", c.Name(), " (", c.shared_bytes(),
              " bytes)");
   std::string source;
@@ -623,7 +623,7 @@ std::string RenderFlashSm90Source(const FlashSm90Config& c) {
   AppendDefine(&source, "KILN_FA3_BF16", c.dtype == DType::kBFloat16 ? 1 : 0);
   AppendDefine(&source, "KILN_FA3_CAUSAL", c.causal ? 1 : 0);
   AppendDefine(&source, "KILN_FA3_EXP2_FMA", c.exp2_on_fma);
-  AppendDefine(&source, "KILN_FA3_DYNAMIC", c.consumers > 1 && c.dynamic ? 1 : 0);
+  AppendDefine(&source, "KILN_FA3_DYNAMIC", c.dynamic ? 1 : 0);
   absl::StrAppend(
       &source, kFlashParamsSource, HopperPrimitivesSource(),
       RenderWgmma("kiln_fa3_qk", c.block_n, c.dtype, {}),

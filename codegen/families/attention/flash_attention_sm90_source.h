@@ -58,7 +58,8 @@ struct FlashSm90Config {
   int exp2_on_fma = 0;
   // The persistent form's CTAs take their next work item from a counter in global memory as they
   // free up (FlashAttention-3's tile scheduler) instead of every gridDim.x-th: causal items range
-  // from one K/V tile to all of them, and a fixed share leaves some SMs idle at the end.
+  // from one K/V tile to all of them, and a fixed share leaves some SMs idle at the end. The
+  // persistent form only (2 or 3 consumers).
   bool dynamic = false;
 
   int block_m() const { return 64 * consumers; }  // query rows of a CTA's tile
