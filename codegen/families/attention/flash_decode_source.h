@@ -14,11 +14,11 @@
 //     online in fp32 and base 2 (x = s·scale·log2 e + mask·log2 e), as in the flash kernel, one
 //     rescale per UNROLL keys. The groups' (m, l, O) merge in shared memory.
 //   * With one split the CTA writes the output row. With several on sm_90 the splits of a row are
-//     one thread-block cluster (grid y = cluster y = splits, at most 16): each CTA leaves its
-//     (m, l, O) in its shared memory, and after a cluster barrier CTA rank 0 reads the others'
-//     through distributed shared memory and writes O = Σ O_s·2^(m_s - M) / Σ l_s·2^(m_s - M):
-//     one kernel, no workspace. Before sm_90 (no clusters) the splits write a float workspace
-//     [rows][splits][D + 2] and KILN_FD_COMBINE_NAME (one CTA per row) merges it.
+//     one thread-block cluster (grid y = cluster y = splits, at most 16): each CTA stores its
+//     (m, l, O) into CTA rank 0's shared memory (distributed shared memory), and after a cluster
+//     barrier rank 0 writes O = Σ O_s·2^(m_s - M) / Σ l_s·2^(m_s - M): one kernel, no workspace.
+//     Before sm_90 (no clusters) the splits write a float workspace [rows][splits][D + 2] and
+//     KILN_FD_COMBINE_NAME (one CTA per row) merges it.
 // Semantics match the flash kernel: causal is torch's top-left rule (key j for query i iff
 // j <= i), grouped-query heads read K/V head h / group, the mask (bool: nonzero keeps; additive
 // float32/float16/bfloat16) is broadcast with any strides, and a row with no visible key is
@@ -71,6 +71,7 @@ constexpr int UNROLL = 4;        // loads of K and V per lane in flight together
 constexpr int GROUPS = WARPS * KPW;           // lane groups of a CTA (partial results)
 constexpr int STEP = GROUPS * UNROLL;         // keys a CTA takes per iteration
 constexpr int kMaxSplits = 1024;  // the host never splits a row further
+constexpr int kMaxClusterSplits = 16;  // nor a row's cluster (a non-portable size on sm_90)
 #if KILN_FD_APPEND
 constexpr int kMaxNew = KILN_FD_APPEND;  // appended rows this variant takes (1, or up to 4)
 #endif
@@ -243,19 +244,26 @@ __device__ void append_rows(const KilnDecodeParams& dp, int b, int hk) {
 #endif
 
 #if __CUDA_ARCH__ >= 900
-// Thread-block clusters (sm_90): the barrier every thread of the cluster's CTAs arrives at, and
-// a float of CTA `rank`'s shared memory at the address `local` has in this CTA's.
+// Thread-block clusters (sm_90). The barrier every thread of the cluster's CTAs arrives at, split
+// in two: arrive_early() at the kernel's start (relaxed: it only says the CTA is running) and
+// wait_started() before the first store into another CTA's shared memory (which must have
+// started); then cluster_sync(), whose release/acquire makes those stores visible. A float is
+// stored into CTA `rank`'s shared memory at the address `local` has in this CTA's.
+__device__ __forceinline__ void arrive_early() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wait_started() {
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+}
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;"
                ::: "memory");
 }
-__device__ __forceinline__ float cluster_load(const float* local, unsigned rank) {
+__device__ __forceinline__ void cluster_store(float* local, unsigned rank, float v) {
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
   unsigned remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-  return v;
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
 }
 #endif
 
@@ -272,6 +280,10 @@ __device__ __forceinline__ float cluster_load(const float* local, unsigned rank)
 
 extern "C" __global__ void KILN_FD_BOUNDS KILN_FD_NAME(const KilnDecodeParams dp) {
   using namespace kiln_fd;
+#if __CUDA_ARCH__ >= 900
+  // The row's splits are one cluster: they merge in CTA rank 0's shared memory (below).
+  if (dp.splits > 1 && dp.part == nullptr) arrive_early();  // uniform over the grid
+#endif
   kiln_grid_dependency_sync();
   const KilnFlashParams& p = dp.f;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -387,31 +399,32 @@ extern "C" __global__ void KILN_FD_BOUNDS KILN_FD_NAME(const KilnDecodeParams dp
     return;
   }
 #if __CUDA_ARCH__ >= 900
-  // The row's splits are one cluster: rank 0 merges the others' (m, l, O) from their shared
-  // memory; the second barrier keeps every CTA (and its shared memory) alive until it has.
-  __shared__ float cm, cl, co[D];
-  if (d < D) co[d] = o;
-  if (d == 0) {
-    cm = big;
-    cl = sum;
-  }
-  cluster_sync();
+  // The row's splits are one cluster: each CTA stores its (m, l, O) into CTA rank 0's shared
+  // memory (remote stores, issued together), and after the cluster barrier rank 0 merges them
+  // from its own shared memory in split order while the others exit. (Rank 0 reading the others'
+  // shared memory instead took a round trip per split and value, one after another.)
+  __shared__ float cm[kMaxClusterSplits], cl[kMaxClusterSplits], co[kMaxClusterSplits][D];
   unsigned rank;
   asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-  if (rank == 0 && d < D) {
-    float mx = neg_inf();
-    for (int s = 0; s < dp.splits; ++s) mx = fmaxf(mx, cluster_load(&cm, s));
-    float total = 0.f, value = 0.f;
-    if (mx != neg_inf()) {
-      for (int s = 0; s < dp.splits; ++s) {
-        const float w = exp2f(cluster_load(&cm, s) - mx);
-        total += cluster_load(&cl, s) * w;
-        value += cluster_load(&co[d], s) * w;
-      }
-    }
-    out_row(p, row)[d] = from_f(total > 0.f ? value / total : 0.f);
+  wait_started();  // every CTA of the cluster runs: rank 0's shared memory exists
+  if (d < D) cluster_store(&co[rank][d], 0, o);
+  if (d == 0) {
+    cluster_store(&cm[rank], 0, big);
+    cluster_store(&cl[rank], 0, sum);
   }
   cluster_sync();
+  if (rank != 0 || d >= D) return;
+  float mx = neg_inf();
+  for (int s = 0; s < dp.splits; ++s) mx = fmaxf(mx, cm[s]);
+  float total = 0.f, value = 0.f;
+  if (mx != neg_inf()) {
+    for (int s = 0; s < dp.splits; ++s) {
+      const float w = exp2f(cm[s] - mx);
+      total += cl[s] * w;
+      value += co[s][d] * w;
+    }
+  }
+  out_row(p, row)[d] = from_f(total > 0.f ? value / total : 0.f);
 #endif
 }
 
