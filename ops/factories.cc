@@ -200,6 +200,8 @@ Tensor RandomDraw(IntList shape, Generator& gen, DType dtype, Device device, boo
     }
   }
   const StoreFn store = StorerFor(dtype);
+  // Uniform draws exact in the dtype (none rounds up to 1), as the CUDA kernel draws them.
+  const int digits = dtype == DType::kFloat16 ? 11 : dtype == DType::kBFloat16 ? 8 : 24;
   for (int64_t b = 0; 4 * b < n; ++b) {
     const philox::Uint4 r = philox::Block(gen.key(), base + static_cast<uint64_t>(b));
     float v[4];
@@ -207,7 +209,8 @@ Tensor RandomDraw(IntList shape, Generator& gen, DType dtype, Device device, boo
       const philox::Normal2 z0 = philox::BoxMuller(r.x, r.y), z1 = philox::BoxMuller(r.z, r.w);
       v[0] = z0.a, v[1] = z0.b, v[2] = z1.a, v[3] = z1.b;
     } else {
-      for (int lane = 0; lane < 4; ++lane) v[lane] = philox::ToUniform(philox::Lane(r, lane));
+      for (int lane = 0; lane < 4; ++lane)
+        v[lane] = philox::ToUniform(philox::Lane(r, lane), digits);
     }
     for (int lane = 0; lane < 4 && 4 * b + lane < n; ++lane)
       store(out.data_ptr(), 4 * b + lane, v[lane]);

@@ -33,8 +33,10 @@ Tensor arange(Scalar start, Scalar end, Scalar step = 1, std::optional<DType> dt
               Device device = kCPU);
 Tensor arange(int64_t end, DType dtype = DType::kInt64, Device device = kCPU);
 // Standard normal / uniform [0, 1) samples drawn from `gen`'s Philox stream: the same numbers on
-// CPU and CUDA (a CUDA draw is filled on the device), with any compiler (runtime/random.h).
-// Inside a function being compiled they throw: traced, the numbers would be a constant.
+// CPU and CUDA (a CUDA draw is filled on the device), with any compiler (runtime/random.h). A
+// uniform is exact in its dtype (multiples of 2^-24 in float32, 2^-11 in float16, 2^-8 in
+// bfloat16, as torch's CPU draw), so none rounds up to 1. Inside a function being compiled they
+// throw: traced, the numbers would be a constant.
 Tensor randn(IntList shape, Generator& gen, DType dtype = DType::kFloat32, Device device = kCPU);
 Tensor rand(IntList shape, Generator& gen, DType dtype = DType::kFloat32, Device device = kCPU);
 

@@ -77,9 +77,11 @@ KILN_PHILOX_FN uint32_t Lane(const Uint4& r, int lane) {
   return lane == 0 ? r.x : lane == 1 ? r.y : lane == 2 ? r.z : r.w;
 }
 
-// A uniform float in [0, 1) from the top 24 bits (every value exactly representable).
-KILN_PHILOX_FN float ToUniform(uint32_t bits) {
-  return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f);
+// A uniform float in [0, 1) from the top `digits` bits (1..24): a multiple of 2^-digits, so every
+// value is exact in a float type of that many significand digits (24 float32, 11 float16, 8
+// bfloat16), which therefore never rounds one up to 1 (torch's CPU draw, uniform_real).
+KILN_PHILOX_FN float ToUniform(uint32_t bits, int digits = 24) {
+  return static_cast<float>(bits >> (32 - digits)) * (1.0f / static_cast<float>(1u << digits));
 }
 
 struct Normal2 {

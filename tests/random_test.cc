@@ -7,6 +7,7 @@
 //
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -117,6 +118,31 @@ TEST(Generator, RandRejectsIntegerDtypes) {
   Generator gen(0);
   EXPECT_THROW(randn({2}, gen, DType::kInt64), Error);
   EXPECT_THROW(rand({2}, gen, DType::kBool), Error);
+}
+
+// A half-precision uniform is drawn exact in its dtype (a multiple of 2^-8 in bfloat16, 2^-11 in
+// float16, as torch's CPU draw): rounding a 24-bit draw to it gave exactly 1 for draws within
+// half an ulp of 1 (2166 of 2^20 in bfloat16), so -log(1 - u) was inf.
+void ExpectHalfUniformsBelowOne(Device device) {
+  for (DType t : {DType::kBFloat16, DType::kFloat16}) {
+    Generator gen(3);
+    const std::vector<double> u = to_vector(rand({1 << 20}, gen, t, device));
+    const double step = t == DType::kBFloat16 ? 1.0 / 256 : 1.0 / 2048;
+    double top = 0;
+    for (double x : u) {
+      ASSERT_TRUE(x >= 0 && x < 1) << DTypeName(t) << " drew " << x;
+      ASSERT_EQ(std::fmod(x, step), 0.0) << DTypeName(t) << " drew " << x;
+      top = std::max(top, x);
+    }
+    EXPECT_EQ(top, 1 - step) << DTypeName(t);  // the largest value is drawn too
+  }
+}
+
+TEST(Generator, HalfUniformsStayBelowOne) { ExpectHalfUniformsBelowOne(kCPU); }
+
+TEST(GeneratorCuda, HalfUniformsStayBelowOne) {
+  KILN_SKIP_WITHOUT_GPU();
+  ExpectHalfUniformsBelowOne(CUDA(0));
 }
 
 // The device kernel computes the CPU's numbers: uniforms bit for bit, normals to the float32

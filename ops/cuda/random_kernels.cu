@@ -22,8 +22,10 @@ __global__ void FillRandomKernel(T* out, int64_t n, philox::Key key, uint64_t ba
       const philox::Normal2 z0 = philox::BoxMuller(r.x, r.y), z1 = philox::BoxMuller(r.z, r.w);
       v[0] = z0.a, v[1] = z0.b, v[2] = z1.a, v[3] = z1.b;
     } else {
-      v[0] = philox::ToUniform(r.x), v[1] = philox::ToUniform(r.y);
-      v[2] = philox::ToUniform(r.z), v[3] = philox::ToUniform(r.w);
+      // Exact in T (its significand's digits), so that no draw rounds up to 1.
+      constexpr int kDigits = std::is_same_v<T, float> ? 24 : std::is_same_v<T, __half> ? 11 : 8;
+      v[0] = philox::ToUniform(r.x, kDigits), v[1] = philox::ToUniform(r.y, kDigits);
+      v[2] = philox::ToUniform(r.z, kDigits), v[3] = philox::ToUniform(r.w, kDigits);
     }
     const int64_t first = 4 * b;
 #pragma unroll
