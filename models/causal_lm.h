@@ -49,6 +49,9 @@ class CausalLM : public Module {
   // last of the T tokens (the model's dtype). Traceable: compile() takes it as it is.
   virtual Tensor Step(const StepInputs& in) = 0;
 
+  // cache_spec(), refused (a kiln::Error naming the model, `who` and the field) unless layers >=
+  // 0, kv_heads, head_dim, vocab and max_positions > 0 and the dtype is a floating type.
+  CacheSpec CheckedCacheSpec(const char* who) const;
   // A zeroed cache for `batch` rows of `capacity` slots, in the spec's dtype and device.
   KvCache NewCache(int64_t batch, int64_t capacity) const;
 };

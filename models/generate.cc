@@ -19,9 +19,6 @@ using Mode = GenerateOptions::Mode;
 
 void CheckPrompts(const std::vector<std::vector<int64_t>>& prompts, const GenerateOptions& o,
                   const CausalLM::CacheSpec& spec) {
-  KILN_CHECK(spec.vocab > 0 && spec.max_positions > 0, "generate: the model's cache_spec() ",
-             "must give vocab > 0 and max_positions > 0, got vocab=", spec.vocab,
-             " max_positions=", spec.max_positions);
   KILN_CHECK(!prompts.empty(), "generate: no prompts");
   check_sampling_options(o.sampling);
   KILN_CHECK(o.max_new_tokens > 0, "generate: max_new_tokens must be positive, got ",
@@ -137,7 +134,7 @@ void CheckLogits(const Tensor& logits, int64_t batch, const CausalLM::CacheSpec&
 
 // The next ids, one per row, on the host.
 std::vector<int64_t> Pick(const Tensor& logits, const GenerateOptions& o, Generator& gen) {
-  if (o.sampling.temperature == 0 && o.sampling.top_k == 0 && o.sampling.top_p == 1) {
+  if (o.sampling.temperature == 0) {  // greedy: top_k and top_p change nothing
     return to_vector<int64_t>(argmax(cast(logits, DType::kFloat32), -1));
   }
   const int64_t batch = logits.size(0), vocab = logits.size(1);
@@ -154,7 +151,7 @@ std::vector<int64_t> Pick(const Tensor& logits, const GenerateOptions& o, Genera
 
 GenerateResult generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                         const GenerateOptions& o) {
-  const CausalLM::CacheSpec spec = model.cache_spec();
+  const CausalLM::CacheSpec spec = model.CheckedCacheSpec("generate");
   CheckPrompts(prompts, o, spec);
   KILN_CHECK(o.mode != Mode::kCudaGraph || spec.device.is_cuda(),
              "generate: Mode::kCudaGraph needs a CUDA model, the model is on ", spec.device.str());

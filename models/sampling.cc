@@ -19,6 +19,17 @@ std::vector<int64_t> Ranked(const std::vector<float>& logits) {
   return ids;
 }
 
+// torch.argmax's pick: the first NaN if there is one, else the lowest id of the largest value
+// (+inf included).
+int64_t Argmax(const std::vector<float>& logits) {
+  int64_t best = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (std::isnan(logits[i])) return static_cast<int64_t>(i);
+    if (logits[i] > logits[best]) best = static_cast<int64_t>(i);
+  }
+  return best;
+}
+
 }  // namespace
 
 void check_sampling_options(const SamplingOptions& o) {
@@ -35,19 +46,21 @@ std::vector<double> Distribution(const std::vector<float>& logits, const Samplin
                                  std::vector<int64_t>* ranked_out) {
   KILN_CHECK(!logits.empty(), "sample_token: no logits");
   check_sampling_options(o);
+  std::vector<double> probs(logits.size(), 0.0);
+  std::vector<int64_t>& ranked = *ranked_out;
+  if (o.temperature == 0) {  // greedy, whatever top_k and top_p say
+    const int64_t id = Argmax(logits);
+    ranked.assign(1, id);
+    probs[id] = 1;
+    return probs;
+  }
   for (size_t i = 0; i < logits.size(); ++i) {
     KILN_CHECK(!std::isnan(logits[i]), "sample_token: logit ", i, " is NaN");
   }
-  std::vector<int64_t>& ranked = *ranked_out;
   ranked = Ranked(logits);
   const double top = logits[ranked[0]];
   KILN_CHECK(std::isfinite(top), "sample_token: the largest logit is ", top,
              ", not a finite number");
-  std::vector<double> probs(logits.size(), 0.0);
-  if (o.temperature == 0) {
-    probs[ranked[0]] = 1;
-    return probs;
-  }
   size_t kept = o.top_k > 0 ? std::min<size_t>(o.top_k, ranked.size()) : ranked.size();
   double total = 0;
   for (size_t i = 0; i < kept; ++i) {
@@ -55,9 +68,10 @@ std::vector<double> Distribution(const std::vector<float>& logits, const Samplin
     probs[ranked[i]] = p;
     total += p;
   }
-  // top-p: keep ids while the mass before them is below p (at least one).
+  // top-p: keep ids while the mass before them is below p (at least one); p = 1 keeps every id
+  // (the mass summed in double can reach 1 before the smallest ids are counted).
   double before = 0;
-  size_t nucleus = 0;
+  size_t nucleus = o.top_p >= 1 ? kept : 0;
   while (nucleus < kept && (nucleus == 0 || before < o.top_p)) {
     before += probs[ranked[nucleus]] / total;
     ++nucleus;

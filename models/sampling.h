@@ -14,7 +14,8 @@
 namespace kiln {
 
 struct SamplingOptions {
-  double temperature = 0;  // 0: greedy (argmax, the lowest id among ties)
+  double temperature = 0;  // 0: greedy (torch.argmax: the lowest id among ties, the first NaN),
+                           // top_k and top_p then change nothing
   int64_t top_k = 0;       // > 0: only the k most likely ids (ties by lower id)
   double top_p = 1;        // < 1: the smallest set of most likely ids whose mass reaches p
 };
@@ -23,7 +24,8 @@ struct SamplingOptions {
 void check_sampling_options(const SamplingOptions& options);
 // The distribution a draw is made from: probabilities over the vocabulary, zero outside the
 // kept set, summing to 1 (greedy: 1 at the argmax). Throws for empty logits, a negative
-// temperature or top_k, a top_p outside (0, 1], or logits without a finite maximum.
+// temperature or top_k, a top_p outside (0, 1], or (when sampling, not greedy) a NaN logit or
+// logits without a finite maximum.
 std::vector<double> sampling_distribution(const std::vector<float>& logits,
                                           const SamplingOptions& options);
 // The id whose cumulative probability (ids in order of decreasing probability) first exceeds

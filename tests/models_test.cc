@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <map>
 #include <string>
@@ -1057,6 +1058,66 @@ TEST(Sampling, TopKTopPDrawsFollowTheirDistribution) {
               sample_token({1, NAN, 2}, {.temperature = 1}, 0.5);
             }).find("logit 1 is NaN"),
             std::string::npos);
+}
+
+// top_p = 1 keeps every id: the mass summed in double reached 1 before the smallest ids were
+// counted, and 318 of 1000 ids got probability 0. Greedy is torch.argmax whatever top_k and top_p
+// say: +inf and NaN logits are picked as argmax picks them, not refused.
+TEST(Sampling, TopPOfOneKeepsEveryIdAndGreedyIgnoresTopKTopP) {
+  std::vector<float> logits(1000);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = -0.05f * static_cast<float>(i);
+  const std::vector<double> all = sampling_distribution(logits, {.temperature = 1, .top_p = 1});
+  for (size_t i = 0; i < all.size(); ++i) ASSERT_GT(all[i], 0.0) << "id " << i;
+  const std::vector<double> k_only =
+      sampling_distribution(logits, {.temperature = 1, .top_k = 1000});
+  EXPECT_EQ(all, k_only);
+  const SamplingOptions greedy_k{.temperature = 0, .top_k = 5, .top_p = 0.5};
+  EXPECT_EQ(sample_token({1, INFINITY, 3}, greedy_k, 0.5), 1);
+  EXPECT_EQ(sample_token({1, NAN, 3, NAN}, greedy_k, 0.5), 1);  // the first NaN, as argmax
+  EXPECT_EQ(sample_token({-INFINITY, -INFINITY}, greedy_k, 0.5), 0);
+  EXPECT_EQ(sampling_distribution({2, 7, 7}, greedy_k), (std::vector<double>{0, 1, 0}));
+}
+
+// A model written by a user whose cache_spec() is impossible: its error names generate or
+// NewCache, the model and the field, before anything is allocated.
+class SpecLM : public CausalLM {
+ public:
+  explicit SpecLM(CacheSpec spec) : spec_(spec) {}
+  CacheSpec cache_spec() const override { return spec_; }
+  Tensor Step(const StepInputs&) override { return zeros({1, spec_.vocab}); }
+  const char* type_name() const override { return "SpecLM"; }
+
+ private:
+  CacheSpec spec_;
+};
+
+TEST(GenerateChecks, TheModelsCacheSpecIsChecked) {
+  const CausalLM::CacheSpec good{
+      .layers = 1, .kv_heads = 1, .head_dim = 2, .vocab = 8, .max_positions = 64};
+  GenerateOptions o;
+  o.max_new_tokens = 2;
+  auto with = [&](auto change) {
+    CausalLM::CacheSpec s = good;
+    change(s);
+    return SpecLM(s);
+  };
+  for (auto change : std::vector<std::function<void(CausalLM::CacheSpec&)>>{
+           [](auto& s) { s.kv_heads = -1; }, [](auto& s) { s.layers = -1; },
+           [](auto& s) { s.head_dim = 0; }, [](auto& s) { s.vocab = 0; },
+           [](auto& s) { s.max_positions = 0; }}) {
+    SpecLM model = with(change);
+    const std::string e = ErrorOf([&] { generate(model, {{1}}, o); });
+    EXPECT_NE(e.find("generate: SpecLM::cache_spec() must give layers >= 0 and kv_heads"),
+              std::string::npos)
+        << e;
+    EXPECT_NE(ErrorOf([&] { model.NewCache(1, 4); }).find("NewCache: SpecLM::cache_spec()"),
+              std::string::npos);
+  }
+  SpecLM ints = with([](auto& s) { s.dtype = DType::kInt64; });
+  EXPECT_NE(ErrorOf([&] { ints.NewCache(1, 4); }).find("must give a floating dtype"),
+            std::string::npos);
+  SpecLM fine(good);
+  EXPECT_EQ(fine.NewCache(2, 4).k[0].shape(), (Shape{2, 1, 4, 2}));
 }
 
 }  // namespace
