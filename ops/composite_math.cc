@@ -298,6 +298,11 @@ Tensor eye(int64_t n, std::optional<int64_t> m, DType dtype, Device device) {
 
 Tensor linspace(double start, double end, int64_t steps, DType dtype, Device device) {
   KILN_CHECK(steps >= 0, "linspace: steps must be >= 0, got ", steps);
+  KILN_CHECK(dtype != DType::kBool, "linspace: bool is not a dtype it fills (as torch)");
+  // The ends are converted to the dtype first, as torch converts its Scalars.
+  KILN_CHECK(!IsFloatingPoint(dtype) || (FitsDType(start, dtype) && FitsDType(end, dtype)),
+             "linspace: the ends ", start, " and ", end, " cannot be converted to ",
+             DTypeName(dtype), " without overflow");
   KILN_CHECK(IsFloatingPoint(dtype) || (std::isfinite(start) && std::isfinite(end)),
              "linspace: an integer dtype needs finite ends, got ", start, " and ", end);
   // An integer dtype takes the ends converted to it first (truncated), as torch's kernel.

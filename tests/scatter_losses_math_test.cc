@@ -359,6 +359,16 @@ void CompositesAreTorchs(Device device) {
   EXPECT_EQ(linspace(2, 3, 0).numel(), 0);
   EXPECT_EQ(Vals(linspace(2, 3, 1)), (std::vector<double>{2}));
   EXPECT_EQ(Vals(linspace(0.5, 10.7, 4, DType::kInt64)), (std::vector<double>{0, 3, 6, 10}));
+  // Ends past the dtype's range are refused, as torch's Scalar conversion refuses them (float16
+  // stored [0, inf, inf]); bool is no dtype linspace fills.
+  EXPECT_NE(
+      ErrorOf([&] {
+        linspace(0, 1e6, 3, DType::kFloat16, device);
+      }).find("linspace: the ends 0 and 1e+06 cannot be converted to float16 without overflow"),
+      std::string::npos);
+  EXPECT_EQ(Vals(linspace(-65504, 65504, 3, DType::kFloat16, device)),
+            (std::vector<double>{-65504, 0, 65504}));
+  EXPECT_THROW(linspace(0, 1, 3, DType::kBool, device), Error);
   // Dropout: the identity when not training; scaled survivors, about 1 - p of them, when training.
   Generator drop(11);
   const Tensor big = to(ones({4000}), device);
