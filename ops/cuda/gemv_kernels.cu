@@ -220,17 +220,33 @@ __device__ __forceinline__ float Activate(float v, GemvAct act) {
   }
 }
 
-// out[r, col] = act(acc[r] + bias[col]) (+ residual[r, col]) for every row, lane r storing row r.
+// The epilogue's operands of column `col` as this lane stores them: the bias, and (lane r < M)
+// residual[r, col]. Loaded with the column's weights, so that their round trip through L2 is not
+// added after the sums (it was: the loads sat behind the reductions).
+struct EpilogueIn {
+  float bias = 0.f, residual = 0.f;
+};
+
 template <typename T, int M, XFrom kFrom = XFrom::kReadOnly>
+__device__ __forceinline__ EpilogueIn LoadEpilogue(const Params<T>& p, int64_t col, int lane) {
+  EpilogueIn e;
+  if (col >= p.n) return e;
+  if (p.bias != nullptr) e.bias = LoadElement<kFrom>(p.bias + col * p.bias_stride);
+  if (p.residual != nullptr && lane < M) {
+    e.residual = LoadElement<kFrom>(p.residual + lane * p.n + col);
+  }
+  return e;
+}
+
+// out[r, col] = act(acc[r] + bias[col]) (+ residual[r, col]) for every row, lane r storing row r.
+template <typename T, int M>
 __device__ __forceinline__ void Store(const Params<T>& p, int64_t col, int lane,
-                                      const float (&acc)[M]) {
-  const bool has_bias = p.bias != nullptr;
-  const float b = has_bias ? LoadElement<kFrom>(p.bias + col * p.bias_stride) : 0.f;
+                                      const float (&acc)[M], const EpilogueIn& e) {
 #pragma unroll
   for (int r = 0; r < M; ++r) {
     if (lane == r) {
-      float v = Activate(has_bias ? acc[r] + b : acc[r], p.act);
-      if (p.residual != nullptr) v += LoadElement<kFrom>(p.residual + r * p.n + col);
+      float v = Activate(p.bias != nullptr ? acc[r] + e.bias : acc[r], p.act);
+      if (p.residual != nullptr) v += e.residual;
       p.out[r * p.n + col] = FromFloat<T>(v);
     }
   }
@@ -261,6 +277,7 @@ __device__ __forceinline__ void ColumnTiles(const Params<T>& p, float (&partial)
   const int64_t tiles = (p.n + cols - 1) / cols;
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {  // uniform over the CTA
     const int64_t col = tile * cols + warp / p.wpc;
+    const EpilogueIn e = part == 0 ? LoadEpilogue<T, M, kFromX>(p, col, lane) : EpilogueIn{};
     float acc[M];
 #pragma unroll
     for (int r = 0; r < M; ++r) acc[r] = 0.f;
@@ -293,7 +310,7 @@ __device__ __forceinline__ void ColumnTiles(const Params<T>& p, float (&partial)
       }
       __syncthreads();  // `partial` is written again for the next tile
     }
-    if (col < p.n && part == 0) Store<T, M, kFromX>(p, col, lane, acc);
+    if (col < p.n && part == 0) Store<T, M>(p, col, lane, acc, e);
   }
 }
 
@@ -527,6 +544,7 @@ __device__ __forceinline__ void FoldedColumnTiles(const NormParams<T>& np, float
   const int64_t tiles = (p.n + cols - 1) / cols;
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {  // uniform over the CTA
     const int64_t col = tile * cols + warp / p.wpc;
+    const EpilogueIn e = part == 0 ? LoadEpilogue<T, 1, kFromX>(p, col, lane) : EpilogueIn{};
     FoldedSums f;
     if (col < p.n) DotFolded<T, kFromX>(np, p.w + col * p.ldw, x0, t, stride, f);
     float a1 = WarpSum(f.a1), a2 = WarpSum(f.a2), a3 = WarpSum(f.a3);
@@ -547,7 +565,7 @@ __device__ __forceinline__ void FoldedColumnTiles(const NormParams<T>& np, float
     }
     if (col < p.n && part == 0) {
       const float acc[1] = {FoldedValue(np, a1, a2, a3, s1, s2)};
-      Store<T, 1, kFromX>(p, col, lane, acc);
+      Store<T, 1>(p, col, lane, acc, e);
     }
   }
 }
@@ -722,6 +740,14 @@ __device__ __forceinline__ void MmaTile(const Params<T>& p, int m, int64_t tile,
   const T* x = g < m ? p.x + g * p.ldx : nullptr;
   const int64_t chunks = (p.k + kMmaChunk - 1) / kMmaChunk;
   const int stride = kWarps * splits;
+  // Thread t ends with output (column t / 8, row t % 8) of the tile; split 0 (cluster rank 0)
+  // stores it. Its bias and residual are loaded now, with the weights, not after the sums.
+  const int t = threadIdx.x, col = t / 8, row = t % 8;
+  const int64_t out_col = tile * kMmaTile + col;
+  const bool stores = split == 0 && row < m && out_col < p.n;
+  float b = 0.f, res = 0.f;
+  if (stores && p.bias != nullptr) b = ToFloat(p.bias[out_col * p.bias_stride]);
+  if (stores && p.residual != nullptr) res = ToFloat(p.residual[row * p.n + out_col]);
   float d[4] = {0.f, 0.f, 0.f, 0.f};
   for (int64_t q = int64_t{split} * kWarps + warp; q < chunks; q += int64_t{stride} * kMmaUnroll) {
     MmaChunk f[kMmaUnroll];
@@ -743,30 +769,31 @@ __device__ __forceinline__ void MmaTile(const Params<T>& p, int m, int64_t tile,
 #pragma unroll
   for (int i = 0; i < 4; ++i) sh.warp[warp][i][lane] = d[i];
   __syncthreads();
-  const int t = threadIdx.x, col = t / 8, row = t % 8;
   const int i = (col / 8) * 2 + row % 2, from = (col % 8) * 4 + row / 2;
   float v = 0.f;
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) v += sh.warp[w][i][from];
-  bool store = true;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (splits > 1) {  // the cluster's CTAs hold the other splits: rank 0 adds them up
+  if (splits > 1) {  // the cluster's CTAs hold the other splits: rank 0 (split 0) adds them up
     sh.sums[t] = v;
     ClusterSync();
-    unsigned rank;
-    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-    store = rank == 0;
-    if (store) {
-      for (int r = 1; r < splits; ++r) v += ClusterLoad(&sh.sums[t], r);
+    if (split == 0) {  // every load issued before the first is used: one round trip, not seven
+      float other[kMmaMaxSplits];
+#pragma unroll
+      for (int r = 1; r < kMmaMaxSplits; ++r) {
+        other[r] = r < splits ? ClusterLoad(&sh.sums[t], r) : 0.f;
+      }
+#pragma unroll
+      for (int r = 1; r < kMmaMaxSplits; ++r) {
+        if (r < splits) v += other[r];
+      }
     }
     ClusterSync();  // every CTA's shared memory lives until rank 0 has read it
   }
 #endif
-  const int64_t out_col = tile * kMmaTile + col;
-  if (store && row < m && out_col < p.n) {
-    const float b = p.bias != nullptr ? ToFloat(p.bias[out_col * p.bias_stride]) : 0.f;
+  if (stores) {
     float y = Activate(v + b, p.act);
-    if (p.residual != nullptr) y += ToFloat(p.residual[row * p.n + out_col]);
+    if (p.residual != nullptr) y += res;
     p.out[row * p.n + out_col] = FromFloat<T>(y);
   }
   __syncthreads();  // sh.warp is written again by the next tile
