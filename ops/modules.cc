@@ -1,6 +1,7 @@
 // Modules (see modules.h).
 #include "ops/modules.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -181,32 +182,70 @@ std::vector<std::pair<std::string, std::string>> Module::named_ties() const {
   return out;
 }
 
-void Module::to(Device device) {
+namespace {
+
+// Whether a and b are the same view of one storage (a weight registered in two modules).
+bool SameView(const Tensor& a, const Tensor& b) {
+  return a.storage() != nullptr && a.storage() == b.storage() && a.offset() == b.offset() &&
+         a.shape() == b.shape() && a.strides() == b.strides() && a.dtype() == b.dtype();
+}
+
+}  // namespace
+
+void Module::ConvertSlots(bool buffers, const std::function<Tensor(const Tensor&)>& convert,
+                          std::vector<std::pair<Tensor, Tensor>>* done) {
   for (auto* list : {&params_, &buffers_}) {
+    if (list == &buffers_ && !buffers) continue;
     for (auto& [name, t] : *list) {
-      if (t.defined()) Replace(t, kiln::to(t, device));
+      if (!t.defined()) continue;
+      auto it = std::find_if(done->begin(), done->end(),
+                             [&t](const auto& d) { return SameView(d.first, t); });
+      if (it == done->end()) {
+        done->emplace_back(t, convert(t));
+        it = done->end() - 1;
+      }
+      Replace(t, it->second);
     }
   }
-  for (auto& [name, child] : children_) child->to(device);
+  for (auto& [name, child] : children_) child->ConvertSlots(buffers, convert, done);
+}
+
+void Module::to(Device device) {
+  std::vector<std::pair<Tensor, Tensor>> done;
+  ConvertSlots(/*buffers=*/true, [device](const Tensor& t) { return kiln::to(t, device); }, &done);
 }
 
 void Module::to(DType dtype) {
   KILN_CHECK(IsFloatingPoint(dtype), type_name(),
              ".to: parameters convert to floating dtypes only (as torch's Module.to), got ",
              DTypeName(dtype));
-  for (auto& [name, p] : params_) {
-    if (p.defined()) Replace(p, cast(p, dtype));
-  }
-  for (auto& [name, child] : children_) child->to(dtype);
+  // Only floating parameters convert (torch's Module.to): an integer index table keeps its values.
+  std::vector<std::pair<Tensor, Tensor>> done;
+  ConvertSlots(/*buffers=*/false,
+               [dtype](const Tensor& t) { return IsFloatingPoint(t.dtype()) ? cast(t, dtype) : t; },
+               &done);
+}
+
+void Module::CheckNewName(const std::string& name, const char* what) const {
+  const char* taken = nullptr;
+  for (const auto& [n, t] : params_) taken = n == name ? "a parameter" : taken;
+  for (const auto& [n, t] : buffers_) taken = n == name ? "a buffer" : taken;
+  for (const auto& [n, m] : children_) taken = n == name ? "a submodule" : taken;
+  KILN_CHECK(!name.empty() && taken == nullptr, Where(), ": cannot register ", what, " \"", name,
+             "\": ", name.empty() ? "the name is empty" : absl::StrCat("it is already ", taken),
+             " (as torch's register_", what, " refuses it; a second tensor under one name would ",
+             "never be loaded)");
 }
 
 Tensor& Module::RegisterParameter(std::string name, Tensor value) {
+  CheckNewName(name, "parameter");
   if (Uninitialised(value)) maybe_uninitialised_.store(true, std::memory_order_relaxed);
   params_.emplace_back(std::move(name), std::move(value));
   return params_.back().second;
 }
 
 Tensor& Module::RegisterBuffer(std::string name, Tensor value) {
+  CheckNewName(name, "buffer");
   buffers_.emplace_back(std::move(name), std::move(value));
   return buffers_.back().second;
 }

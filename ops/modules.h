@@ -28,6 +28,7 @@
 #include <array>
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -92,7 +93,8 @@ class Module {
   // Both: the parameters, then the buffers (what compiled functions name captured tensors by).
   std::vector<std::pair<std::string, Tensor>> named_tensors() const;
   // Moves/converts every parameter (in place of the old handles); to(Device) moves buffers too,
-  // to(DType) leaves them in their dtype (rotary tables stay float32).
+  // to(DType) leaves them in their dtype (rotary tables stay float32) and converts only floating
+  // parameters (torch's Module.to). A tensor registered in several places stays one tensor.
   void to(Device device);
   void to(DType dtype);
   // The module's name in error messages ("Linear", "DecoderBlock").
@@ -130,6 +132,7 @@ class Module {
   Tensor& RegisterBuffer(std::string name, Tensor value);
   template <typename M>
   M& RegisterModule(std::string name, std::unique_ptr<M> child) {
+    CheckNewName(name, "module");
     M& ref = *child;
     children_.emplace_back(std::move(name), std::move(child));
     SetPath(children_.back().second.get(), Child(children_.back().first));
@@ -152,6 +155,15 @@ class Module {
  private:
   void CollectNamed(bool buffers, const std::string& prefix,
                     std::vector<std::pair<std::string, Tensor>>* out) const;
+  // Refuses (kiln::Error naming the module) an empty name or one this module already holds as a
+  // parameter, buffer or submodule (torch's register_* rules; a dotted name, which torch refuses,
+  // is kiln's shortcut for a state-dict key of a flat module).
+  void CheckNewName(const std::string& name, const char* what) const;
+  // Puts convert(t) in every parameter slot (and buffer slot, `buffers`) of this module and its
+  // submodules, once per tensor: slots holding the same view of one storage (a weight registered
+  // in two modules) get the same converted tensor, so they stay one (as a shared torch Parameter).
+  void ConvertSlots(bool buffers, const std::function<Tensor(const Tensor&)>& convert,
+                    std::vector<std::pair<Tensor, Tensor>>* done);
   static bool Uninitialised(const Tensor& t);
   // The dotted path of child `name` ("layers.0.mlp"), and the paths of a module registered under
   // a parent and of its submodules; error messages name a module by it.

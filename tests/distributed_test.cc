@@ -204,7 +204,15 @@ TEST(TensorParallel, AVocabularySplitThatDoesNotDivideGathersTheWholeLogits) {
       [&] { RunThreadRanks(2, [&](ProcessGroup& pg) {
               GatherVocab(zeros({2, 4}), 10, pg);
             }); },
-      "GatherVocab: 2 parts of [2, 4] do not cover a vocabulary of 10");
+      "GatherVocab: 2 parts of [2, 4] are not a vocabulary of 10 split by PaddedRowShard (the "
+      "last dim must be ceil(vocab / world) = 5)");
+  // Parts wider than PaddedRowShard's covered the vocabulary but put rank 1's logits past the
+  // cut: every rank got rank 0's values only.
+  ExpectThrowsWith(
+      [&] { RunThreadRanks(2, [&](ProcessGroup& pg) {
+              GatherVocab(zeros({2, 4}), 3, pg);
+            }); },
+      "the last dim must be ceil(vocab / world) = 2");
 }
 
 TEST(TensorParallel, SizesThatDoNotSplitAreRefused) {

@@ -295,6 +295,64 @@ TEST(Modules, SeveralInputs) {
   EXPECT_THROW(empty({x}), Error);
 }
 
+// Names are checked as torch's register_parameter / register_buffer / add_module check them: a
+// second tensor under one name was never loaded (load_state_dict wrote the first only).
+TEST(Modules, RegisteredNamesAreCheckedAsTorchChecksThem) {
+  struct Registering : Module {
+    void Param(const std::string& name) { RegisterParameter(name, zeros({2})); }
+    void Buffer(const std::string& name) { RegisterBuffer(name, zeros({2})); }
+    void Child(const std::string& name) { RegisterModule(name, std::make_unique<Registering>()); }
+  };
+  Registering m;
+  m.Param("w");
+  m.Buffer("b");
+  m.Child("c");
+  ExpectThrowsWith([&] { m.Param("w"); },
+                   "cannot register parameter \"w\": it is already a parameter");
+  ExpectThrowsWith([&] { m.Buffer("w"); },
+                   "cannot register buffer \"w\": it is already a parameter");
+  ExpectThrowsWith([&] { m.Param("b"); }, "it is already a buffer");
+  ExpectThrowsWith([&] { m.Param("c"); }, "it is already a submodule");
+  ExpectThrowsWith([&] { m.Child("w"); }, "cannot register module \"w\"");
+  ExpectThrowsWith([&] { m.Param(""); }, "the name is empty");
+  m.Param("a.b");  // kiln's shortcut for a flat module's state-dict key
+  EXPECT_EQ(m.named_parameters().size(), 2u);
+  EXPECT_EQ(m.named_buffers().size(), 1u);
+}
+
+// Module::to(DType) converts floating parameters only (torch's Module.to): an integer table
+// keeps its values (257 became 256 in bfloat16). A tensor registered in two modules stays one
+// tensor through to() (a write through either shows in both), as a shared torch Parameter does.
+TEST(Modules, ToConvertsFloatingParametersAndKeepsSharedOnesShared) {
+  struct Holder : Module {
+    explicit Holder(const Tensor& shared) {
+      table = &RegisterParameter("table", from_vector({257, 1025, 3}, {3}, DType::kInt64));
+      weight = &RegisterParameter("weight", shared);
+    }
+    Tensor* table;
+    Tensor* weight;
+  };
+  struct Pair : Module {
+    Pair() {
+      const Tensor shared = full({4}, 1.5);
+      a = &RegisterModule("a", std::make_unique<Holder>(shared));
+      b = &RegisterModule("b", std::make_unique<Holder>(shared));
+    }
+    Holder* a;
+    Holder* b;
+  };
+  Pair m;
+  m.to(DType::kBFloat16);
+  EXPECT_EQ(m.a->table->dtype(), DType::kInt64);
+  EXPECT_EQ(to_vector(*m.a->table), (std::vector<double>{257, 1025, 3}));
+  EXPECT_EQ(m.a->weight->dtype(), DType::kBFloat16);
+  EXPECT_EQ(m.a->weight->storage(), m.b->weight->storage());
+  m.to(kCPU);
+  EXPECT_EQ(m.a->weight->storage(), m.b->weight->storage());
+  copy_(*m.a->weight, full({4}, 2.0, DType::kBFloat16));
+  EXPECT_EQ(to_vector(*m.b->weight), std::vector<double>(4, 2.0));
+}
+
 // A rotary block traced and compiled (embedding, cat and slices in the graph) equals eager, and
 // eager calls after compiling still work (no traced value cached in the module).
 TEST(Modules, CompiledDecoderBlockMatchesEager) {
