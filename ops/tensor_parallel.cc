@@ -68,15 +68,15 @@ Tensor PaddedRowShard(const Tensor& t, int rank, int world) {
 }
 
 Tensor GatherVocab(const Tensor& part, int64_t vocab, ProcessGroup& group) {
-  // PaddedRowShard's parts: ceil(vocab / world) each. Wider parts would put rank r's logits
-  // past where rank r's vocabulary rows are, and the cut would keep rank 0's padding instead.
-  const int64_t world = group.world_size();
-  KILN_CHECK(part.defined() && part.dim() >= 1 && vocab >= 1 &&
-                 part.size(-1) == vocab / world + (vocab % world != 0),
-             "GatherVocab: ", world, " parts of ",
+  // PaddedRowShard's parts. Wider ones would put rank r's logits past where rank r's vocabulary
+  // rows are, and the cut would keep rank 0's padding instead.
+  const int64_t width =
+      PaddedRowsOf(std::max<int64_t>(vocab, 0), group.rank(), group.world_size()).part;
+  KILN_CHECK(part.defined() && part.dim() >= 1 && vocab >= 1 && part.size(-1) == width,
+             "GatherVocab: ", group.world_size(), " parts of ",
              part.defined() ? part.shape_string() : "an undefined tensor",
              " are not a vocabulary of ", vocab, " split by PaddedRowShard (the last dim must be ",
-             "ceil(vocab / world) = ", vocab / world + (vocab % world != 0), ")");
+             "ceil(vocab / world) = ", width, ")");
   const int64_t p = part.size(-1), rows = part.numel() / std::max<int64_t>(p, 1);
   // all_gather joins dim 0: the vocabulary moved there and back.
   const Tensor by_vocab = contiguous(transpose(reshape(part, {rows, p}), 0, 1));  // [p, rows]
