@@ -41,6 +41,21 @@ void WriteGraphDot(cudaGraph_t graph) {
 
 size_t Bytes(const Tensor& t) { return t.numel() * DTypeSize(t.dtype()); }
 
+// The arena limit (KILN_CAPTURE_ARENA_MB; 0: no arena).
+size_t ArenaLimit() { return size_t(EnvLevel("KILN_CAPTURE_ARENA_MB")) << 20; }
+
+// The first arena a capture of `exe` tries: the plan's peak of intermediates and its outputs at
+// the traced sizes, plus a quarter and 1 MiB for what ops allocate inside (workspaces, split
+// partials); 0 beyond the limit.
+size_t FirstArenaBytes(const Executable& exe) {
+  const ir::Graph& g = exe.graph();
+  size_t bytes = static_cast<size_t>(exe.planned_peak_bytes());
+  for (ir::ValueId v : g.outputs())
+    bytes += g.node(v).type.numel() * DTypeSize(g.node(v).type.dtype);
+  bytes += bytes / 4 + (size_t{1} << 20);
+  return bytes <= ArenaLimit() ? bytes : 0;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaGraphPlan>> CudaGraphPlan::Capture(
@@ -52,12 +67,26 @@ absl::StatusOr<std::unique_ptr<CudaGraphPlan>> CudaGraphPlan::Capture(
     }
   }
   std::unique_ptr<CudaGraphPlan> plan(new CudaGraphPlan(exe, binding));
-  KILN_RETURN_IF_ERROR(plan->CaptureOnce(inputs));
+  const size_t first = FirstArenaBytes(exe);
+  KILN_RETURN_IF_ERROR(plan->CaptureOnce(inputs, first));
+  // An arena too small for what the capture allocated: once more at the size it needed (the
+  // capture repeats the same allocations), unless that is beyond the limit.
+  if (plan->arena_ != nullptr && plan->arena_->overflowed()) {
+    const size_t needed = plan->arena_->needed_bytes();
+    if (needed <= ArenaLimit()) {
+      plan.reset(new CudaGraphPlan(exe, binding));
+      KILN_RETURN_IF_ERROR(plan->CaptureOnce(inputs, needed));
+    }
+  }
   return plan;
 }
 
-absl::Status CudaGraphPlan::CaptureOnce(const std::vector<Tensor>& inputs) {
+size_t CudaGraphPlan::arena_bytes() const { return arena_ == nullptr ? 0 : arena_->capacity(); }
+
+absl::Status CudaGraphPlan::CaptureOnce(const std::vector<Tensor>& inputs, size_t arena_bytes) {
   const bool copy_in = binding_ == Binding::kCopyIn;
+  const Device device = exe_.graph().node(exe_.graph().outputs()[0]).type.device;
+  if (arena_bytes > 0) arena_ = std::make_shared<cuda::CaptureArena>(arena_bytes, device);
   std::vector<Tensor> sources;  // copy-in: contiguous inputs, made before the capture starts
   for (const Tensor& t : inputs) {
     static_inputs_.push_back(copy_in ? Tensor::Empty(t.type()) : t);
@@ -85,6 +114,7 @@ absl::Status CudaGraphPlan::CaptureOnce(const std::vector<Tensor>& inputs) {
         bound_sources_.push_back(sources[i].data_ptr());
       }
       cuda_ops::IndexCheckScope checks(index_flag_.data<unsigned>());
+      const cuda::ScopedCaptureArena in_arena(arena_);
       outs = exe_.Run(static_inputs_);
       checks_indices_ = checks.used();
     } catch (const Error& e) {
@@ -111,8 +141,9 @@ absl::Status CudaGraphPlan::CaptureOnce(const std::vector<Tensor>& inputs) {
       alias = absl::StrCat("output ", i, " aliases an input or a constant");
       continue;
     }
+    const bool in_arena = arena_ != nullptr && arena_->Contains(s.data());
     outputs_.push_back({s.data(), s.nbytes(), outs[i].device(), outs[i].offset(), outs[i].shape(),
-                        outs[i].strides(), outs[i].dtype()});
+                        outs[i].strides(), outs[i].dtype(), in_arena});
   }
   for (Tensor& t : outs) {
     if (std::find(foreign.begin(), foreign.end(), t.storage().get()) == foreign.end()) {
@@ -123,15 +154,39 @@ absl::Status CudaGraphPlan::CaptureOnce(const std::vector<Tensor>& inputs) {
   if (!alias.empty()) return absl::FailedPreconditionError(alias);
   KILN_RETURN_IF_ERROR(
       cuda::ToStatus(cudaGraphInstantiate(&exec_, graph_, 0), "cudaGraphInstantiate"));
+  KILN_RETURN_IF_ERROR(CountNodesAndEdges());
   if (!copy_in) {
     static_inputs_.clear();  // by address: the caller's tensors, not ours to keep alive
-    size_t count = 0;
-    KILN_RETURN_IF_ERROR(
-        cuda::ToStatus(cudaGraphGetNodes(graph_, nullptr, &count), "cudaGraphGetNodes"));
-    nodes_ = static_cast<int>(count);
     return absl::OkStatus();
   }
   return FindInputCopies();
+}
+
+// The graph's nodes, its memory nodes and its programmatic edges (what the report shows).
+absl::Status CudaGraphPlan::CountNodesAndEdges() {
+  size_t count = 0;
+  KILN_RETURN_IF_ERROR(
+      cuda::ToStatus(cudaGraphGetNodes(graph_, nullptr, &count), "cudaGraphGetNodes"));
+  std::vector<cudaGraphNode_t> nodes(count);
+  KILN_RETURN_IF_ERROR(
+      cuda::ToStatus(cudaGraphGetNodes(graph_, nodes.data(), &count), "cudaGraphGetNodes"));
+  nodes_ = static_cast<int>(count);
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type;
+    KILN_RETURN_IF_ERROR(cuda::ToStatus(cudaGraphNodeGetType(node, &type), "cudaGraphNodeGetType"));
+    memory_nodes_ += type == cudaGraphNodeTypeMemAlloc || type == cudaGraphNodeTypeMemFree;
+  }
+  size_t edges = 0;
+  KILN_RETURN_IF_ERROR(cuda::ToStatus(cudaGraphGetEdges(graph_, nullptr, nullptr, nullptr, &edges),
+                                      "cudaGraphGetEdges"));
+  std::vector<cudaGraphNode_t> from(edges), to(edges);
+  std::vector<cudaGraphEdgeData> data(edges);
+  KILN_RETURN_IF_ERROR(cuda::ToStatus(
+      cudaGraphGetEdges(graph_, from.data(), to.data(), data.data(), &edges), "cudaGraphGetEdges"));
+  for (size_t i = 0; i < edges; ++i) {
+    programmatic_edges_ += data[i].type == cudaGraphDependencyTypeProgrammatic;
+  }
+  return absl::OkStatus();
 }
 
 // The memcpy node that fills each static input (matched by destination address).
@@ -142,7 +197,6 @@ absl::Status CudaGraphPlan::FindInputCopies() {
   std::vector<cudaGraphNode_t> nodes(count);
   KILN_RETURN_IF_ERROR(
       cuda::ToStatus(cudaGraphGetNodes(graph_, nodes.data(), &count), "cudaGraphGetNodes"));
-  nodes_ = static_cast<int>(count);
   input_copies_.assign(static_inputs_.size(), nullptr);
   for (cudaGraphNode_t node : nodes) {
     cudaGraphNodeType type;
@@ -164,6 +218,9 @@ absl::Status CudaGraphPlan::FindInputCopies() {
 }
 
 CudaGraphPlan::~CudaGraphPlan() {
+  // The arena goes back to the pool on the stream that allocated it: the last replay, on whichever
+  // stream, must be done first.
+  if (arena_ != nullptr && replays_ > 0) cudaEventSynchronize(replayed_.get());
   if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
   if (graph_ != nullptr) cudaGraphDestroy(graph_);
 }
@@ -195,6 +252,7 @@ std::vector<Tensor> CudaGraphPlan::Run(const std::vector<Tensor>& inputs) {
     bound_sources_[i] = src->data_ptr();
   }
   KILN_CUDA_CHECK(cudaGraphLaunch(exec_, cuda::CurrentStream()));
+  if (arena_ != nullptr) replayed_.Record(cuda::CurrentStream());
   ++replays_;
   // The outputs are adopted first: a throw below frees them (a graph whose allocations are still
   // alive cannot be launched again).
@@ -221,7 +279,9 @@ std::vector<Tensor> CudaGraphPlan::AdoptOutputs() {
       if (outputs_[j].data == o.data) s = outs[j].storage();
     }
     if (s == nullptr) {
-      s = Storage::Adopt(o.data, o.nbytes, o.device);
+      s = o.in_arena ? Storage::FromBlob(o.data, o.nbytes, o.device,
+                                         [arena = arena_](void*) {})  // keeps the arena alive
+                     : Storage::Adopt(o.data, o.nbytes, o.device);
       handed_out_.push_back(s);
     }
     outs.emplace_back(std::move(s), o.offset, o.shape, o.strides, o.dtype, o.device);
@@ -317,16 +377,34 @@ std::vector<Tensor> CudaGraphCache::CaptureAfterRun(const std::vector<Tensor>& i
   return out;
 }
 
+namespace {
+// How a plan's graph allocates, and its programmatic edges.
+std::string MemoryNote(const CudaGraphPlan& plan) {
+  std::string note;
+  if (plan.arena_bytes() > 0) {
+    note = absl::StrCat(", a ", (plan.arena_bytes() + 1023) / 1024, " KiB arena");
+  }
+  if (plan.arena_bytes() == 0 || plan.memory_nodes() > 0) {
+    absl::StrAppend(&note, ", ", plan.memory_nodes(), " memory nodes");
+  }
+  if (plan.programmatic_edges() > 0) {
+    absl::StrAppend(&note, ", ", plan.programmatic_edges(), " programmatic edges");
+  }
+  return note;
+}
+}  // namespace
+
 std::string CudaGraphCache::Describe() const {
   if (!off_reason_.empty()) return "off: " + off_reason_;
   if (copy_in_ != nullptr) {
     return absl::StrCat("on: ", copy_in_->nodes(),
                         " graph nodes, inputs copied in (they kept moving: ", captures_ - 1,
-                        " address sets captured)");
+                        " address sets captured)", MemoryNote(*copy_in_));
   }
   if (by_address_.empty()) return "pending (captured after the first call)";
   return absl::StrCat("on: ", by_address_[0].second->nodes(), " graph nodes, inputs bound by ",
-                      "address (", by_address_.size(), " address sets cached)");
+                      "address (", by_address_.size(), " address sets cached)",
+                      MemoryNote(*by_address_[0].second));
 }
 
 }  // namespace kiln::codegen

@@ -11,11 +11,15 @@
 //    head, which each call points at the caller's tensors (cudaGraphExecMemcpyNodeSetParams1D,
 //    no re-capture) — one graph for any address, at the price of copying the inputs; the cache
 //    switches to it when inputs keep arriving at new addresses.
-//  - Intermediates: cudaMallocAsync/cudaFreeAsync inside the capture become graph memory nodes,
-//    so they live in the graph's own pool and liveness reuse carries over.
-//  - Outputs: allocation nodes that the graph does not free; each replay hands them to the
-//    caller as new storages (freed with cudaFreeAsync when dropped, as CUDA requires before the
-//    next launch). If the caller still holds the previous call's outputs, that call runs the
+//  - Intermediates and outputs: from an arena the plan owns (runtime/capture_arena.h), sized from
+//    the plan's memory plan and captured again at the size the capture needed when it did not
+//    fit; liveness reuse carries over (a freed range goes to the next allocation). With no graph
+//    memory nodes between them, kernels launched as programmatic dependents form programmatic
+//    edges (KILN_PDL_GRAPHS). Plans needing more than KILN_CAPTURE_ARENA_MB (or with it 0) keep
+//    graph memory nodes: cudaMallocAsync/cudaFreeAsync in the capture, the graph's own pool.
+//  - Outputs are handed to the caller as new storages each replay (arena outputs keep the arena
+//    alive; graph allocations are freed with cudaFreeAsync when dropped, as CUDA requires before
+//    the next launch). If the caller still holds the previous call's outputs, that call runs the
 //    plan without the graph instead (reported in fallbacks()), so a result is never overwritten.
 //
 // Inputs the function writes in place are written by the plan's last steps, inside the graph
@@ -36,6 +40,7 @@
 
 #include "absl/status/statusor.h"
 #include "codegen/executable.h"
+#include "runtime/capture_arena.h"
 #include "runtime/cuda.h"
 
 struct CUgraph_st;      // cudaGraph_t
@@ -63,11 +68,15 @@ class CudaGraphPlan {
   int64_t replays() const { return replays_; }
   int64_t fallbacks() const { return fallbacks_; }
   int nodes() const { return nodes_; }
+  size_t arena_bytes() const;                         // 0: the graph allocates with memory nodes
+  int memory_nodes() const { return memory_nodes_; }  // MEM_ALLOC and MEM_FREE
+  int programmatic_edges() const { return programmatic_edges_; }  // kernel -> dependent kernel
 
  private:
   CudaGraphPlan(const Executable& exe, Binding binding) : exe_(exe), binding_(binding) {}
-  absl::Status CaptureOnce(const std::vector<Tensor>& inputs);
+  absl::Status CaptureOnce(const std::vector<Tensor>& inputs, size_t arena_bytes);
   absl::Status FindInputCopies();
+  absl::Status CountNodesAndEdges();
   std::vector<Tensor> AdoptOutputs();
   bool PreviousOutputsHeld() const;
 
@@ -79,6 +88,7 @@ class CudaGraphPlan {
     Shape shape;
     Strides strides;
     DType dtype;
+    bool in_arena;  // else a graph allocation
   };
 
   const Executable& exe_;
@@ -93,8 +103,10 @@ class CudaGraphPlan {
   std::vector<const void*> bound_sources_;       // what each memcpy node reads now
   std::vector<OutputTemplate> outputs_;
   std::vector<std::weak_ptr<Storage>> handed_out_;  // the last replay's output storages
+  std::shared_ptr<cuda::CaptureArena> arena_;
+  cuda::Event replayed_;  // recorded after each replay: the arena outlives it
   int64_t replays_ = 0, fallbacks_ = 0;
-  int nodes_ = 0;
+  int nodes_ = 0, memory_nodes_ = 0, programmatic_edges_ = 0;
 };
 
 // The CUDA graphs of one compiled signature (see the top of this file): by-address graphs keyed

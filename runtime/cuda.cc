@@ -11,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/capture_arena.h"
 #include "runtime/cuda_api.h"
 #include "runtime/settings.h"
 #include "runtime/startup.h"
@@ -68,6 +69,9 @@ class CachingAllocator final : public Allocator {
     StartStartupTasks(device.index);  // library start-up in the background (startup.h)
     const cudaStream_t stream = CurrentStream();
     const bool capturing = Capturing(stream);
+    if (capturing && CurrentCaptureArena() != nullptr) {
+      return AllocateInArena(CurrentCaptureArena(), nbytes, stream, device);
+    }
     const size_t bytes = capturing ? nbytes : BlockBytes(nbytes);
     void* p = capturing ? nullptr : TakeCached(stream, bytes);
     if (p == nullptr) {
@@ -97,7 +101,7 @@ class CachingAllocator final : public Allocator {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (auto it = live_.find(ptr); it != live_.end()) {
-        block = it->second;
+        block = std::move(it->second);
         live_.erase(it);
       }
       if (!block.graph && !Capturing(block.stream) && MakeRoomLocked(block.bytes)) {
@@ -105,6 +109,11 @@ class CachingAllocator final : public Allocator {
         CachedLocked(block.bytes) += block.bytes;
         return;
       }
+    }
+    if (block.arena != nullptr) {  // its range goes back to the arena's books
+      const bool inside = block.arena->Contains(ptr);
+      block.arena->Free(ptr);
+      if (inside) return;
     }
     cudaFreeAsync(ptr, block.stream);  // errors at exit (driver shutting down) are ignored
   }
@@ -147,7 +156,27 @@ class CachingAllocator final : public Allocator {
     size_t bytes;
     cudaStream_t stream;
     bool graph;  // allocated while its stream was captured (graph memory), or adopted from a graph
+    std::shared_ptr<CaptureArena> arena = nullptr;  // allocated under a ScopedCaptureArena
   };
+
+  // A capture's allocation from its arena (capture_arena.h), or from the driver (a graph memory
+  // node) booked in the arena when it does not fit there.
+  void* AllocateInArena(const std::shared_ptr<CaptureArena>& arena, size_t nbytes,
+                        cudaStream_t stream, Device device) {
+    KILN_CHECK(arena->device() == device, "cuda: a capture arena on ", arena->device().str(),
+               " cannot serve an allocation on ", device.str());
+    void* p = arena->Allocate(nbytes);
+    if (p == nullptr) {
+      p = Malloc(nbytes, nbytes, stream, device);
+      arena->Booked(p, nbytes);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      live_[p] = {nbytes, stream, /*graph=*/true, arena};
+    }
+    Count(nbytes);
+    return p;
+  }
   using FreeKey = std::pair<cudaStream_t, size_t>;
 
   // A cached block of `bytes` for `stream`, registered live; nullptr when there is none.

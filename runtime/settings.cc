@@ -105,6 +105,9 @@ const std::vector<Setting>& Settings() {
       {"KILN_PDL", Kind::kBool, "on", "",
        "off: kiln's kernels launch plainly, not as programmatic dependent launches that overlap "
        "the previous kernel's tail (sm_90 and later; A/B)"},
+      {"KILN_CAPTURE_ARENA_MB", Kind::kLevel, "64", "0..4096",
+       "the largest arena (MiB) a captured CUDA graph's intermediates and outputs take instead of "
+       "graph memory nodes, which keep its kernels apart (0: graph memory nodes only; A/B)"},
       {"KILN_PDL_GRAPHS", Kind::kBool, "off", "",
        "on: kernels captured into a CUDA graph launch as programmatic dependents too (graph "
        "edges that overlap each kernel with its predecessor's tail; measured no faster on the "

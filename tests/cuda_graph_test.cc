@@ -140,6 +140,114 @@ TEST(CudaGraph, OutputAliasingAnInputRunsWithoutGraph) {
   EXPECT_EQ(f.report({x}).cuda_graph.rfind("off: ", 0), 0u) << f.report({x}).cuda_graph;
 }
 
+// A chain of separate kernels (a GEMM between pointwise groups, a softmax): its intermediates
+// and output come from the plan's arena, so no memory node stands between two kernels.
+ir::TensorFn KernelChain() {
+  return [](const std::vector<Tensor>& in) {
+    const Tensor h = relu(matmul(in[0] * 2.0, in[1])) + 0.5;
+    return std::vector<Tensor>{softmax(matmul(h, in[1]), -1) * 3.0};
+  };
+}
+
+TEST(CudaGraph, CapturedAllocationsComeFromTheArena) {
+  KILN_SKIP_WITHOUT_GPU();
+  Generator gen(8);
+  auto input = [&] {
+    return std::vector<Tensor>{randn({16, 64}, gen, DType::kFloat32, CUDA(0)),
+                               randn({64, 64}, gen, DType::kFloat32, CUDA(0))};
+  };
+  const std::vector<Tensor> in = input();
+  CompiledFn f = compile(KernelChain(), in, WithGraphs());
+  for (int call = 0; call < 3; ++call) {
+    ExpectSameValues(f(in)[0], KernelChain()(in)[0], absl::StrCat("call ", call));
+  }
+  const std::string graph = f.report(in).cuda_graph;
+  EXPECT_NE(graph.find("KiB arena"), std::string::npos) << graph;
+  EXPECT_EQ(graph.find("memory nodes"), std::string::npos) << graph;
+}
+
+TEST(CudaGraph, ArenaLimitZeroKeepsGraphMemoryNodes) {
+  KILN_SKIP_WITHOUT_GPU();
+  const ScopedEnv no_arena("KILN_CAPTURE_ARENA_MB", "0");
+  Generator gen(9);
+  const std::vector<Tensor> in = {randn({16, 64}, gen, DType::kFloat32, CUDA(0)),
+                                  randn({64, 64}, gen, DType::kFloat32, CUDA(0))};
+  CompiledFn f = compile(KernelChain(), in, WithGraphs());
+  for (int call = 0; call < 3; ++call) {
+    ExpectSameValues(f(in)[0], KernelChain()(in)[0], absl::StrCat("call ", call));
+  }
+  const std::string graph = f.report(in).cuda_graph;
+  EXPECT_NE(graph.find("memory nodes"), std::string::npos) << graph;
+  EXPECT_EQ(graph.find("arena"), std::string::npos) << graph;
+}
+
+// An output handed out by a replay lives in the plan's arena: it stays valid after the compiled
+// function (and its graphs) are gone.
+TEST(CudaGraph, ArenaOutputsOutliveTheirFunction) {
+  KILN_SKIP_WITHOUT_GPU();
+  Generator gen(10);
+  const std::vector<Tensor> in = {randn({16, 64}, gen, DType::kFloat32, CUDA(0)),
+                                  randn({64, 64}, gen, DType::kFloat32, CUDA(0))};
+  Tensor kept;
+  {
+    CompiledFn f = compile(KernelChain(), in, WithGraphs());
+    f(in);            // runs the plan, then captures
+    kept = f(in)[0];  // a replay's output
+    ASSERT_NE(f.report(in).cuda_graph.find("KiB arena"), std::string::npos);
+  }
+  const Tensor scratch = randn({1024, 1024}, gen, DType::kFloat32, CUDA(0));  // reuses freed memory
+  ExpectSameValues(kept, KernelChain()(in)[0], "output after its function was destroyed");
+  EXPECT_EQ(scratch.numel(), 1024 * 1024);  // alive across the check
+}
+
+// A decode-like chain of one-row GEMVs, norms and pointwise kernels, each reading what the one
+// before wrote into arena ranges that liveness hands from one step to the next. With programmatic
+// edges (KILN_PDL_GRAPHS) a kernel starts during its predecessor's tail: one that touched its
+// operands before its dependency wait would read a range still being written, and a replay
+// would differ from eager. Twenty replays, each on new values, must equal the eager chain.
+TEST(CudaGraph, ReusedArenaRangesAreNeverReadEarly) {
+  KILN_SKIP_WITHOUT_GPU();
+  Generator gen(11);
+  constexpr int kLayers = 6, kDim = 512;
+  std::vector<Tensor> weights;
+  for (int i = 0; i < kLayers; ++i) {
+    weights.push_back(randn({kDim, kDim}, gen, DType::kBFloat16, CUDA(0)) * 0.05);
+  }
+  ir::TensorFn fn = [&](const std::vector<Tensor>& in) {
+    Tensor h = in[0];
+    for (const Tensor& w : weights) h = h + gelu(linear(layer_norm(h), w));
+    return std::vector<Tensor>{h};
+  };
+  const Tensor x = randn({1, kDim}, gen, DType::kBFloat16, CUDA(0));
+  CompiledFn f = compile(fn, {x}, WithGraphs());
+  for (int call = 0; call < 20; ++call) {
+    copy_(x, randn({1, kDim}, gen, DType::kBFloat16, CUDA(0)));
+    const Tensor want = fn({x})[0];
+    ExpectSameValues(f({x})[0], want, absl::StrCat("replay ", call));
+  }
+  const std::string graph = f.report({x}).cuda_graph;
+  EXPECT_NE(graph.find("KiB arena"), std::string::npos) << graph;
+}
+
+// The arena's books on the device: ranges within its size come from it, a range beyond it is
+// booked past the end (the size a second capture needs), freed ranges are reused.
+TEST(CudaGraph, ArenaBooksWhatDoesNotFit) {
+  KILN_SKIP_WITHOUT_GPU();
+  cuda::CaptureArena arena(1024, CUDA(0));
+  void* a = arena.Allocate(300);  // 512 bytes booked
+  ASSERT_NE(a, nullptr);
+  EXPECT_TRUE(arena.Contains(a));
+  EXPECT_EQ(arena.Allocate(1024), nullptr);  // would end at 1536
+  int elsewhere = 0;
+  arena.Booked(&elsewhere, 1024);
+  EXPECT_TRUE(arena.overflowed());
+  EXPECT_EQ(arena.needed_bytes(), 1536u);
+  arena.Free(&elsewhere);
+  arena.Free(a);
+  void* b = arena.Allocate(1000);  // everything was given back: the whole arena fits
+  EXPECT_EQ(b, a);
+}
+
 TEST(CudaGraph, OptionIsHarmlessOnCpu) {
   Generator gen(5);
   ir::TensorFn fn = [](const std::vector<Tensor>& in) {

@@ -10,6 +10,7 @@
 
 #include "ops/factories.h"
 #include "ops/ops.h"
+#include "runtime/capture_arena.h"
 #include "runtime/settings.h"
 #include "runtime/status.h"
 #include "runtime/tensor.h"
@@ -214,6 +215,41 @@ TEST(Settings, ReadmeHoldsTheTable) {
   EXPECT_NE(readme.str().find(SettingsTable()), std::string::npos)
       << "README.md's settings table differs from runtime/settings.cc; it should read:\n"
       << SettingsTable();
+}
+
+// The capture arena's books (runtime/capture_arena.h): first fit, neighbours merged on free,
+// the high water a second capture would need, ranges past the capacity reported as not fitting.
+TEST(OffsetAllocator, FirstFitReusesAndMergesFreedRanges) {
+  cuda::OffsetAllocator books(4096);
+  const size_t a = books.Allocate(100), b = books.Allocate(256), c = books.Allocate(1);
+  EXPECT_EQ(a, 0u);
+  EXPECT_EQ(b, 256u);  // rounded up to the 256-byte alignment
+  EXPECT_EQ(c, 512u);
+  EXPECT_EQ(books.live_bytes(), 768u);
+  books.Free(a);
+  EXPECT_EQ(books.Allocate(200), 0u);  // the first range that fits: a's
+  books.Free(0);
+  books.Free(b);                        // merges with the free range before it
+  EXPECT_EQ(books.Allocate(512), 0u);   // a + b as one range
+  EXPECT_EQ(books.high_water(), 768u);  // nothing ever went past c
+  books.Free(c);
+  EXPECT_EQ(books.Allocate(1024), 512u);  // the end moved back to c's start when c was freed
+  EXPECT_EQ(books.high_water(), 1536u);
+}
+
+TEST(OffsetAllocator, RangesPastTheCapacityAreBookedButDoNotFit) {
+  cuda::OffsetAllocator books(1024);
+  const size_t a = books.Allocate(1024);
+  EXPECT_TRUE(books.Fits(a));
+  const size_t b = books.Allocate(512);
+  EXPECT_EQ(b, 1024u);
+  EXPECT_FALSE(books.Fits(b));
+  EXPECT_EQ(books.high_water(), 1536u);
+  books.Free(a);
+  books.Free(b);
+  books.Free(b);  // twice: ignored
+  EXPECT_EQ(books.live_bytes(), 0u);
+  EXPECT_TRUE(books.Fits(books.Allocate(1024)));
 }
 
 TEST(Status, MacrosPropagate) {
