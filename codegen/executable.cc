@@ -228,9 +228,20 @@ absl::Status Executable::LowerFamilies() {
 }
 
 void Executable::PlanMemory() {
+  // Values a step writes into a graph input in place own no memory of their own (a KV cache a
+  // decode step appends a row to).
+  std::vector<bool> in_place(graph_.num_values(), false);
+  for (const Step& s : steps_) {
+    if (s.in_place_input >= 0) in_place[s.value] = true;
+    for (const UpdatedOutput& u : s.updated_outputs) {
+      if (u.input < 0) continue;
+      const ValueId v = u.output == 0 ? s.value : s.results[u.output - 1];
+      if (v >= 0) in_place[v] = true;
+    }
+  }
   auto owned_bytes = [&](ValueId v) -> int64_t {
     const Node& n = graph_.node(v);
-    if (IsView(graph_, n) || pinned_[v]) return 0;
+    if (IsView(graph_, n) || pinned_[v] || in_place[v]) return 0;
     return n.type.numel() * DTypeSize(n.type.dtype);
   };
   int64_t live = 0;

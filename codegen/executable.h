@@ -103,8 +103,9 @@ class Executable {
   // Decisions the lowerings made (GEMM-epilogue timings,
   // codegen/families/gemm_epilogue/epilogue_choice.h), one a line.
   const std::vector<std::string>& lowering_notes() const { return lowering_notes_; }
-  // Peak bytes of intermediates alive at once under the liveness release (views own nothing;
-  // inputs, constants and outputs are not counted), and the sum of all intermediates (what a
+  // Peak bytes of intermediates alive at once under the liveness release (views and values
+  // written into an input in place own nothing; inputs, constants and outputs are not counted),
+  // and the sum of all intermediates (what a
   // plan that kept every value would hold), at the traced sizes.
   int64_t planned_peak_bytes() const { return planned_peak_bytes_; }
   int64_t total_intermediate_bytes() const { return total_intermediate_bytes_; }

@@ -108,10 +108,9 @@ const std::vector<Setting>& Settings() {
       {"KILN_CAPTURE_ARENA_MB", Kind::kLevel, "64", "0..4096",
        "the largest arena (MiB) a captured CUDA graph's intermediates and outputs take instead of "
        "graph memory nodes, which keep its kernels apart (0: graph memory nodes only; A/B)"},
-      {"KILN_PDL_GRAPHS", Kind::kBool, "off", "",
-       "on: kernels captured into a CUDA graph launch as programmatic dependents too (graph "
-       "edges that overlap each kernel with its predecessor's tail; measured no faster on the "
-       "H200; A/B)"},
+      {"KILN_PDL_GRAPHS", Kind::kBool, "on", "",
+       "off: kernels captured into a CUDA graph launch plainly, not as programmatic dependents "
+       "(graph edges that overlap each kernel with its predecessor's tail; A/B)"},
       {"KILN_FLASH_SMALL_GRID", Kind::kBool, "on", "",
        "off: flash attention keeps 128-row tiles for small grids (A/B)"},
       {"KILN_FLASH_SM90", Kind::kBool, "on", "",

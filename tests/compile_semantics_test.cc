@@ -525,6 +525,11 @@ void IndexCopyIntoInputs(Device device) {
   EXPECT_EQ(in_place_lines(write_then_read), 1);
   EXPECT_EQ(in_place_lines(old_value_read_after), 0);
   EXPECT_EQ(in_place_lines(out_of_place), 0);
+  // A write in place owns no memory in the plan's budget (what sizes a CUDA graph's arena).
+  const int64_t peak = compile(write_then_read, {clone(cache), clone(row), clone(pos)})
+                           .report({cache, row, pos})
+                           .planned_peak_bytes;
+  EXPECT_LT(peak, cache.numel() * 4);
   // The same tensor passed as the cache and as the row source's base: out of place, as traced.
   const Fn aliased = [](const std::vector<Tensor>& in) {
     index_copy_(in[0], 2, in[2], in[1] + 1.0);
