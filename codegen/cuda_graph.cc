@@ -41,6 +41,16 @@ void WriteGraphDot(cudaGraph_t graph) {
 
 size_t Bytes(const Tensor& t) { return t.numel() * DTypeSize(t.dtype()); }
 
+absl::StatusOr<std::vector<cudaGraphNode_t>> GraphNodes(cudaGraph_t graph) {
+  size_t count = 0;
+  KILN_RETURN_IF_ERROR(
+      cuda::ToStatus(cudaGraphGetNodes(graph, nullptr, &count), "cudaGraphGetNodes"));
+  std::vector<cudaGraphNode_t> nodes(count);
+  KILN_RETURN_IF_ERROR(
+      cuda::ToStatus(cudaGraphGetNodes(graph, nodes.data(), &count), "cudaGraphGetNodes"));
+  return nodes;
+}
+
 // The arena limit (KILN_CAPTURE_ARENA_MB; 0: no arena).
 size_t ArenaLimit() { return size_t(EnvLevel("KILN_CAPTURE_ARENA_MB")) << 20; }
 
@@ -164,13 +174,8 @@ absl::Status CudaGraphPlan::CaptureOnce(const std::vector<Tensor>& inputs, size_
 
 // The graph's nodes, its memory nodes and its programmatic edges (what the report shows).
 absl::Status CudaGraphPlan::CountNodesAndEdges() {
-  size_t count = 0;
-  KILN_RETURN_IF_ERROR(
-      cuda::ToStatus(cudaGraphGetNodes(graph_, nullptr, &count), "cudaGraphGetNodes"));
-  std::vector<cudaGraphNode_t> nodes(count);
-  KILN_RETURN_IF_ERROR(
-      cuda::ToStatus(cudaGraphGetNodes(graph_, nodes.data(), &count), "cudaGraphGetNodes"));
-  nodes_ = static_cast<int>(count);
+  KILN_ASSIGN_OR_RETURN(const std::vector<cudaGraphNode_t> nodes, GraphNodes(graph_));
+  nodes_ = static_cast<int>(nodes.size());
   for (cudaGraphNode_t node : nodes) {
     cudaGraphNodeType type;
     KILN_RETURN_IF_ERROR(cuda::ToStatus(cudaGraphNodeGetType(node, &type), "cudaGraphNodeGetType"));
@@ -191,12 +196,7 @@ absl::Status CudaGraphPlan::CountNodesAndEdges() {
 
 // The memcpy node that fills each static input (matched by destination address).
 absl::Status CudaGraphPlan::FindInputCopies() {
-  size_t count = 0;
-  KILN_RETURN_IF_ERROR(
-      cuda::ToStatus(cudaGraphGetNodes(graph_, nullptr, &count), "cudaGraphGetNodes"));
-  std::vector<cudaGraphNode_t> nodes(count);
-  KILN_RETURN_IF_ERROR(
-      cuda::ToStatus(cudaGraphGetNodes(graph_, nodes.data(), &count), "cudaGraphGetNodes"));
+  KILN_ASSIGN_OR_RETURN(const std::vector<cudaGraphNode_t> nodes, GraphNodes(graph_));
   input_copies_.assign(static_inputs_.size(), nullptr);
   for (cudaGraphNode_t node : nodes) {
     cudaGraphNodeType type;
