@@ -54,16 +54,12 @@ absl::StatusOr<std::vector<cudaGraphNode_t>> GraphNodes(cudaGraph_t graph) {
 // The arena limit (KILN_CAPTURE_ARENA_MB; 0: no arena).
 size_t ArenaLimit() { return size_t(EnvLevel("KILN_CAPTURE_ARENA_MB")) << 20; }
 
-// The first arena a capture of `exe` tries: the plan's peak of intermediates and its outputs at
-// the traced sizes, plus a quarter and 1 MiB for what ops allocate inside (workspaces, split
-// partials); 0 beyond the limit.
+// The first arena a capture of `exe` tries: the plan's peak of intermediates and the outputs it
+// allocates at the traced sizes (not the inputs it writes in place: a decode step's KV caches),
+// plus a quarter and 1 MiB for what ops allocate inside (workspaces, split partials).
 size_t FirstArenaBytes(const Executable& exe) {
-  const ir::Graph& g = exe.graph();
-  size_t bytes = static_cast<size_t>(exe.planned_peak_bytes());
-  for (ir::ValueId v : g.outputs())
-    bytes += g.node(v).type.numel() * DTypeSize(g.node(v).type.dtype);
-  bytes += bytes / 4 + (size_t{1} << 20);
-  return bytes <= ArenaLimit() ? bytes : 0;
+  size_t bytes = static_cast<size_t>(exe.planned_peak_bytes() + exe.planned_output_bytes());
+  return bytes + bytes / 4 + (size_t{1} << 20);
 }
 
 }  // namespace
@@ -78,15 +74,18 @@ absl::StatusOr<std::unique_ptr<CudaGraphPlan>> CudaGraphPlan::Capture(
   }
   std::unique_ptr<CudaGraphPlan> plan(new CudaGraphPlan(exe, binding));
   const size_t first = FirstArenaBytes(exe);
-  KILN_RETURN_IF_ERROR(plan->CaptureOnce(inputs, first));
+  KILN_RETURN_IF_ERROR(plan->CaptureOnce(inputs, first <= ArenaLimit() ? first : 0));
+  if (first > ArenaLimit() && ArenaLimit() > 0) plan->arena_over_limit_ = first;  // 0: off
   // An arena too small for what the capture allocated: once more at the size it needed (the
   // capture repeats the same allocations), unless that is beyond the limit.
   if (plan->arena_ != nullptr && plan->arena_->overflowed()) {
     const size_t needed = plan->arena_->needed_bytes();
-    if (needed <= ArenaLimit()) {
-      plan.reset(new CudaGraphPlan(exe, binding));
-      KILN_RETURN_IF_ERROR(plan->CaptureOnce(inputs, needed));
+    if (needed > ArenaLimit()) {
+      plan->arena_over_limit_ = needed;
+      return plan;
     }
+    plan.reset(new CudaGraphPlan(exe, binding));
+    KILN_RETURN_IF_ERROR(plan->CaptureOnce(inputs, needed));
   }
   return plan;
 }
@@ -386,6 +385,11 @@ std::string MemoryNote(const CudaGraphPlan& plan) {
   }
   if (plan.arena_bytes() == 0 || plan.memory_nodes() > 0) {
     absl::StrAppend(&note, ", ", plan.memory_nodes(), " memory nodes");
+  }
+  if (plan.arena_over_limit() > 0) {
+    absl::StrAppend(&note, " (an arena would take ",
+                    (plan.arena_over_limit() + (1 << 20) - 1) >> 20,
+                    " MiB, over KILN_CAPTURE_ARENA_MB)");
   }
   if (plan.programmatic_edges() > 0) {
     absl::StrAppend(&note, ", ", plan.programmatic_edges(), " programmatic edges");

@@ -68,8 +68,10 @@ class CudaGraphPlan {
   int64_t replays() const { return replays_; }
   int64_t fallbacks() const { return fallbacks_; }
   int nodes() const { return nodes_; }
-  size_t arena_bytes() const;                         // 0: the graph allocates with memory nodes
-  int memory_nodes() const { return memory_nodes_; }  // MEM_ALLOC and MEM_FREE
+  size_t arena_bytes() const;  // 0: the graph allocates with memory nodes
+  // The arena the plan would have needed, when that was over KILN_CAPTURE_ARENA_MB (else 0).
+  size_t arena_over_limit() const { return arena_over_limit_; }
+  int memory_nodes() const { return memory_nodes_; }              // MEM_ALLOC and MEM_FREE
   int programmatic_edges() const { return programmatic_edges_; }  // kernel -> dependent kernel
 
  private:
@@ -104,6 +106,7 @@ class CudaGraphPlan {
   std::vector<OutputTemplate> outputs_;
   std::vector<std::weak_ptr<Storage>> handed_out_;  // the last replay's output storages
   std::shared_ptr<cuda::CaptureArena> arena_;
+  size_t arena_over_limit_ = 0;
   cuda::Event replayed_;  // recorded after each replay: the arena outlives it
   int64_t replays_ = 0, fallbacks_ = 0;
   int nodes_ = 0, memory_nodes_ = 0, programmatic_edges_ = 0;

@@ -251,6 +251,16 @@ void Executable::PlanMemory() {
     planned_peak_bytes_ = std::max(planned_peak_bytes_, live);
     for (ValueId dead : s.last_uses) live -= owned_bytes(dead);
   }
+  // The memory the outputs take: each base an output is (a view of) once, unless it is an input,
+  // a constant (returned as a copy of the same size) or written into an input in place.
+  std::vector<bool> counted(graph_.num_values(), false);
+  for (ValueId v : graph_.outputs()) {
+    while (IsView(graph_, graph_.node(v))) v = graph_.node(v).inputs[0];
+    const Node& n = graph_.node(v);
+    if (counted[v] || in_place[v] || n.kind == NodeKind::kInput) continue;
+    counted[v] = true;
+    planned_output_bytes_ += n.type.numel() * DTypeSize(n.type.dtype);
+  }
 }
 
 namespace {

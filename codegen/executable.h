@@ -109,6 +109,9 @@ class Executable {
   // plan that kept every value would hold), at the traced sizes.
   int64_t planned_peak_bytes() const { return planned_peak_bytes_; }
   int64_t total_intermediate_bytes() const { return total_intermediate_bytes_; }
+  // Bytes of the outputs the plan allocates (inputs, and outputs written into an input in place,
+  // take none), at the traced sizes.
+  int64_t planned_output_bytes() const { return planned_output_bytes_; }
 
  private:
   Executable(ir::Graph graph, SymbolicShapes symbols)
@@ -132,7 +135,7 @@ class Executable {
   std::vector<Step> steps_;
   double lowering_ms_ = 0;
   std::vector<std::string> lowering_notes_;
-  int64_t planned_peak_bytes_ = 0, total_intermediate_bytes_ = 0;
+  int64_t planned_peak_bytes_ = 0, total_intermediate_bytes_ = 0, planned_output_bytes_ = 0;
   std::vector<bool> pinned_;       // graph outputs and the values they are views of
   std::vector<bool> copy_output_;  // outputs that are (views of) constants: returned as copies
   mutable std::once_flag tally_once_;

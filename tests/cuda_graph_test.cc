@@ -181,6 +181,21 @@ TEST(CudaGraph, ArenaLimitZeroKeepsGraphMemoryNodes) {
   EXPECT_EQ(graph.find("arena"), std::string::npos) << graph;
 }
 
+// A plan whose arena would be over the limit keeps graph memory nodes, and its report says so.
+TEST(CudaGraph, AnArenaOverTheLimitIsNamed) {
+  KILN_SKIP_WITHOUT_GPU();
+  const ScopedEnv small_arenas("KILN_CAPTURE_ARENA_MB", "1");
+  Generator gen(12);
+  const std::vector<Tensor> in = {randn({1024, 64}, gen, DType::kFloat32, CUDA(0)),
+                                  randn({64, 64}, gen, DType::kFloat32, CUDA(0))};
+  CompiledFn f = compile(KernelChain(), in, WithGraphs());  // 256 KiB a value
+  ExpectSameValues(f(in)[0], KernelChain()(in)[0], "capturing call");
+  ExpectSameValues(f(in)[0], KernelChain()(in)[0], "replay");
+  const std::string graph = f.report(in).cuda_graph;
+  EXPECT_NE(graph.find("memory nodes (an arena would take "), std::string::npos) << graph;
+  EXPECT_NE(graph.find(" MiB, over KILN_CAPTURE_ARENA_MB)"), std::string::npos) << graph;
+}
+
 // An output handed out by a replay lives in the plan's arena: it stays valid after the compiled
 // function (and its graphs) are gone.
 TEST(CudaGraph, ArenaOutputsOutliveTheirFunction) {

@@ -17,7 +17,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "codegen/compile.h"
+#include "codegen/executable.h"
 #include "io/safetensors.h"
 #include "io/state_dict.h"
 #include "ops/distributed.h"
@@ -113,6 +115,16 @@ TEST(GptKvCache, CompiledStepsMatchEagerAndCompileOnce) {
   }
   EXPECT_EQ(decode.compilations(), 1);  // one plan serves every position
   EXPECT_EQ(prefill.compilations(), 1);
+  // The caches are written in place: none of them is an intermediate or an output the step's
+  // memory plan allocates (what sizes a CUDA graph's arena).
+  int64_t cache_bytes = 0;
+  for (const Tensor& k : cc.k) cache_bytes += 2 * k.numel() * 4;
+  const CompileReport& r = decode.report(dc);
+  EXPECT_LT(r.planned_peak_bytes, cache_bytes / 4)
+      << "caches " << cache_bytes << " bytes; " << absl::StrJoin(r.explain, "\n");
+  const int64_t logits_bytes = 2 * TinyConfig().vocab * 4;
+  EXPECT_GE(decode.executable(dc).planned_output_bytes(), logits_bytes);
+  EXPECT_LT(decode.executable(dc).planned_output_bytes(), logits_bytes + cache_bytes / 4);
 }
 
 TEST(GptKvCache, BadInputIsAnError) {
