@@ -48,7 +48,8 @@ const std::regex& NameRule() {
   return r;
 }
 const std::regex& VersionRule() {
-  static const std::regex r("[0-9]+(\\.[0-9]+)*([-+][A-Za-z0-9_.-]+)?");
+  // SemVer's shape: numbers, then a pre-release after '-' and build metadata after '+'.
+  static const std::regex r("[0-9]+(\\.[0-9]+)*(-[A-Za-z0-9_.-]+)?(\\+[A-Za-z0-9_.-]+)?");
   return r;
 }
 const std::regex& EntryRule() {
@@ -236,8 +237,10 @@ bool KernelPackageVersionMatches(const std::string& version, const std::string& 
   KILN_CHECK(pin.size() <= 256 && std::regex_match(pin, VersionRule()), "kernel package: the ",
              "version pin \"", pin.substr(0, 64), "\" is malformed (a version or its leading ",
              "components, like 1.2 or 1.2.0-rc, or * for any)");
-  const std::vector<std::string> have = absl::StrSplit(version, '.');
-  const std::vector<std::string> want = absl::StrSplit(pin, '.');
+  // Build metadata ("+build5") never decides a match (SemVer: it has no precedence).
+  auto release = [](const std::string& v) { return v.substr(0, v.find('+')); };
+  const std::vector<std::string> have = absl::StrSplit(release(version), '.');
+  const std::vector<std::string> want = absl::StrSplit(release(pin), '.');
   if (want.size() > have.size()) return false;
   for (size_t i = 0; i < want.size(); ++i) {
     if (have[i] != want[i]) return false;

@@ -60,8 +60,9 @@ absl::StatusOr<KernelPackageManifest> ParseKernelPackageManifest(const std::stri
 std::string KernelPackageManifestJson(const KernelPackageManifest& manifest);
 
 // Whether `version` satisfies `pin`: "" or "*" any; otherwise the pin's dot-separated components
-// equal the version's leading ones ("1.2" takes 1.2.0 and 1.2.7, not 1.20.0 or 1.3.0). A pin
-// that is not a version or its leading components ("^", "1.x", "1.") is an error.
+// equal the version's leading ones ("1.2" takes 1.2.0 and 1.2.7, not 1.20.0 or 1.3.0), build
+// metadata after '+' left out on both sides (1.2.7+cu13 is 1.2.7). A pin that is not a version
+// or its leading components ("^", "1.x", "1.") is an error.
 bool KernelPackageVersionMatches(const std::string& version, const std::string& pin);
 
 // The binary of `spec` that runs on compute capability major.minor: the arch-specific CUBIN of

@@ -128,7 +128,14 @@ TEST(KernelPackageVersion, PinsMatchLeadingComponents) {
   EXPECT_FALSE(KernelPackageVersionMatches("1.3.0", "1.2"));
   EXPECT_FALSE(KernelPackageVersionMatches("1.2", "1.2.0"));
   EXPECT_FALSE(KernelPackageVersionMatches("2.0.0", "1"));
-  for (const char* bad : {"^", "1.x", "1.", ".", " 1.2", "**", ">=1.2.3"}) {
+  // Build metadata has no say (SemVer); a pre-release is not its release.
+  EXPECT_TRUE(KernelPackageVersionMatches("1.2.7+cu13.0", "1.2.7"));
+  EXPECT_TRUE(KernelPackageVersionMatches("1.2.7", "1.2.7+cu13"));
+  EXPECT_TRUE(KernelPackageVersionMatches("1.2.7-rc.1+b5", "1.2.7-rc.1"));
+  EXPECT_TRUE(KernelPackageVersionMatches("1.2.7-rc1", "1.2"));
+  EXPECT_FALSE(KernelPackageVersionMatches("1.2.7-rc1", "1.2.7"));
+  EXPECT_FALSE(KernelPackageVersionMatches("1.2.8+cu13", "1.2.7"));
+  for (const char* bad : {"^", "1.x", "1.", ".", " 1.2", "**", ">=1.2.3", "1.2+", "1.2+a+b"}) {
     EXPECT_NE(ErrorOf([&] { KernelPackageVersionMatches("1.2.7", bad); }).find("is malformed"),
               std::string::npos)
         << bad;
