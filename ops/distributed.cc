@@ -260,8 +260,13 @@ class ThreadGroup : public ExchangeGroup {
 
 // ---- One process per rank (InitProcessGroup) -------------------------------------------------
 
+// The most dims a tensor may have to go through the store (as torch's tensors).
+constexpr int kStoreMaxDims = 64;
+
 // A call as bytes: "kind op src dtype rank d0 d1 ...\n" then the tensor's bytes.
 std::string Encode(const Call& c) {
+  KILN_CHECK(c.input.dim() <= kStoreMaxDims, c.Describe(), ": a tensor of ", c.input.dim(),
+             " dims; collectives between processes carry at most ", kStoreMaxDims);
   std::string s = absl::StrCat(static_cast<int>(c.kind), " ", static_cast<int>(c.op), " ", c.src,
                                " ", static_cast<int>(c.input.dtype()), " ", c.input.dim());
   for (int64_t d : c.input.shape()) absl::StrAppend(&s, " ", d);
@@ -280,7 +285,7 @@ Call Decode(const std::string& s, const std::string& what) {
   Call c;
   in >> kind >> op >> c.src >> dtype >> rank;
   KILN_CHECK(!in.fail() && kind >= 0 && kind <= 3 && op >= 0 && op <= 1 && dtype >= 0 &&
-                 dtype < kNumDTypes && rank >= 0 && rank <= 16,
+                 dtype < kNumDTypes && rank >= 0 && rank <= kStoreMaxDims,
              what, ": a malformed message in the store");
   Shape shape(static_cast<size_t>(rank));
   for (int64_t& d : shape) {

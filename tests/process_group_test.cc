@@ -99,6 +99,9 @@ void ChildBody(const std::string& scenario, int rank) {
     KILN_CHECK(to_vector(gathered) == g, "gather");
     KILN_CHECK(to_vector(scattered) == std::vector<double>(2, n), "scatter");
     KILN_CHECK(to_vector(b) == std::vector<double>(3, n - 1 + 10.0), "broadcast");
+    Tensor deep = ones(Shape(20, 1));  // more dims than the store used to carry (16)
+    pg->all_reduce(deep);
+    KILN_CHECK(to_vector(deep) == std::vector<double>(1, n), "20-dim all_reduce");
   } else if (scenario == "llama") {
     auto pg = InitProcessGroup({.timeout = std::chrono::seconds(30)});
     LlamaConfig c;
