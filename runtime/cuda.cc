@@ -69,8 +69,9 @@ class CachingAllocator final : public Allocator {
     StartStartupTasks(device.index);  // library start-up in the background (startup.h)
     const cudaStream_t stream = CurrentStream();
     const bool capturing = Capturing(stream);
-    if (capturing && CurrentCaptureArena() != nullptr) {
-      return AllocateInArena(CurrentCaptureArena(), nbytes, stream, device);
+    const std::shared_ptr<CaptureArena>& arena = CurrentCaptureArena();
+    if (capturing && arena != nullptr && arena->device() == device) {
+      return AllocateInArena(arena, nbytes, stream);
     }
     const size_t bytes = capturing ? nbytes : BlockBytes(nbytes);
     void* p = capturing ? nullptr : TakeCached(stream, bytes);
@@ -160,14 +161,13 @@ class CachingAllocator final : public Allocator {
   };
 
   // A capture's allocation from its arena (capture_arena.h), or from the driver (a graph memory
-  // node) booked in the arena when it does not fit there.
+  // node) booked in the arena when it does not fit there. (Allocations on another device than
+  // the arena's take the driver's path.)
   void* AllocateInArena(const std::shared_ptr<CaptureArena>& arena, size_t nbytes,
-                        cudaStream_t stream, Device device) {
-    KILN_CHECK(arena->device() == device, "cuda: a capture arena on ", arena->device().str(),
-               " cannot serve an allocation on ", device.str());
+                        cudaStream_t stream) {
     void* p = arena->Allocate(nbytes);
     if (p == nullptr) {
-      p = Malloc(nbytes, nbytes, stream, device);
+      p = Malloc(nbytes, nbytes, stream, arena->device());
       arena->Booked(p, nbytes);
     }
     {

@@ -3,8 +3,8 @@
 // its parameters' sizes in bytes; every kernel is compiled for every --arch (sm_XY[a]: CUBIN,
 // compute_XY: PTX).
 //
-//   kiln_package --name adder --version 1.4.2 --out build/adder --arch sm_90a,compute_80 \
-//       --kernel add=tools/kiln_package/add.cu:pkg_add:8,4,4
+//   kiln_package --name adder --version 1.4.2 --out build/adder --arch sm_90a,compute_80
+//                --kernel add=tools/kiln_package/add.cu:pkg_add:8,4,4
 //
 // Exit 0: the package is written (manifest.json last). 1: a compile error or an unwritable
 // folder (the message says which). 2: bad arguments.
