@@ -22,8 +22,10 @@ namespace kiln::cuda {
 // (weights). The wait covers every earlier kernel (each waited for its own predecessor), so a
 // buffer the memory planner reuses is safe. A kernel lets its dependent launch only after its own
 // wait, so at most one kernel waits ahead of the running one. Into a CUDA graph capture the launch
-// is a plain one unless KILN_PDL_GRAPHS is on (programmatic edges: GPT-2's decode step replayed
-// no faster with them on the H200, with either order of signal and wait; docs/BENCHMARKS.md).
+// becomes a programmatic edge (KILN_PDL_GRAPHS, on by default) where the kernel before it is the
+// node before it: the capture allocates from its plan's arena (runtime/capture_arena.h), so no
+// memory node stands between two kernels (GPT-2's decode step: 3 % more tokens/s at batch 1 on
+// the H100; docs/BENCHMARKS.md).
 // Kernels without the wait, and every kernel with KILN_PDL=off or on an older GPU, launch
 // plainly. A `cluster` other than 1x1x1 launches the grid as thread-block clusters of that shape
 // (sm_90; the grid a multiple of it). Returns the launch's error.
