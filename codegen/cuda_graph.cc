@@ -73,14 +73,14 @@ absl::StatusOr<std::unique_ptr<CudaGraphPlan>> CudaGraphPlan::Capture(
     }
   }
   std::unique_ptr<CudaGraphPlan> plan(new CudaGraphPlan(exe, binding));
-  const size_t first = FirstArenaBytes(exe);
-  KILN_RETURN_IF_ERROR(plan->CaptureOnce(inputs, first <= ArenaLimit() ? first : 0));
-  if (first > ArenaLimit() && ArenaLimit() > 0) plan->arena_over_limit_ = first;  // 0: off
+  const size_t first = FirstArenaBytes(exe), limit = ArenaLimit();
+  KILN_RETURN_IF_ERROR(plan->CaptureOnce(inputs, first <= limit ? first : 0));
+  if (first > limit && limit > 0) plan->arena_over_limit_ = first;  // a limit of 0: no arenas
   // An arena too small for what the capture allocated: once more at the size it needed (the
   // capture repeats the same allocations), unless that is beyond the limit.
   if (plan->arena_ != nullptr && plan->arena_->overflowed()) {
     const size_t needed = plan->arena_->needed_bytes();
-    if (needed > ArenaLimit()) {
+    if (needed > limit) {
       plan->arena_over_limit_ = needed;
       return plan;
     }

@@ -8,15 +8,15 @@
 namespace kiln::cuda {
 
 namespace {
-size_t RoundUp(size_t bytes) {
-  return (std::max<size_t>(bytes, 1) + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+size_t AlignUp(size_t bytes) {
+  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
 }
 }  // namespace
 
 OffsetAllocator::OffsetAllocator(size_t capacity) : capacity_(capacity) {}
 
 size_t OffsetAllocator::Allocate(size_t bytes) {
-  const size_t size = RoundUp(bytes);
+  const size_t size = AlignUp(std::max<size_t>(bytes, 1));
   size_t offset = end_;
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     if (it->second < size) continue;
@@ -66,7 +66,7 @@ bool OffsetAllocator::Fits(size_t offset) const {
 }
 
 CaptureArena::CaptureArena(size_t bytes, Device device)
-    : device_(device), booking_((bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment) {
+    : device_(device), booking_(AlignUp(bytes)) {
   if (booking_.capacity() > 0) {
     block_ = std::make_shared<Storage>(booking_.capacity(), device);
     base_ = static_cast<char*>(block_->data());

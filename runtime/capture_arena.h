@@ -20,7 +20,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 
 #include "runtime/device.h"
 

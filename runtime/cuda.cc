@@ -69,9 +69,11 @@ class CachingAllocator final : public Allocator {
     StartStartupTasks(device.index);  // library start-up in the background (startup.h)
     const cudaStream_t stream = CurrentStream();
     const bool capturing = Capturing(stream);
-    const std::shared_ptr<CaptureArena>& arena = CurrentCaptureArena();
-    if (capturing && arena != nullptr && arena->device() == device) {
-      return AllocateInArena(arena, nbytes, stream);
+    if (capturing) {  // the eager path never reads the arena's thread-local
+      const std::shared_ptr<CaptureArena>& arena = CurrentCaptureArena();
+      if (arena != nullptr && arena->device() == device) {
+        return AllocateInArena(arena, nbytes, stream);
+      }
     }
     const size_t bytes = capturing ? nbytes : BlockBytes(nbytes);
     void* p = capturing ? nullptr : TakeCached(stream, bytes);

@@ -149,19 +149,22 @@ ir::TensorFn KernelChain() {
   };
 }
 
-TEST(CudaGraph, CapturedAllocationsComeFromTheArena) {
-  KILN_SKIP_WITHOUT_GPU();
-  Generator gen(8);
-  auto input = [&] {
-    return std::vector<Tensor>{randn({16, 64}, gen, DType::kFloat32, CUDA(0)),
-                               randn({64, 64}, gen, DType::kFloat32, CUDA(0))};
-  };
-  const std::vector<Tensor> in = input();
+// Compiles KernelChain with CUDA graphs for `rows` rows, checks three calls (the first captures)
+// against eager, and returns the report's CUDA graph line.
+std::string ChainGraphReport(int64_t rows, uint64_t seed) {
+  Generator gen(seed);
+  const std::vector<Tensor> in = {randn({rows, 64}, gen, DType::kFloat32, CUDA(0)),
+                                  randn({64, 64}, gen, DType::kFloat32, CUDA(0))};
   CompiledFn f = compile(KernelChain(), in, WithGraphs());
   for (int call = 0; call < 3; ++call) {
     ExpectSameValues(f(in)[0], KernelChain()(in)[0], absl::StrCat("call ", call));
   }
-  const std::string graph = f.report(in).cuda_graph;
+  return f.report(in).cuda_graph;
+}
+
+TEST(CudaGraph, CapturedAllocationsComeFromTheArena) {
+  KILN_SKIP_WITHOUT_GPU();
+  const std::string graph = ChainGraphReport(16, 8);
   EXPECT_NE(graph.find("KiB arena"), std::string::npos) << graph;
   EXPECT_EQ(graph.find("memory nodes"), std::string::npos) << graph;
 }
@@ -169,14 +172,7 @@ TEST(CudaGraph, CapturedAllocationsComeFromTheArena) {
 TEST(CudaGraph, ArenaLimitZeroKeepsGraphMemoryNodes) {
   KILN_SKIP_WITHOUT_GPU();
   const ScopedEnv no_arena("KILN_CAPTURE_ARENA_MB", "0");
-  Generator gen(9);
-  const std::vector<Tensor> in = {randn({16, 64}, gen, DType::kFloat32, CUDA(0)),
-                                  randn({64, 64}, gen, DType::kFloat32, CUDA(0))};
-  CompiledFn f = compile(KernelChain(), in, WithGraphs());
-  for (int call = 0; call < 3; ++call) {
-    ExpectSameValues(f(in)[0], KernelChain()(in)[0], absl::StrCat("call ", call));
-  }
-  const std::string graph = f.report(in).cuda_graph;
+  const std::string graph = ChainGraphReport(16, 9);
   EXPECT_NE(graph.find("memory nodes"), std::string::npos) << graph;
   EXPECT_EQ(graph.find("arena"), std::string::npos) << graph;
 }
@@ -185,13 +181,7 @@ TEST(CudaGraph, ArenaLimitZeroKeepsGraphMemoryNodes) {
 TEST(CudaGraph, AnArenaOverTheLimitIsNamed) {
   KILN_SKIP_WITHOUT_GPU();
   const ScopedEnv small_arenas("KILN_CAPTURE_ARENA_MB", "1");
-  Generator gen(12);
-  const std::vector<Tensor> in = {randn({1024, 64}, gen, DType::kFloat32, CUDA(0)),
-                                  randn({64, 64}, gen, DType::kFloat32, CUDA(0))};
-  CompiledFn f = compile(KernelChain(), in, WithGraphs());  // 256 KiB a value
-  ExpectSameValues(f(in)[0], KernelChain()(in)[0], "capturing call");
-  ExpectSameValues(f(in)[0], KernelChain()(in)[0], "replay");
-  const std::string graph = f.report(in).cuda_graph;
+  const std::string graph = ChainGraphReport(1024, 12);  // 256 KiB a value
   EXPECT_NE(graph.find("memory nodes (an arena would take "), std::string::npos) << graph;
   EXPECT_NE(graph.find(" MiB, over KILN_CAPTURE_ARENA_MB)"), std::string::npos) << graph;
 }
