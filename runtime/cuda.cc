@@ -358,7 +358,31 @@ bool DependentLaunchEnabled(int device) {
   return enabled[device];
 }
 
+namespace {
+thread_local ScopedPlanRun* t_plan_run = nullptr;
+}  // namespace
+
+ScopedPlanRun::ScopedPlanRun(const std::vector<ByteRange>& ranges)
+    : read_only(ranges), previous_(t_plan_run) {
+  t_plan_run = this;
+}
+ScopedPlanRun::~ScopedPlanRun() { t_plan_run = previous_; }
+
+bool ReadOnlyDuringRun(const void* p, size_t bytes) {
+  if (t_plan_run == nullptr || p == nullptr) return false;
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  for (const ByteRange& r : t_plan_run->read_only) {
+    const auto rb = reinterpret_cast<uintptr_t>(r.begin);
+    if (begin >= rb && begin - rb <= r.bytes && bytes <= r.bytes - (begin - rb)) return true;
+  }
+  return false;
+}
+
 bool UseDependentLaunch(int device, cudaStream_t stream) {
+  if (t_plan_run != nullptr && t_plan_run->first_launch_pending) {
+    t_plan_run->first_launch_pending = false;  // the run's first launch: a plain one
+    return false;
+  }
   if (!DependentLaunchEnabled(device)) return false;
   // Into a capture only with KILN_PDL_GRAPHS (a programmatic edge of the graph).
   static const bool in_graphs = EnvBool("KILN_PDL_GRAPHS");

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "runtime/device.h"
 #include "runtime/storage.h"
@@ -76,10 +77,41 @@ class ScopedGraphReplay {
 // Whether LaunchDependent (runtime/cuda_api.h) overlaps launches on `device` (KILN_PDL and
 // compute capability >= 9.0).
 bool DependentLaunchEnabled(int device);
-// Whether a launch on `stream` of `device` now is a dependent one: enabled there, and the stream
-// not capturing or KILN_PDL_GRAPHS on. Launchers that cannot call LaunchDependent (ops/cuda/*.cu)
-// pass this on.
+// Whether a launch on `stream` of `device` now is a dependent one: enabled there, the stream not
+// capturing or KILN_PDL_GRAPHS on, and not the first launch of a plan's run (ScopedPlanRun; the
+// call then counts as that launch). Launchers that cannot call LaunchDependent (ops/cuda/*.cu)
+// pass this on, and launch right after asking.
 bool UseDependentLaunch(int device, StreamHandle stream = CurrentStream());
+
+// A compiled plan's run on this thread (codegen/executable.cc): the byte ranges no kernel of the
+// run writes (the plan's constants). The run's first kiln launch is a plain one
+// (UseDependentLaunch says no once), so it starts after all earlier work on the stream ended, a
+// user's write into a weight included. A later dependent launch overlaps only the kernel launched
+// right before it (every kiln kernel lets its dependent start after its own wait), a kernel of
+// the run, which writes none of these bytes. So a kernel of the run may load them before its
+// dependency wait (ops/cuda/gemv_kernels.h preload_weights). Runs nest (a plan inside a caller's
+// run), each with its own ranges and plain first launch.
+struct ByteRange {
+  const void* begin = nullptr;
+  size_t bytes = 0;
+};
+class ScopedPlanRun {
+ public:
+  // `read_only` outlives the scope (the plan keeps it).
+  explicit ScopedPlanRun(const std::vector<ByteRange>& read_only);
+  ~ScopedPlanRun();
+  ScopedPlanRun(const ScopedPlanRun&) = delete;
+  ScopedPlanRun& operator=(const ScopedPlanRun&) = delete;
+
+  const std::vector<ByteRange>& read_only;
+  bool first_launch_pending = true;
+
+ private:
+  ScopedPlanRun* previous_;
+};
+// Whether [p, p + bytes) lies inside one of the current run's read-only ranges (false outside a
+// run).
+bool ReadOnlyDuringRun(const void* p, size_t bytes);
 
 // Caching device allocator statistics (bytes).
 struct MemoryStats {

@@ -43,6 +43,10 @@ ScopedGraphReplay::ScopedGraphReplay() : previous_(t_for_graph_replay) {
 ScopedGraphReplay::~ScopedGraphReplay() { t_for_graph_replay = previous_; }
 bool DependentLaunchEnabled(int) { return false; }
 bool UseDependentLaunch(int, StreamHandle) { return false; }
+ScopedPlanRun::ScopedPlanRun(const std::vector<ByteRange>& ranges)
+    : read_only(ranges), previous_(nullptr) {}
+ScopedPlanRun::~ScopedPlanRun() = default;
+bool ReadOnlyDuringRun(const void*, size_t) { return false; }
 void RelaxCaptureModeForThisThread() {}
 LaunchTally CountCapturedLaunches(const std::function<void()>&) {
   return {0, 0, kBuiltWithoutCuda};

@@ -102,6 +102,11 @@ const std::vector<Setting>& Settings() {
       {"KILN_GEMM", Kind::kChoice, "cublas", "auto|kiln|cublas",
        "linears kiln's sm_90a GEMM can run (bf16/f16, no activation): timed once per shape against "
        "cuBLASLt (auto), always kiln's (kiln), or cuBLASLt only (cublas)"},
+      {"KILN_GEMV_PRELOAD", Kind::kChoice, "rule", "rule|off|always",
+       "where the GEMV loads its first weights before its dependency wait: where no kernel that "
+       "may still run writes them (rule), never (off: an L2 prefetch only; A/B), or always "
+       "(unsafe: "
+       "to check that the race test catches a broken rule)"},
       {"KILN_PDL", Kind::kBool, "on", "",
        "off: kiln's kernels launch plainly, not as programmatic dependent launches that overlap "
        "the previous kernel's tail (sm_90 and later; A/B)"},

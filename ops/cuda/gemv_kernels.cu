@@ -72,6 +72,7 @@ struct Params {
   bool vec_w;  // every w row starts 16-byte aligned
   bool vec_x;  // every x row starts 16-byte aligned
   GemvAct act;
+  bool preload;  // the first tile's weights load before the dependency wait (GemvArgs)
 };
 
 // The GEMV's parameters with a norm of each x row (gemv.x is the x before the norm).
@@ -144,35 +145,57 @@ __device__ __forceinline__ void LoadWeightVectors(const uint4* wv, int64_t v0, i
   }
 }
 
+// acc[r] += w[i]·x[r, i] over the kUnroll weight vectors `raw` (v0, v0 + stride, ...; zeros past
+// the row's nvec vectors). Every x row is 16-byte aligned when kVecX. Per x row its loads, then
+// the FMAs; vectors past the end count as zeros (both operands: a NaN in x must not meet a padding
+// 0).
+template <typename T, int M, bool kVecX, XFrom kFromX>
+__device__ __forceinline__ void DotChunk(const Params<T>& p, const uint4 (&raw)[kUnroll],
+                                         int64_t v0, int stride, int64_t nvec, float (&acc)[M]) {
+  constexpr int V = kVec<T>;
+#pragma unroll
+  for (int r = 0; r < M; ++r) {
+    float xf[kUnroll][V];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t v = v0 + int64_t{u} * stride;
+      LoadX<T, kVecX, kFromX>(p.x + r * p.ldx, v, v < nvec, xf[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      float wf[V];
+      Unpack<T>(raw[u], wf);
+#pragma unroll
+      for (int i = 0; i < V; ++i) acc[r] = fmaf(wf[i], xf[u][i], acc[r]);
+    }
+  }
+}
+
+// A thread's kUnroll weight vectors in registers: the dot loops' working buffer, one per kernel.
+// With `preloaded` it holds the thread's first chunk of its first column tile, loaded before the
+// dependency wait (PreloadFirstTile), and that tile's loop starts from it instead of loading it.
+// (A branch inside the loop cost more than the preload gave; a second buffer for the preloaded
+// chunk, live across the tile loop, doubled the registers.)
+struct WeightChunk {
+  uint4 raw[kUnroll];
+  bool preloaded;
+};
+
 // acc[r] += w[i]·x[r, i] over this thread's 16-byte vectors of the row: t, t + stride, ... below
-// k / kVec. `w` is 16-byte aligned, and so is every x row when kVecX. Straight-line code per
-// kUnroll vectors: the w loads are all issued first, then per x row its loads, then the FMAs;
-// vectors past the end count as zeros (both operands: a NaN in x must not meet a padding 0).
+// k / kVec. `w` is 16-byte aligned. Straight-line code per kUnroll vectors: the w loads are all
+// issued first, then DotChunk. With `have_first`, chunk.raw already holds the first chunk.
 template <typename T, int M, bool kVecX, XFrom kFromX>
 __device__ __forceinline__ void DotVectors(const Params<T>& p, const T* w, int t, int stride,
-                                           float (&acc)[M]) {
-  constexpr int V = kVec<T>;
-  const int64_t nvec = p.k / V;
+                                           WeightChunk& chunk, bool have_first, float (&acc)[M]) {
+  const int64_t nvec = p.k / kVec<T>;
+  if (t >= nvec) return;
   const uint4* wv = reinterpret_cast<const uint4*>(w);
-  for (int64_t v0 = t; v0 < nvec; v0 += int64_t{kUnroll} * stride) {
-    uint4 raw[kUnroll];
-    LoadWeightVectors(wv, v0, stride, nvec, raw);
-#pragma unroll
-    for (int r = 0; r < M; ++r) {
-      float xf[kUnroll][V];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t v = v0 + int64_t{u} * stride;
-        LoadX<T, kVecX, kFromX>(p.x + r * p.ldx, v, v < nvec, xf[u]);
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        float wf[V];
-        Unpack<T>(raw[u], wf);
-#pragma unroll
-        for (int i = 0; i < V; ++i) acc[r] = fmaf(wf[i], xf[u][i], acc[r]);
-      }
-    }
+  if (!have_first) LoadWeightVectors(wv, t, stride, nvec, chunk.raw);
+  for (int64_t v0 = t;;) {
+    DotChunk<T, M, kVecX, kFromX>(p, chunk.raw, v0, stride, nvec, acc);
+    v0 += int64_t{kUnroll} * stride;
+    if (v0 >= nvec) break;
+    LoadWeightVectors(wv, v0, stride, nvec, chunk.raw);
   }
 }
 
@@ -268,8 +291,10 @@ __device__ __forceinline__ void PrefetchRow(const Params<T>& p, int64_t col, int
 
 // The CTA's column tiles: dot products over p.x (read as kFromX says), bias, activation, residual
 // and store.
+// With chunk.preloaded, the CTA's first tile starts from the weights loaded before the wait.
 template <typename T, int M, XFrom kFromX>
-__device__ __forceinline__ void ColumnTiles(const Params<T>& p, float (&partial)[kWarps][M]) {
+__device__ __forceinline__ void ColumnTiles(const Params<T>& p, float (&partial)[kWarps][M],
+                                            WeightChunk& chunk) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int cols = kWarps / p.wpc;  // columns per CTA
   const int part = warp % p.wpc;    // this warp's share of the column's k
@@ -282,13 +307,14 @@ __device__ __forceinline__ void ColumnTiles(const Params<T>& p, float (&partial)
 #pragma unroll
     for (int r = 0; r < M; ++r) acc[r] = 0.f;
     if (col < p.n) {  // uniform over the warp: every lane reaches the shuffles below
+      const bool have_first = chunk.preloaded && tile == blockIdx.x;
       const T* w = p.w + col * p.ldw;
       int64_t begin = 0;
       if (p.vec_w) {
         if (p.vec_x) {
-          DotVectors<T, M, true, kFromX>(p, w, t, stride, acc);
+          DotVectors<T, M, true, kFromX>(p, w, t, stride, chunk, have_first, acc);
         } else {
-          DotVectors<T, M, false, kFromX>(p, w, t, stride, acc);
+          DotVectors<T, M, false, kFromX>(p, w, t, stride, chunk, have_first, acc);
         }
         begin = p.k - p.k % kVec<T>;
       }
@@ -314,20 +340,31 @@ __device__ __forceinline__ void ColumnTiles(const Params<T>& p, float (&partial)
   }
 }
 
-// The first column tile's weight rows into L2 (every warp its own), before the dependency wait.
+// Before the dependency wait, this thread's share of its first column tile: with p.preload (and
+// 16-byte aligned rows) its first weight vectors into registers, so that their round trip to HBM
+// overlaps the previous kernel's tail; else the rows into L2 (a hint, never stale). The host sets
+// p.preload only where no kernel that may still be running writes the weights (GemvArgs).
 template <typename T>
-__device__ __forceinline__ void PrefetchFirstTile(const Params<T>& p) {
+__device__ __forceinline__ void PreloadFirstTile(const Params<T>& p, WeightChunk& chunk) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int cols = kWarps / p.wpc;
-  PrefetchRow(p, int64_t{blockIdx.x} * cols + warp / p.wpc, (warp % p.wpc) * 32 + lane, p.wpc * 32);
+  const int64_t col = int64_t{blockIdx.x} * (kWarps / p.wpc) + warp / p.wpc;
+  const int t = (warp % p.wpc) * 32 + lane, stride = p.wpc * 32;
+  chunk.preloaded = p.preload && p.vec_w && col < p.n;  // uniform over the warp
+  if (chunk.preloaded) {
+    LoadWeightVectors(reinterpret_cast<const uint4*>(p.w + col * p.ldw), t, stride, p.k / kVec<T>,
+                      chunk.raw);
+  } else {
+    PrefetchRow(p, col, t, stride);
+  }
 }
 
 template <typename T, int M>
 __global__ void __launch_bounds__(kThreads) GemvKernel(Params<T> p) {
   __shared__ float partial[kWarps][M];
-  PrefetchFirstTile(p);
+  WeightChunk chunk;
+  PreloadFirstTile(p, chunk);
   GridDependencySync();  // x, residual and out may be earlier kernels' buffers
-  ColumnTiles<T, M, XFrom::kReadOnly>(p, partial);
+  ColumnTiles<T, M, XFrom::kReadOnly>(p, partial, chunk);
 }
 
 // The statistics of the M x rows into `norms` (a warp per row; every thread of the CTA calls):
@@ -462,9 +499,11 @@ __global__ void __launch_bounds__(kThreads, 1) NormGemvKernel(NormParams<T> np) 
   __shared__ float partial[kWarps][M];
   __shared__ RowNorm norms[M];
   extern __shared__ uint4 normed_words[];
-  PrefetchFirstTile(np.gemv);
+  WeightChunk chunk;
+  PreloadFirstTile(np.gemv, chunk);
   GridDependencySync();  // x, residual and out may be earlier kernels' buffers
-  ColumnTiles<T, M, XFrom::kShared>(NormalizeIntoShared<T, M>(np, norms, normed_words), partial);
+  ColumnTiles<T, M, XFrom::kShared>(NormalizeIntoShared<T, M>(np, norms, normed_words), partial,
+                                    chunk);
 }
 
 // ---- One row with its norm folded into the dot products (decode at batch 1). ----------------
@@ -487,36 +526,48 @@ struct FoldedSums {
   float a1 = 0.f, a2 = 0.f, a3 = 0.f, s1 = 0.f, s2 = 0.f;
 };
 
+// The folded sums over the kUnroll weight vectors `raw` (v0, v0 + stride, ... below nvec).
+template <typename T, XFrom kFromX>
+__device__ __forceinline__ void FoldedChunk(const NormParams<T>& np, const uint4 (&raw)[kUnroll],
+                                            int64_t v0, int stride, int64_t nvec, float x0,
+                                            FoldedSums& f) {
+  constexpr int V = kVec<T>;
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t v = v0 + int64_t{u} * stride;
+    if (v >= nvec) break;  // uniform past the end: later u are out of bounds too
+    float wf[V], xf[V], gf[V], bf[V];
+    Unpack<T>(raw[u], wf);
+    LoadX<T, true, kFromX>(np.gemv.x, v, true, xf);
+    LoadX<T, true, kFromX>(np.weight, v, np.weight != nullptr, gf);
+    LoadX<T, true, kFromX>(np.bias, v, np.bias != nullptr, bf);
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const float d = xf[i] - x0;
+      const float wg = np.weight != nullptr ? wf[i] * gf[i] : wf[i];
+      f.a1 = fmaf(wg, d, f.a1);
+      f.a2 += wg;
+      f.a3 = fmaf(wf[i], bf[i], f.a3);
+      f.s1 += d;
+      f.s2 = fmaf(d, d, f.s2);
+    }
+  }
+}
+
+// The folded sums of one column's row `w`; with `have_first`, chunk.raw holds its first chunk.
 template <typename T, XFrom kFromX>
 __device__ __forceinline__ void DotFolded(const NormParams<T>& np, const T* w, float x0, int t,
-                                          int stride, FoldedSums& f) {
-  constexpr int V = kVec<T>;
-  const Params<T>& p = np.gemv;
-  const int64_t nvec = p.k / V;
+                                          int stride, WeightChunk& chunk, bool have_first,
+                                          FoldedSums& f) {
+  const int64_t nvec = np.gemv.k / kVec<T>;
+  if (t >= nvec) return;
   const uint4* wv = reinterpret_cast<const uint4*>(w);
-  for (int64_t v0 = t; v0 < nvec; v0 += int64_t{kUnroll} * stride) {
-    uint4 raw[kUnroll];
-    LoadWeightVectors(wv, v0, stride, nvec, raw);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t v = v0 + int64_t{u} * stride;
-      if (v >= nvec) break;  // uniform past the end: later u are out of bounds too
-      float wf[V], xf[V], gf[V], bf[V];
-      Unpack<T>(raw[u], wf);
-      LoadX<T, true, kFromX>(p.x, v, true, xf);
-      LoadX<T, true, kFromX>(np.weight, v, np.weight != nullptr, gf);
-      LoadX<T, true, kFromX>(np.bias, v, np.bias != nullptr, bf);
-#pragma unroll
-      for (int i = 0; i < V; ++i) {
-        const float d = xf[i] - x0;
-        const float wg = np.weight != nullptr ? wf[i] * gf[i] : wf[i];
-        f.a1 = fmaf(wg, d, f.a1);
-        f.a2 += wg;
-        f.a3 = fmaf(wf[i], bf[i], f.a3);
-        f.s1 += d;
-        f.s2 = fmaf(d, d, f.s2);
-      }
-    }
+  if (!have_first) LoadWeightVectors(wv, t, stride, nvec, chunk.raw);
+  for (int64_t v0 = t;;) {
+    FoldedChunk<T, kFromX>(np, chunk.raw, v0, stride, nvec, x0, f);
+    v0 += int64_t{kUnroll} * stride;
+    if (v0 >= nvec) break;
+    LoadWeightVectors(wv, v0, stride, nvec, chunk.raw);
   }
 }
 
@@ -535,7 +586,7 @@ __device__ __forceinline__ float FoldedValue(const NormParams<T>& np, float a1, 
 // The CTA's column tiles of the folded GEMV (x, the norm's weight and bias read as kFromX says).
 template <typename T, XFrom kFromX>
 __device__ __forceinline__ void FoldedColumnTiles(const NormParams<T>& np, float (&dots)[kWarps][3],
-                                                  double (&stats)[kWarps][2]) {
+                                                  double (&stats)[kWarps][2], WeightChunk& chunk) {
   const Params<T>& p = np.gemv;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int cols = kWarps / p.wpc, part = warp % p.wpc;
@@ -546,7 +597,10 @@ __device__ __forceinline__ void FoldedColumnTiles(const NormParams<T>& np, float
     const int64_t col = tile * cols + warp / p.wpc;
     const EpilogueIn e = part == 0 ? LoadEpilogue<T, 1, kFromX>(p, col, lane) : EpilogueIn{};
     FoldedSums f;
-    if (col < p.n) DotFolded<T, kFromX>(np, p.w + col * p.ldw, x0, t, stride, f);
+    if (col < p.n) {
+      const bool have_first = chunk.preloaded && tile == blockIdx.x;
+      DotFolded<T, kFromX>(np, p.w + col * p.ldw, x0, t, stride, chunk, have_first, f);
+    }
     float a1 = WarpSum(f.a1), a2 = WarpSum(f.a2), a3 = WarpSum(f.a3);
     double s1 = WarpSum(static_cast<double>(f.s1)), s2 = WarpSum(static_cast<double>(f.s2));
     if (p.wpc > 1) {  // uniform over the CTA: the column's warps meet in warp order
@@ -574,9 +628,10 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads) FoldedNormGemvKernel(NormParams<T> np) {
   __shared__ float dots[kWarps][3];
   __shared__ double stats[kWarps][2];
-  PrefetchFirstTile(np.gemv);
+  WeightChunk chunk;
+  PreloadFirstTile(np.gemv, chunk);
   GridDependencySync();  // x, residual and out may be earlier kernels' buffers
-  FoldedColumnTiles<T, XFrom::kReadOnly>(np, dots, stats);
+  FoldedColumnTiles<T, XFrom::kReadOnly>(np, dots, stats, chunk);
 }
 
 // ---- A chain of one-row GEMVs in one launch (gemv_kernels.h GemvChain). ---------------------
@@ -623,14 +678,16 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float dots[kWarps][3];
   __shared__ double stats[kWarps][2];
   for (int i = 0; i < c.prefetched; ++i) PrefetchCtaTiles(c.steps[i].np.gemv);
+  WeightChunk chunk;
+  chunk.preloaded = false;  // the steps' weights are in L2, not in registers
   cooperative_groups::grid_group grid = cooperative_groups::this_grid();
   for (int i = 0; i < c.count; ++i) {
     if (c.barrier_before[i]) grid.sync();
     const NormParams<T>& np = c.steps[i].np;
     if (np.norm == GemvNorm::kNone) {
-      ColumnTiles<T, 1, XFrom::kCoherent>(np.gemv, partial);
+      ColumnTiles<T, 1, XFrom::kCoherent>(np.gemv, partial, chunk);
     } else {
-      FoldedColumnTiles<T, XFrom::kCoherent>(np, dots, stats);
+      FoldedColumnTiles<T, XFrom::kCoherent>(np, dots, stats, chunk);
     }
   }
 }
@@ -850,6 +907,20 @@ __global__ void DelayKernel(int64_t ns) {
   while (now() - start < static_cast<uint64_t>(ns)) __nanosleep(1000);
 }
 
+// FillAfterDelay's kernel: the dependent launch's trigger first, then the wait, then the writes.
+__global__ void FillAfterDelayKernel(uint16_t* p, int64_t count, uint16_t value, int64_t ns) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  uint64_t start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < static_cast<uint64_t>(ns));
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) p[i] = value;
+}
+
 // Warps per column: split k over more warps while the grid has fewer than 32 warps per SM and
 // each warp keeps at least two full sweeps of 16-byte vectors.
 int WarpsPerColumn(int64_t n, int64_t k, int sm_count, int vec) {
@@ -1029,7 +1100,8 @@ Params<T> MakeParams(const GemvArgs& a) {
           WarpsPerColumn(a.n, a.k, a.sm_count, kVec<T>),
           RowsAligned16(a.w, a.ldw, a.n, sizeof(T)),
           RowsAligned16(a.x, a.ldx, a.m, sizeof(T)),
-          a.act};
+          a.act,
+          a.preload_weights};
 }
 
 // Column tiles of `p`: kWarps / wpc columns each.
@@ -1238,6 +1310,12 @@ cudaError_t Gemv(const GemvArgs& a, cudaStream_t stream) {
 
 cudaError_t DeviceDelay(int64_t ns, cudaStream_t stream) {
   DelayKernel<<<1, 1, 0, stream>>>(ns);
+  return cudaGetLastError();
+}
+
+cudaError_t FillAfterDelay(uint16_t* p, int64_t count, uint16_t value, int64_t ns,
+                           cudaStream_t stream) {
+  FillAfterDelayKernel<<<1, 256, 0, stream>>>(p, count, value, ns);
   return cudaGetLastError();
 }
 

@@ -46,6 +46,11 @@ struct GemvArgs {
   // Launch as a programmatic dependent launch (runtime/cuda.h): the kernel prefetches its first
   // weight rows into L2 while the previous kernel finishes, then waits for it.
   bool dependent_launch = false;
+  // No kernel that may still be running writes w (matmul_cuda.cc PreloadWeights says when): each
+  // thread then loads its first weight vectors into registers before the dependency wait, so that
+  // their round trip to HBM overlaps the previous kernel's tail. false: only an L2 prefetch (a
+  // hint, never stale) comes before the wait.
+  bool preload_weights = false;
   // 2..8 rows of float16 / bfloat16 with 16-byte aligned rows and k a multiple of 8 run on tensor
   // cores (mma.m16n8k16: the weights as A, the x rows as B), the FMA loop's instructions gone;
   // false keeps the FMA loop (KILN_GEMV_MMA=off, an A/B).
@@ -96,5 +101,10 @@ void GemvChainBarriers(const GemvArgs* ops, int count, bool* barrier_before);
 // behind it start back to back once it ends, so events around them measure device time alone,
 // not the host's launch cost.
 cudaError_t DeviceDelay(int64_t ns, cudaStream_t stream);
+// For race tests: one CTA that lets the next kernel on `stream` start at once (the trigger of a
+// programmatic dependent launch), waits `ns` nanoseconds, then writes `value` to the `count`
+// 16-bit words at `p`.
+cudaError_t FillAfterDelay(uint16_t* p, int64_t count, uint16_t value, int64_t ns,
+                           cudaStream_t stream);
 
 }  // namespace kiln::cuda_kernels

@@ -767,6 +767,21 @@ struct GemvNormOperands {
   double eps = 0;
 };
 
+// Whether the GEMV may load its first weights before its dependency wait: only where no kernel
+// that may still be running writes them. A plain launch starts after every earlier kernel ended.
+// A dependent one overlaps only the kernel launched right before it (every kiln kernel lets its
+// dependent start after its own wait, so the one before that has ended), and inside a compiled
+// plan's run that kernel writes no constant of the plan, nor does the user's last kernel before
+// the run, since the run's first launch is plain (cuda::ScopedPlanRun). KILN_GEMV_PRELOAD: off
+// for A/B; always breaks the rule, to check that the race test catches it.
+bool PreloadWeights(const cuda_kernels::GemvArgs& a, const Tensor& w) {
+  static const std::string mode = EnvChoice("KILN_GEMV_PRELOAD");
+  if (mode == "off") return false;
+  if (mode == "always" || !a.dependent_launch) return true;
+  const size_t bytes = static_cast<size_t>((a.n - 1) * a.ldw + a.k) * w.element_size();
+  return cuda::ReadOnlyDuringRun(a.w, bytes);
+}
+
 // out [m, n] (contiguous) = act(x2 [m, k] · w [n, k]ᵀ + bias) (kAdd: + residual [m, n],
 // contiguous) with the GEMV kernel, x2's rows normalised first when `norm` says so.
 void RunGemv(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& residual,
@@ -789,7 +804,6 @@ void RunGemv(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor
           : act == Epilogue::kGeluTanh ? GemvAct::kGeluTanh
                                        : GemvAct::kNone;
   a.sm_count = cuda::Props(out.device().index).sm_count;
-  a.dependent_launch = cuda::UseDependentLaunch(out.device().index);
   static const bool tensor_cores = EnvBool("KILN_GEMV_MMA");
   a.tensor_cores = tensor_cores;
   static const bool fold_norm = EnvBool("KILN_GEMV_NORM_FOLD");
@@ -798,11 +812,15 @@ void RunGemv(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor
   a.norm_weight = norm.weight.defined() ? norm.weight.data_ptr() : nullptr;
   a.norm_bias = norm.bias.defined() ? norm.bias.data_ptr() : nullptr;
   a.norm_eps = static_cast<float>(norm.eps);
-  // Inside a compiled plan's chain region: launched later, with the next GEMVs.
+  // Inside a compiled plan's chain region: launched later, with the next GEMVs (plainly, and
+  // nothing loaded before a wait).
   if (DeferringGemvs() &&
       DeferGemv(a, cuda::CurrentStream(), {x2, w, bias, residual, out, norm.weight, norm.bias})) {
     return;
   }
+  // Asked right before the launch: a plan's first ask is its first launch (cuda::ScopedPlanRun).
+  a.dependent_launch = cuda::UseDependentLaunch(out.device().index);
+  a.preload_weights = PreloadWeights(a, w);
   KILN_CUDA_CHECK(cuda_kernels::Gemv(a, cuda::CurrentStream()));
 }
 

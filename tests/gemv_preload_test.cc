@@ -1,0 +1,167 @@
+// The GEMV's weights loaded before its dependency wait (GemvArgs::preload_weights; the rule is
+// matmul_cuda.cc PreloadWeights and cuda::ScopedPlanRun). The race the rule must rule out: a
+// weight written by the kernel launched right before the GEMV, which a programmatic dependent
+// launch lets the GEMV overlap. The writer here (cuda_kernels::FillAfterDelay) lets the next
+// kernel start at once, then writes ones over a zero weight 200 µs later; a GEMV that read the
+// weight before its wait would sum the zeros.
+//   - the kernel itself: the same schedule with the preload forced reads the zeros (the race is
+//     real, so the cases below can see a broken rule), and without it reads the ones;
+//   - the rule: eagerly (the weight is no plan's constant), a compiled plan whose GEMV is its
+//     first launch (plain, so it waits for the user's writer), one whose GEMV follows another
+//     kernel (the constant is read before the wait there), and the same plans replayed as CUDA
+//     graphs. With KILN_GEMV_PRELOAD=always (the rule broken) the eager case fails; the plan
+//     cases would fail if a run's first launch were a dependent one.
+// GPU cases skip without a GPU (KILN_REQUIRE_GPU=1 makes them fail instead).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "codegen/compile.h"
+#include "ops/cuda/gemv_kernels.h"
+#include "ops/factories.h"
+#include "ops/ops.h"
+#include "runtime/cuda.h"
+#include "runtime/cuda_api.h"
+#include "tests/gemv_test_util.h"
+#include "tests/test_util.h"
+
+namespace kiln {
+namespace {
+
+constexpr int64_t kN = 1024, kK = 1024;
+constexpr uint16_t kBf16One = 0x3F80;
+constexpr int64_t kWriterDelayNs = 200'000;
+
+// `value` into every word of `w` (bfloat16) `ns` after the writer lets the next kernel start.
+// Written through the pointer, as a user's own kernel would: the tensor's version stays, so a
+// plan that folded w as a constant runs on without recompiling.
+void FillAfter(const Tensor& w, uint16_t value, int64_t ns) {
+  KILN_CUDA_CHECK(cuda_kernels::FillAfterDelay(static_cast<uint16_t*>(w.data_ptr()), w.numel(),
+                                               value, ns, cuda::CurrentStream()));
+}
+void OnesAfterDelay(const Tensor& w) { FillAfter(w, kBf16One, kWriterDelayNs); }
+
+// How many of y's values differ from `want`.
+int64_t Wrong(const Tensor& y, double want) {
+  int64_t wrong = 0;
+  for (double v : to_vector(y)) wrong += v != want;
+  return wrong;
+}
+
+bool DependentLaunchesExist() { return cuda::DependentLaunchEnabled(0); }
+
+// The GEMV of x [1, kK] and w [kK, kK] launched as a programmatic dependent of the writer.
+Tensor GemvAfterWriter(const Tensor& x, const Tensor& w, bool preload) {
+  Tensor out = empty({1, kN}, DType::kBFloat16, CUDA(0));
+  cuda_kernels::GemvArgs a{};
+  a.x = x.data_ptr();
+  a.ldx = kK;
+  a.w = w.data_ptr();
+  a.ldw = kK;
+  a.out = out.data_ptr();
+  a.m = 1;
+  a.n = kN;
+  a.k = kK;
+  a.type = cuda_kernels::ElemType::kBF16;
+  a.sm_count = cuda::Props(0).sm_count;
+  a.dependent_launch = true;
+  a.preload_weights = preload;
+  cuda::Synchronize();
+  OnesAfterDelay(w);
+  KILN_CUDA_CHECK(cuda_kernels::Gemv(a, cuda::CurrentStream()));
+  return out;
+}
+
+TEST(GemvPreload, TheRaceIsRealAndWaitingAvoidsIt) {
+  KILN_SKIP_WITHOUT_GPU();
+  if (!DependentLaunchesExist()) GTEST_SKIP() << "no programmatic dependent launches here";
+  const Tensor x = full({1, kK}, 1.0, DType::kBFloat16, CUDA(0));
+  const Tensor w = zeros({kN, kK}, DType::kBFloat16, CUDA(0));
+  EXPECT_EQ(Wrong(GemvAfterWriter(x, w, /*preload=*/false), kK), 0)
+      << "read after the wait, every column sums the ones";
+  const Tensor w2 = zeros({kN, kK}, DType::kBFloat16, CUDA(0));
+  EXPECT_GT(Wrong(GemvAfterWriter(x, w2, /*preload=*/true), kK), 0)
+      << "read before the wait, the columns should have seen the zeros: the cases below could "
+         "not see a broken rule";
+}
+
+// Each round: zeros into w (waited for), then the delayed writer's ones right before `call`,
+// whose result must sum the ones.
+void ExpectEachCallSeesTheLastWrite(const std::string& what, const Tensor& w,
+                                    const std::function<Tensor()>& call, double ones_sum) {
+  for (int round = 0; round < 4; ++round) {
+    FillAfter(w, 0, 0);
+    cuda::Synchronize();
+    OnesAfterDelay(w);
+    EXPECT_EQ(Wrong(call(), ones_sum), 0)
+        << what << ", round " << round << ": read the weight before the user's write ended";
+  }
+}
+
+TEST(GemvPreload, EagerlyTheWeightIsReadAfterTheWait) {
+  KILN_SKIP_WITHOUT_GPU();
+  const ScopedGemvMode on(cuda_ops::GemvMode::kOn);
+  const Tensor x = full({1, kK}, 1.0, DType::kBFloat16, CUDA(0));
+  const Tensor w = zeros({kN, kK}, DType::kBFloat16, CUDA(0));
+  ExpectEachCallSeesTheLastWrite(
+      "eager", w, [&] { return linear(x, w); }, kK);
+}
+
+// A plan whose GEMV is its first launch, and one whose GEMV follows a pointwise kernel, each
+// folding w as a constant; run eagerly and replayed as a CUDA graph.
+TEST(GemvPreload, AConstantIsReadBeforeTheWaitOnlyAfterTheRunsFirstLaunch) {
+  KILN_SKIP_WITHOUT_GPU();
+  const ScopedGemvMode on(cuda_ops::GemvMode::kOn);
+  const Tensor x = full({1, kK}, 1.0, DType::kBFloat16, CUDA(0));
+  const Tensor w = zeros({kN, kK}, DType::kBFloat16, CUDA(0));
+  for (bool graphs : {false, true}) {
+    CompileOptions options;
+    options.cuda_graphs = graphs;
+    const std::string mode = graphs ? "graph" : "compiled";
+    CompiledFn first =
+        compile([&w](const std::vector<Tensor>& in) { return std::vector{linear(in[0], w)}; }, {x},
+                options);
+    ExpectEachCallSeesTheLastWrite(
+        mode + ", the GEMV first", w, [&] { return first({x})[0]; }, kK);
+    CompiledFn second = compile(
+        [&w](const std::vector<Tensor>& in) { return std::vector{linear(mul(in[0], 2.0), w)}; },
+        {x}, options);
+    ExpectEachCallSeesTheLastWrite(
+        mode + ", the GEMV second", w, [&] { return second({x})[0]; }, 2 * kK);
+  }
+}
+
+// Without a GPU: a run's read-only ranges answer only inside the run (whole ranges, nothing past
+// their ends), its first launch is plain, and a nested run has its own ranges and first launch.
+TEST(PlanRun, ReadOnlyRangesAndAPlainFirstLaunch) {
+  std::vector<char> buf(64);
+  const std::vector<cuda::ByteRange> ranges = {{buf.data() + 16, 32}};
+  EXPECT_FALSE(cuda::ReadOnlyDuringRun(buf.data() + 16, 8));  // no run
+  {
+    cuda::ScopedPlanRun run(ranges);
+    EXPECT_TRUE(cuda::ReadOnlyDuringRun(buf.data() + 16, 32));
+    EXPECT_TRUE(cuda::ReadOnlyDuringRun(buf.data() + 40, 8));
+    EXPECT_FALSE(cuda::ReadOnlyDuringRun(buf.data() + 40, 9));  // one byte past the end
+    EXPECT_FALSE(cuda::ReadOnlyDuringRun(buf.data() + 8, 16));  // starts before it
+    EXPECT_FALSE(cuda::ReadOnlyDuringRun(nullptr, 0));
+    EXPECT_TRUE(run.first_launch_pending);
+    EXPECT_FALSE(cuda::UseDependentLaunch(0, nullptr));  // the run's first launch: plain
+    EXPECT_FALSE(run.first_launch_pending);
+    {
+      const std::vector<cuda::ByteRange> none;
+      cuda::ScopedPlanRun inner(none);
+      EXPECT_FALSE(cuda::ReadOnlyDuringRun(buf.data() + 16, 8));
+      EXPECT_FALSE(cuda::UseDependentLaunch(0, nullptr));
+      EXPECT_FALSE(inner.first_launch_pending);
+    }
+    EXPECT_TRUE(cuda::ReadOnlyDuringRun(buf.data() + 16, 8));  // the outer run's again
+  }
+  EXPECT_FALSE(cuda::ReadOnlyDuringRun(buf.data() + 16, 8));
+}
+
+}  // namespace
+}  // namespace kiln
