@@ -11,7 +11,8 @@
 //     kernel (the constant is read before the wait there), and the same plans replayed as CUDA
 //     graphs. With KILN_GEMV_PRELOAD=always (the rule broken) the eager case fails; the plan
 //     cases would fail if a run's first launch were a dependent one.
-// GPU cases skip without a GPU (KILN_REQUIRE_GPU=1 makes them fail instead).
+// Then the kernels' paths with and without the preload give the same bits. GPU cases skip without
+// a GPU (KILN_REQUIRE_GPU=1 makes them fail instead).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -26,6 +27,7 @@
 #include "ops/ops.h"
 #include "runtime/cuda.h"
 #include "runtime/cuda_api.h"
+#include "runtime/random.h"
 #include "tests/gemv_test_util.h"
 #include "tests/test_util.h"
 
@@ -132,6 +134,78 @@ TEST(GemvPreload, AConstantIsReadBeforeTheWaitOnlyAfterTheRunsFirstLaunch) {
         {x}, options);
     ExpectEachCallSeesTheLastWrite(
         mode + ", the GEMV second", w, [&] { return second({x})[0]; }, 2 * kK);
+  }
+}
+
+// The preload changes where the first weights are loaded, not the sums: with and without it, every
+// path (the FMA loop of 1..8 rows, the folded norm of one row, the norm prologue, the tensor-core
+// path of 2..8 rows with and without a norm, split over a cluster) gives the same bits. Launched
+// plainly, so both are safe; n wide enough that the norm kernels' CTAs take several column tiles
+// (only the first starts from the preloaded weights), k of partial chunks and vectors too.
+struct PreloadCase {
+  DType dtype;
+  int64_t m, n, k;
+  cuda_kernels::GemvNorm norm;
+};
+
+Tensor GemvOf(const PreloadCase& c, const Tensor& x, const Tensor& w, const Tensor& bias,
+              const Tensor& gamma, const Tensor& beta, bool preload) {
+  Tensor out = zeros({c.m, c.n}, c.dtype, CUDA(0));
+  cuda_kernels::GemvArgs a{};
+  a.x = x.data_ptr();
+  a.ldx = c.k;
+  a.w = w.data_ptr();
+  a.ldw = c.k;
+  a.bias = bias.data_ptr();
+  a.bias_stride = 1;
+  a.out = out.data_ptr();
+  a.m = c.m;
+  a.n = c.n;
+  a.k = c.k;
+  a.type = *cuda_kernels::ElemTypeOf(c.dtype);
+  a.act = cuda_kernels::GemvAct::kGeluTanh;
+  a.sm_count = cuda::Props(0).sm_count;
+  a.preload_weights = preload;
+  a.norm = c.norm;
+  if (c.norm != cuda_kernels::GemvNorm::kNone) {
+    a.norm_weight = gamma.data_ptr();
+    a.norm_bias = c.norm == cuda_kernels::GemvNorm::kLayer ? beta.data_ptr() : nullptr;
+    a.norm_eps = 1e-5f;
+  }
+  KILN_CUDA_CHECK(cuda_kernels::Gemv(a, cuda::CurrentStream()));
+  return out;
+}
+
+TEST(GemvPreload, PreloadedWeightsGiveTheSameBits) {
+  KILN_SKIP_WITHOUT_GPU();
+  using cuda_kernels::GemvNorm;
+  const PreloadCase cases[] = {
+      {DType::kBFloat16, 1, 2304, 768, GemvNorm::kNone},    // the FMA loop, one chunk a row
+      {DType::kBFloat16, 1, 768, 3072, GemvNorm::kNone},    // 4 warps a column
+      {DType::kFloat32, 3, 1000, 4100, GemvNorm::kNone},    // several chunks, a partial vector
+      {DType::kBFloat16, 1, 20000, 768, GemvNorm::kLayer},  // the folded norm
+      {DType::kFloat32, 2, 20000, 776, GemvNorm::kRms},     // the prologue, several tiles a CTA
+      {DType::kBFloat16, 8, 3072, 768, GemvNorm::kNone},    // tensor cores
+      {DType::kBFloat16, 4, 256, 4096, GemvNorm::kNone},    // tensor cores, a cluster's splits
+      {DType::kFloat16, 2, 20000, 200, GemvNorm::kLayer},   // tensor cores with the prologue
+      {DType::kBFloat16, 8, 50257, 768, GemvNorm::kLayer},  // an LM head's shape
+  };
+  Generator gen(7);
+  for (const PreloadCase& c : cases) {
+    const Tensor x = randn({c.m, c.k}, gen, c.dtype, CUDA(0));
+    const Tensor w = randn({c.n, c.k}, gen, c.dtype, CUDA(0));
+    const Tensor bias = randn({c.n}, gen, c.dtype, CUDA(0));
+    const Tensor gamma = randn({c.k}, gen, c.dtype, CUDA(0));
+    const Tensor beta = randn({c.k}, gen, c.dtype, CUDA(0));
+    const Tensor without = GemvOf(c, x, w, bias, gamma, beta, false);
+    const Tensor with = GemvOf(c, x, w, bias, gamma, beta, true);
+    const std::vector<double> a = to_vector(without), b = to_vector(with);
+    int64_t differ = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+      differ += !(a[i] == b[i] || (a[i] != a[i] && b[i] != b[i]));
+    EXPECT_EQ(differ, 0) << DTypeName(c.dtype) << " m " << c.m << " n " << c.n << " k " << c.k
+                         << " norm " << static_cast<int>(c.norm) << ": " << differ << " of "
+                         << a.size() << " outputs differ with the preload";
   }
 }
 

@@ -25,6 +25,11 @@
 // 2..8 rows of float16 / bfloat16 (aligned, k a multiple of 8) take the tensor-core path instead
 // (MmaGemvKernel, NormMmaGemvKernel; see "the tensor-core path" below).
 //
+// Before its dependency wait (a programmatic dependent launch) every kernel but the chain loads
+// the first weights of its first column tile: into the registers its dot loop starts from where
+// the host says no kernel that may still be running writes them (GemvArgs::preload_weights; at
+// GPT-2's decode shapes that is each thread's whole share of the row), else into L2.
+//
 // Indexing is int64 throughout (a w of n·k > 2^31 elements is the LM head of a large vocabulary);
 // CTAs stride over column tiles, so the grid stays within limits for any n.
 #include <cooperative_groups.h>
@@ -721,11 +726,11 @@ __device__ __forceinline__ void Words(const uint4& v, uint32_t* out) {
   out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
 }
 
-// The chunk at k offset kc: this lane's two 16-byte vectors of each of its three rows (zeros past
-// k, for w rows past n and for x rows past m). k is a multiple of 8, so a vector is whole or out.
-template <typename T, bool kSharedX>
-__device__ __forceinline__ void LoadMmaChunk(const Params<T>& p, const T* wg, const T* wh,
-                                             const T* x, int64_t kc, int c, MmaChunk& f) {
+// The chunk at k offset kc: this lane's two 16-byte vectors of each of its w rows (zeros past k
+// and for w rows past n). k is a multiple of 8, so a vector is whole or out.
+template <typename T>
+__device__ __forceinline__ void LoadMmaWeights(const Params<T>& p, const T* wg, const T* wh,
+                                               int64_t kc, int c, MmaChunk& f) {
   const uint4 zero = make_uint4(0, 0, 0, 0);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -735,13 +740,50 @@ __device__ __forceinline__ void LoadMmaChunk(const Params<T>& p, const T* wg, co
           f.wg + 4 * h);
     Words(in && wh != nullptr ? __ldcs(reinterpret_cast<const uint4*>(wh + at)) : zero,
           f.wh + 4 * h);
-    uint4 xv = zero;
-    if (in && x != nullptr) {
+  }
+}
+
+// The same chunk's two vectors of this lane's x row (zeros past k and for x rows past m).
+template <typename T, bool kSharedX>
+__device__ __forceinline__ void LoadMmaX(const Params<T>& p, const T* x, int64_t kc, int c,
+                                         MmaChunk& f) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t at = kc + 32 * h + 8 * c;
+    uint4 xv = make_uint4(0, 0, 0, 0);
+    if (at < p.k && x != nullptr) {
       xv = kSharedX ? *reinterpret_cast<const uint4*>(x + at)
                     : __ldg(reinterpret_cast<const uint4*>(x + at));
     }
     Words(xv, f.x + 4 * h);
   }
+}
+
+// A warp's kMmaUnroll chunks in flight: the tile loop's working buffer, one per kernel. With the
+// weights preloaded before the dependency wait (PreloadMmaTile), it holds the w words of the
+// warp's first chunks of the CTA's first tile, and that iteration loads only x.
+struct MmaChunks {
+  MmaChunk f[kMmaUnroll];
+  bool preloaded;
+};
+
+// The w rows g and g + 8 of `tile` (nullptr past n), this warp's first chunk of them and its
+// stride, and the chunks of a row.
+template <typename T>
+struct MmaRows {
+  const T* wg;
+  const T* wh;
+  int64_t first, stride, chunks;
+};
+
+template <typename T>
+__device__ __forceinline__ MmaRows<T> RowsOf(const Params<T>& p, int64_t tile, int split,
+                                             int splits) {
+  const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4;
+  const int64_t col_g = tile * kMmaTile + g, col_h = col_g + 8;
+  return {col_g < p.n ? p.w + col_g * p.ldw : nullptr, col_h < p.n ? p.w + col_h * p.ldw : nullptr,
+          int64_t{split} * kWarps + warp, int64_t{kWarps} * splits,
+          (p.k + kMmaChunk - 1) / kMmaChunk};
 }
 
 template <typename T>
@@ -787,16 +829,17 @@ struct MmaShared {
 // One tile: this CTA's share of its chunks (split `split` of `splits`), the sums over warps (and
 // over the cluster when splits > 1), then bias, activation, residual and the store by rank 0.
 // Thread t ends with output (column tile·16 + t / 8, row t % 8).
+// With `have_first`, chunks.f already holds the w words of the warp's first iteration.
 template <typename T, bool kSharedX>
 __device__ __forceinline__ void MmaTile(const Params<T>& p, int m, int64_t tile, int split,
-                                        int splits, MmaShared& sh) {
+                                        int splits, MmaShared& sh, MmaChunks& chunks_in_flight,
+                                        bool have_first) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-  const int64_t col_g = tile * kMmaTile + g, col_h = col_g + 8;
-  const T* wg = col_g < p.n ? p.w + col_g * p.ldw : nullptr;
-  const T* wh = col_h < p.n ? p.w + col_h * p.ldw : nullptr;
+  const MmaRows<T> rows = RowsOf(p, tile, split, splits);
+  const T *wg = rows.wg, *wh = rows.wh;
   const T* x = g < m ? p.x + g * p.ldx : nullptr;
-  const int64_t chunks = (p.k + kMmaChunk - 1) / kMmaChunk;
-  const int stride = kWarps * splits;
+  const int64_t chunks = rows.chunks, stride = rows.stride;
+  MmaChunk(&f)[kMmaUnroll] = chunks_in_flight.f;
   // Thread t ends with output (column t / 8, row t % 8) of the tile; split 0 (cluster rank 0)
   // stores it. Its bias and residual are loaded now, with the weights, not after the sums.
   const int t = threadIdx.x, col = t / 8, row = t % 8;
@@ -806,13 +849,15 @@ __device__ __forceinline__ void MmaTile(const Params<T>& p, int m, int64_t tile,
   if (stores && p.bias != nullptr) b = ToFloat(p.bias[out_col * p.bias_stride]);
   if (stores && p.residual != nullptr) res = ToFloat(p.residual[row * p.n + out_col]);
   float d[4] = {0.f, 0.f, 0.f, 0.f};
-  for (int64_t q = int64_t{split} * kWarps + warp; q < chunks; q += int64_t{stride} * kMmaUnroll) {
-    MmaChunk f[kMmaUnroll];
+  bool weights_loaded = have_first;
+  for (int64_t q = rows.first; q < chunks; q += stride * kMmaUnroll) {
 #pragma unroll
     for (int u = 0; u < kMmaUnroll; ++u) {
-      const int64_t qu = q + int64_t{u} * stride;
-      LoadMmaChunk<T, kSharedX>(p, wg, wh, x, qu < chunks ? qu * kMmaChunk : p.k, c, f[u]);
+      const int64_t qu = q + u * stride, kc = qu < chunks ? qu * kMmaChunk : p.k;
+      if (!weights_loaded) LoadMmaWeights<T>(p, wg, wh, kc, c, f[u]);
+      LoadMmaX<T, kSharedX>(p, x, kc, c, f[u]);
     }
+    weights_loaded = false;
 #pragma unroll
     for (int u = 0; u < kMmaUnroll; ++u) {
 #pragma unroll
@@ -870,13 +915,35 @@ __device__ __forceinline__ void PrefetchMmaTile(const Params<T>& p, int64_t tile
     asm volatile("prefetch.global.L2 [%0];" ::"l"(row + at));
 }
 
+// Before the dependency wait: with p.preload, the w words of this warp's first iteration of
+// `tile` into `chunks` (their round trip to HBM overlapping the previous kernel's tail; the host
+// sets it only where no kernel that may still run writes w, GemvArgs::preload_weights); else
+// those rows' first chunks into L2.
+template <typename T>
+__device__ __forceinline__ void PreloadMmaTile(const Params<T>& p, int64_t tile, int split,
+                                               int splits, MmaChunks& chunks) {
+  chunks.preloaded = p.preload;
+  if (!p.preload) {
+    PrefetchMmaTile(p, tile, split, splits);
+    return;
+  }
+  const MmaRows<T> rows = RowsOf(p, tile, split, splits);
+  const int c = threadIdx.x % 4;
+#pragma unroll
+  for (int u = 0; u < kMmaUnroll; ++u) {
+    const int64_t qu = rows.first + u * rows.stride;
+    LoadMmaWeights<T>(p, rows.wg, rows.wh, qu < rows.chunks ? qu * kMmaChunk : p.k, c, chunks.f[u]);
+  }
+}
+
 // Grid (tiles, splits), clusters (1, splits): CTA (tile, split) takes split `split` of the tile.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) MmaGemvKernel(Params<T> p, int m) {
   __shared__ MmaShared sh;
-  PrefetchMmaTile(p, blockIdx.x, blockIdx.y, gridDim.y);
+  MmaChunks chunks;
+  PreloadMmaTile(p, blockIdx.x, blockIdx.y, gridDim.y, chunks);
   GridDependencySync();  // x, residual and out may be earlier kernels' buffers
-  MmaTile<T, false>(p, m, blockIdx.x, blockIdx.y, gridDim.y, sh);
+  MmaTile<T, false>(p, m, blockIdx.x, blockIdx.y, gridDim.y, sh, chunks, chunks.preloaded);
 }
 
 // The norm GEMV on tensor cores: the rows normalised into shared memory once per CTA, as
@@ -887,12 +954,14 @@ __global__ void __launch_bounds__(kThreads, 1) NormMmaGemvKernel(NormParams<T> n
   __shared__ MmaShared sh;
   __shared__ RowNorm norms[M];
   extern __shared__ uint4 normed_words[];
-  PrefetchMmaTile(np.gemv, blockIdx.x, blockIdx.y, gridDim.y);
+  MmaChunks chunks;
+  PreloadMmaTile(np.gemv, blockIdx.x, blockIdx.y, gridDim.y, chunks);
   GridDependencySync();  // x, residual and out may be earlier kernels' buffers
   const Params<T> p = NormalizeIntoShared<T, M>(np, norms, normed_words);
   const int64_t tiles = (p.n + kMmaTile - 1) / kMmaTile;
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    MmaTile<T, true>(p, M, tile, blockIdx.y, gridDim.y, sh);
+    MmaTile<T, true>(p, M, tile, blockIdx.y, gridDim.y, sh, chunks,
+                     chunks.preloaded && tile == blockIdx.x);
   }
 }
 
