@@ -56,7 +56,7 @@ int64_t Wrong(const Tensor& y, double want) {
 
 bool DependentLaunchesExist() { return cuda::DependentLaunchEnabled(0); }
 
-// The GEMV of x [1, kK] and w [kK, kK] launched as a programmatic dependent of the writer.
+// The GEMV of x [1, kK] and w [kN, kK] launched as a programmatic dependent of the writer.
 Tensor GemvAfterWriter(const Tensor& x, const Tensor& w, bool preload) {
   Tensor out = empty({1, kN}, DType::kBFloat16, CUDA(0));
   cuda_kernels::GemvArgs a{};
