@@ -43,8 +43,9 @@ struct GemvArgs {
   ElemType type;  // kF32, kF16 or kBF16
   GemvAct act;
   int sm_count;  // the device's: small n splits each column over more warps (gemv_kernels.cu)
-  // Launch as a programmatic dependent launch (runtime/cuda.h): the kernel prefetches its first
-  // weight rows into L2 while the previous kernel finishes, then waits for it.
+  // Launch as a programmatic dependent launch (runtime/cuda.h): the kernel loads its first
+  // weights (preload_weights) or prefetches them into L2 while the previous kernel finishes, then
+  // waits for it.
   bool dependent_launch = false;
   // No kernel that may still be running writes w (matmul_cuda.cc PreloadWeights says when): each
   // thread then loads its first weight vectors into registers before the dependency wait, so that
