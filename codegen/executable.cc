@@ -473,9 +473,8 @@ void Executable::RunSteps(const std::vector<Tensor>& inputs, std::vector<Tensor>
   if (!symbols_.empty()) symbol_values = symbols_.Values(inputs);
   absl::InlinedVector<Tensor, 8> args;
   // The run's constants may be read before a kernel's dependency wait, its first launch plain.
-  static const std::vector<cuda::ByteRange> kNone;
   std::optional<cuda::ScopedPlanRun> run;
-  if (on_cuda()) run.emplace(InputsItWritesHoldAConstant(inputs) ? kNone : read_only_);
+  if (on_cuda()) run.emplace(read_only_);
   ChainRegion chain;
   for (const Step& s : steps_) {
     const Node& n = graph_.node(s.value);
@@ -508,22 +507,6 @@ void Executable::RunSteps(const std::vector<Tensor>& inputs, std::vector<Tensor>
     for (ValueId dead : s.last_uses) env[dead] = Tensor();
   }
   chain_launches_saved_.store(chain.End(), std::memory_order_relaxed);
-}
-
-// Whether an input the plan writes (in place, or its new value copied back) shares bytes with a
-// constant (the caller passed a captured weight as an input too): then no constant is read-only.
-bool Executable::InputsItWritesHoldAConstant(const std::vector<Tensor>& inputs) const {
-  if (read_only_.empty()) return false;
-  for (int i : graph_.input_updates()) {
-    const Storage* st = inputs[i].storage().get();
-    if (st == nullptr || st->data() == nullptr) continue;
-    const auto begin = reinterpret_cast<uintptr_t>(st->data()), end = begin + st->nbytes();
-    for (const cuda::ByteRange& r : read_only_) {
-      const auto rb = reinterpret_cast<uintptr_t>(r.begin);
-      if (begin < rb + r.bytes && rb < end) return true;
-    }
-  }
-  return false;
 }
 
 bool Executable::on_cuda() const {

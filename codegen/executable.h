@@ -127,8 +127,6 @@ class Executable {
                  std::vector<Tensor>& env) const;
   int InPlaceInput(ir::ValueId self, int step, const std::vector<int>& last_read) const;
   void RunSteps(const std::vector<Tensor>& inputs, std::vector<Tensor>& env) const;
-  // Whether an input the run writes shares bytes with a constant (read_only_ then is not).
-  bool InputsItWritesHoldAConstant(const std::vector<Tensor>& inputs) const;
   void WriteBackInputs(const std::vector<Tensor>& inputs, const std::vector<Tensor>& env) const;
   const LaunchTally& Tally() const;
   LaunchTally CountLaunches() const;
@@ -144,8 +142,9 @@ class Executable {
   mutable std::once_flag tally_once_;
   mutable LaunchTally tally_;
   mutable std::atomic<int> chain_launches_saved_{0};
-  // The CUDA constants' storages: no kernel of a run writes them (cuda::ScopedPlanRun), unless an
-  // input the run writes shares their bytes.
+  // The CUDA constants' storages: no kernel of a run writes them (cuda::ScopedPlanRun; an input
+  // the function writes that overlaps a captured tensor runs eagerly, compile.cc
+  // AliasingConflict, and an exported plan's constants are its own).
   std::vector<cuda::ByteRange> read_only_;
 };
 

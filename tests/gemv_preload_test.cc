@@ -22,6 +22,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "codegen/compile.h"
+#include "ops/cuda/elem_type.h"
 #include "ops/cuda/gemv_kernels.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
@@ -56,20 +57,26 @@ int64_t Wrong(const Tensor& y, double want) {
 
 bool DependentLaunchesExist() { return cuda::DependentLaunchEnabled(0); }
 
+// out [m, n] = x [m, k] · w [n, k]ᵀ, contiguous, with no bias, activation or norm.
+cuda_kernels::GemvArgs ArgsOf(const Tensor& x, const Tensor& w, const Tensor& out) {
+  cuda_kernels::GemvArgs a{};
+  a.x = x.data_ptr();
+  a.ldx = x.size(1);
+  a.w = w.data_ptr();
+  a.ldw = w.size(1);
+  a.out = out.data_ptr();
+  a.m = x.size(0);
+  a.n = w.size(0);
+  a.k = w.size(1);
+  a.type = *cuda_kernels::ElemTypeOf(out.dtype());
+  a.sm_count = cuda::Props(0).sm_count;
+  return a;
+}
+
 // The GEMV of x [1, kK] and w [kN, kK] launched as a programmatic dependent of the writer.
 Tensor GemvAfterWriter(const Tensor& x, const Tensor& w, bool preload) {
   Tensor out = empty({1, kN}, DType::kBFloat16, CUDA(0));
-  cuda_kernels::GemvArgs a{};
-  a.x = x.data_ptr();
-  a.ldx = kK;
-  a.w = w.data_ptr();
-  a.ldw = kK;
-  a.out = out.data_ptr();
-  a.m = 1;
-  a.n = kN;
-  a.k = kK;
-  a.type = cuda_kernels::ElemType::kBF16;
-  a.sm_count = cuda::Props(0).sm_count;
+  cuda_kernels::GemvArgs a = ArgsOf(x, w, out);
   a.dependent_launch = true;
   a.preload_weights = preload;
   cuda::Synchronize();
@@ -151,20 +158,10 @@ struct PreloadCase {
 Tensor GemvOf(const PreloadCase& c, const Tensor& x, const Tensor& w, const Tensor& bias,
               const Tensor& gamma, const Tensor& beta, bool preload) {
   Tensor out = zeros({c.m, c.n}, c.dtype, CUDA(0));
-  cuda_kernels::GemvArgs a{};
-  a.x = x.data_ptr();
-  a.ldx = c.k;
-  a.w = w.data_ptr();
-  a.ldw = c.k;
+  cuda_kernels::GemvArgs a = ArgsOf(x, w, out);
   a.bias = bias.data_ptr();
   a.bias_stride = 1;
-  a.out = out.data_ptr();
-  a.m = c.m;
-  a.n = c.n;
-  a.k = c.k;
-  a.type = *cuda_kernels::ElemTypeOf(c.dtype);
   a.act = cuda_kernels::GemvAct::kGeluTanh;
-  a.sm_count = cuda::Props(0).sm_count;
   a.preload_weights = preload;
   a.norm = c.norm;
   if (c.norm != cuda_kernels::GemvNorm::kNone) {

@@ -965,8 +965,8 @@ __global__ void __launch_bounds__(kThreads, 1) NormMmaGemvKernel(NormParams<T> n
   }
 }
 
-// Waits on the device until `ns` nanoseconds have passed since it started.
-__global__ void DelayKernel(int64_t ns) {
+// Returns once `ns` nanoseconds have passed since the call (the device's global timer).
+__device__ void SpinFor(int64_t ns) {
   auto now = [] {
     uint64_t t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -976,17 +976,15 @@ __global__ void DelayKernel(int64_t ns) {
   while (now() - start < static_cast<uint64_t>(ns)) __nanosleep(1000);
 }
 
+// Waits on the device until `ns` nanoseconds have passed since it started.
+__global__ void DelayKernel(int64_t ns) { SpinFor(ns); }
+
 // FillAfterDelay's kernel: the dependent launch's trigger first, then the wait, then the writes.
 __global__ void FillAfterDelayKernel(uint16_t* p, int64_t count, uint16_t value, int64_t ns) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-  uint64_t start, now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  do {
-    __nanosleep(1000);
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  } while (now - start < static_cast<uint64_t>(ns));
+  SpinFor(ns);
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) p[i] = value;
 }
 
