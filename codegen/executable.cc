@@ -124,15 +124,25 @@ void Executable::PlanLiveness() {
   PlanInPlace(last);
 }
 
-// Steps that may update an input in place (see executable.h): an updates_self op whose first
-// operand is an input the function writes, that no later step reads (through views neither)
-// and that is not itself an output.
+// An elementwise op whose result has its first operand's type exactly (shape, dtype, device):
+// in place on that operand it writes each element where it reads it, as add_ or copy_ does. Not
+// with symbolic dims: the traced types agreeing says nothing about the call's.
+bool Executable::WritesOverFirstOperand(const Node& n) const {
+  const OpDef& def = GetOpDef(n.op);
+  if (def.kind != FusionKind::kElementwise && def.kind != FusionKind::kBroadcast) return false;
+  return symbols_.empty() && !n.inputs.empty() && graph_.node(n.inputs[0]).type == n.type;
+}
+
+// Steps that may update an input in place (see executable.h): an updates_self op, or an
+// elementwise one that writes over its first operand (the traced form of add_(input, ...) or
+// copy_(input, ...)), whose first operand is an input the function writes, that no later step
+// reads (through views neither) and that is not itself an output.
 void Executable::PlanInPlace(const std::vector<int>& last_read) {
   for (size_t i = 0; i < steps_.size(); ++i) {
     Step& s = steps_[i];
     const Node& n = graph_.node(s.value);
     const int step = static_cast<int>(i);
-    if (s.kind == Step::Kind::kOp && GetOpDef(n.op).updates_self) {
+    if (s.kind == Step::Kind::kOp && (GetOpDef(n.op).updates_self || WritesOverFirstOperand(n))) {
       s.in_place_input = InPlaceInput(n.inputs[0], step, last_read);
       if (s.in_place_input < 0) continue;
       lowering_notes_.push_back(absl::StrCat("in place: ", GetOpDef(n.op).name, " %", s.value,

@@ -13,10 +13,12 @@
 //
 // In place: a node whose kernel can update its first operand (OpDef::updates_self: index_copy,
 // and as_strided_scatter, the traced form of a write through a view such as
-// `copy_(slice(cache, 2, 0, t), k)`) runs in place on a graph input that the function writes
-// anyway (Graph::input_updates) when no later step reads the input's old value; it is then not
-// copied back. A decode step writing one row of a KV cache moves that row, and a prefill writing
-// the prompt's rows moves those, not the cache. At run time the input must not share memory with
+// `copy_(slice(cache, 2, 0, t), k)`), and an elementwise node whose result has its first
+// operand's type (the traced add_(x, ...) or copy_(x, src): a decode step's next token and
+// position), runs in place on a graph input that the function writes anyway
+// (Graph::input_updates) when no later step reads the input's old value; it is then not copied
+// back. A decode step writing one row of a KV cache moves that row, and a prefill writing the
+// prompt's rows moves those, not the cache. At run time the input must not share memory with
 // another input, nor in part with another operand of the node, else the node runs out of place
 // as traced. A fusion node whose body output updates one of its operands that way (the attention
 // family's KV-cache append) is given the operand itself as that output, under the same rules
@@ -126,6 +128,7 @@ class Executable {
   void RunFamily(const Step& s, absl::Span<const Tensor> args, const std::vector<Tensor>& inputs,
                  std::vector<Tensor>& env) const;
   int InPlaceInput(ir::ValueId self, int step, const std::vector<int>& last_read) const;
+  bool WritesOverFirstOperand(const ir::Node& n) const;
   void RunSteps(const std::vector<Tensor>& inputs, std::vector<Tensor>& env) const;
   void WriteBackInputs(const std::vector<Tensor>& inputs, const std::vector<Tensor>& env) const;
   const LaunchTally& Tally() const;

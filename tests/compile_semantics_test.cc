@@ -554,6 +554,66 @@ TEST(CompileSemantics, IndexCopyIntoInputsOnCuda) {
   IndexCopyIntoInputs(CUDA(0));
 }
 
+// A decode step's bookkeeping: copy_ of the next token into an input, the position advanced
+// with copy_(pos, pos + 1), add_ on a float input. Each is an elementwise op whose result has the
+// input's type: the plan runs it in place on the caller's tensor (no copy back), unless the
+// input's old value is read by a later step; every case as eager.
+void ElementwiseWritesIntoInputs(Device device) {
+  Generator gen(7);
+  const Tensor tokens = to(from_vector({3, 4}, {2, 1}, DType::kInt64), device);
+  const Tensor pos = to(from_vector({5}, {1}, DType::kInt64), device);
+  const Tensor logits = to(randn({2, 9}, gen), device), acc = to(randn({2, 9}, gen), device);
+  const std::vector<Tensor> inputs = {tokens, pos, logits, acc};
+  const Fn bookkeeping = [](const std::vector<Tensor>& in) {
+    copy_(in[0], reshape(argmax(in[2], -1), {2, 1}));
+    copy_(in[1], in[1] + 1);
+    add_(in[3], in[2]);
+    return std::vector<Tensor>{in[2] * 2.0};
+  };
+  const Fn old_value_read_after = [](const std::vector<Tensor>& in) {
+    const Tensor before = in[3] * 1.0;  // fused with its users, after the write: a late read
+    add_(in[3], sum(in[2], {0}));
+    return std::vector<Tensor>{sum(in[3], {1}) - sum(before, {1}) + sum(exp(before), {1})};
+  };
+  const Fn broadcast_source = [](const std::vector<Tensor>& in) {  // [9] into [2, 9]
+    copy_(in[3], sum(in[2], {0}));
+    return std::vector<Tensor>{sum(in[3], {1})};  // a reduction: the copy is not fused into it
+  };
+  for (const CompileOptions& o : Modes(device)) {
+    ExpectSameAsEager(bookkeeping, inputs, o, "copy_ and add_ into inputs");
+    ExpectSameAsEager(old_value_read_after, inputs, o, "old value read after the copy_");
+    ExpectSameAsEager(broadcast_source, inputs, o, "copy_ of a broadcast source");
+  }
+  auto in_place_lines = [&](const Fn& fn, const std::string& op) {
+    return InPlaceLines(compile(fn, Clones(inputs)), inputs, op);
+  };
+  EXPECT_EQ(in_place_lines(bookkeeping, "copy"), 2);
+  EXPECT_EQ(in_place_lines(bookkeeping, "add"), 1);
+  EXPECT_EQ(compile(bookkeeping, Clones(inputs)).executable(inputs).input_copy_backs(), 0);
+  EXPECT_EQ(in_place_lines(old_value_read_after, "add"), 0);
+  EXPECT_EQ(in_place_lines(broadcast_source, "copy"), 1);
+  // The same tensor as the token input and as the logits' base: out of place, as eager.
+  for (const CompileOptions& o : Modes(device)) {
+    const Fn aliased = [](const std::vector<Tensor>& in) {
+      copy_(in[0], in[1] + 1);
+      return std::vector<Tensor>{in[1] * 1};
+    };
+    const Tensor ids = to(from_vector({1, 2, 3, 4}, {4}, DType::kInt64), device);
+    Tensor c = clone(ids), eager_c = clone(ids);
+    const std::vector<Tensor> want = aliased({eager_c, eager_c});
+    CompiledFn f = compile(aliased, {clone(ids), clone(ids)}, o);
+    const std::vector<Tensor> got = f({c, c});
+    ExpectEqualTensors(got[0], want[0], "aliased: output");
+    ExpectEqualTensors(c, eager_c, "aliased: input");
+  }
+}
+
+TEST(CompileSemantics, ElementwiseWritesIntoInputsOnCpu) { ElementwiseWritesIntoInputs(kCPU); }
+TEST(CompileSemantics, ElementwiseWritesIntoInputsOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  ElementwiseWritesIntoInputs(CUDA(0));
+}
+
 // A decode step: the new keys and values written into the caches (index_copy_), then attention
 // over them. The attention family fuses the three (codegen/families/attention/attention_fusion.h;
 // on CUDA one decode kernel writes the rows and attends): outputs and caches as eager, for
