@@ -272,19 +272,24 @@ TEST_P(Semantics, OutCallsReadInputsThatShareOutsMemoryBeforeWritingIt) {
 }
 
 TEST_P(Semantics, ArgmaxOfLongRowsPicksTheFirstMaximum) {
-  // Rows long enough for the CUDA split path (many blocks per row meeting in an atomicMax):
-  // the maximum is found wherever it is, the lowest index wins a tie, NaN beats everything.
-  const int64_t n = 50257;
-  for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kInt32}) {
-    std::vector<double> v(3 * n);
-    for (int64_t i = 0; i < 3 * n; ++i) v[i] = static_cast<double>((i * 7919) % 1000) / 10;
-    v[0 * n + 50000] = 200, v[0 * n + 50001] = 200;  // tie: 50000
-    v[1 * n + 3] = 300, v[1 * n + 40000] = 300;      // tie across blocks: 3
-    v[2 * n + n - 1] = 250;                          // the last element
-    if (t != DType::kInt32) v[2 * n + 17] = NAN;     // NaN is the maximum (torch)
-    const Tensor x = from_vector(v, {3, n}, t, dev());
-    const int64_t last = t == DType::kInt32 ? n - 1 : 17;
-    EXPECT_EQ(ReadInts(argmax(x, 1)), (Ints{50000, 3, last})) << DTypeName(t);
+  // Rows long enough for the CUDA paths of few long rows (on sm_90 a cluster of CTAs per row,
+  // each over an eighth of it, meeting in rank 0's shared memory; before it many blocks per row
+  // meeting in an atomicMax): the maximum is found wherever it is, the lowest index wins a tie
+  // (within a CTA's share, across shares, at a share's edge), NaN beats everything.
+  const int64_t n = 50257, share = (n + 7) / 8;
+  for (DType t :
+       {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kInt32, DType::kInt64}) {
+    std::vector<double> v(4 * n);
+    for (int64_t i = 0; i < 4 * n; ++i) v[i] = static_cast<double>((i * 7919) % 1000) / 10;
+    v[0 * n + 50000] = 200, v[0 * n + 50001] = 200;      // tie: 50000
+    v[1 * n + 3] = 300, v[1 * n + 40000] = 300;          // tie across blocks: 3
+    v[2 * n + n - 1] = 250;                              // the last element
+    v[3 * n + share] = 260, v[3 * n + share - 1] = 260;  // tie at a share's edge
+    const bool floating = IsFloatingPoint(t);
+    if (floating) v[2 * n + 17] = NAN;  // NaN is the maximum (torch)
+    const Tensor x = from_vector(v, {4, n}, t, dev());
+    const int64_t last = floating ? 17 : n - 1;
+    EXPECT_EQ(ReadInts(argmax(x, 1)), (Ints{50000, 3, last, share - 1})) << DTypeName(t);
     EXPECT_EQ(ReadInts(argmax(slice(x, 0, 1, 2))), (Ints{3})) << DTypeName(t);  // flattened
   }
 }

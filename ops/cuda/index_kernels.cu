@@ -4,14 +4,16 @@
 // that one index value moves whole (embedding and index_select rows, index_copy's rows) move as
 // 16-, 8- or 4-byte words where sizes, strides and pointers allow (WidenRows).
 // ArgMaxRows: a block per row; each thread keeps its best (key, index), then a warp-shuffle and
-// shared-memory reduction; few long rows are split over many blocks that meet in a 64-bit
-// atomicMax of (key, ~index). TopKRows: a block per row; radix select on order-preserving integer
-// keys finds the k-th key in 4 (32-bit keys) or 8 (int64) passes over the row, one more pass
-// collects the winners (those equal to the k-th key in index order, through a block scan), and a
-// bitonic sort in shared memory orders them by (key descending, index ascending).
-// ScatterAddPlan: one thread per index element over a scatter plan, adding with atomicAdd.
-// CumsumRows: a block per row, kThreads elements at a time through a block scan whose carry (the
-// running total, kept by the scan's prefix callback) joins the chunks.
+// shared-memory reduction; few long rows take a thread-block cluster per row on sm_90 (its CTAs
+// meet in rank 0's shared memory: one launch), before it many blocks that meet in a 64-bit
+// atomicMax of (key, ~index) (a memset, the split kernel and an unpack kernel). TopKRows: a block
+// per row; radix select on order-preserving integer keys finds the k-th key in 4 (32-bit keys) or 8
+// (int64) passes over the row, one more pass collects the winners (those equal to the k-th key in
+// index order, through a block scan), and a bitonic sort in shared memory orders them by (key
+// descending, index ascending). ScatterAddPlan: one thread per index element over a scatter plan,
+// adding with atomicAdd. CumsumRows: a block per row, kThreads elements at a time through a block
+// scan whose carry (the running total, kept by the scan's prefix callback) joins the chunks.
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -20,6 +22,7 @@
 #include <cstdint>
 #include <cub/block/block_scan.cuh>
 #include <type_traits>
+#include <utility>
 
 #include "ops/cuda/float_convert.cuh"
 #include "ops/cuda/index_kernels.h"
@@ -183,9 +186,20 @@ __device__ void WarpBest(const T* row, int64_t first, int64_t end, int64_t strid
                          int64_t* best_index) {
   K best = 0;
   int64_t best_i = LLONG_MAX;
-  for (int64_t i = first; i < end; i += stride) {
-    const K key = KeyOf(row[i]);
-    if (best_i == LLONG_MAX || key > best) best = key, best_i = i;
+  // kBatch loads issued together (bounds as predicates, not branches), then compared in index
+  // order: a row read one dependent load at a time is latency-bound.
+  constexpr int kBatch = 8;
+  for (int64_t i = first; i < end; i += kBatch * stride) {
+    T v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) v[u] = i + u * stride < end ? row[i + u * stride] : T{};
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const K key = KeyOf(v[u]);
+      if (i + u * stride < end && (best_i == LLONG_MAX || key > best)) {
+        best = key, best_i = i + u * stride;
+      }
+    }
   }
   for (int off = 16; off > 0; off /= 2) {
     const K k2 = __shfl_down_sync(0xFFFFFFFFu, best, off);
@@ -251,6 +265,71 @@ __global__ void ArgMaxUnpackKernel(int64_t* out, int64_t rows) {
     const unsigned long long w = reinterpret_cast<const unsigned long long*>(out)[r];
     out[r] = static_cast<uint32_t>(~static_cast<uint32_t>(w & 0xFFFFFFFFu));
   }
+}
+
+// Few long rows on sm_90: a thread-block cluster of kArgMaxCtas CTAs per row, each over a
+// contiguous share of it; every CTA's best (key, index) goes into CTA rank 0's shared memory
+// (distributed shared memory) and rank 0 writes the row's index. One launch, no memset, no
+// atomics; any key width (int64 too). The shares are taken in rank order and each
+// CTA's in index order, so the lowest index wins a tie as everywhere else.
+constexpr int kArgMaxCtas = 8, kArgMaxThreads = 1024;
+
+// The best (key, index) of the 32 lanes' in lane 0 (best_i = LLONG_MAX: nothing seen).
+template <typename K>
+__device__ __forceinline__ void WarpReduceBest(K* best, int64_t* best_i) {
+  for (int off = 16; off > 0; off /= 2) {
+    const K k2 = __shfl_down_sync(0xFFFFFFFFu, *best, off);
+    const int64_t i2 = __shfl_down_sync(0xFFFFFFFFu, *best_i, off);
+    if (i2 != LLONG_MAX && (*best_i == LLONG_MAX || Before(k2, i2, *best, *best_i))) {
+      *best = k2, *best_i = i2;
+    }
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kArgMaxThreads)
+    ArgMaxClusterKernel(const T* x, int64_t* out, int64_t n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using K = KeyType_t<T>;
+  __shared__ K warp_key[kArgMaxThreads / 32];
+  __shared__ int64_t warp_idx[kArgMaxThreads / 32];
+  __shared__ K cta_key[kArgMaxCtas];  // rank 0's: each CTA's best, by rank
+  __shared__ int64_t cta_idx[kArgMaxCtas];
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  // Arrived when this CTA started: the wait below, before the remote stores, then knows that
+  // rank 0 has started (its shared memory exists).
+  auto started = cluster.barrier_arrive();
+  const unsigned rank = cluster.block_rank();
+  const int64_t r = blockIdx.y, share = (n + kArgMaxCtas - 1) / kArgMaxCtas;
+  const int64_t start = min(int64_t{rank} * share, n), end = min(start + share, n);
+  K best;
+  int64_t best_i;
+  WarpBest<T>(x + r * n, start + threadIdx.x, end, kArgMaxThreads, &best, &best_i);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) warp_key[warp] = best, warp_idx[warp] = best_i;
+  __syncthreads();
+  if (warp == 0) {
+    best = warp_key[lane], best_i = warp_idx[lane];
+    WarpReduceBest(&best, &best_i);
+  }
+  cluster.barrier_wait(std::move(started));
+  if (threadIdx.x == 0) {
+    *cluster.map_shared_rank(&cta_key[rank], 0) = best;
+    *cluster.map_shared_rank(&cta_idx[rank], 0) = best_i;
+  }
+  cluster.sync();  // the stores are visible to rank 0
+  if (rank == 0 && threadIdx.x == 0) {
+    best = cta_key[0], best_i = cta_idx[0];
+    for (int c = 1; c < kArgMaxCtas; ++c) {
+      if (cta_idx[c] != LLONG_MAX &&
+          (best_i == LLONG_MAX || Before(cta_key[c], cta_idx[c], best, best_i))) {
+        best = cta_key[c], best_i = cta_idx[c];
+      }
+    }
+    out[r] = best_i;
+  }
+#endif
 }
 
 // ---- topk ---------------------------------------------------------------------------------
@@ -379,6 +458,34 @@ cudaError_t WithType(ElemType t, F&& f) {
   return cudaErrorInvalidValue;
 }
 
+cudaError_t LaunchArgMaxCluster(const void* x, int64_t* out, int64_t rows, int64_t n, ElemType t,
+                                cudaStream_t stream) {
+  return WithType(t, [&](auto tag) {
+    using T = decltype(tag);
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = kArgMaxCtas;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(kArgMaxCtas, static_cast<unsigned>(rows));
+    config.blockDim = dim3(kArgMaxThreads);
+    config.stream = stream;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, &ArgMaxClusterKernel<T>, static_cast<const T*>(x), out, n);
+  });
+}
+
+cudaError_t DeviceHasClusters(bool* has) {
+  int device = 0, major = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess)
+    e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  *has = major >= 9;
+  return e;
+}
+
 // The plan over words of w bytes instead of elements when the innermost dim moves whole with one
 // index value (unit stride in out and source, index stride 0) and every size, stride and pointer
 // it touches is a multiple of w; else the plan as it is. `n` follows.
@@ -470,6 +577,11 @@ cudaError_t ArgMaxRows(const void* x, int64_t* out, int64_t rows, int64_t n, Ele
                        cudaStream_t stream) {
   if (rows < 0 || n < 1) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
+  if (n >= kSplitMinLength && rows <= kSplitMaxRows && rows <= kMaxGrid) {
+    bool clusters = false;
+    if (const cudaError_t e = DeviceHasClusters(&clusters); e != cudaSuccess) return e;
+    if (clusters) return LaunchArgMaxCluster(x, out, rows, n, t, stream);
+  }
   return WithType(t, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (sizeof(T) <= 4) {  // 32-bit keys (int64 keys take the one-block path)
