@@ -579,8 +579,13 @@ void ElementwiseWritesIntoInputs(Device device) {
     copy_(in[3], sum(in[2], {0}));
     return std::vector<Tensor>{sum(in[3], {1})};  // a reduction: the copy is not fused into it
   };
+  const Fn returns_the_input = [](const std::vector<Tensor>& in) {  // the output is the input
+    add_(in[3], in[2]);
+    return std::vector<Tensor>{in[3], sum(in[3], {1})};
+  };
   for (const CompileOptions& o : Modes(device)) {
     ExpectSameAsEager(bookkeeping, inputs, o, "copy_ and add_ into inputs");
+    ExpectSameAsEager(returns_the_input, inputs, o, "add_ into an input it returns");
     ExpectSameAsEager(old_value_read_after, inputs, o, "old value read after the copy_");
     ExpectSameAsEager(broadcast_source, inputs, o, "copy_ of a broadcast source");
   }
