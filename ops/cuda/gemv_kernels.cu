@@ -374,9 +374,9 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params<T> p) {
 
 // The statistics of the M x rows into `norms` (a warp per row; every thread of the CTA calls):
 // as the eager norm computes them (reduce_kernels.cu NormOp), the mean summed in double (0 for
-// RMS), the squared deviations in float. x (np.gemv.x, read as kFrom says) is read in 16-byte
-// vectors where its rows are aligned (p.vec_x), in the same order either way.
-template <typename T, int M, XFrom kFrom>
+// RMS), the squared deviations in float. x is read in 16-byte vectors where its rows are aligned,
+// unrolled so that a lane's loads are in flight together; the second pass reads L1.
+template <typename T, int M>
 __device__ void ComputeRowNorms(const NormParams<T>& np, RowNorm* norms) {
   constexpr int V = kVec<T>;
   const Params<T>& p = np.gemv;
@@ -389,7 +389,7 @@ __device__ void ComputeRowNorms(const NormParams<T>& np, RowNorm* norms) {
 #pragma unroll 4
       for (int64_t v = lane; v < nvec; v += 32) {
         float f[V];
-        LoadX<T, true, kFrom>(x, v, true, f);
+        LoadX<T, true>(x, v, true, f);
 #pragma unroll
         for (int i = 0; i < V; ++i) sum += f[i];
       }
@@ -402,7 +402,7 @@ __device__ void ComputeRowNorms(const NormParams<T>& np, RowNorm* norms) {
 #pragma unroll 4
     for (int64_t v = lane; v < nvec; v += 32) {
       float f[V];
-      LoadX<T, true, kFrom>(x, v, true, f);
+      LoadX<T, true>(x, v, true, f);
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         const float d = (f[i] - hi) - lo;
@@ -449,90 +449,49 @@ __device__ __forceinline__ float Normalize(float x, const RowNorm& s, float weig
   return ((x - s.hi) - s.lo) * s.inv * weight + bias;
 }
 
-// x's M rows into `out` ([M, k] in shared memory), every load of a thread issued before its
-// stores: one round trip to L2 instead of one a row. In 16-byte vectors where x's rows are
-// aligned (p.vec_x), else element by element.
+// The CTA's x rows normalised once, as the eager norm writes them (rounded to T), into `out`
+// ([M, k] in shared memory): every column tile of the CTA then reads them from there. In 16-byte
+// vectors where x, the norm's weight and bias are aligned and k is whole vectors (np.vec).
 template <typename T, int M>
-__device__ void CopyRowsToShared(const Params<T>& p, T* out) {
-  constexpr int V = kVec<T>, kBatch = 8;
-  if (p.vec_x && p.k % V == 0) {
-    const int64_t nvec = p.k / V, total = M * nvec;
-    uint4* o = reinterpret_cast<uint4*>(out);
-    for (int64_t first = threadIdx.x; first < total; first += int64_t{kBatch} * kThreads) {
-      uint4 raw[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int64_t at = first + int64_t{u} * kThreads;
-        raw[u] = at < total
-                     ? __ldg(reinterpret_cast<const uint4*>(p.x + at / nvec * p.ldx) + at % nvec)
-                     : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int64_t at = first + int64_t{u} * kThreads;
-        if (at < total) o[at] = raw[u];
-      }
-    }
-  } else {
-    for (int64_t at = threadIdx.x; at < M * p.k; at += kThreads) {
-      out[at] = p.x[at / p.k * p.ldx + at % p.k];
-    }
-  }
-  __syncthreads();
-}
-
-// The CTA's x rows (in `rows`, [M, k] in shared memory) normalised in place, as the eager norm
-// writes them (rounded to T): every column tile of the CTA then reads them from there. The norm's
-// weight and bias are read once per vector for all rows; 16-byte vectors where they are aligned
-// and k is whole vectors (np.vec).
-template <typename T, int M>
-__device__ void NormalizeRows(const NormParams<T>& np, const RowNorm* norms, T* rows) {
+__device__ void NormalizeRows(const NormParams<T>& np, const RowNorm* norms, T* out) {
   constexpr int V = kVec<T>;
-  const int64_t k = np.gemv.k, nvec = np.vec ? k / V : 0;
-  for (int64_t v = threadIdx.x; v < nvec; v += kThreads) {
-    float wf[V], bf[V];
-    LoadX<T, true>(np.weight, v, np.weight != nullptr, wf);
-    LoadX<T, true>(np.bias, v, np.bias != nullptr, bf);
-#pragma unroll
-    for (int r = 0; r < M; ++r) {
-      uint4* word = reinterpret_cast<uint4*>(rows + r * k) + v;
-      float xf[V];
-      Unpack<T>(*word, xf);
+  const Params<T>& p = np.gemv;
+  const int64_t nvec = np.vec ? p.k / V : 0;
+  for (int r = 0; r < M; ++r) {
+    const T* x = p.x + r * p.ldx;
+    T* o = out + r * p.k;
+    const RowNorm s = norms[r];
+#pragma unroll 2
+    for (int64_t v = threadIdx.x; v < nvec; v += kThreads) {
+      float xf[V], wf[V], bf[V];
+      LoadX<T, true>(x, v, true, xf);
+      LoadX<T, true>(np.weight, v, np.weight != nullptr, wf);
+      LoadX<T, true>(np.bias, v, np.bias != nullptr, bf);
 #pragma unroll
       for (int i = 0; i < V; ++i) {
-        xf[i] = Normalize(xf[i], norms[r], np.weight != nullptr ? wf[i] : 1.f, bf[i]);
+        xf[i] = Normalize(xf[i], s, np.weight != nullptr ? wf[i] : 1.f, bf[i]);
       }
-      *word = Pack<T>(xf);
+      reinterpret_cast<uint4*>(o)[v] = Pack<T>(xf);
     }
-  }
-  for (int64_t i = nvec * V + threadIdx.x; i < k; i += kThreads) {
-    const float w = np.weight != nullptr ? ToFloat(np.weight[i]) : 1.f;
-    const float b = np.bias != nullptr ? ToFloat(np.bias[i]) : 0.f;
-#pragma unroll
-    for (int r = 0; r < M; ++r) {
-      T& x = rows[r * k + i];
-      x = FromFloat<T>(Normalize(ToFloat(x), norms[r], w, b));
+    for (int64_t i = nvec * V + threadIdx.x; i < p.k; i += kThreads) {
+      const float w = np.weight != nullptr ? ToFloat(np.weight[i]) : 1.f;
+      const float b = np.bias != nullptr ? ToFloat(np.bias[i]) : 0.f;
+      o[i] = FromFloat<T>(Normalize(ToFloat(x[i]), s, w, b));
     }
   }
   __syncthreads();
 }
 
-// Every CTA's prologue with a norm: x's rows copied into shared memory (`words`, m·k elements),
-// their statistics from there, the rows normalised in place, and the GEMV's parameters reading x
-// from there.
+// Every CTA's prologue with a norm: the rows' statistics, the rows normalised into shared memory
+// (`words`, m·k elements), and the GEMV's parameters reading x from there.
 template <typename T, int M>
 __device__ __forceinline__ Params<T> NormalizeIntoShared(const NormParams<T>& np, RowNorm* norms,
                                                          uint4* words) {
-  T* rows = reinterpret_cast<T*>(words);
-  CopyRowsToShared<T, M>(np.gemv, rows);
-  NormParams<T> shared = np;  // the statistics read the copy, vectorised as x would have been
-  shared.gemv.x = rows;
-  shared.gemv.ldx = np.gemv.k;
-  shared.gemv.vec_x = np.gemv.vec_x && np.gemv.k % kVec<T> == 0;
-  ComputeRowNorms<T, M, XFrom::kShared>(shared, norms);
-  NormalizeRows<T, M>(np, norms, rows);
+  ComputeRowNorms<T, M>(np, norms);
+  T* normed = reinterpret_cast<T*>(words);
+  NormalizeRows<T, M>(np, norms, normed);
   Params<T> p = np.gemv;
-  p.x = rows;
+  p.x = normed;
   p.ldx = p.k;
   p.vec_x = p.k % kVec<T> == 0;  // rows of whole vectors stay 16-byte aligned
   return p;
