@@ -270,10 +270,9 @@ __device__ __forceinline__ void cluster_store(float* local, unsigned rank, float
 }  // namespace kiln_fd
 
 // Before the dependency wait, while the previous kernel may still run: the K and V rows of this
-// CTA's run that query row 0 sees pulled into L2, a hint that changes no value read (rows of
-// earlier steps are complete; an appended row is written by this kernel, and L2 is where writes
-// land). The mask read here may be one the previous kernel is still writing: it only picks the
-// rows to fetch. One CTA per key head and run issues them.
+// CTA's run pulled into L2, a hint that changes no value read (rows of earlier steps are complete;
+// an appended row is written by this kernel, and L2 is where writes land). One CTA per key head
+// and run issues them; a run's rows past the mask's last visible key are fetched in vain.
 __device__ __forceinline__ void prefetch_run(const KilnDecodeParams& dp) {
   using namespace kiln_fd;
   const KilnFlashParams& p = dp.f;
@@ -283,15 +282,10 @@ __device__ __forceinline__ void prefetch_run(const KilnDecodeParams& dp) {
   const int j0 = blockIdx.y * dp.split_len, j1 = min(j0 + dp.split_len, p.kv_len);
   const kiln_u16* k = p.k + row.b * p.k_batch + hk * p.k_head;
   const kiln_u16* v = p.v + row.b * p.v_batch + hk * p.v_head;
-  const char* mask = static_cast<const char*>(p.mask);
-#if KILN_FD_MASK != 0
-  mask += (row.b * p.m_batch + row.h * p.m_head) * (KILN_FD_MASK == 1 ? 1 : KILN_FD_MASK == 2 ? 4 : 2);
-#endif
   constexpr int kLines = D * 2 / 128;  // 128-byte lines of a row
   for (int t = threadIdx.x; t < (j1 - j0) * kLines; t += blockDim.x) {
-    const int j = j0 + t / kLines, at = (t % kLines) * 64;  // at: elements
-    float add = 0.f;
-    if (!visible(p, mask, 0, j, &add)) continue;
+    const long long j = j0 + t / kLines;
+    const int at = (t % kLines) * 64;  // elements
     asm volatile("prefetch.global.L2 [%0];" ::"l"(k + j * p.k_row + at));
     asm volatile("prefetch.global.L2 [%0];" ::"l"(v + j * p.v_row + at));
   }
