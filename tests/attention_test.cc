@@ -784,10 +784,6 @@ TEST(SdpaFlashSource, EveryVariantCompilesWithNvrtc) {
           // (no clusters) the same source compiles without that path.
           EXPECT_NE(decode_ptx->find("barrier.cluster.wait"), std::string::npos) << decode;
           EXPECT_NE(decode_ptx->find("mapa.shared::cluster"), std::string::npos) << decode;
-          // The run's K and V rows are prefetched into L2 before the dependency wait.
-          const size_t prefetch = decode_ptx->find("prefetch.global.L2");
-          ASSERT_NE(prefetch, std::string::npos) << decode;
-          EXPECT_LT(prefetch, decode_ptx->find("griddepcontrol.wait")) << decode;
           auto decode_80 = cuda::CompileSource(cuda_ops::RenderFlashDecodeSource(c), decode,
                                                "compute_80", /*cubin=*/false);
           ASSERT_TRUE(decode_80.ok()) << decode_80.status().message();

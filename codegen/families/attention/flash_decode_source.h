@@ -269,28 +269,6 @@ __device__ __forceinline__ void cluster_store(float* local, unsigned rank, float
 
 }  // namespace kiln_fd
 
-// Before the dependency wait, while the previous kernel may still run: the K and V rows of this
-// CTA's run pulled into L2, a hint that changes no value read (rows of earlier steps are complete;
-// an appended row is written by this kernel, and L2 is where writes land). One CTA per key head
-// and run issues them; a run's rows past the mask's last visible key are fetched in vain.
-__device__ __forceinline__ void prefetch_run(const KilnDecodeParams& dp) {
-  using namespace kiln_fd;
-  const KilnFlashParams& p = dp.f;
-  const Row row = row_of(p, blockIdx.x);
-  if (row.i != 0 || row.h % p.group != 0) return;
-  const int hk = row.h / p.group;
-  const int j0 = blockIdx.y * dp.split_len, j1 = min(j0 + dp.split_len, p.kv_len);
-  const kiln_u16* k = p.k + row.b * p.k_batch + hk * p.k_head;
-  const kiln_u16* v = p.v + row.b * p.v_batch + hk * p.v_head;
-  constexpr int kLines = D * 2 / 128;  // 128-byte lines of a row
-  for (int t = threadIdx.x; t < (j1 - j0) * kLines; t += blockDim.x) {
-    const long long j = j0 + t / kLines;
-    const int at = (t % kLines) * 64;  // elements
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(k + j * p.k_row + at));
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(v + j * p.v_row + at));
-  }
-}
-
 // The one-row append variant is held to the plain kernel's 72 registers (7 CTAs an SM): at 78 a
 // batch-8 GPT-2 step's 768 CTAs in clusters of 8 ran 1.5x slower than with the plain kernel.
 // (A minimum of 1 CTA is not the same as none: nvcc then gave the plain kernel 80.)
@@ -306,7 +284,6 @@ extern "C" __global__ void KILN_FD_BOUNDS KILN_FD_NAME(const KilnDecodeParams dp
   // The row's splits are one cluster: they merge in CTA rank 0's shared memory (below).
   if (dp.splits > 1 && dp.part == nullptr) arrive_early();  // uniform over the grid
 #endif
-  prefetch_run(dp);
   kiln_grid_dependency_sync();
   const KilnFlashParams& p = dp.f;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
