@@ -246,10 +246,11 @@ void Cat(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const
 void ArgMax(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, const OpAttrs& a) {
   const Tensor& x = in[0];
   const ElemType t = ToElemType(def, x.dtype());
+  const bool clusters = cuda::Props(x.device().index).major >= 9;
   if (a.dims.empty() || x.dim() == 0) {  // one row: the flattened input
     const Tensor src = Contiguous(x);
     KILN_CUDA_CHECK(cuda_kernels::ArgMaxRows(src.data_ptr(), out.data<int64_t>(), 1, x.numel(), t,
-                                             cuda::CurrentStream()));
+                                             clusters, cuda::CurrentStream()));
     return;
   }
   const int64_t d = a.dims[0] < 0 ? a.dims[0] + x.dim() : a.dims[0];
@@ -259,7 +260,7 @@ void ArgMax(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, co
   // has size 1 or is absent).
   WriteContiguous(out, [&](const Tensor& dst) {
     KILN_CUDA_CHECK(cuda_kernels::ArgMaxRows(src.data_ptr(), dst.data<int64_t>(), rows, n, t,
-                                             cuda::CurrentStream()));
+                                             clusters, cuda::CurrentStream()));
   });
 }
 

@@ -477,15 +477,6 @@ cudaError_t LaunchArgMaxCluster(const void* x, int64_t* out, int64_t rows, int64
   });
 }
 
-cudaError_t DeviceHasClusters(bool* has) {
-  int device = 0, major = 0;
-  cudaError_t e = cudaGetDevice(&device);
-  if (e == cudaSuccess)
-    e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  *has = major >= 9;
-  return e;
-}
-
 // The plan over words of w bytes instead of elements when the innermost dim moves whole with one
 // index value (unit stride in out and source, index stride 0) and every size, stride and pointer
 // it touches is a multiple of w; else the plan as it is. `n` follows.
@@ -574,13 +565,11 @@ cudaError_t GlobalIndexErrorFlag(unsigned** flag) {
 }
 
 cudaError_t ArgMaxRows(const void* x, int64_t* out, int64_t rows, int64_t n, ElemType t,
-                       cudaStream_t stream) {
+                       bool clusters, cudaStream_t stream) {
   if (rows < 0 || n < 1) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  if (n >= kSplitMinLength && rows <= kSplitMaxRows && rows <= kMaxGrid) {
-    bool clusters = false;
-    if (const cudaError_t e = DeviceHasClusters(&clusters); e != cudaSuccess) return e;
-    if (clusters) return LaunchArgMaxCluster(x, out, rows, n, t, stream);
+  if (clusters && n >= kSplitMinLength && rows <= kSplitMaxRows) {
+    return LaunchArgMaxCluster(x, out, rows, n, t, stream);
   }
   return WithType(t, [&](auto tag) {
     using T = decltype(tag);

@@ -44,8 +44,9 @@ cudaError_t TakeGlobalIndexError(bool* seen, cudaStream_t stream);
 cudaError_t GlobalIndexErrorFlag(unsigned** flag);
 
 // out[r] = the index of the largest value of x[r, 0..n) for a contiguous [rows, n] x, n >= 1.
+// `clusters`: the device has thread-block clusters (sm_90), which few long rows then use.
 cudaError_t ArgMaxRows(const void* x, int64_t* out, int64_t rows, int64_t n, ElemType t,
-                       cudaStream_t stream);
+                       bool clusters, cudaStream_t stream);
 
 // out[r, 0..k) = the indices of the k largest (or smallest) values of x[r, 0..n), sorted, for a
 // contiguous [rows, n] x and contiguous [rows, k] out; 1 <= k <= min(n, kTopKMaxK).
