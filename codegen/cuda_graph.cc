@@ -104,9 +104,9 @@ absl::Status CudaGraphPlan::CaptureOnce(const std::vector<Tensor>& inputs, size_
   // The flag the captured index kernels raise on a bad index, read after each replay.
   const ir::Graph& g = exe_.graph();
   index_flag_ = cuda_ops::ZeroedFlag(g.node(g.outputs()[0]).type.device);
-  // GEMVs a caller's chain region holds launch now, and none is deferred during the capture (a
-  // deferred one would launch after it, outside the graph).
-  const cuda_ops::GemvChainPause no_chains;
+  // GEMVs a caller's chain region holds launch now; during the capture only the plan's own region
+  // defers them, and launches them into the graph before the capture ends.
+  const cuda_ops::GemvChainIsolate own_chains;
   // The caller's stream only (a device-wide sync would interfere with other threads' captures).
   KILN_CUDA_CHECK(cudaStreamSynchronize(cuda::CurrentStream()));
   std::vector<Tensor> outs;

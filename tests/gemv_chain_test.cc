@@ -305,6 +305,47 @@ TEST(GemvChainRegion, ACompiledDecodeLayerIsOneChainKernel) {
       << r.final_graph;
 }
 
+// The same layer compiled with CUDA graphs: the plan's region inside the capture launches its
+// chain into the graph (the caller's region, open around the calls, defers nothing meanwhile), and
+// every replay, on new values each time, gives eager's values with one chain kernel.
+TEST(GemvChainRegion, ACapturedDecodeLayerReplaysItsChainKernel) {
+  KILN_SKIP_WITHOUT_GPU();
+  const ScopedGemvChain chains_on(true);
+  const ScopedGemvMode on(cuda_ops::GemvMode::kOn);
+  Generator gen(7);
+  auto bf16 = [&](Shape s, double scale) {
+    return randn(s, gen, DType::kBFloat16, CUDA(0)) * scale;
+  };
+  const int64_t d = 256;
+  const Tensor wo = bf16({d, d}, 0.06), bo = bf16({d}, 0.1), wfc = bf16({4 * d, d}, 0.06),
+               bfc = bf16({4 * d}, 0.1), wp = bf16({d, 4 * d}, 0.03), bp = bf16({d}, 0.1);
+  const Tensor g = bf16({d}, 0.3) + 1.0, b = bf16({d}, 0.2);
+  auto fn = [&](const std::vector<Tensor>& t) {
+    const Tensor h = t[1] + linear(t[0], wo, bo);
+    return std::vector<Tensor>{h +
+                               linear(gelu(linear(layer_norm(h, g, b), wfc, bfc), "tanh"), wp, bp)};
+  };
+  const std::vector<Tensor> in = {bf16({1, 1, d}, 1.0), bf16({1, 1, d}, 1.0)};
+  CompileOptions o;
+  o.mode = CompileOptions::Mode::kCompiled;
+  o.cuda_graphs = true;
+  CompiledFn f = compile(fn, in, o);
+  const bool outer = cuda_ops::BeginGemvChain();  // a caller's region around the calls
+  for (int call = 0; call < 4; ++call) {  // call 0 times the choices, call 1 captures, 2.. replay
+    const std::vector<Tensor> x = {bf16({1, 1, d}, 1.0), bf16({1, 1, d}, 1.0)};
+    std::vector<Tensor> got;
+    const std::vector<std::string> names = KernelNames([&] { got = f(x); });
+    ExpectClose(to_vector(got[0]), to_vector(fn(x)[0]), ToleranceFor(DType::kBFloat16),
+                absl::StrCat("call ", call));
+    if (call >= 2) {
+      int chains = 0;
+      for (const std::string& n : names) chains += n.find("GemvChainKernel") != std::string::npos;
+      EXPECT_EQ(chains, 1) << "call " << call << ":\n" << absl::StrJoin(names, "\n");
+    }
+  }
+  cuda_ops::EndGemvChain(outer);
+}
+
 // A family that launches its own kernel after a linear it dispatches (the gated MLP's GeGLU
 // family at one row): the region is paused across it, so its kernel reads the linear's output,
 // not memory a deferred GEMV has yet to write. Every call, the first (choices timed) included,

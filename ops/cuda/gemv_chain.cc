@@ -135,4 +135,23 @@ GemvChainPause::~GemvChainPause() {
   SyncFlags(s);
 }
 
+GemvChainIsolate::GemvChainIsolate() {
+  FlushDeferredGemvs();
+  ChainState& s = State();
+  saved_open_ = s.open;
+  saved_paused_ = s.paused;
+  s.open = 0;
+  s.paused = 0;
+  SyncFlags(s);
+}
+
+GemvChainIsolate::~GemvChainIsolate() {
+  ChainState& s = State();
+  // The regions opened meanwhile have closed, each launching what it held (an abandoned one too):
+  // nothing is pending here.
+  s.open = saved_open_;
+  s.paused = saved_paused_;
+  SyncFlags(s);
+}
+
 }  // namespace kiln::cuda_ops

@@ -95,4 +95,20 @@ class GemvChainPause {
   GemvChainPause& operator=(const GemvChainPause&) = delete;
 };
 
+// While alive, this thread's regions start afresh: a region the caller holds open defers nothing,
+// and only regions opened meanwhile do (a CUDA graph capture: the plan run inside it opens its own
+// region and closes it, launching what it holds into the graph, before the capture ends; a GEMV
+// deferred into the caller's region would launch after it, outside the graph). Flushes first;
+// the caller's regions are open again afterwards.
+class GemvChainIsolate {
+ public:
+  GemvChainIsolate();
+  ~GemvChainIsolate();
+  GemvChainIsolate(const GemvChainIsolate&) = delete;
+  GemvChainIsolate& operator=(const GemvChainIsolate&) = delete;
+
+ private:
+  int saved_open_ = 0, saved_paused_ = 0;
+};
+
 }  // namespace kiln::cuda_ops
