@@ -17,9 +17,9 @@ first two steps, compiling and capturing, are left out):
   compiled      the same decode step through torch.compile(mode="reduce-overhead", fullgraph):
                 Inductor's kernels replayed as CUDA graphs (cudagraph trees)
   max-autotune  the same with mode="max-autotune" (Triton GEMM autotuning, CUDA graphs)
-  graph         the whole step (forward, argmax, the position update) captured by hand as one
-                torch.cuda.CUDAGraph and replayed per token: the least host work per token
-                PyTorch can do
+  graph         the whole step (the forward through torch.compile without its CUDA graphs, argmax,
+                the position update) captured by hand as one torch.cuda.CUDAGraph and replayed
+                per token: the least host work per token PyTorch can do
 A mode that fails (an API of this transformers version, a capture refused) is reported with its
 error, not fatal.
 Checks (with --kiln: the JSON 06_llama --out wrote on the same folder and prompts): kiln's bf16
@@ -76,11 +76,14 @@ class Decoder:
         self.pos = torch.zeros(1, dtype=torch.long, device=self.dev)
         self.graph = None
         step = self.forward
-        if mode in ("compiled", "max-autotune"):
+        if mode != "eager":
             import torch._inductor.config as inductor_config
             inductor_config.freezing = True
-            step = torch.compile(self.forward, mode=("reduce-overhead" if mode == "compiled"
-                                                     else "max-autotune"), fullgraph=True)
+            # graph: Inductor's kernels without its own CUDA graphs (transformers' eager mask code
+            # reads values on the host, which a capture refuses), the step captured by hand.
+            compile_mode = {"compiled": "reduce-overhead", "max-autotune": "max-autotune",
+                            "graph": "default"}[mode]
+            step = torch.compile(self.forward, mode=compile_mode, fullgraph=True)
         self.step_fn = step
         self.mode = mode
 
@@ -90,7 +93,7 @@ class Decoder:
         return out.logits[:, -1]
 
     def graphed_step(self):
-        logits = self.forward(self.tok, self.pos)
+        logits = self.step_fn(self.tok, self.pos)
         self.tok.copy_(logits.argmax(-1, keepdim=True))
         self.pos.add_(1)
         return logits
