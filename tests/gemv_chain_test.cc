@@ -262,6 +262,39 @@ TEST(GemvChainRegion, FlushesBeforeAnyOtherLaunch) {
   EXPECT_EQ(kinds.size(), 1u) << absl::StrJoin(names, "\n");  // linear, linear as one
 }
 
+// The bf16 weights of a GPT-2-style decode layer's part after its attention (width d): the output
+// projection with its residual, the MLP with its norm, and the next layer's norm + qkv.
+struct DecodeLayerTail {
+  Tensor wo, bo, wfc, bfc, wp, bp, wqkv, bqkv, g1, b1, g2, b2;
+  DecodeLayerTail(Generator& gen, int64_t d) {
+    auto bf16 = [&](Shape s, double scale) {
+      return randn(s, gen, DType::kBFloat16, CUDA(0)) * scale;
+    };
+    wo = bf16({d, d}, 0.06), bo = bf16({d}, 0.1), wfc = bf16({4 * d, d}, 0.06);
+    bfc = bf16({4 * d}, 0.1), wp = bf16({d, 4 * d}, 0.03), bp = bf16({d}, 0.1);
+    wqkv = bf16({3 * d, d}, 0.06), bqkv = bf16({3 * d}, 0.1);
+    g1 = bf16({d}, 0.3) + 1.0, b1 = bf16({d}, 0.2), g2 = bf16({d}, 0.3) + 1.0;
+    b2 = bf16({d}, 0.2);
+  }
+  // h = residual + o-proj(attn), then h + mlp(ln(h)).
+  Tensor Block(const Tensor& attn, const Tensor& residual) const {
+    const Tensor h = residual + linear(attn, wo, bo);
+    return h + linear(gelu(linear(layer_norm(h, g1, b1), wfc, bfc), "tanh"), wp, bp);
+  }
+  Tensor NextQkv(const Tensor& h) const { return linear(layer_norm(h, g2, b2), wqkv, bqkv); }
+};
+
+int ChainKernels(const std::vector<std::string>& names) {
+  int chains = 0;
+  for (const std::string& n : names) chains += n.find("GemvChainKernel") != std::string::npos;
+  return chains;
+}
+
+std::vector<Tensor> DecodeRows(Generator& gen, int64_t d) {
+  return {randn({1, 1, d}, gen, DType::kBFloat16, CUDA(0)),
+          randn({1, 1, d}, gen, DType::kBFloat16, CUDA(0))};
+}
+
 // A compiled GPT-2-style decode layer after its attention (bf16, one row): the output
 // projection, the MLP and the next layer's norm + qkv launch as one chain kernel; the report
 // counts it so and the values are eager's within the numerics policy's tolerance.
@@ -270,22 +303,12 @@ TEST(GemvChainRegion, ACompiledDecodeLayerIsOneChainKernel) {
   const ScopedGemvChain chains_on(true);
   const ScopedGemvMode on(cuda_ops::GemvMode::kOn);
   Generator gen(6);
-  auto bf16 = [&](Shape s, double scale) {
-    return randn(s, gen, DType::kBFloat16, CUDA(0)) * scale;
-  };
-  const int64_t d = 256;
-  const Tensor wo = bf16({d, d}, 0.06), bo = bf16({d}, 0.1), wfc = bf16({4 * d, d}, 0.06),
-               bfc = bf16({4 * d}, 0.1), wp = bf16({d, 4 * d}, 0.03), bp = bf16({d}, 0.1),
-               wqkv = bf16({3 * d, d}, 0.06), bqkv = bf16({3 * d}, 0.1);
-  const Tensor g1 = bf16({d}, 0.3) + 1.0, b1 = bf16({d}, 0.2), g2 = bf16({d}, 0.3) + 1.0,
-               b2 = bf16({d}, 0.2);
+  const DecodeLayerTail layer(gen, 256);
   auto fn = [&](const std::vector<Tensor>& t) {
-    const Tensor h = t[1] + linear(t[0], wo, bo);
-    const Tensor m = linear(gelu(linear(layer_norm(h, g1, b1), wfc, bfc), "tanh"), wp, bp);
-    const Tensor h2 = h + m;
-    return std::vector<Tensor>{h2, linear(layer_norm(h2, g2, b2), wqkv, bqkv)};
+    const Tensor h2 = layer.Block(t[0], t[1]);
+    return std::vector<Tensor>{h2, layer.NextQkv(h2)};
   };
-  const std::vector<Tensor> in = {bf16({1, 1, d}, 1.0), bf16({1, 1, d}, 1.0)};
+  const std::vector<Tensor> in = DecodeRows(gen, 256);
   CompileOptions o;
   o.mode = CompileOptions::Mode::kCompiled;
   CompiledFn f = compile(fn, in, o);
@@ -297,9 +320,7 @@ TEST(GemvChainRegion, ACompiledDecodeLayerIsOneChainKernel) {
                 absl::StrCat("output ", i));
   }
   const CompileReport& r = f.report(in);
-  int chains = 0;
-  for (const std::string& n : names) chains += n.find("GemvChainKernel") != std::string::npos;
-  EXPECT_EQ(chains, 1) << absl::StrJoin(names, "\n") << "\n" << r.final_graph;
+  EXPECT_EQ(ChainKernels(names), 1) << absl::StrJoin(names, "\n") << "\n" << r.final_graph;
   EXPECT_EQ(r.kernels_per_step, static_cast<int>(names.size()))
       << absl::StrJoin(names, "\n") << "\n"
       << r.final_graph;
@@ -313,34 +334,24 @@ TEST(GemvChainRegion, ACapturedDecodeLayerReplaysItsChainKernel) {
   const ScopedGemvChain chains_on(true);
   const ScopedGemvMode on(cuda_ops::GemvMode::kOn);
   Generator gen(7);
-  auto bf16 = [&](Shape s, double scale) {
-    return randn(s, gen, DType::kBFloat16, CUDA(0)) * scale;
-  };
-  const int64_t d = 256;
-  const Tensor wo = bf16({d, d}, 0.06), bo = bf16({d}, 0.1), wfc = bf16({4 * d, d}, 0.06),
-               bfc = bf16({4 * d}, 0.1), wp = bf16({d, 4 * d}, 0.03), bp = bf16({d}, 0.1);
-  const Tensor g = bf16({d}, 0.3) + 1.0, b = bf16({d}, 0.2);
+  const DecodeLayerTail layer(gen, 256);
   auto fn = [&](const std::vector<Tensor>& t) {
-    const Tensor h = t[1] + linear(t[0], wo, bo);
-    return std::vector<Tensor>{h +
-                               linear(gelu(linear(layer_norm(h, g, b), wfc, bfc), "tanh"), wp, bp)};
+    return std::vector<Tensor>{layer.Block(t[0], t[1])};
   };
-  const std::vector<Tensor> in = {bf16({1, 1, d}, 1.0), bf16({1, 1, d}, 1.0)};
+  const std::vector<Tensor> in = DecodeRows(gen, 256);
   CompileOptions o;
   o.mode = CompileOptions::Mode::kCompiled;
   o.cuda_graphs = true;
   CompiledFn f = compile(fn, in, o);
   const bool outer = cuda_ops::BeginGemvChain();  // a caller's region around the calls
   for (int call = 0; call < 4; ++call) {  // call 0 times the choices, call 1 captures, 2.. replay
-    const std::vector<Tensor> x = {bf16({1, 1, d}, 1.0), bf16({1, 1, d}, 1.0)};
+    const std::vector<Tensor> x = DecodeRows(gen, 256);
     std::vector<Tensor> got;
     const std::vector<std::string> names = KernelNames([&] { got = f(x); });
     ExpectClose(to_vector(got[0]), to_vector(fn(x)[0]), ToleranceFor(DType::kBFloat16),
                 absl::StrCat("call ", call));
     if (call >= 2) {
-      int chains = 0;
-      for (const std::string& n : names) chains += n.find("GemvChainKernel") != std::string::npos;
-      EXPECT_EQ(chains, 1) << "call " << call << ":\n" << absl::StrJoin(names, "\n");
+      EXPECT_EQ(ChainKernels(names), 1) << "call " << call << ":\n" << absl::StrJoin(names, "\n");
     }
   }
   cuda_ops::EndGemvChain(outer);
