@@ -3,7 +3,8 @@
 What it is for
     Nothing here imports torch or numpy, so the tests run on any machine with python3:
     * the correctness-file format kiln_bench writes (--check-dir) and torch_baseline.py reads,
-    * the tolerance of the correctness gate and the relative L2 error,
+    * the tolerance of the correctness gate and the relative L2 error, and the numerics policy's
+      bound for half-precision logits,
     * kernel counts from a Chrome trace (torch.profiler's export), the PyTorch side of the
       kernel count,
     * the summary of per-repetition values (median and spread).
@@ -114,6 +115,13 @@ def decode(data, dtype):
 
 def tolerance(dtype):
     return TOLERANCE.get(dtype, 2e-2)
+
+
+def policy_bound(torch_error, reference_rms):
+    """The numerics policy for half-precision logits against a float32 reference: kiln's
+    root-mean-square error may be at most twice PyTorch's in the same dtype plus 8e-3 of the
+    reference's root mean square (llama_twin.py, llama_decode.py)."""
+    return 2 * torch_error + 8e-3 * reference_rms
 
 
 def rel_l2(got, want):

@@ -57,6 +57,12 @@ def failed(rel=0.5):
     return {"ok": False, "rel_l2": rel, "tol": 2e-2}
 
 
+class PolicyBoundTest(unittest.TestCase):
+    def test_twice_torchs_error_plus_a_floor(self):
+        self.assertAlmostEqual(bench_common.policy_bound(0.01, 2.0), 0.036)
+        self.assertAlmostEqual(bench_common.policy_bound(0.0, 1.0), 8e-3)
+
+
 class GateTest(unittest.TestCase):
     def docs(self, kiln_checks):
         kiln = doc("kiln", [row("mlp", "eager", [300, 310, 305]),

@@ -35,6 +35,8 @@ import random
 import sys
 import time
 
+from bench_common import policy_bound
+
 torch = None  # imported by the commands that need it (`prompts` runs without PyTorch)
 
 
@@ -164,7 +166,7 @@ def check_kiln(args, prompts, torch16, first_ids, checks):
     with torch.inference_mode():
         want = ref(input_ids=torch.tensor(prompts, device="cuda")).logits[:, -1].double().cpu()
     e_kiln, e_torch = rms(kiln - want), rms(torch16.double() - want)
-    bound = 2 * e_torch + 8e-3 * rms(want)
+    bound = policy_bound(e_torch, rms(want))
     good = e_kiln <= bound
     checks["bf16_prefill_logits"] = {"rms_error_kiln": e_kiln, "rms_error_torch_bf16": e_torch,
                                      "bound": bound, "ok": good}

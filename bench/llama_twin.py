@@ -27,6 +27,7 @@ import math
 import sys
 
 import torch
+from bench_common import policy_bound
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 
@@ -158,7 +159,7 @@ def check(args):
             ref16 = load(args.dir, torch.bfloat16, device)
             torch16 = torch.stack([last_logits(ref16, p, device).double().cpu() for p in prompts])
             e_kiln, e_torch = rms(kiln_logits - want), rms(torch16 - want)
-            bound = 2 * e_torch + 8e-3 * rms(want)
+            bound = policy_bound(e_torch, rms(want))
             ok &= check_line(f"{path}: prefill logits, numerics policy vs float32",
                              e_kiln <= bound,
                              f" rms error kiln {e_kiln:.3g}, torch bf16 {e_torch:.3g}, "
