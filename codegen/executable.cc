@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/fused_kernel.h"
 #include "codegen/launch_count.h"
 #include "ir/printer.h"
 #include "ops/cuda/gemv_chain.h"
@@ -332,7 +333,7 @@ void Executable::RunFamily(const Step& s, absl::Span<const Tensor> args,
   if (n.kind == NodeKind::kFusion) {
     // Outputs without symbolic dims have their traced shapes (a norm-linear node's differ from
     // each other); with them the node is elementwise-shaped (the norm-linear family refuses
-    // symbolic dims), every output the broadcast of its operands.
+    // symbolic dims), every output the broadcast of its operands (a stored cat: its parts).
     const bool sized = symbols_.empty() || n.sym_dims == 0;
     const Shape shape = sized ? Shape() : BroadcastOf(args);
     for (size_t o = 0; o < n.body->outputs().size(); ++o) {
@@ -346,7 +347,8 @@ void Executable::RunFamily(const Step& s, absl::Span<const Tensor> args,
         continue;
       }
       const TensorType& t = n.body->type(n.body->outputs()[o]);
-      outs.push_back(NewFusionOutput(*n.body, o, sized ? t.shape : shape, n.type.device));
+      outs.push_back(NewFusionOutput(
+          *n.body, o, sized ? t.shape : FusionOutputShape(*n.body, o, shape), n.type.device));
       if (has) DispatchOut(OpId::kContiguous, {args[updated->operand]}, {}, outs.back());
     }
   } else {

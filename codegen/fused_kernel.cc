@@ -31,7 +31,7 @@ std::vector<bool> RoundedValues(const ir::Graph& body, const std::vector<ValueId
   std::vector<int> readers(body.num_values(), 0);
   for (ValueId v = 0; v < body.num_values(); ++v) {
     const Node& n = body.node(v);
-    if (n.kind != NodeKind::kOp) continue;
+    if (n.kind != NodeKind::kOp || n.op == OpId::kCat) continue;  // a cat's operands: stores
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       const bool repeated =
           std::find(n.inputs.begin(), n.inputs.begin() + i, n.inputs[i]) != n.inputs.begin() + i;
@@ -48,17 +48,17 @@ std::vector<bool> RoundedValues(const ir::Graph& body, const std::vector<ValueId
   return round;
 }
 
-// Lowers the body's values up to `last` into `p`, rounding the values `round` marks; returns each
-// body value's program value.
+// Lowers the body's values up to `last` into `p`, rounding the values `round` marks, all but
+// `skip` (a trailing cat: its operands are stored); returns each body value's program value.
 std::vector<int> Lower(const ir::Graph& body, ValueId last, const std::vector<bool>& round,
-                       kir::Program& p) {
+                       kir::Program& p, ValueId skip = -1) {
   std::vector<int> value(body.num_values(), -1);
   for (size_t i = 0; i < body.inputs().size(); ++i) {
     value[body.inputs()[i]] = p.Load(static_cast<int>(i));
   }
   for (ValueId v = 0; v <= last; ++v) {
     const Node& n = body.node(v);
-    if (n.kind != NodeKind::kOp) continue;
+    if (n.kind != NodeKind::kOp || v == skip) continue;
     absl::InlinedVector<int, 3> args;
     for (ValueId in : n.inputs) args.push_back(value[in]);
     value[v] = p.Apply(n.op, args, n.attrs, n.type.dtype);
@@ -77,13 +77,55 @@ std::vector<DType> InputTypes(const ir::Graph& body) {
   return types;
 }
 
+// The body values the program stores, in store order: the outputs, a trailing cat's operands in
+// place of the cat.
+std::vector<ValueId> StoredValues(const ir::Graph& body) {
+  const std::vector<ValueId>& outs = body.outputs();
+  if (CatSinkOf(body).parts == 0) return outs;
+  std::vector<ValueId> stored(body.node(outs[0]).inputs.begin(), body.node(outs[0]).inputs.end());
+  stored.insert(stored.end(), outs.begin() + 1, outs.end());
+  return stored;
+}
+
 }  // namespace
+
+CatSink CatSinkOf(const ir::Graph& body) {
+  const Node& root = body.node(body.outputs()[0]);
+  if (root.kind != NodeKind::kOp || root.op != OpId::kCat) return {};
+  const int rank = static_cast<int>(root.type.rank());
+  const int dim = static_cast<int>(root.attrs.dim < 0 ? root.attrs.dim + rank : root.attrs.dim);
+  return {dim, static_cast<int>(root.inputs.size())};
+}
+
+Shape FusionOutputShape(const ir::Graph& body, size_t o, Shape iteration) {
+  const CatSink cat = CatSinkOf(body);
+  if (o == 0 && cat.parts > 0) iteration[cat.dim] *= cat.parts;
+  return iteration;
+}
+
+std::vector<Tensor> StoreTargets(const CatSink& cat, absl::Span<const Tensor> outputs) {
+  if (cat.parts == 0) return {outputs.begin(), outputs.end()};
+  const Tensor& whole = outputs[0];
+  Shape part = whole.shape();
+  KILN_CHECK(part[cat.dim] % cat.parts == 0, "fused cat: dim ", cat.dim, " of ",
+             whole.shape_string(), " does not split into ", cat.parts, " equal parts");
+  part[cat.dim] /= cat.parts;
+  std::vector<Tensor> targets;
+  for (int k = 0; k < cat.parts; ++k) {
+    const int64_t offset = whole.offset() + k * part[cat.dim] * whole.stride(cat.dim);
+    targets.push_back(whole.as_strided(part, whole.strides(), offset));
+  }
+  targets.insert(targets.end(), outputs.begin() + 1, outputs.end());
+  return targets;
+}
 
 kir::Program LowerFusionBody(const ir::Graph& body) {
   kir::Program p(InputTypes(body));
+  const std::vector<ValueId> stored = StoredValues(body);
+  const ValueId cat = CatSinkOf(body).parts == 0 ? -1 : body.outputs()[0];
   const std::vector<int> value =
-      Lower(body, body.num_values() - 1, RoundedValues(body, body.outputs()), p);
-  for (ValueId out : body.outputs()) p.Store(value[out], body.type(out).dtype);
+      Lower(body, body.num_values() - 1, RoundedValues(body, stored), p, cat);
+  for (ValueId v : stored) p.Store(value[v], body.type(v).dtype);
   return p;
 }
 

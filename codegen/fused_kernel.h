@@ -18,7 +18,22 @@
 
 namespace kiln::codegen {
 
-// Every value the body returns, stored in its own dtype.
+// A pointwise body may end in a cat of values of one shape (passes/fusion_groups.h): its
+// kernel iterates over that shape and stores operand k into slice k of the cat's result along
+// `dim`. parts == 0: the body has no such cat.
+struct CatSink {
+  int dim = 0;
+  int parts = 0;
+};
+CatSink CatSinkOf(const ir::Graph& body);
+// The shape of output `o` of a body whose kernel iterates over `iteration` (symbolic plans): a
+// trailing cat's is `parts` iterations along its dim.
+Shape FusionOutputShape(const ir::Graph& body, size_t o, Shape iteration);
+// The tensors a body's program stores into, from the node's outputs: the same, but a cat's
+// result split into its `parts` slices (views) in front of the further outputs.
+std::vector<Tensor> StoreTargets(const CatSink& cat, absl::Span<const Tensor> outputs);
+
+// Every value the body returns, stored in its own dtype (a trailing cat: each of its operands).
 kir::Program LowerFusionBody(const ir::Graph& body);
 // Only `value` of the body (and what it needs), stored as float32: a softmax fusion's prologue.
 kir::Program LowerBodyValue(const ir::Graph& body, ir::ValueId value);

@@ -34,6 +34,37 @@ std::string Unfusable(const Graph& g, ValueId v, const FamilyLimits& limits) {
   return "";
 }
 
+std::string CatRootRefusal(const Graph& g, ValueId v, const FamilyLimits& limits) {
+  const Node& n = g.node(v);
+  if (n.kind != NodeKind::kOp || n.op != OpId::kCat) return "not a cat";
+  if (!FloatOrBool(n.type.dtype)) return "integer dtype";
+  if (n.type.rank() > limits.max_rank) return absl::StrCat("rank above ", limits.max_rank);
+  if (static_cast<int>(n.inputs.size()) + 1 > limits.max_operands) {
+    return absl::StrCat("more than ", limits.max_operands - 1, " operands");
+  }
+  for (ValueId in : n.inputs) {
+    const TensorType& t = g.type(in);
+    if (t.shape != g.type(n.inputs[0]).shape || t.rank() != n.type.rank()) {
+      return absl::StrCat("operands of different shapes (", ShapeString(g.type(n.inputs[0]).shape),
+                          " and ", ShapeString(t.shape), ")");
+    }
+    if (t.dtype != n.type.dtype) {
+      return absl::StrCat("an operand of dtype ", DTypeName(t.dtype), " promoted to ",
+                          DTypeName(n.type.dtype));
+    }
+  }
+  return "";
+}
+
+bool IsCatRoot(const Graph& g, ValueId root) {
+  const Node& n = g.node(root);
+  return n.kind == NodeKind::kOp && n.op == OpId::kCat;
+}
+
+const Shape& GroupShape(const Graph& g, ValueId root) {
+  return IsCatRoot(g, root) ? g.type(g.node(root).inputs[0]).shape : g.type(root).shape;
+}
+
 FusionGroups::FusionGroups(const Graph& g, const FamilyLimits& limits)
     : group_of(g.num_values(), -1),
       users(g.Users()),
@@ -81,11 +112,13 @@ std::vector<ValueId> ExtraOutputs(const std::vector<ValueId>& members, const Fus
   return extra;
 }
 
+// Inputs plus stores of the group's kernel: a cat root stores each of its operands.
 int OperandCount(const Graph& g, const std::vector<ValueId>& members, const FusionGroups& grp,
                  int gid) {
+  const ValueId root = members.back();
+  const size_t root_stores = IsCatRoot(g, root) ? g.node(root).inputs.size() : 1;
   return static_cast<int>(ExternalInputs(g, members, grp.group_of, gid).size() +
-                          ExtraOutputs(members, grp, gid).size()) +
-         1;
+                          ExtraOutputs(members, grp, gid).size() + root_stores);
 }
 
 // Whether a path from `from` along uses leads into group `gid` once every group is one node: a
@@ -115,9 +148,9 @@ bool LeadsInto(const FusionGroups& grp, ValueId from, int gid) {
 std::string Refusal(const Graph& g, ValueId in, ValueId root, const FusionGroups& grp, int gid) {
   std::string why = Unfusable(g, in, grp.limits);
   if (!why.empty()) return why;
-  if (g.type(in).shape != g.type(root).shape) {
+  if (g.type(in).shape != GroupShape(g, root)) {
     return absl::StrCat("shape ", ShapeString(g.type(in).shape), " differs from the group's ",
-                        ShapeString(g.type(root).shape));
+                        ShapeString(GroupShape(g, root)));
   }
   if (!grp.multi_output && grp.is_output[in]) return "graph output (materialised)";
   for (ValueId u : grp.users[in]) {

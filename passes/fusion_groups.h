@@ -8,6 +8,10 @@
 //   output (multi-output fusion: the kernel stores it once, `result` nodes hand it to its other
 //   users) unless one of those users leads back into the group (a cycle), or multi-output is off;
 // - a group has at most the family's max_operands inputs plus outputs (FamilyLimits).
+// A cat whose operands share one shape may root a group too (CatRootRefusal; the pointwise
+// family's pass asks): its members have that shape, and the kernel stores each operand into its
+// slice of the cat's result, as Inductor lays a concat's producers out in the result, so the
+// cat costs no kernel of its own (RoPE's cat of its rotated halves).
 // The rewrite replaces each group of two or more members by one kFusion node and keeps the graph
 // topologically ordered (a group's other users move after it).
 #pragma once
@@ -38,6 +42,14 @@ std::vector<bool> DependentsOf(const ir::Graph& g, const std::vector<ir::ValueId
 
 // Why `v` cannot be an elementwise fusion member at all ("" if it can).
 std::string Unfusable(const ir::Graph& g, ir::ValueId v, const FamilyLimits& limits);
+// Why the cat `v` cannot root a group ("" if it can): it must be a cat of operands of one shape
+// and of its dtype (no promotion), floating or bool, within the family's rank,
+// whose operands fit the kernel's stores.
+std::string CatRootRefusal(const ir::Graph& g, ir::ValueId v, const FamilyLimits& limits);
+// Whether `root` is a cat rooting a group (a cat reaches a group only as its root).
+bool IsCatRoot(const ir::Graph& g, ir::ValueId root);
+// The shape of a group's members: a cat root's operand shape, else the root's.
+const Shape& GroupShape(const ir::Graph& g, ir::ValueId root);
 // Grows the group of `root` (already in groups) backwards to a fixed point by the rules above;
 // logs each refusal once.
 void GrowFusionGroup(const ir::Graph& g, ir::ValueId root, FusionGroups& groups, PassContext& ctx);

@@ -748,6 +748,59 @@ void ExpectFusedSourcesCompile(const CompiledFn& f, const std::vector<Tensor>& i
   }
 }
 
+// A cat of elementwise results costs no kernel: the fused kernel iterates over one part's shape
+// and stores each part into its slice of the cat's result. RoPE's rotated halves (cat along the
+// last dim: strided stores), a cat along dim 0 with a graph input as one part (copied by the
+// kernel) and a part also returned (a further output), in float32 and bfloat16.
+Fn CatsOfElementwiseParts() {
+  return [](const std::vector<Tensor>& in) {
+    const Tensor& x = in[0];  // [2, 4, 3, 16]
+    const Tensor& c = in[1];  // [2, 1, 3, 8]: broadcast over the heads
+    const Tensor& s = in[2];
+    const Tensor x1 = slice(x, -1, 0, 8), x2 = slice(x, -1, 8, 16);
+    const Tensor rotated = cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1);
+    const Tensor t = tanh(x) * 0.5;
+    const Tensor rows = cat({x, t, exp(neg(relu(x)))}, 0);  // [6, 4, 3, 16]
+    return std::vector<Tensor>{rotated, rows, t};
+  };
+}
+
+void RunCatsOfElementwiseParts(Device device) {
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    Generator gen(21);
+    std::vector<Tensor> in = {randn({2, 4, 3, 16}, gen), randn({2, 1, 3, 8}, gen),
+                              randn({2, 1, 3, 8}, gen)};
+    for (Tensor& t : in) t = to(cast(t, dt), device);
+    CompiledFn f = compile(CatsOfElementwiseParts(), in);
+    const CompileReport& r = f.report(in);
+    EXPECT_EQ(r.kernels_per_step, 2) << r.final_graph;
+    EXPECT_TRUE(FileCheck(r.final_graph, R"(
+      CHECK: fusion kiln_fused_mul_sub_mul_add_cat_
+      CHECK: cat(%[[V1:[0-9]+]], %[[V2:[0-9]+]]) {dim=-1}
+      CHECK: fusion kiln_fused_tanh_mul_scalar_relu_neg_exp_cat_
+      CHECK: cat(%0, %[[V3:[0-9]+]], %[[V4:[0-9]+]]) {dim=0}
+      CHECK: result
+    )")) << r.final_graph;
+    const std::vector<Tensor> got = f(in), want = CatsOfElementwiseParts()(in);
+    if (dt == DType::kFloat32) {
+      ExpectSame(got, want, "cats of elementwise parts");
+    } else {
+      std::vector<Tensor> in32;
+      for (const Tensor& t : in) in32.push_back(cast(t, DType::kFloat32));
+      ExpectWithinPolicy(got, want, CatsOfElementwiseParts()(in32), "cats of bf16 parts");
+    }
+    ExpectFusedSourcesCompile(f, in);
+  }
+}
+
+TEST(Compile, CatsOfElementwisePartsAreStoredByTheFusedKernelOnCpu) {
+  RunCatsOfElementwiseParts(kCPU);
+}
+TEST(Compile, CatsOfElementwisePartsAreStoredByTheFusedKernelOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  RunCatsOfElementwiseParts(CUDA(0));
+}
+
 // `h = h + tanh(h) * 0.1` uses h twice per level: pasted expressions doubled per level; the
 // kernel IR prints each value once, so the source grows by the same bytes per level.
 TEST(KernelIr, ReusedValuesKeepTheSourceLinear) {
@@ -986,6 +1039,8 @@ class RandomProgram {
         return silu(x) * y;
       case 13:
         return exp(neg(relu(x)));
+      case 14:
+        return RotatedHalves(x);
       case 15:  // the attention chain: scale, mask, softmax (one fused kernel)
         return softmax(masked_fill(x * 0.5, mask_, -INFINITY) + y, -1);
       case 16:  // casts around a softmax (both fused into it)
@@ -1001,6 +1056,15 @@ class RandomProgram {
     }
   }
 
+  // RoPE's shape: the halves of the rows, rotated and joined (the fused kernel stores both halves
+  // into the cat); halves of different sizes keep the cat a kernel of its own.
+  static Tensor RotatedHalves(const Tensor& x) {
+    const int64_t n = x.size(1), h = n / 2;
+    const Tensor a = slice(x, 1, 0, h), b = slice(x, 1, h, n);
+    if (n % 2 != 0) return cat({tanh(a) * 0.5, b - sigmoid(b)}, 1);
+    return cat({a * 0.5 - tanh(b), b * a + a}, 1);
+  }
+
   mutable Generator gen_;
   DType dtype_;
   Device device_;
@@ -1013,7 +1077,8 @@ class RandomProgram {
 };
 
 struct DifferentialStats {
-  int graphs = 0, fused = 0, softmax = 0, multi_output = 0, many_inputs = 0, symbolic = 0;
+  int graphs = 0, fused = 0, softmax = 0, multi_output = 0, many_inputs = 0, symbolic = 0,
+      stored_cats = 0;
 };
 
 // Checks a compiled run of `prog`: against eager for float32 programs, by the numerics policy
@@ -1046,6 +1111,7 @@ void CheckRandomProgram(int seed, DType t, Device device, DifferentialStats& sta
     stats.softmax += r.final_graph.find("_softmax_") != std::string::npos;
     stats.multi_output += r.final_graph.find(" = result ") != std::string::npos;
     stats.many_inputs += in.size() >= 8 && r.fused_kernels > 0;
+    stats.stored_cats += r.final_graph.find("_cat_") != std::string::npos;
     stage = "compiled run";
     ExpectCompiledRight(prog, f(in), in, absl::StrCat(what, "\n", r.final_graph));
     for (int64_t rows : {prog.rows() + 3, prog.rows() + 7}) {
@@ -1056,6 +1122,7 @@ void CheckRandomProgram(int seed, DType t, Device device, DifferentialStats& sta
     }
     const std::vector<Tensor> later = prog.Inputs(prog.rows() + 7);
     stats.symbolic += f.report(later).symbolic_dims.find("s0") == 0;
+    stats.stored_cats += f.report(later).final_graph.find("_cat_") != std::string::npos;
     if (seed % 25 == 0) ExpectFusedSourcesCompile(f, later);
     EXPECT_LE(f.compilations(), 2) << what;
   } catch (const Error& e) {
@@ -1098,6 +1165,7 @@ void RunDifferential(int count, Device device) {
     all.multi_output += s.multi_output;
     all.many_inputs += s.many_inputs;
     all.symbolic += s.symbolic;
+    all.stored_cats += s.stored_cats;
   }
   // The generator does exercise what the differential is for.
   EXPECT_EQ(all.graphs, 2 * count);
@@ -1106,11 +1174,12 @@ void RunDifferential(int count, Device device) {
   EXPECT_GT(all.multi_output, count / 4) << "multi-output fusions";
   EXPECT_GT(all.many_inputs, count / 8) << "fusions over 8 or more inputs";
   EXPECT_GT(all.symbolic, count) << "plans with symbolic rows";
+  EXPECT_GT(all.stored_cats, count / 20) << "cats stored by their parts' kernel";
   std::printf(
       "random graphs on %s: %d compiled and checked at 3 sizes; %d fused, %d softmax, "
-      "%d multi-output, %d with 8+ inputs, %d symbolic\n",
+      "%d multi-output, %d with 8+ inputs, %d symbolic, %d plans with a stored cat\n",
       device.str().c_str(), all.graphs, all.fused, all.softmax, all.multi_output, all.many_inputs,
-      all.symbolic);
+      all.symbolic, all.stored_cats);
 }
 
 // Seeds per run: 300 on the CPU and 1000 (x2 dtypes) on CUDA; KILN_DIFFERENTIAL_GRAPHS=N runs N

@@ -251,6 +251,63 @@ bool Logged(const PassContext& ctx, std::initializer_list<const char*> parts) {
 
 bool Logged(const PassContext& ctx, const std::string& text) { return Logged(ctx, {text.c_str()}); }
 
+// RoPE's rotated halves: the two elementwise parts and the cat are one fusion whose kernel
+// iterates over a part's shape (loads of x1, x2, cos and sin shared) and stores each part into
+// its slice of the cat.
+TEST(ElementwiseFusion, ACatOfElementwisePartsIsStoredByThem) {
+  ElementwiseFusion pass(codegen::PointwiseTemplate());
+  PassContext ctx;
+  const std::string out = RunPass(pass, R"(
+    graph(%10: bf16[1, 4, 1, 16], %11: bf16[1, 1, 1, 8], %12: bf16[1, 1, 1, 8]) {
+      %13 = slice(%10) {dim=-1, start=0, end=8, step=1} : bf16[1, 4, 1, 8]
+      %14 = slice(%10) {dim=-1, start=8, end=16, step=1} : bf16[1, 4, 1, 8]
+      %15 = mul(%13, %11) : bf16[1, 4, 1, 8]
+      %16 = mul(%14, %12) : bf16[1, 4, 1, 8]
+      %17 = sub(%15, %16) : bf16[1, 4, 1, 8]
+      %18 = mul(%14, %11) : bf16[1, 4, 1, 8]
+      %19 = mul(%13, %12) : bf16[1, 4, 1, 8]
+      %20 = add(%18, %19) : bf16[1, 4, 1, 8]
+      %21 = cat(%17, %20) {dim=-1} : bf16[1, 4, 1, 16]
+      return %21
+    })",
+                                  &ctx);
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %[[F:[0-9]+]] = fusion kiln_fused_mul_sub_mul_add_cat_0(
+    CHECK-SAME: : bf16[1, 4, 1, 16]
+    CHECK-NEXT: graph(%0: bf16[1, 4, 1, 8], %1: bf16[1, 1, 1, 8], %2: bf16[1, 4, 1, 8], %3: bf16[1, 1, 1, 8])
+    CHECK: %[[CAT:[0-9]+]] = cat(%[[V1:[0-9]+]], %[[V2:[0-9]+]]) {dim=-1} : bf16[1, 4, 1, 16]
+    CHECK-NEXT: return %[[CAT]]
+    CHECK: return %[[F]]
+  )")) << out;
+}
+
+// A cat stays a kernel of its own (its producers fuse apart) where its parts differ in shape or
+// dtype; the explain log says why.
+TEST(ElementwiseFusion, CatsOfPartsOfDifferentTypesStayApart) {
+  ElementwiseFusion pass(codegen::PointwiseTemplate());
+  PassContext ctx;
+  const std::string out = RunPass(pass, R"(
+    graph(%10: f32[2, 3], %11: f32[2, 5], %12: bf16[2, 3]) {
+      %13 = tanh(%10) : f32[2, 3]
+      %14 = neg(%11) : f32[2, 5]
+      %15 = cat(%13, %14) {dim=1} : f32[2, 8]
+      %16 = exp(%12) : bf16[2, 3]
+      %17 = cat(%13, %16) {dim=0} : f32[4, 3]
+      return %15, %17
+    })",
+                                  &ctx);
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: cat(
+    CHECK: cat(
+    CHECK-NOT: fusion
+  )")) << out;
+  EXPECT_TRUE(Logged(ctx, {"cat %5 stays a kernel of its own", "operands of different shapes"}))
+      << absl::StrJoin(ctx.explain, "\n");
+  EXPECT_TRUE(
+      Logged(ctx, {"cat %7 stays a kernel of its own", "dtype bfloat16 promoted to float32"}))
+      << absl::StrJoin(ctx.explain, "\n");
+}
+
 // The GeGLU MLP after GEMM merge: one linear, its two halves, gelu_tanh(gate) * up.
 constexpr char kGeglu[] = R"(
     graph(%10: bf16[4, 8, 64]@cuda:0, %11: bf16[192, 64]@cuda:0, %12: bf16[192]@cuda:0) {

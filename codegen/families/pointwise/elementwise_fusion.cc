@@ -1,15 +1,31 @@
 // The pointwise family's pass (see elementwise_fusion.h).
 #include "codegen/families/pointwise/elementwise_fusion.h"
 
+#include "absl/strings/str_cat.h"
 #include "passes/fusion_groups.h"
 
 namespace kiln::passes {
 namespace {
 
+// Whether `v` may root a group: an elementwise op, or a cat whose kernel stores its operands
+// (refused cats are logged).
+bool CanRoot(const ir::Graph& g, ir::ValueId v, const FusionGroups& grp, PassContext& ctx) {
+  if (Unfusable(g, v, grp.limits).empty()) return true;
+  if (!IsCatRoot(g, v)) return false;
+  const std::string why = CatRootRefusal(g, v, grp.limits);
+  if (!why.empty()) {
+    ctx.explain.push_back(absl::StrCat(grp.log_prefix, "cat %", v,
+                                       " stays a kernel of its own (its producers do not store "
+                                       "into it): ",
+                                       why));
+  }
+  return why.empty();
+}
+
 // Groups rooted at each value not yet grouped, from the last value backwards.
 void FindGroups(const ir::Graph& g, FusionGroups& grp, PassContext& ctx) {
   for (ir::ValueId v = g.num_values() - 1; v >= 0; --v) {
-    if (grp.group_of[v] != -1 || !Unfusable(g, v, grp.limits).empty()) continue;
+    if (grp.group_of[v] != -1 || !CanRoot(g, v, grp, ctx)) continue;
     grp.groups.push_back({v});
     grp.group_of[v] = static_cast<int>(grp.groups.size()) - 1;
     GrowFusionGroup(g, v, grp, ctx);
