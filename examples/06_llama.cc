@@ -4,7 +4,7 @@
 //
 //   06_llama --model-dir DIR [--prompts "1,2,3;4,5"] [--new-tokens 64] [--dtype f32|bf16]
 //            [--device cpu|cuda] [--temperature T --top-k K --top-p P --seed S]
-//            [--modes eager,compiled,graph] [--out FILE] [--compare] [--tp N]
+//            [--modes eager,compiled,graph] [--out FILE] [--compare] [--profile] [--tp N]
 //   06_llama --write-model DIR [--layers 2 --dim 64 --heads 4 --kv-heads 2 --hidden 96
 //            --vocab 128 --seed 0]     a seeded random model in HF's layout (config.json too)
 //
@@ -16,7 +16,9 @@
 // --out FILE writes the prompts, each mode's ids and the prefill logits (float32) as JSON for
 // bench/llama_twin.py, which checks them against transformers on the same folder. --compare
 // prints the library's eager-vs-compiled report (kiln::CompareEagerAndCompiled) of the model's
-// full forward over the first prompt (on CUDA also replayed as a CUDA graph). --tp N also runs
+// full forward over the first prompt (on CUDA also replayed as a CUDA graph). --profile prints
+// the profiler's op and kernel tables of the last mode asked, over 3 whole generate calls (their
+// decode steps dominate the counts: divide by 3 x (new tokens - 1) for a step). --tp N also runs
 // the model split over N ranks (ops/tensor_parallel.h) in every mode asked: threads of this
 // process on the CPU, one thread per GPU over NCCL on cuda:0..N-1; each rank loads only its share
 // of the checkpoint (split while loading: io/state_dict.h), rank 0 prints the ids and decode
@@ -61,6 +63,8 @@ void DefineFlags(examples::Flags& f) {
   f.Define("vocab", "128");
   f.Define("max-positions", "256");
   f.Define("compare", "0", true);
+  f.Define("profile", "0", true);
+  f.Define("sort", "");  // the profiler tables' order (examples::PrintTables)
   f.Define("tp", "1");
 }
 
@@ -242,6 +246,7 @@ int main(int argc, char** argv) try {
                     "[--model-dir DIR | --write-model DIR] [--prompts \"1,2;3\"] [--new-tokens N] "
                     "[--dtype f32|bf16] [--device cpu|cuda] [--modes eager,compiled,graph] "
                     "[--temperature T --top-k K --top-p P --seed S] [--out FILE] [--compare] "
+                    "[--profile] "
                     "[--tp N]");
   DefineFlags(f);
   f.Parse(argc, argv);
@@ -338,6 +343,14 @@ int main(int argc, char** argv) try {
       ok &= check(absl::StrCat("tp ", tp, " ", name, " ids vs ", mode_names[0]),
                   split.tokens == first.tokens);
     }
+  }
+  if (f.Bool("profile")) {
+    o.mode = ModeNamed(mode_names.back());
+    const kiln::profiler::ProfileResult r =
+        examples::Profile([&] { (void)kiln::generate(*model, prompts, o); }, device.is_cuda());
+    std::printf("\n%s: %d generate calls of %" PRId64 " new tokens profiled\n",
+                mode_names.back().c_str(), r.steps_recorded, o.max_new_tokens);
+    examples::PrintTables(f, mode_names.back().c_str(), r, device.is_cuda());
   }
   if (f.Bool("compare")) {
     const std::vector<int64_t>& ids = prompts[0];

@@ -119,7 +119,7 @@ inline kiln::Device ParseDeviceFlag(const Flags& f) {
 // The common flags whose values are checked before any work (DefineCommonFlags): --sort names a
 // key of the op table, --warmup and --iters are integers.
 inline void CheckCommonFlags(const Flags& f) {
-  if (!f.Defined("sort")) return;  // an example without them (06_llama)
+  if (!f.Defined("warmup")) return;  // an example without them (06_llama)
   kiln::profiler::SortKey key;
   if (f.Given("sort") && !kiln::profiler::ParseSortKey(f.Str("sort"), &key)) {
     f.Usage("--sort: unknown key " + f.Str("sort"));
