@@ -119,6 +119,17 @@ std::vector<Tensor> StoreTargets(const CatSink& cat, absl::Span<const Tensor> ou
   return targets;
 }
 
+ir::Graph SegmentBody(const ir::Graph& body, const passes::BodySegment& s) {
+  ir::Graph sub;
+  std::vector<ValueId> map(body.num_values(), -1);
+  for (int i : s.inputs) map[body.inputs()[i]] = sub.AddInput(body.type(body.inputs()[i]));
+  for (ValueId v : s.ops) map[v] = sub.AddCopy(body.node(v), map);
+  std::vector<ValueId> outs;
+  for (int o : s.outputs) outs.push_back(map[body.outputs()[o]]);
+  sub.SetOutputs(std::move(outs));
+  return sub;
+}
+
 kir::Program LowerFusionBody(const ir::Graph& body) {
   kir::Program p(InputTypes(body));
   const std::vector<ValueId> stored = StoredValues(body);

@@ -15,6 +15,7 @@
 
 #include "ir/graph.h"
 #include "ops/kernel_ir.h"
+#include "passes/fusion_groups.h"
 
 namespace kiln::codegen {
 
@@ -32,6 +33,10 @@ Shape FusionOutputShape(const ir::Graph& body, size_t o, Shape iteration);
 // The tensors a body's program stores into, from the node's outputs: the same, but a cat's
 // result split into its `parts` slices (views) in front of the further outputs.
 std::vector<Tensor> StoreTargets(const CatSink& cat, absl::Span<const Tensor> outputs);
+
+// Segment `s` of `body` (passes::BodySegments) as a body of its own: the inputs it reads, its ops,
+// the outputs it computes, in the body's order.
+ir::Graph SegmentBody(const ir::Graph& body, const passes::BodySegment& s);
 
 // Every value the body returns, stored in its own dtype (a trailing cat: each of its operands).
 kir::Program LowerFusionBody(const ir::Graph& body);

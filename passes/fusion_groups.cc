@@ -207,6 +207,58 @@ void GrowFusionGroup(const Graph& g, ValueId root, FusionGroups& grp, PassContex
 
 namespace {
 
+ValueId Find(std::vector<ValueId>& parent, ValueId v) {
+  while (parent[v] != v) v = parent[v] = parent[parent[v]];
+  return v;
+}
+
+}  // namespace
+
+std::vector<BodySegment> BodySegments(const Graph& body) {
+  std::vector<ValueId> parent(body.num_values());
+  for (ValueId v = 0; v < body.num_values(); ++v) parent[v] = v;
+  for (ValueId v = 0; v < body.num_values(); ++v) {
+    if (body.node(v).kind != NodeKind::kOp) continue;
+    for (ValueId in : body.node(v).inputs) {
+      if (body.node(in).kind == NodeKind::kOp) parent[Find(parent, in)] = Find(parent, v);
+    }
+  }
+  std::vector<BodySegment> segments;
+  std::vector<int> segment_of(body.num_values(), -1);  // by component root
+  for (size_t o = 0; o < body.outputs().size(); ++o) {
+    int& s = segment_of[Find(parent, body.outputs()[o])];
+    if (s < 0) {
+      s = static_cast<int>(segments.size());
+      segments.emplace_back();
+    }
+    segments[s].outputs.push_back(static_cast<int>(o));
+  }
+  std::vector<bool> reads(body.inputs().size());
+  for (BodySegment& seg : segments) {
+    const ValueId root = Find(parent, body.outputs()[seg.outputs[0]]);
+    std::fill(reads.begin(), reads.end(), false);
+    for (ValueId v = 0; v < body.num_values(); ++v) {
+      const Node& n = body.node(v);
+      if (n.kind != NodeKind::kOp || Find(parent, v) != root) continue;
+      seg.ops.push_back(v);
+      for (ValueId in : n.inputs) {
+        const auto at = std::find(body.inputs().begin(), body.inputs().end(), in);
+        if (at != body.inputs().end()) reads[at - body.inputs().begin()] = true;
+      }
+    }
+    for (int o : seg.outputs) {  // an output that is a body input as it is
+      const auto at = std::find(body.inputs().begin(), body.inputs().end(), body.outputs()[o]);
+      if (at != body.inputs().end()) reads[at - body.inputs().begin()] = true;
+    }
+    for (size_t i = 0; i < reads.size(); ++i) {
+      if (reads[i]) seg.inputs.push_back(static_cast<int>(i));
+    }
+  }
+  return segments;
+}
+
+namespace {
+
 std::string KernelName(const Graph& g, const std::vector<ValueId>& members, int index) {
   std::vector<std::string> names;
   for (ValueId m : members) {

@@ -50,6 +50,17 @@ std::string CatRootRefusal(const ir::Graph& g, ir::ValueId v, const FamilyLimits
 bool IsCatRoot(const ir::Graph& g, ir::ValueId root);
 // The shape of a group's members: a cat root's operand shape, else the root's.
 const Shape& GroupShape(const ir::Graph& g, ir::ValueId root);
+// The independent parts of a fusion body: its ops split into connected components (joined
+// through the values they pass each other, not through the body inputs they share), in the order
+// of their first output. A group's body is one segment; the pointwise family's horizontal fusion
+// (codegen/families/pointwise/horizontal_fusion.h) joins small independent kernels into one body
+// of several, which one kernel runs one after another.
+struct BodySegment {
+  std::vector<ir::ValueId> ops;  // in id order
+  std::vector<int> inputs;       // the body inputs it reads (indices, increasing)
+  std::vector<int> outputs;      // the body outputs it computes (indices, increasing)
+};
+std::vector<BodySegment> BodySegments(const ir::Graph& body);
 // Grows the group of `root` (already in groups) backwards to a fixed point by the rules above;
 // logs each refusal once.
 void GrowFusionGroup(const ir::Graph& g, ir::ValueId root, FusionGroups& groups, PassContext& ctx);

@@ -165,6 +165,9 @@ const std::vector<Setting>& Settings() {
        "_small one (A/B)"},
       {"KILN_EW_STREAM", Kind::kBool, "off", "",
        "on: generated contiguous/rows kernels load and store with streaming hints (A/B)"},
+      {"KILN_EW_COMBINE", Kind::kBool, "on", "",
+       "off: small independent pointwise kernels (a decode step's RoPE of q and of k) stay apart "
+       "instead of one combo kernel (A/B)"},
   };
   return table;
 }

@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "codegen/executable.h"
+#include "codegen/families/pointwise/horizontal_fusion.h"
 #include "codegen/fusion_template.h"
 #include "ir/printer.h"
 #include "ir/tracer.h"
@@ -593,7 +594,9 @@ TEST(Compile, IdenticalFusionsShareOneKernel) {
     return std::vector<Tensor>{silu(in[0]) * in[0] + 1.0, silu(in[1]) * in[1] + 1.0};
   };
   Generator gen(9);
-  const std::vector<Tensor> in = {randn({4, 8}, gen), randn({4, 8}, gen)};
+  // Each above horizontal fusion's size limit: two kernels, not one combo.
+  const int64_t rows = passes::kMaxComboElements / 512 + 1;
+  const std::vector<Tensor> in = {randn({rows, 512}, gen), randn({rows, 512}, gen)};
   const std::string root = (std::filesystem::temp_directory_path() / "kiln_dump_shared").string();
   std::filesystem::remove_all(root);
   CompileOptions o;
@@ -759,7 +762,7 @@ Fn CatsOfElementwiseParts() {
     const Tensor& s = in[2];
     const Tensor x1 = slice(x, -1, 0, 8), x2 = slice(x, -1, 8, 16);
     const Tensor rotated = cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1);
-    const Tensor t = tanh(x) * 0.5;
+    const Tensor t = tanh(rotated) * 0.5;  // reads the first kernel's result: two kernels
     const Tensor rows = cat({x, t, exp(neg(relu(x)))}, 0);  // [6, 4, 3, 16]
     return std::vector<Tensor>{rotated, rows, t};
   };
@@ -778,7 +781,7 @@ void RunCatsOfElementwiseParts(Device device) {
       CHECK: fusion kiln_fused_mul_sub_mul_add_cat_
       CHECK: cat(%[[V1:[0-9]+]], %[[V2:[0-9]+]]) {dim=-1}
       CHECK: fusion kiln_fused_tanh_mul_scalar_relu_neg_exp_cat_
-      CHECK: cat(%0, %[[V3:[0-9]+]], %[[V4:[0-9]+]]) {dim=0}
+      CHECK: cat(%[[V3:[0-9]+]], %[[V4:[0-9]+]], %[[V5:[0-9]+]]) {dim=0}
       CHECK: result
     )")) << r.final_graph;
     const std::vector<Tensor> got = f(in), want = CatsOfElementwiseParts()(in);
@@ -799,6 +802,71 @@ TEST(Compile, CatsOfElementwisePartsAreStoredByTheFusedKernelOnCpu) {
 TEST(Compile, CatsOfElementwisePartsAreStoredByTheFusedKernelOnCuda) {
   KILN_SKIP_WITHOUT_GPU();
   RunCatsOfElementwiseParts(CUDA(0));
+}
+
+// RoPE's rotated halves of x [..., 16] with cos and sin [..., 8] broadcast over the heads.
+Tensor RotateHalves(const Tensor& x, const Tensor& c, const Tensor& s) {
+  const Tensor x1 = slice(x, -1, 0, 8), x2 = slice(x, -1, 8, 16);
+  return cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1);
+}
+
+// Horizontal fusion: a decode step's RoPE of q (8 heads) and of k (2 heads) and an unrelated
+// elementwise result, independent of each other and small, are one combo kernel of three
+// segments (two storing their cats); two independent chains of one shape are one multi-output
+// program (the vectorised skeletons, no combo).
+void RunHorizontalFusion(Device device) {
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    Fn fn = [](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{RotateHalves(in[0], in[2], in[3]),
+                                 RotateHalves(in[1], in[2], in[3]), sigmoid(in[4]) * 2.0};
+    };
+    Generator gen(22);
+    std::vector<Tensor> in = {randn({2, 8, 1, 16}, gen), randn({2, 2, 1, 16}, gen),
+                              randn({2, 1, 1, 8}, gen), randn({2, 1, 1, 8}, gen),
+                              randn({3, 5}, gen)};
+    for (Tensor& t : in) t = to(cast(t, dt), device);
+    CompiledFn f = compile(fn, in);
+    const CompileReport& r = f.report(in);
+    EXPECT_EQ(r.kernels_per_step, 1) << r.final_graph;
+    EXPECT_TRUE(FileCheck(r.final_graph, R"(
+      CHECK: fusion kiln_fused_mul_sub_mul_add_cat_0_and_mul_sub_mul_add_cat_1_and_sigmoid_mul_scalar_2(
+      CHECK: return %[[A:[0-9]+]], %[[B:[0-9]+]], %[[C:[0-9]+]]
+      CHECK: result %[[F:[0-9]+]] #1 : [[T:[a-z0-9]+]][2, 2, 1, 16]
+      CHECK-NEXT: result %[[F]] #2 : [[T]][3, 5]
+    )")) << r.final_graph;
+    EXPECT_NE(FusedSource(f, in).find("_combo("), std::string::npos);
+    bool logged = false;
+    for (const std::string& line : r.explain) {
+      logged |=
+          line.find("horizontal fusion: kiln_fused_mul_sub_mul_add_cat_0") != std::string::npos;
+    }
+    EXPECT_TRUE(logged) << absl::StrJoin(r.explain, "\n");
+    const std::vector<Tensor> got = f(in), want = fn(in);
+    if (dt == DType::kFloat32) {
+      ExpectSame(got, want, "q and k rope");
+    } else {
+      std::vector<Tensor> in32;
+      for (const Tensor& t : in) in32.push_back(cast(t, DType::kFloat32));
+      ExpectWithinPolicy(got, want, fn(in32), "bf16 q and k rope");
+    }
+    ExpectFusedSourcesCompile(f, in);
+  }
+  Fn chains = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{tanh(in[0]) * 3.0, exp(in[1]) - 1.0};
+  };
+  Generator gen(23);
+  const std::vector<Tensor> in = {to(randn({4, 64}, gen), device), to(randn({4, 64}, gen), device)};
+  CompiledFn f = compile(chains, in);
+  EXPECT_EQ(f.report(in).kernels_per_step, 1) << f.report(in).final_graph;
+  EXPECT_NE(FusedSource(f, in).find("_contig("), std::string::npos);
+  EXPECT_EQ(FusedSource(f, in).find("_combo("), std::string::npos);
+  ExpectSame(f(in), chains(in), "two chains, one program");
+}
+
+TEST(Compile, HorizontalFusionJoinsSmallIndependentKernelsOnCpu) { RunHorizontalFusion(kCPU); }
+TEST(Compile, HorizontalFusionJoinsSmallIndependentKernelsOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  RunHorizontalFusion(CUDA(0));
 }
 
 // `h = h + tanh(h) * 0.1` uses h twice per level: pasted expressions doubled per level; the
@@ -1078,7 +1146,7 @@ class RandomProgram {
 
 struct DifferentialStats {
   int graphs = 0, fused = 0, softmax = 0, multi_output = 0, many_inputs = 0, symbolic = 0,
-      stored_cats = 0;
+      stored_cats = 0, combos = 0;
 };
 
 // Checks a compiled run of `prog`: against eager for float32 programs, by the numerics policy
@@ -1112,6 +1180,7 @@ void CheckRandomProgram(int seed, DType t, Device device, DifferentialStats& sta
     stats.multi_output += r.final_graph.find(" = result ") != std::string::npos;
     stats.many_inputs += in.size() >= 8 && r.fused_kernels > 0;
     stats.stored_cats += r.final_graph.find("_cat_") != std::string::npos;
+    stats.combos += r.final_graph.find("_and_") != std::string::npos;
     stage = "compiled run";
     ExpectCompiledRight(prog, f(in), in, absl::StrCat(what, "\n", r.final_graph));
     for (int64_t rows : {prog.rows() + 3, prog.rows() + 7}) {
@@ -1166,6 +1235,7 @@ void RunDifferential(int count, Device device) {
     all.many_inputs += s.many_inputs;
     all.symbolic += s.symbolic;
     all.stored_cats += s.stored_cats;
+    all.combos += s.combos;
   }
   // The generator does exercise what the differential is for.
   EXPECT_EQ(all.graphs, 2 * count);
@@ -1175,11 +1245,13 @@ void RunDifferential(int count, Device device) {
   EXPECT_GT(all.many_inputs, count / 8) << "fusions over 8 or more inputs";
   EXPECT_GT(all.symbolic, count) << "plans with symbolic rows";
   EXPECT_GT(all.stored_cats, count / 20) << "cats stored by their parts' kernel";
+  EXPECT_GT(all.combos, count / 10) << "horizontally fused kernels";
   std::printf(
       "random graphs on %s: %d compiled and checked at 3 sizes; %d fused, %d softmax, "
-      "%d multi-output, %d with 8+ inputs, %d symbolic, %d plans with a stored cat\n",
+      "%d multi-output, %d with 8+ inputs, %d symbolic, %d plans with a stored cat, %d with a "
+      "horizontal fusion\n",
       device.str().c_str(), all.graphs, all.fused, all.softmax, all.multi_output, all.many_inputs,
-      all.symbolic, all.stored_cats);
+      all.symbolic, all.stored_cats, all.combos);
 }
 
 // Seeds per run: 300 on the CPU and 1000 (x2 dtypes) on CUDA; KILN_DIFFERENTIAL_GRAPHS=N runs N

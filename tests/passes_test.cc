@@ -281,6 +281,51 @@ TEST(ElementwiseFusion, ACatOfElementwisePartsIsStoredByThem) {
   )")) << out;
 }
 
+// Horizontal fusion: RoPE of q and of k (GQA: 4 and 2 heads) and the tanh·exp chain, independent
+// and small, become one node of three segments at the last one's place; the first one's value is
+// output 0, the others' results. The sum reads the joined node before the sigmoid: the sigmoid
+// (a plain op here, no fusion) would not join anyway, and nothing moves past the sum.
+TEST(ElementwiseFusion, SmallIndependentKernelsJoinOneNode) {
+  ElementwiseFusion pass(codegen::PointwiseTemplate());
+  PassContext ctx;
+  const std::string out = RunPass(pass, R"(
+    graph(%10: f32[1, 4, 1, 8], %11: f32[1, 2, 1, 8], %12: f32[1, 1, 1, 4], %13: f32[4, 4]) {
+      %14 = slice(%10) {dim=-1, start=0, end=4, step=1} : f32[1, 4, 1, 4]
+      %15 = slice(%10) {dim=-1, start=4, end=8, step=1} : f32[1, 4, 1, 4]
+      %16 = mul(%14, %12) : f32[1, 4, 1, 4]
+      %17 = mul(%15, %12) : f32[1, 4, 1, 4]
+      %18 = cat(%16, %17) {dim=-1} : f32[1, 4, 1, 8]
+      %19 = slice(%11) {dim=-1, start=0, end=4, step=1} : f32[1, 2, 1, 4]
+      %20 = slice(%11) {dim=-1, start=4, end=8, step=1} : f32[1, 2, 1, 4]
+      %21 = mul(%19, %12) : f32[1, 2, 1, 4]
+      %22 = mul(%20, %12) : f32[1, 2, 1, 4]
+      %23 = cat(%21, %22) {dim=-1} : f32[1, 2, 1, 8]
+      %24 = matmul(%13, %13) : f32[4, 4]
+      %25 = tanh(%24) : f32[4, 4]
+      %26 = exp(%25) : f32[4, 4]
+      %27 = sum(%26) {dims=[1], keepdim=false} : f32[4]
+      %28 = sigmoid(%24) : f32[4, 4]
+      return %18, %23, %27, %28
+    })",
+                                  &ctx);
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %[[J:[0-9]+]] = fusion kiln_fused_mul_cat_0_and_mul_cat_1_and_tanh_exp_2(
+    CHECK-SAME: : f32[1, 4, 1, 8]
+    CHECK: cat(%[[P:[0-9]+]], %[[Q:[0-9]+]]) {dim=-1} : f32[1, 4, 1, 8]
+    CHECK: cat(%[[R:[0-9]+]], %[[S:[0-9]+]]) {dim=-1} : f32[1, 2, 1, 8]
+    CHECK: exp(
+    CHECK: return %[[A:[0-9]+]], %[[B:[0-9]+]], %[[C:[0-9]+]]
+    CHECK: %[[K:[0-9]+]] = result %[[J]] #1 : f32[1, 2, 1, 8]
+    CHECK-NEXT: %[[E:[0-9]+]] = result %[[J]] #2 : f32[4, 4]
+    CHECK-NEXT: sum(%[[E]])
+    CHECK-NEXT: sigmoid(
+    CHECK: return %[[J]], %[[K]],
+  )")) << out;
+  EXPECT_TRUE(Logged(ctx, {"horizontal fusion: kiln_fused_mul_cat_0 %6 and kiln_fused_mul_cat_1 %9",
+                           "48 elements in all"}))
+      << absl::StrJoin(ctx.explain, "\n");
+}
+
 // A cat stays a kernel of its own (its producers fuse apart) where its parts differ in shape or
 // dtype; the explain log says why.
 TEST(ElementwiseFusion, CatsOfPartsOfDifferentTypesStayApart) {

@@ -262,6 +262,51 @@ void LaunchElementwise(const ElementwiseKernels& k, absl::Span<const Tensor> in,
   Launch(n < (int64_t{1} << 31) ? g.strided32 : g.strided, args.data(), n);
 }
 
+ComboKernel CompileComboKernel(const std::string& base, const std::vector<kir::Program>& segments) {
+  ComboKernel k;
+  k.kernel = ValueOrThrow(cuda::GetKernel(RenderComboSource(base, segments), base + "_combo"));
+  for (const kir::Program& p : segments) {
+    k.num_inputs.push_back(p.num_inputs());
+    k.num_outputs.push_back(p.num_outputs());
+  }
+  return k;
+}
+
+void LaunchCombo(const ComboKernel& k, const std::vector<std::vector<Tensor>>& inputs,
+                 const std::vector<std::vector<Tensor>>& outputs) {
+  const size_t segments = k.num_inputs.size();
+  KILN_CHECK(inputs.size() == segments && outputs.size() == segments, "combo kernel: compiled for ",
+             segments, " segments, got ", inputs.size(), " and ", outputs.size());
+  absl::InlinedVector<void*, 32> ptrs;
+  std::vector<long long> counts(segments);
+  std::vector<std::vector<long long>> indexers(segments);
+  long long total = 0;
+  for (size_t s = 0; s < segments; ++s) {
+    KILN_CHECK(static_cast<int>(inputs[s].size()) == k.num_inputs[s] &&
+                   static_cast<int>(outputs[s].size()) == k.num_outputs[s] &&
+                   outputs[s][0].dim() <= kMaxRank,
+               "combo kernel: segment ", s, " compiled for ", k.num_inputs[s], " inputs and ",
+               k.num_outputs[s], " outputs of rank <= ", kMaxRank, ", got ", inputs[s].size(),
+               " and ", outputs[s].size());
+    for (const Tensor& t : outputs[s]) ptrs.push_back(t.data_ptr());
+    for (const Tensor& t : inputs[s]) ptrs.push_back(const_cast<void*>(t.data_ptr()));
+    counts[s] = outputs[s][0].numel();
+    indexers[s] = IndexerParams(CollapsedIndexer(inputs[s], outputs[s]));
+    total += counts[s];
+  }
+  KILN_CHECK(total < (int64_t{1} << 31), "combo kernel: ", total,
+             " elements in all, more than its 32-bit index math covers");
+  if (total == 0) return;
+  absl::InlinedVector<void*, 40> args;
+  size_t next = 0;
+  for (size_t s = 0; s < segments; ++s) {
+    for (int o = 0; o < k.num_outputs[s] + k.num_inputs[s]; ++o) args.push_back(&ptrs[next++]);
+    args.push_back(&counts[s]);
+    args.push_back(indexers[s].data());
+  }
+  Launch(k.kernel, args.data(), total);
+}
+
 namespace {
 
 // A row's scalar is a kernel parameter: only whether it is integral shapes the source.

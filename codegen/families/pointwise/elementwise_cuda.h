@@ -78,6 +78,23 @@ int ElementwiseVectorWidth(const kir::Program& program);
 // the launch sizes its grid by it.
 int ElementwiseRowsUnroll();
 
+// Horizontal fusion (codegen/families/pointwise/horizontal_fusion.h): one kernel running several
+// programs ("segments", each over its own iteration space, any strides) one after another: the
+// threads walk segment 0's elements, then segment 1's, each through its segment's strided indexer
+// (32-bit index math). For small independent kernels of a decode step (RoPE of q and of k).
+struct ComboKernel {
+  cuda::KernelHandle kernel = nullptr;
+  std::vector<int> num_inputs, num_outputs;  // per segment
+};
+ComboKernel CompileComboKernel(const std::string& kernel_base,
+                               const std::vector<kir::Program>& segments);
+// Launches on the current stream: segment k computes outputs[k] = program k(inputs[k]), every
+// output of a segment of its iteration shape (outputs[k][0]'s).
+void LaunchCombo(const ComboKernel& k, const std::vector<std::vector<Tensor>>& inputs,
+                 const std::vector<std::vector<Tensor>>& outputs);
+std::string RenderComboSource(const std::string& kernel_base,
+                              const std::vector<kir::Program>& segments);
+
 // The CUDA source for a program (exposed so tests can compile every variant with NVRTC without a
 // GPU, and for the compiler's dumps).
 enum ElementwiseVariants { kFastVariants = 1, kGeneralVariants = 2, kAllVariants = 3 };

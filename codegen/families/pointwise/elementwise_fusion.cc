@@ -2,6 +2,7 @@
 #include "codegen/families/pointwise/elementwise_fusion.h"
 
 #include "absl/strings/str_cat.h"
+#include "codegen/families/pointwise/horizontal_fusion.h"
 #include "passes/fusion_groups.h"
 
 namespace kiln::passes {
@@ -47,7 +48,8 @@ absl::StatusOr<bool> ElementwiseFusion::Run(ir::Graph& graph, PassContext& ctx) 
   FusionGroups grp(graph, family_.Limits(GraphDevice(graph)));
   grp.multi_output = ctx.multi_output;
   FindGroups(graph, grp, ctx);
-  return RewriteFusionGroups(graph, grp);
+  const bool grouped = RewriteFusionGroups(graph, grp);
+  return CombineSmallFusions(graph, family_, ctx) || grouped;
 }
 
 }  // namespace kiln::passes

@@ -250,33 +250,45 @@ std::string RowsKernel(const std::string& base, const kir::Program& p, int vec) 
   return src + "  }\n  }\n}\n";
 }
 
-// Strided kernels with broadcasting (stride 0 on repeated dims): 64-bit index math, and a 32-bit
-// variant (cheaper div/mod) for iteration spaces under 2^31 elements. The rank loop is unrolled so
-// the indexer's arrays are read with constant indices (no local-memory copy).
-std::string StridedKernels(const std::string& base, const kir::Program& p) {
+// The program at element `e` of a strided iteration space (indexer `ix`, a kernel parameter read
+// by name: a reference to one would copy it to local memory): the offsets of every
+// operand by div/mod over the dims, with `idx` index math, then the values and stores. The rank
+// loop is unrolled so the indexer's arrays are read with constant indices (no local-memory copy).
+std::string StridedElement(const kir::Program& p, const std::string& idx,
+                           const std::string& ix = "ix") {
   const Operands ops = OperandsOf(p);
   std::string offsets, accumulate;
   for (int k = 0; k < ops.total(); ++k) {
     absl::StrAppend(&offsets, k ? ", " : "", "o", k, " = 0");
-    absl::StrAppend(&accumulate, "      o", k, " += c * ix.strides[", k, "][d];\n");
+    absl::StrAppend(&accumulate, "      o", k, " += c * ", ix, ".strides[", k, "][d];\n");
   }
-  std::string src = absl::StrCat("struct KilnIndexer { long long rank; long long sizes[", kMaxRank,
-                                 "]; long long strides[", ops.total(), "][", kMaxRank, "]; };\n");
-  const std::string element = Element(
-      p, [&](int i) { return absl::StrCat("in", i, "[o", ops.out + i, "]"); },
-      [](int o) { return absl::StrCat("out", o, "[o", o, "]"); }, "    ");
+  return absl::StrCat("    ", idx, " rem = (", idx, ")e;\n    long long ", offsets, ";\n",
+                      "    #pragma unroll\n    for (int d = ", kMaxRank - 1, "; d >= 0; --d) {\n",
+                      "      if (d >= ", ix, ".rank) continue;\n", "      const ", idx, " size = (",
+                      idx, ")", ix, ".sizes[d];\n",
+                      "      const long long c = rem % size; rem /= size;\n", accumulate, "    }\n",
+                      Element(
+                          p, [&](int i) { return absl::StrCat("in", i, "[o", ops.out + i, "]"); },
+                          [](int o) { return absl::StrCat("out", o, "[o", o, "]"); }, "    "));
+}
+
+// The KilnIndexer struct of a program's operands (named `name`).
+std::string IndexerStruct(const kir::Program& p, const std::string& name) {
+  return absl::StrCat("struct ", name, " { long long rank; long long sizes[", kMaxRank,
+                      "]; long long strides[", OperandsOf(p).total(), "][", kMaxRank, "]; };\n");
+}
+
+// Strided kernels with broadcasting (stride 0 on repeated dims): 64-bit index math, and a 32-bit
+// variant (cheaper div/mod) for iteration spaces under 2^31 elements.
+std::string StridedKernels(const std::string& base, const kir::Program& p) {
+  std::string src = IndexerStruct(p, "KilnIndexer");
   for (const char* idx : {"long long", "unsigned"}) {
     const bool narrow = std::string(idx) == "unsigned";
-    absl::StrAppend(&src, "extern \"C\" __global__ void ", base,
-                    narrow ? "_strided32(" : "_strided(", Params(p), ", KilnIndexer ix) {\n",
-                    kEnter,
-                    "  for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;",
-                    " e += (long long)gridDim.x * blockDim.x) {\n", "    ", idx, " rem = (", idx,
-                    ")e;\n    long long ", offsets, ";\n",
-                    "    #pragma unroll\n    for (int d = ", kMaxRank - 1, "; d >= 0; --d) {\n",
-                    "      if (d >= ix.rank) continue;\n", "      const ", idx, " size = (", idx,
-                    ")ix.sizes[d];\n", "      const long long c = rem % size; rem /= size;\n",
-                    accumulate, "    }\n", element, "  }\n}\n");
+    absl::StrAppend(
+        &src, "extern \"C\" __global__ void ", base, narrow ? "_strided32(" : "_strided(",
+        Params(p), ", KilnIndexer ix) {\n", kEnter,
+        "  for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;",
+        " e += (long long)gridDim.x * blockDim.x) {\n", StridedElement(p, idx), "  }\n}\n");
   }
   return src;
 }
@@ -326,7 +338,62 @@ std::string StridedVecKernel(const std::string& base, const kir::Program& p, int
   return src + "  }\n}\n";
 }
 
+// Segment k's kernel parameters: its operands' pointers, its element count and its indexer.
+std::string SegmentParams(const kir::Program& p, int k) {
+  std::string s;
+  for (int o = 0; o < p.num_outputs(); ++o) {
+    absl::StrAppend(&s, StorageType(p.output_types()[o]), "* __restrict__ s", k, "_out", o, ", ");
+  }
+  for (int i = 0; i < p.num_inputs(); ++i) {
+    absl::StrAppend(&s, "const ", StorageType(p.input_types()[i]), "* __restrict__ s", k, "_in", i,
+                    ", ");
+  }
+  return absl::StrCat(s, "long long s", k, "_n, KilnIndexer", k, " s", k, "_ix");
+}
+
+// Segment k's element `e`: its operands and indexer under the names StridedElement reads.
+std::string SegmentElement(const kir::Program& p, int k) {
+  std::string s = "    {\n";
+  for (int o = 0; o < p.num_outputs(); ++o) {
+    absl::StrAppend(&s, "    ", StorageType(p.output_types()[o]), "* const out", o, " = s", k,
+                    "_out", o, ";\n");
+  }
+  for (int i = 0; i < p.num_inputs(); ++i) {
+    absl::StrAppend(&s, "    const ", StorageType(p.input_types()[i]), "* const in", i, " = s", k,
+                    "_in", i, ";\n");
+  }
+  return absl::StrCat(s, StridedElement(p, "unsigned", absl::StrCat("s", k, "_ix")), "    }\n");
+}
+
 }  // namespace
+
+std::string RenderComboSource(const std::string& base, const std::vector<kir::Program>& segments) {
+  int operands = 0;
+  for (const kir::Program& p : segments) operands += p.num_inputs() + p.num_outputs();
+  KILN_CHECK(segments.size() >= 2 && operands <= kMaxKernelOperands, "combo kernel ", base,
+             ": needs 2 or more segments of ", kMaxKernelOperands, " operands in all, got ",
+             segments.size(), " segments of ", operands);
+  std::string src = KernelPrelude(), params, total;
+  for (size_t k = 0; k < segments.size(); ++k) {
+    KILN_CHECK(!segments[k].scalar_param() && segments[k].num_outputs() >= 1, "combo kernel ", base,
+               ": segment ", k, " needs an output and no scalar parameter");
+    absl::StrAppend(&src, IndexerStruct(segments[k], absl::StrCat("KilnIndexer", k)));
+    absl::StrAppend(&params, k ? ", " : "", SegmentParams(segments[k], static_cast<int>(k)));
+    absl::StrAppend(&total, k ? " + " : "", "s", k, "_n");
+  }
+  absl::StrAppend(&src, "extern \"C\" __global__ void ", base, "_combo(", params, ") {\n", kEnter,
+                  "  const long long total = ", total, ";\n",
+                  "  for (long long e0 = blockIdx.x * (long long)blockDim.x + threadIdx.x;",
+                  " e0 < total; e0 += (long long)gridDim.x * blockDim.x) {\n",
+                  "    long long e = e0;\n");
+  for (size_t k = 0; k < segments.size(); ++k) {  // e becomes the index within segment k
+    absl::StrAppend(&src,
+                    k == 0 ? "    if (e < s0_n)\n"
+                           : absl::StrCat("    else if ((e -= s", k - 1, "_n) < s", k, "_n)\n"),
+                    SegmentElement(segments[k], static_cast<int>(k)));
+  }
+  return src + "  }\n}\n";
+}
 
 std::string RenderElementwiseSource(const std::string& base, const kir::Program& p,
                                     ElementwiseVariants variants) {
