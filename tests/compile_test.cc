@@ -861,6 +861,16 @@ void RunHorizontalFusion(Device device) {
   EXPECT_NE(FusedSource(f, in).find("_contig("), std::string::npos);
   EXPECT_EQ(FusedSource(f, in).find("_combo("), std::string::npos);
   ExpectSame(f(in), chains(in), "two chains, one program");
+  // An empty kernel stays apart: the node of an empty first output does not run at all.
+  Fn with_empty = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{tanh(in[0]) * 3.0, exp(in[1]) - 1.0};
+  };
+  const std::vector<Tensor> empty = {to(randn({0, 8}, gen), device),
+                                     to(randn({3, 8}, gen), device)};
+  CompiledFn g = compile(with_empty, empty);
+  EXPECT_EQ(g.report(empty).final_graph.find("_and_"), std::string::npos)
+      << g.report(empty).final_graph;
+  ExpectSame(g(empty), with_empty(empty), "an empty kernel beside another");
 }
 
 TEST(Compile, HorizontalFusionJoinsSmallIndependentKernelsOnCpu) { RunHorizontalFusion(kCPU); }

@@ -42,8 +42,9 @@ int Operands(const Graph& body) {
 bool Candidate(const Graph& g, ValueId v, const KernelFamily& family) {
   const Node& n = g.node(v);
   if (n.kind != NodeKind::kFusion || n.sym_dims != 0 || !family.OwnsBody(*n.body)) return false;
-  for (ValueId o : n.body->outputs()) {
-    if (n.body->type(o).numel() > kMaxComboElements) return false;
+  for (ValueId o : n.body->outputs()) {  // an empty output would skip the whole node's run
+    const int64_t numel = n.body->type(o).numel();
+    if (numel == 0 || numel > kMaxComboElements) return false;
   }
   return Elements(*n.body) <= kMaxComboElements;
 }

@@ -3,8 +3,8 @@
 // of k read the same cos and sin, are a few thousand elements each, and cost a launch each: one
 // kernel runs both. A fusion node joins the one before it when
 // - both are pointwise fusions of static sizes on one device, of at most kMaxComboElements
-//   elements in all (larger kernels fill the GPU apart, and the combo kernel's index math is
-//   strided);
+//   elements in all and none empty (larger kernels fill the GPU apart, and the combo kernel's
+//   index math is strided; a node whose first output is empty does not run);
 // - no node between them, nor the later one, reads the earlier one's outputs (the combo node
 //   stands where the later one stood; the earlier one's results move after it);
 // - the joined kernel keeps within the pointwise kernel's operand budget.
