@@ -804,6 +804,38 @@ TEST(Compile, CatsOfElementwisePartsAreStoredByTheFusedKernelOnCuda) {
   RunCatsOfElementwiseParts(CUDA(0));
 }
 
+// Cats the stored form must get right as eager does: one value twice, bool parts, a part that is
+// an expanded input (the kernel copies it), a cat along a middle dim, stack (a cat of unsqueezed
+// parts), and parts of different sizes (the cat stays a kernel of its own).
+void RunCatCorners(Device device) {
+  Fn fn = [](const std::vector<Tensor>& in) {
+    const Tensor& x = in[0];  // [3, 4, 5]
+    const Tensor t = tanh(x);
+    return std::vector<Tensor>{
+        cat({t, t}, 1),
+        cat({gt(x, 0.25), lt(x, -0.5)}, 2),
+        cat({expand(in[1], {3, 4, 5}), x * 2.0}, 0),
+        stack({exp(x), neg(x), relu(x)}, 1),
+        cat({sigmoid(x), slice(x, 2, 0, 2) * 3.0}, 2),
+    };
+  };
+  Generator gen(24);
+  const std::vector<Tensor> in = {to(randn({3, 4, 5}, gen), device),
+                                  to(randn({1, 4, 1}, gen), device)};
+  CompiledFn f = compile(fn, in);
+  const CompileReport& r = f.report(in);
+  EXPECT_GE(r.fused_kernels, 1) << r.final_graph;
+  EXPECT_NE(r.final_graph.find("cat("), std::string::npos) << r.final_graph;
+  ExpectSame(f(in), fn(in), "cat corners");
+  ExpectFusedSourcesCompile(f, in);
+}
+
+TEST(Compile, CatCornersMatchEagerOnCpu) { RunCatCorners(kCPU); }
+TEST(Compile, CatCornersMatchEagerOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  RunCatCorners(CUDA(0));
+}
+
 // RoPE's rotated halves of x [..., 16] with cos and sin [..., 8] broadcast over the heads.
 Tensor RotateHalves(const Tensor& x, const Tensor& c, const Tensor& s) {
   const Tensor x1 = slice(x, -1, 0, 8), x2 = slice(x, -1, 8, 16);
