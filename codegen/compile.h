@@ -71,6 +71,7 @@
 
 #include "ir/tracer.h"
 #include "ops/modules.h"
+#include "runtime/settings.h"
 
 namespace kiln {
 namespace codegen {
@@ -92,6 +93,10 @@ struct CompileOptions {
   // is materialised by a kernel of its own, which the group then reads; measured in the bench's
   // fanout rows).
   bool multi_output_fusion = true;
+  // Small independent pointwise kernels next to each other in the plan (a decode step's RoPE of q
+  // and of k) run as one combo kernel (codegen/families/pointwise/horizontal_fusion.h); default
+  // KILN_EW_COMBINE (off until a GPU run has checked the combo kernel).
+  bool horizontal_fusion = EnvBool("KILN_EW_COMBINE");
   // Linears sharing an input: one GEMM (over frozen weights only; without freeze_weights the
   // explain log names the linears that would have merged).
   bool merge_gemms = true;

@@ -27,9 +27,10 @@ struct PassContext {
   // Kernel families switched off by name ("attention", "softmax", ...): their passes change
   // nothing (CompileOptions::disabled_families).
   std::vector<std::string> disabled_families;
-  bool multi_output = true;    // a group stores a member used outside it (else: materialised)
-  bool merge_gemms = true;     // linears sharing an input: one GEMM
-  bool fold_constants = true;  // evaluate ops over constants (weights) at compile time
+  bool multi_output = true;       // a group stores a member used outside it (else: materialised)
+  bool horizontal_fusion = true;  // small independent pointwise kernels: one combo kernel
+  bool merge_gemms = true;        // linears sharing an input: one GEMM
+  bool fold_constants = true;     // evaluate ops over constants (weights) at compile time
   // One line per fusion decision; Pipeline::Run prefixes each with the pass that wrote it and the
   // graph its %N number, the one the pass was given ("[fusion; %N as in 07_dce] ...", StageName).
   std::vector<std::string> explain;

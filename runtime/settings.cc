@@ -165,9 +165,10 @@ const std::vector<Setting>& Settings() {
        "_small one (A/B)"},
       {"KILN_EW_STREAM", Kind::kBool, "off", "",
        "on: generated contiguous/rows kernels load and store with streaming hints (A/B)"},
-      {"KILN_EW_COMBINE", Kind::kBool, "on", "",
-       "off: small independent pointwise kernels (a decode step's RoPE of q and of k) stay apart "
-       "instead of one combo kernel (A/B)"},
+      {"KILN_EW_COMBINE", Kind::kBool, "off", "",
+       "on: small independent pointwise kernels (a decode step's RoPE of q and of k) run as one "
+       "combo kernel (CompileOptions::horizontal_fusion's default; off until a GPU run has "
+       "checked and timed the combo kernel)"},
   };
   return table;
 }

@@ -857,7 +857,9 @@ void RunHorizontalFusion(Device device) {
                               randn({2, 1, 1, 8}, gen), randn({2, 1, 1, 8}, gen),
                               randn({3, 5}, gen)};
     for (Tensor& t : in) t = to(cast(t, dt), device);
-    CompiledFn f = compile(fn, in);
+    CompileOptions o;
+    o.horizontal_fusion = true;  // whatever KILN_EW_COMBINE says
+    CompiledFn f = compile(fn, in, o);
     const CompileReport& r = f.report(in);
     EXPECT_EQ(r.kernels_per_step, 1) << r.final_graph;
     EXPECT_TRUE(FileCheck(r.final_graph, R"(
@@ -888,7 +890,9 @@ void RunHorizontalFusion(Device device) {
   };
   Generator gen(23);
   const std::vector<Tensor> in = {to(randn({4, 64}, gen), device), to(randn({4, 64}, gen), device)};
-  CompiledFn f = compile(chains, in);
+  CompileOptions o;
+  o.horizontal_fusion = true;
+  CompiledFn f = compile(chains, in, o);
   EXPECT_EQ(f.report(in).kernels_per_step, 1) << f.report(in).final_graph;
   EXPECT_NE(FusedSource(f, in).find("_contig("), std::string::npos);
   EXPECT_EQ(FusedSource(f, in).find("_combo("), std::string::npos);
@@ -899,7 +903,7 @@ void RunHorizontalFusion(Device device) {
   };
   const std::vector<Tensor> empty = {to(randn({0, 8}, gen), device),
                                      to(randn({3, 8}, gen), device)};
-  CompiledFn g = compile(with_empty, empty);
+  CompiledFn g = compile(with_empty, empty, o);
   EXPECT_EQ(g.report(empty).final_graph.find("_and_"), std::string::npos)
       << g.report(empty).final_graph;
   ExpectSame(g(empty), with_empty(empty), "an empty kernel beside another");
@@ -1214,7 +1218,9 @@ void CheckRandomProgram(int seed, DType t, Device device, DifferentialStats& sta
   try {            // an error names the graph and the stage it came from
     (void)fn(in);  // eager runs it (an error here is the program's, not the compiler's)
     stage = "compile";
-    CompiledFn f = compile(fn, in);
+    CompileOptions o;
+    o.horizontal_fusion = true;  // whatever KILN_EW_COMBINE says
+    CompiledFn f = compile(fn, in, o);
     const CompileReport& r = f.report(in);
     stats.graphs += 1;
     stats.fused += r.fused_kernels > 0;

@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "passes/fusion_groups.h"
-#include "runtime/settings.h"
 
 namespace kiln::passes {
 namespace {
@@ -145,8 +144,7 @@ Graph Join(const Graph& g, ValueId a, ValueId b) {
 }  // namespace
 
 bool CombineSmallFusions(Graph& graph, const KernelFamily& family, PassContext& ctx) {
-  static const bool on = EnvBool("KILN_EW_COMBINE");
-  if (!on) return false;
+  if (!ctx.horizontal_fusion) return false;
   bool changed = false;
   for (ValueId a = 0; a < graph.num_values(); ++a) {
     if (!Candidate(graph, a, family)) continue;

@@ -10,7 +10,9 @@
 // - the joined kernel keeps within the pointwise kernel's operand budget.
 // The joined body holds both bodies side by side (passes::BodySegments tells them apart again);
 // its outputs are the earlier node's, then the later one's, handed out by result nodes.
-// KILN_EW_COMBINE=off keeps them apart (A/B).
+// CompileOptions::horizontal_fusion (default KILN_EW_COMBINE, off: the combo kernel has not yet
+// run on a GPU; the CPU evaluates the same segments and the tests compile its CUDA source) turns
+// it on.
 #pragma once
 
 #include <cstdint>
