@@ -34,9 +34,14 @@ std::string Unfusable(const Graph& g, ValueId v, const FamilyLimits& limits) {
   return "";
 }
 
+bool IsCatRoot(const Graph& g, ValueId root) {
+  const Node& n = g.node(root);
+  return n.kind == NodeKind::kOp && n.op == OpId::kCat;
+}
+
 std::string CatRootRefusal(const Graph& g, ValueId v, const FamilyLimits& limits) {
+  if (!IsCatRoot(g, v)) return "not a cat";
   const Node& n = g.node(v);
-  if (n.kind != NodeKind::kOp || n.op != OpId::kCat) return "not a cat";
   if (!FloatOrBool(n.type.dtype)) return "integer dtype";
   if (n.type.rank() > limits.max_rank) return absl::StrCat("rank above ", limits.max_rank);
   if (static_cast<int>(n.inputs.size()) + 1 > limits.max_operands) {
@@ -54,11 +59,6 @@ std::string CatRootRefusal(const Graph& g, ValueId v, const FamilyLimits& limits
     }
   }
   return "";
-}
-
-bool IsCatRoot(const Graph& g, ValueId root) {
-  const Node& n = g.node(root);
-  return n.kind == NodeKind::kOp && n.op == OpId::kCat;
 }
 
 const Shape& GroupShape(const Graph& g, ValueId root) {
@@ -255,6 +255,12 @@ std::vector<BodySegment> BodySegments(const Graph& body) {
     }
   }
   return segments;
+}
+
+int SegmentOperands(const Graph& body, const BodySegment& s) {
+  const ValueId first = body.outputs()[s.outputs[0]];
+  const size_t cat_parts = IsCatRoot(body, first) ? body.node(first).inputs.size() - 1 : 0;
+  return static_cast<int>(s.inputs.size() + s.outputs.size() + cat_parts);
 }
 
 namespace {

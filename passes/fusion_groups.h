@@ -61,6 +61,8 @@ struct BodySegment {
   std::vector<int> outputs;      // the body outputs it computes (indices, increasing)
 };
 std::vector<BodySegment> BodySegments(const ir::Graph& body);
+// Inputs plus stores of a segment's kernel (a cat first output: one store per part).
+int SegmentOperands(const ir::Graph& body, const BodySegment& s);
 // Grows the group of `root` (already in groups) backwards to a fixed point by the rules above;
 // logs each refusal once.
 void GrowFusionGroup(const ir::Graph& g, ir::ValueId root, FusionGroups& groups, PassContext& ctx);

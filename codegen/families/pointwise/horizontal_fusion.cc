@@ -25,16 +25,10 @@ int64_t Elements(const Graph& body) {
   return n;
 }
 
-// Operands of the combo kernel: each segment's inputs and stores (a stored cat: one per part).
+// Operands of the combo kernel: each segment's inputs and stores.
 int Operands(const Graph& body) {
   int n = 0;
-  for (const BodySegment& s : BodySegments(body)) {
-    n += static_cast<int>(s.inputs.size() + s.outputs.size());
-    const Node& first = body.node(body.outputs()[s.outputs[0]]);
-    if (first.kind == NodeKind::kOp && first.op == OpId::kCat) {
-      n += static_cast<int>(first.inputs.size()) - 1;
-    }
-  }
+  for (const BodySegment& s : BodySegments(body)) n += SegmentOperands(body, s);
   return n;
 }
 

@@ -25,6 +25,7 @@ class CudaPointwise final : public FusedKernel {
   CudaPointwise(const std::string& name, const kir::Program& p, CatSink cat)
       : kernels_(cuda_ops::CompileElementwiseKernels(name, p)), cat_(cat) {}
   void Run(absl::Span<const Tensor> in, absl::Span<const Tensor> out) const override {
+    if (cat_.parts == 0) return cuda_ops::LaunchElementwise(kernels_, in, out);
     cuda_ops::LaunchElementwise(kernels_, in, StoreTargets(cat_, out));
   }
   std::vector<cuda::KernelFootprint> Footprints() const override {
@@ -40,6 +41,7 @@ class CpuPointwise final : public FusedKernel {
  public:
   CpuPointwise(kir::Program p, CatSink cat) : program_(std::move(p)), cat_(cat) {}
   void Run(absl::Span<const Tensor> in, absl::Span<const Tensor> out) const override {
+    if (cat_.parts == 0) return EvaluateProgramOnCpu(program_, in, out);
     EvaluateProgramOnCpu(program_, in, StoreTargets(cat_, out));
   }
 
@@ -78,9 +80,9 @@ bool OneProgram(const std::vector<Segment>& segments) {
 }
 
 // The tensors each segment reads and stores into, from the node's.
-void SegmentOperands(const std::vector<Segment>& segments, absl::Span<const Tensor> in,
-                     absl::Span<const Tensor> out, std::vector<std::vector<Tensor>>& ins,
-                     std::vector<std::vector<Tensor>>& outs) {
+void SegmentTensors(const std::vector<Segment>& segments, absl::Span<const Tensor> in,
+                    absl::Span<const Tensor> out, std::vector<std::vector<Tensor>>& ins,
+                    std::vector<std::vector<Tensor>>& outs) {
   ins.resize(segments.size());
   outs.resize(segments.size());
   for (size_t k = 0; k < segments.size(); ++k) {
@@ -100,7 +102,7 @@ class CudaCombo final : public FusedKernel {
   }
   void Run(absl::Span<const Tensor> in, absl::Span<const Tensor> out) const override {
     std::vector<std::vector<Tensor>> ins, outs;
-    SegmentOperands(segments_, in, out, ins, outs);
+    SegmentTensors(segments_, in, out, ins, outs);
     cuda_ops::LaunchCombo(kernel_, ins, outs);
   }
   std::vector<cuda::KernelFootprint> Footprints() const override {
@@ -123,7 +125,7 @@ class CpuCombo final : public FusedKernel {
   explicit CpuCombo(std::vector<Segment> segments) : segments_(std::move(segments)) {}
   void Run(absl::Span<const Tensor> in, absl::Span<const Tensor> out) const override {
     std::vector<std::vector<Tensor>> ins, outs;
-    SegmentOperands(segments_, in, out, ins, outs);
+    SegmentTensors(segments_, in, out, ins, outs);
     for (size_t k = 0; k < segments_.size(); ++k) {
       if (outs[k][0].numel() > 0) EvaluateProgramOnCpu(segments_[k].program, ins[k], outs[k]);
     }
@@ -199,10 +201,8 @@ class Pointwise final : public FusionTemplate {
   absl::Status VerifyBody(const ir::Graph& body) const override {
     size_t operands = 0;
     for (const passes::BodySegment& seg : passes::BodySegments(body)) {
-      const ir::Graph sub = SegmentBody(body, seg);
-      KILN_RETURN_IF_ERROR(VerifySegment(sub));
-      operands +=
-          sub.inputs().size() + sub.outputs().size() + std::max(CatSinkOf(sub).parts - 1, 0);
+      KILN_RETURN_IF_ERROR(VerifySegment(SegmentBody(body, seg)));
+      operands += passes::SegmentOperands(body, seg);
     }
     if (operands > static_cast<size_t>(cuda_ops::kMaxKernelOperands)) {
       return absl::InternalError(absl::StrCat("pointwise body has ", operands,
