@@ -97,6 +97,10 @@ struct CompileOptions {
   // and of k) run as one combo kernel (codegen/families/pointwise/horizontal_fusion.h); default
   // KILN_EW_COMBINE (off until a GPU run has checked the combo kernel).
   bool horizontal_fusion = EnvBool("KILN_EW_COMBINE");
+  // A GLU MLP's gate/up projection after a norm and act(gate) * up, for at most 8 rows, are one
+  // gated GEMV (codegen/families/norm_linear/README.md); default KILN_GEMV_GLU (off until a GPU
+  // run has checked the gated kernel).
+  bool gated_gemv = EnvBool("KILN_GEMV_GLU");
   // Linears sharing an input: one GEMM (over frozen weights only; without freeze_weights the
   // explain log names the linears that would have merged).
   bool merge_gemms = true;

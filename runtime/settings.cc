@@ -96,6 +96,10 @@ const std::vector<Setting>& Settings() {
       {"KILN_GEMV_NORM_FOLD", Kind::kBool, "on", "",
        "off: kiln's norm GEMV keeps its prologue (statistics, the normalised row in shared "
        "memory) for one row instead of folding the norm into the column sums (A/B)"},
+      {"KILN_GEMV_GLU", Kind::kBool, "off", "",
+       "on: a GLU MLP's gate/up projection after a norm and act(gate) * up run as one gated GEMV "
+       "for few rows (CompileOptions::gated_gemv's default; off until a GPU run has checked and "
+       "timed the gated kernel)"},
       {"KILN_GEMV_CHAIN", Kind::kBool, "off", "",
        "on: a compiled plan launches consecutive one-row GEMVs of a decode step as one chain "
        "kernel instead of one launch each (measured slower than one launch each: off by default)"},

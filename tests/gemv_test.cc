@@ -307,6 +307,135 @@ TEST(Gemv, NormPrologueIsChosenAgainstTheTwoOps) {
       << cuda_ops::GemvDecisions();
 }
 
+// ---- The gated product (GemvArgs::w_up, NormLinearGemv's `gated`). -------------------------
+
+// act(gate) · up of a merged gate/up linear's halves, as the norm-linear family's node asks for
+// it (a Llama or GeGLU MLP at decode): every gate activation, either half the gate, with and
+// without the linear's bias, 1, 3 and 8 rows (the folded one-row path and the shared-memory
+// prologue), every dtype, against the CPU's norm, linear (rounded to the dtype) and product in
+// float32.
+TEST(Gemv, GatedProductMatchesTheLinearThenTheProduct) {
+  KILN_SKIP_WITHOUT_GPU();
+  struct Gate {
+    OpId op;
+    GeluApprox approximate;
+  };
+  const Gate gates[] = {{OpId::kSilu, GeluApprox::kNone},
+                        {OpId::kGelu, GeluApprox::kNone},
+                        {OpId::kGelu, GeluApprox::kTanh},
+                        {OpId::kRelu, GeluApprox::kNone}};
+  const ScopedGemvMode on(GemvMode::kOn);  // the gated GEMV, never the linear and the product
+  auto apart = [](const Tensor&) { ADD_FAILURE() << "ran the linear and the product apart"; };
+  int checked = 0;
+  for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (const auto& [f, k] :
+         {std::pair<int64_t, int64_t>{128, 64}, {7, 17}, {1024, 2048}, {40, 3000}}) {
+      Generator gen(f * 5 + k);
+      const Tensor w =
+          randn({2 * f, k}, gen, t, CUDA(0)) * (1.0 / std::sqrt(static_cast<double>(k)));
+      const Tensor b = randn({2 * f}, gen, t, CUDA(0));
+      const Tensor g = randn({k}, gen, t, CUDA(0)) * 0.5 + 1.0, beta = randn({k}, gen, t, CUDA(0));
+      for (int64_t m : {1, 3, 8}) {
+        const Tensor x = randn({m, k}, gen, t, CUDA(0)) * 2.0 + 0.25;
+        for (OpId norm : {OpId::kRmsNorm, OpId::kLayerNorm}) {
+          for (int a = 0; a < 4; ++a) {
+            const Gate& gate = gates[a];
+            const cuda_ops::GatedProduct gp{gate.op, gate.approximate, a % 2 == 1};
+            const bool bias = m != 3;
+            std::vector<Tensor> norm_in = {x, g};
+            if (norm == OpId::kLayerNorm) norm_in.push_back(beta);
+            std::vector<Tensor> rest = {w};
+            if (bias) rest.push_back(b);
+            const Tensor got = Tensor::Empty({m, f}, t, CUDA(0));
+            ASSERT_TRUE(
+                cuda_ops::NormLinearGemv(norm, norm_in, 1e-5, rest, OpAttrs{}, got, apart, &gp));
+            std::vector<Tensor> cpu_in;
+            for (const Tensor& u : norm_in) cpu_in.push_back(to(u, kCPU));
+            OpAttrs na;
+            na.eps = 1e-5;
+            const Tensor y = cast(Linear(Dispatch(norm, cpu_in, na), to(w, kCPU),
+                                         bias ? to(b, kCPU) : Tensor(), Epilogue::kNone),
+                                  DType::kFloat32);
+            const Tensor first = slice(y, 1, 0, f), second = slice(y, 1, f, 2 * f);
+            OpAttrs ga;
+            ga.approximate = gate.approximate;
+            const Tensor want = Dispatch(gate.op, {gp.gate_first ? first : second}, ga) *
+                                (gp.gate_first ? second : first);
+            Tolerance tol = LinearTolerance(t, k);
+            tol.atol *= 2, tol.rtol *= 2;  // two rounded sums multiplied, the reference's rounded
+            ExpectClose(
+                to_vector(got), to_vector(want), tol,
+                absl::StrCat(DTypeName(t), " ", GetOpDef(norm).name, " ", GetOpDef(gate.op).name,
+                             gate.approximate == GeluApprox::kTanh ? "_tanh" : "",
+                             gp.gate_first ? " gate first" : " gate second", bias ? " bias" : "",
+                             " m=", m, " f=", f, " k=", k));
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 3 * 4 * 3 * 2 * 4);
+}
+
+// What the gated call refuses (it runs nothing and returns false): a residual (the linear has an
+// epilogue), an odd number of weight rows, an output that is not half the weight's rows, an
+// activation the kernel has not, KILN_GEMV=off. In auto mode it is timed against the linear and
+// the product (" glu(silu)" in the choice's log line).
+TEST(Gemv, GatedProductRefusesWhatItCannotRunAndIsChosen) {
+  KILN_SKIP_WITHOUT_GPU();
+  Generator gen(14);
+  const DType t = DType::kBFloat16;
+  const Tensor x = randn({1, 64}, gen, t, CUDA(0));
+  const Tensor g = randn({64}, gen, t, CUDA(0));
+  const Tensor w = randn({96, 64}, gen, t, CUDA(0)) * 0.125;
+  const Tensor out = Tensor::Empty({1, 48}, t, CUDA(0));
+  int apart_calls = 0;
+  auto count = [&](const Tensor&) { ++apart_calls; };
+  const cuda_ops::GatedProduct silu{OpId::kSilu, GeluApprox::kNone, false};
+  {
+    const ScopedGemvMode on(GemvMode::kOn);
+    OpAttrs add;
+    add.epilogue = Epilogue::kAdd;
+    EXPECT_FALSE(cuda_ops::NormLinearGemv(OpId::kRmsNorm, {x, g}, 1e-5,
+                                          {w, Tensor::Empty({1, 48}, t, CUDA(0))}, add, out, count,
+                                          &silu));
+    const Tensor w_odd = randn({95, 64}, gen, t, CUDA(0));
+    EXPECT_FALSE(cuda_ops::NormLinearGemv(OpId::kRmsNorm, {x, g}, 1e-5, {w_odd}, OpAttrs{}, out,
+                                          count, &silu));
+    const Tensor out_wide = Tensor::Empty({1, 96}, t, CUDA(0));
+    EXPECT_FALSE(cuda_ops::NormLinearGemv(OpId::kRmsNorm, {x, g}, 1e-5, {w}, OpAttrs{}, out_wide,
+                                          count, &silu));
+    const cuda_ops::GatedProduct tanh_gate{OpId::kTanh, GeluApprox::kNone, true};
+    EXPECT_FALSE(cuda_ops::NormLinearGemv(OpId::kRmsNorm, {x, g}, 1e-5, {w}, OpAttrs{}, out, count,
+                                          &tanh_gate));
+  }
+  {
+    const ScopedGemvMode off(GemvMode::kOff);
+    EXPECT_FALSE(
+        cuda_ops::NormLinearGemv(OpId::kRmsNorm, {x, g}, 1e-5, {w}, OpAttrs{}, out, count, &silu));
+  }
+  EXPECT_EQ(apart_calls, 0);
+  const ScopedGemvMode mode(GemvMode::kAuto);
+  OpAttrs na;
+  na.eps = 1e-5;
+  auto apart = [&](const Tensor& dst) {
+    const Tensor y = Dispatch(OpId::kLinear, {Dispatch(OpId::kRmsNorm, {x, g}, na), w}, {});
+    DispatchOut(OpId::kMul, {Dispatch(OpId::kSilu, {slice(y, 1, 48, 96)}, {}), slice(y, 1, 0, 48)},
+                {}, dst);
+  };
+  const Tensor want = Tensor::Empty({1, 48}, t, CUDA(0));
+  apart(want);
+  if (!cuda_ops::NormLinearGemv(OpId::kRmsNorm, {x, g}, 1e-5, {w}, OpAttrs{}, out, apart, &silu)) {
+    apart(out);  // the two kernels timed faster
+  }
+  Tolerance tol = LinearTolerance(t, 64);
+  tol.atol *= 2, tol.rtol *= 2;
+  ExpectClose(to_vector(out), to_vector(want), tol, "auto");
+  EXPECT_NE(cuda_ops::GemvDecisions().find("[1x48x64 bf16 rms_norm glu(silu)]"), std::string::npos)
+      << cuda_ops::GemvDecisions();
+}
+
 // ---- Layouts: strided x rows, weight slices, other ranks. -----------------------------------
 
 constexpr DType kTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};

@@ -23,11 +23,12 @@ namespace kiln::passes {
 namespace {
 
 // Parses `ir`, runs `pass` (then DCE), verifies, and returns the printed result.
+// `ctx_out`, when given, also holds the options the pass runs with.
 std::string RunPass(Pass& pass, const std::string& ir, PassContext* ctx_out = nullptr) {
   absl::StatusOr<ir::Graph> g = ir::ParseGraph(ir);
   EXPECT_TRUE(g.ok()) << g.status().message() << "\n" << ir;
   if (!g.ok()) return "";
-  PassContext ctx;
+  PassContext ctx = ctx_out != nullptr ? *ctx_out : PassContext{};
   EXPECT_TRUE(pass.Run(*g, ctx).ok());
   DeadCodeElimination dce;
   EXPECT_TRUE(dce.Run(*g, ctx).ok());
@@ -394,6 +395,8 @@ TEST(GegluGemmFusion, RefusalsAreExplained) {
       {{{"return %17", "return %17, %13"}}, "has other users or is a graph output"},
       {{{"bf16[192, 64]", "bf16[192, 60]"}, {"[4, 8, 64]", "[4, 8, 60]"}},
        "k a positive multiple of 8"},
+      {{{"gelu(%15) {approximate=tanh}", "silu(%15)"}}, "the activation is not a GELU"},
+      {{{"[4, 8, ", "[1, 1, "}}, "at most 8 rows: the GEMV's gated product serves them"},
   };
   for (const Case& c : cases) {
     const std::string ir = absl::StrReplaceAll(kGeglu, c.edits);
@@ -405,6 +408,13 @@ TEST(GegluGemmFusion, RefusalsAreExplained) {
         << c.why << "\n"
         << absl::StrJoin(ctx.explain, "\n");
   }
+  // Without the gated GEMV (CompileOptions::gated_gemv off) a decode-sized GeGLU is the family's.
+  PassContext off;
+  off.gated_gemv = false;
+  GegluGemmFusion pass(codegen::GemmTemplate());
+  EXPECT_NE(RunPass(pass, absl::StrReplaceAll(kGeglu, {{"[4, 8, ", "[1, 1, "}}), &off)
+                .find("fusion kiln_fused_linear_slice_gelu_mul_0"),
+            std::string::npos);
 }
 
 TEST(GemmEpilogueFusion, LinearBiasGeluTanhBecomesOneLinear) {
@@ -701,6 +711,92 @@ TEST(NormLinearFusion, RefusalsAreExplained) {
     EXPECT_TRUE(Logged(ctx, {"norm-linear fusion: not fused", c.why}))
         << absl::StrJoin(ctx.explain, "\n");
   }
+}
+
+// A Llama MLP at decode: the RMS norm, the merged gate/up linear (gate second) and
+// silu(gate) * up become one node whose output is the product; q's linear of the same norm joins
+// as a plain output. The down projection stays outside.
+TEST(NormLinearFusion, AGatedProductJoinsItsLinear) {
+  NormLinearFusion pass(codegen::NormLinearTemplate());
+  PassContext ctx;
+  const std::string out = RunPass(pass, R"(
+    graph(%0: bf16[1, 64]@cuda:0, %1: bf16[64]@cuda:0, %2: bf16[256, 64]@cuda:0, %3: bf16[64, 128]@cuda:0, %4: bf16[32, 64]@cuda:0) {
+      %5 = rms_norm(%0, %1) {eps=1e-06} : bf16[1, 64]@cuda:0
+      %6 = linear(%5, %2) : bf16[1, 256]@cuda:0
+      %7 = slice(%6) {dim=-1, start=0, end=128, step=1} : bf16[1, 128]@cuda:0
+      %8 = slice(%6) {dim=-1, start=128, end=256, step=1} : bf16[1, 128]@cuda:0
+      %9 = silu(%8) : bf16[1, 128]@cuda:0
+      %10 = mul(%9, %7) : bf16[1, 128]@cuda:0
+      %11 = linear(%10, %3, %0) {epilogue=add} : bf16[1, 64]@cuda:0
+      %12 = linear(%5, %4) : bf16[1, 32]@cuda:0
+      return %11, %12
+    })",
+                                  &ctx);
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %5 = fusion kiln_fused_rms_norm_linear_slice_silu_mul_linear_0(%0, %1, %2, %4) : bf16[1, 32]
+    CHECK-NEXT: graph(
+    CHECK-NEXT: %4 = rms_norm(%0, %1) {eps=
+    CHECK-NEXT: %5 = linear(%4, %2) : bf16[1, 256]
+    CHECK-NEXT: %6 = slice(%5) {dim=-1, start=0, end=128, step=1}
+    CHECK-NEXT: %7 = slice(%5) {dim=-1, start=128, end=256, step=1}
+    CHECK-NEXT: %8 = silu(%7)
+    CHECK-NEXT: %9 = mul(%8, %6) : bf16[1, 128]
+    CHECK-NEXT: %10 = linear(%4, %3) : bf16[1, 32]
+    CHECK-NEXT: return %10, %9
+    CHECK: %6 = result %5 #1 : bf16[1, 128]
+    CHECK: = linear(%6, %3, %0) {epilogue=add} : bf16[1, 64]
+    CHECK-NOT: = silu(
+  )")) << out;
+  EXPECT_TRUE(Logged(ctx, {"norm-linear fusion: %5 (rms_norm) -> linear %6 %12", "GEMVs",
+                           "linear %6 with its gated product silu(%8) * %7 at %10"}))
+      << absl::StrJoin(ctx.explain, "\n");
+}
+
+// A gated product whose gate is also read elsewhere stays outside: the linear joins alone, and
+// the log says why. Erf's GELU and relu are gates too (the kernel has both).
+TEST(NormLinearFusion, AGatedProductWithOtherUsersStaysApart) {
+  NormLinearFusion pass(codegen::NormLinearTemplate());
+  PassContext ctx;
+  const std::string out = RunPass(pass, R"(
+    graph(%0: f32[2, 16]@cuda:0, %1: f32[64, 16]@cuda:0) {
+      %2 = layer_norm(%0) {eps=1e-05} : f32[2, 16]@cuda:0
+      %3 = linear(%2, %1) : f32[2, 64]@cuda:0
+      %4 = slice(%3) {dim=-1, start=0, end=32, step=1} : f32[2, 32]@cuda:0
+      %5 = slice(%3) {dim=-1, start=32, end=64, step=1} : f32[2, 32]@cuda:0
+      %6 = gelu(%4) : f32[2, 32]@cuda:0
+      %7 = mul(%6, %5) : f32[2, 32]@cuda:0
+      return %7, %6
+    })",
+                                  &ctx);
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %2 = fusion kiln_fused_layer_norm_linear_0(%0, %1) : f32[2, 64]
+    CHECK: = gelu(
+    CHECK: = mul(
+  )")) << out;
+  EXPECT_TRUE(Logged(ctx, {"linear %3 joins without its gated product", "%6 has other users"}))
+      << absl::StrJoin(ctx.explain, "\n");
+  const char* relu_ir = R"(
+    graph(%0: f16[8, 16]@cuda:0, %1: f16[64, 16]@cuda:0) {
+      %2 = layer_norm(%0) {eps=1e-05} : f16[8, 16]@cuda:0
+      %3 = linear(%2, %1) : f16[8, 64]@cuda:0
+      %4 = slice(%3) {dim=-1, start=0, end=32, step=1} : f16[8, 32]@cuda:0
+      %5 = slice(%3) {dim=-1, start=32, end=64, step=1} : f16[8, 32]@cuda:0
+      %6 = relu(%4) : f16[8, 32]@cuda:0
+      %7 = mul(%5, %6) : f16[8, 32]@cuda:0
+      return %7
+    })";
+  PassContext relu;
+  EXPECT_NE(
+      RunPass(pass, relu_ir, &relu).find("fusion kiln_fused_layer_norm_linear_slice_relu_mul_0"),
+      std::string::npos)
+      << absl::StrJoin(relu.explain, "\n");
+  PassContext off;  // CompileOptions::gated_gemv off: the linear alone
+  off.gated_gemv = false;
+  const std::string alone = RunPass(pass, relu_ir, &off);
+  EXPECT_TRUE(FileCheck(alone, R"(
+    CHECK: fusion kiln_fused_layer_norm_linear_0(
+    CHECK: = relu(
+  )")) << alone;
 }
 
 TEST(NormLinearFusion, MixedDtypesAndTheSwitch) {

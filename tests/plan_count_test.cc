@@ -305,6 +305,60 @@ TEST(PlanCount, NormAndLinearsAreOneLaunchPerLinearForFewRows) {
   cuda_ops::SetGemvMode(previous);
 }
 
+// A gated MLP at decode (Llama's SwiGLU after an RMS norm, a GeGLU after a layer norm): the norm,
+// the gate and up projections (merged by GEMM merge) and act(gate) * up are one launch of the
+// gated GEMV, the down projection with its residual another; with 512 rows they stay apart.
+// Every plan counts what it launches and matches eager. KILN_GEMV=on: the GEMVs, not a per-shape
+// timing's choice.
+TEST(PlanCount, AGatedMlpIsTwoLaunchesForFewRows) {
+  KILN_SKIP_WITHOUT_GPU();
+  const cuda_ops::GemvMode previous = cuda_ops::CurrentGemvMode();
+  cuda_ops::SetGemvMode(cuda_ops::GemvMode::kOn);
+  Generator gen(6);
+  auto bf16 = [&](Shape s) { return to(cast(randn(s, gen), DType::kBFloat16), CUDA(0)); };
+  const Tensor g = bf16({256}) * 0.2 + 1.0, beta = bf16({256});
+  const Tensor wg = bf16({688, 256}) * 0.06, wu = bf16({688, 256}) * 0.06,
+               wd = bf16({256, 688}) * 0.04;
+  auto swiglu = [&](const std::vector<Tensor>& t) {
+    const Tensor h = rms_norm(t[0], g, 1e-6);
+    return std::vector<Tensor>{t[0] + linear(silu(linear(h, wg)) * linear(h, wu), wd)};
+  };
+  auto geglu = [&](const std::vector<Tensor>& t) {
+    const Tensor h = layer_norm(t[0], g, beta);
+    return std::vector<Tensor>{t[0] + linear(gelu(linear(h, wg), "tanh") * linear(h, wu), wd)};
+  };
+  struct Case {
+    const char* name;
+    std::function<std::vector<Tensor>(const std::vector<Tensor>&)> fn;
+  };
+  for (const Case& c : {Case{"swiglu", swiglu}, Case{"geglu", geglu}}) {
+    for (int64_t rows : {1, 8, 512}) {
+      const std::vector<Tensor> in = {bf16({rows, 256})};
+      CompileOptions o;
+      o.mode = CompileOptions::Mode::kCompiled;
+      o.gated_gemv = true;  // whatever KILN_GEMV_GLU says
+      CompiledFn f = compile(c.fn, in, o);
+      const std::vector<Tensor> got = f(in), want = c.fn(in);
+      Tolerance tol = ToleranceFor(DType::kBFloat16);
+      tol.atol *= 2, tol.rtol *= 2;  // the product of two rounded sums, eagerly
+      ExpectClose(to_vector(got[0]), to_vector(want[0]), tol,
+                  absl::StrCat(c.name, " ", rows, " rows"));
+      const auto [kernels, memsets] = CapturedLaunches(f, in);
+      const CompileReport& r = f.report(in);
+      EXPECT_EQ(r.kernels_per_step, kernels) << c.name << " " << rows << " rows\n" << r.final_graph;
+      EXPECT_EQ(r.memsets_per_step, memsets) << c.name << " " << rows << " rows";
+      const std::string log = absl::StrJoin(r.explain, "\n");
+      if (rows <= 8) {
+        EXPECT_EQ(kernels, 2) << c.name << " " << rows << " rows\n" << r.final_graph;
+        EXPECT_NE(log.find("with its gated product"), std::string::npos) << log;
+      } else {
+        EXPECT_EQ(r.final_graph.find("_norm_linear_"), std::string::npos) << r.final_graph;
+      }
+    }
+  }
+  cuda_ops::SetGemvMode(previous);
+}
+
 // SDPA on the math path on CUDA (its matmuls, scale and softmax as separate kernels): the family
 // counts the node once, by capture, and nothing adds the op's own count on top. (No mask and not
 // causal: the math form's masks come from factories, which stage on the host, not capturable.)

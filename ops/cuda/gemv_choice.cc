@@ -45,6 +45,23 @@ absl::StatusOr<GemvMode> ParseMode(const char* v) {
       absl::StrCat("KILN_GEMV must be on, off or auto (got '", s, "')"));
 }
 
+// " glu(silu)" for a gated product, else "".
+std::string GluName(const GemvProblem& p) {
+  if (!p.gated) return "";
+  switch (p.gate_act) {
+    case cuda_kernels::GemvAct::kRelu:
+      return " glu(relu)";
+    case cuda_kernels::GemvAct::kGeluTanh:
+      return " glu(gelu_tanh)";
+    case cuda_kernels::GemvAct::kGelu:
+      return " glu(gelu)";
+    case cuda_kernels::GemvAct::kSilu:
+      return " glu(silu)";
+    default:
+      return " glu";
+  }
+}
+
 const char* NormName(cuda_kernels::GemvNorm norm) {
   switch (norm) {
     case cuda_kernels::GemvNorm::kLayer:
@@ -61,7 +78,8 @@ struct GemvProblemHash {
     size_t h = 0;
     for (int64_t v : {int64_t{p.device}, static_cast<int64_t>(p.dtype), p.m, p.n, p.k,
                       int64_t{p.graph} << 2 | int64_t{p.tf32} << 1 | int64_t{p.bias},
-                      static_cast<int64_t>(p.act), static_cast<int64_t>(p.norm), int64_t{p.align_x},
+                      static_cast<int64_t>(p.act), static_cast<int64_t>(p.norm),
+                      int64_t{p.gated} << 8 | static_cast<int64_t>(p.gate_act), int64_t{p.align_x},
                       int64_t{p.align_w}, int64_t{p.align_bias}, int64_t{p.align_out}}) {
       h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
     }
@@ -70,7 +88,8 @@ struct GemvProblemHash {
 };
 
 // "[1x2304x768 bf16 bias gelu_tanh]", with the device when not 0, a norm of x's rows
-// ("layer_norm " after the dtype), alignments below 16 and " graph" for a graph replay.
+// ("layer_norm " after the dtype), a gated product (" glu(silu)"), alignments below 16 and
+// " graph" for a graph replay.
 std::string Describe(const GemvProblem& p) {
   const char* type = p.dtype == DType::kFloat32    ? "f32"
                      : p.dtype == DType::kFloat16  ? "f16"
@@ -82,12 +101,12 @@ std::string Describe(const GemvProblem& p) {
         std::pair{"bias", p.bias ? p.align_bias : 16u}, std::pair{"out", p.align_out}}) {
     if (align < 16) low.push_back(absl::StrCat(name, "=", align));
   }
-  return absl::StrCat("[", p.device != 0 ? absl::StrCat("cuda:", p.device, " ") : "", p.m, "x", p.n,
-                      "x", p.k, " ", type, p.tf32 ? " tf32" : "", NormName(p.norm),
-                      p.bias ? " bias" : "",
-                      p.act != Epilogue::kNone ? absl::StrCat(" ", EpilogueName(p.act)) : "",
-                      low.empty() ? "" : absl::StrCat(" align ", absl::StrJoin(low, ",")),
-                      p.graph ? " graph" : "", "]");
+  return absl::StrCat(
+      "[", p.device != 0 ? absl::StrCat("cuda:", p.device, " ") : "", p.m, "x", p.n, "x", p.k, " ",
+      type, p.tf32 ? " tf32" : "", NormName(p.norm), p.bias ? " bias" : "",
+      p.act != Epilogue::kNone ? absl::StrCat(" ", EpilogueName(p.act)) : "", GluName(p),
+      low.empty() ? "" : absl::StrCat(" align ", absl::StrJoin(low, ",")), p.graph ? " graph" : "",
+      "]");
 }
 
 struct Decisions {
@@ -156,7 +175,9 @@ bool ChooseGemv(const GemvProblem& p, const Tensor& out, const LinearPath& gemv,
   const bool use = t.gemv_us <= t.cublas_us * (p.graph ? kGraphCublasMargin : 1.0);
   StoreDecision(key, use ? "gemv" : "cublasLt");
   // The other path: cuBLASLt, or for a norm inside the GEMV the norm's kernel and then linear.
-  const char* other = p.norm == cuda_kernels::GemvNorm::kNone ? "cublasLt" : "norm+linear";
+  const char* other = p.gated                                   ? "linear+product"
+                      : p.norm == cuda_kernels::GemvNorm::kNone ? "cublasLt"
+                                                                : "norm+linear";
   return Remember(d, p, use,
                   absl::StrFormat(" %.1f µs vs %s %.1f µs -> %s", t.gemv_us, other, t.cublas_us,
                                   use ? "gemv" : other));

@@ -48,6 +48,10 @@ struct GemvProblem {
   // A norm of x's rows inside the GEMV (the norm-linear family), timed against the norm's kernel
   // followed by the linear instead of against cuBLASLt alone.
   cuda_kernels::GemvNorm norm = cuda_kernels::GemvNorm::kNone;
+  // A gated product (GemvArgs::w_up) with this gate activation; kNone: none. n is the product's
+  // columns (the merged linear's half).
+  bool gated = false;
+  cuda_kernels::GemvAct gate_act = cuda_kernels::GemvAct::kNone;
   uint32_t align_x = 16, align_w = 16, align_bias = 16, align_out = 16;
   bool operator==(const GemvProblem&) const = default;
 };

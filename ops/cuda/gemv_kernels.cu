@@ -91,6 +91,14 @@ struct NormParams {
   bool vec;  // x rows, weight and bias 16-byte aligned and k whole 16-byte vectors
 };
 
+// The up half of a gated product (GemvArgs::w_up): its weight rows and bias, as Params' w and bias
+// are laid out. Only the gated kernels read it.
+template <typename T>
+struct UpHalf {
+  const T* w = nullptr;
+  const T* bias = nullptr;
+};
+
 // An x row's statistics: x - mean as (x - hi) - lo (the mean in double, split in two floats, so
 // that values near the mean keep their precision), and 1 / sqrt(var + eps).
 struct RowNorm {
@@ -248,6 +256,19 @@ __device__ __forceinline__ float Activate(float v, GemvAct act) {
   }
 }
 
+// The gate's activation in a gated product: Activate's, kiln's erf GELU and SiLU (kernel_render.cc
+// kiln_gelu, kiln_silu). Apart from Activate, so that the plain kernels' code stays as it was.
+__device__ __forceinline__ float GateActivate(float v, GemvAct act) {
+  switch (act) {
+    case GemvAct::kGelu:
+      return 0.5f * v * (1.f + erff(v * 0.7071067811865476f));
+    case GemvAct::kSilu:
+      return v / (1.f + expf(-v));
+    default:
+      return Activate(v, act);
+  }
+}
+
 // The epilogue's operands of column `col` as this lane stores them: the bias, and (lane r < M)
 // residual[r, col]. Loaded with the column's weights, so that their round trip through L2 is not
 // added after the sums (it was: the loads sat behind the reductions).
@@ -280,6 +301,21 @@ __device__ __forceinline__ void Store(const Params<T>& p, int64_t col, int lane,
   }
 }
 
+// The gated product's store: out[r, col] = act(gate[r] + bias[col]) · (up[r] + bias_up[col]),
+// lane r storing row r (`bias_up`: this lane's up bias, loaded with the column's weights).
+template <typename T, int M>
+__device__ __forceinline__ void StoreGated(const Params<T>& p, int64_t col, int lane,
+                                           const float (&gate)[M], const float (&up)[M],
+                                           const EpilogueIn& e, float bias_up) {
+#pragma unroll
+  for (int r = 0; r < M; ++r) {
+    if (lane == r) {
+      const float g = GateActivate(p.bias != nullptr ? gate[r] + e.bias : gate[r], p.act);
+      p.out[r * p.n + col] = FromFloat<T>(g * (p.bias != nullptr ? up[r] + bias_up : up[r]));
+    }
+  }
+}
+
 // Pulls this thread's share of weight row `col` into L2 (128-byte lines, a hint: it never reads
 // stale data, since L2 is where writes land). Run before GridDependencySync(), so the weights
 // stream in while the previous kernel finishes. (Into L1 instead, the norm GEMV's first tile ran
@@ -294,12 +330,56 @@ __device__ __forceinline__ void PrefetchRow(const Params<T>& p, int64_t col, int
   }
 }
 
-// The CTA's column tiles: dot products over p.x (read as kFromX says), bias, activation, residual
-// and store.
-// With chunk.preloaded, the CTA's first tile starts from the weights loaded before the wait.
+// The sums over p.x (read as kFromX says) of weight row `col` of `w_rows` (rows p.ldw apart), every
+// row's in acc, complete in the lanes of the column's first warp (part == 0). Called by every
+// thread of the CTA (the warps of a column meet in shared memory). With `first` (the CTA's first
+// tile) and chunk.preloaded, chunk.raw holds the row's first chunk.
 template <typename T, int M, XFrom kFromX>
+__device__ __forceinline__ void ColumnSums(const Params<T>& p, const T* w_rows, int64_t col, int t,
+                                           int stride, bool first, WeightChunk& chunk,
+                                           float (&partial)[kWarps][M], float (&acc)[M]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int part = warp % p.wpc;
+#pragma unroll
+  for (int r = 0; r < M; ++r) acc[r] = 0.f;
+  if (col < p.n) {  // uniform over the warp: every lane reaches the shuffles below
+    const bool have_first = chunk.preloaded && first;
+    const T* w = w_rows + col * p.ldw;
+    int64_t begin = 0;
+    if (p.vec_w) {
+      if (p.vec_x) {
+        DotVectors<T, M, true, kFromX>(p, w, t, stride, chunk, have_first, acc);
+      } else {
+        DotVectors<T, M, false, kFromX>(p, w, t, stride, chunk, have_first, acc);
+      }
+      begin = p.k - p.k % kVec<T>;
+    }
+    DotElements<T, M, kFromX>(p, w, begin, t, stride, acc);
+  }
+#pragma unroll
+  for (int r = 0; r < M; ++r) acc[r] = WarpSum(acc[r]);
+  if (p.wpc > 1) {  // uniform over the CTA
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < M; ++r) partial[warp][r] = acc[r];
+    }
+    __syncthreads();
+    if (part == 0) {
+      for (int j = 1; j < p.wpc; ++j) {
+#pragma unroll
+        for (int r = 0; r < M; ++r) acc[r] += partial[warp + j][r];
+      }
+    }
+    __syncthreads();  // `partial` is written again
+  }
+}
+
+// The CTA's column tiles: dot products over p.x (read as kFromX says), bias, activation, residual
+// and store; kGated: the gate's and the up's sums (`up`'s rows) and their product (StoreGated).
+// With chunk.preloaded, the CTA's first tile starts from the weights loaded before the wait.
+template <typename T, int M, XFrom kFromX, bool kGated = false>
 __device__ __forceinline__ void ColumnTiles(const Params<T>& p, float (&partial)[kWarps][M],
-                                            WeightChunk& chunk) {
+                                            WeightChunk& chunk, const UpHalf<T>& up = {}) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int cols = kWarps / p.wpc;  // columns per CTA
   const int part = warp % p.wpc;    // this warp's share of the column's k
@@ -309,39 +389,17 @@ __device__ __forceinline__ void ColumnTiles(const Params<T>& p, float (&partial)
     const int64_t col = tile * cols + warp / p.wpc;
     const EpilogueIn e = part == 0 ? LoadEpilogue<T, M, kFromX>(p, col, lane) : EpilogueIn{};
     float acc[M];
-#pragma unroll
-    for (int r = 0; r < M; ++r) acc[r] = 0.f;
-    if (col < p.n) {  // uniform over the warp: every lane reaches the shuffles below
-      const bool have_first = chunk.preloaded && tile == blockIdx.x;
-      const T* w = p.w + col * p.ldw;
-      int64_t begin = 0;
-      if (p.vec_w) {
-        if (p.vec_x) {
-          DotVectors<T, M, true, kFromX>(p, w, t, stride, chunk, have_first, acc);
-        } else {
-          DotVectors<T, M, false, kFromX>(p, w, t, stride, chunk, have_first, acc);
-        }
-        begin = p.k - p.k % kVec<T>;
-      }
-      DotElements<T, M, kFromX>(p, w, begin, t, stride, acc);
+    ColumnSums<T, M, kFromX>(p, p.w, col, t, stride, tile == blockIdx.x, chunk, partial, acc);
+    if constexpr (kGated) {
+      const float bias_up = part == 0 && col < p.n && up.bias != nullptr
+                                ? LoadElement<kFromX>(up.bias + col * p.bias_stride)
+                                : 0.f;
+      float up_acc[M];
+      ColumnSums<T, M, kFromX>(p, up.w, col, t, stride, false, chunk, partial, up_acc);
+      if (col < p.n && part == 0) StoreGated<T, M>(p, col, lane, acc, up_acc, e, bias_up);
+    } else {
+      if (col < p.n && part == 0) Store<T, M>(p, col, lane, acc, e);
     }
-#pragma unroll
-    for (int r = 0; r < M; ++r) acc[r] = WarpSum(acc[r]);
-    if (p.wpc > 1) {  // uniform over the CTA
-      if (lane == 0) {
-#pragma unroll
-        for (int r = 0; r < M; ++r) partial[warp][r] = acc[r];
-      }
-      __syncthreads();
-      if (part == 0) {
-        for (int j = 1; j < p.wpc; ++j) {
-#pragma unroll
-          for (int r = 0; r < M; ++r) acc[r] += partial[warp + j][r];
-        }
-      }
-      __syncthreads();  // `partial` is written again for the next tile
-    }
-    if (col < p.n && part == 0) Store<T, M>(p, col, lane, acc, e);
   }
 }
 
@@ -370,6 +428,16 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params<T> p) {
   PreloadFirstTile(p, chunk);
   GridDependencySync();  // x, residual and out may be earlier kernels' buffers
   ColumnTiles<T, M, XFrom::kReadOnly>(p, partial, chunk);
+}
+
+// The gated product (GemvArgs::w_up): the gate's and the up's sums of each column, their product.
+template <typename T, int M>
+__global__ void __launch_bounds__(kThreads) GatedGemvKernel(Params<T> p, UpHalf<T> up) {
+  __shared__ float partial[kWarps][M];
+  WeightChunk chunk;
+  PreloadFirstTile(p, chunk);
+  GridDependencySync();  // x and out may be earlier kernels' buffers
+  ColumnTiles<T, M, XFrom::kReadOnly, true>(p, partial, chunk, up);
 }
 
 // The statistics of the M x rows into `norms` (a warp per row; every thread of the CTA calls):
@@ -511,6 +579,19 @@ __global__ void __launch_bounds__(kThreads, 1) NormGemvKernel(NormParams<T> np) 
                                     chunk);
 }
 
+// The gated product of the normalised x rows: NormGemvKernel's prologue, GatedGemvKernel's tiles.
+template <typename T, int M>
+__global__ void __launch_bounds__(kThreads, 1) GatedNormGemvKernel(NormParams<T> np, UpHalf<T> up) {
+  __shared__ float partial[kWarps][M];
+  __shared__ RowNorm norms[M];
+  extern __shared__ uint4 normed_words[];
+  WeightChunk chunk;
+  PreloadFirstTile(np.gemv, chunk);
+  GridDependencySync();  // x and out may be earlier kernels' buffers
+  ColumnTiles<T, M, XFrom::kShared, true>(NormalizeIntoShared<T, M>(np, norms, normed_words),
+                                          partial, chunk, up);
+}
+
 // ---- One row with its norm folded into the dot products (decode at batch 1). ----------------
 //
 // With one x row there is nothing to amortise the prologue over: statistics, a barrier, the
@@ -588,10 +669,59 @@ __device__ __forceinline__ float FoldedValue(const NormParams<T>& np, float a1, 
   return inv * (a1 - static_cast<float>(mean) * a2) + a3;
 }
 
-// The CTA's column tiles of the folded GEMV (x, the norm's weight and bias read as kFromX says).
+// A column's folded sums over the CTA: FoldedValue's operands.
+struct FoldedTotals {
+  float a1, a2, a3;
+  double s1, s2;
+};
+
+// The folded sums of weight row `col` of `w_rows` (rows p.ldw apart), complete in the lanes of the
+// column's first warp (part == 0). Called by every thread of the CTA (the warps of a column meet
+// in shared memory, in warp order). `first`: as ColumnSums'.
 template <typename T, XFrom kFromX>
+__device__ __forceinline__ FoldedTotals FoldedColumn(const NormParams<T>& np, const T* w_rows,
+                                                     int64_t col, float x0, int t, int stride,
+                                                     bool first, WeightChunk& chunk,
+                                                     float (&dots)[kWarps][3],
+                                                     double (&stats)[kWarps][2]) {
+  const Params<T>& p = np.gemv;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int part = warp % p.wpc;
+  FoldedSums f;
+  if (col < p.n) {
+    const bool have_first = chunk.preloaded && first;
+    DotFolded<T, kFromX>(np, w_rows + col * p.ldw, x0, t, stride, chunk, have_first, f);
+  }
+  float a1 = WarpSum(f.a1), a2 = WarpSum(f.a2), a3 = WarpSum(f.a3);
+  double s1 = WarpSum(static_cast<double>(f.s1)), s2 = WarpSum(static_cast<double>(f.s2));
+  if (p.wpc > 1) {  // uniform over the CTA
+    if (lane == 0) {
+      dots[warp][0] = a1, dots[warp][1] = a2, dots[warp][2] = a3;
+      stats[warp][0] = s1, stats[warp][1] = s2;
+    }
+    __syncthreads();
+    if (part == 0) {
+      for (int j = 1; j < p.wpc; ++j) {
+        a1 += dots[warp + j][0], a2 += dots[warp + j][1], a3 += dots[warp + j][2];
+        s1 += stats[warp + j][0], s2 += stats[warp + j][1];
+      }
+    }
+    __syncthreads();  // the arrays are written again
+  }
+  return {a1, a2, a3, s1, s2};
+}
+
+template <typename T>
+__device__ __forceinline__ float FoldedValue(const NormParams<T>& np, const FoldedTotals& f) {
+  return FoldedValue(np, f.a1, f.a2, f.a3, f.s1, f.s2);
+}
+
+// The CTA's column tiles of the folded GEMV (x, the norm's weight and bias read as kFromX says);
+// kGated: the gate's and the up's folded values (`up`'s rows) and their product (StoreGated).
+template <typename T, XFrom kFromX, bool kGated = false>
 __device__ __forceinline__ void FoldedColumnTiles(const NormParams<T>& np, float (&dots)[kWarps][3],
-                                                  double (&stats)[kWarps][2], WeightChunk& chunk) {
+                                                  double (&stats)[kWarps][2], WeightChunk& chunk,
+                                                  const UpHalf<T>& up = {}) {
   const Params<T>& p = np.gemv;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int cols = kWarps / p.wpc, part = warp % p.wpc;
@@ -601,30 +731,23 @@ __device__ __forceinline__ void FoldedColumnTiles(const NormParams<T>& np, float
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {  // uniform over the CTA
     const int64_t col = tile * cols + warp / p.wpc;
     const EpilogueIn e = part == 0 ? LoadEpilogue<T, 1, kFromX>(p, col, lane) : EpilogueIn{};
-    FoldedSums f;
-    if (col < p.n) {
-      const bool have_first = chunk.preloaded && tile == blockIdx.x;
-      DotFolded<T, kFromX>(np, p.w + col * p.ldw, x0, t, stride, chunk, have_first, f);
-    }
-    float a1 = WarpSum(f.a1), a2 = WarpSum(f.a2), a3 = WarpSum(f.a3);
-    double s1 = WarpSum(static_cast<double>(f.s1)), s2 = WarpSum(static_cast<double>(f.s2));
-    if (p.wpc > 1) {  // uniform over the CTA: the column's warps meet in warp order
-      if (lane == 0) {
-        dots[warp][0] = a1, dots[warp][1] = a2, dots[warp][2] = a3;
-        stats[warp][0] = s1, stats[warp][1] = s2;
+    const FoldedTotals gate = FoldedColumn<T, kFromX>(np, p.w, col, x0, t, stride,
+                                                      tile == blockIdx.x, chunk, dots, stats);
+    if constexpr (kGated) {
+      const float bias_up = part == 0 && col < p.n && up.bias != nullptr
+                                ? LoadElement<kFromX>(up.bias + col * p.bias_stride)
+                                : 0.f;
+      const FoldedTotals u =
+          FoldedColumn<T, kFromX>(np, up.w, col, x0, t, stride, false, chunk, dots, stats);
+      if (col < p.n && part == 0) {
+        const float acc[1] = {FoldedValue(np, gate)}, up_acc[1] = {FoldedValue(np, u)};
+        StoreGated<T, 1>(p, col, lane, acc, up_acc, e, bias_up);
       }
-      __syncthreads();
-      if (part == 0) {
-        for (int j = 1; j < p.wpc; ++j) {
-          a1 += dots[warp + j][0], a2 += dots[warp + j][1], a3 += dots[warp + j][2];
-          s1 += stats[warp + j][0], s2 += stats[warp + j][1];
-        }
+    } else {
+      if (col < p.n && part == 0) {
+        const float acc[1] = {FoldedValue(np, gate)};
+        Store<T, 1>(p, col, lane, acc, e);
       }
-      __syncthreads();  // the arrays are written again for the next tile
-    }
-    if (col < p.n && part == 0) {
-      const float acc[1] = {FoldedValue(np, a1, a2, a3, s1, s2)};
-      Store<T, 1>(p, col, lane, acc, e);
     }
   }
 }
@@ -637,6 +760,19 @@ __global__ void __launch_bounds__(kThreads) FoldedNormGemvKernel(NormParams<T> n
   PreloadFirstTile(np.gemv, chunk);
   GridDependencySync();  // x, residual and out may be earlier kernels' buffers
   FoldedColumnTiles<T, XFrom::kReadOnly>(np, dots, stats, chunk);
+}
+
+// The gated product of one row with its norm folded (GatedGemvKernel's product,
+// FoldedNormGemvKernel's sums).
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    GatedFoldedNormGemvKernel(NormParams<T> np, UpHalf<T> up) {
+  __shared__ float dots[kWarps][3];
+  __shared__ double stats[kWarps][2];
+  WeightChunk chunk;
+  PreloadFirstTile(np.gemv, chunk);
+  GridDependencySync();  // x and out may be earlier kernels' buffers
+  FoldedColumnTiles<T, XFrom::kReadOnly, true>(np, dots, stats, chunk, up);
 }
 
 // ---- A chain of one-row GEMVs in one launch (gemv_kernels.h GemvChain). ---------------------
@@ -1012,13 +1148,25 @@ std::array<void (*)(Params<T>), sizeof...(I)> KernelTable(std::index_sequence<I.
 }
 
 template <typename T, size_t... I>
+std::array<void (*)(Params<T>, UpHalf<T>), sizeof...(I)> GatedKernelTable(
+    std::index_sequence<I...>) {
+  return {&GatedGemvKernel<T, static_cast<int>(I) + 1>...};
+}
+
+template <typename T, size_t... I>
 std::array<void (*)(NormParams<T>), sizeof...(I)> NormKernelTable(std::index_sequence<I...>) {
   return {&NormGemvKernel<T, static_cast<int>(I) + 1>...};
 }
 
+template <typename T, size_t... I>
+std::array<void (*)(NormParams<T>, UpHalf<T>), sizeof...(I)> GatedNormKernelTable(
+    std::index_sequence<I...>) {
+  return {&GatedNormGemvKernel<T, static_cast<int>(I) + 1>...};
+}
+
 // The norm kernels may use dynamic shared memory beyond 48 KiB (kMaxNormSharedBytes): set once.
-template <typename T, size_t N>
-cudaError_t OptInSharedMemory(const std::array<void (*)(NormParams<T>), N>& kernels) {
+template <typename Kernel, size_t N>
+cudaError_t OptInSharedMemory(const std::array<Kernel, N>& kernels) {
   for (auto* k : kernels) {
     const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                static_cast<int>(kMaxNormSharedBytes));
@@ -1115,13 +1263,21 @@ bool FoldsNorm(const GemvArgs& a, const NormParams<T>& np) {
   return !std::is_same_v<T, float> && a.fold_norm && a.m == 1 && np.vec && np.gemv.vec_w;
 }
 
+// The gated product's up half (GemvArgs::w_up) as the kernels read it.
+template <typename T>
+UpHalf<T> UpHalfOf(const GemvArgs& a) {
+  return {static_cast<const T*>(a.w_up), static_cast<const T*>(a.bias_up)};
+}
+
 template <typename T>
 cudaError_t LaunchNormed(const GemvArgs& a, const Params<T>& p, int64_t tiles,
                          cudaStream_t stream) {
   static const auto kernels = NormKernelTable<T>(std::make_index_sequence<kGemvMaxRows>());
+  static const auto gated = GatedNormKernelTable<T>(std::make_index_sequence<kGemvMaxRows>());
+  const bool gate = a.w_up != nullptr;
   const size_t smem = static_cast<size_t>(a.m * a.k) * sizeof(T);
   if (smem > kMaxNormSharedBytes) return cudaErrorInvalidValue;
-  static const cudaError_t opted_in = OptInSharedMemory<T>(kernels);
+  static const cudaError_t opted_in = OptInSharedMemory(kernels);
   if (opted_in != cudaSuccess) return opted_in;
   // Each CTA normalises its x rows once: fewer CTAs, each over several column tiles, pay for it
   // fewer times.
@@ -1130,14 +1286,15 @@ cudaError_t LaunchNormed(const GemvArgs& a, const Params<T>& p, int64_t tiles,
   const NormParams<T> np = MakeNormParams<T>(a, p);
   if constexpr (!std::is_same_v<T, float>) {
     if (FoldsNorm<T>(a, np)) {
-      const int64_t plain_tiles = std::min(tiles, kMaxGrid);
-      return LaunchMaybeDependent(a.dependent_launch, &FoldedNormGemvKernel<T>,
-                                  dim3(static_cast<unsigned>(plain_tiles)), dim3(kThreads), 0,
-                                  stream, np);
+      const dim3 plain_grid(static_cast<unsigned>(std::min(tiles, kMaxGrid)));
+      return gate ? LaunchMaybeDependent(a.dependent_launch, &GatedFoldedNormGemvKernel<T>,
+                                         plain_grid, dim3(kThreads), 0, stream, np, UpHalfOf<T>(a))
+                  : LaunchMaybeDependent(a.dependent_launch, &FoldedNormGemvKernel<T>, plain_grid,
+                                         dim3(kThreads), 0, stream, np);
     }
-    if (UseMma<T>(a, p)) {
+    if (!gate && UseMma<T>(a, p)) {
       static const auto mma = NormMmaKernelTable<T>(std::make_index_sequence<kGemvMaxRows>());
-      static const cudaError_t mma_opted_in = OptInSharedMemory<T>(mma);
+      static const cudaError_t mma_opted_in = OptInSharedMemory(mma);
       if (mma_opted_in != cudaSuccess) return mma_opted_in;
       const int64_t mma_tiles = (a.n + kMmaTile - 1) / kMmaTile;
       int major = 0;
@@ -1147,6 +1304,12 @@ cudaError_t LaunchNormed(const GemvArgs& a, const Params<T>& p, int64_t tiles,
                          std::max<int64_t>(1, std::min(mma_tiles, ctas / splits)), splits, smem,
                          stream, np);
     }
+  }
+  if (gate) {
+    static const cudaError_t gated_opted_in = OptInSharedMemory(gated);
+    if (gated_opted_in != cudaSuccess) return gated_opted_in;
+    return LaunchMaybeDependent(a.dependent_launch, gated[a.m - 1], dim3(grid), dim3(kThreads),
+                                smem, stream, np, UpHalfOf<T>(a));
   }
   return LaunchMaybeDependent(a.dependent_launch, kernels[a.m - 1], dim3(grid), dim3(kThreads),
                               smem, stream, np);
@@ -1165,7 +1328,8 @@ Params<T> MakeParams(const GemvArgs& a) {
           a.n,
           a.k,
           WarpsPerColumn(a.n, a.k, a.sm_count, kVec<T>),
-          RowsAligned16(a.w, a.ldw, a.n, sizeof(T)),
+          RowsAligned16(a.w, a.ldw, a.n, sizeof(T)) &&
+              (a.w_up == nullptr || RowsAligned16(a.w_up, a.ldw, a.n, sizeof(T))),
           RowsAligned16(a.x, a.ldx, a.m, sizeof(T)),
           a.act,
           a.preload_weights};
@@ -1184,10 +1348,15 @@ cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
   const Params<T> p = MakeParams<T>(a);
   const int64_t tiles = ColumnTileCount(p);
   if (a.norm != GemvNorm::kNone) return LaunchNormed<T>(a, p, tiles, stream);
+  const auto grid = static_cast<unsigned>(std::min(tiles, kMaxGrid));
+  if (a.w_up != nullptr) {
+    static const auto gated = GatedKernelTable<T>(std::make_index_sequence<kGemvMaxRows>());
+    return LaunchMaybeDependent(a.dependent_launch, gated[a.m - 1], dim3(grid), dim3(kThreads), 0,
+                                stream, p, UpHalfOf<T>(a));
+  }
   if constexpr (!std::is_same_v<T, float>) {
     if (UseMma<T>(a, p)) return LaunchMma<T>(a, p, stream);
   }
-  const auto grid = static_cast<unsigned>(std::min(tiles, kMaxGrid));
   return LaunchMaybeDependent(a.dependent_launch, kernels[a.m - 1], dim3(grid), dim3(kThreads), 0,
                               stream, p);
 }
@@ -1292,12 +1461,15 @@ cudaError_t LaunchChain(const GemvArgs* ops, int count, cudaStream_t stream) {
 bool ValidGemv(const GemvArgs& a) {
   return a.m >= 1 && a.m <= kGemvMaxRows && a.n >= 1 && a.k >= 1 && a.x != nullptr &&
          a.w != nullptr && a.out != nullptr &&
-         (a.norm_bias == nullptr || a.norm == GemvNorm::kLayer);
+         (a.norm_bias == nullptr || a.norm == GemvNorm::kLayer) &&
+         (a.w_up == nullptr
+              ? a.bias_up == nullptr
+              : a.residual == nullptr && (a.bias == nullptr) == (a.bias_up == nullptr));
 }
 
 template <typename T>
 bool ChainTakes(const GemvArgs& a) {
-  if (a.m != 1) return false;
+  if (a.m != 1 || a.w_up != nullptr) return false;
   if (a.norm == GemvNorm::kNone) return true;
   const Params<T> p = MakeParams<T>(a);
   return FoldsNorm<T>(a, MakeNormParams<T>(a, p));

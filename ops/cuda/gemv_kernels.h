@@ -13,8 +13,13 @@
 // rounded once. x rows and w rows are `ldx` / `ldw` elements apart with unit column stride; out
 // and the residual are contiguous [m, n] (the residual may be out itself). Any k >= 1, n >= 1 and
 // any element alignment of the pointers and leading dims is correct; 16-byte loads are used where
-// the pointer and leading dim allow them. relu keeps NaN (as kiln's relu op does); gelu_tanh is
-// kiln's tanh GELU formula.
+// the pointer and leading dim allow them. relu keeps NaN (as kiln's relu op does); gelu_tanh, gelu
+// and silu are kiln's formulas (ops/cuda/kernel_render.cc).
+//
+// A gated product (a GLU MLP's gate and up projections at decode, w_up set): out[m, n] =
+// act(x · wᵀ + bias) · (x · w_upᵀ + bias_up), both sums and the product in float32, rounded once,
+// so the [m, 2n] linear output never reaches memory. w's rows are the gate's, w_up's (same ldw,
+// same bias_stride) the up's.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -27,7 +32,7 @@
 
 namespace kiln::cuda_kernels {
 
-enum class GemvAct { kNone, kRelu, kGeluTanh };
+enum class GemvAct { kNone, kRelu, kGeluTanh, kGelu, kSilu };
 enum class GemvNorm { kNone, kLayer, kRms };  // a norm of each x row applied as it is read
 
 struct GemvArgs {
@@ -71,11 +76,16 @@ struct GemvArgs {
   const void* norm_weight = nullptr;  // [k] contiguous, or nullptr
   const void* norm_bias = nullptr;    // [k] contiguous, or nullptr (layer norm only)
   float norm_eps = 0.f;
+  // The up half of a gated product (see above): [n, k] rows `ldw` apart, and its bias ([n],
+  // `bias_stride` apart; set exactly when `bias` is). nullptr: a plain GEMV. A gated GEMV has no
+  // residual, runs the FMA loop (no tensor cores) and no chain takes it.
+  const void* w_up = nullptr;
+  const void* bias_up = nullptr;
 };
 
 // Launches the GEMV on `stream`; cudaErrorInvalidValue for sizes outside the contract (m not in
-// [1, kGemvMaxRows], n < 1, k < 1, a null pointer, a norm bias without a layer norm), else the
-// launch's error.
+// [1, kGemvMaxRows], n < 1, k < 1, a null pointer, a norm bias without a layer norm, a gated
+// product with a residual or with a bias on one half only), else the launch's error.
 cudaError_t Gemv(const GemvArgs& args, cudaStream_t stream);
 
 // A chain of one-row GEMVs as one cooperative launch (gemv_kernels.cu GemvChainKernel), in order:

@@ -782,10 +782,19 @@ bool PreloadWeights(const cuda_kernels::GemvArgs& a, const Tensor& w) {
   return cuda::ReadOnlyDuringRun(a.w, bytes);
 }
 
+// The up half of a gated product for the GEMV (GemvArgs::w_up): its weight rows, its bias (or
+// undefined), and the gate's activation.
+struct GemvUpHalf {
+  Tensor w, bias;
+  cuda_kernels::GemvAct act = cuda_kernels::GemvAct::kNone;
+};
+
 // out [m, n] (contiguous) = act(x2 [m, k] · w [n, k]ᵀ + bias) (kAdd: + residual [m, n],
-// contiguous) with the GEMV kernel, x2's rows normalised first when `norm` says so.
+// contiguous) with the GEMV kernel, x2's rows normalised first when `norm` says so; with `up`, the
+// gated product act(x2 · wᵀ + bias) · (x2 · up.wᵀ + up.bias) instead.
 void RunGemv(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& residual,
-             const Tensor& out, Epilogue act, const GemvNormOperands& norm = {}) {
+             const Tensor& out, Epilogue act, const GemvNormOperands& norm = {},
+             const GemvUpHalf* up = nullptr) {
   using cuda_kernels::GemvAct;
   cuda_kernels::GemvArgs a{};
   a.x = x2.data_ptr();
@@ -812,8 +821,13 @@ void RunGemv(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor
   a.norm_weight = norm.weight.defined() ? norm.weight.data_ptr() : nullptr;
   a.norm_bias = norm.bias.defined() ? norm.bias.data_ptr() : nullptr;
   a.norm_eps = static_cast<float>(norm.eps);
-  // Inside a compiled plan's chain region: launched later, with the next GEMVs (plainly, and
-  // nothing loaded before a wait).
+  if (up != nullptr) {
+    a.act = up->act;
+    a.w_up = up->w.data_ptr();
+    a.bias_up = up->bias.defined() ? up->bias.data_ptr() : nullptr;
+  }
+  // Inside a compiled plan's chain region (which takes no gated product): launched later, with the
+  // next GEMVs (plainly, and nothing loaded before a wait).
   if (DeferringGemvs() &&
       DeferGemv(a, cuda::CurrentStream(), {x2, w, bias, residual, out, norm.weight, norm.bias})) {
     return;
@@ -904,9 +918,37 @@ void Linear(const OpDef&, absl::Span<const Tensor> in, const Tensor& out, const 
   cublas(o);
 }
 
+namespace {
+
+// The GEMV's activation for a gated product's gate, nullopt for one it has not.
+std::optional<cuda_kernels::GemvAct> GateAct(const GatedProduct& g) {
+  using cuda_kernels::GemvAct;
+  switch (g.act) {
+    case OpId::kRelu:
+      return GemvAct::kRelu;
+    case OpId::kSilu:
+      return GemvAct::kSilu;
+    case OpId::kGelu:
+      return g.approximate == GeluApprox::kTanh ? GemvAct::kGeluTanh : GemvAct::kGelu;
+    default:
+      return std::nullopt;
+  }
+}
+
+// Rows [first, first + rows) of a [r, k] weight, or elements of a [r] bias (undefined stays so).
+Tensor Rows(const Tensor& t, int64_t first, int64_t rows) {
+  if (!t.defined()) return t;
+  Shape shape = t.shape();
+  shape[0] = rows;
+  return t.as_strided(shape, t.strides(), t.offset() + first * t.stride(0));
+}
+
+}  // namespace
+
 bool NormLinearGemv(OpId norm, absl::Span<const Tensor> norm_in, double eps,
                     absl::Span<const Tensor> rest, const OpAttrs& attrs, const Tensor& out,
-                    const std::function<void(const Tensor& out)>& norm_then_linear) {
+                    const std::function<void(const Tensor& out)>& norm_then_linear,
+                    const GatedProduct* gated) {
   if (CurrentGemvMode() == GemvMode::kOff || norm_in.empty() || rest.empty()) return false;
   const Tensor& x = norm_in[0];
   const Tensor& w = rest[0];
@@ -927,13 +969,21 @@ bool NormLinearGemv(OpId norm, absl::Span<const Tensor> norm_in, double eps,
       !same(nrm.bias)) {
     return false;
   }
-  const int64_t n = w.size(0), k = w.size(1);
+  // A gated product: w holds both halves ([2n, k]), the output one ([..., n]).
+  const int64_t halves = gated != nullptr ? 2 : 1;
+  const int64_t n = w.size(0) / halves, k = w.size(1);
+  const std::optional<cuda_kernels::GemvAct> gate_act =
+      gated != nullptr ? GateAct(*gated) : std::nullopt;
+  if (gated != nullptr && (!gate_act.has_value() || w.size(0) != 2 * n ||
+                           attrs.epilogue != Epilogue::kNone || residual.defined())) {
+    return false;
+  }
   auto row_vector = [](const Tensor& u, int64_t len) {
     return !u.defined() || (u.dim() == 1 && u.size(0) == len && (len == 1 || u.stride(0) == 1));
   };
-  if (k == 0 || out.numel() == 0 || x.size(-1) != k || out.size(-1) != n ||
+  if (k == 0 || n == 0 || out.numel() == 0 || x.size(-1) != k || out.size(-1) != n ||
       x.numel() / k != out.numel() / n || !row_vector(nrm.weight, k) || !row_vector(nrm.bias, k) ||
-      !row_vector(bias, n) ||
+      !row_vector(bias, halves * n) ||
       (residual.defined() && (residual.shape() != out.shape() || !residual.is_contiguous()))) {
     return false;
   }
@@ -947,13 +997,26 @@ bool NormLinearGemv(OpId norm, absl::Span<const Tensor> norm_in, double eps,
   DeviceGuard guard(out.device().index);
   const Tensor r2 = residual.defined() ? ResidualMatrix(residual, m, n) : Tensor();
   const Tensor o = out.as_strided({m, n}, {n, 1}, out.offset());
-  auto fused = [&](const Tensor& dst) { RunGemv(*x2, w, bias, r2, dst, attrs.epilogue, nrm); };
+  GemvUpHalf up;
+  Tensor w_rows = w, bias_rows = bias;
+  if (gated != nullptr) {  // the gate's rows as w, the up's as up.w
+    const int64_t gate_at = gated->gate_first ? 0 : n, up_at = gated->gate_first ? n : 0;
+    up = {Rows(w, up_at, n), Rows(bias, up_at, n), *gate_act};
+    w_rows = Rows(w, gate_at, n);
+    bias_rows = Rows(bias, gate_at, n);
+  }
+  auto fused = [&](const Tensor& dst) {
+    RunGemv(*x2, w_rows, bias_rows, r2, dst, attrs.epilogue, nrm, gated != nullptr ? &up : nullptr);
+  };
   // `norm_then_linear` writes the linear's output shape; the choice hands both paths [m, n].
   auto apart = [&](const Tensor& dst) {
     norm_then_linear(dst.as_strided(out.shape(), out.strides(), dst.offset()));
   };
-  GemvProblem p = MakeGemvProblem(*x2, w, bias, o, attrs.epilogue);
+  GemvProblem p = MakeGemvProblem(*x2, w_rows, bias_rows, o, attrs.epilogue);
   p.norm = nrm.kind;
+  p.gated = gated != nullptr;
+  p.gate_act = gate_act.value_or(cuda_kernels::GemvAct::kNone);
+  if (p.gated) p.align_w = std::min(p.align_w, RowAlignment(up.w, n, up.w.stride(0)));
   if (!ChooseGemv(p, o, fused, apart)) return false;
   fused(o);
   return true;

@@ -56,9 +56,21 @@ void Linear(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, co
 // `norm_then_linear` (a full run of the norm's kernel and then the linear into its argument,
 // which the choice times: gemv_choice.h, once per problem in auto mode, the norm in the
 // problem's key). The caller then runs the two ops.
+//
+// With `gated` (a GLU MLP's merged gate/up linear at decode): `out` [..., f] is the product
+// act(gate) · up of the two halves of the linear's [..., 2f] output, as one launch that never
+// writes the linear's output (GemvArgs::w_up); w is the merged [2f, k] weight (bias [2f]), the
+// linear has no epilogue. `norm_then_linear` then writes that product the other way (it is what
+// the choice times against).
+struct GatedProduct {
+  OpId act = OpId::kSilu;  // relu, gelu or silu, applied to the gate half
+  GeluApprox approximate = GeluApprox::kNone;
+  bool gate_first = true;  // the gate is the linear's first half
+};
 bool NormLinearGemv(OpId norm, absl::Span<const Tensor> norm_in, double eps,
                     absl::Span<const Tensor> rest, const OpAttrs& attrs, const Tensor& out,
-                    const std::function<void(const Tensor& out)>& norm_then_linear);
+                    const std::function<void(const Tensor& out)>& norm_then_linear,
+                    const GatedProduct* gated = nullptr);
 
 // Whether linear with few rows may run kiln's GEMV: kAuto times it against cuBLASLt per problem,
 // kOn always runs it where it applies, kOff never. Process-wide; SetGemvMode overrides the

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "ops/cuda/gemv_limits.h"
 #include "passes/fusion_groups.h"
 
 namespace kiln::passes {
@@ -16,51 +17,20 @@ namespace {
 
 constexpr char kLog[] = "gemm fusion: ";
 
-// Whether `s` is slice [start, end) of `src`'s last dim, step 1.
-bool IsLastDimSlice(const Graph& g, ValueId s, ValueId src, int64_t start, int64_t end) {
-  if (!g.IsOp(s, OpId::kSlice) || g.node(s).inputs[0] != src) return false;
-  const OpAttrs& a = g.node(s).attrs;
-  const int64_t rank = g.type(src).rank();
-  return (a.dim == -1 || a.dim == rank - 1) && a.step == 1 && a.start == start && a.end == end;
-}
-
 }  // namespace
 
 std::optional<GegluMatch> MatchGeglu(const Graph& g, ValueId v, std::string* why) {
-  auto no = [&](const std::string& reason) -> std::optional<GegluMatch> {
-    if (why != nullptr) *why = reason;
+  std::optional<GegluMatch> m = MatchGatedProduct(g, v, why);
+  if (!m.has_value()) return m;
+  if (!g.IsOp(m->act, OpId::kGelu)) {
+    if (why != nullptr) *why = "the activation is not a GELU (the kernel's epilogue is gelu_tanh)";
     return std::nullopt;
-  };
-  if (!g.IsOp(v, OpId::kMul)) return std::nullopt;
-  GegluMatch m;
-  m.mul = v;
-  const auto& in = g.node(v).inputs;
-  const int which = g.IsOp(in[0], OpId::kGelu) ? 0 : g.IsOp(in[1], OpId::kGelu) ? 1 : -1;
-  if (which < 0) return std::nullopt;  // not a mul of a GELU: no GeGLU, nothing to say
-  m.gelu = in[which];
-  m.up = in[1 - which];
-  m.gate = g.node(m.gelu).inputs[0];
-  if (!g.IsOp(m.gate, OpId::kSlice) || !g.IsOp(m.up, OpId::kSlice)) {
-    return no("the GELU's input and the other factor are not slices");
   }
-  m.linear = g.node(m.gate).inputs[0];
-  if (!g.IsOp(m.linear, OpId::kLinear) || g.node(m.up).inputs[0] != m.linear) {
-    return no("the two factors are not slices of one linear");
+  if (g.node(m->act).attrs.approximate != GeluApprox::kTanh) {
+    if (why != nullptr)
+      *why = "the GELU is erf's (the kernel's epilogue is the tanh approximation)";
+    return std::nullopt;
   }
-  const int64_t width = g.type(m.linear).shape.back(), f = width / 2;
-  m.gate_first = IsLastDimSlice(g, m.gate, m.linear, 0, f);
-  const bool halves =
-      width % 2 == 0 && (m.gate_first ? IsLastDimSlice(g, m.up, m.linear, f, width)
-                                      : IsLastDimSlice(g, m.gate, m.linear, f, width) &&
-                                            IsLastDimSlice(g, m.up, m.linear, 0, f));
-  if (!halves) return no("the slices are not the two halves of the linear's last dim");
-  if (g.node(m.gelu).attrs.approximate != GeluApprox::kTanh) {
-    return no("the GELU is erf's (the kernel's epilogue is the tanh approximation)");
-  }
-  if (g.node(m.linear).attrs.epilogue != Epilogue::kNone) {
-    return no("the linear already has an epilogue");
-  }
-  if (!(g.type(v) == g.type(m.gate))) return no("the product's type differs from the gate's");
   return m;
 }
 
@@ -79,22 +49,18 @@ absl::StatusOr<bool> GegluGemmFusion::Run(Graph& graph, PassContext& ctx) {
       if (!why.empty()) refuse(why);
       continue;
     }
-    const std::pair<ValueId, ValueId> single_use[] = {
-        {m->gate, m->gelu}, {m->gelu, m->mul}, {m->up, m->mul}};
-    std::string fan_out;
-    for (const auto& [value, user] : single_use) {
-      if (grp.users[value] != std::vector<ValueId>{user} || grp.is_output[value]) {
-        fan_out = absl::StrCat("%", value, " has other users or is a graph output");
-      }
-    }
-    std::vector<ValueId> lin_users = grp.users[m->linear];
-    std::sort(lin_users.begin(), lin_users.end());
-    if (lin_users != std::vector<ValueId>{std::min(m->gate, m->up), std::max(m->gate, m->up)} ||
-        grp.is_output[m->linear]) {
-      fan_out = absl::StrCat("the linear %", m->linear, " has other users or is a graph output");
-    }
-    if (!fan_out.empty()) {
+    if (const std::string fan_out = GatedProductFanOut(*m, grp.users, grp.is_output);
+        !fan_out.empty()) {
       refuse(fan_out);
+      continue;
+    }
+    if (const TensorType& out = graph.type(m->mul);
+        ctx.gated_gemv && graph.node(m->mul).sym_dims == 0 && out.rank() > 0 &&
+        out.shape.back() > 0 && out.numel() / out.shape.back() <= cuda_kernels::kGemvMaxRows) {
+      // The node would run the linear and an elementwise kernel at this size anyway (one row of
+      // 128-row tiles is slower); the norm-linear family's gated GEMV takes it after a norm.
+      refuse(absl::StrCat("at most ", cuda_kernels::kGemvMaxRows,
+                          " rows: the GEMV's gated product serves them (norm-linear family)"));
       continue;
     }
     const Node& lin = graph.node(m->linear);
@@ -104,7 +70,7 @@ absl::StatusOr<bool> GegluGemmFusion::Run(Graph& graph, PassContext& ctx) {
       refuse(why_not);
       continue;
     }
-    std::vector<ValueId> members = {m->linear, m->gate, m->up, m->gelu, m->mul};
+    std::vector<ValueId> members = {m->linear, m->gate, m->up, m->act, m->mul};
     std::sort(members.begin(), members.end());
     if (members.back() != m->mul) {
       refuse("the mul is not the last of the pattern's values");

@@ -13,14 +13,17 @@
 // Rules (refusals go to the explain log, prefixed "gemm fusion: "): the mul's operands are a
 // tanh GELU of one half of the linear's last dim and the other half (either order, either half
 // the gate); the linear has no epilogue and only those two slices as users, each slice and the
-// GELU have one user, none is a graph output; the family takes the operands (CUDA, bf16/f16, k
-// and f multiples of 8: RejectsOperands). Runs before elementwise fusion. Does nothing when the
-// family is disabled.
+// GELU have one user, none is a graph output; with PassContext::gated_gemv, more than 8 rows (a
+// decode step's at most 8 would run the linear and an elementwise kernel anyway, and after a norm
+// the norm-linear family's gated GEMV takes the product); the family takes the operands (CUDA,
+// bf16/f16, k and f multiples of 8: RejectsOperands). Runs before elementwise fusion. Does nothing
+// when the family is disabled.
 #pragma once
 
 #include <optional>
 #include <string>
 
+#include "passes/gated_product.h"
 #include "passes/kernel_family.h"
 
 namespace kiln::passes {
@@ -32,12 +35,9 @@ class GegluGemmFusion : public FamilyPass {
   absl::StatusOr<bool> Run(ir::Graph& graph, PassContext& ctx) override;
 };
 
-// The GeGLU pattern rooted at mul `v`: the values it spans, or nullopt. `why` (when given)
-// receives the reason a mul of a GELU is not one.
-struct GegluMatch {
-  ir::ValueId linear = -1, gate = -1, up = -1, gelu = -1, mul = -1;
-  bool gate_first = false;  // the gate is the linear's first half
-};
+// The GeGLU pattern rooted at mul `v` (passes/gated_product.h with a tanh GELU: the kernel's
+// epilogue), or nullopt. `why` (when given) receives the reason a mul of an activation is not one.
+using GegluMatch = GatedProductMatch;
 std::optional<GegluMatch> MatchGeglu(const ir::Graph& g, ir::ValueId v, std::string* why);
 
 }  // namespace kiln::passes

@@ -2,11 +2,13 @@
 #include "codegen/families/norm_linear/norm_linear_fusion.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "passes/fusion_groups.h"
+#include "passes/gated_product.h"
 
 namespace kiln::passes {
 
@@ -66,6 +68,32 @@ std::string Refusal(const Graph& g, ValueId norm, const std::vector<ValueId>& li
   return "";
 }
 
+// The gated product that linear `lin` feeds with its two halves, whose values only it uses, else
+// nullopt (`why` then says why, when a product was found).
+std::optional<GatedProductMatch> GatedProductOf(const Graph& g, ValueId lin,
+                                                const FusionGroups& grp, std::string* why) {
+  for (ValueId s : grp.users[lin]) {
+    for (ValueId u : grp.users[s]) {
+      std::vector<ValueId> candidates = {u};  // the mul itself, or the activation before it
+      candidates.insert(candidates.end(), grp.users[u].begin(), grp.users[u].end());
+      for (ValueId mul : candidates) {
+        std::optional<GatedProductMatch> m = MatchGatedProduct(g, mul, nullptr);
+        if (!m.has_value() || m->linear != lin) continue;
+        std::string fan_out = GatedProductFanOut(*m, grp.users, grp.is_output);
+        for (ValueId v : {m->gate, m->up, m->act, m->mul}) {
+          if (fan_out.empty() && grp.group_of[v] != -1) {
+            fan_out = absl::StrCat("%", v, " is already in a group");
+          }
+        }
+        if (fan_out.empty()) return m;
+        *why = fan_out;
+        return std::nullopt;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 absl::StatusOr<bool> NormLinearFusion::Run(Graph& graph, PassContext& ctx) {
@@ -90,10 +118,25 @@ absl::StatusOr<bool> NormLinearFusion::Run(Graph& graph, PassContext& ctx) {
     const int gid = static_cast<int>(grp.groups.size());
     std::vector<ValueId> members = {v};  // id order: the norm comes first
     members.insert(members.end(), lins.begin(), lins.end());
+    std::string products;
+    for (ValueId lin : ctx.gated_gemv ? lins : std::vector<ValueId>{}) {
+      std::string why;
+      const std::optional<GatedProductMatch> m = GatedProductOf(graph, lin, grp, &why);
+      if (!why.empty()) {
+        ctx.explain.push_back(
+            absl::StrCat(kLog, "linear %", lin, " joins without its gated product: ", why));
+      }
+      if (!m.has_value()) continue;
+      members.insert(members.end(), {m->gate, m->up, m->act, m->mul});
+      absl::StrAppend(&products, "; linear %", lin, " with its gated product ",
+                      GetOpDef(graph.node(m->act).op).name, "(%", m->gate, ") * %", m->up, " at %",
+                      m->mul);
+    }
+    std::sort(members.begin(), members.end());
     for (ValueId m : members) grp.group_of[m] = gid;
     grp.groups.push_back(std::move(members));
     ctx.explain.push_back(absl::StrCat(kLog, pair, ": ", lins.size() == 1 ? "one GEMV" : "GEMVs",
-                                       " that normalise the rows themselves"));
+                                       " that normalise the rows themselves", products));
   }
   return RewriteFusionGroups(graph, grp);
 }

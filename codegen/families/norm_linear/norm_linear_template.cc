@@ -6,7 +6,15 @@
 // kernel followed by the linear, as linear's GEMV is against cuBLASLt; where the GEMV does not
 // take the call (more rows at run time, an unsupported layout, KILN_GEMV=off) or loses, the node
 // runs the norm into a temporary and then the linear, as eager does.
+//
+// An output that is the gated product of a GLU MLP (act(gate) · up over the two halves of a merged
+// linear's output, passes/gated_product.h) is one launch of the gated GEMV (GemvArgs::w_up): the
+// norm, both halves' sums and the product, the [m, 2f] linear output never written. It is timed
+// against the way it ran before this family took it: the merged linear as above into a temporary,
+// then a generated elementwise kernel (the pointwise family's) for the product.
 #include <algorithm>
+#include <mutex>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "codegen/families/norm_linear/norm_linear_fusion.h"
@@ -15,7 +23,13 @@
 #include "ops/cuda/gemv_limits.h"
 #include "ops/cuda/matmul_cuda.h"
 #include "ops/dispatch.h"
+#include "ops/ops.h"
+#include "passes/gated_product.h"
 #include "runtime/build_config.h"
+
+#if KILN_WITH_CUDA
+#include "codegen/families/pointwise/elementwise_cuda.h"
+#endif
 
 namespace kiln::codegen {
 namespace {
@@ -28,28 +42,37 @@ bool IsNormOp(const Node& n) {
   return n.kind == NodeKind::kOp && (n.op == OpId::kLayerNorm || n.op == OpId::kRmsNorm);
 }
 
-// A body of this family: its inputs, a norm, and linears reading the norm as x, each an output
-// (the outputs in any order).
+// A body of this family: its inputs, a norm, and per output a linear reading the norm as x or the
+// gated product of one (passes/gated_product.h); nothing else (the outputs in any order).
 bool IsNormLinearBody(const ir::Graph& body) {
   const ValueId first = static_cast<ValueId>(body.inputs().size());
-  const int linears = body.num_values() - first - 1;
-  if (linears < 1 || body.outputs().size() != static_cast<size_t>(linears)) return false;
-  if (!IsNormOp(body.node(first))) return false;
-  std::vector<bool> seen(body.num_values(), false);
+  if (first >= body.num_values() || !IsNormOp(body.node(first))) return false;
+  std::vector<bool> covered(body.num_values(), false);
+  covered[first] = true;
+  auto cover = [&](ValueId v) {
+    if (v <= first || covered[v]) return false;
+    covered[v] = true;
+    return true;
+  };
   for (ValueId o : body.outputs()) {
-    if (o <= first || o >= body.num_values() || seen[o]) return false;
-    seen[o] = true;
-    const Node& lin = body.node(o);
-    if (lin.kind != NodeKind::kOp || lin.op != OpId::kLinear || lin.inputs[0] != first) {
-      return false;
+    if (o <= first || o >= body.num_values()) return false;
+    const Node& n = body.node(o);
+    if (n.kind == NodeKind::kOp && n.op == OpId::kLinear) {
+      if (n.inputs[0] != first || !cover(o)) return false;
+      continue;
+    }
+    const std::optional<passes::GatedProductMatch> m = passes::MatchGatedProduct(body, o, nullptr);
+    if (!m.has_value() || body.node(m->linear).inputs[0] != first) return false;
+    for (ValueId v : {m->linear, m->gate, m->up, m->act, m->mul}) {
+      if (!cover(v)) return false;
     }
   }
-  return true;
+  return std::all_of(covered.begin() + first, covered.end(), [](bool c) { return c; });
 }
 
 class NormLinearKernel final : public FusedKernel {
  public:
-  explicit NormLinearKernel(const ir::Graph& body) {
+  explicit NormLinearKernel(const ir::Graph& body, std::string name) : name_(std::move(name)) {
     const ValueId first = static_cast<ValueId>(body.inputs().size());
     const Node& norm = body.node(first);
     norm_op_ = norm.op;
@@ -57,86 +80,177 @@ class NormLinearKernel final : public FusedKernel {
     norm_type_ = norm.type;
     for (ValueId v : norm.inputs) norm_in_.push_back(v);  // body inputs are 0..first-1
     for (ValueId o : body.outputs()) {                    // out[i] is output i's linear
-      const Node& lin = body.node(o);
-      Linear l{lin.attrs, {}};
-      for (size_t i = 1; i < lin.inputs.size(); ++i) l.rest.push_back(lin.inputs[i]);
+      Linear l;
+      ValueId lin = o;
+      if (const std::optional<passes::GatedProductMatch> m =
+              passes::MatchGatedProduct(body, o, nullptr)) {
+        lin = m->linear;
+        const Node& act = body.node(m->act);
+        l.gated = cuda_ops::GatedProduct{act.op, act.attrs.approximate, m->gate_first};
+        l.act_attrs = act.attrs;
+      }
+      l.attrs = body.node(lin).attrs;
+      for (size_t i = 1; i < body.node(lin).inputs.size(); ++i) {
+        l.rest.push_back(body.node(lin).inputs[i]);
+      }
+      gated_ = gated_ || l.gated.has_value();
       linears_.push_back(std::move(l));
     }
+#if KILN_WITH_CUDA
+    products_.resize(linears_.size());
+#endif
   }
 
   // Each linear as one GEMV that normalises the rows itself where it runs so (NormLinearGemv),
-  // else the norm once into a temporary that the remaining linears share, then the linear.
+  // else the norm once into a temporary that the remaining linears share, then the linear; a
+  // gated product as one gated GEMV where it runs so, else its linear so and then the product.
   void Run(absl::Span<const Tensor> in, absl::Span<const Tensor> out) const override {
     const std::vector<Tensor> norm_in = Pick(in, norm_in_);
     Tensor normed;  // the norm's output, made by the first linear that needs it
     auto norm_into = [&](const Tensor& dst) { DispatchOut(norm_op_, norm_in, norm_attrs_, dst); };
+    // Linear `l` of the normalised rows into dst: the GEMV that normalises them where it runs
+    // so, else the shared temporary and the linear.
+    auto linear_into = [&](const Linear& l, const std::vector<Tensor>& rest, const Tensor& dst) {
+      auto linear_of = [&](const Tensor& x, const Tensor& to) {
+        std::vector<Tensor> lin = {x};
+        lin.insert(lin.end(), rest.begin(), rest.end());
+        DispatchOut(OpId::kLinear, lin, l.attrs, to);
+      };
+      auto norm_then_linear = [&](const Tensor& to) {  // what the fused GEMV is timed against
+        const Tensor x = Tensor::Empty(norm_type_.shape, norm_type_.dtype, to.device());
+        norm_into(x);
+        linear_of(x, to);
+      };
+      if constexpr (kWithCuda) {
+        if (dst.device().is_cuda() &&
+            cuda_ops::NormLinearGemv(norm_op_, norm_in, norm_attrs_.eps, rest, l.attrs, dst,
+                                     norm_then_linear)) {
+          return;
+        }
+      }
+      if (!normed.defined()) {
+        normed = Tensor::Empty(norm_type_.shape, norm_type_.dtype, dst.device());
+        norm_into(normed);
+      }
+      linear_of(normed, dst);
+    };
     for (size_t i = 0; i < linears_.size(); ++i) {
       const Linear& l = linears_[i];
       const std::vector<Tensor> rest = Pick(in, l.rest);
-      auto linear_of = [&](const Tensor& x, const Tensor& dst) {
-        std::vector<Tensor> lin = {x};
-        lin.insert(lin.end(), rest.begin(), rest.end());
-        DispatchOut(OpId::kLinear, lin, l.attrs, dst);
-      };
-      auto norm_then_linear = [&](const Tensor& dst) {  // what the fused GEMV is timed against
-        const Tensor x = Tensor::Empty(norm_type_.shape, norm_type_.dtype, dst.device());
-        norm_into(x);
-        linear_of(x, dst);
+      if (!l.gated.has_value()) {
+        linear_into(l, rest, out[i]);
+        continue;
+      }
+      // The merged linear into a temporary, then the product of its halves.
+      auto apart = [&](const Tensor& dst) {
+        Shape shape = dst.shape();
+        shape.back() = rest[0].size(0);
+        const Tensor y = Tensor::Empty(shape, dst.dtype(), dst.device());
+        linear_into(l, rest, y);
+        Product(i, y, dst);
       };
       if constexpr (kWithCuda) {
         if (out[i].device().is_cuda() &&
             cuda_ops::NormLinearGemv(norm_op_, norm_in, norm_attrs_.eps, rest, l.attrs, out[i],
-                                     norm_then_linear)) {
+                                     apart, &*l.gated)) {
           continue;
         }
       }
-      if (!normed.defined()) {
-        normed = Tensor::Empty(norm_type_.shape, norm_type_.dtype, out[i].device());
-        norm_into(normed);
-      }
-      linear_of(normed, out[i]);
+      apart(out[i]);
     }
   }
 
-  // One GEMV per linear, or with the norm's kernel and the linears' launches: whichever Run
-  // chooses, counted by capturing a run.
+  // One GEMV per linear, or with the norm's kernel and the linears' launches (and a gated
+  // product's kernel): whichever Run chooses, counted by capturing a run.
   LaunchCount Launches(absl::Span<const Tensor> in) const override {
     const std::vector<Tensor> norm_in = Pick(in, norm_in_);
     std::string key = absl::StrCat("norm_linear|", LaunchKey(norm_op_, norm_in, norm_attrs_));
     std::vector<Tensor> outs;
     for (const Linear& l : linears_) {
       const std::vector<Tensor> rest = Pick(in, l.rest);
-      absl::StrAppend(&key, "|", LaunchKey(OpId::kLinear, rest, l.attrs));
-      outs.push_back(Tensor::Empty({OutShape(norm_type_, rest), norm_type_.dtype, in[0].device()}));
+      absl::StrAppend(&key, "|", LaunchKey(OpId::kLinear, rest, l.attrs),
+                      l.gated.has_value() ? absl::StrCat(" glu ", GetOpDef(l.gated->act).name,
+                                                         l.gated->gate_first ? " first" : "")
+                                          : "");
+      Shape shape = norm_type_.shape;
+      shape.back() = rest[0].size(0) / (l.gated.has_value() ? 2 : 1);
+      outs.push_back(Tensor::Empty(shape, norm_type_.dtype, in[0].device()));
     }
     return CountCallLaunchesOnce(key, [&] { Run(in, outs); });
   }
-  // The GEMV (matmul_cuda.h), the norm and linear ops: registry ops and linear's kernels only.
-  bool LaunchesThroughOps() const override { return true; }
+  std::vector<cuda::KernelFootprint> Footprints() const override {
+#if KILN_WITH_CUDA
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<cuda::KernelFootprint> all;
+    for (const auto& k : products_) {
+      if (!k.has_value()) continue;
+      for (const cuda::KernelFootprint& f : cuda_ops::ElementwiseFootprints(*k)) all.push_back(f);
+    }
+    return all;
+#endif
+    return {};
+  }
+  // The GEMV (matmul_cuda.h), the norm and linear ops: registry ops and linear's kernels only,
+  // unless a gated product's elementwise kernel may run.
+  bool LaunchesThroughOps() const override { return !gated_; }
 
  private:
   struct Linear {
     OpAttrs attrs;
     std::vector<ValueId> rest;  // positions in the node's inputs of w, bias?, residual?
+    std::optional<cuda_ops::GatedProduct> gated;  // the output is act(gate) · up of its halves
+    OpAttrs act_attrs;                            // the gate activation's
   };
+
+  // dst = act(gate) · up from the halves of y (linear i's output): the generated elementwise kernel
+  // on CUDA, the ops elsewhere.
+  void Product(size_t i, const Tensor& y, const Tensor& dst) const {
+    const Linear& l = linears_[i];
+    const int64_t last = y.dim() - 1, f = dst.size(-1);
+    const Tensor first = slice(y, last, 0, f), second = slice(y, last, f, 2 * f);
+    const Tensor& gate = l.gated->gate_first ? first : second;
+    const Tensor& up = l.gated->gate_first ? second : first;
+#if KILN_WITH_CUDA
+    if (dst.device().is_cuda()) {
+      return cuda_ops::LaunchElementwise(ProductKernel(i, dst.dtype()), {gate, up}, {dst});
+    }
+#endif
+    DispatchOut(OpId::kMul, {Dispatch(l.gated->act, {gate}, l.act_attrs), up}, {}, dst);
+  }
+#if KILN_WITH_CUDA
+  // Linear i's product kernel (the activation kept in float32: one reader), compiled when first
+  // needed (the node's outputs share one dtype).
+  const cuda_ops::ElementwiseKernels& ProductKernel(size_t i, DType t) const {
+    const Linear& l = linears_[i];
+    std::lock_guard<std::mutex> lock(mu_);
+    std::optional<cuda_ops::ElementwiseKernels>& k = products_[i];
+    if (!k.has_value()) {
+      kir::Program p({t, t});
+      const int g = p.Apply(l.gated->act, {p.Load(0)}, l.act_attrs, t);
+      p.Store(p.Apply(OpId::kMul, {g, p.Load(1)}, {}, t), t);
+      k = cuda_ops::CompileElementwiseKernels(absl::StrCat(name_, "_product", i), p);
+    }
+    return *k;
+  }
+#endif
 
   static std::vector<Tensor> Pick(absl::Span<const Tensor> in, const std::vector<ValueId>& at) {
     std::vector<Tensor> t;
     for (ValueId v : at) t.push_back(in[v]);
     return t;
   }
-  // A linear's output shape: the norm's with the last dim w's rows.
-  static Shape OutShape(const TensorType& norm, const std::vector<Tensor>& rest) {
-    Shape s = norm.shape;
-    s.back() = rest[0].size(0);
-    return s;
-  }
 
+  std::string name_;
   OpId norm_op_ = OpId::kLayerNorm;
   OpAttrs norm_attrs_;
   TensorType norm_type_;
   std::vector<ValueId> norm_in_;  // positions in the node's inputs
   std::vector<Linear> linears_;   // in the body's output order
+  bool gated_ = false;            // some output is a gated product
+  mutable std::mutex mu_;
+#if KILN_WITH_CUDA
+  mutable std::vector<std::optional<cuda_ops::ElementwiseKernels>> products_;  // per linear
+#endif
 };
 
 class NormLinear final : public FusionTemplate {
@@ -172,7 +286,7 @@ class NormLinear final : public FusionTemplate {
     return std::make_unique<passes::NormLinearFusion>(*this);
   }
   std::unique_ptr<FusedKernel> Lower(const ir::Graph&, const Node& n) const override {
-    return std::make_unique<NormLinearKernel>(*n.body);
+    return std::make_unique<NormLinearKernel>(*n.body, n.name);
   }
   std::string LaunchNote(const Node& n) const override {
     return "launch: kiln's GEMV normalising the rows itself (CUDA, at most " +
