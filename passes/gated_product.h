@@ -19,6 +19,10 @@
 
 namespace kiln::passes {
 
+// Rows at most of a product the GEMV computes (ops/cuda/gemv_limits.h kGemvMaxRows; the norm-linear
+// family checks they agree): passes decide with it whether a product is a decode step's.
+inline constexpr int64_t kGatedGemvMaxRows = 8;
+
 struct GatedProductMatch {
   ir::ValueId linear = -1, gate = -1, up = -1, act = -1, mul = -1;
   bool gate_first = false;  // the gate is the linear's first half

@@ -4,7 +4,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "ops/cuda/gemv_limits.h"
 #include "passes/fusion_groups.h"
 
 namespace kiln::passes {
@@ -56,10 +55,10 @@ absl::StatusOr<bool> GegluGemmFusion::Run(Graph& graph, PassContext& ctx) {
     }
     if (const TensorType& out = graph.type(m->mul);
         ctx.gated_gemv && graph.node(m->mul).sym_dims == 0 && out.rank() > 0 &&
-        out.shape.back() > 0 && out.numel() / out.shape.back() <= cuda_kernels::kGemvMaxRows) {
+        out.shape.back() > 0 && out.numel() / out.shape.back() <= kGatedGemvMaxRows) {
       // The node would run the linear and an elementwise kernel at this size anyway (one row of
       // 128-row tiles is slower); the norm-linear family's gated GEMV takes it after a norm.
-      refuse(absl::StrCat("at most ", cuda_kernels::kGemvMaxRows,
+      refuse(absl::StrCat("at most ", kGatedGemvMaxRows,
                           " rows: the GEMV's gated product serves them (norm-linear family)"));
       continue;
     }

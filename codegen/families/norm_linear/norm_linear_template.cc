@@ -38,6 +38,9 @@ using ir::Node;
 using ir::NodeKind;
 using ir::ValueId;
 
+static_assert(passes::kGatedGemvMaxRows == cuda_kernels::kGemvMaxRows,
+              "the passes' decode row count is the GEMV's");
+
 bool IsNormOp(const Node& n) {
   return n.kind == NodeKind::kOp && (n.op == OpId::kLayerNorm || n.op == OpId::kRmsNorm);
 }
