@@ -112,8 +112,9 @@ class NormLinearKernel final : public FusedKernel {
     Tensor normed;  // the norm's output, made by the first linear that needs it
     auto norm_into = [&](const Tensor& dst) { DispatchOut(norm_op_, norm_in, norm_attrs_, dst); };
     // Linear `l` of the normalised rows into dst: the GEMV that normalises them where it runs
-    // so, else the shared temporary and the linear.
-    auto linear_into = [&](const Linear& l, const std::vector<Tensor>& rest, const Tensor& dst) {
+    // so, else the linear of `normed` (the norm's output, made by the first linear that needs it).
+    auto linear_into = [&](const Linear& l, const std::vector<Tensor>& rest, const Tensor& dst,
+                           Tensor& normed) {
       auto linear_of = [&](const Tensor& x, const Tensor& to) {
         std::vector<Tensor> lin = {x};
         lin.insert(lin.end(), rest.begin(), rest.end());
@@ -141,15 +142,17 @@ class NormLinearKernel final : public FusedKernel {
       const Linear& l = linears_[i];
       const std::vector<Tensor> rest = Pick(in, l.rest);
       if (!l.gated.has_value()) {
-        linear_into(l, rest, out[i]);
+        linear_into(l, rest, out[i], normed);
         continue;
       }
-      // The merged linear into a temporary, then the product of its halves.
+      // The merged linear into a temporary, then the product of its halves. Its own norm output:
+      // the choice times it whole, call after call.
       auto apart = [&](const Tensor& dst) {
         Shape shape = dst.shape();
         shape.back() = rest[0].size(0);
         const Tensor y = Tensor::Empty(shape, dst.dtype(), dst.device());
-        linear_into(l, rest, y);
+        Tensor own_normed;
+        linear_into(l, rest, y, own_normed);
         Product(i, y, dst);
       };
       if constexpr (kWithCuda) {
