@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "passes/canonicalize.h"
+#include "passes/cat_sinking.h"
 #include "passes/gemm_merge.h"
 #include "passes/simplify.h"
 
@@ -56,6 +57,7 @@ passes::Pipeline CompilePipeline() {
   p.Add(std::make_unique<passes::ConstantFolding>());
   p.Add(std::make_unique<passes::CommonSubexpressionElimination>());
   p.Add(std::make_unique<passes::Canonicalize>());
+  p.Add(std::make_unique<passes::CatSinking>());
   p.Add(std::make_unique<passes::DeadCodeElimination>());
   p.Add(std::make_unique<passes::GemmMerge>());
   for (const FusionTemplate* t : FusionTemplates()) {

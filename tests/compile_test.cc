@@ -804,6 +804,47 @@ TEST(Compile, CatsOfElementwisePartsAreStoredByTheFusedKernelOnCuda) {
   RunCatsOfElementwiseParts(CUDA(0));
 }
 
+// transformers' rotary embedding (q * cos + rotate_half(q) * sin, cos and sin of the full head
+// width): the cat sinks below the mul and the add (passes/cat_sinking.h), so each of q and k is one
+// kernel storing its two halves, as kiln's own form is; against eager, f32 and bf16.
+void RunTransformersRotary(Device device) {
+  auto rotate_half = [](const Tensor& x) {
+    return cat({neg(slice(x, -1, 8, 16)), slice(x, -1, 0, 8)}, -1);
+  };
+  Fn fn = [&](const std::vector<Tensor>& in) {
+    const Tensor &q = in[0], &k = in[1], &c = in[2], &s = in[3];
+    return std::vector<Tensor>{q * c + rotate_half(q) * s, k * c + rotate_half(k) * s};
+  };
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    Generator gen(25);
+    std::vector<Tensor> in = {randn({2, 4, 3, 16}, gen), randn({2, 2, 3, 16}, gen),
+                              randn({2, 1, 3, 16}, gen), randn({2, 1, 3, 16}, gen)};
+    for (Tensor& t : in) t = to(cast(t, dt), device);
+    CompileOptions o;
+    o.horizontal_fusion = false;  // q's and k's kernels apart: one each
+    CompiledFn f = compile(fn, in, o);
+    const CompileReport& r = f.report(in);
+    EXPECT_EQ(r.kernels_per_step, 2) << r.final_graph;
+    EXPECT_NE(absl::StrJoin(r.explain, "\n").find("cat sinking: add"), std::string::npos)
+        << absl::StrJoin(r.explain, "\n");
+    const std::vector<Tensor> got = f(in), want = fn(in);
+    if (dt == DType::kFloat32) {
+      ExpectSame(got, want, "transformers' rotary");
+    } else {
+      std::vector<Tensor> in32;
+      for (const Tensor& t : in) in32.push_back(cast(t, DType::kFloat32));
+      ExpectWithinPolicy(got, want, fn(in32), "transformers' rotary in bf16");
+    }
+    ExpectFusedSourcesCompile(f, in);
+  }
+}
+
+TEST(Compile, TransformersRotaryIsOneKernelPerTensorOnCpu) { RunTransformersRotary(kCPU); }
+TEST(Compile, TransformersRotaryIsOneKernelPerTensorOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  RunTransformersRotary(CUDA(0));
+}
+
 // Cats the stored form must get right as eager does: one value twice, bool parts, a part that is
 // an expanded input (the kernel copies it), a cat along a middle dim, stack (a cat of unsqueezed
 // parts), and parts of different sizes (the cat stays a kernel of its own).
@@ -1153,8 +1194,9 @@ class RandomProgram {
         return silu(x) * y;
       case 13:
         return exp(neg(relu(x)));
-      case 14:
-        return RotatedHalves(x);
+      case 14:  // kiln's rotary form, or transformers' x * cos + rotate_half(x) * sin (the cat
+                // sinks)
+        return op.b % 2 == 0 ? RotatedHalves(x) : x * Full(pool, op.b) + RotateHalf(x) * y;
       case 15:  // the attention chain: scale, mask, softmax (one fused kernel)
         return softmax(masked_fill(x * 0.5, mask_, -INFINITY) + y, -1);
       case 16:  // casts around a softmax (both fused into it)
@@ -1165,9 +1207,16 @@ class RandomProgram {
         return x + tanh(x) * 0.1;
       case 19:  // many inputs into one expression
         return (x + Full(pool, op.b)) * (Full(pool, op.b + 1) - Full(pool, op.b + 2)) * 0.5;
+
       default:
         return rsqrt(x * x + 1.0);
     }
+  }
+
+  // transformers' rotate_half: cat(-x2, x1) over the rows' halves (unequal for odd rows).
+  static Tensor RotateHalf(const Tensor& x) {
+    const int64_t n = x.size(1), h = n / 2;
+    return cat({neg(slice(x, 1, h, n)), slice(x, 1, 0, h)}, 1);
   }
 
   // RoPE's shape: the halves of the rows, rotated and joined (the fused kernel stores both halves
@@ -1192,7 +1241,7 @@ class RandomProgram {
 
 struct DifferentialStats {
   int graphs = 0, fused = 0, softmax = 0, multi_output = 0, many_inputs = 0, symbolic = 0,
-      stored_cats = 0, combos = 0;
+      stored_cats = 0, combos = 0, sunk_cats = 0;
 };
 
 // Checks a compiled run of `prog`: against eager for float32 programs, by the numerics policy
@@ -1229,6 +1278,7 @@ void CheckRandomProgram(int seed, DType t, Device device, DifferentialStats& sta
     stats.many_inputs += in.size() >= 8 && r.fused_kernels > 0;
     stats.stored_cats += r.final_graph.find("_cat_") != std::string::npos;
     stats.combos += r.final_graph.find("_and_") != std::string::npos;
+    stats.sunk_cats += absl::StrJoin(r.explain, "\n").find("cat sinking: ") != std::string::npos;
     stage = "compiled run";
     ExpectCompiledRight(prog, f(in), in, absl::StrCat(what, "\n", r.final_graph));
     for (int64_t rows : {prog.rows() + 3, prog.rows() + 7}) {
@@ -1284,6 +1334,7 @@ void RunDifferential(int count, Device device) {
     all.symbolic += s.symbolic;
     all.stored_cats += s.stored_cats;
     all.combos += s.combos;
+    all.sunk_cats += s.sunk_cats;
   }
   // The generator does exercise what the differential is for.
   EXPECT_EQ(all.graphs, 2 * count);
@@ -1294,12 +1345,13 @@ void RunDifferential(int count, Device device) {
   EXPECT_GT(all.symbolic, count) << "plans with symbolic rows";
   EXPECT_GT(all.stored_cats, count / 20) << "cats stored by their parts' kernel";
   EXPECT_GT(all.combos, count / 10) << "horizontally fused kernels";
+  EXPECT_GT(all.sunk_cats, count / 20) << "cats an elementwise op was computed through";
   std::printf(
       "random graphs on %s: %d compiled and checked at 3 sizes; %d fused, %d softmax, "
       "%d multi-output, %d with 8+ inputs, %d symbolic, %d plans with a stored cat, %d with a "
-      "horizontal fusion\n",
+      "horizontal fusion, %d with a sunk cat\n",
       device.str().c_str(), all.graphs, all.fused, all.softmax, all.multi_output, all.many_inputs,
-      all.symbolic, all.stored_cats, all.combos);
+      all.symbolic, all.stored_cats, all.combos, all.sunk_cats);
 }
 
 // Seeds per run: 300 on the CPU and 1000 (x2 dtypes) on CUDA; KILN_DIFFERENTIAL_GRAPHS=N runs N

@@ -15,6 +15,7 @@
 #include "ir/printer.h"
 #include "ir/verifier.h"
 #include "passes/canonicalize.h"
+#include "passes/cat_sinking.h"
 #include "passes/fusion_groups.h"
 #include "passes/simplify.h"
 #include "tests/filecheck.h"
@@ -594,6 +595,65 @@ TEST(CommonSubexpressionElimination, OutputsKeepTheirOwnValues) {
     CHECK: add(%5, %5)
     CHECK: return %1, %2, %4, %6)"))
       << out;
+}
+
+// transformers' rotary embedding, q * cos + rotate_half(q) * sin: the mul by sin and then the add
+// compute on the cat's two halves (cos and sin sliced, q * cos rebuilt on the slices), and the
+// cat comes last, where the pointwise family stores it from one kernel.
+TEST(CatSinking, RotateHalfRopeComputesOnTheHalves) {
+  CatSinking pass;
+  PassContext ctx;
+  const std::string out = RunPass(pass, R"(
+    graph(%0: f32[1, 4, 1, 16], %1: f32[1, 1, 1, 16], %2: f32[1, 1, 1, 16]) {
+      %3 = slice(%0) {dim=-1, start=0, end=8, step=1} : f32[1, 4, 1, 8]
+      %4 = slice(%0) {dim=-1, start=8, end=16, step=1} : f32[1, 4, 1, 8]
+      %5 = neg(%4) : f32[1, 4, 1, 8]
+      %6 = cat(%5, %3) {dim=-1} : f32[1, 4, 1, 16]
+      %7 = mul(%0, %1) : f32[1, 4, 1, 16]
+      %8 = mul(%6, %2) : f32[1, 4, 1, 16]
+      %9 = add(%7, %8) : f32[1, 4, 1, 16]
+      return %9
+    })",
+                                  &ctx);
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %[[X2:[0-9]+]] = slice(%0) {dim=-1, start=8, end=16, step=1}
+    CHECK: %[[NEG:[0-9]+]] = neg(%[[X2]])
+    CHECK-NOT: = cat(
+    CHECK: mul(%[[NEG]],
+    CHECK: = add(
+    CHECK: = add(
+    CHECK: %[[OUT:[0-9]+]] = cat(%[[A:[0-9]+]], %[[B:[0-9]+]]) {dim=3} : f32[1, 4, 1, 16]
+    CHECK: return %[[OUT]]
+  )")) << out;
+  EXPECT_TRUE(Logged(ctx, {"cat sinking: mul %8 computes on the 2 parts of cat %6"}))
+      << absl::StrJoin(ctx.explain, "\n");
+  EXPECT_TRUE(Logged(ctx, {"cat sinking: add %"})) << absl::StrJoin(ctx.explain, "\n");
+}
+
+// What stays: a cat with another user (it is needed whole), a graph-output cat, an op that
+// broadcasts the cat along its dim (a cat of one row and an empty part).
+TEST(CatSinking, CatsNeededWholeStay) {
+  const char* cases[] = {
+      R"(graph(%0: f32[2, 4], %1: f32[2, 4]) {
+        %2 = cat(%0, %1) {dim=1} : f32[2, 8]
+        %3 = relu(%2) : f32[2, 8]
+        %4 = add(%3, %2) : f32[2, 8]
+        return %4 })",
+      R"(graph(%0: f32[2, 4], %1: f32[2, 4]) {
+        %2 = cat(%0, %1) {dim=1} : f32[2, 8]
+        %3 = relu(%2) : f32[2, 8]
+        return %3, %2 })",
+      R"(graph(%0: f32[1, 4], %1: f32[0, 4], %2: f32[3, 4]) {
+        %3 = cat(%0, %1) {dim=0} : f32[1, 4]
+        %4 = add(%3, %2) : f32[3, 4]
+        return %4 })",
+  };
+  for (const char* ir : cases) {
+    CatSinking pass;
+    PassContext ctx;
+    const std::string out = RunPass(pass, ir, &ctx);
+    EXPECT_TRUE(ctx.explain.empty()) << out << absl::StrJoin(ctx.explain, "\n");
+  }
 }
 
 // A decode step's norm and the linear after it (with its GEMM epilogue) become one fusion whose
