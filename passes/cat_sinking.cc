@@ -44,6 +44,10 @@ std::optional<Site> SiteAt(const Graph& g, ValueId v, const std::vector<int>& us
         cat.inputs.size() > static_cast<size_t>(kMaxSunkParts)) {
       continue;  // another user (or a graph output) needs the cat itself
     }
+    if (!std::all_of(cat.inputs.begin(), cat.inputs.end(),
+                     [&](ValueId p) { return g.type(p).dtype == cat.type.dtype; })) {
+      continue;  // the cat promotes a part: the op on it would compute in the part's dtype
+    }
     const int64_t crank = cat.type.rank();
     const int64_t cdim = cat.attrs.dim < 0 ? cat.attrs.dim + crank : cat.attrs.dim;
     const int64_t dim = cdim + (rank - crank);
@@ -79,6 +83,7 @@ class Rewriter {
           args.push_back(a == site_.cat ? map_[part] : SliceAlong(a, at, len, 0));
         }
         parts.push_back(out_.AddOp(n.op, args, n.attrs));
+        if (out_.type(parts.back()).dtype != n.type.dtype) return std::nullopt;
         at += len;
       }
       OpAttrs c;

@@ -16,9 +16,9 @@
 // sliced operands instead of being sliced (to a small depth), so it joins the parts' kernel.
 //
 // Rules: the op is elementwise (FusionKind kElementwise or kBroadcast) with static sizes; the
-// cat has static sizes, at most kMaxSunkParts parts, no other user and is no graph output, and
-// spans the op's whole extent along its dim; the rebuilt value has the op's type (else nothing
-// changes). Runs to a fixed point (a chain of elementwise ops after a cat sinks it past each).
+// cat has static sizes, at most kMaxSunkParts parts all of its dtype (no promotion), no other user
+// and is no graph output, and spans the op's whole extent along its dim; every part's op and the
+// rebuilt value have the op's dtype and type (else nothing changes). Runs to a fixed point (a chain of elementwise ops after a cat sinks it past each).
 // Each rewrite is logged ("cat sinking: mul %8 computes on the 2 parts of cat %6; ...").
 #pragma once
 

@@ -631,7 +631,8 @@ TEST(CatSinking, RotateHalfRopeComputesOnTheHalves) {
 }
 
 // What stays: a cat with another user (it is needed whole), a graph-output cat, an op that
-// broadcasts the cat along its dim (a cat of one row and an empty part).
+// broadcasts the cat along its dim (a cat of one row and an empty part), a cat that promotes a
+// part (the op would compute on it in bfloat16).
 TEST(CatSinking, CatsNeededWholeStay) {
   const char* cases[] = {
       R"(graph(%0: f32[2, 4], %1: f32[2, 4]) {
@@ -646,6 +647,10 @@ TEST(CatSinking, CatsNeededWholeStay) {
       R"(graph(%0: f32[1, 4], %1: f32[0, 4], %2: f32[3, 4]) {
         %3 = cat(%0, %1) {dim=0} : f32[1, 4]
         %4 = add(%3, %2) : f32[3, 4]
+        return %4 })",
+      R"(graph(%0: f32[2, 4], %1: bf16[2, 4], %2: bf16[2, 8]) {
+        %3 = cat(%0, %1) {dim=1} : f32[2, 8]
+        %4 = mul(%3, %2) : f32[2, 8]
         return %4 })",
   };
   for (const char* ir : cases) {
