@@ -101,6 +101,9 @@ struct CompileOptions {
   // gated GEMV (codegen/families/norm_linear/README.md); default KILN_GEMV_GLU (off until a GPU
   // run has checked the gated kernel).
   bool gated_gemv = EnvBool("KILN_GEMV_GLU");
+  // An elementwise op reading a cat computes on the cat's parts on CUDA too (passes/cat_sinking.h;
+  // on the CPU always); default KILN_CAT_SINK_CUDA (off until a GPU run has checked it).
+  bool cuda_cat_sinking = EnvBool("KILN_CAT_SINK_CUDA");
   // Linears sharing an input: one GEMM (over frozen weights only; without freeze_weights the
   // explain log names the linears that would have merged).
   bool merge_gemms = true;

@@ -32,8 +32,8 @@ struct Site {
   int64_t dim = 0;  // the cat's dim in the op's output
 };
 
-std::optional<Site> SiteAt(const Graph& g, ValueId v, const std::vector<int>& uses) {
-  if (!IsElementwiseOp(g, v)) return std::nullopt;
+std::optional<Site> SiteAt(const Graph& g, ValueId v, const std::vector<int>& uses, bool cuda) {
+  if (!IsElementwiseOp(g, v) || (!cuda && g.type(v).device.is_cuda())) return std::nullopt;
   const Node& n = g.node(v);
   const int64_t rank = n.type.rank();
   for (ValueId c : n.inputs) {
@@ -139,7 +139,7 @@ absl::StatusOr<bool> CatSinking::Run(Graph& graph, PassContext& ctx) {
     const std::vector<int> uses = graph.UseCounts();
     for (ValueId v = 0; v < graph.num_values() && !again; ++v) {
       if (refused.count(v) != 0) continue;
-      const std::optional<Site> site = SiteAt(graph, v, uses);
+      const std::optional<Site> site = SiteAt(graph, v, uses, ctx.cuda_cat_sinking);
       if (!site.has_value()) continue;
       std::optional<Graph> out = Rewriter(graph, *site, uses).Run();
       if (!out.has_value()) {

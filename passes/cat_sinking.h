@@ -18,8 +18,11 @@
 // Rules: the op is elementwise (FusionKind kElementwise or kBroadcast) with static sizes; the
 // cat has static sizes, at most kMaxSunkParts parts all of its dtype (no promotion), no other user
 // and is no graph output, and spans the op's whole extent along its dim; every part's op and the
-// rebuilt value have the op's dtype and type (else nothing changes). Runs to a fixed point (a chain of elementwise ops after a cat sinks it past each).
-// Each rewrite is logged ("cat sinking: mul %8 computes on the 2 parts of cat %6; ...").
+// rebuilt value have the op's dtype and type (else nothing changes). Runs to a fixed point (a chain
+// of elementwise ops after a cat sinks it past each). On CUDA values only with
+// PassContext::cuda_cat_sinking (CompileOptions::cuda_cat_sinking, default KILN_CAT_SINK_CUDA: off
+// until a GPU run has checked the stored-cat kernels it leads to). Each rewrite is logged ("cat
+// sinking: mul %8 computes on the 2 parts of cat %6; ...").
 #pragma once
 
 #include "passes/pass.h"

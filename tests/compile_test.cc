@@ -822,6 +822,7 @@ void RunTransformersRotary(Device device) {
     for (Tensor& t : in) t = to(cast(t, dt), device);
     CompileOptions o;
     o.horizontal_fusion = false;  // q's and k's kernels apart: one each
+    o.cuda_cat_sinking = true;    // whatever KILN_CAT_SINK_CUDA says
     CompiledFn f = compile(fn, in, o);
     const CompileReport& r = f.report(in);
     EXPECT_EQ(r.kernels_per_step, 2) << r.final_graph;
@@ -1269,6 +1270,7 @@ void CheckRandomProgram(int seed, DType t, Device device, DifferentialStats& sta
     stage = "compile";
     CompileOptions o;
     o.horizontal_fusion = true;  // whatever KILN_EW_COMBINE says
+    o.cuda_cat_sinking = true;   // whatever KILN_CAT_SINK_CUDA says
     CompiledFn f = compile(fn, in, o);
     const CompileReport& r = f.report(in);
     stats.graphs += 1;

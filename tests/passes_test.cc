@@ -628,6 +628,19 @@ TEST(CatSinking, RotateHalfRopeComputesOnTheHalves) {
   EXPECT_TRUE(Logged(ctx, {"cat sinking: mul %8 computes on the 2 parts of cat %6"}))
       << absl::StrJoin(ctx.explain, "\n");
   EXPECT_TRUE(Logged(ctx, {"cat sinking: add %"})) << absl::StrJoin(ctx.explain, "\n");
+  PassContext off;  // CompileOptions::cuda_cat_sinking off: CUDA values keep their cat
+  off.cuda_cat_sinking = false;
+  const std::string cuda = R"(
+    graph(%0: f32[2, 4]@cuda:0, %1: f32[2, 4]@cuda:0, %2: f32[2, 8]@cuda:0) {
+      %3 = cat(%0, %1) {dim=1} : f32[2, 8]@cuda:0
+      %4 = mul(%3, %2) : f32[2, 8]@cuda:0
+      return %4
+    })";
+  EXPECT_NE(RunPass(pass, cuda, &off).find("= cat(%0, %1)"), std::string::npos);
+  EXPECT_TRUE(off.explain.empty()) << absl::StrJoin(off.explain, "\n");
+  PassContext on;
+  (void)RunPass(pass, cuda, &on);
+  EXPECT_TRUE(Logged(on, {"cat sinking: mul %4"})) << absl::StrJoin(on.explain, "\n");
 }
 
 // What stays: a cat with another user (it is needed whole), a graph-output cat, an op that
