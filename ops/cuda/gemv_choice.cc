@@ -47,7 +47,7 @@ absl::StatusOr<GemvMode> ParseMode(const char* v) {
 
 // " glu(silu)" for a gated product, else "".
 std::string GluName(const GemvProblem& p) {
-  if (!p.gated) return "";
+  if (!p.gated()) return "";
   switch (p.gate_act) {
     case cuda_kernels::GemvAct::kRelu:
       return " glu(relu)";
@@ -79,8 +79,8 @@ struct GemvProblemHash {
     for (int64_t v : {int64_t{p.device}, static_cast<int64_t>(p.dtype), p.m, p.n, p.k,
                       int64_t{p.graph} << 2 | int64_t{p.tf32} << 1 | int64_t{p.bias},
                       static_cast<int64_t>(p.act), static_cast<int64_t>(p.norm),
-                      int64_t{p.gated} << 8 | static_cast<int64_t>(p.gate_act), int64_t{p.align_x},
-                      int64_t{p.align_w}, int64_t{p.align_bias}, int64_t{p.align_out}}) {
+                      static_cast<int64_t>(p.gate_act), int64_t{p.align_x}, int64_t{p.align_w},
+                      int64_t{p.align_bias}, int64_t{p.align_out}}) {
       h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
     }
     return h;
@@ -175,7 +175,7 @@ bool ChooseGemv(const GemvProblem& p, const Tensor& out, const LinearPath& gemv,
   const bool use = t.gemv_us <= t.cublas_us * (p.graph ? kGraphCublasMargin : 1.0);
   StoreDecision(key, use ? "gemv" : "cublasLt");
   // The other path: cuBLASLt, or for a norm inside the GEMV the norm's kernel and then linear.
-  const char* other = p.gated                                   ? "linear+product"
+  const char* other = p.gated()                                 ? "linear+product"
                       : p.norm == cuda_kernels::GemvNorm::kNone ? "cublasLt"
                                                                 : "norm+linear";
   return Remember(d, p, use,

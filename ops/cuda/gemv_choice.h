@@ -50,8 +50,8 @@ struct GemvProblem {
   cuda_kernels::GemvNorm norm = cuda_kernels::GemvNorm::kNone;
   // A gated product (GemvArgs::w_up) with this gate activation; kNone: none. n is the product's
   // columns (the merged linear's half).
-  bool gated = false;
   cuda_kernels::GemvAct gate_act = cuda_kernels::GemvAct::kNone;
+  bool gated() const { return gate_act != cuda_kernels::GemvAct::kNone; }
   uint32_t align_x = 16, align_w = 16, align_bias = 16, align_out = 16;
   bool operator==(const GemvProblem&) const = default;
 };

@@ -1014,9 +1014,8 @@ bool NormLinearGemv(OpId norm, absl::Span<const Tensor> norm_in, double eps,
   };
   GemvProblem p = MakeGemvProblem(*x2, w_rows, bias_rows, o, attrs.epilogue);
   p.norm = nrm.kind;
-  p.gated = gated != nullptr;
   p.gate_act = gate_act.value_or(cuda_kernels::GemvAct::kNone);
-  if (p.gated) p.align_w = std::min(p.align_w, RowAlignment(up.w, n, up.w.stride(0)));
+  if (p.gated()) p.align_w = std::min(p.align_w, RowAlignment(up.w, n, up.w.stride(0)));
   if (!ChooseGemv(p, o, fused, apart)) return false;
   fused(o);
   return true;

@@ -73,22 +73,18 @@ std::string Refusal(const Graph& g, ValueId norm, const std::vector<ValueId>& li
 std::optional<GatedProductMatch> GatedProductOf(const Graph& g, ValueId lin,
                                                 const FusionGroups& grp, std::string* why) {
   for (ValueId s : grp.users[lin]) {
-    for (ValueId u : grp.users[s]) {
-      std::vector<ValueId> candidates = {u};  // the mul itself, or the activation before it
-      candidates.insert(candidates.end(), grp.users[u].begin(), grp.users[u].end());
-      for (ValueId mul : candidates) {
-        std::optional<GatedProductMatch> m = MatchGatedProduct(g, mul, nullptr);
-        if (!m.has_value() || m->linear != lin) continue;
-        std::string fan_out = GatedProductFanOut(*m, grp.users, grp.is_output);
-        for (ValueId v : {m->gate, m->up, m->act, m->mul}) {
-          if (fan_out.empty() && grp.group_of[v] != -1) {
-            fan_out = absl::StrCat("%", v, " is already in a group");
-          }
+    for (ValueId mul : grp.users[s]) {  // the up half's slice is the mul's operand
+      std::optional<GatedProductMatch> m = MatchGatedProduct(g, mul, nullptr);
+      if (!m.has_value() || m->linear != lin) continue;
+      std::string fan_out = GatedProductFanOut(*m, grp.users, grp.is_output);
+      for (ValueId v : {m->gate, m->up, m->act, m->mul}) {
+        if (fan_out.empty() && grp.group_of[v] != -1) {
+          fan_out = absl::StrCat("%", v, " is already in a group");
         }
-        if (fan_out.empty()) return m;
-        *why = fan_out;
-        return std::nullopt;
       }
+      if (fan_out.empty()) return m;
+      *why = fan_out;
+      return std::nullopt;
     }
   }
   return std::nullopt;

@@ -174,10 +174,12 @@ class NormLinearKernel final : public FusedKernel {
     std::vector<Tensor> outs;
     for (const Linear& l : linears_) {
       const std::vector<Tensor> rest = Pick(in, l.rest);
-      absl::StrAppend(&key, "|", LaunchKey(OpId::kLinear, rest, l.attrs),
-                      l.gated.has_value() ? absl::StrCat(" glu ", GetOpDef(l.gated->act).name,
-                                                         l.gated->gate_first ? " first" : "")
-                                          : "");
+      absl::StrAppend(&key, "|", LaunchKey(OpId::kLinear, rest, l.attrs));
+      if (l.gated.has_value()) {  // the choice's problem names the gate (gemv_choice.h)
+        absl::StrAppend(&key, " glu ", GetOpDef(l.gated->act).name,
+                        l.gated->approximate == GeluApprox::kTanh ? " tanh" : "",
+                        l.gated->gate_first ? " first" : "");
+      }
       Shape shape = norm_type_.shape;
       shape.back() = rest[0].size(0) / (l.gated.has_value() ? 2 : 1);
       outs.push_back(Tensor::Empty(shape, norm_type_.dtype, in[0].device()));
@@ -193,8 +195,9 @@ class NormLinearKernel final : public FusedKernel {
       for (const cuda::KernelFootprint& f : cuda_ops::ElementwiseFootprints(*k)) all.push_back(f);
     }
     return all;
-#endif
+#else
     return {};
+#endif
   }
   // The GEMV (matmul_cuda.h), the norm and linear ops: registry ops and linear's kernels only,
   // unless a gated product's elementwise kernel may run.
