@@ -34,6 +34,19 @@ struct Layout {
 
 Layout LayoutOf(const Tensor& t) { return {t.offset(), t.shape(), t.strides()}; }
 
+// A real tensor's identity for the trace: its memory and where and how it reads it.
+using RealKey = std::tuple<const Storage*, int64_t, Shape, Strides, DType>;
+RealKey RealKeyOf(const Tensor& t) {
+  return {t.storage().get(), t.offset(), t.shape(), t.strides(), t.dtype()};
+}
+
+// How a view of a real tensor was made, recorded into the graph when the view is first read.
+struct RealView {
+  const OpDef* def;
+  OpAttrs attrs;
+  Tensor input;
+};
+
 // A traced storage: the value holding all of it (contiguous, of `shape`), and the values of views
 // of it read since that value was last written.
 struct Alias {
@@ -44,6 +57,9 @@ struct Alias {
   // freed mid-trace could come back at that address as a real tensor the function makes (a
   // constant from full()), which would then read as a window of an unrelated traced value.
   std::shared_ptr<const Storage> pin;
+  // A tensor the traced function made (a factory's result) and wrote: `base` starts as a constant
+  // of its contents, and the writes stay inside the trace (eager makes it afresh on every call).
+  bool local = false;
 };
 
 // Records ops into a graph. Views made while tracing share their base's placeholder storage (as
@@ -51,11 +67,15 @@ struct Alias {
 // then as_strided_scatter of it into the base, which becomes the storage's new value; later reads
 // of any view of that storage are windows (as_strided) of the new base. In-place ops on graph
 // inputs are thus visible at the end of the trace as inputs whose storage holds a new value.
+// A view of a real tensor is its eager view (same memory), recorded when it is read, so a write
+// through it reaches the tensor: a captured one becomes an input (AdoptCaptured), one the function
+// made a value of the trace (AdoptLocal).
 class Tracer final : public DispatchHook {
  public:
   // `captured` (may be null: writes to captured tensors are then refused) receives the tensors
   // the function writes in place without receiving them as inputs.
-  Tracer(Graph* graph, std::vector<Tensor>* captured) : graph_(graph), captured_(captured) {}
+  Tracer(Graph* graph, std::vector<Tensor>* captured)
+      : graph_(graph), captured_(captured), first_serial_(Storage::NextSerial()) {}
 
   // `strides` empty: a contiguous input; else the view of a flat input over what it reaches.
   Tensor AddInput(const TensorType& type, const Strides& strides, int index) {
@@ -79,16 +99,31 @@ class Tracer final : public DispatchHook {
     }
     KILN_CHECK(t.data_ptr() != nullptr || t.numel() == 0, "trace: tensor ", Describe(t.type()),
                " holds no data and was not produced inside the traced function");
-    const auto key = std::make_tuple(t.storage().get(), t.offset(), t.shape(), t.strides());
+    const RealKey key = RealKeyOf(t);
     if (auto it = constants_.find(key); it != constants_.end()) return it->second;
-    const ValueId v = graph_->AddConstant(t, absl::StrCat("const", constants_.size()));
+    ValueId v;
+    if (auto view = real_views_.find(key); view != real_views_.end()) {
+      const RealView& r = view->second;
+      v = graph_->AddOp(r.def->id, {ValueOf(r.input)}, r.attrs);
+    } else {
+      v = graph_->AddConstant(t, absl::StrCat("const", num_constants_++));
+    }
     constants_.emplace(key, v);
     return v;
   }
 
   Tensor Record(const OpDef& def, absl::Span<const Tensor> inputs, const OpAttrs& attrs,
                 bool in_place) override {
-    if (in_place && !aliases_.contains(inputs[0].storage().get())) AdoptCaptured(def, inputs[0]);
+    if (!in_place && def.view != nullptr) {
+      if (std::optional<Tensor> view = ViewOfRealTensor(def, inputs, attrs)) return *view;
+    }
+    if (in_place && !aliases_.contains(inputs[0].storage().get())) {
+      if (MadeWhileTracing(inputs[0])) {
+        AdoptLocal(inputs[0]);
+      } else {
+        AdoptCaptured(def, inputs[0]);
+      }
+    }
     absl::InlinedVector<ValueId, 3> ids;
     for (const Tensor& t : inputs) ids.push_back(ValueOf(t));
     const ValueId v = graph_->AddOp(def.id, ids, attrs);
@@ -122,7 +157,95 @@ class Tracer final : public DispatchHook {
     return out;
   }
 
+  // Throws if a tensor the function made and wrote in place outlives the call (a module or a
+  // global keeps it): eager's writes would persist in it, a compiled call's would not. Call once
+  // the function's results are dropped; forgets the views of real tensors.
+  void CheckWrittenLocalsStayed() {
+    real_views_.clear();
+    for (const auto& [storage, alias] : aliases_) {
+      if (alias.local && HeldOutsideTheTrace(storage, alias)) {
+        KILN_FAIL("compile: the function writes ", Describe(graph_->type(alias.base)),
+                  " in place, a tensor it made itself (zeros, full, ...), and keeps it past the "
+                  "call (in a module or a global): eager's writes would persist in it, a compiled "
+                  "call's would not. Make the tensor before compiling (a captured tensor is "
+                  "written back), pass it as an input, or return it");
+      }
+    }
+  }
+
  private:
+  // Whether a tensor object other than the graph's constants (each its own handle) and the pin
+  // holds `storage`.
+  bool HeldOutsideTheTrace(const Storage* storage, const Alias& alias) const {
+    long holders = 1;  // the pin
+    for (const Node& n : graph_->nodes()) {
+      if (n.kind != NodeKind::kConstant || n.constant.storage().get() != storage) continue;
+      if (n.constant.handle_count() != 1) return true;
+      ++holders;
+    }
+    return alias.pin.use_count() != holders;
+  }
+
+  // Made by the function while it was traced (a factory's result), not captured from outside.
+  bool MadeWhileTracing(const Tensor& t) const {
+    return t.storage() != nullptr && t.storage()->serial() >= first_serial_;
+  }
+
+  // A view op over a real tensor (a weight, a captured buffer, one the function made): its eager
+  // view, over the same memory, recorded into the graph when it is read (ValueOf). nullopt: not a
+  // real tensor, or a reshape that must copy (a new value).
+  std::optional<Tensor> ViewOfRealTensor(const OpDef& def, absl::Span<const Tensor> inputs,
+                                         const OpAttrs& attrs) {
+    if (inputs.size() != 1 || !inputs[0].defined()) return std::nullopt;
+    const Tensor& in = inputs[0];
+    if (aliases_.contains(in.storage().get()) || in.data_ptr() == nullptr) return std::nullopt;
+    const TensorType in_type = in.type();
+    const TensorType type = InferTypesOrThrow(def, {&in_type, 1}, attrs);
+    Tensor view;
+    if (def.id == OpId::kReshape) {
+      const std::optional<Strides> s = views::ViewStrides(in, type.shape);
+      if (!s) return std::nullopt;
+      view = in.as_strided(type.shape, *s, in.offset());
+    } else {
+      view = def.view(in, type, attrs);
+    }
+    // A layout `in` already has or derives from reads as that (transpose back, a full slice):
+    // recording it would close a cycle.
+    const RealKey key = RealKeyOf(view);
+    if (!DerivesFrom(in, key)) real_views_.emplace(key, RealView{&def, attrs, in});
+    return view;
+  }
+
+  // Whether `t` or a real tensor it is a recorded view of has layout `key`.
+  bool DerivesFrom(const Tensor& t, const RealKey& key) const {
+    for (const Tensor* u = &t;;) {
+      const RealKey k = RealKeyOf(*u);
+      if (k == key) return true;
+      auto it = real_views_.find(k);
+      if (it == real_views_.end()) return false;
+      u = &it->second.input;
+    }
+  }
+
+  // The whole storage of a real tensor `self`: `self` when it is all of it (a [B, H, T, D] cache:
+  // writes of rows then run in place on it), else a flat tensor over it (self is a window of it).
+  static Tensor StorageRoot(const Tensor& self) {
+    const int64_t elements = static_cast<int64_t>(self.storage()->nbytes()) / self.element_size();
+    const bool all = self.offset() == 0 && self.is_contiguous() && self.numel() == elements;
+    return Tensor(self.storage(), 0, all ? self.shape() : Shape{elements},
+                  all ? self.strides() : Strides{1}, self.dtype(), self.device());
+  }
+
+  // `self`, a tensor the function made, written in place: its storage's value starts as a
+  // constant of what it holds now (the factory's values) and the writes are recorded on it.
+  void AdoptLocal(const Tensor& self) {
+    const Tensor root = StorageRoot(self);
+    const ValueId v = ValueOf(root);
+    Alias a{v, root.shape(), {}, self.storage()};
+    a.local = true;
+    aliases_.emplace(self.storage().get(), std::move(a));
+  }
+
   // The value of `t`, a tensor over a traced storage: the base, a view recorded since the base
   // was last written, or a window of the base.
   ValueId ViewValue(Alias& a, const Tensor& t) {
@@ -213,12 +336,7 @@ class Tracer final : public DispatchHook {
                  " was read before this write; compile supports writes to a captured tensor only "
                  "before the function reads it (or pass it as an input)");
     }
-    // The tensor itself when it is all of its storage (a [B, H, T, D] cache: writes of rows then
-    // run in place on it), else a flat tensor over the whole storage (self is a window of it).
-    const int64_t elements = static_cast<int64_t>(self.storage()->nbytes()) / self.element_size();
-    const bool all = self.offset() == 0 && self.is_contiguous() && self.numel() == elements;
-    const Tensor root =
-        all ? self : Tensor(self.storage(), 0, {elements}, {1}, self.dtype(), self.device());
+    const Tensor root = StorageRoot(self);
     const ValueId v = graph_->AddInput(root.type(), absl::StrCat("captured", captured_->size()));
     captured_->push_back(root);
     inputs_.push_back(self.storage().get());
@@ -229,7 +347,10 @@ class Tracer final : public DispatchHook {
   std::vector<Tensor>* captured_;
   std::unordered_map<const Storage*, Alias> aliases_;  // traced storages
   std::vector<const Storage*> inputs_;                 // the graph inputs' storages
-  std::map<std::tuple<const Storage*, int64_t, Shape, Strides>, ValueId> constants_;
+  std::map<RealKey, ValueId> constants_;  // real tensors read: constants and views of them
+  std::map<RealKey, RealView> real_views_;
+  int num_constants_ = 0;
+  uint64_t first_serial_;  // storages from this serial on were made while tracing
 };
 
 // Constants only the graph holds now that the function returned (each node's tensor object is
@@ -244,6 +365,43 @@ void MarkLocalConstants(Graph& graph) {
     const Storage* s = n.constant.storage().get();
     n.local = n.constant.handle_count() == 1 && n.constant.storage().use_count() == holders[s];
   }
+}
+
+// Runs `fn` on placeholders under a tracer that records into `graph`.
+void Record(const TensorFn& fn, const std::vector<TensorType>& examples,
+            const std::vector<Strides>& input_strides, std::vector<Tensor>* captured,
+            std::vector<std::optional<OutputAlias>>* output_aliases, Graph& graph) {
+  Tracer tracer(&graph, captured);
+  std::vector<Tensor> placeholders;
+  for (size_t i = 0; i < examples.size(); ++i) {
+    placeholders.push_back(tracer.AddInput(examples[i], input_strides[i], static_cast<int>(i)));
+  }
+  std::vector<Tensor> outs;
+  {
+    ScopedDispatchHook scope(&tracer);
+    outs = fn(placeholders);
+  }
+  for (size_t k = 0; k < outs.size(); ++k) {
+    KILN_CHECK(outs[k].defined(), "compile: output ", k,
+               " of the function is an undefined Tensor; a compiled function returns defined "
+               "tensors (leave it out, or return an empty tensor)");
+  }
+  std::vector<ValueId> out_ids;
+  for (const Tensor& t : outs) out_ids.push_back(tracer.ValueOf(t));
+  if (output_aliases != nullptr) {
+    output_aliases->clear();
+    for (const Tensor& t : outs) output_aliases->push_back(tracer.AliasOf(t, placeholders));
+  }
+  outs.clear();
+  tracer.CheckWrittenLocalsStayed();
+  // Inputs written in place: their new values are further outputs, copied back after a call.
+  const std::vector<ValueId> finals = tracer.FinalInputValues();
+  for (size_t i = 0; i < finals.size(); ++i) {
+    if (finals[i] == graph.inputs()[i]) continue;
+    out_ids.push_back(finals[i]);
+    graph.mutable_input_updates().push_back(static_cast<int>(i));
+  }
+  graph.SetOutputs(std::move(out_ids));
 }
 
 }  // namespace
@@ -293,40 +451,12 @@ absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<TensorType>& e
                             std::vector<Tensor>* captured,
                             std::vector<std::optional<OutputAlias>>* output_aliases) {
   Graph graph;
-  Tracer tracer(&graph, captured);
   try {
-    std::vector<Tensor> placeholders;
-    for (size_t i = 0; i < examples.size(); ++i) {
-      placeholders.push_back(tracer.AddInput(examples[i], input_strides[i], static_cast<int>(i)));
-    }
-    std::vector<Tensor> outs;
-    {
-      ScopedDispatchHook scope(&tracer);
-      outs = fn(placeholders);
-    }
-    for (size_t k = 0; k < outs.size(); ++k) {
-      KILN_CHECK(outs[k].defined(), "compile: output ", k,
-                 " of the function is an undefined Tensor; a compiled function returns defined "
-                 "tensors (leave it out, or return an empty tensor)");
-    }
-    std::vector<ValueId> out_ids;
-    for (const Tensor& t : outs) out_ids.push_back(tracer.ValueOf(t));
-    if (output_aliases != nullptr) {
-      output_aliases->clear();
-      for (const Tensor& t : outs) output_aliases->push_back(tracer.AliasOf(t, placeholders));
-    }
-    // Inputs written in place: their new values are further outputs, copied back after a call.
-    const std::vector<ValueId> finals = tracer.FinalInputValues();
-    for (size_t i = 0; i < finals.size(); ++i) {
-      if (finals[i] == graph.inputs()[i]) continue;
-      out_ids.push_back(finals[i]);
-      graph.mutable_input_updates().push_back(static_cast<int>(i));
-    }
-    graph.SetOutputs(std::move(out_ids));
+    Record(fn, examples, input_strides, captured, output_aliases, graph);
   } catch (const Error& e) {
     return absl::Status(e.code(), absl::StrCat("while tracing: ", e.what()));
   }
-  MarkLocalConstants(graph);
+  MarkLocalConstants(graph);  // the tracer is gone: only the graph and the caller hold tensors
   return graph;
 }
 

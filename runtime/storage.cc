@@ -81,7 +81,16 @@ void SetAllocator(DeviceType type, Allocator* allocator) {
   Allocators()[static_cast<int>(type)] = allocator;
 }
 
-Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
+namespace {
+std::atomic<uint64_t> g_next_serial{1};
+}  // namespace
+
+uint64_t Storage::NextSerial() { return g_next_serial.load(std::memory_order_relaxed); }
+
+Storage::Storage(size_t nbytes, Device device)
+    : nbytes_(nbytes),
+      device_(device),
+      serial_(g_next_serial.fetch_add(1, std::memory_order_relaxed)) {
   if (device.is_meta()) return;
   allocator_ = GetAllocator(device.type);
   data_ = allocator_->Allocate(nbytes, device);

@@ -70,6 +70,12 @@ class Storage {
     return uninitialised_.load(std::memory_order_relaxed) && version() == 0;
   }
   void MarkUninitialised() { uninitialised_.store(true, std::memory_order_relaxed); }
+  // The order in which storages that allocate their own memory were made (1, 2, ...; 0 for memory
+  // from elsewhere: Adopt, FromBlob). The tracer tells a tensor the traced function made (its
+  // in-place writes stay inside each call) from one it captured (its writes persist) by it.
+  uint64_t serial() const { return serial_; }
+  // The serial the next storage made will get at least.
+  static uint64_t NextSerial();
 
  private:
   Storage(void* data, size_t nbytes, Device device, Allocator* allocator)
@@ -82,6 +88,7 @@ class Storage {
   std::atomic<uint64_t> version_{0};
   std::atomic<bool> retired_{false};
   std::atomic<bool> uninitialised_{false};
+  uint64_t serial_ = 0;
   std::function<void(void*)> deleter_;  // FromBlob's; runs instead of the allocator's Free
 };
 

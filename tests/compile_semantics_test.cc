@@ -1198,6 +1198,97 @@ TEST(CompileSemantics, CapturedKvCacheWrittenInPlaceCompilesOnceOnCuda) {
   CapturedKvCache(CUDA(0));
 }
 
+// A tensor the function makes (zeros, ones, full) and then writes in place, wholly or through a
+// view, read before the write too: every call starts from the factory's values, as eagerly (a
+// compiled call once kept the last call's sums, and dropped writes through views).
+void TensorsMadeInsideStartAfresh(Device device) {
+  const Fn fn = [device](const std::vector<Tensor>& in) {
+    const Tensor acc = zeros({4}, DType::kFloat32, device);
+    const Tensor before = acc + 1.0;
+    add_(acc, in[0]);
+    const Tensor padded = ones({6}, DType::kFloat32, device);
+    copy_(slice(padded, 0, 1, 5), in[0]);
+    const Tensor grid = full({4, 4}, 2.0, DType::kFloat32, device);
+    mul_(select(transpose(grid, 0, 1), 0, 1), in[0]);
+    return std::vector<Tensor>{acc, before, padded * 1.0, grid};
+  };
+  for (const CompileOptions& mode : Modes(device)) {
+    CompileOptions o = mode;
+    o.mode = CompileOptions::Mode::kCompiled;
+    Generator gen(11);
+    std::optional<CompiledFn> f;
+    for (int call = 0; call < 3; ++call) {
+      const Tensor x = to(randn({4}, gen), device);
+      if (!f) f.emplace(compile(fn, {x}, o));
+      const std::vector<Tensor> got = (*f)({x}), want = fn({x});
+      for (size_t k = 0; k < want.size(); ++k) {
+        ExpectEqualTensors(got[k], want[k], absl::StrCat("call ", call, " output ", k));
+      }
+    }
+    EXPECT_EQ(f->compilations(), 1);
+    EXPECT_EQ(f->eager_fallbacks(), 0);
+  }
+}
+
+TEST(CompileSemantics, TensorsMadeInsideStartAfreshOnCpu) { TensorsMadeInsideStartAfresh(kCPU); }
+TEST(CompileSemantics, TensorsMadeInsideStartAfreshOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  TensorsMadeInsideStartAfresh(CUDA(0));
+}
+
+// Writes through views (narrow, select, a strided slice) of a captured tensor land in it, as
+// eagerly: a compiled call once wrote a copy of the view and left the tensor as it was.
+void WritesThroughViewsOfACapturedTensor(Device device) {
+  for (const CompileOptions& mode : Modes(device)) {
+    const Tensor cache = zeros({4, 2}, DType::kFloat32, device), eager_cache = clone(cache);
+    auto step = [](const Tensor& c) -> Fn {
+      return [c](const std::vector<Tensor>& in) {
+        copy_(narrow(c, 0, 1, 1), in[0]);
+        add_(select(c, 0, 2), 1.0);
+        mul_(slice(c, 0, 0, 4, 3), 0.5);
+        return std::vector<Tensor>{c * 1.0};
+      };
+    };
+    CompileOptions o = mode;
+    o.mode = CompileOptions::Mode::kCompiled;
+    Generator gen(12);
+    std::optional<CompiledFn> f;
+    for (int call = 0; call < 3; ++call) {
+      const Tensor row = to(randn({1, 2}, gen), device);
+      if (!f) f.emplace(compile(step(cache), {row}, o));
+      ExpectEqualTensors((*f)({row})[0], step(eager_cache)({row})[0], absl::StrCat("call ", call));
+      ExpectEqualTensors(cache, eager_cache, absl::StrCat("the cache after call ", call));
+    }
+    EXPECT_EQ(f->compilations(), 1);
+  }
+}
+
+TEST(CompileSemantics, WritesThroughViewsOfACapturedTensorLandInItOnCpu) {
+  WritesThroughViewsOfACapturedTensor(kCPU);
+}
+TEST(CompileSemantics, WritesThroughViewsOfACapturedTensorLandInItOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  WritesThroughViewsOfACapturedTensor(CUDA(0));
+}
+
+// A tensor the function makes, writes and keeps past the call (a lazily made buffer) is refused:
+// eager's writes would persist in it, a compiled call's would not.
+TEST(CompileSemantics, AWrittenTensorMadeInsideAndKeptIsRefused) {
+  Tensor kept;
+  const Fn fn = [&kept](const std::vector<Tensor>& in) {
+    kept = zeros({4});
+    add_(kept, in[0]);
+    return std::vector<Tensor>{in[0] * 2.0};
+  };
+  try {
+    compile(fn, {ones({4})}, {.mode = CompileOptions::Mode::kCompiled});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("keeps it past the call"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("float32[4]"), std::string::npos) << e.what();
+  }
+}
+
 // Issue #13 item 7b: one CompiledFn called from several threads with new signatures at once.
 void ThreadedCalls(Device device) {
   const Fn fn = [](const std::vector<Tensor>& in) {
