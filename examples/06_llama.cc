@@ -18,7 +18,8 @@
 // prints the library's eager-vs-compiled report (kiln::CompareEagerAndCompiled) of the model's
 // full forward over the first prompt (on CUDA also replayed as a CUDA graph). --profile prints
 // the profiler's op and kernel tables of the last mode asked, over 3 whole generate calls (their
-// decode steps dominate the counts: divide by 3 x (new tokens - 1) for a step). --tp N also runs
+// decode steps dominate the counts: divide by 3 x (new tokens - 1) for a step) and, on CUDA, the
+// per-shape GEMV choices (kiln's GEMV or cuBLASLt; a gated product or apart). --tp N also runs
 // the model split over N ranks (ops/tensor_parallel.h) in every mode asked: threads of this
 // process on the CPU, one thread per GPU over NCCL on cuda:0..N-1; each rank loads only its share
 // of the checkpoint (split while loading: io/state_dict.h), rank 0 prints the ids and decode
@@ -38,8 +39,10 @@
 #include "io/state_dict.h"
 #include "models/generate.h"
 #include "models/llama.h"
+#include "ops/cuda/matmul_cuda.h"
 #include "ops/distributed.h"
 #include "ops/nccl.h"
+#include "runtime/build_config.h"
 
 namespace {
 
@@ -351,6 +354,9 @@ int main(int argc, char** argv) try {
     std::printf("\n%s: %d generate calls of %" PRId64 " new tokens profiled\n",
                 mode_names.back().c_str(), r.steps_recorded, o.max_new_tokens);
     examples::PrintTables(f, mode_names.back().c_str(), r, device.is_cuda());
+    if constexpr (kiln::kWithCuda) {  // the per-shape GEMV choices the steps ran
+      if (device.is_cuda()) std::printf("%s\n", kiln::cuda_ops::GemvDecisions().c_str());
+    }
   }
   if (f.Bool("compare")) {
     const std::vector<int64_t>& ids = prompts[0];

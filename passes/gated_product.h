@@ -7,6 +7,15 @@
 //   %5 = silu(%4)
 //   %6 = mul(%5, %3)
 //
+// or of an activation of one linear and another linear of the same x and weight shape (the
+// gate_proj and up_proj of transformers' MLPs, unmerged: GEMM merge joins them only for frozen
+// weights),
+//
+//   %3 = linear(%0, %1) : bf16[1, 8192]   gate
+//   %4 = linear(%0, %2) : bf16[1, 8192]   up
+//   %5 = silu(%3)
+//   %6 = mul(%5, %4)
+//
 // matched at the mul, either operand order, either half the gate. Kernel families that compute
 // the product from the linear's sums (the gemm family's GeGLU GEMM, the norm-linear family's gated
 // GEMV) match it here and add their own rules (which activations, who else uses the values).
@@ -26,6 +35,8 @@ inline constexpr int64_t kGatedGemvMaxRows = 8;
 struct GatedProductMatch {
   ir::ValueId linear = -1, gate = -1, up = -1, act = -1, mul = -1;
   bool gate_first = false;  // the gate is the linear's first half
+  // Two linears: `linear` and `gate` are the gate's linear, `up` the up's (no slices).
+  bool two_linears = false;
 };
 
 // The pattern rooted at mul `v` with a relu, gelu (either approximation) or silu as the
@@ -35,9 +46,14 @@ struct GatedProductMatch {
 std::optional<GatedProductMatch> MatchGatedProduct(const ir::Graph& g, ir::ValueId v,
                                                    std::string* why);
 
+// Whether the product's rows are static and at most kGatedGemvMaxRows (a decode step's): the
+// norm-linear family's gated GEMV serves it, so other families leave its parts alone.
+bool HasGatedGemvRows(const ir::Graph& g, const GatedProductMatch& m);
+
 // The gated product's values that only its own ops may use (the slices, the activation and the
-// linear, whose users must be exactly the two slices): "" when none has another user or is a
-// graph output, else which one. `users` and `is_output` as FusionGroups computes them.
+// linear, whose users must be exactly the two slices; or the two linears and the activation): ""
+// when none has another user or is a graph output, else which one. `users` and `is_output` as
+// FusionGroups computes them.
 std::string GatedProductFanOut(const GatedProductMatch& m,
                                const std::vector<std::vector<ir::ValueId>>& users,
                                const std::vector<bool>& is_output);

@@ -452,6 +452,39 @@ TEST(GemmEpilogueFusion, ReluWithoutBiasAndAsGraphOutput) {
   )"));
 }
 
+// The gate of a GeGLU of two linears at decode (at most 8 rows) stays out of the gate linear's
+// epilogue while the gated GEMV is on (it computes the whole product); off, or at 9 rows, it joins.
+TEST(GemmEpilogueFusion, AGatedGemvsGateStaysOutOfTheEpilogue) {
+  GemmEpilogueFusion pass(codegen::GemmEpilogueTemplate());
+  auto ir = [](int rows) {
+    return absl::StrReplaceAll(R"(
+    graph(%0: bf16[R, 16]@cuda:0, %1: bf16[32, 16]@cuda:0, %2: bf16[32, 16]@cuda:0) {
+      %3 = linear(%0, %1) : bf16[R, 32]@cuda:0
+      %4 = linear(%0, %2) : bf16[R, 32]@cuda:0
+      %5 = gelu(%3) {approximate=tanh} : bf16[R, 32]@cuda:0
+      %6 = mul(%5, %4) : bf16[R, 32]@cuda:0
+      return %6
+    })",
+                               {{"R", std::to_string(rows)}});
+  };
+  PassContext on;
+  on.gated_gemv = true;
+  EXPECT_TRUE(FileCheck(RunPass(pass, ir(8), &on), R"(
+    CHECK: %3 = linear(%0, %1) : bf16[8, 32]
+    CHECK: = gelu(%3) {approximate=tanh}
+  )"));
+  EXPECT_TRUE(Logged(on, {"not fused: linear %3 -> gelu %5",
+                          "the gate of a gated product of at "
+                          "most 8 rows"}))
+      << absl::StrJoin(on.explain, "\n");
+  PassContext off;
+  off.gated_gemv = false;
+  EXPECT_NE(RunPass(pass, ir(8), &off).find("{epilogue=gelu_tanh}"), std::string::npos);
+  PassContext nine;
+  nine.gated_gemv = true;
+  EXPECT_NE(RunPass(pass, ir(9), &nine).find("{epilogue=gelu_tanh}"), std::string::npos);
+}
+
 TEST(GemmEpilogueFusion, ErfGeluIsNotFused) {
   GemmEpilogueFusion pass(codegen::GemmEpilogueTemplate());
   PassContext ctx;
@@ -828,6 +861,57 @@ TEST(NormLinearFusion, AGatedProductJoinsItsLinear) {
   EXPECT_TRUE(Logged(ctx, {"norm-linear fusion: %5 (rms_norm) -> linear %6 %12", "GEMVs",
                            "linear %6 with its gated product silu(%8) * %7 at %10"}))
       << absl::StrJoin(ctx.explain, "\n");
+}
+
+// transformers' MLP unmerged (gate_proj and up_proj, biases too): the two linears of the norm and
+// their product are one node whose output is the product. Linears unlike each other (a bias on one)
+// are no product: they join as two GEMVs.
+TEST(NormLinearFusion, AGatedProductOfTwoLinearsJoinsThem) {
+  NormLinearFusion pass(codegen::NormLinearTemplate());
+  PassContext ctx;
+  const std::string out = RunPass(pass, R"(
+    graph(%0: bf16[2, 64]@cuda:0, %1: bf16[64]@cuda:0, %2: bf16[128, 64]@cuda:0, %3: bf16[128]@cuda:0, %4: bf16[128, 64]@cuda:0, %5: bf16[128]@cuda:0, %6: bf16[64, 128]@cuda:0) {
+      %7 = rms_norm(%0, %1) {eps=1e-06} : bf16[2, 64]@cuda:0
+      %8 = linear(%7, %2, %3) : bf16[2, 128]@cuda:0
+      %9 = linear(%7, %4, %5) : bf16[2, 128]@cuda:0
+      %10 = silu(%8) : bf16[2, 128]@cuda:0
+      %11 = mul(%10, %9) : bf16[2, 128]@cuda:0
+      %12 = linear(%11, %6, %0) {epilogue=add} : bf16[2, 64]@cuda:0
+      return %12
+    })",
+                                  &ctx);
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %[[NODE:[0-9]+]] = fusion kiln_fused_rms_norm_linear_silu_mul_0(%0, %1, %2, %3, %4, %5) : bf16[2, 128]
+    CHECK-NEXT: graph(
+    CHECK-NEXT: %[[N:[0-9]+]] = rms_norm(%0, %1) {eps=
+    CHECK-NEXT: %[[G:[0-9]+]] = linear(%[[N]], %2, %3) : bf16[2, 128]
+    CHECK-NEXT: %[[U:[0-9]+]] = linear(%[[N]], %4, %5) : bf16[2, 128]
+    CHECK-NEXT: %[[A:[0-9]+]] = silu(%[[G]])
+    CHECK-NEXT: %[[P:[0-9]+]] = mul(%[[A]], %[[U]]) : bf16[2, 128]
+    CHECK-NEXT: return %[[P]]
+    CHECK: = linear(%[[NODE]], %6, %0) {epilogue=add} : bf16[2, 64]
+    CHECK-NOT: = silu(
+  )")) << out;
+  EXPECT_TRUE(Logged(ctx, {"norm-linear fusion: %7 (rms_norm) -> linear %8 %9", "GEMVs",
+                           "linear %8 with its gated product silu(%8) * %9 at %11"}))
+      << absl::StrJoin(ctx.explain, "\n");
+
+  PassContext other;
+  const std::string apart = RunPass(pass, R"(
+    graph(%0: bf16[2, 64]@cuda:0, %1: bf16[128, 64]@cuda:0, %2: bf16[128, 64]@cuda:0, %3: bf16[128]@cuda:0) {
+      %4 = layer_norm(%0) {eps=1e-05} : bf16[2, 64]@cuda:0
+      %5 = linear(%4, %1) : bf16[2, 128]@cuda:0
+      %6 = linear(%4, %2, %3) : bf16[2, 128]@cuda:0
+      %7 = gelu(%5) : bf16[2, 128]@cuda:0
+      %8 = mul(%7, %6) : bf16[2, 128]@cuda:0
+      return %8
+    })",
+                                    &other);
+  EXPECT_TRUE(FileCheck(apart, R"(
+    CHECK: fusion kiln_fused_layer_norm_linear_0(
+    CHECK: = gelu(
+    CHECK: = mul(
+  )")) << apart;
 }
 
 // A gated product whose gate is also read elsewhere stays outside: the linear joins alone, and

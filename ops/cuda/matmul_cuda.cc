@@ -969,14 +969,24 @@ bool NormLinearGemv(OpId norm, absl::Span<const Tensor> norm_in, double eps,
       !same(nrm.bias)) {
     return false;
   }
-  // A gated product: w holds both halves ([2n, k]), the output one ([..., n]).
-  const int64_t halves = gated != nullptr ? 2 : 1;
+  // A gated product of one linear: w holds both halves ([2n, k]), the output one ([..., n]); of
+  // two: the up's weight and bias are laid out as the gate's.
+  const bool two_linears = gated != nullptr && gated->up_weight.defined();
+  const int64_t halves = gated != nullptr && !two_linears ? 2 : 1;
   const int64_t n = w.size(0) / halves, k = w.size(1);
   const std::optional<cuda_kernels::GemvAct> gate_act =
       gated != nullptr ? GateAct(*gated) : std::nullopt;
-  if (gated != nullptr && (!gate_act.has_value() || w.size(0) != 2 * n ||
+  if (gated != nullptr && (!gate_act.has_value() || w.size(0) != halves * n ||
                            attrs.epilogue != Epilogue::kNone || residual.defined())) {
     return false;
+  }
+  if (two_linears) {
+    const Tensor &uw = gated->up_weight, &ub = gated->up_bias;
+    if (!same(uw) || !same(ub) || uw.shape() != w.shape() || uw.strides() != w.strides() ||
+        ub.defined() != bias.defined() ||
+        (ub.defined() && (ub.shape() != bias.shape() || ub.strides() != bias.strides()))) {
+      return false;
+    }
   }
   auto row_vector = [](const Tensor& u, int64_t len) {
     return !u.defined() || (u.dim() == 1 && u.size(0) == len && (len == 1 || u.stride(0) == 1));
@@ -999,7 +1009,9 @@ bool NormLinearGemv(OpId norm, absl::Span<const Tensor> norm_in, double eps,
   const Tensor o = out.as_strided({m, n}, {n, 1}, out.offset());
   GemvUpHalf up;
   Tensor w_rows = w, bias_rows = bias;
-  if (gated != nullptr) {  // the gate's rows as w, the up's as up.w
+  if (two_linears) {
+    up = {gated->up_weight, gated->up_bias, *gate_act};
+  } else if (gated != nullptr) {  // the gate's rows as w, the up's as up.w
     const int64_t gate_at = gated->gate_first ? 0 : n, up_at = gated->gate_first ? n : 0;
     up = {Rows(w, up_at, n), Rows(bias, up_at, n), *gate_act};
     w_rows = Rows(w, gate_at, n);

@@ -57,15 +57,18 @@ void Linear(const OpDef& def, absl::Span<const Tensor> in, const Tensor& out, co
 // which the choice times: gemv_choice.h, once per problem in auto mode, the norm in the
 // problem's key). The caller then runs the two ops.
 //
-// With `gated` (a GLU MLP's merged gate/up linear at decode): `out` [..., f] is the product
+// With `gated` (a GLU MLP's gate/up linear at decode): `out` [..., f] is the product
 // act(gate) · up of the two halves of the linear's [..., 2f] output, as one launch that never
 // writes the linear's output (GemvArgs::w_up); w is the merged [2f, k] weight (bias [2f]), the
-// linear has no epilogue. `norm_then_linear` then writes that product the other way (it is what
-// the choice times against).
+// linear has no epilogue. With `up_weight` defined, gate and up are two linears of the normalised
+// rows instead: `rest` is the gate's ({w [f, k], bias?}), up_weight (up_bias) the up's, laid out
+// alike. `norm_then_linear` then writes that product the other way (it is what the choice times
+// against).
 struct GatedProduct {
   OpId act = OpId::kSilu;  // relu, gelu or silu, applied to the gate half
   GeluApprox approximate = GeluApprox::kNone;
-  bool gate_first = true;  // the gate is the linear's first half
+  bool gate_first = true;     // the gate is the linear's first half
+  Tensor up_weight, up_bias;  // two linears: the up's (undefined: halves of one linear)
 };
 bool NormLinearGemv(OpId norm, absl::Span<const Tensor> norm_in, double eps,
                     absl::Span<const Tensor> rest, const OpAttrs& attrs, const Tensor& out,

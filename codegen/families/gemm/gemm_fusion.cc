@@ -21,6 +21,14 @@ constexpr char kLog[] = "gemm fusion: ";
 std::optional<GegluMatch> MatchGeglu(const Graph& g, ValueId v, std::string* why) {
   std::optional<GegluMatch> m = MatchGatedProduct(g, v, why);
   if (!m.has_value()) return m;
+  if (m->two_linears) {
+    if (why != nullptr) {
+      *why =
+          "gate and up are two linears (the kernel reads one weight of both: GEMM merge "
+          "joins them with CompileOptions::freeze_weights)";
+    }
+    return std::nullopt;
+  }
   if (!g.IsOp(m->act, OpId::kGelu)) {
     if (why != nullptr) *why = "the activation is not a GELU (the kernel's epilogue is gelu_tanh)";
     return std::nullopt;
@@ -53,9 +61,7 @@ absl::StatusOr<bool> GegluGemmFusion::Run(Graph& graph, PassContext& ctx) {
       refuse(fan_out);
       continue;
     }
-    if (const TensorType& out = graph.type(m->mul);
-        ctx.gated_gemv && graph.node(m->mul).sym_dims == 0 && out.rank() > 0 &&
-        out.shape.back() > 0 && out.numel() / out.shape.back() <= kGatedGemvMaxRows) {
+    if (ctx.gated_gemv && HasGatedGemvRows(graph, *m)) {
       // The node would run the linear and an elementwise kernel at this size anyway (one row of
       // 128-row tiles is slower); the norm-linear family's gated GEMV takes it after a norm.
       refuse(absl::StrCat("at most ", kGatedGemvMaxRows,

@@ -1,11 +1,13 @@
 // GEMM epilogue fusion (see epilogue_fusion.h).
 #include "codegen/families/gemm_epilogue/epilogue_fusion.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "ir/printer.h"
+#include "passes/gated_product.h"
 #include "passes/simplify.h"
 
 namespace kiln::passes {
@@ -51,6 +53,15 @@ std::string WhyNot(const Graph& g, ValueId lin, ValueId act, const std::vector<V
                         " differs from the linear's ", ir::PrintType(l.type));
   }
   return "";
+}
+
+// Whether activation `act` is the gate of a gated product of two linears that the norm-linear
+// family's gated GEMV serves (passes/gated_product.h): in the gate's epilogue it would leave the
+// product without its activation.
+bool GateOfAGatedGemv(const Graph& g, ValueId act, const std::vector<std::vector<ValueId>>& users) {
+  if (users[act].size() != 1) return false;
+  const std::optional<GatedProductMatch> m = MatchGatedProduct(g, users[act][0], nullptr);
+  return m.has_value() && m->two_linears && m->act == act && HasGatedGemvRows(g, *m);
 }
 
 // The other operand of add node `add` when linear `lin` is one of them; -1 if both are `lin`.
@@ -125,7 +136,11 @@ absl::StatusOr<bool> GemmEpilogueFusion::Run(Graph& graph, PassContext& ctx) {
       const std::string pair =
           absl::StrCat("linear %", v, " -> ", GetOpDef(graph.node(act).op).name, " %", act);
       Epilogue epilogue = Epilogue::kNone;
-      const std::string why = WhyNot(graph, v, act, users[v], is_output[v], &epilogue);
+      std::string why = WhyNot(graph, v, act, users[v], is_output[v], &epilogue);
+      if (why.empty() && ctx.gated_gemv && GateOfAGatedGemv(graph, act, users)) {
+        why = absl::StrCat("the gate of a gated product of at most ", kGatedGemvMaxRows,
+                           " rows: the GEMV's gated product serves it (norm-linear family)");
+      }
       if (!why.empty()) {
         ctx.explain.push_back(absl::StrCat("not fused: ", pair, " (GEMM epilogue): ", why));
         continue;

@@ -68,12 +68,13 @@ std::string Refusal(const Graph& g, ValueId norm, const std::vector<ValueId>& li
   return "";
 }
 
-// The gated product that linear `lin` feeds with its two halves, whose values only it uses, else
-// nullopt (`why` then says why, when a product was found).
+// The gated product that linear `lin` feeds with its two halves (or as the gate, beside another
+// linear of the norm as the up), whose values only it uses, else nullopt (`why` then says why, when
+// a product was found).
 std::optional<GatedProductMatch> GatedProductOf(const Graph& g, ValueId lin,
                                                 const FusionGroups& grp, std::string* why) {
   for (ValueId s : grp.users[lin]) {
-    for (ValueId mul : grp.users[s]) {  // the up half's slice is the mul's operand
+    for (ValueId mul : grp.users[s]) {  // the up (slice or linear) is the mul's operand
       std::optional<GatedProductMatch> m = MatchGatedProduct(g, mul, nullptr);
       if (!m.has_value() || m->linear != lin) continue;
       std::string fan_out = GatedProductFanOut(*m, grp.users, grp.is_output);
@@ -128,7 +129,8 @@ absl::StatusOr<bool> NormLinearFusion::Run(Graph& graph, PassContext& ctx) {
                       GetOpDef(graph.node(m->act).op).name, "(%", m->gate, ") * %", m->up, " at %",
                       m->mul);
     }
-    std::sort(members.begin(), members.end());
+    std::sort(members.begin(), members.end());  // two linears' product: its gate and up joined
+    members.erase(std::unique(members.begin(), members.end()), members.end());
     for (ValueId m : members) grp.group_of[m] = gid;
     grp.groups.push_back(std::move(members));
     ctx.explain.push_back(absl::StrCat(kLog, pair, ": ", lins.size() == 1 ? "one GEMV" : "GEMVs",

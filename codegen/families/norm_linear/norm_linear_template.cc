@@ -8,10 +8,10 @@
 // runs the norm into a temporary and then the linear, as eager does.
 //
 // An output that is the gated product of a GLU MLP (act(gate) · up over the two halves of a merged
-// linear's output, passes/gated_product.h) is one launch of the gated GEMV (GemvArgs::w_up): the
-// norm, both halves' sums and the product, the [m, 2f] linear output never written. It is timed
-// against the way it ran before this family took it: the merged linear as above into a temporary,
-// then a generated elementwise kernel (the pointwise family's) for the product.
+// linear's output, or over two linears of the norm, passes/gated_product.h) is one launch of the
+// gated GEMV (GemvArgs::w_up): the norm, both sums and the product, the linear outputs never
+// written. It is timed against the way it ran before this family took it: the linear(s) as above
+// into temporaries, then a generated elementwise kernel (the pointwise family's) for the product.
 #include <algorithm>
 #include <mutex>
 #include <optional>
@@ -66,7 +66,10 @@ bool IsNormLinearBody(const ir::Graph& body) {
     }
     const std::optional<passes::GatedProductMatch> m = passes::MatchGatedProduct(body, o, nullptr);
     if (!m.has_value() || body.node(m->linear).inputs[0] != first) return false;
-    for (ValueId v : {m->linear, m->gate, m->up, m->act, m->mul}) {
+    std::vector<ValueId> values = {m->linear, m->up, m->act,
+                                   m->mul};  // two linears: gate == linear
+    if (!m->two_linears) values.push_back(m->gate);
+    for (ValueId v : values) {
       if (!cover(v)) return false;
     }
   }
@@ -91,6 +94,11 @@ class NormLinearKernel final : public FusedKernel {
         const Node& act = body.node(m->act);
         l.gated = cuda_ops::GatedProduct{act.op, act.attrs.approximate, m->gate_first};
         l.act_attrs = act.attrs;
+        if (m->two_linears) {
+          const Node& up = body.node(m->up);
+          l.up_rest.assign(up.inputs.begin() + 1, up.inputs.end());
+          l.up_attrs = up.attrs;
+        }
       }
       l.attrs = body.node(lin).attrs;
       for (size_t i = 1; i < body.node(lin).inputs.size(); ++i) {
@@ -113,12 +121,12 @@ class NormLinearKernel final : public FusedKernel {
     auto norm_into = [&](const Tensor& dst) { DispatchOut(norm_op_, norm_in, norm_attrs_, dst); };
     // Linear `l` of the normalised rows into dst: the GEMV that normalises them where it runs
     // so, else the linear of `normed` (the norm's output, made by the first linear that needs it).
-    auto linear_into = [&](const Linear& l, const std::vector<Tensor>& rest, const Tensor& dst,
+    auto linear_into = [&](const OpAttrs& attrs, const std::vector<Tensor>& rest, const Tensor& dst,
                            Tensor& normed) {
       auto linear_of = [&](const Tensor& x, const Tensor& to) {
         std::vector<Tensor> lin = {x};
         lin.insert(lin.end(), rest.begin(), rest.end());
-        DispatchOut(OpId::kLinear, lin, l.attrs, to);
+        DispatchOut(OpId::kLinear, lin, attrs, to);
       };
       auto norm_then_linear = [&](const Tensor& to) {  // what the fused GEMV is timed against
         const Tensor x = Tensor::Empty(norm_type_.shape, norm_type_.dtype, to.device());
@@ -127,7 +135,7 @@ class NormLinearKernel final : public FusedKernel {
       };
       if constexpr (kWithCuda) {
         if (dst.device().is_cuda() &&
-            cuda_ops::NormLinearGemv(norm_op_, norm_in, norm_attrs_.eps, rest, l.attrs, dst,
+            cuda_ops::NormLinearGemv(norm_op_, norm_in, norm_attrs_.eps, rest, attrs, dst,
                                      norm_then_linear)) {
           return;
         }
@@ -142,23 +150,32 @@ class NormLinearKernel final : public FusedKernel {
       const Linear& l = linears_[i];
       const std::vector<Tensor> rest = Pick(in, l.rest);
       if (!l.gated.has_value()) {
-        linear_into(l, rest, out[i], normed);
+        linear_into(l.attrs, rest, out[i], normed);
         continue;
       }
-      // The merged linear into a temporary, then the product of its halves. Its own norm output:
-      // the choice times it whole, call after call.
+      // The linear(s) into temporaries, then the product (of the merged linear's halves). Its
+      // own norm output: the choice times it whole, call after call.
+      const std::vector<Tensor> up_rest = Pick(in, l.up_rest);
       auto apart = [&](const Tensor& dst) {
         Shape shape = dst.shape();
         shape.back() = rest[0].size(0);
         const Tensor y = Tensor::Empty(shape, dst.dtype(), dst.device());
         Tensor own_normed;
-        linear_into(l, rest, y, own_normed);
-        Product(i, y, dst);
+        linear_into(l.attrs, rest, y, own_normed);
+        if (up_rest.empty()) return Product(i, y, dst);
+        const Tensor y_up = Tensor::Empty(shape, dst.dtype(), dst.device());
+        linear_into(l.up_attrs, up_rest, y_up, own_normed);
+        Product(i, y, y_up, dst);
       };
       if constexpr (kWithCuda) {
+        cuda_ops::GatedProduct gated = *l.gated;
+        if (!up_rest.empty()) {
+          gated.up_weight = up_rest[0];
+          if (up_rest.size() > 1) gated.up_bias = up_rest[1];
+        }
         if (out[i].device().is_cuda() &&
             cuda_ops::NormLinearGemv(norm_op_, norm_in, norm_attrs_.eps, rest, l.attrs, out[i],
-                                     apart, &*l.gated)) {
+                                     apart, &gated)) {
           continue;
         }
       }
@@ -180,8 +197,11 @@ class NormLinearKernel final : public FusedKernel {
                         l.gated->approximate == GeluApprox::kTanh ? " tanh" : "",
                         l.gated->gate_first ? " first" : "");
       }
+      if (!l.up_rest.empty()) {
+        absl::StrAppend(&key, " up ", LaunchKey(OpId::kLinear, Pick(in, l.up_rest), l.up_attrs));
+      }
       Shape shape = norm_type_.shape;
-      shape.back() = rest[0].size(0) / (l.gated.has_value() ? 2 : 1);
+      shape.back() = rest[0].size(0) / (l.gated.has_value() && l.up_rest.empty() ? 2 : 1);
       outs.push_back(Tensor::Empty(shape, norm_type_.dtype, in[0].device()));
     }
     return CountCallLaunchesOnce(key, [&] { Run(in, outs); });
@@ -209,16 +229,20 @@ class NormLinearKernel final : public FusedKernel {
     std::vector<ValueId> rest;  // positions in the node's inputs of w, bias?, residual?
     std::optional<cuda_ops::GatedProduct> gated;  // the output is act(gate) · up of its halves
     OpAttrs act_attrs;                            // the gate activation's
+    std::vector<ValueId> up_rest;  // a gated product of two linears: the up's w, bias?
+    OpAttrs up_attrs;
   };
 
-  // dst = act(gate) · up from the halves of y (linear i's output): the generated elementwise kernel
-  // on CUDA, the ops elsewhere.
+  // dst = act(gate) · up from the halves of y (linear i's output).
   void Product(size_t i, const Tensor& y, const Tensor& dst) const {
-    const Linear& l = linears_[i];
     const int64_t last = y.dim() - 1, f = dst.size(-1);
     const Tensor first = slice(y, last, 0, f), second = slice(y, last, f, 2 * f);
-    const Tensor& gate = l.gated->gate_first ? first : second;
-    const Tensor& up = l.gated->gate_first ? second : first;
+    const bool gate_first = linears_[i].gated->gate_first;
+    Product(i, gate_first ? first : second, gate_first ? second : first, dst);
+  }
+  // dst = act(gate) · up: the generated elementwise kernel on CUDA, the ops elsewhere.
+  void Product(size_t i, const Tensor& gate, const Tensor& up, const Tensor& dst) const {
+    const Linear& l = linears_[i];
 #if KILN_WITH_CUDA
     if (dst.device().is_cuda()) {
       return cuda_ops::LaunchElementwise(ProductKernel(i, dst.dtype()), {gate, up}, {dst});
