@@ -95,14 +95,14 @@ struct CompileOptions {
   bool multi_output_fusion = true;
   // Small independent pointwise kernels next to each other in the plan (a decode step's RoPE of q
   // and of k) run as one combo kernel (codegen/families/pointwise/horizontal_fusion.h); default
-  // KILN_EW_COMBINE (off until a GPU run has checked the combo kernel).
+  // KILN_EW_COMBINE (on).
   bool horizontal_fusion = EnvBool("KILN_EW_COMBINE");
   // A GLU MLP's gate/up projection after a norm and act(gate) * up, for at most 8 rows, are one
   // gated GEMV (codegen/families/norm_linear/README.md); default KILN_GEMV_GLU (off until a GPU
   // run has checked the gated kernel).
   bool gated_gemv = EnvBool("KILN_GEMV_GLU");
   // An elementwise op reading a cat computes on the cat's parts on CUDA too (passes/cat_sinking.h;
-  // on the CPU always); default KILN_CAT_SINK_CUDA (off until a GPU run has checked it).
+  // on the CPU always); default KILN_CAT_SINK_CUDA (on).
   bool cuda_cat_sinking = EnvBool("KILN_CAT_SINK_CUDA");
   // Linears sharing an input: one GEMM (over frozen weights only; without freeze_weights the
   // explain log names the linears that would have merged).

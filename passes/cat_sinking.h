@@ -20,9 +20,9 @@
 // and is no graph output, and spans the op's whole extent along its dim; every part's op and the
 // rebuilt value have the op's dtype and type (else nothing changes). Runs to a fixed point (a chain
 // of elementwise ops after a cat sinks it past each). On CUDA values only with
-// PassContext::cuda_cat_sinking (CompileOptions::cuda_cat_sinking, default KILN_CAT_SINK_CUDA: off
-// until a GPU run has checked the stored-cat kernels it leads to). Each rewrite is logged ("cat
-// sinking: mul %8 computes on the 2 parts of cat %6; ...").
+// PassContext::cuda_cat_sinking (CompileOptions::cuda_cat_sinking, default KILN_CAT_SINK_CUDA: on;
+// the stored-cat kernels it leads to ran the CUDA suite and compute-sanitizer on an H100). Each
+// rewrite is logged ("cat sinking: mul %8 computes on the 2 parts of cat %6; ...").
 #pragma once
 
 #include "passes/pass.h"

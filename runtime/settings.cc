@@ -169,14 +169,13 @@ const std::vector<Setting>& Settings() {
        "_small one (A/B)"},
       {"KILN_EW_STREAM", Kind::kBool, "off", "",
        "on: generated contiguous/rows kernels load and store with streaming hints (A/B)"},
-      {"KILN_CAT_SINK_CUDA", Kind::kBool, "off", "",
-       "on: on CUDA too, an elementwise op reading a cat computes on the cat's parts and the cat "
-       "follows it (transformers' rotary embedding: one kernel; CompileOptions::cuda_cat_sinking's "
-       "default; on the CPU always; off on CUDA until a GPU run has checked it)"},
-      {"KILN_EW_COMBINE", Kind::kBool, "off", "",
-       "on: small independent pointwise kernels (a decode step's RoPE of q and of k) run as one "
-       "combo kernel (CompileOptions::horizontal_fusion's default; off until a GPU run has "
-       "checked and timed the combo kernel)"},
+      {"KILN_CAT_SINK_CUDA", Kind::kBool, "on", "",
+       "off: on CUDA, an elementwise op reading a cat no longer computes on the cat's parts "
+       "(transformers' rotary embedding then takes several kernels; CompileOptions::"
+       "cuda_cat_sinking's default; on the CPU it always does)"},
+      {"KILN_EW_COMBINE", Kind::kBool, "on", "",
+       "off: small independent pointwise kernels (a decode step's RoPE of q and of k) run apart "
+       "instead of as one combo kernel (CompileOptions::horizontal_fusion's default)"},
   };
   return table;
 }
