@@ -286,16 +286,23 @@ absl::Status SameProgramAt(const ir::TensorFn& fn, const Graph& symbolic,
   return absl::OkStatus();
 }
 
-// The outputs that are one input, whole, in every trace.
-std::vector<std::optional<ir::OutputAlias>> WholeInputs(
+// The outputs that are one input, whole, in every trace; an error when an output is a view of an
+// input (a window whose layout changes with the sizes: a plan per size returns that view, as
+// eager does, where a symbolic plan would return a copy).
+absl::StatusOr<std::vector<std::optional<ir::OutputAlias>>> WholeInputs(
     const std::vector<std::optional<ir::OutputAlias>> (&aliases)[3]) {
   std::vector<std::optional<ir::OutputAlias>> out(aliases[2].size());
   for (size_t k = 0; k < out.size(); ++k) {
     bool whole = true;
-    for (int t = 0; t < 3 && whole; ++t) {
+    for (int t = 0; t < 3; ++t) {
       const std::optional<ir::OutputAlias>& a = aliases[t][k];
-      whole = a.has_value() && aliases[2][k].has_value() && a->whole_input &&
-              a->input == aliases[2][k]->input;
+      if (a.has_value() && !a->whole_input) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "output ", k, " is a view of input ", a->input,
+            " (its window changes with the sizes: a plan per size returns it as eager does)"));
+      }
+      whole =
+          whole && a.has_value() && aliases[2][k].has_value() && a->input == aliases[2][k]->input;
     }
     if (whole) out[k] = ir::OutputAlias{.input = aliases[2][k]->input, .whole_input = true};
   }
@@ -332,7 +339,7 @@ absl::StatusOr<Graph> TraceSymbolic(const ir::TensorFn& fn, const std::vector<Te
     if (aliases[0].size() != aliases[2].size() || aliases[1].size() != aliases[2].size()) {
       return absl::FailedPreconditionError("the traced outputs change with the sizes");
     }
-    *whole_inputs = WholeInputs(aliases);
+    KILN_ASSIGN_OR_RETURN(*whole_inputs, WholeInputs(aliases));
   }
   return std::move(graphs[2]);
 }

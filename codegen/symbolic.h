@@ -62,7 +62,8 @@ absl::StatusOr<SymbolicShapes> NamedSymbols(const std::vector<TensorType>& types
 // and returns the graph at `types` with sym_dims and sym_attrs set; an error says why the
 // function is not symbolic in those dims.
 // `whole_inputs` (may be null): per output, the input it is, whole, at every traced size (an
-// OutputAlias with whole_input set), else nullopt.
+// OutputAlias with whole_input set), else nullopt; an output that is a view of an input (not all
+// of it) is then an error (a symbolic plan would return a copy where eager returns the view).
 absl::StatusOr<ir::Graph> TraceSymbolic(
     const ir::TensorFn& fn, const std::vector<TensorType>& types, const SymbolicShapes& symbols,
     std::vector<std::optional<ir::OutputAlias>>* whole_inputs = nullptr);

@@ -223,6 +223,32 @@ TEST(CompileSemantics, SymbolicPlansCheckSizesOutsideTheirTraces) {
   EXPECT_EQ(grow.compilations(), 2);
 }
 
+// An output that is a view of an input (one the function writes, here) is that view at every size,
+// as eagerly: the function gets a plan per size instead of a symbolic plan that returned a copy
+// (a later write through the output then missed the input).
+TEST(CompileSemantics, AViewOfAnInputStaysAViewAtEverySize) {
+  const Fn fn = [](const std::vector<Tensor>& in) {
+    const Tensor head = slice(in[0], 0, 0, 2);
+    add_(in[0], 1.0);
+    return std::vector<Tensor>{head};
+  };
+  CompiledFn f = compile(fn, {ones({4, 3})}, {.mode = CompileOptions::Mode::kCompiled});
+  for (int64_t n : {4, 6, 8, 6}) {
+    const Tensor x = ones({n, 3}), x_eager = ones({n, 3});
+    const Tensor got = f({x})[0], want = fn({x_eager})[0];
+    ExpectEqualTensors(got, want, absl::StrCat("at ", n));
+    EXPECT_TRUE(got.shares_storage(x)) << "at " << n;
+    add_(got, 100.0);  // reaches the input, as eagerly
+    add_(want, 100.0);
+    ExpectEqualTensors(x, x_eager,
+                       absl::StrCat("the input after a write through the output at ", n));
+  }
+  EXPECT_EQ(f.compilations(), 3);
+  EXPECT_NE(f.report({ones({6, 3})}).symbolic_dims.find("output 0 is a view of input 0"),
+            std::string::npos)
+      << f.report({ones({6, 3})}).symbolic_dims;
+}
+
 // A branch on one size, on a window of sizes or on a residue lies between sizes the plan served:
 // a size the traces never showed is traced before the plan serves it (a symbolic plan served
 // 9 with the branch of 4..12 before).
