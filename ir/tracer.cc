@@ -70,6 +70,16 @@ struct Alias {
 // A view of a real tensor is its eager view (same memory), recorded when it is read, so a write
 // through it reaches the tensor: a captured one becomes an input (AdoptCaptured), one the function
 // made a value of the trace (AdoptLocal).
+// View op `def`'s result of type `type` over `in`'s memory, as eager makes it; nullopt for a
+// reshape that must copy.
+std::optional<Tensor> EagerView(const OpDef& def, const Tensor& in, const TensorType& type,
+                                const OpAttrs& attrs) {
+  if (def.id != OpId::kReshape) return def.view(in, type, attrs);
+  const std::optional<Strides> s = views::ViewStrides(in, type.shape);
+  if (!s) return std::nullopt;
+  return in.as_strided(type.shape, *s, in.offset());
+}
+
 class Tracer final : public DispatchHook {
  public:
   // `captured` (may be null: writes to captured tensors are then refused) receives the tensors
@@ -201,17 +211,11 @@ class Tracer final : public DispatchHook {
     if (aliases_.contains(in.storage().get()) || in.data_ptr() == nullptr) return std::nullopt;
     const TensorType in_type = in.type();
     const TensorType type = InferTypesOrThrow(def, {&in_type, 1}, attrs);
-    Tensor view;
-    if (def.id == OpId::kReshape) {
-      const std::optional<Strides> s = views::ViewStrides(in, type.shape);
-      if (!s) return std::nullopt;
-      view = in.as_strided(type.shape, *s, in.offset());
-    } else {
-      view = def.view(in, type, attrs);
-    }
+    const std::optional<Tensor> view = EagerView(def, in, type, attrs);
+    if (!view) return std::nullopt;
     // A layout `in` already has or derives from reads as that (transpose back, a full slice):
     // recording it would close a cycle.
-    const RealKey key = RealKeyOf(view);
+    const RealKey key = RealKeyOf(*view);
     if (!DerivesFrom(in, key)) real_views_.emplace(key, RealView{&def, attrs, in});
     return view;
   }
@@ -268,17 +272,9 @@ class Tracer final : public DispatchHook {
   std::optional<Tensor> ViewOfPlaceholder(const OpDef& def, const Tensor& in, ValueId v,
                                           const OpAttrs& attrs) {
     auto it = aliases_.find(in.storage().get());
-    if (it == aliases_.end()) return std::nullopt;  // a view of a constant: a constant's view
-    const TensorType& type = graph_->type(v);
-    Tensor view;
-    if (def.id == OpId::kReshape) {
-      const std::optional<Strides> s = views::ViewStrides(in, type.shape);
-      if (!s) return std::nullopt;
-      view = in.as_strided(type.shape, *s, in.offset());
-    } else {
-      view = def.view(in, type, attrs);
-    }
-    it->second.views.emplace(LayoutOf(view), v);
+    if (it == aliases_.end()) return std::nullopt;  // an empty real tensor's: a value of its own
+    const std::optional<Tensor> view = EagerView(def, in, graph_->type(v), attrs);
+    if (view) it->second.views.emplace(LayoutOf(*view), v);
     return view;
   }
 
