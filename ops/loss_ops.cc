@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ops/composite_helpers.h"
+#include "ops/dispatch.h"
 #include "ops/ops.h"
 #include "runtime/status.h"
 
@@ -34,8 +35,8 @@ Tensor Reduce(const Tensor& loss, std::string_view reduction) {
 // `same_shape`, else broadcastable; returns their common floating dtype.
 DType CheckPointwise(const char* fn, const Tensor& input, const Tensor& target,
                      std::string_view reduction, bool same_shape) {
-  CheckDefined(fn, input);
-  CheckDefined(fn, target);
+  composite::CheckDefined(fn, input);
+  composite::CheckDefined(fn, target);
   CheckReduction(fn, reduction);
   const std::string got =
       absl::StrCat("input ", Describe(input.type()), ", target ", Describe(target.type()));
@@ -105,8 +106,8 @@ Tensor PickedLoss(const Tensor& input, const Tensor& target, int64_t c, int64_t 
 template <typename F>
 Tensor ClassificationLoss(const char* fn, const Tensor& input, const Tensor& target,
                           int64_t ignore_index, std::string_view reduction, F&& loss_of) {
-  CheckDefined(fn, input);
-  CheckDefined(fn, target);
+  composite::CheckDefined(fn, input);
+  composite::CheckDefined(fn, target);
   CheckReduction(fn, reduction);
   const int64_t c = CheckClassShapes(fn, input, target);
   return Named(fn, [&] { return PickedLoss(input, target, c, ignore_index, reduction, loss_of); });
@@ -164,7 +165,22 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, std::string_view re
                        });
 }
 
+namespace {
+
+// torch's rule for binary_cross_entropy's input: every element in [0, 1] (a NaN is not). Read
+// eagerly, a sync on CUDA (torch asserts on the device); a traced call records no check, and an
+// element outside [0, 1] gives NaN there.
+void CheckProbabilities(const char* fn, const Tensor& x) {
+  if (CurrentDispatchHook() != nullptr || x.device().is_meta() || x.numel() == 0) return;
+  KILN_CHECK(item<bool>(all(logical_and(ge(x, 0.0), le(x, 1.0)))), fn,
+             ": all elements of input should be between 0 and 1 (input ", Shapes(x), ")");
+}
+
+}  // namespace
+
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, std::string_view reduction) {
+  CheckPointwise("binary_cross_entropy", input, target, reduction, /*same_shape=*/true);
+  CheckProbabilities("binary_cross_entropy", input);
   // -(t log x + (1 - t) log(1 - x)), each log clamped at -100 as torch's (so 0 and 1 are finite).
   return PointwiseLoss("binary_cross_entropy", input, target, reduction, /*same_shape=*/true,
                        [](const Tensor& x, const Tensor& t) {
@@ -176,8 +192,8 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, std::stri
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
                                         std::string_view reduction, const Tensor& pos_weight) {
-  CheckDefined("binary_cross_entropy_with_logits", input);
-  CheckDefined("binary_cross_entropy_with_logits", target);
+  composite::CheckDefined("binary_cross_entropy_with_logits", input);
+  composite::CheckDefined("binary_cross_entropy_with_logits", target);
   if (pos_weight.defined()) {
     const absl::StatusOr<Shape> joint = BroadcastShapes(pos_weight.shape(), input.shape());
     KILN_CHECK(IsFloatingPoint(pos_weight.dtype()) && joint.ok() && *joint == input.shape(),

@@ -264,6 +264,13 @@ void LossesAreTorchs(Device device) {
         return binary_cross_entropy(p, F32({1, 0}, {2}, device));
       },
       "binary_cross_entropy", "input's shape");
+  for (double outside : {1.5, -0.25, std::nan("")}) {  // torch: "between 0 and 1", NaN too
+    ExpectErrorNames(
+        [&] {
+          return binary_cross_entropy(F32({0.5, outside}, {2}, device), F32({1, 0}, {2}, device));
+        },
+        "binary_cross_entropy", "between 0 and 1");
+  }
   ExpectErrorNames([&] { return huber_loss(in, tg, "mean", 0); }, "huber_loss", "delta");
   ExpectErrorNames(
       [&] {
