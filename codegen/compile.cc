@@ -201,6 +201,12 @@ void ApplyOutputAliases(const std::vector<std::optional<ir::OutputAlias>>& alias
   for (size_t k = 0; k < aliases.size() && k < outs.size(); ++k) {
     if (!aliases[k].has_value()) continue;
     const ir::OutputAlias& a = *aliases[k];
+    if (a.output >= 0) {  // a window of another output, which the plan computed whole
+      const Tensor& whole = outs[a.output];
+      if (whole.is_contiguous())
+        outs[k] = whole.as_strided(a.shape, a.strides, whole.offset() + a.offset);
+      continue;
+    }
     const Tensor& caller = inputs[a.input];
     if (a.whole_input) {
       outs[k] = caller;

@@ -229,8 +229,9 @@ class StridedWrites {
 };
 
 // Replaces each output `aliases` places in an input's memory with that view of the caller's
-// tensor (the tensor itself where the function returned what it received). `plan_inputs`: the
-// plan's inputs for `inputs` (a strided input's flat tensor, ir::FlatInput).
+// tensor (the tensor itself where the function returned what it received), and each window of
+// another output with that view of it. `plan_inputs`: the plan's inputs for `inputs` (a strided
+// input's flat tensor, ir::FlatInput).
 void ApplyOutputAliases(const std::vector<std::optional<ir::OutputAlias>>& aliases,
                         const std::vector<Tensor>& inputs, const std::vector<Tensor>& plan_inputs,
                         std::vector<Tensor>& outs);

@@ -288,7 +288,8 @@ absl::Status SameProgramAt(const ir::TensorFn& fn, const Graph& symbolic,
 
 // The outputs that are one input, whole, in every trace; an error when an output is a view of an
 // input (a window whose layout changes with the sizes: a plan per size returns that view, as
-// eager does, where a symbolic plan would return a copy).
+// eager does, where a symbolic plan would return a copy). A window of another output is returned
+// as a tensor of its own by a symbolic plan (same values; later writes through one miss the other).
 absl::StatusOr<std::vector<std::optional<ir::OutputAlias>>> WholeInputs(
     const std::vector<std::optional<ir::OutputAlias>> (&aliases)[3]) {
   std::vector<std::optional<ir::OutputAlias>> out(aliases[2].size());
@@ -296,13 +297,13 @@ absl::StatusOr<std::vector<std::optional<ir::OutputAlias>>> WholeInputs(
     bool whole = true;
     for (int t = 0; t < 3; ++t) {
       const std::optional<ir::OutputAlias>& a = aliases[t][k];
-      if (a.has_value() && !a->whole_input) {
+      if (a.has_value() && !a->whole_input && a->output < 0) {
         return absl::FailedPreconditionError(absl::StrCat(
             "output ", k, " is a view of input ", a->input,
             " (its window changes with the sizes: a plan per size returns it as eager does)"));
       }
-      whole =
-          whole && a.has_value() && aliases[2][k].has_value() && a->input == aliases[2][k]->input;
+      whole = whole && a.has_value() && a->whole_input && aliases[2][k].has_value() &&
+              a->input == aliases[2][k]->input;
     }
     if (whole) out[k] = ir::OutputAlias{.input = aliases[2][k]->input, .whole_input = true};
   }

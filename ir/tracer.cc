@@ -160,6 +160,32 @@ class Tracer final : public DispatchHook {
     return std::nullopt;
   }
 
+  // Per output: AliasOf, else, for a window of a storage the function computed whose whole is
+  // another output (y and a view of y it wrote through, both returned), that window of that output,
+  // so the caller gets views of one tensor, as eager returns them.
+  std::vector<std::optional<OutputAlias>> OutputAliases(
+      const std::vector<Tensor>& outs, const std::vector<Tensor>& placeholders) const {
+    std::vector<std::optional<OutputAlias>> aliases;
+    for (const Tensor& t : outs) aliases.push_back(AliasOf(t, placeholders));
+    for (size_t k = 0; k < outs.size(); ++k) {
+      auto it = aliases_.find(outs[k].storage().get());
+      if (aliases[k] || it == aliases_.end() || IsWhole(it->second, outs[k])) continue;
+      for (size_t j = 0; j < outs.size(); ++j) {
+        if (aliases[j] || outs[j].storage() != outs[k].storage() || !IsWhole(it->second, outs[j]) ||
+            outs[j].dtype() != outs[k].dtype()) {
+          continue;
+        }
+        aliases[k] = OutputAlias{.input = -1,
+                                 .offset = outs[k].offset(),
+                                 .shape = outs[k].shape(),
+                                 .strides = outs[k].strides(),
+                                 .output = static_cast<int>(j)};
+        break;
+      }
+    }
+    return aliases;
+  }
+
   // The value each graph input's storage holds at the end (the input itself if never written).
   std::vector<ValueId> FinalInputValues() const {
     std::vector<ValueId> out;
@@ -250,12 +276,15 @@ class Tracer final : public DispatchHook {
     aliases_.emplace(self.storage().get(), std::move(a));
   }
 
+  // Whether `t` is all of traced storage `a` (its base value).
+  static bool IsWhole(const Alias& a, const Tensor& t) {
+    return t.offset() == 0 && t.shape() == a.shape && t.strides() == ContiguousStrides(a.shape);
+  }
+
   // The value of `t`, a tensor over a traced storage: the base, a view recorded since the base
   // was last written, or a window of the base.
   ValueId ViewValue(Alias& a, const Tensor& t) {
-    if (t.offset() == 0 && t.shape() == a.shape && t.strides() == ContiguousStrides(a.shape)) {
-      return a.base;
-    }
+    if (IsWhole(a, t)) return a.base;
     const Layout l = LayoutOf(t);
     if (auto it = a.views.find(l); it != a.views.end()) return it->second;
     OpAttrs w;
@@ -300,9 +329,7 @@ class Tracer final : public DispatchHook {
                "first");
     auto it = aliases_.find(self.storage().get());  // adopted by Record if it was captured
     Alias& a = it->second;
-    const bool whole = self.offset() == 0 && self.shape() == a.shape &&
-                       self.strides() == ContiguousStrides(a.shape);
-    if (whole) {
+    if (IsWhole(a, self)) {
       a.base = v;
       a.views.clear();
       return self;
@@ -385,8 +412,7 @@ void Record(const TensorFn& fn, const std::vector<TensorType>& examples,
   std::vector<ValueId> out_ids;
   for (const Tensor& t : outs) out_ids.push_back(tracer.ValueOf(t));
   if (output_aliases != nullptr) {
-    output_aliases->clear();
-    for (const Tensor& t : outs) output_aliases->push_back(tracer.AliasOf(t, placeholders));
+    *output_aliases = tracer.OutputAliases(outs, placeholders);
   }
   outs.clear();
   tracer.CheckWrittenLocalsStayed();

@@ -44,13 +44,16 @@ absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<TensorType>& i
 // The caller binds such an input to the flat tensor over its memory (FlatInput).
 // An output of the traced function that is (a view of) the memory of its input `input`: where,
 // in the coordinates of that input's graph value. The compiled function returns that view of the
-// caller's tensor (the tensor itself for all of it), as eager returns it.
+// caller's tensor (the tensor itself for all of it), as eager returns it. With `output` set
+// (input -1): a window of output `output`, which is all of a tensor the function computed (it
+// wrote through the window and returned both), returned as that view of the plan's result.
 struct OutputAlias {
   int input = 0;
   int64_t offset = 0;
   Shape shape;
   Strides strides;
   bool whole_input = false;  // the tensor the function received, itself (at any size)
+  int output = -1;
 };
 // `output_aliases` (may be null) gets one entry per output the function returned.
 absl::StatusOr<Graph> Trace(const TensorFn& fn, const std::vector<TensorType>& input_types,

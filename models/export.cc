@@ -89,7 +89,8 @@ std::string ManifestJson(const Manifest& m) {
                                {"offset", a->offset},
                                {"shape", a->shape},
                                {"strides", a->strides},
-                               {"whole_input", a->whole_input}}
+                               {"whole_input", a->whole_input},
+                               {"output", a->output}}
                         : Json(nullptr));
   }
   Json j = {{"format", kFormat},
@@ -161,10 +162,17 @@ Manifest ParseManifest(const std::string& text) {
       continue;
     }
     ir::OutputAlias alias;
+    // A window of another output (older manifests have no "output": none is).
+    const int64_t output =
+        a.contains("output") ? Integer(a.at("output"), "an output alias's output") : -1;
     const int64_t input = Integer(a.at("input"), "an output alias's input");
-    KILN_CHECK(input >= 0 && input < static_cast<int64_t>(m.inputs.size()),
-               "an output alias names input ", input, " of ", m.inputs.size());
+    KILN_CHECK(output >= -1 && output < static_cast<int64_t>(j.at("output_aliases").size()),
+               "an output alias names output ", output, " of ", j.at("output_aliases").size());
+    KILN_CHECK(
+        output >= 0 ? input == -1 : input >= 0 && input < static_cast<int64_t>(m.inputs.size()),
+        "an output alias names input ", input, " of ", m.inputs.size());
     alias.input = static_cast<int>(input);
+    alias.output = static_cast<int>(output);
     alias.offset = Integer(a.at("offset"), "an output alias's offset");
     const std::vector<int64_t> shape = Integers(a.at("shape"), "an output alias's shape");
     const std::vector<int64_t> strides = Integers(a.at("strides"), "an output alias's strides");
@@ -221,10 +229,17 @@ void CheckSignature(const ir::Graph& g, const Manifest& m) {
   }
   KILN_CHECK(m.output_aliases.size() <= g.outputs().size(), "the manifest places ",
              m.output_aliases.size(), " outputs of a graph of ", g.outputs().size());
-  for (const std::optional<ir::OutputAlias>& a : m.output_aliases) {
+  for (size_t k = 0; k < m.output_aliases.size(); ++k) {
+    const std::optional<ir::OutputAlias>& a = m.output_aliases[k];
     if (!a) continue;
-    // The alias must lie inside its input's graph value (the plan's memory for it).
-    const TensorType in = g.type(g.inputs()[a->input]);
+    // The alias must lie inside its input's graph value (the plan's memory for it), or inside
+    // another output that is no alias itself.
+    if (a->output >= 0) {
+      KILN_CHECK(a->output != static_cast<int>(k) && !m.output_aliases[a->output].has_value(),
+                 "output alias ", k, " is a window of output ", a->output, ", itself an alias");
+    }
+    const TensorType in =
+        a->output >= 0 ? g.type(g.outputs()[a->output]) : g.type(g.inputs()[a->input]);
     const Tensor probe = Tensor::Empty(in.shape, in.dtype, kMeta);
     KILN_CHECK(a->offset >= 0 && a->shape.size() == a->strides.size(),
                "an output alias is malformed");

@@ -1297,6 +1297,43 @@ TEST(CompileSemantics, WritesThroughViewsOfACapturedTensorLandInItOnCuda) {
   WritesThroughViewsOfACapturedTensor(CUDA(0));
 }
 
+// A tensor the function computes, a window of it written in place, both returned: the compiled
+// call returns the window as a view of the other output, as eagerly (it returned two tensors of
+// their own, so a later write through one missed the other).
+void OutputsWrittenThroughEachOther(Device device) {
+  const Fn fn = [](const std::vector<Tensor>& in) {
+    const Tensor y = in[0] + 1.0;
+    const Tensor head = slice(y, 0, 0, 2);
+    mul_(head, 10.0);
+    return std::vector<Tensor>{y, head, select(y, 0, 3)};
+  };
+  for (const CompileOptions& mode : Modes(device)) {
+    CompileOptions o = mode;
+    o.mode = CompileOptions::Mode::kCompiled;
+    const Tensor x = to(reshape(arange(12, DType::kFloat32), {4, 3}), device);
+    CompiledFn f = compile(fn, {x}, o);
+    for (int call = 0; call < 2; ++call) {
+      const std::vector<Tensor> got = f({x}), want = fn({x});
+      for (size_t k = 0; k < want.size(); ++k) {
+        ExpectEqualTensors(got[k], want[k], absl::StrCat("call ", call, " output ", k));
+        EXPECT_TRUE(got[k].shares_storage(got[0])) << "output " << k;
+      }
+      add_(got[0], 1.0);  // reaches the windows, as eagerly
+      add_(want[0], 1.0);
+      ExpectEqualTensors(got[1], want[1], "the window after a write through the whole");
+      ExpectEqualTensors(got[2], want[2], "the row after a write through the whole");
+    }
+  }
+}
+
+TEST(CompileSemantics, OutputsWrittenThroughEachOtherStayViewsOnCpu) {
+  OutputsWrittenThroughEachOther(kCPU);
+}
+TEST(CompileSemantics, OutputsWrittenThroughEachOtherStayViewsOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  OutputsWrittenThroughEachOther(CUDA(0));
+}
+
 // A tensor the function makes, writes and keeps past the call (a lazily made buffer) is refused:
 // eager's writes would persist in it, a compiled call's would not.
 TEST(CompileSemantics, AWrittenTensorMadeInsideAndKeptIsRefused) {

@@ -132,6 +132,23 @@ TEST(Export, StridesAliasedOutputsAndOverlappingInputs) {
       "input 0, which the function writes in place, overlaps input 1", "pass separate tensors");
 }
 
+// An output that is a window of another output (written through, both returned) is a view of it
+// after loading too.
+TEST(Export, AWindowOfAnotherOutputIsAViewOfIt) {
+  auto fn = [](const std::vector<Tensor>& in) {
+    const Tensor y = in[0] * 2.0;
+    mul_(slice(y, 0, 1, 3), -1.0);
+    return std::vector<Tensor>{y, slice(y, 0, 1, 3)};
+  };
+  const Tensor x = arange(4, DType::kFloat32);
+  const CompiledFn f = compile(fn, {x}, {.mode = CompileOptions::Mode::kCompiled});
+  const LoadedFn g = LoadCompiled(ExportedTo("export_output_window", f, {x}));
+  const std::vector<Tensor> out = g({x});
+  EXPECT_EQ(to_vector(out[0]), (std::vector<double>{0, -2, -4, 6}));
+  EXPECT_TRUE(out[1].shares_storage(out[0]));
+  EXPECT_EQ(to_vector(out[1]), (std::vector<double>{-2, -4}));
+}
+
 // Files are read only when regular (a FIFO would block), and no folder name means no folder.
 TEST(Export, ReadsRegularFilesOnlyAndNeedsAFolderName) {
   const std::string dir = TempPath("export_fifo");
