@@ -13,6 +13,10 @@
 // (after the function's own, as a flat tensor over the whole storage) returned in `captured`:
 // the compiled function passes it on every call, so the write lands in that tensor. Reading such
 // a tensor before writing it, or writing it in a trace that gives no `captured` list, is an error.
+// A view op over a real tensor is its eager view (same memory), recorded when read, so writes
+// through it reach the tensor. A tensor the function makes itself (zeros, full) and writes is a
+// value of the trace that starts from the factory's values on every call, as eager makes it
+// afresh; one that outlives the call (kept by a module or a global) is refused.
 //
 //   KILN_ASSIGN_OR_RETURN(ir::Graph g, ir::Trace(fn, example_inputs));
 #pragma once
