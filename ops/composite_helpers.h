@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "ops/dispatch.h"  // CheckDefined
 #include "ops/infer.h"
 #include "ops/ops.h"
 #include "runtime/status.h"
@@ -17,10 +18,6 @@ namespace kiln::composite {
 
 inline std::string Shapes(const Tensor& x) {
   return x.defined() ? x.shape_string() : std::string("an undefined tensor");
-}
-
-inline void CheckDefined(const char* fn, const Tensor& x) {
-  KILN_CHECK(x.defined(), fn, ": the input is an undefined tensor");
 }
 
 // `dim` wrapped into [0, rank) (WrapDim: rank 0 counts as 1, as in torch), or the error naming

@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "ops/composite_helpers.h"
-#include "ops/dispatch.h"
 #include "ops/ops.h"
 #include "runtime/status.h"
 
@@ -35,8 +34,8 @@ Tensor Reduce(const Tensor& loss, std::string_view reduction) {
 // `same_shape`, else broadcastable; returns their common floating dtype.
 DType CheckPointwise(const char* fn, const Tensor& input, const Tensor& target,
                      std::string_view reduction, bool same_shape) {
-  composite::CheckDefined(fn, input);
-  composite::CheckDefined(fn, target);
+  CheckDefined(fn, input);
+  CheckDefined(fn, target);
   CheckReduction(fn, reduction);
   const std::string got =
       absl::StrCat("input ", Describe(input.type()), ", target ", Describe(target.type()));
@@ -106,8 +105,8 @@ Tensor PickedLoss(const Tensor& input, const Tensor& target, int64_t c, int64_t 
 template <typename F>
 Tensor ClassificationLoss(const char* fn, const Tensor& input, const Tensor& target,
                           int64_t ignore_index, std::string_view reduction, F&& loss_of) {
-  composite::CheckDefined(fn, input);
-  composite::CheckDefined(fn, target);
+  CheckDefined(fn, input);
+  CheckDefined(fn, target);
   CheckReduction(fn, reduction);
   const int64_t c = CheckClassShapes(fn, input, target);
   return Named(fn, [&] { return PickedLoss(input, target, c, ignore_index, reduction, loss_of); });
@@ -179,11 +178,10 @@ void CheckProbabilities(const char* fn, const Tensor& x) {
 }  // namespace
 
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, std::string_view reduction) {
-  CheckPointwise("binary_cross_entropy", input, target, reduction, /*same_shape=*/true);
-  CheckProbabilities("binary_cross_entropy", input);
   // -(t log x + (1 - t) log(1 - x)), each log clamped at -100 as torch's (so 0 and 1 are finite).
   return PointwiseLoss("binary_cross_entropy", input, target, reduction, /*same_shape=*/true,
                        [](const Tensor& x, const Tensor& t) {
+                         CheckProbabilities("binary_cross_entropy", x);
                          const Tensor log_x = clamp_min(log(x), -100.0);
                          const Tensor log_1mx = clamp_min(log((1.0 - x)), -100.0);
                          return neg(add(mul(t, log_x), mul((1.0 - t), log_1mx)));
@@ -192,8 +190,8 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, std::stri
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
                                         std::string_view reduction, const Tensor& pos_weight) {
-  composite::CheckDefined("binary_cross_entropy_with_logits", input);
-  composite::CheckDefined("binary_cross_entropy_with_logits", target);
+  CheckDefined("binary_cross_entropy_with_logits", input);
+  CheckDefined("binary_cross_entropy_with_logits", target);
   if (pos_weight.defined()) {
     const absl::StatusOr<Shape> joint = BroadcastShapes(pos_weight.shape(), input.shape());
     KILN_CHECK(IsFloatingPoint(pos_weight.dtype()) && joint.ok() && *joint == input.shape(),

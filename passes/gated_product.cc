@@ -31,7 +31,6 @@ bool IsGateActivation(const Graph& g, ValueId v) {
 template <typename No>
 std::optional<GatedProductMatch> TwoLinears(const Graph& g, GatedProductMatch m, No no) {
   m.linear = m.gate;
-  m.two_linears = true;
   const ir::Node &gate = g.node(m.gate), &up = g.node(m.up);
   if (gate.inputs[0] != up.inputs[0]) return no("the two linears read different x");
   if (gate.inputs.size() != up.inputs.size() || !(g.type(gate.inputs[1]) == g.type(up.inputs[1])) ||
@@ -100,7 +99,7 @@ std::string GatedProductFanOut(const GatedProductMatch& m,
       return absl::StrCat("%", value, " has other users or is a graph output");
     }
   }
-  if (m.two_linears) return "";  // the linears are the gate and the up
+  if (m.two_linears()) return "";  // the linears are the gate and the up
   std::vector<ValueId> lin_users = users[m.linear];
   std::sort(lin_users.begin(), lin_users.end());
   if (lin_users != std::vector<ValueId>{std::min(m.gate, m.up), std::max(m.gate, m.up)} ||

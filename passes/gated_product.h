@@ -36,7 +36,7 @@ struct GatedProductMatch {
   ir::ValueId linear = -1, gate = -1, up = -1, act = -1, mul = -1;
   bool gate_first = false;  // the gate is the linear's first half
   // Two linears: `linear` and `gate` are the gate's linear, `up` the up's (no slices).
-  bool two_linears = false;
+  bool two_linears() const { return gate == linear; }
 };
 
 // The pattern rooted at mul `v` with a relu, gelu (either approximation) or silu as the

@@ -21,7 +21,7 @@ constexpr char kLog[] = "gemm fusion: ";
 std::optional<GegluMatch> MatchGeglu(const Graph& g, ValueId v, std::string* why) {
   std::optional<GegluMatch> m = MatchGatedProduct(g, v, why);
   if (!m.has_value()) return m;
-  if (m->two_linears) {
+  if (m->two_linears()) {
     if (why != nullptr) {
       *why =
           "gate and up are two linears (the kernel reads one weight of both: GEMM merge "

@@ -61,7 +61,7 @@ std::string WhyNot(const Graph& g, ValueId lin, ValueId act, const std::vector<V
 bool GateOfAGatedGemv(const Graph& g, ValueId act, const std::vector<std::vector<ValueId>>& users) {
   if (users[act].size() != 1) return false;
   const std::optional<GatedProductMatch> m = MatchGatedProduct(g, users[act][0], nullptr);
-  return m.has_value() && m->two_linears && m->act == act && HasGatedGemvRows(g, *m);
+  return m.has_value() && m->two_linears() && m->act == act && HasGatedGemvRows(g, *m);
 }
 
 // The other operand of add node `add` when linear `lin` is one of them; -1 if both are `lin`.

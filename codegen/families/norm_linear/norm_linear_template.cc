@@ -66,9 +66,9 @@ bool IsNormLinearBody(const ir::Graph& body) {
     }
     const std::optional<passes::GatedProductMatch> m = passes::MatchGatedProduct(body, o, nullptr);
     if (!m.has_value() || body.node(m->linear).inputs[0] != first) return false;
-    std::vector<ValueId> values = {m->linear, m->up, m->act,
-                                   m->mul};  // two linears: gate == linear
-    if (!m->two_linears) values.push_back(m->gate);
+    // Two linears: the gate is the linear itself.
+    std::vector<ValueId> values = {m->linear, m->up, m->act, m->mul};
+    if (!m->two_linears()) values.push_back(m->gate);
     for (ValueId v : values) {
       if (!cover(v)) return false;
     }
@@ -94,7 +94,7 @@ class NormLinearKernel final : public FusedKernel {
         const Node& act = body.node(m->act);
         l.gated = cuda_ops::GatedProduct{act.op, act.attrs.approximate, m->gate_first};
         l.act_attrs = act.attrs;
-        if (m->two_linears) {
+        if (m->two_linears()) {
           const Node& up = body.node(m->up);
           l.up_rest.assign(up.inputs.begin() + 1, up.inputs.end());
           l.up_attrs = up.attrs;
