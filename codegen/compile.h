@@ -98,8 +98,8 @@ struct CompileOptions {
   // KILN_EW_COMBINE (on).
   bool horizontal_fusion = EnvBool("KILN_EW_COMBINE");
   // A GLU MLP's gate/up projection after a norm and act(gate) * up, for at most 8 rows, are one
-  // gated GEMV (codegen/families/norm_linear/README.md); default KILN_GEMV_GLU (off until a GPU
-  // run has checked the gated kernel).
+  // gated GEMV (codegen/families/norm_linear/README.md); default KILN_GEMV_GLU (off: on the H100
+  // it loses its per-shape timing, docs/BENCHMARKS.md).
   bool gated_gemv = EnvBool("KILN_GEMV_GLU");
   // An elementwise op reading a cat computes on the cat's parts on CUDA too (passes/cat_sinking.h;
   // on the CPU always); default KILN_CAT_SINK_CUDA (on).
