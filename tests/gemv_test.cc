@@ -216,39 +216,53 @@ TEST(Gemv, NormPrologueMatchesTheNormThenTheLinear) {
 
 // One row of float16 / bfloat16 folds the norm into the column sums (gemv_kernels.cu
 // FoldedNormGemvKernel): rows far from zero (the sums are taken from x - x[0]), long rows (a
-// Llama-sized k), every norm, against the two ops on the CPU.
+// Llama-sized k), column counts that leave warps of a CTA without a column (their share of the
+// row's statistics is still summed), every norm with and without its affine (an RMS norm with
+// γ runs a kernel of its own), against the two ops on the CPU.
 TEST(Gemv, FoldedNormOfOneRowMatchesTheNormThenTheLinear) {
   KILN_SKIP_WITHOUT_GPU();
   const ScopedGemvMode on(GemvMode::kOn);
   auto separate = [](const Tensor&) { ADD_FAILURE() << "ran the norm and the linear apart"; };
+  struct Norm {
+    OpId op;
+    bool affine;
+  };
+  const Norm norms[] = {{OpId::kLayerNorm, true},
+                        {OpId::kLayerNorm, false},
+                        {OpId::kRmsNorm, true},
+                        {OpId::kRmsNorm, false}};
   int checked = 0;
   for (DType t : {DType::kFloat16, DType::kBFloat16}) {
-    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{96, 64}, {2304, 768}, {40, 4096}}) {
+    for (const auto& [n, k] :
+         {std::pair<int64_t, int64_t>{96, 64}, {2304, 768}, {40, 4096}, {7, 256}, {1001, 2048}}) {
       Generator gen(n * 7 + k);
       const Tensor w = randn({n, k}, gen, t, CUDA(0)) * (1.0 / std::sqrt(static_cast<double>(k)));
       const Tensor g = randn({k}, gen, t, CUDA(0)) * 0.5 + 1.0, beta = randn({k}, gen, t, CUDA(0));
       for (double offset : {0.0, 40.0, -300.0}) {
         const Tensor x = randn({1, k}, gen, t, CUDA(0)) * 2.0 + offset;
-        for (OpId op : {OpId::kLayerNorm, OpId::kRmsNorm}) {
-          std::vector<Tensor> norm_in = {x, g};
-          if (op == OpId::kLayerNorm) norm_in.push_back(beta);
+        for (const Norm& nm : norms) {
+          std::vector<Tensor> norm_in = {x};
+          if (nm.affine) norm_in.push_back(g);
+          if (nm.affine && nm.op == OpId::kLayerNorm) norm_in.push_back(beta);
           const Tensor got = Tensor::Empty({1, n}, t, CUDA(0));
-          ASSERT_TRUE(cuda_ops::NormLinearGemv(op, norm_in, 1e-5, {w}, OpAttrs{}, got, separate));
+          ASSERT_TRUE(
+              cuda_ops::NormLinearGemv(nm.op, norm_in, 1e-5, {w}, OpAttrs{}, got, separate));
           std::vector<Tensor> cpu_in;
           for (const Tensor& u : norm_in) cpu_in.push_back(to(u, kCPU));
           OpAttrs na;
           na.eps = 1e-5;
           const Tensor want =
-              Linear(Dispatch(op, cpu_in, na), to(w, kCPU), Tensor(), Epilogue::kNone, Tensor());
-          ExpectClose(to_vector(got), to_vector(want), LinearTolerance(t, k),
-                      absl::StrCat(DTypeName(t), " ", GetOpDef(op).name, " n=", n, " k=", k,
-                                   " offset ", offset));
+              Linear(Dispatch(nm.op, cpu_in, na), to(w, kCPU), Tensor(), Epilogue::kNone, Tensor());
+          ExpectClose(
+              to_vector(got), to_vector(want), LinearTolerance(t, k),
+              absl::StrCat(DTypeName(t), " ", GetOpDef(nm.op).name, nm.affine ? "+affine" : "",
+                           " n=", n, " k=", k, " offset ", offset));
           ++checked;
         }
       }
     }
   }
-  EXPECT_EQ(checked, 2 * 3 * 3 * 2);
+  EXPECT_EQ(checked, 2 * 5 * 3 * 4);
 }
 
 // What the fused call refuses (it launches nothing, runs nothing and returns false): more rows
