@@ -23,7 +23,8 @@
 // over and folds the norm into the column sums instead (FoldedNormGemvKernel, below).
 //
 // 2..8 rows of float16 / bfloat16 (aligned, k a multiple of 8) take the tensor-core path instead
-// (MmaGemvKernel, NormMmaGemvKernel; see "the tensor-core path" below).
+// (MmaGemvKernel, NormMmaGemvKernel, and for bfloat16 with an RMS norm FoldedRmsMmaGemvKernel;
+// see "the tensor-core path" below).
 //
 // Before its dependency wait (a programmatic dependent launch) every kernel but the chain loads
 // the first weights of its first column tile: into the registers its dot loop starts from where
@@ -882,6 +883,24 @@ constexpr int kMmaMaxSplits = 8;  // CTAs of a cluster sharing one tile's chunks
 // w rows g and g + 8 and x row g of one chunk, 16 elements each as 8 32-bit words.
 struct MmaChunk {
   uint32_t wg[8], wh[8], x[8];
+  uint32_t gamma[8];  // MmaX::kRmsFolded: the RMS norm's γ at x's elements
+};
+
+// Where MmaTile's x rows come from: global memory, shared memory (normalised there by the CTA), or
+// global memory with an RMS norm folded in (kRmsFolded, bfloat16 only): each x element is
+// multiplied by γ as it is read, rounded to bfloat16 for the mma, and squared into the row's sum;
+// the row's 1 / rms multiplies the column sums at the end,
+//   Σ w·x·inv·γ = inv·Σ w·(γx).
+// No prologue: the tile loop's shape and grid. The products γx are rounded where the eager norm
+// rounds x·inv·γ: the same error, placed differently. (float16 would overflow on γx where the
+// normalised value does not: it keeps the prologue.)
+enum class MmaX { kGlobal, kShared, kRmsFolded };
+
+// MmaX::kRmsFolded's operands: γ (nullptr: none) and eps.
+template <typename T>
+struct MmaFold {
+  const T* gamma = nullptr;
+  float eps = 0.f;
 };
 
 __device__ __forceinline__ void Words(const uint4& v, uint32_t* out) {
@@ -905,19 +924,41 @@ __device__ __forceinline__ void LoadMmaWeights(const Params<T>& p, const T* wg, 
   }
 }
 
-// The same chunk's two vectors of this lane's x row (zeros past k and for x rows past m).
-template <typename T, bool kSharedX>
-__device__ __forceinline__ void LoadMmaX(const Params<T>& p, const T* x, int64_t kc, int c,
-                                         MmaChunk& f) {
+// The same chunk's two vectors of this lane's x row (zeros past k and for x rows past m), and
+// with kRmsFolded (and γ) γ's at the same k.
+template <typename T, MmaX kX>
+__device__ __forceinline__ void LoadMmaX(const Params<T>& p, const T* x, const MmaFold<T>& fold,
+                                         int64_t kc, int c, MmaChunk& f) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t at = kc + 32 * h + 8 * c;
     uint4 xv = make_uint4(0, 0, 0, 0);
     if (at < p.k && x != nullptr) {
-      xv = kSharedX ? *reinterpret_cast<const uint4*>(x + at)
-                    : __ldg(reinterpret_cast<const uint4*>(x + at));
+      xv = kX == MmaX::kShared ? *reinterpret_cast<const uint4*>(x + at)
+                               : __ldg(reinterpret_cast<const uint4*>(x + at));
     }
     Words(xv, f.x + 4 * h);
+    if constexpr (kX == MmaX::kRmsFolded) {
+      const bool in = at < p.k && fold.gamma != nullptr;
+      Words(in ? __ldg(reinterpret_cast<const uint4*>(fold.gamma + at)) : make_uint4(0, 0, 0, 0),
+            f.gamma + 4 * h);
+    }
+  }
+}
+
+// kRmsFolded: the chunk's x words become γx rounded to T, and the squares of x add to `squares`.
+template <typename T>
+__device__ __forceinline__ void FoldRms(MmaChunk& f, bool has_gamma, float& squares) {
+  static_assert(std::is_same_v<T, __nv_bfloat16>, "float16 would overflow on γx");
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    float lo = __uint_as_float(f.x[j] << 16), hi = __uint_as_float(f.x[j] & 0xFFFF0000u);
+    squares = fmaf(lo, lo, fmaf(hi, hi, squares));
+    if (has_gamma) {
+      lo *= __uint_as_float(f.gamma[j] << 16);
+      hi *= __uint_as_float(f.gamma[j] & 0xFFFF0000u);
+      f.x[j] = Bits16(FromFloat<T>(lo)) | Bits16(FromFloat<T>(hi)) << 16;
+    }
   }
 }
 
@@ -982,20 +1023,24 @@ __device__ __forceinline__ float ClusterLoad(const float* local, unsigned rank) 
 }
 #endif
 
-// Shared memory of a tile's sums: each warp's accumulators, then the CTA's (one per thread).
+// Shared memory of a tile's sums: each warp's accumulators, then the CTA's (one per thread);
+// kRmsFolded: each warp's sums of the x rows' squares, then the CTA's (per thread, for its row).
 struct MmaShared {
   float warp[kWarps][4][32];
   float sums[kThreads];
+  float squares[kWarps][8];
+  float row_squares[kThreads];
 };
 
 // One tile: this CTA's share of its chunks (split `split` of `splits`), the sums over warps (and
-// over the cluster when splits > 1), then bias, activation, residual and the store by rank 0.
-// Thread t ends with output (column tile·16 + t / 8, row t % 8).
+// over the cluster when splits > 1), then (kRmsFolded) the row's 1 / rms, bias, activation,
+// residual and the store by rank 0. Thread t ends with output (column tile·16 + t / 8, row t % 8).
 // With `have_first`, chunks.f already holds the w words of the warp's first iteration.
-template <typename T, bool kSharedX>
+template <typename T, MmaX kX>
 __device__ __forceinline__ void MmaTile(const Params<T>& p, int m, int64_t tile, int split,
                                         int splits, MmaShared& sh, MmaChunks& chunks_in_flight,
-                                        bool have_first) {
+                                        bool have_first, const MmaFold<T>& fold = {}) {
+  constexpr bool kFold = kX == MmaX::kRmsFolded;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const MmaRows<T> rows = RowsOf(p, tile, split, splits);
   const T *wg = rows.wg, *wh = rows.wh;
@@ -1011,17 +1056,19 @@ __device__ __forceinline__ void MmaTile(const Params<T>& p, int m, int64_t tile,
   if (stores && p.bias != nullptr) b = ToFloat(p.bias[out_col * p.bias_stride]);
   if (stores && p.residual != nullptr) res = ToFloat(p.residual[row * p.n + out_col]);
   float d[4] = {0.f, 0.f, 0.f, 0.f};
+  float squares = 0.f;  // kFold: of this lane's x elements
   bool weights_loaded = have_first;
   for (int64_t q = rows.first; q < chunks; q += stride * kMmaUnroll) {
 #pragma unroll
     for (int u = 0; u < kMmaUnroll; ++u) {
       const int64_t qu = q + u * stride, kc = qu < chunks ? qu * kMmaChunk : p.k;
       if (!weights_loaded) LoadMmaWeights<T>(p, wg, wh, kc, c, f[u]);
-      LoadMmaX<T, kSharedX>(p, x, kc, c, f[u]);
+      LoadMmaX<T, kX>(p, x, fold, kc, c, f[u]);
     }
     weights_loaded = false;
 #pragma unroll
     for (int u = 0; u < kMmaUnroll; ++u) {
+      if constexpr (kFold) FoldRms<T>(f[u], fold.gamma != nullptr, squares);
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
         Mma<T>(d, f[u].wg[2 * s], f[u].wh[2 * s], f[u].wg[2 * s + 1], f[u].wh[2 * s + 1],
@@ -1032,30 +1079,47 @@ __device__ __forceinline__ void MmaTile(const Params<T>& p, int m, int64_t tile,
   // d[i]: column g + 8 (i / 2), row 2c + i % 2. Thread t takes column t / 8 and row t % 8.
 #pragma unroll
   for (int i = 0; i < 4; ++i) sh.warp[warp][i][lane] = d[i];
+  if constexpr (kFold) {  // the 4 lanes of row g hold its squares
+    squares += __shfl_xor_sync(0xFFFFFFFFu, squares, 1);
+    squares += __shfl_xor_sync(0xFFFFFFFFu, squares, 2);
+    if (c == 0) sh.squares[warp][g] = squares;
+  }
   __syncthreads();
   const int i = (col / 8) * 2 + row % 2, from = (col % 8) * 4 + row / 2;
-  float v = 0.f;
+  float v = 0.f, row_squares = 0.f;
 #pragma unroll
-  for (int w = 0; w < kWarps; ++w) v += sh.warp[w][i][from];
+  for (int w = 0; w < kWarps; ++w) {
+    v += sh.warp[w][i][from];
+    if constexpr (kFold) row_squares += sh.squares[w][row];
+  }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (splits > 1) {  // the cluster's CTAs hold the other splits: rank 0 (split 0) adds them up
     sh.sums[t] = v;
+    if constexpr (kFold) sh.row_squares[t] = row_squares;
     ClusterSync();
     if (split == 0) {  // every load issued before the first is used: one round trip, not seven
-      float other[kMmaMaxSplits];
+      float other[kMmaMaxSplits], other_squares[kMmaMaxSplits];
 #pragma unroll
       for (int r = 1; r < kMmaMaxSplits; ++r) {
         other[r] = r < splits ? ClusterLoad(&sh.sums[t], r) : 0.f;
+        if constexpr (kFold) {
+          other_squares[r] = r < splits ? ClusterLoad(&sh.row_squares[t], r) : 0.f;
+        }
       }
 #pragma unroll
       for (int r = 1; r < kMmaMaxSplits; ++r) {
         if (r < splits) v += other[r];
+        if constexpr (kFold) {
+          if (r < splits) row_squares += other_squares[r];
+        }
       }
     }
     ClusterSync();  // every CTA's shared memory lives until rank 0 has read it
   }
 #endif
   if (stores) {
+    // The eager norm's 1 / rms (reduce_kernels.cu NormOp): the squares summed in float.
+    if constexpr (kFold) v *= 1.f / sqrtf(row_squares / static_cast<float>(p.k) + fold.eps);
     float y = Activate(v + b, p.act);
     if (p.residual != nullptr) y += res;
     p.out[row * p.n + out_col] = FromFloat<T>(y);
@@ -1105,7 +1169,19 @@ __global__ void __launch_bounds__(kThreads) MmaGemvKernel(Params<T> p, int m) {
   MmaChunks chunks;
   PreloadMmaTile(p, blockIdx.x, blockIdx.y, gridDim.y, chunks);
   GridDependencySync();  // x, residual and out may be earlier kernels' buffers
-  MmaTile<T, false>(p, m, blockIdx.x, blockIdx.y, gridDim.y, sh, chunks, chunks.preloaded);
+  MmaTile<T, MmaX::kGlobal>(p, m, blockIdx.x, blockIdx.y, gridDim.y, sh, chunks, chunks.preloaded);
+}
+
+// The RMS norm GEMV of bfloat16 rows on tensor cores with the norm folded (MmaX::kRmsFolded):
+// MmaGemvKernel's grid, no prologue.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) FoldedRmsMmaGemvKernel(NormParams<T> np, int m) {
+  __shared__ MmaShared sh;
+  MmaChunks chunks;
+  PreloadMmaTile(np.gemv, blockIdx.x, blockIdx.y, gridDim.y, chunks);
+  GridDependencySync();  // x, γ, residual and out may be earlier kernels' buffers
+  MmaTile<T, MmaX::kRmsFolded>(np.gemv, m, blockIdx.x, blockIdx.y, gridDim.y, sh, chunks,
+                               chunks.preloaded, MmaFold<T>{np.weight, np.eps});
 }
 
 // The norm GEMV on tensor cores: the rows normalised into shared memory once per CTA, as
@@ -1122,8 +1198,8 @@ __global__ void __launch_bounds__(kThreads, 1) NormMmaGemvKernel(NormParams<T> n
   const Params<T> p = NormalizeIntoShared<T, M>(np, norms, normed_words);
   const int64_t tiles = (p.n + kMmaTile - 1) / kMmaTile;
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    MmaTile<T, true>(p, M, tile, blockIdx.y, gridDim.y, sh, chunks,
-                     chunks.preloaded && tile == blockIdx.x);
+    MmaTile<T, MmaX::kShared>(p, M, tile, blockIdx.y, gridDim.y, sh, chunks,
+                              chunks.preloaded && tile == blockIdx.x);
   }
 }
 
@@ -1262,14 +1338,22 @@ cudaError_t LaunchSplit(bool dependent, void (*kernel)(Params...), int64_t grid_
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
-template <typename T>
-cudaError_t LaunchMma(const GemvArgs& a, const Params<T>& p, cudaStream_t stream) {
+// A tensor-core kernel of MmaGemvKernel's grid (a CTA, or a cluster of splits, per tile) taking
+// `params` and the row count.
+template <typename P>
+cudaError_t LaunchMmaTiles(const GemvArgs& a, void (*kernel)(P, int), const P& params,
+                           cudaStream_t stream) {
   const int64_t tiles = (a.n + kMmaTile - 1) / kMmaTile;
   if (tiles > kMaxGrid) return cudaErrorInvalidValue;
   int major = 0;
   if (const cudaError_t e = DeviceMajor(&major); e != cudaSuccess) return e;
-  return LaunchSplit(a.dependent_launch, &MmaGemvKernel<T>, tiles,
-                     MmaSplits(tiles, a.k, a.sm_count, major), 0, stream, p, static_cast<int>(a.m));
+  return LaunchSplit(a.dependent_launch, kernel, tiles, MmaSplits(tiles, a.k, a.sm_count, major), 0,
+                     stream, params, static_cast<int>(a.m));
+}
+
+template <typename T>
+cudaError_t LaunchMma(const GemvArgs& a, const Params<T>& p, cudaStream_t stream) {
+  return LaunchMmaTiles(a, &MmaGemvKernel<T>, p, stream);
 }
 
 // The GEMV's parameters for a norm of x's rows (np.vec: 16-byte loads of x, the norm's weight
@@ -1287,6 +1371,13 @@ NormParams<T> MakeNormParams(const GemvArgs& a, const Params<T>& p) {
 template <typename T>
 bool FoldsNorm(const GemvArgs& a, const NormParams<T>& np) {
   return !std::is_same_v<T, float> && a.fold_norm && a.m == 1 && np.vec && np.gemv.vec_w;
+}
+
+// Whether 2..8 rows of bfloat16 on the tensor-core path fold an RMS norm into it
+// (FoldedRmsMmaGemvKernel): γ 16-byte aligned, no β.
+template <typename T>
+bool FoldsRmsOnTensorCores(const GemvArgs& a, const NormParams<T>& np) {
+  return a.fold_norm && a.norm == GemvNorm::kRms && np.vec && np.bias == nullptr;
 }
 
 // The gated product's up half (GemvArgs::w_up) as the kernels read it.
@@ -1324,6 +1415,11 @@ cudaError_t LaunchNormed(const GemvArgs& a, const Params<T>& p, int64_t tiles,
           a.dependent_launch,
           rms ? &FoldedNormGemvKernel<T, true> : &FoldedNormGemvKernel<T, false>, plain_grid,
           dim3(kThreads), 0, stream, np);
+    }
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      if (!gate && UseMma<T>(a, p) && FoldsRmsOnTensorCores(a, np)) {
+        return LaunchMmaTiles(a, &FoldedRmsMmaGemvKernel<T>, np, stream);
+      }
     }
     if (!gate && UseMma<T>(a, p)) {
       static const auto mma = NormMmaKernelTable<T>(std::make_index_sequence<kGemvMaxRows>());

@@ -69,8 +69,10 @@ struct GemvArgs {
   // decode step's norm and the linear after it are one kernel.
   // One row of float16 / bfloat16 (aligned rows, norm weight and bias; k whole 16-byte vectors)
   // folds the norm into its column sums instead (gemv_kernels.cu FoldedNormGemvKernel): no
-  // prologue, no shared memory; the normalised row is not rounded to the dtype first. false keeps
-  // the prologue (KILN_GEMV_NORM_FOLD=off, an A/B).
+  // prologue, no shared memory; the normalised row is not rounded to the dtype first. So do 2..8
+  // rows of bfloat16 on tensor cores with an RMS norm (FoldedRmsMmaGemvKernel): γ·x rounded to
+  // bfloat16 is the mma's B operand, each row's 1 / rms scales its sums. false keeps the prologue
+  // (KILN_GEMV_NORM_FOLD=off, an A/B).
   bool fold_norm = true;
   GemvNorm norm = GemvNorm::kNone;
   const void* norm_weight = nullptr;  // [k] contiguous, or nullptr
