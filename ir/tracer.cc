@@ -62,14 +62,6 @@ struct Alias {
   bool local = false;
 };
 
-// Records ops into a graph. Views made while tracing share their base's placeholder storage (as
-// eager views share memory), so an in-place op on a view is recorded functionally: the result,
-// then as_strided_scatter of it into the base, which becomes the storage's new value; later reads
-// of any view of that storage are windows (as_strided) of the new base. In-place ops on graph
-// inputs are thus visible at the end of the trace as inputs whose storage holds a new value.
-// A view of a real tensor is its eager view (same memory), recorded when it is read, so a write
-// through it reaches the tensor: a captured one becomes an input (AdoptCaptured), one the function
-// made a value of the trace (AdoptLocal).
 // View op `def`'s result of type `type` over `in`'s memory, as eager makes it; nullopt for a
 // reshape that must copy.
 std::optional<Tensor> EagerView(const OpDef& def, const Tensor& in, const TensorType& type,
@@ -79,6 +71,15 @@ std::optional<Tensor> EagerView(const OpDef& def, const Tensor& in, const Tensor
   if (!s) return std::nullopt;
   return in.as_strided(type.shape, *s, in.offset());
 }
+
+// Records ops into a graph. Views made while tracing share their base's placeholder storage (as
+// eager views share memory), so an in-place op on a view is recorded functionally: the result,
+// then as_strided_scatter of it into the base, which becomes the storage's new value; later reads
+// of any view of that storage are windows (as_strided) of the new base. In-place ops on graph
+// inputs are thus visible at the end of the trace as inputs whose storage holds a new value.
+// A view of a real tensor is its eager view (same memory), recorded when it is read, so a write
+// through it reaches the tensor: a captured one becomes an input (AdoptCaptured), one the function
+// made a value of the trace (AdoptLocal).
 
 class Tracer final : public DispatchHook {
  public:

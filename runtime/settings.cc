@@ -94,8 +94,9 @@ const std::vector<Setting>& Settings() {
       {"KILN_GEMV_MMA", Kind::kBool, "on", "",
        "off: kiln's GEMV keeps its FMA loop for 2..8 rows instead of tensor cores (A/B)"},
       {"KILN_GEMV_NORM_FOLD", Kind::kBool, "on", "",
-       "off: kiln's norm GEMV keeps its prologue (statistics, the normalised row in shared "
-       "memory) for one row instead of folding the norm into the column sums (A/B)"},
+       "off: kiln's norm GEMV keeps its prologue (statistics, the normalised rows in shared "
+       "memory) instead of folding the norm into the column sums (one row of bf16/f16; 2..8 rows "
+       "of bf16 with an RMS norm on tensor cores) (A/B)"},
       {"KILN_GEMV_GLU", Kind::kBool, "off", "",
        "on: a GLU MLP's gate/up projection after a norm and act(gate) * up run as one gated GEMV "
        "for few rows (CompileOptions::gated_gemv's default; off: on the H100 it loses its "

@@ -13,8 +13,8 @@
 //    (cuda::ForGraphReplay(): a graph replays the GEMV's one kernel with less overhead than
 //    cuBLASLt's split-K GEMM and reduce, so a close call goes to the GEMV); otherwise, and
 //    against kiln's own kernels (a norm's kernel then the GEMV, the linear then the product),
-//    the faster median wins. The decision is kept for the process and stored for later ones (graph and
-//    plain runs apart); GemvDecisions() lists the timings.
+//    the faster median wins. The decision is kept for the process and stored for later ones (graph
+//    and plain runs apart); GemvDecisions() lists the timings.
 //  - auto, first seen while the current stream is capturing (nothing can be timed there): the
 //    GEMV, which streams the weights at near full bandwidth where cuBLASLt with M <= 8 reaches
 //    about a fifth; the problem is timed the next time it comes outside a capture. Plans run once

@@ -1377,10 +1377,10 @@ bool FoldsNorm(const GemvArgs& a, const NormParams<T>& np) {
 }
 
 // Whether 2..8 rows of bfloat16 on the tensor-core path fold an RMS norm into it
-// (FoldedRmsMmaGemvKernel): γ 16-byte aligned, no β.
+// (FoldedRmsMmaGemvKernel): γ 16-byte aligned (an RMS norm has no β: Gemv refuses one).
 template <typename T>
 bool FoldsRmsOnTensorCores(const GemvArgs& a, const NormParams<T>& np) {
-  return a.fold_norm && a.norm == GemvNorm::kRms && np.vec && np.bias == nullptr;
+  return a.fold_norm && a.norm == GemvNorm::kRms && np.vec;
 }
 
 // The gated product's up half (GemvArgs::w_up) as the kernels read it.
