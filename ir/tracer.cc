@@ -80,7 +80,6 @@ std::optional<Tensor> EagerView(const OpDef& def, const Tensor& in, const Tensor
 // A view of a real tensor is its eager view (same memory), recorded when it is read, so a write
 // through it reaches the tensor: a captured one becomes an input (AdoptCaptured), one the function
 // made a value of the trace (AdoptLocal).
-
 class Tracer final : public DispatchHook {
  public:
   // `captured` (may be null: writes to captured tensors are then refused) receives the tensors
