@@ -158,8 +158,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemvSweep, testing::ValuesIn(SweepParams()), Sw
 // A layer norm or an RMS norm (each with and without its affine) applied by the GEMV as it reads
 // x, against the two ops on the CPU (the norm's output rounded to the dtype, then the linear), for
 // every dtype, a few row counts, lengths with a tail past the 16-byte vectors, and the epilogues.
-// 3 and 8 rows of bfloat16 with an RMS norm take the tensor-core kernel that folds it (k = 2048
-// splits a tile over a cluster of 4 CTAs); float16 and layer norms the shared-memory prologue.
+// 3 and 8 rows of bfloat16 take the tensor-core kernels that fold the norm (k = 2048 splits a
+// tile over a cluster of 4 CTAs); float16 the shared-memory prologue.
 TEST(Gemv, NormPrologueMatchesTheNormThenTheLinear) {
   KILN_SKIP_WITHOUT_GPU();
   struct Norm {
@@ -266,6 +266,68 @@ TEST(Gemv, FoldedNormOfOneRowMatchesTheNormThenTheLinear) {
     }
   }
   EXPECT_EQ(checked, 2 * 5 * 3 * 4);
+}
+
+// 2..8 rows of bfloat16 fold their norm into the tensor-core GEMV (gemv_kernels.cu
+// FoldedRmsMmaGemvKernel, FoldedLayerMmaGemvKernel): rows far from zero (a layer norm's sums are
+// taken from x - x[0] of each row), a chunk past k in part (k = 200, 104), a tile split over a
+// cluster (k = 2048), columns past n in a tile, every norm with and without its affine and a
+// layer norm with γ alone, against the two ops on the CPU. The layer norm's kernel is the one
+// that runs.
+TEST(Gemv, FoldedNormOnTensorCoresMatchesTheNormThenTheLinear) {
+  KILN_SKIP_WITHOUT_GPU();
+  const ScopedGemvMode on(GemvMode::kOn);
+  auto separate = [](const Tensor&) { ADD_FAILURE() << "ran the norm and the linear apart"; };
+  struct Norm {
+    OpId op;
+    bool weight, bias;
+  };
+  const Norm norms[] = {{OpId::kLayerNorm, true, true},
+                        {OpId::kLayerNorm, true, false},
+                        {OpId::kLayerNorm, false, false},
+                        {OpId::kRmsNorm, true, false}};
+  const DType t = DType::kBFloat16;
+  int checked = 0;
+  for (const auto& [n, k] :
+       {std::pair<int64_t, int64_t>{96, 64}, {2304, 768}, {64, 2048}, {7, 200}, {1001, 104}}) {
+    Generator gen(n * 5 + k);
+    const Tensor w = randn({n, k}, gen, t, CUDA(0)) * (1.0 / std::sqrt(static_cast<double>(k)));
+    const Tensor b = randn({n}, gen, t, CUDA(0));
+    const Tensor g = randn({k}, gen, t, CUDA(0)) * 0.5 + 1.0, beta = randn({k}, gen, t, CUDA(0));
+    for (int64_t m : {2, 5, 8}) {
+      for (double offset : {0.0, 40.0, -300.0}) {
+        const Tensor x = randn({m, k}, gen, t, CUDA(0)) * 2.0 + offset;
+        for (const Norm& nm : norms) {
+          std::vector<Tensor> norm_in = {x};
+          if (nm.weight) norm_in.push_back(g);
+          if (nm.bias) norm_in.push_back(beta);
+          const Tensor got = Tensor::Empty({m, n}, t, CUDA(0));
+          ASSERT_TRUE(
+              cuda_ops::NormLinearGemv(nm.op, norm_in, 1e-5, {w, b}, OpAttrs{}, got, separate));
+          std::vector<Tensor> cpu_in;
+          for (const Tensor& u : norm_in) cpu_in.push_back(to(u, kCPU));
+          OpAttrs na;
+          na.eps = 1e-5;
+          const Tensor want = Linear(Dispatch(nm.op, cpu_in, na), to(w, kCPU), to(b, kCPU),
+                                     Epilogue::kNone, Tensor());
+          ExpectClose(to_vector(got), to_vector(want), LinearTolerance(t, k),
+                      absl::StrCat(GetOpDef(nm.op).name, nm.weight ? "+w" : "", nm.bias ? "+b" : "",
+                                   " m=", m, " n=", n, " k=", k, " offset ", offset));
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 5 * 3 * 3 * 4);
+  Generator gen(3);
+  const Tensor x = randn({4, 768}, gen, t, CUDA(0)), w = randn({2304, 768}, gen, t, CUDA(0));
+  const Tensor g = randn({768}, gen, t, CUDA(0)), beta = randn({768}, gen, t, CUDA(0));
+  const Tensor out = Tensor::Empty({4, 2304}, t, CUDA(0));
+  const std::vector<std::string> names = KernelNames([&] {
+    cuda_ops::NormLinearGemv(OpId::kLayerNorm, {x, g, beta}, 1e-5, {w}, OpAttrs{}, out, separate);
+  });
+  ASSERT_EQ(names.size(), 1u) << absl::StrJoin(names, "\n");
+  EXPECT_NE(names[0].find("FoldedLayerMmaGemvKernel"), std::string::npos) << names[0];
 }
 
 // What the fused call refuses (it launches nothing, runs nothing and returns false): more rows

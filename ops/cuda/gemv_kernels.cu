@@ -23,8 +23,8 @@
 // over and folds the norm into the column sums instead (FoldedNormGemvKernel, below).
 //
 // 2..8 rows of float16 / bfloat16 (aligned, k a multiple of 8) take the tensor-core path instead
-// (MmaGemvKernel, NormMmaGemvKernel, and for bfloat16 with an RMS norm FoldedRmsMmaGemvKernel;
-// see "the tensor-core path" below).
+// (MmaGemvKernel, NormMmaGemvKernel, and for bfloat16 with a norm FoldedRmsMmaGemvKernel and
+// FoldedLayerMmaGemvKernel; see "the tensor-core path" below).
 //
 // Before its dependency wait (a programmatic dependent launch) every kernel but the chain loads
 // the first weights of its first column tile: into the registers its dot loop starts from where
@@ -886,7 +886,8 @@ constexpr int kMmaMaxSplits = 8;  // CTAs of a cluster sharing one tile's chunks
 // w rows g and g + 8 and x row g of one chunk, 16 elements each as 8 32-bit words.
 struct MmaChunk {
   uint32_t wg[8], wh[8], x[8];
-  uint32_t gamma[8];  // MmaX::kRmsFolded: the RMS norm's γ at x's elements
+  uint32_t gamma[8];  // a folded norm (MmaX::kRmsFolded, kLayerFolded): γ at x's elements
+  uint32_t beta[8];   // kLayerFolded, lanes of x row 1 only: β at x's elements
 };
 
 // Where MmaTile's x rows come from: global memory, shared memory (normalised there by the CTA), or
@@ -897,12 +898,19 @@ struct MmaChunk {
 // No prologue: the tile loop's shape and grid. The products γx are rounded where the eager norm
 // rounds x·inv·γ: the same error, placed differently. (float16 would overflow on γx where the
 // normalised value does not: it keeps the prologue.)
-enum class MmaX { kGlobal, kShared, kRmsFolded };
+// A layer norm folds the same way (kLayerFolded, bfloat16 only), its mean taken from the sums:
+//   Σ w·(γ(x - μ)·inv + β) = inv·(Σ wγ(x - x0) - (μ - x0)·Σ wγ) + Σ wβ,
+// x0 = the row's first element, so that the rounded γ(x - x0) and the sums Σ(x - x0), Σ(x - x0)²
+// stay small next to the row's spread for rows far from zero (as the one-row fold). Σ wγ and
+// Σ wβ are a second mma beside the dot products, whose B operand holds γ (ones without it) in its
+// column 0 and β (zeros without it) in column 1.
+enum class MmaX { kGlobal, kShared, kRmsFolded, kLayerFolded };
 
-// MmaX::kRmsFolded's operands: γ (nullptr: none) and eps.
+// A folded norm's operands (MmaX::kRmsFolded, kLayerFolded): γ and β (nullptr: none) and eps.
 template <typename T>
 struct MmaFold {
   const T* gamma = nullptr;
+  const T* beta = nullptr;
   float eps = 0.f;
 };
 
@@ -928,10 +936,11 @@ __device__ __forceinline__ void LoadMmaWeights(const Params<T>& p, const T* wg, 
 }
 
 // The same chunk's two vectors of this lane's x row (zeros past k and for x rows past m), and
-// with kRmsFolded (and γ) γ's at the same k.
+// with a folded norm γ's at the same k (zeros without it), and β's in the lanes of x row 1.
 template <typename T, MmaX kX>
 __device__ __forceinline__ void LoadMmaX(const Params<T>& p, const T* x, const MmaFold<T>& fold,
                                          int64_t kc, int c, MmaChunk& f) {
+  constexpr bool kFolded = kX == MmaX::kRmsFolded || kX == MmaX::kLayerFolded;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t at = kc + 32 * h + 8 * c;
@@ -941,10 +950,15 @@ __device__ __forceinline__ void LoadMmaX(const Params<T>& p, const T* x, const M
                                : __ldg(reinterpret_cast<const uint4*>(x + at));
     }
     Words(xv, f.x + 4 * h);
-    if constexpr (kX == MmaX::kRmsFolded) {
+    if constexpr (kFolded) {
       const bool in = at < p.k && fold.gamma != nullptr;
       Words(in ? __ldg(reinterpret_cast<const uint4*>(fold.gamma + at)) : make_uint4(0, 0, 0, 0),
             f.gamma + 4 * h);
+    }
+    if constexpr (kX == MmaX::kLayerFolded) {
+      const bool in = at < p.k && fold.beta != nullptr && (threadIdx.x % 32) / 4 == 1;
+      Words(in ? __ldg(reinterpret_cast<const uint4*>(fold.beta + at)) : make_uint4(0, 0, 0, 0),
+            f.beta + 4 * h);
     }
   }
 }
@@ -963,6 +977,36 @@ __device__ __forceinline__ void FoldRms(MmaChunk& f, bool has_gamma, float& squa
       f.x[j] = Bits16(FromFloat<T>(lo)) | Bits16(FromFloat<T>(hi)) << 16;
     }
   }
+}
+
+// kLayerFolded: the chunk's x words become γ(x - x0) rounded to T (x - x0 without γ; zeros past k:
+// `in_lo` / `in_hi` say whether words 0..3 / 4..7 lie before it), and x - x0 and its square add to
+// the row's `shifted` and `squares`.
+template <typename T>
+__device__ __forceinline__ void FoldLayer(MmaChunk& f, bool has_gamma, float x0, bool in_lo,
+                                          bool in_hi, float& squares, float& shifted) {
+  static_assert(std::is_same_v<T, __nv_bfloat16>, "float16 would overflow on γ(x - x0)");
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const bool in = j < 4 ? in_lo : in_hi;
+    float lo = in ? __uint_as_float(f.x[j] << 16) - x0 : 0.f;
+    float hi = in ? __uint_as_float(f.x[j] & 0xFFFF0000u) - x0 : 0.f;
+    shifted += lo + hi;
+    squares = fmaf(lo, lo, fmaf(hi, hi, squares));
+    if (has_gamma) {
+      lo *= __uint_as_float(f.gamma[j] << 16);
+      hi *= __uint_as_float(f.gamma[j] & 0xFFFF0000u);
+    }
+    f.x[j] = Bits16(FromFloat<T>(lo)) | Bits16(FromFloat<T>(hi)) << 16;
+  }
+}
+
+// kLayerFolded: word j of the second B operand in a lane of x row g: γ (ones without it) for
+// column 0, β (zeros without it) for column 1, zeros elsewhere.
+__device__ __forceinline__ uint32_t FoldColumnWord(const MmaChunk& f, int g, bool has_gamma,
+                                                   int j) {
+  if (g == 0) return has_gamma ? f.gamma[j] : 0x3F803F80u;  // two bfloat16 ones
+  return g == 1 ? f.beta[j] : 0u;
 }
 
 // A warp's kMmaUnroll chunks in flight: the tile loop's working buffer, one per kernel. With the
@@ -1026,24 +1070,48 @@ __device__ __forceinline__ float ClusterLoad(const float* local, unsigned rank) 
 }
 #endif
 
-// Shared memory of a tile's sums: each warp's accumulators, then the CTA's (one per thread);
-// kRmsFolded: each warp's sums of the x rows' squares, then the CTA's (per thread, for its row).
+// The sums a thread of MmaTile holds for its output (column t / 8, row t % 8) once its CTA's
+// warps are added: the dot product, and with a folded norm its row's Σx² (kLayerFolded: Σ(x - x0)²
+// and Σ(x - x0)) and (kLayerFolded) its column's Σ wγ and Σ wβ.
+enum TileSum { kDot, kSquares, kShifted, kWGamma, kWBeta };
+template <MmaX kX>
+constexpr int kTileSums = kX == MmaX::kLayerFolded ? 5
+                          : kX == MmaX::kRmsFolded ? 2
+                                                   : 1;
+
+// Shared memory of a tile's sums: each warp's accumulators and, with a folded norm, each warp's
+// row statistics (kLayerFolded: and column sums of γ and β); then the CTA's per thread, which
+// cluster rank 0 reads from the others. Arrays a kernel does not use have one element.
+template <MmaX kX>
 struct MmaShared {
+  static constexpr bool kStats = kTileSums<kX> > 1, kLayer = kX == MmaX::kLayerFolded;
   float warp[kWarps][4][32];
-  float sums[kThreads];
-  float squares[kWarps][8];
-  float row_squares[kThreads];
+  float squares[kWarps][kStats ? 8 : 1];
+  float shifted[kWarps][kLayer ? 8 : 1];
+  float folds[kWarps][2][kLayer ? kMmaTile : 1];
+  float cta[kTileSums<kX>][kThreads];  // by TileSum
 };
 
+// A layer norm's output folded into a column's sums (FoldedValue's formula: the statistics in
+// double, the inverse deviation in float).
+__device__ __forceinline__ float FoldedLayerValue(const float (&sums)[5], int64_t k, float eps) {
+  const double kd = static_cast<double>(k);
+  const double mean = sums[kShifted] / kd;  // of x - x0
+  const double var = sums[kSquares] / kd - mean * mean;
+  const float inv = 1.f / sqrtf(static_cast<float>(var > 0.0 ? var : 0.0) + eps);
+  return inv * (sums[kDot] - static_cast<float>(mean) * sums[kWGamma]) + sums[kWBeta];
+}
+
 // One tile: this CTA's share of its chunks (split `split` of `splits`), the sums over warps (and
-// over the cluster when splits > 1), then (kRmsFolded) the row's 1 / rms, bias, activation,
-// residual and the store by rank 0. Thread t ends with output (column tile·16 + t / 8, row t % 8).
-// With `have_first`, chunks.f already holds the w words of the warp's first iteration.
+// over the cluster when splits > 1), then (a folded norm) the row's normalisation, bias,
+// activation, residual and the store by rank 0. Thread t ends with output (column tile·16 + t / 8,
+// row t % 8). With `have_first`, chunks.f already holds the w words of the warp's first iteration.
 template <typename T, MmaX kX>
 __device__ __forceinline__ void MmaTile(const Params<T>& p, int m, int64_t tile, int split,
-                                        int splits, MmaShared& sh, MmaChunks& chunks_in_flight,
+                                        int splits, MmaShared<kX>& sh, MmaChunks& chunks_in_flight,
                                         bool have_first, const MmaFold<T>& fold = {}) {
-  constexpr bool kFold = kX == MmaX::kRmsFolded;
+  constexpr bool kRms = kX == MmaX::kRmsFolded, kLayer = kX == MmaX::kLayerFolded;
+  constexpr int kSums = kTileSums<kX>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const MmaRows<T> rows = RowsOf(p, tile, split, splits);
   const T *wg = rows.wg, *wh = rows.wh;
@@ -1059,7 +1127,9 @@ __device__ __forceinline__ void MmaTile(const Params<T>& p, int m, int64_t tile,
   if (stores && p.bias != nullptr) b = ToFloat(p.bias[out_col * p.bias_stride]);
   if (stores && p.residual != nullptr) res = ToFloat(p.residual[row * p.n + out_col]);
   float d[4] = {0.f, 0.f, 0.f, 0.f};
-  float squares = 0.f;  // kFold: of this lane's x elements
+  float folds[4] = {0.f, 0.f, 0.f, 0.f};  // kLayer: Σ wγ, Σ wβ of columns g and g + 8 (c = 0)
+  float squares = 0.f, shifted = 0.f;     // a folded norm: of this lane's x elements
+  const float x0 = kLayer && x != nullptr ? ToFloat(x[0]) : 0.f;
   bool weights_loaded = have_first;
   for (int64_t q = rows.first; q < chunks; q += stride * kMmaUnroll) {
 #pragma unroll
@@ -1071,49 +1141,75 @@ __device__ __forceinline__ void MmaTile(const Params<T>& p, int m, int64_t tile,
     weights_loaded = false;
 #pragma unroll
     for (int u = 0; u < kMmaUnroll; ++u) {
-      if constexpr (kFold) FoldRms<T>(f[u], fold.gamma != nullptr, squares);
+      if constexpr (kRms) FoldRms<T>(f[u], fold.gamma != nullptr, squares);
+      if constexpr (kLayer) {
+        const int64_t qu = q + u * stride, kc = qu < chunks ? qu * kMmaChunk : p.k;
+        FoldLayer<T>(f[u], fold.gamma != nullptr, x0, kc + 8 * c < p.k, kc + 32 + 8 * c < p.k,
+                     squares, shifted);
+      }
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
         Mma<T>(d, f[u].wg[2 * s], f[u].wh[2 * s], f[u].wg[2 * s + 1], f[u].wh[2 * s + 1],
                f[u].x[2 * s], f[u].x[2 * s + 1]);
+        if constexpr (kLayer) {
+          Mma<T>(folds, f[u].wg[2 * s], f[u].wh[2 * s], f[u].wg[2 * s + 1], f[u].wh[2 * s + 1],
+                 FoldColumnWord(f[u], g, fold.gamma != nullptr, 2 * s),
+                 FoldColumnWord(f[u], g, fold.gamma != nullptr, 2 * s + 1));
+        }
       }
     }
   }
   // d[i]: column g + 8 (i / 2), row 2c + i % 2. Thread t takes column t / 8 and row t % 8.
 #pragma unroll
   for (int i = 0; i < 4; ++i) sh.warp[warp][i][lane] = d[i];
-  if constexpr (kFold) {  // the 4 lanes of row g hold its squares
+  if constexpr (kSums > 1) {  // the 4 lanes of row g hold its statistics
     squares += __shfl_xor_sync(0xFFFFFFFFu, squares, 1);
     squares += __shfl_xor_sync(0xFFFFFFFFu, squares, 2);
     if (c == 0) sh.squares[warp][g] = squares;
   }
+  if constexpr (kLayer) {  // and folds[i] of lanes c = 0: Σ wγ (i even), Σ wβ of column g + 8 (i /
+                           // 2)
+    shifted += __shfl_xor_sync(0xFFFFFFFFu, shifted, 1);
+    shifted += __shfl_xor_sync(0xFFFFFFFFu, shifted, 2);
+    if (c == 0) {
+      sh.shifted[warp][g] = shifted;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sh.folds[warp][i % 2][g + 8 * (i / 2)] = folds[i];
+    }
+  }
   __syncthreads();
   const int i = (col / 8) * 2 + row % 2, from = (col % 8) * 4 + row / 2;
-  float v = 0.f, row_squares = 0.f;
+  float sums[kSums];
+#pragma unroll
+  for (int j = 0; j < kSums; ++j) sums[j] = 0.f;
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) {
-    v += sh.warp[w][i][from];
-    if constexpr (kFold) row_squares += sh.squares[w][row];
+    sums[kDot] += sh.warp[w][i][from];
+    if constexpr (kSums > 1) sums[kSquares] += sh.squares[w][row];
+    if constexpr (kLayer) {
+      sums[kShifted] += sh.shifted[w][row];
+      sums[kWGamma] += sh.folds[w][0][col];
+      sums[kWBeta] += sh.folds[w][1][col];
+    }
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (splits > 1) {  // the cluster's CTAs hold the other splits: rank 0 (split 0) adds them up
-    sh.sums[t] = v;
-    if constexpr (kFold) sh.row_squares[t] = row_squares;
+#pragma unroll
+    for (int j = 0; j < kSums; ++j) sh.cta[j][t] = sums[j];
     ClusterSync();
     if (split == 0) {  // every load issued before the first is used: one round trip, not seven
-      float other[kMmaMaxSplits], other_squares[kMmaMaxSplits];
+      float other[kMmaMaxSplits][kSums];
 #pragma unroll
       for (int r = 1; r < kMmaMaxSplits; ++r) {
-        other[r] = r < splits ? ClusterLoad(&sh.sums[t], r) : 0.f;
-        if constexpr (kFold) {
-          other_squares[r] = r < splits ? ClusterLoad(&sh.row_squares[t], r) : 0.f;
-        }
+#pragma unroll
+        for (int j = 0; j < kSums; ++j)
+          other[r][j] = r < splits ? ClusterLoad(&sh.cta[j][t], r) : 0.f;
       }
 #pragma unroll
       for (int r = 1; r < kMmaMaxSplits; ++r) {
-        if (r < splits) v += other[r];
-        if constexpr (kFold) {
-          if (r < splits) row_squares += other_squares[r];
+#pragma unroll
+        for (int j = 0; j < kSums; ++j) {
+          if (r < splits) sums[j] += other[r][j];
         }
       }
     }
@@ -1121,8 +1217,10 @@ __device__ __forceinline__ void MmaTile(const Params<T>& p, int m, int64_t tile,
   }
 #endif
   if (stores) {
+    float v = sums[kDot];
     // The eager norm's 1 / rms (reduce_kernels.cu NormOp): the squares summed in float.
-    if constexpr (kFold) v *= 1.f / sqrtf(row_squares / static_cast<float>(p.k) + fold.eps);
+    if constexpr (kRms) v *= 1.f / sqrtf(sums[kSquares] / static_cast<float>(p.k) + fold.eps);
+    if constexpr (kLayer) v = FoldedLayerValue(sums, p.k, fold.eps);
     float y = Activate(v + b, p.act);
     if (p.residual != nullptr) y += res;
     p.out[row * p.n + out_col] = FromFloat<T>(y);
@@ -1168,7 +1266,7 @@ __device__ __forceinline__ void PreloadMmaTile(const Params<T>& p, int64_t tile,
 // Grid (tiles, splits), clusters (1, splits): CTA (tile, split) takes split `split` of the tile.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) MmaGemvKernel(Params<T> p, int m) {
-  __shared__ MmaShared sh;
+  __shared__ MmaShared<MmaX::kGlobal> sh;
   MmaChunks chunks;
   PreloadMmaTile(p, blockIdx.x, blockIdx.y, gridDim.y, chunks);
   GridDependencySync();  // x, residual and out may be earlier kernels' buffers
@@ -1179,12 +1277,24 @@ __global__ void __launch_bounds__(kThreads) MmaGemvKernel(Params<T> p, int m) {
 // MmaGemvKernel's grid, no prologue.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) FoldedRmsMmaGemvKernel(NormParams<T> np, int m) {
-  __shared__ MmaShared sh;
+  __shared__ MmaShared<MmaX::kRmsFolded> sh;
   MmaChunks chunks;
   PreloadMmaTile(np.gemv, blockIdx.x, blockIdx.y, gridDim.y, chunks);
   GridDependencySync();  // x, γ, residual and out may be earlier kernels' buffers
   MmaTile<T, MmaX::kRmsFolded>(np.gemv, m, blockIdx.x, blockIdx.y, gridDim.y, sh, chunks,
-                               chunks.preloaded, MmaFold<T>{np.weight, np.eps});
+                               chunks.preloaded, MmaFold<T>{np.weight, nullptr, np.eps});
+}
+
+// The layer norm GEMV of bfloat16 rows on tensor cores with the norm folded (MmaX::kLayerFolded):
+// MmaGemvKernel's grid, no prologue.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) FoldedLayerMmaGemvKernel(NormParams<T> np, int m) {
+  __shared__ MmaShared<MmaX::kLayerFolded> sh;
+  MmaChunks chunks;
+  PreloadMmaTile(np.gemv, blockIdx.x, blockIdx.y, gridDim.y, chunks);
+  GridDependencySync();  // x, γ, β, residual and out may be earlier kernels' buffers
+  MmaTile<T, MmaX::kLayerFolded>(np.gemv, m, blockIdx.x, blockIdx.y, gridDim.y, sh, chunks,
+                                 chunks.preloaded, MmaFold<T>{np.weight, np.bias, np.eps});
 }
 
 // The norm GEMV on tensor cores: the rows normalised into shared memory once per CTA, as
@@ -1192,7 +1302,7 @@ __global__ void __launch_bounds__(kThreads) FoldedRmsMmaGemvKernel(NormParams<T>
 // grid's y as MmaGemvKernel's are (every CTA of a cluster walks the same tiles).
 template <typename T, int M>
 __global__ void __launch_bounds__(kThreads, 1) NormMmaGemvKernel(NormParams<T> np) {
-  __shared__ MmaShared sh;
+  __shared__ MmaShared<MmaX::kShared> sh;
   __shared__ RowNorm norms[M];
   extern __shared__ uint4 normed_words[];
   MmaChunks chunks;
@@ -1376,11 +1486,11 @@ bool FoldsNorm(const GemvArgs& a, const NormParams<T>& np) {
   return !std::is_same_v<T, float> && a.fold_norm && a.m == 1 && np.vec && np.gemv.vec_w;
 }
 
-// Whether 2..8 rows of bfloat16 on the tensor-core path fold an RMS norm into it
-// (FoldedRmsMmaGemvKernel): γ 16-byte aligned (an RMS norm has no β: Gemv refuses one).
+// Whether 2..8 rows of bfloat16 on the tensor-core path fold their norm into it
+// (FoldedRmsMmaGemvKernel, FoldedLayerMmaGemvKernel): γ and β 16-byte aligned.
 template <typename T>
-bool FoldsRmsOnTensorCores(const GemvArgs& a, const NormParams<T>& np) {
-  return a.fold_norm && a.norm == GemvNorm::kRms && np.vec;
+bool FoldsNormOnTensorCores(const GemvArgs& a, const NormParams<T>& np) {
+  return a.fold_norm && np.vec;
 }
 
 // The gated product's up half (GemvArgs::w_up) as the kernels read it.
@@ -1420,8 +1530,10 @@ cudaError_t LaunchNormed(const GemvArgs& a, const Params<T>& p, int64_t tiles,
           dim3(kThreads), 0, stream, np);
     }
     if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      if (!gate && UseMma<T>(a, p) && FoldsRmsOnTensorCores(a, np)) {
-        return LaunchMmaTiles(a, &FoldedRmsMmaGemvKernel<T>, np, stream);
+      if (!gate && UseMma<T>(a, p) && FoldsNormOnTensorCores(a, np)) {
+        return LaunchMmaTiles(
+            a, a.norm == GemvNorm::kRms ? &FoldedRmsMmaGemvKernel<T> : &FoldedLayerMmaGemvKernel<T>,
+            np, stream);
       }
     }
     if (!gate && UseMma<T>(a, p)) {
