@@ -1167,8 +1167,7 @@ __device__ __forceinline__ void MmaTile(const Params<T>& p, int m, int64_t tile,
     squares += __shfl_xor_sync(0xFFFFFFFFu, squares, 2);
     if (c == 0) sh.squares[warp][g] = squares;
   }
-  if constexpr (kLayer) {  // and folds[i] of lanes c = 0: Σ wγ (i even), Σ wβ of column g + 8 (i /
-                           // 2)
+  if constexpr (kLayer) {  // and lanes c = 0 the column sums: folds[i] of column g + 8 (i / 2)
     shifted += __shfl_xor_sync(0xFFFFFFFFu, shifted, 1);
     shifted += __shfl_xor_sync(0xFFFFFFFFu, shifted, 2);
     if (c == 0) {
