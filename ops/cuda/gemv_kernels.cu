@@ -900,8 +900,12 @@ struct MmaChunk {
 // normalised value does not: it keeps the prologue.)
 // A layer norm folds the same way (kLayerFolded, bfloat16 only), its mean taken from the sums:
 //   Σ w·(γ(x - μ)·inv + β) = inv·(Σ wγ(x - x0) - (μ - x0)·Σ wγ) + Σ wβ,
-// x0 = the row's first element, so that the rounded γ(x - x0) and the sums Σ(x - x0), Σ(x - x0)²
-// stay small next to the row's spread for rows far from zero (as the one-row fold). Σ wγ and
+// x0 = the mean of the row's first chunk (its first min(k, 64) elements), so that the sums
+// Σ(x - x0), Σ(x - x0)² stay small next to the row's spread for rows far from zero (as the
+// one-row fold) and the rounded γ(x - x0) lies about as far from zero as the normalised value:
+// with x0 one element, |x0 - μ| ~ σ about doubled the squared rounding error that the
+// (μ - x0)·Σ wγ term leaves after cancelling (up to 3 of 2304 outputs of a [3, 768] row block
+// at 768 columns outside the per-op tolerance of the eager norm then linear, on the H100). Σ wγ and
 // Σ wβ are a second mma beside the dot products, whose B operand holds γ (ones without it) in its
 // column 0 and β (zeros without it) in column 1.
 enum class MmaX { kGlobal, kShared, kRmsFolded, kLayerFolded };
@@ -999,6 +1003,28 @@ __device__ __forceinline__ void FoldLayer(MmaChunk& f, bool has_gamma, float x0,
     }
     f.x[j] = Bits16(FromFloat<T>(lo)) | Bits16(FromFloat<T>(hi)) << 16;
   }
+}
+
+// kLayerFolded: the row's shift x0, the mean of its first chunk, for the lanes of x row g (0 for
+// rows past m: `x` nullptr). Every lane of the warp calls it; every warp and every CTA of a
+// cluster gets the same float (the 4 lanes' partial sums add in an order that commutes).
+template <typename T>
+__device__ __forceinline__ float FirstChunkMean(const Params<T>& p, const T* x, int c) {
+  static_assert(std::is_same_v<T, __nv_bfloat16>, "the words are read as bfloat16");
+  float sum = 0.f;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t at = 32 * h + 8 * c;
+    if (x == nullptr || at >= p.k) continue;
+    uint32_t words[4];
+    Words(__ldg(reinterpret_cast<const uint4*>(x + at)), words);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      sum += __uint_as_float(words[j] << 16) + __uint_as_float(words[j] & 0xFFFF0000u);
+  }
+  sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
+  sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 2);
+  return sum / static_cast<float>(p.k < kMmaChunk ? p.k : kMmaChunk);
 }
 
 // kLayerFolded: word j of the second B operand in a lane of x row g: γ (ones without it) for
@@ -1129,7 +1155,8 @@ __device__ __forceinline__ void MmaTile(const Params<T>& p, int m, int64_t tile,
   float d[4] = {0.f, 0.f, 0.f, 0.f};
   float folds[4] = {0.f, 0.f, 0.f, 0.f};  // kLayer: Σ wγ, Σ wβ of columns g and g + 8 (c = 0)
   float squares = 0.f, shifted = 0.f;     // a folded norm: of this lane's x elements
-  const float x0 = kLayer && x != nullptr ? ToFloat(x[0]) : 0.f;
+  float x0 = 0.f;
+  if constexpr (kLayer) x0 = FirstChunkMean(p, x, c);
   bool weights_loaded = have_first;
   for (int64_t q = rows.first; q < chunks; q += stride * kMmaUnroll) {
 #pragma unroll
