@@ -96,7 +96,7 @@ const std::vector<Setting>& Settings() {
       {"KILN_GEMV_NORM_FOLD", Kind::kBool, "on", "",
        "off: kiln's norm GEMV keeps its prologue (statistics, the normalised rows in shared "
        "memory) instead of folding the norm into the column sums (one row of bf16/f16; 2..8 rows "
-       "of bf16 with an RMS norm on tensor cores) (A/B)"},
+       "of bf16 on tensor cores) (A/B)"},
       {"KILN_GEMV_GLU", Kind::kBool, "off", "",
        "on: a GLU MLP's gate/up projection after a norm and act(gate) * up run as one gated GEMV "
        "for few rows (CompileOptions::gated_gemv's default; off: on the H100 it loses its "
