@@ -967,41 +967,26 @@ __device__ __forceinline__ void LoadMmaX(const Params<T>& p, const T* x, const M
   }
 }
 
-// kRmsFolded: the chunk's x words become γx rounded to T, and the squares of x add to `squares`.
-template <typename T>
-__device__ __forceinline__ void FoldRms(MmaChunk& f, bool has_gamma, float& squares) {
-  static_assert(std::is_same_v<T, __nv_bfloat16>, "float16 would overflow on γx");
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    float lo = __uint_as_float(f.x[j] << 16), hi = __uint_as_float(f.x[j] & 0xFFFF0000u);
-    squares = fmaf(lo, lo, fmaf(hi, hi, squares));
-    if (has_gamma) {
-      lo *= __uint_as_float(f.gamma[j] << 16);
-      hi *= __uint_as_float(f.gamma[j] & 0xFFFF0000u);
-      f.x[j] = Bits16(FromFloat<T>(lo)) | Bits16(FromFloat<T>(hi)) << 16;
-    }
-  }
-}
-
-// kLayerFolded: the chunk's x words become γ(x - x0) rounded to T (x - x0 without γ; zeros past k:
-// `in_lo` / `in_hi` say whether words 0..3 / 4..7 lie before it), and x - x0 and its square add to
-// the row's `shifted` and `squares`.
-template <typename T>
-__device__ __forceinline__ void FoldLayer(MmaChunk& f, bool has_gamma, float x0, bool in_lo,
-                                          bool in_hi, float& squares, float& shifted) {
+// A folded norm's chunk (kRmsFolded, kLayerFolded): its x words become γ(x - x0) rounded to T, and
+// x - x0 and its square add to the row's `shifted` (kLayer) and `squares`. A layer norm's x0 is the
+// row's shift, and words past k (`in_lo` / `in_hi`: whether words 0..3 / 4..7 lie before it) become
+// zeros; an RMS norm's x0 is 0, and without γ its words stay as they are.
+template <typename T, bool kLayer>
+__device__ __forceinline__ void FoldNorm(MmaChunk& f, bool has_gamma, float x0, bool in_lo,
+                                         bool in_hi, float& squares, float& shifted) {
   static_assert(std::is_same_v<T, __nv_bfloat16>, "float16 would overflow on γ(x - x0)");
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const bool in = j < 4 ? in_lo : in_hi;
+    const bool in = !kLayer || (j < 4 ? in_lo : in_hi);
     float lo = in ? __uint_as_float(f.x[j] << 16) - x0 : 0.f;
     float hi = in ? __uint_as_float(f.x[j] & 0xFFFF0000u) - x0 : 0.f;
-    shifted += lo + hi;
+    if constexpr (kLayer) shifted += lo + hi;
     squares = fmaf(lo, lo, fmaf(hi, hi, squares));
     if (has_gamma) {
       lo *= __uint_as_float(f.gamma[j] << 16);
       hi *= __uint_as_float(f.gamma[j] & 0xFFFF0000u);
     }
-    f.x[j] = Bits16(FromFloat<T>(lo)) | Bits16(FromFloat<T>(hi)) << 16;
+    if (kLayer || has_gamma) f.x[j] = Bits16(FromFloat<T>(lo)) | Bits16(FromFloat<T>(hi)) << 16;
   }
 }
 
@@ -1168,11 +1153,10 @@ __device__ __forceinline__ void MmaTile(const Params<T>& p, int m, int64_t tile,
     weights_loaded = false;
 #pragma unroll
     for (int u = 0; u < kMmaUnroll; ++u) {
-      if constexpr (kRms) FoldRms<T>(f[u], fold.gamma != nullptr, squares);
-      if constexpr (kLayer) {
+      if constexpr (kRms || kLayer) {
         const int64_t qu = q + u * stride, kc = qu < chunks ? qu * kMmaChunk : p.k;
-        FoldLayer<T>(f[u], fold.gamma != nullptr, x0, kc + 8 * c < p.k, kc + 32 + 8 * c < p.k,
-                     squares, shifted);
+        FoldNorm<T, kLayer>(f[u], fold.gamma != nullptr, x0, kc + 8 * c < p.k,
+                            kc + 32 + 8 * c < p.k, squares, shifted);
       }
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
