@@ -280,14 +280,8 @@ TEST(Gemv, FoldedNormOfOneRowMatchesTheNormThenTheLinear) {
           const Tensor got = Tensor::Empty({1, n}, t, CUDA(0));
           ASSERT_TRUE(
               cuda_ops::NormLinearGemv(nm.op, norm_in, 1e-5, {w}, OpAttrs{}, got, separate));
-          std::vector<Tensor> cpu_in;
-          for (const Tensor& u : norm_in) cpu_in.push_back(to(u, kCPU));
-          OpAttrs na;
-          na.eps = 1e-5;
-          const Tensor want =
-              Linear(Dispatch(nm.op, cpu_in, na), to(w, kCPU), Tensor(), Epilogue::kNone, Tensor());
-          ExpectClose(
-              to_vector(got), to_vector(want), LinearTolerance(t, k),
+          ExpectNormGemvClose(
+              got, nm.op, norm_in, 1e-5, {w}, Epilogue::kNone,
               absl::StrCat(DTypeName(t), " ", GetOpDef(nm.op).name, nm.affine ? "+affine" : "",
                            " n=", n, " k=", k, " offset ", offset));
           ++checked;

@@ -677,15 +677,16 @@ __device__ __forceinline__ void DotFolded(const NormParams<T>& np, const T* w, f
   }
 }
 
-// The column's output before the epilogue, from the CTA-wide sums (statistics in double, as the
-// eager norm sums its mean; the inverse deviation in float, as it computes it).
-template <typename T>
-__device__ __forceinline__ float FoldedValue(const NormParams<T>& np, float a1, float a2, float a3,
-                                             double s1, double s2) {
-  const double k = static_cast<double>(np.gemv.k);
-  const double mean = np.norm == GemvNorm::kLayer ? s1 / k : 0.0;  // of x - x0
-  const double var = s2 / k - mean * mean;
-  const float inv = 1.f / sqrtf(static_cast<float>(var > 0.0 ? var : 0.0) + np.eps);
+// A column's output before the epilogue, from its folded sums over a row of length k
+// (statistics in double, as the eager norm sums its mean; the inverse deviation in float, as it
+// computes it): inv·(a1 - mean·a2) + a3, the mean (of x - x0) taken only for a layer norm. The
+// tensor-core fold (MmaTile) finishes its sums with it too.
+__device__ __forceinline__ float FoldedValue(bool layer, int64_t k, float eps, float a1, float a2,
+                                             float a3, double s1, double s2) {
+  const double kd = static_cast<double>(k);
+  const double mean = layer ? s1 / kd : 0.0;  // of x - x0
+  const double var = s2 / kd - mean * mean;
+  const float inv = 1.f / sqrtf(static_cast<float>(var > 0.0 ? var : 0.0) + eps);
   return inv * (a1 - static_cast<float>(mean) * a2) + a3;
 }
 
@@ -733,7 +734,7 @@ __device__ __forceinline__ FoldedTotals FoldedColumn(const NormParams<T>& np, co
 
 template <typename T>
 __device__ __forceinline__ float FoldedValue(const NormParams<T>& np, const FoldedTotals& f) {
-  return FoldedValue(np, f.a1, f.a2, f.a3, f.s1, f.s2);
+  return FoldedValue(np.norm == GemvNorm::kLayer, np.gemv.k, np.eps, f.a1, f.a2, f.a3, f.s1, f.s2);
 }
 
 // The CTA's column tiles of the folded GEMV (x, the norm's weight and bias read as kFromX says);
@@ -995,17 +996,15 @@ __device__ __forceinline__ void FoldNorm(MmaChunk& f, bool has_gamma, float x0, 
 // cluster gets the same float (the 4 lanes' partial sums add in an order that commutes).
 template <typename T>
 __device__ __forceinline__ float FirstChunkMean(const Params<T>& p, const T* x, int c) {
-  static_assert(std::is_same_v<T, __nv_bfloat16>, "the words are read as bfloat16");
   float sum = 0.f;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t at = 32 * h + 8 * c;
     if (x == nullptr || at >= p.k) continue;
-    uint32_t words[4];
-    Words(__ldg(reinterpret_cast<const uint4*>(x + at)), words);
+    float f[kVec<T>];
+    Unpack<T>(__ldg(reinterpret_cast<const uint4*>(x + at)), f);
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      sum += __uint_as_float(words[j] << 16) + __uint_as_float(words[j] & 0xFFFF0000u);
+    for (int j = 0; j < kVec<T>; j += 2) sum += f[j] + f[j + 1];
   }
   sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
   sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 2);
@@ -1102,16 +1101,6 @@ struct MmaShared {
   float folds[kWarps][2][kLayer ? kMmaTile : 1];
   float cta[kTileSums<kX>][kThreads];  // by TileSum
 };
-
-// A layer norm's output folded into a column's sums (FoldedValue's formula: the statistics in
-// double, the inverse deviation in float).
-__device__ __forceinline__ float FoldedLayerValue(const float (&sums)[5], int64_t k, float eps) {
-  const double kd = static_cast<double>(k);
-  const double mean = sums[kShifted] / kd;  // of x - x0
-  const double var = sums[kSquares] / kd - mean * mean;
-  const float inv = 1.f / sqrtf(static_cast<float>(var > 0.0 ? var : 0.0) + eps);
-  return inv * (sums[kDot] - static_cast<float>(mean) * sums[kWGamma]) + sums[kWBeta];
-}
 
 // One tile: this CTA's share of its chunks (split `split` of `splits`), the sums over warps (and
 // over the cluster when splits > 1), then (a folded norm) the row's normalisation, bias,
@@ -1230,7 +1219,10 @@ __device__ __forceinline__ void MmaTile(const Params<T>& p, int m, int64_t tile,
     float v = sums[kDot];
     // The eager norm's 1 / rms (reduce_kernels.cu NormOp): the squares summed in float.
     if constexpr (kRms) v *= 1.f / sqrtf(sums[kSquares] / static_cast<float>(p.k) + fold.eps);
-    if constexpr (kLayer) v = FoldedLayerValue(sums, p.k, fold.eps);
+    if constexpr (kLayer) {
+      v = FoldedValue(true, p.k, fold.eps, v, sums[kWGamma], sums[kWBeta], sums[kShifted],
+                      sums[kSquares]);
+    }
     float y = Activate(v + b, p.act);
     if (p.residual != nullptr) y += res;
     p.out[row * p.n + out_col] = FromFloat<T>(y);
