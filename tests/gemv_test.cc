@@ -408,17 +408,33 @@ TEST(Gemv, NormPrologueIsChosenAgainstTheTwoOps) {
 
 // ---- The gated product (GemvArgs::w_up, NormLinearGemv's `gated`). -------------------------
 
+struct Gate {
+  OpId op;
+  GeluApprox approximate;
+};
+
+// act(gate) · up of the norm then the linear of `rest` (its output's halves of f columns each) on
+// the CPU, computed in `dtype` (as NormThenLinearOnCpu).
+Tensor GatedProductOnCpu(OpId norm, const std::vector<Tensor>& norm_in,
+                         const std::vector<Tensor>& rest, const Gate& gate, bool gate_first,
+                         int64_t f, DType dtype) {
+  const Tensor y = NormThenLinearOnCpu(norm, norm_in, 1e-5, rest, Epilogue::kNone, dtype);
+  const Tensor first = slice(y, 1, 0, f), second = slice(y, 1, f, 2 * f);
+  OpAttrs ga;
+  ga.approximate = gate.approximate;
+  return Dispatch(gate.op, {gate_first ? first : second}, ga) * (gate_first ? second : first);
+}
+
 // act(gate) · up of a merged gate/up linear's halves, as the norm-linear family's node asks for
 // it (a Llama or GeGLU MLP at decode): every gate activation, either half the gate, with and
-// without the linear's bias, 1, 3 and 8 rows (the folded one-row path and the shared-memory
-// prologue), every dtype, against the CPU's norm, linear (rounded to the dtype) and product in
-// float32.
+// without the linear's bias, 1, 3 and 8 rows (the folded one-row path, the shared-memory
+// prologue, and for bfloat16 after an RMS norm the tensor-core kernel that folds it), every dtype,
+// against the CPU's norm, linear (rounded to the dtype) and product in float32; the tensor-core
+// fold (it rounds γ·x, not the normalised value) by the numerics policy against the same in
+// float32 and in bfloat16 (as ExpectNormGemvClose). 8 rows of bfloat16 after an RMS norm run
+// GatedFoldedRmsMmaGemvKernel, one launch.
 TEST(Gemv, GatedProductMatchesTheLinearThenTheProduct) {
   KILN_SKIP_WITHOUT_GPU();
-  struct Gate {
-    OpId op;
-    GeluApprox approximate;
-  };
   const Gate gates[] = {{OpId::kSilu, GeluApprox::kNone},
                         {OpId::kGelu, GeluApprox::kNone},
                         {OpId::kGelu, GeluApprox::kTanh},
@@ -448,13 +464,24 @@ TEST(Gemv, GatedProductMatchesTheLinearThenTheProduct) {
             const Tensor got = Tensor::Empty({m, f}, t, CUDA(0));
             ASSERT_TRUE(
                 cuda_ops::NormLinearGemv(norm, norm_in, 1e-5, rest, OpAttrs{}, got, apart, &gp));
-            std::vector<Tensor> cpu_in;
-            for (const Tensor& u : norm_in) cpu_in.push_back(to(u, kCPU));
-            OpAttrs na;
-            na.eps = 1e-5;
-            const Tensor y = cast(Linear(Dispatch(norm, cpu_in, na), to(w, kCPU),
-                                         bias ? to(b, kCPU) : Tensor(), Epilogue::kNone),
-                                  DType::kFloat32);
+            const std::string what =
+                absl::StrCat(DTypeName(t), " ", GetOpDef(norm).name, " ", GetOpDef(gate.op).name,
+                             gate.approximate == GeluApprox::kTanh ? "_tanh" : "",
+                             gp.gate_first ? " gate first" : " gate second", bias ? " bias" : "",
+                             " m=", m, " f=", f, " k=", k);
+            ++checked;
+            if (t == DType::kBFloat16 && norm == OpId::kRmsNorm && m >= 2) {
+              ExpectWithinPolicy(
+                  {to(got, kCPU)},
+                  {GatedProductOnCpu(norm, norm_in, rest, gate, gp.gate_first, f, t)},
+                  {GatedProductOnCpu(norm, norm_in, rest, gate, gp.gate_first, f, DType::kFloat32)},
+                  what);
+              continue;
+            }
+            // The linear rounded to the dtype (as eager), the product in float32.
+            const Tensor y =
+                cast(NormThenLinearOnCpu(norm, norm_in, 1e-5, rest, Epilogue::kNone, t),
+                     DType::kFloat32);
             const Tensor first = slice(y, 1, 0, f), second = slice(y, 1, f, 2 * f);
             OpAttrs ga;
             ga.approximate = gate.approximate;
@@ -462,19 +489,24 @@ TEST(Gemv, GatedProductMatchesTheLinearThenTheProduct) {
                                 (gp.gate_first ? second : first);
             Tolerance tol = LinearTolerance(t, k);
             tol.atol *= 2, tol.rtol *= 2;  // two rounded sums multiplied, the reference's rounded
-            ExpectClose(
-                to_vector(got), to_vector(want), tol,
-                absl::StrCat(DTypeName(t), " ", GetOpDef(norm).name, " ", GetOpDef(gate.op).name,
-                             gate.approximate == GeluApprox::kTanh ? "_tanh" : "",
-                             gp.gate_first ? " gate first" : " gate second", bias ? " bias" : "",
-                             " m=", m, " f=", f, " k=", k));
-            ++checked;
+            ExpectClose(to_vector(got), to_vector(want), tol, what);
           }
         }
       }
     }
   }
   EXPECT_EQ(checked, 3 * 4 * 3 * 2 * 4);
+  Generator gen(5);
+  const DType t = DType::kBFloat16;
+  const Tensor x = randn({8, 2048}, gen, t, CUDA(0)), w = randn({2 * 512, 2048}, gen, t, CUDA(0));
+  const Tensor g = randn({2048}, gen, t, CUDA(0));
+  const Tensor out = Tensor::Empty({8, 512}, t, CUDA(0));
+  const cuda_ops::GatedProduct silu{OpId::kSilu, GeluApprox::kNone, true};
+  const std::vector<std::string> names = KernelNames([&] {
+    cuda_ops::NormLinearGemv(OpId::kRmsNorm, {x, g}, 1e-5, {w}, OpAttrs{}, out, apart, &silu);
+  });
+  ASSERT_EQ(names.size(), 1u) << absl::StrJoin(names, "\n");
+  EXPECT_NE(names[0].find("GatedFoldedRmsMmaGemvKernel"), std::string::npos) << names[0];
 }
 
 // What the gated call refuses (it runs nothing and returns false): a residual (the linear has an

@@ -24,7 +24,8 @@
 //
 // 2..8 rows of float16 / bfloat16 (aligned, k a multiple of 8) take the tensor-core path instead
 // (MmaGemvKernel, NormMmaGemvKernel, and for bfloat16 with a norm FoldedRmsMmaGemvKernel and
-// FoldedLayerMmaGemvKernel; see "the tensor-core path" below).
+// FoldedLayerMmaGemvKernel, and the gated product after an RMS norm GatedFoldedRmsMmaGemvKernel;
+// see "the tensor-core path" below).
 //
 // Before its dependency wait (a programmatic dependent launch) every kernel but the chain loads
 // the first weights of its first column tile: into the registers its dot loop starts from where
@@ -887,8 +888,9 @@ constexpr int kMmaMaxSplits = 8;  // CTAs of a cluster sharing one tile's chunks
 // w rows g and g + 8 and x row g of one chunk, 16 elements each as 8 32-bit words.
 struct MmaChunk {
   uint32_t wg[8], wh[8], x[8];
-  uint32_t gamma[8];  // a folded norm (MmaX::kRmsFolded, kLayerFolded): γ at x's elements
-  uint32_t beta[8];   // kLayerFolded, lanes of x row 1 only: β at x's elements
+  uint32_t ug[8], uh[8];  // a gated product: the up half's rows g and g + 8
+  uint32_t gamma[8];      // a folded norm (MmaX::kRmsFolded, kLayerFolded): γ at x's elements
+  uint32_t beta[8];       // kLayerFolded, lanes of x row 1 only: β at x's elements
 };
 
 // Where MmaTile's x rows come from: global memory, shared memory (normalised there by the CTA), or
@@ -924,19 +926,21 @@ __device__ __forceinline__ void Words(const uint4& v, uint32_t* out) {
 }
 
 // The chunk at k offset kc: this lane's two 16-byte vectors of each of its w rows (zeros past k
-// and for w rows past n). k is a multiple of 8, so a vector is whole or out.
+// and for w rows past n) into `out_g` and `out_h`. k is a multiple of 8, so a vector is whole or
+// out.
 template <typename T>
 __device__ __forceinline__ void LoadMmaWeights(const Params<T>& p, const T* wg, const T* wh,
-                                               int64_t kc, int c, MmaChunk& f) {
+                                               int64_t kc, int c, uint32_t (&out_g)[8],
+                                               uint32_t (&out_h)[8]) {
   const uint4 zero = make_uint4(0, 0, 0, 0);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t at = kc + 32 * h + 8 * c;
     const bool in = at < p.k;
     Words(in && wg != nullptr ? __ldcs(reinterpret_cast<const uint4*>(wg + at)) : zero,
-          f.wg + 4 * h);
+          out_g + 4 * h);
     Words(in && wh != nullptr ? __ldcs(reinterpret_cast<const uint4*>(wh + at)) : zero,
-          f.wh + 4 * h);
+          out_h + 4 * h);
   }
 }
 
@@ -1027,23 +1031,39 @@ struct MmaChunks {
   bool preloaded;
 };
 
-// The w rows g and g + 8 of `tile` (nullptr past n), this warp's first chunk of them and its
-// stride, and the chunks of a row.
+// The w rows g and g + 8 of `tile` (nullptr past n) and, in a gated product, the up half's same
+// rows, this warp's first chunk of them and its stride, and the chunks of a row.
 template <typename T>
 struct MmaRows {
   const T* wg;
   const T* wh;
+  const T* ug;
+  const T* uh;
   int64_t first, stride, chunks;
 };
 
+// `up_w`: a gated product's up rows, laid out as w's (nullptr: none).
 template <typename T>
 __device__ __forceinline__ MmaRows<T> RowsOf(const Params<T>& p, int64_t tile, int split,
-                                             int splits) {
+                                             int splits, const T* up_w = nullptr) {
   const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4;
   const int64_t col_g = tile * kMmaTile + g, col_h = col_g + 8;
-  return {col_g < p.n ? p.w + col_g * p.ldw : nullptr, col_h < p.n ? p.w + col_h * p.ldw : nullptr,
-          int64_t{split} * kWarps + warp, int64_t{kWarps} * splits,
+  const bool in_g = col_g < p.n, in_h = col_h < p.n, up = up_w != nullptr;
+  return {in_g ? p.w + col_g * p.ldw : nullptr,
+          in_h ? p.w + col_h * p.ldw : nullptr,
+          up && in_g ? up_w + col_g * p.ldw : nullptr,
+          up && in_h ? up_w + col_h * p.ldw : nullptr,
+          int64_t{split} * kWarps + warp,
+          int64_t{kWarps} * splits,
           (p.k + kMmaChunk - 1) / kMmaChunk};
+}
+
+// The chunk at k offset kc of this lane's w rows and, kGated, of its up rows.
+template <typename T, bool kGated>
+__device__ __forceinline__ void LoadTileWeights(const Params<T>& p, const MmaRows<T>& rows,
+                                                int64_t kc, int c, MmaChunk& f) {
+  LoadMmaWeights<T>(p, rows.wg, rows.wh, kc, c, f.wg, f.wh);
+  if constexpr (kGated) LoadMmaWeights<T>(p, rows.ug, rows.uh, kc, c, f.ug, f.uh);
 }
 
 template <typename T>
@@ -1082,39 +1102,45 @@ __device__ __forceinline__ float ClusterLoad(const float* local, unsigned rank) 
 
 // The sums a thread of MmaTile holds for its output (column t / 8, row t % 8) once its CTA's
 // warps are added: the dot product, and with a folded norm its row's Σx² (kLayerFolded: Σ(x - x0)²
-// and Σ(x - x0)) and (kLayerFolded) its column's Σ wγ and Σ wβ.
+// and Σ(x - x0)) and (kLayerFolded) its column's Σ wγ and Σ wβ; a gated product's up sum after
+// them (kUpSum<kX>).
 enum TileSum { kDot, kSquares, kShifted, kWGamma, kWBeta };
 template <MmaX kX>
 constexpr int kTileSums = kX == MmaX::kLayerFolded ? 5
                           : kX == MmaX::kRmsFolded ? 2
                                                    : 1;
-
-// Shared memory of a tile's sums: each warp's accumulators and, with a folded norm, each warp's
-// row statistics (kLayerFolded: and column sums of γ and β); then the CTA's per thread, which
-// cluster rank 0 reads from the others. Arrays a kernel does not use have one element.
 template <MmaX kX>
+constexpr int kUpSum = kTileSums<kX>;
+
+// Shared memory of a tile's sums: each warp's accumulators (kGated: the gate's, then the up's)
+// and, with a folded norm, each warp's row statistics (kLayerFolded: and column sums of γ and β);
+// then the CTA's per thread, which cluster rank 0 reads from the others. Arrays a kernel does not
+// use have one element.
+template <MmaX kX, bool kGated = false>
 struct MmaShared {
   static constexpr bool kStats = kTileSums<kX> > 1, kLayer = kX == MmaX::kLayerFolded;
-  float warp[kWarps][4][32];
+  float warp[kWarps][kGated ? 8 : 4][32];
   float squares[kWarps][kStats ? 8 : 1];
   float shifted[kWarps][kLayer ? 8 : 1];
   float folds[kWarps][2][kLayer ? kMmaTile : 1];
-  float cta[kTileSums<kX>][kThreads];  // by TileSum
+  float cta[kTileSums<kX> + (kGated ? 1 : 0)][kThreads];  // by TileSum, then kUpSum
 };
 
 // One tile: this CTA's share of its chunks (split `split` of `splits`), the sums over warps (and
 // over the cluster when splits > 1), then (a folded norm) the row's normalisation, bias,
 // activation, residual and the store by rank 0. Thread t ends with output (column tile·16 + t / 8,
 // row t % 8). With `have_first`, chunks.f already holds the w words of the warp's first iteration.
-template <typename T, MmaX kX>
+// kGated: the up half's rows (`up`) take a second mma on the same x operand, and the store is
+// StoreGated's act(gate + bias) · (up + up bias) (no residual: the host refuses one).
+template <typename T, MmaX kX, bool kGated = false>
 __device__ __forceinline__ void MmaTile(const Params<T>& p, int m, int64_t tile, int split,
-                                        int splits, MmaShared<kX>& sh, MmaChunks& chunks_in_flight,
-                                        bool have_first, const MmaFold<T>& fold = {}) {
+                                        int splits, MmaShared<kX, kGated>& sh,
+                                        MmaChunks& chunks_in_flight, bool have_first,
+                                        const MmaFold<T>& fold = {}, const UpHalf<T>& up = {}) {
   constexpr bool kRms = kX == MmaX::kRmsFolded, kLayer = kX == MmaX::kLayerFolded;
-  constexpr int kSums = kTileSums<kX>;
+  constexpr int kSums = kTileSums<kX> + (kGated ? 1 : 0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-  const MmaRows<T> rows = RowsOf(p, tile, split, splits);
-  const T *wg = rows.wg, *wh = rows.wh;
+  const MmaRows<T> rows = RowsOf(p, tile, split, splits, kGated ? up.w : nullptr);
   const T* x = g < m ? p.x + g * p.ldx : nullptr;
   const int64_t chunks = rows.chunks, stride = rows.stride;
   MmaChunk(&f)[kMmaUnroll] = chunks_in_flight.f;
@@ -1127,6 +1153,7 @@ __device__ __forceinline__ void MmaTile(const Params<T>& p, int m, int64_t tile,
   if (stores && p.bias != nullptr) b = ToFloat(p.bias[out_col * p.bias_stride]);
   if (stores && p.residual != nullptr) res = ToFloat(p.residual[row * p.n + out_col]);
   float d[4] = {0.f, 0.f, 0.f, 0.f};
+  float du[4] = {0.f, 0.f, 0.f, 0.f};     // kGated: the up half's sums, as d
   float folds[4] = {0.f, 0.f, 0.f, 0.f};  // kLayer: Σ wγ, Σ wβ of columns g and g + 8 (c = 0)
   float squares = 0.f, shifted = 0.f;     // a folded norm: of this lane's x elements
   float x0 = 0.f;
@@ -1136,7 +1163,7 @@ __device__ __forceinline__ void MmaTile(const Params<T>& p, int m, int64_t tile,
 #pragma unroll
     for (int u = 0; u < kMmaUnroll; ++u) {
       const int64_t qu = q + u * stride, kc = qu < chunks ? qu * kMmaChunk : p.k;
-      if (!weights_loaded) LoadMmaWeights<T>(p, wg, wh, kc, c, f[u]);
+      if (!weights_loaded) LoadTileWeights<T, kGated>(p, rows, kc, c, f[u]);
       LoadMmaX<T, kX>(p, x, fold, kc, c, f[u]);
     }
     weights_loaded = false;
@@ -1151,6 +1178,10 @@ __device__ __forceinline__ void MmaTile(const Params<T>& p, int m, int64_t tile,
       for (int s = 0; s < 4; ++s) {
         Mma<T>(d, f[u].wg[2 * s], f[u].wh[2 * s], f[u].wg[2 * s + 1], f[u].wh[2 * s + 1],
                f[u].x[2 * s], f[u].x[2 * s + 1]);
+        if constexpr (kGated) {
+          Mma<T>(du, f[u].ug[2 * s], f[u].uh[2 * s], f[u].ug[2 * s + 1], f[u].uh[2 * s + 1],
+                 f[u].x[2 * s], f[u].x[2 * s + 1]);
+        }
         if constexpr (kLayer) {
           Mma<T>(folds, f[u].wg[2 * s], f[u].wh[2 * s], f[u].wg[2 * s + 1], f[u].wh[2 * s + 1],
                  FoldColumnWord(f[u], g, fold.gamma != nullptr, 2 * s),
@@ -1161,7 +1192,10 @@ __device__ __forceinline__ void MmaTile(const Params<T>& p, int m, int64_t tile,
   }
   // d[i]: column g + 8 (i / 2), row 2c + i % 2. Thread t takes column t / 8 and row t % 8.
 #pragma unroll
-  for (int i = 0; i < 4; ++i) sh.warp[warp][i][lane] = d[i];
+  for (int i = 0; i < 4; ++i) {
+    sh.warp[warp][i][lane] = d[i];
+    if constexpr (kGated) sh.warp[warp][4 + i][lane] = du[i];
+  }
   if constexpr (kSums > 1) {  // the 4 lanes of row g hold its statistics
     squares += __shfl_xor_sync(0xFFFFFFFFu, squares, 1);
     squares += __shfl_xor_sync(0xFFFFFFFFu, squares, 2);
@@ -1184,6 +1218,7 @@ __device__ __forceinline__ void MmaTile(const Params<T>& p, int m, int64_t tile,
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) {
     sums[kDot] += sh.warp[w][i][from];
+    if constexpr (kGated) sums[kUpSum<kX>] += sh.warp[w][4 + i][from];
     if constexpr (kSums > 1) sums[kSquares] += sh.squares[w][row];
     if constexpr (kLayer) {
       sums[kShifted] += sh.shifted[w][row];
@@ -1218,14 +1253,26 @@ __device__ __forceinline__ void MmaTile(const Params<T>& p, int m, int64_t tile,
   if (stores) {
     float v = sums[kDot];
     // The eager norm's 1 / rms (reduce_kernels.cu NormOp): the squares summed in float.
-    if constexpr (kRms) v *= 1.f / sqrtf(sums[kSquares] / static_cast<float>(p.k) + fold.eps);
+    float inv = 1.f;
+    if constexpr (kRms) {
+      inv = 1.f / sqrtf(sums[kSquares] / static_cast<float>(p.k) + fold.eps);
+      v *= inv;
+    }
     if constexpr (kLayer) {
       v = FoldedValue(true, p.k, fold.eps, v, sums[kWGamma], sums[kWBeta], sums[kShifted],
                       sums[kSquares]);
     }
-    float y = Activate(v + b, p.act);
-    if (p.residual != nullptr) y += res;
-    p.out[row * p.n + out_col] = FromFloat<T>(y);
+    if constexpr (kGated) {
+      static_assert(!kLayer, "a gated layer norm keeps the prologue");
+      // Loaded here, not with the bias: held over the tile loop it spilled.
+      const float bu = up.bias != nullptr ? ToFloat(up.bias[out_col * p.bias_stride]) : 0.f;
+      p.out[row * p.n + out_col] =
+          FromFloat<T>(GateActivate(v + b, p.act) * (sums[kUpSum<kX>] * inv + bu));
+    } else {
+      float y = Activate(v + b, p.act);
+      if (p.residual != nullptr) y += res;
+      p.out[row * p.n + out_col] = FromFloat<T>(y);
+    }
   }
   __syncthreads();  // sh.warp is written again by the next tile
 }
@@ -1244,24 +1291,30 @@ __device__ __forceinline__ void PrefetchMmaTile(const Params<T>& p, int64_t tile
     asm volatile("prefetch.global.L2 [%0];" ::"l"(row + at));
 }
 
-// Before the dependency wait: with p.preload, the w words of this warp's first iteration of
-// `tile` into `chunks` (their round trip to HBM overlapping the previous kernel's tail; the host
-// sets it only where no kernel that may still run writes w, GemvArgs::preload_weights); else
-// those rows' first chunks into L2.
-template <typename T>
+// Before the dependency wait: with p.preload, the w words (kGated: and the up half's, `up_w`) of
+// this warp's first iteration of `tile` into `chunks` (their round trip to HBM overlapping the
+// previous kernel's tail; the host sets it only where no kernel that may still run writes them,
+// GemvArgs::preload_weights); else those rows' first chunks into L2.
+template <typename T, bool kGated = false>
 __device__ __forceinline__ void PreloadMmaTile(const Params<T>& p, int64_t tile, int split,
-                                               int splits, MmaChunks& chunks) {
+                                               int splits, MmaChunks& chunks,
+                                               const T* up_w = nullptr) {
   chunks.preloaded = p.preload;
   if (!p.preload) {
     PrefetchMmaTile(p, tile, split, splits);
+    if constexpr (kGated) {
+      Params<T> up = p;
+      up.w = up_w;
+      PrefetchMmaTile(up, tile, split, splits);
+    }
     return;
   }
-  const MmaRows<T> rows = RowsOf(p, tile, split, splits);
+  const MmaRows<T> rows = RowsOf(p, tile, split, splits, kGated ? up_w : nullptr);
   const int c = threadIdx.x % 4;
 #pragma unroll
   for (int u = 0; u < kMmaUnroll; ++u) {
     const int64_t qu = rows.first + u * rows.stride;
-    LoadMmaWeights<T>(p, rows.wg, rows.wh, qu < rows.chunks ? qu * kMmaChunk : p.k, c, chunks.f[u]);
+    LoadTileWeights<T, kGated>(p, rows, qu < rows.chunks ? qu * kMmaChunk : p.k, c, chunks.f[u]);
   }
 }
 
@@ -1297,6 +1350,20 @@ __global__ void __launch_bounds__(kThreads) FoldedLayerMmaGemvKernel(NormParams<
   GridDependencySync();  // x, γ, β, residual and out may be earlier kernels' buffers
   MmaTile<T, MmaX::kLayerFolded>(np.gemv, m, blockIdx.x, blockIdx.y, gridDim.y, sh, chunks,
                                  chunks.preloaded, MmaFold<T>{np.weight, np.bias, np.eps});
+}
+
+// The gated product (GemvArgs::w_up) of bfloat16 rows after an RMS norm, on tensor cores with the
+// norm folded: FoldedRmsMmaGemvKernel with the up half's rows beside the gate's, one x operand
+// for both mma, and act(gate) · up stored.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    GatedFoldedRmsMmaGemvKernel(NormParams<T> np, int m, UpHalf<T> up) {
+  __shared__ MmaShared<MmaX::kRmsFolded, true> sh;
+  MmaChunks chunks;
+  PreloadMmaTile<T, true>(np.gemv, blockIdx.x, blockIdx.y, gridDim.y, chunks, up.w);
+  GridDependencySync();  // x, γ and out may be earlier kernels' buffers
+  MmaTile<T, MmaX::kRmsFolded, true>(np.gemv, m, blockIdx.x, blockIdx.y, gridDim.y, sh, chunks,
+                                     chunks.preloaded, MmaFold<T>{np.weight, nullptr, np.eps}, up);
 }
 
 // The norm GEMV on tensor cores: the rows normalised into shared memory once per CTA, as
@@ -1454,16 +1521,16 @@ cudaError_t LaunchSplit(bool dependent, void (*kernel)(Params...), int64_t grid_
 }
 
 // A tensor-core kernel of MmaGemvKernel's grid (a CTA, or a cluster of splits, per tile) taking
-// `params` and the row count.
-template <typename P>
-cudaError_t LaunchMmaTiles(const GemvArgs& a, void (*kernel)(P, int), const P& params,
-                           cudaStream_t stream) {
+// `params`, the row count and any `extra` arguments (a gated product's up half).
+template <typename P, typename... Extra>
+cudaError_t LaunchMmaTiles(const GemvArgs& a, void (*kernel)(P, int, Extra...), const P& params,
+                           cudaStream_t stream, const Extra&... extra) {
   const int64_t tiles = (a.n + kMmaTile - 1) / kMmaTile;
   if (tiles > kMaxGrid) return cudaErrorInvalidValue;
   int major = 0;
   if (const cudaError_t e = DeviceMajor(&major); e != cudaSuccess) return e;
   return LaunchSplit(a.dependent_launch, kernel, tiles, MmaSplits(tiles, a.k, a.sm_count, major), 0,
-                     stream, params, static_cast<int>(a.m));
+                     stream, params, static_cast<int>(a.m), extra...);
 }
 
 template <typename T>
@@ -1532,10 +1599,16 @@ cudaError_t LaunchNormed(const GemvArgs& a, const Params<T>& p, int64_t tiles,
           dim3(kThreads), 0, stream, np);
     }
     if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      if (!gate && UseMma<T>(a, p) && FoldsNormOnTensorCores(a, np)) {
-        return LaunchMmaTiles(
-            a, a.norm == GemvNorm::kRms ? &FoldedRmsMmaGemvKernel<T> : &FoldedLayerMmaGemvKernel<T>,
-            np, stream);
+      if (UseMma<T>(a, p) && FoldsNormOnTensorCores(a, np)) {
+        if (!gate) {
+          return LaunchMmaTiles(
+              a,
+              a.norm == GemvNorm::kRms ? &FoldedRmsMmaGemvKernel<T> : &FoldedLayerMmaGemvKernel<T>,
+              np, stream);
+        }
+        if (a.norm == GemvNorm::kRms) {
+          return LaunchMmaTiles(a, &GatedFoldedRmsMmaGemvKernel<T>, np, stream, UpHalfOf<T>(a));
+        }
       }
     }
     if (!gate && UseMma<T>(a, p)) {

@@ -80,7 +80,8 @@ struct GemvArgs {
   float norm_eps = 0.f;
   // The up half of a gated product (see above): [n, k] rows `ldw` apart, and its bias ([n],
   // `bias_stride` apart; set exactly when `bias` is). nullptr: a plain GEMV. A gated GEMV has no
-  // residual, runs the FMA loop (no tensor cores) and no chain takes it.
+  // residual and no chain takes it; it runs the FMA loop, but for 2..8 rows of bfloat16 after an
+  // RMS norm, which run on tensor cores with the norm folded (GatedFoldedRmsMmaGemvKernel).
   const void* w_up = nullptr;
   const void* bias_up = nullptr;
 };

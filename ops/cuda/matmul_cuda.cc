@@ -778,8 +778,11 @@ bool PreloadWeights(const cuda_kernels::GemvArgs& a, const Tensor& w) {
   static const std::string mode = EnvChoice("KILN_GEMV_PRELOAD");
   if (mode == "off") return false;
   if (mode == "always" || !a.dependent_launch) return true;
+  // A gated product's up half (a separate up_proj, or the merged weight's other half) is loaded
+  // before the wait too, and is laid out as w.
   const size_t bytes = static_cast<size_t>((a.n - 1) * a.ldw + a.k) * w.element_size();
-  return cuda::ReadOnlyDuringRun(a.w, bytes);
+  return cuda::ReadOnlyDuringRun(a.w, bytes) &&
+         (a.w_up == nullptr || cuda::ReadOnlyDuringRun(a.w_up, bytes));
 }
 
 // The up half of a gated product for the GEMV (GemvArgs::w_up): its weight rows, its bias (or
