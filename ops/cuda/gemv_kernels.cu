@@ -1354,7 +1354,9 @@ __global__ void __launch_bounds__(kThreads) FoldedLayerMmaGemvKernel(NormParams<
 
 // The gated product (GemvArgs::w_up) of bfloat16 rows after an RMS norm, on tensor cores with the
 // norm folded: FoldedRmsMmaGemvKernel with the up half's rows beside the gate's, one x operand
-// for both mma, and act(gate) · up stored.
+// for both mma, and act(gate) · up stored. (ptxas, nvcc 13.0, sm_90: 128 registers, no spills,
+// 5,808 bytes of shared memory. Not yet run on a GPU; a compiled model reaches it only with
+// KILN_GEMV_GLU=on.)
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     GatedFoldedRmsMmaGemvKernel(NormParams<T> np, int m, UpHalf<T> up) {
