@@ -19,6 +19,7 @@
 #include "ops/ops.h"
 #include "runtime/cuda_api.h"
 #include "runtime/status.h"
+#include "tests/numerics_policy.h"
 #include "tests/test_util.h"
 
 namespace kiln {
@@ -316,20 +317,32 @@ TEST(PlanCount, AGatedMlpIsTwoLaunchesForFewRows) {
   cuda_ops::SetGemvMode(cuda_ops::GemvMode::kOn);
   Generator gen(6);
   auto bf16 = [&](Shape s) { return to(cast(randn(s, gen), DType::kBFloat16), CUDA(0)); };
-  const Tensor g = bf16({256}) * 0.2 + 1.0, beta = bf16({256});
-  const Tensor wg = bf16({688, 256}) * 0.06, wu = bf16({688, 256}) * 0.06,
-               wd = bf16({256, 688}) * 0.04;
-  auto swiglu = [&](const std::vector<Tensor>& t) {
-    const Tensor h = rms_norm(t[0], g, 1e-6);
-    return std::vector<Tensor>{t[0] + linear(silu(linear(h, wg)) * linear(h, wu), wd)};
+  // g, beta, the gate, up and down weights; the MLPs are built over them, so that the numerics
+  // policy's float32 reference runs the same program on their float32 copies.
+  const std::vector<Tensor> w = {bf16({256}) * 0.2 + 1.0, bf16({256}), bf16({688, 256}) * 0.06,
+                                 bf16({688, 256}) * 0.06, bf16({256, 688}) * 0.04};
+  using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+  auto swiglu = [](const std::vector<Tensor>& w) -> Fn {
+    return [w](const std::vector<Tensor>& t) {
+      const Tensor h = rms_norm(t[0], w[0], 1e-6);
+      return std::vector<Tensor>{t[0] + linear(silu(linear(h, w[2])) * linear(h, w[3]), w[4])};
+    };
   };
-  auto geglu = [&](const std::vector<Tensor>& t) {
-    const Tensor h = layer_norm(t[0], g, beta);
-    return std::vector<Tensor>{t[0] + linear(gelu(linear(h, wg), "tanh") * linear(h, wu), wd)};
+  auto geglu = [](const std::vector<Tensor>& w) -> Fn {
+    return [w](const std::vector<Tensor>& t) {
+      const Tensor h = layer_norm(t[0], w[0], w[1]);
+      return std::vector<Tensor>{t[0] +
+                                 linear(gelu(linear(h, w[2]), "tanh") * linear(h, w[3]), w[4])};
+    };
+  };
+  auto in_float32 = [](const std::vector<Tensor>& ts) {
+    std::vector<Tensor> out;
+    for (const Tensor& t : ts) out.push_back(cast(t, DType::kFloat32));
+    return out;
   };
   struct Case {
     const char* name;
-    std::function<std::vector<Tensor>(const std::vector<Tensor>&)> fn;
+    std::function<Fn(const std::vector<Tensor>&)> make;
   };
   for (const Case& c : {Case{"swiglu", swiglu}, Case{"geglu", geglu}}) {
     for (int64_t rows : {1, 8, 512}) {
@@ -337,12 +350,12 @@ TEST(PlanCount, AGatedMlpIsTwoLaunchesForFewRows) {
       CompileOptions o;
       o.mode = CompileOptions::Mode::kCompiled;
       o.gated_gemv = true;  // whatever KILN_GEMV_GLU says
-      CompiledFn f = compile(c.fn, in, o);
-      const std::vector<Tensor> got = f(in), want = c.fn(in);
-      Tolerance tol = ToleranceFor(DType::kBFloat16);
-      tol.atol *= 2, tol.rtol *= 2;  // the product of two rounded sums, eagerly
-      ExpectClose(to_vector(got[0]), to_vector(want[0]), tol,
-                  absl::StrCat(c.name, " ", rows, " rows"));
+      CompiledFn f = compile(c.make(w), in, o);
+      // The gated GEMV rounds where eager does not (the product of unrounded sums; at 2..8 rows of
+      // bf16 after an RMS norm γ·x, not the normalised value): the numerics policy against the
+      // float32 program and eager's own error.
+      ExpectWithinPolicy(f(in), c.make(w)(in), c.make(in_float32(w))(in_float32(in)),
+                         absl::StrCat(c.name, " ", rows, " rows"));
       const auto [kernels, memsets] = CapturedLaunches(f, in);
       const CompileReport& r = f.report(in);
       EXPECT_EQ(r.kernels_per_step, kernels) << c.name << " " << rows << " rows\n" << r.final_graph;
