@@ -1,7 +1,7 @@
 # CMake helpers that keep target declarations to a line or two (like Abseil's absl_cc_library).
 #
 #   kiln_cc_library(kiln_ops SRCS ops/ops.cc ... CUDA_SRCS ops/cuda/matmul_cuda.cc ...
-#                   DEPS kiln_runtime CUDA_LINK kiln::cuda_cublasLt)
+#                   DEPS kiln_runtime CUDA_LINK kiln::cuda_cupti)
 #   kiln_cc_test(ops_test SRCS tests/ops_test.cc DEPS kiln_ops)
 #
 # kiln's own code includes headers by their path in the source tree ("ops/ops.h"); that include

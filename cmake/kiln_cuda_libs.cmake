@@ -1,10 +1,11 @@
 # The CUDA libraries kiln uses, as imported targets: kiln::cuda_nvrtc, kiln::cuda_cublasLt and
-# kiln::cuda_cupti (NVRTC is not linked: runtime/nvrtc.cc loads it at the first compile, by its
-# soname or else by this target's path). Used by kiln's build
+# kiln::cuda_cupti (NVRTC and cuBLASLt are not linked: runtime/nvrtc.cc loads NVRTC at the first
+# compile and ops/cuda/cublaslt_lib.cc cuBLASLt at the first GEMM, by soname or else by this
+# target's path). Used by kiln's build
 # and, installed next to kilnConfig.cmake, by projects that find_package(kiln), so the installed
 # package names no path of the machine it was built on. Expects find_package(CUDAToolkit).
 #
-# NVRTC and cuBLASLt are linked by path, not through CUDA::nvrtc / CUDA::cublasLt, whose
+# NVRTC and cuBLASLt are found by path, not through CUDA::nvrtc / CUDA::cublasLt, whose
 # interfaces pull in the driver stub (libcuda.so): kiln must load on machines without a driver.
 # CUPTI (the profiler's device activity) likewise; libcupti itself needs no driver to load.
 

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "codegen/families/pointwise/elementwise_cuda.h"
 #include "codegen/families/softmax/fused_softmax_cuda.h"
+#include "ops/cuda/cublaslt_lib.h"
 #include "ops/cuda/device_timing.h"
 #include "ops/cuda/kernel_render.h"
 #include "ops/factories.h"
@@ -751,6 +752,30 @@ TEST(TensorMap, IgnoresTheStridesOfSize1Dims) {
       EXPECT_NE(map.status().code(), absl::StatusCode::kInvalidArgument) << map.status();
     }
   }
+}
+
+// cuBLASLt is loaded at the first GEMM, not linked (ops/cuda/cublaslt_lib.h): the library of the
+// toolkit kiln was built with loads and has every entry point kiln calls, without a GPU too.
+TEST(CublasLt, LoadsWithEveryEntryPointAtFirstUse) {
+  const cuda_ops::CublasLtLib& lt = cuda_ops::CublasLt();
+  for (const void* f :
+       {reinterpret_cast<const void*>(lt.Create), reinterpret_cast<const void*>(lt.GetVersion),
+        reinterpret_cast<const void*>(lt.GetStatusName),
+        reinterpret_cast<const void*>(lt.GetStatusString), reinterpret_cast<const void*>(lt.Matmul),
+        reinterpret_cast<const void*>(lt.MatmulDescCreate),
+        reinterpret_cast<const void*>(lt.MatmulDescDestroy),
+        reinterpret_cast<const void*>(lt.MatmulDescSetAttribute),
+        reinterpret_cast<const void*>(lt.MatrixLayoutCreate),
+        reinterpret_cast<const void*>(lt.MatrixLayoutDestroy),
+        reinterpret_cast<const void*>(lt.MatrixLayoutSetAttribute),
+        reinterpret_cast<const void*>(lt.MatmulPreferenceCreate),
+        reinterpret_cast<const void*>(lt.MatmulPreferenceDestroy),
+        reinterpret_cast<const void*>(lt.MatmulPreferenceSetAttribute),
+        reinterpret_cast<const void*>(lt.MatmulAlgoGetHeuristic)}) {
+    EXPECT_NE(f, nullptr);
+  }
+  EXPECT_EQ(lt.GetVersion() / 10000, CUBLAS_VER_MAJOR);  // the major version kiln was built with
+  EXPECT_STREQ(lt.GetStatusName(CUBLAS_STATUS_NOT_SUPPORTED), "CUBLAS_STATUS_NOT_SUPPORTED");
 }
 
 TEST(KernelCache, DetectsTruncatedAndCorruptFiles) {

@@ -1,7 +1,6 @@
 // Device timing of alternatives (see device_timing.h).
 #include "ops/cuda/device_timing.h"
 
-#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -11,6 +10,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "ops/cuda/cublaslt_lib.h"
 #include "ops/cuda/gemv_chain.h"
 #include "ops/cuda/gemv_kernels.h"
 #include "runtime/cuda_api.h"
@@ -128,7 +128,7 @@ std::string DeviceIdentity(Device device) {
   int driver = 0;
   KILN_CUDA_CHECK(cudaDriverGetVersion(&driver));
   return absl::StrCat(p.name, " sm_", p.major, p.minor, " driver ", driver, " cublasLt ",
-                      cublasLtGetVersion(), " kiln ", KILN_BUILD_ID);
+                      CublasLt().GetVersion(), " kiln ", KILN_BUILD_ID);
 }
 
 OneTimeCosts GetOneTimeCosts() {

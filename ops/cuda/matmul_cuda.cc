@@ -9,7 +9,6 @@
 // and cuBLAS's B is kiln's a, with cuBLAS sizes (m', n', k') = (n, m, k).
 #include "ops/cuda/matmul_cuda.h"
 
-#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -30,6 +29,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "codegen/families/gemm/gemm_cuda.h"
+#include "ops/cuda/cublaslt_lib.h"
 #include "ops/cuda/device_timing.h"
 #include "ops/cuda/gemv_chain.h"
 #include "ops/cuda/gemv_choice.h"
@@ -99,8 +99,8 @@ std::string Describe(const GemmKey& k) {
 }
 
 std::string StatusText(cublasStatus_t status) {
-  const char* name = cublasLtGetStatusName(status);
-  const char* text = cublasLtGetStatusString(status);
+  const char* name = CublasLt().GetStatusName(status);
+  const char* text = CublasLt().GetStatusString(status);
   return absl::StrCat(name != nullptr ? name : "cublasStatus_t", " ", static_cast<int>(status),
                       " (", text != nullptr ? text : "unknown status", ")");
 }
@@ -113,18 +113,21 @@ void CheckCublas(cublasStatus_t status, const char* call, const GemmKey& key) {
 
 // ---- cuBLASLt objects. ----------------------------------------------------------------------
 
-template <typename Handle, cublasStatus_t (*kDestroy)(Handle)>
+// kDestroy: the CublasLtLib member that frees a Handle.
+template <typename Handle, auto kDestroy>
 struct CublasDeleter {
-  void operator()(Handle h) const { kDestroy(h); }  // only frees host memory; cannot fail usefully
+  // Only frees host memory; cannot fail usefully.
+  void operator()(Handle h) const { (CublasLt().*kDestroy)(h); }
 };
-using DescPtr = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulDesc_t>,
-                                CublasDeleter<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy>>;
+using DescPtr =
+    std::unique_ptr<std::remove_pointer_t<cublasLtMatmulDesc_t>,
+                    CublasDeleter<cublasLtMatmulDesc_t, &CublasLtLib::MatmulDescDestroy>>;
 using LayoutPtr =
     std::unique_ptr<std::remove_pointer_t<cublasLtMatrixLayout_t>,
-                    CublasDeleter<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>>;
-using PrefPtr =
-    std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>,
-                    CublasDeleter<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy>>;
+                    CublasDeleter<cublasLtMatrixLayout_t, &CublasLtLib::MatrixLayoutDestroy>>;
+using PrefPtr = std::unique_ptr<
+    std::remove_pointer_t<cublasLtMatmulPreference_t>,
+    CublasDeleter<cublasLtMatmulPreference_t, &CublasLtLib::MatmulPreferenceDestroy>>;
 
 // Sets one attribute of a descriptor, layout or preference (`set` is the matching setter).
 template <typename Obj, typename Attr, typename T>
@@ -175,22 +178,23 @@ cublasLtEpilogue_t CublasEpilogue(bool bias, Epilogue act) {
 DescPtr MakeDesc(const GemmKey& key, const void* bias) {
   cublasLtMatmulDesc_t raw = nullptr;
   const cublasComputeType_t compute = key.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  CheckCublas(cublasLtMatmulDescCreate(&raw, compute, CUDA_R_32F), "cublasLtMatmulDescCreate", key);
+  CheckCublas(CublasLt().MatmulDescCreate(&raw, compute, CUDA_R_32F), "cublasLtMatmulDescCreate",
+              key);
   DescPtr desc(raw);
   const cublasOperation_t op_a = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLAS A = kiln b
   const cublasOperation_t op_b = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  SetAttr(cublasLtMatmulDescSetAttribute, raw, CUBLASLT_MATMUL_DESC_TRANSA, op_a,
+  SetAttr(CublasLt().MatmulDescSetAttribute, raw, CUBLASLT_MATMUL_DESC_TRANSA, op_a,
           "cublasLtMatmulDescSetAttribute(TRANSA)", key);
-  SetAttr(cublasLtMatmulDescSetAttribute, raw, CUBLASLT_MATMUL_DESC_TRANSB, op_b,
+  SetAttr(CublasLt().MatmulDescSetAttribute, raw, CUBLASLT_MATMUL_DESC_TRANSB, op_b,
           "cublasLtMatmulDescSetAttribute(TRANSB)", key);
   const cublasLtEpilogue_t epilogue = CublasEpilogue(key.bias, key.act);
   if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
-    SetAttr(cublasLtMatmulDescSetAttribute, raw, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue,
+    SetAttr(CublasLt().MatmulDescSetAttribute, raw, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue,
             "cublasLtMatmulDescSetAttribute(EPILOGUE)", key);
   }
   if (key.bias) {  // bias[n] runs along D's rows (n' = n), as CUBLASLT_EPILOGUE_*BIAS expects
     // The heuristic reads the bias pointer's alignment; calls then set their own pointer.
-    SetAttr(cublasLtMatmulDescSetAttribute, raw, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias,
+    SetAttr(CublasLt().MatmulDescSetAttribute, raw, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias,
             "cublasLtMatmulDescSetAttribute(BIAS_POINTER)", key);
   }
   return desc;
@@ -199,15 +203,15 @@ DescPtr MakeDesc(const GemmKey& key, const void* bias) {
 // A column-major rows x cols layout with leading dim `ld`, strided over key.batch matrices.
 LayoutPtr MakeLayout(const GemmKey& key, int64_t rows, int64_t cols, int64_t ld, int64_t stride) {
   cublasLtMatrixLayout_t raw = nullptr;
-  CheckCublas(cublasLtMatrixLayoutCreate(&raw, CudaType(key.dtype), static_cast<uint64_t>(rows),
-                                         static_cast<uint64_t>(cols), ld),
+  CheckCublas(CublasLt().MatrixLayoutCreate(&raw, CudaType(key.dtype), static_cast<uint64_t>(rows),
+                                            static_cast<uint64_t>(cols), ld),
               "cublasLtMatrixLayoutCreate", key);
   LayoutPtr layout(raw);
   if (key.batch > 1) {
     const int32_t count = static_cast<int32_t>(key.batch);  // SplitBatch keeps it <= INT32_MAX
-    SetAttr(cublasLtMatrixLayoutSetAttribute, raw, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, count,
+    SetAttr(CublasLt().MatrixLayoutSetAttribute, raw, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, count,
             "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)", key);
-    SetAttr(cublasLtMatrixLayoutSetAttribute, raw, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+    SetAttr(CublasLt().MatrixLayoutSetAttribute, raw, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
             stride, "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)", key);
   }
   return layout;
@@ -215,27 +219,27 @@ LayoutPtr MakeLayout(const GemmKey& key, int64_t rows, int64_t cols, int64_t ld,
 
 PrefPtr MakePreference(const GemmKey& key) {
   cublasLtMatmulPreference_t raw = nullptr;
-  CheckCublas(cublasLtMatmulPreferenceCreate(&raw), "cublasLtMatmulPreferenceCreate", key);
+  CheckCublas(CublasLt().MatmulPreferenceCreate(&raw), "cublasLtMatmulPreferenceCreate", key);
   PrefPtr pref(raw);
   constexpr const char* kCall = "cublasLtMatmulPreferenceSetAttribute";
   const uint64_t workspace = kWorkspaceBytes;
-  SetAttr(cublasLtMatmulPreferenceSetAttribute, raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+  SetAttr(CublasLt().MatmulPreferenceSetAttribute, raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
           workspace, kCall, key);
   // Without these the heuristic assumes 256-byte aligned pointers (cuBLAS's A is kiln's b).
-  SetAttr(cublasLtMatmulPreferenceSetAttribute, raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+  SetAttr(CublasLt().MatmulPreferenceSetAttribute, raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
           key.align_b, kCall, key);
-  SetAttr(cublasLtMatmulPreferenceSetAttribute, raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+  SetAttr(CublasLt().MatmulPreferenceSetAttribute, raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
           key.align_a, kCall, key);
-  SetAttr(cublasLtMatmulPreferenceSetAttribute, raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+  SetAttr(CublasLt().MatmulPreferenceSetAttribute, raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
           key.align_o, kCall, key);
-  SetAttr(cublasLtMatmulPreferenceSetAttribute, raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+  SetAttr(CublasLt().MatmulPreferenceSetAttribute, raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
           key.align_o, kCall, key);
   if (key.dtype != DType::kFloat32) {
     // Split-K partial sums stay float32 (kiln computes half types in float32): no scheme that
     // adds partials up in the 16-bit output type.
     const uint32_t mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    SetAttr(cublasLtMatmulPreferenceSetAttribute, raw, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-            mask, kCall, key);
+    SetAttr(CublasLt().MatmulPreferenceSetAttribute, raw,
+            CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, mask, kCall, key);
   }
   return pref;
 }
@@ -253,9 +257,9 @@ std::shared_ptr<GemmPlan> CreatePlan(const GemmKey& key, const void* bias,
   const PrefPtr pref = MakePreference(key);
   cublasLtMatmulHeuristicResult_t result{};
   int count = 0;
-  const cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(handle, plan->desc.get(), plan->a.get(), plan->b.get(),
-                                     plan->c.get(), plan->c.get(), pref.get(), 1, &result, &count);
+  const cublasStatus_t status = CublasLt().MatmulAlgoGetHeuristic(
+      handle, plan->desc.get(), plan->a.get(), plan->b.get(), plan->c.get(), plan->c.get(),
+      pref.get(), 1, &result, &count);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) return nullptr;
   CheckCublas(status, "cublasLtMatmulAlgoGetHeuristic", key);
   if (count < 1 || result.state != CUBLAS_STATUS_SUCCESS) return nullptr;
@@ -283,7 +287,7 @@ struct DeviceContext {
 DeviceContext* CreateContext(int device) {  // the current device is `device`
   cublasLtHandle_t handle = nullptr;
   const auto t0 = std::chrono::steady_clock::now();
-  const cublasStatus_t status = cublasLtCreate(&handle);
+  const cublasStatus_t status = CublasLt().Create(&handle);
   if (!cuda::OnStartupThread()) {  // in the background it delays nothing (runtime/startup.h)
     AddLibraryStartup(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
@@ -368,15 +372,15 @@ void Launch(const GemmPlan& plan, const GemmKey& key, const DeviceContext& ctx, 
             cudaStream_t stream) {
   static constexpr float kOne = 1.0f, kZero = 0.0f;
   auto matmul = [&] {
-    return cublasLtMatmul(ctx.handle, plan.desc.get(), &kOne, b, plan.a.get(), a, plan.b.get(),
-                          residual != nullptr ? &kOne : &kZero,
-                          residual != nullptr ? residual : out, plan.c.get(), out, plan.c.get(),
-                          &plan.algo, workspace, plan.workspace_bytes, stream);
+    return CublasLt().Matmul(ctx.handle, plan.desc.get(), &kOne, b, plan.a.get(), a, plan.b.get(),
+                             residual != nullptr ? &kOne : &kZero,
+                             residual != nullptr ? residual : out, plan.c.get(), out, plan.c.get(),
+                             &plan.algo, workspace, plan.workspace_bytes, stream);
   };
   if (bias == nullptr) return CheckCublas(matmul(), "cublasLtMatmul", key);
   std::lock_guard<std::mutex> lock(plan.bias_mu);
-  SetAttr(cublasLtMatmulDescSetAttribute, plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias,
-          "cublasLtMatmulDescSetAttribute(BIAS_POINTER)", key);
+  SetAttr(CublasLt().MatmulDescSetAttribute, plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+          bias, "cublasLtMatmulDescSetAttribute(BIAS_POINTER)", key);
   CheckCublas(matmul(), "cublasLtMatmul", key);
 }
 
