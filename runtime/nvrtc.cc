@@ -4,7 +4,6 @@
 #include "runtime/nvrtc.h"
 
 #include <cuda.h>
-#include <dlfcn.h>
 #include <nvrtc.h>
 #include <unistd.h>
 
@@ -70,15 +69,17 @@ struct NvrtcLib {
 NvrtcLib LoadNvrtc() {
   NvrtcLib lib;
   const std::string soname = absl::StrCat("libnvrtc.so.", CUDA_VERSION / 1000);
-  void* handle = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
 #ifdef KILN_NVRTC_PATH
-  if (handle == nullptr) handle = dlopen(KILN_NVRTC_PATH, RTLD_NOW | RTLD_LOCAL);
+  const char* fallback = KILN_NVRTC_PATH;
+#else
+  const char* fallback = nullptr;
 #endif
+  std::string why;
+  void* handle = OpenLibrary(soname, fallback, &why);
   if (handle == nullptr) {
-    const char* why = dlerror();
-    lib.error = absl::StrCat(
-        "NVRTC (", soname, ") could not be loaded: ", why != nullptr ? why : "not found",
-        "; kiln needs it to compile kernels (kernel packages load without it)");
+    lib.error =
+        absl::StrCat("NVRTC (", soname, ") could not be loaded: ", why,
+                     "; kiln needs it to compile kernels (kernel packages load without it)");
     return lib;
   }
   std::string missing;

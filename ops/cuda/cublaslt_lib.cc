@@ -2,7 +2,6 @@
 #include "ops/cuda/cublaslt_lib.h"
 
 #include <cuda.h>
-#include <dlfcn.h>
 
 #include <string>
 
@@ -22,14 +21,15 @@ struct Loaded {
 Loaded Load() {
   Loaded l;
   const std::string soname = absl::StrCat("libcublasLt.so.", CUBLAS_VER_MAJOR);
-  void* handle = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
 #ifdef KILN_CUBLASLT_PATH
-  if (handle == nullptr) handle = dlopen(KILN_CUBLASLT_PATH, RTLD_NOW | RTLD_LOCAL);
+  const char* fallback = KILN_CUBLASLT_PATH;
+#else
+  const char* fallback = nullptr;
 #endif
+  std::string why;
+  void* handle = OpenLibrary(soname, fallback, &why);
   if (handle == nullptr) {
-    const char* why = dlerror();
-    l.error = absl::StrCat("cuBLASLt (", soname,
-                           ") could not be loaded: ", why != nullptr ? why : "not found",
+    l.error = absl::StrCat("cuBLASLt (", soname, ") could not be loaded: ", why,
                            "; kiln's CUDA matmuls and linears need it");
     return l;
   }
