@@ -69,13 +69,9 @@ struct NvrtcLib {
 NvrtcLib LoadNvrtc() {
   NvrtcLib lib;
   const std::string soname = absl::StrCat("libnvrtc.so.", CUDA_VERSION / 1000);
-#ifdef KILN_NVRTC_PATH
-  const char* fallback = KILN_NVRTC_PATH;
-#else
-  const char* fallback = nullptr;
-#endif
   std::string why;
-  void* handle = OpenLibrary(soname, fallback, &why);
+  // KILN_NVRTC_PATH: where the build found NVRTC (CMakeLists.txt defines it).
+  void* handle = OpenLibrary(soname, KILN_NVRTC_PATH, &why);
   if (handle == nullptr) {
     lib.error =
         absl::StrCat("NVRTC (", soname, ") could not be loaded: ", why,

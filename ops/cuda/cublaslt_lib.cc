@@ -21,13 +21,9 @@ struct Loaded {
 Loaded Load() {
   Loaded l;
   const std::string soname = absl::StrCat("libcublasLt.so.", CUBLAS_VER_MAJOR);
-#ifdef KILN_CUBLASLT_PATH
-  const char* fallback = KILN_CUBLASLT_PATH;
-#else
-  const char* fallback = nullptr;
-#endif
   std::string why;
-  void* handle = OpenLibrary(soname, fallback, &why);
+  // KILN_CUBLASLT_PATH: where the build found cuBLASLt (CMakeLists.txt defines it).
+  void* handle = OpenLibrary(soname, KILN_CUBLASLT_PATH, &why);
   if (handle == nullptr) {
     l.error = absl::StrCat("cuBLASLt (", soname, ") could not be loaded: ", why,
                            "; kiln's CUDA matmuls and linears need it");
