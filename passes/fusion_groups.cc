@@ -271,7 +271,10 @@ std::string KernelName(const Graph& g, const std::vector<ValueId>& members, int 
     const char* n = GetOpDef(g.node(m).op).name;
     if (names.empty() || names.back() != n) names.push_back(n);
   }
-  if (names.size() > 6) names.resize(6);
+  if (names.size() > 6) {  // the first five, then the root's (what the group computes)
+    names.resize(5);
+    names.push_back(GetOpDef(g.node(members.back()).op).name);
+  }
   return absl::StrCat("kiln_fused_", absl::StrJoin(names, "_"), "_", index);
 }
 
