@@ -333,6 +333,7 @@ void BuildPlan(ir::Graph graph, codegen::SymbolicShapes symbols, const CompileOp
   ctx.multi_output = o.multi_output_fusion;
   ctx.horizontal_fusion = o.horizontal_fusion;
   ctx.gated_gemv = o.gated_gemv;
+  ctx.kv_rope = o.kv_rope;
   ctx.cuda_cat_sinking = o.cuda_cat_sinking;
   ctx.merge_gemms = o.merge_gemms;  // over frozen weights only (fold_constants)
   ctx.fold_constants = o.freeze_weights;

@@ -30,6 +30,7 @@ struct PassContext {
   bool multi_output = true;       // a group stores a member used outside it (else: materialised)
   bool horizontal_fusion = true;  // small independent pointwise kernels: one combo kernel
   bool gated_gemv = true;         // a GLU MLP's gated product joins its norm-linear node
+  bool kv_rope = true;            // RoPE of a decode step's q and k joins its KV-append attention
   bool cuda_cat_sinking = true;   // cat sinking (cat_sinking.h) of CUDA values too
   bool merge_gemms = true;        // linears sharing an input: one GEMM
   bool fold_constants = true;     // evaluate ops over constants (weights) at compile time

@@ -798,6 +798,16 @@ TEST(SdpaFlashSource, EveryVariantCompilesWithNvrtc) {
                                                 append_name, "compute_90", /*cubin=*/false);
           ASSERT_TRUE(append_ptx.ok()) << append_ptx.status().message();
           EXPECT_NE(append_ptx->find(".entry " + append_name + "("), std::string::npos);
+          // And that variant rotating the query and the new keys first (RoPE).
+          auto rope = append;
+          rope.rope = true;
+          const std::string rope_name = cuda_ops::FlashDecodeKernelName(rope);
+          EXPECT_EQ(rope_name, append_name + "_rope");
+          auto rope_ptx = cuda::CompileSource(cuda_ops::RenderFlashDecodeSource(rope), rope_name,
+                                              "compute_90", /*cubin=*/false);
+          ASSERT_TRUE(rope_ptx.ok()) << rope_ptx.status().message();
+          EXPECT_NE(rope_ptx->find(".entry " + rope_name + "("), std::string::npos);
+          EXPECT_EQ(append_ptx->find("shfl.sync.bfly.b32\t%r") == std::string::npos, true);
           // The small-grid tiling (64-row tiles, head dim 64) of the same variant.
           const auto small = cuda_ops::ForGrid(c, 1, 512, 132);
           if (small.block_m == c.block_m) continue;

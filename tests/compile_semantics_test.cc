@@ -11,14 +11,17 @@
 #include <thread>
 #include <tuple>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "codegen/compile.h"
 #include "codegen/executable.h"
 #include "ops/factories.h"
 #include "ops/modules.h"
 #include "ops/ops.h"
 #include "runtime/status.h"
+#include "tests/numerics_policy.h"
 #include "tests/test_util.h"
 
 namespace kiln {
@@ -761,6 +764,86 @@ TEST(CompileSemantics, KvAppendAttentionOnCpu) { KvAppendAttention(kCPU); }
 TEST(CompileSemantics, KvAppendAttentionOnCuda) {
   KILN_SKIP_WITHOUT_GPU();
   KvAppendAttention(CUDA(0));
+}
+
+// A decode step that rotates its query and new keys (RoPE as RotaryEmbedding traces it) before
+// the KV append and the attention. With CompileOptions::kv_rope the rotations join the fused node
+// (attention_fusion.h; on CUDA the decode kernel rotates them and the plan has no pointwise kernel
+// for them): one and two new rows, tables per row [2, 1, T, 32] or one row for all [1, 1, 1, 32].
+// On the CPU (float32) outputs and caches equal eager's; on CUDA (bfloat16: the kernel rounds each
+// rotated value once, eager after every op) they are judged by the numerics policy against the
+// same program in float32 on the CPU.
+void KvAppendRotaryAttention(Device device) {
+  Generator gen(13);
+  const DType dt = device.is_cuda() ? DType::kBFloat16 : DType::kFloat32;
+  auto rnd = [&](Shape shape) { return to(cast(randn(shape, gen), dt), device); };
+  const Fn step = [](const std::vector<Tensor>& in) {
+    auto rotate = [&](const Tensor& x) {
+      const Tensor x1 = slice(x, -1, 0, 32), x2 = slice(x, -1, 32, 64);
+      return cat({x1 * in[7] - x2 * in[8], x2 * in[7] + x1 * in[8]}, -1);
+    };
+    index_copy_(in[1], 2, in[3], rotate(in[4]));
+    index_copy_(in[2], 2, in[3], in[5]);
+    const Tensor o =
+        scaled_dot_product_attention(rotate(in[0]), in[1], in[2], in[6], false, std::nullopt, true);
+    return std::vector<Tensor>{o, in[1], in[2]};
+  };
+  for (int64_t t : {1, 2}) {
+    for (bool per_row : {true, false}) {
+      std::vector<double> keep, slots;
+      for (int64_t i = 0; i < t; ++i) {
+        slots.push_back(9 + i);
+        for (int64_t j = 0; j < 32; ++j) keep.push_back(j <= 9 + i);
+      }
+      const Shape table = per_row ? Shape{2, 1, t, 32} : Shape{1, 1, 1, 32};
+      const std::vector<Tensor> in = {rnd({2, 4, t, 64}),
+                                      rnd({2, 2, 32, 64}),
+                                      rnd({2, 2, 32, 64}),
+                                      to(from_vector(slots, {t}, DType::kInt64), device),
+                                      rnd({2, 2, t, 64}),
+                                      rnd({2, 2, t, 64}),
+                                      to(from_vector(keep, {1, 1, t, 32}, DType::kBool), device),
+                                      rnd(table),
+                                      rnd(table)};
+      const std::string what =
+          absl::StrCat("rotated KV append, ", t, " new rows, tables ", ShapeString(table));
+      for (CompileOptions o : Modes(device)) {
+        o.kv_rope = true;
+        CompiledFn f = compile(step, Clones(in), o);
+        const std::string graph = f.report(in).final_graph;
+        EXPECT_NE(graph.find("scaled_dot_product_attention_0("), std::string::npos) << graph;
+        // Both rotations are in the fused node's body (its lines indented further than the
+        // plan's own).
+        int cats = 0;
+        for (absl::string_view line : absl::StrSplit(graph, '\n')) {
+          if (line.find(" = cat(") == absl::string_view::npos) continue;
+          ++cats;
+          EXPECT_FALSE(absl::StartsWith(line, "  %")) << "a rotation outside:\n" << graph;
+        }
+        EXPECT_EQ(cats, 2) << graph;
+        if (!device.is_cuda()) {
+          ExpectSameAsEager(step, in, o, what);
+          continue;
+        }
+        std::vector<Tensor> eager_in = Clones(in), ref_in;
+        for (const Tensor& x : in) {
+          ref_in.push_back(IsFloatingPoint(x.dtype()) ? cast(to(x, kCPU), DType::kFloat32)
+                                                      : to(x, kCPU));
+        }
+        const std::vector<Tensor> eager = step(eager_in), reference = step(ref_in);
+        for (int call = 0; call < 3; ++call) {
+          std::vector<Tensor> x = Clones(in);
+          ExpectWithinPolicy(f(x), eager, reference, absl::StrCat(what, ", call ", call));
+        }
+      }
+    }
+  }
+}
+
+TEST(CompileSemantics, KvAppendRotaryAttentionOnCpu) { KvAppendRotaryAttention(kCPU); }
+TEST(CompileSemantics, KvAppendRotaryAttentionOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  KvAppendRotaryAttention(CUDA(0));
 }
 
 // A write through a view of an input (a prefill filling the first rows of a KV cache) runs in

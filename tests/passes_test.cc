@@ -1293,6 +1293,122 @@ TEST(AttentionFusion, KvAppendNeedsADecodeStepThatDoesNotReadItsOwnWrite) {
   EXPECT_TRUE(Logged(ctx2, "depends on the writes")) << absl::StrJoin(ctx2.explain, "\n");
 }
 
+// The rotary embedding of a decode step's query and new keys (kiln's RotaryEmbedding traced: the
+// halves, four products, a difference, a sum and a cat) joins the KV-append attention node when
+// PassContext::kv_rope is on: one fusion whose body holds the rotations, the tables its inputs.
+// `q_rot` / `k_rot` replace the lines that rotate q (%0) and the new keys (%4).
+std::string RotaryDecodeStep(const std::string& q_rot, const std::string& k_rot,
+                             const std::string& tail = "return %10, %8, %9") {
+  return absl::StrCat(R"(
+    graph(%0: bf16[2, 4, 1, 64]@cpu, %1: bf16[2, 2, 16, 64]@cpu, %2: bf16[2, 2, 16, 64]@cpu,
+          %3: i64[1]@cpu, %4: bf16[2, 2, 1, 64]@cpu, %5: bf16[2, 2, 1, 64]@cpu,
+          %6: bool[1, 1, 1, 16]@cpu, %20: bf16[2, 1, 1, 32]@cpu, %21: bf16[2, 1, 1, 32]@cpu,
+          %22: bf16[2, 1, 1, 32]@cpu) {
+)",
+                      q_rot, k_rot, R"(
+      %8 = index_copy(%1, %3, %48) {dim=2} : bf16[2, 2, 16, 64]@cpu
+      %9 = index_copy(%2, %3, %5) {dim=2} : bf16[2, 2, 16, 64]@cpu
+      %10 = scaled_dot_product_attention(%38, %8, %9, %6) {scale=0.125, enable_gqa=true} : bf16[2, 4, 1, 64]@cpu
+      )",
+                      tail, "\n}");
+}
+
+// x [B, H, 1, 64] rotated by the tables %cos, %sin into %out (values %first.. %first+7 for the
+// steps): the products in the operand orders RotaryEmbedding traces, or swapped.
+std::string Rotation(int x, int heads, int out, int first, int cos, int sin, bool swapped) {
+  const std::string h = absl::StrCat("bf16[2, ", heads, ", 1, 32]@cpu");
+  auto v = [&](int i) { return absl::StrCat("%", first + i); };
+  return absl::StrCat(v(0), " = slice(%", x, ") {dim=-1, start=0, end=32, step=1} : ", h, "\n",
+                      v(1), " = slice(%", x, ") {dim=3, start=32, end=64, step=1} : ", h, "\n",
+                      v(2), " = mul(", v(0), ", %", cos, ") : ", h, "\n", v(3), " = mul(", v(1),
+                      ", %", sin, ") : ", h, "\n", v(4), " = sub(", v(2), ", ", v(3), ") : ", h,
+                      "\n", v(5),
+                      swapped ? absl::StrCat(" = mul(%", cos, ", ", v(1), ") : ")
+                              : absl::StrCat(" = mul(", v(1), ", %", cos, ") : "),
+                      h, "\n", v(6), " = mul(", v(0), ", %", sin, ") : ", h, "\n", v(7),
+                      swapped ? absl::StrCat(" = add(", v(6), ", ", v(5), ") : ")
+                              : absl::StrCat(" = add(", v(5), ", ", v(6), ") : "),
+                      h, "\n", "%", out, " = cat(", v(4), ", ", v(7), ") {dim=-1} : bf16[2, ",
+                      heads, ", 1, 64]@cpu\n");
+}
+
+TEST(AttentionFusion, TheRotaryEmbeddingOfADecodeStepJoinsItsKvAppend) {
+  for (bool swapped : {false, true}) {
+    AttentionFusion pass(codegen::AttentionTemplate());
+    PassContext ctx;
+    const std::string out = RunPass(pass,
+                                    RotaryDecodeStep(Rotation(0, 4, 38, 30, 20, 21, swapped),
+                                                     Rotation(4, 2, 48, 40, 20, 21, !swapped)),
+                                    &ctx);
+    EXPECT_TRUE(FileCheck(out, R"(
+      CHECK: %[[F:[0-9]+]] = fusion kiln_fused_slice_mul_sub_mul_add_scaled_dot_product_attention_0(%0, %7, %8, %4, %1, %3, %2, %5, %6) : bf16[2, 4, 1, 64]@cpu
+      CHECK-COUNT-2: cat(
+      CHECK: index_copy(
+      CHECK: scaled_dot_product_attention(
+      CHECK: result %[[F]] #1
+      CHECK-NOT: cat(
+    )")) << out;
+    EXPECT_TRUE(Logged(ctx, "rotating the query and the new keys"))
+        << absl::StrJoin(ctx.explain, "\n");
+    const ir::Graph fused = ValueOrThrow(ir::ParseGraph(out));
+    int nodes = 0;
+    for (const ir::Node& n : fused.nodes()) {
+      if (n.kind != ir::NodeKind::kFusion) continue;
+      ++nodes;
+      passes::KvAppendBody roles;
+      ASSERT_TRUE(passes::ParseKvAppendBody(*n.body, &roles)) << out;
+      EXPECT_EQ(roles.q, 0);  // the rows before their rotation
+      EXPECT_EQ(roles.cos, 1);
+      EXPECT_EQ(roles.sin, 2);
+      EXPECT_EQ(roles.k_new, 3);
+      EXPECT_EQ(roles.k_cache, 4);
+      EXPECT_EQ(roles.slots, 5);
+    }
+    EXPECT_EQ(nodes, 1);
+  }
+  // Off (CompileOptions::kv_rope, KILN_KV_ROPE): the append joins, the rotations stay outside.
+  AttentionFusion pass(codegen::AttentionTemplate());
+  PassContext off;
+  off.kv_rope = false;
+  const std::string out = RunPass(pass,
+                                  RotaryDecodeStep(Rotation(0, 4, 38, 30, 20, 21, false),
+                                                   Rotation(4, 2, 48, 40, 20, 21, false)),
+                                  &off);
+  EXPECT_TRUE(FileCheck(out, R"(
+    CHECK: %[[Q:[0-9]+]] = cat(
+    CHECK: %[[K:[0-9]+]] = cat(
+    CHECK: fusion kiln_fused_index_copy_scaled_dot_product_attention_0(%1, %3, %[[K]], %2, %5, %[[Q]], %6)
+  )")) << out;
+}
+
+TEST(AttentionFusion, RotaryNearMissesStayOutsideTheKvAppend) {
+  struct Case {
+    std::string graph;
+    const char* why;
+  };
+  const std::string q = Rotation(0, 4, 38, 30, 20, 21, false);
+  const std::string k = Rotation(4, 2, 48, 40, 20, 21, false);
+  const Case cases[] = {
+      {RotaryDecodeStep(q, "%48 = neg(%4) : bf16[2, 2, 1, 64]@cpu\n"),
+       "only the query is a rotation"},
+      {RotaryDecodeStep(q, Rotation(4, 2, 48, 40, 22, 21, false)),
+       "the query and the new key rotate by different tables"},
+      {RotaryDecodeStep(q, k, "return %10, %8, %9, %38"),
+       "a rotated query or key is used elsewhere"},
+  };
+  for (const Case& c : cases) {
+    AttentionFusion pass(codegen::AttentionTemplate());
+    PassContext ctx;
+    const std::string out = RunPass(pass, c.graph, &ctx);
+    EXPECT_TRUE(FileCheck(
+        out,
+        "CHECK: cat(\nCHECK: fusion kiln_fused_index_copy_scaled_dot_product_attention_0("))
+        << c.why << "\n"
+        << out;
+    EXPECT_TRUE(Logged(ctx, c.why)) << c.why << "\n" << absl::StrJoin(ctx.explain, "\n");
+  }
+}
+
 TEST(SoftmaxFusion, ALoneSoftmaxStaysAnOpAndElementwiseFusionSkipsTheFusion) {
   Pipeline p;
   p.Add(std::make_unique<SoftmaxFusion>(codegen::SoftmaxTemplate()));

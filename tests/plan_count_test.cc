@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +20,7 @@
 #include "ops/ops.h"
 #include "runtime/cuda_api.h"
 #include "runtime/status.h"
+#include "tests/kernel_test_util.h"
 #include "tests/numerics_policy.h"
 #include "tests/test_util.h"
 
@@ -224,6 +226,48 @@ TEST(PlanCount, KvAppendAttentionIsOneNodeOnCpu) { ExpectKvAppendCounts(kCPU); }
 TEST(PlanCount, KvAppendAttentionCountsWhatRunsOnCuda) {
   KILN_SKIP_WITHOUT_GPU();
   ExpectKvAppendCounts(CUDA(0));
+}
+
+// The step rotating its query and new keys (RoPE, as RotaryEmbedding traces it) before the
+// append: with CompileOptions::kv_rope the decode kernel's rope variant rotates them, one kernel
+// fewer than the rotations' pointwise kernel before it; the report counts what a call launches.
+TEST(PlanCount, RotaryKvAppendIsOneKernelFewerOnCuda) {
+  KILN_SKIP_WITHOUT_GPU();
+  Generator gen(9);
+  auto rnd = [&](Shape s) { return to(cast(randn(s, gen), DType::kBFloat16), CUDA(0)); };
+  const std::vector<Tensor> in = {
+      rnd({2, 8, 1, 64}),  rnd({2, 2, 64, 64}),
+      rnd({2, 2, 64, 64}), to(from_vector({7}, {1}, DType::kInt64), CUDA(0)),
+      rnd({2, 2, 1, 64}),  rnd({2, 2, 1, 64}),
+      rnd({2, 1, 1, 32}),  rnd({2, 1, 1, 32})};
+  auto fn = [](const std::vector<Tensor>& x) {
+    auto rotate = [&](const Tensor& t) {
+      const Tensor t1 = slice(t, -1, 0, 32), t2 = slice(t, -1, 32, 64);
+      return cat({t1 * x[6] - t2 * x[7], t2 * x[6] + t1 * x[7]}, -1);
+    };
+    index_copy_(x[1], 2, x[3], rotate(x[4]));
+    index_copy_(x[2], 2, x[3], x[5]);
+    const Tensor y =
+        scaled_dot_product_attention(rotate(x[0]), x[1], x[2], Tensor(), false, std::nullopt, true);
+    return std::vector<Tensor>{reshape(permute(y, {0, 2, 1, 3}), {2, 1, 512})};
+  };
+  CompileOptions on;
+  on.mode = CompileOptions::Mode::kCompiled;
+  on.kv_rope = true;
+  CompileOptions off = on;
+  off.kv_rope = false;
+  CompiledFn f = compile(fn, in, on), apart = compile(fn, in, off);
+  (void)f(in);  // warm: kernels compiled outside the capture
+  (void)apart(in);
+  const CompileReport& r = f.report(in);
+  const auto [kernels, memsets] = CapturedLaunches(f, in);
+  EXPECT_EQ(r.kernels_per_step, kernels) << r.final_graph;
+  EXPECT_EQ(apart.report(in).kernels_per_step, kernels + 1) << apart.report(in).final_graph;
+  const std::vector<std::string> names = KernelNames([&] { (void)f(in); });
+  const auto rope = std::find_if(names.begin(), names.end(), [](const std::string& n) {
+    return n.find("kiln_flash_decode") == 0 && n.find("_append1_rope") != std::string::npos;
+  });
+  EXPECT_NE(rope, names.end()) << absl::StrJoin(names, ", ");
 }
 
 // A residual add in the GEMM (linear {epilogue=add}), fused or split by the epilogue timing, and

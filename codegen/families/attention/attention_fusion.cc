@@ -6,6 +6,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/families/attention/rotary_pattern.h"
 #include "codegen/families/softmax/softmax_fusion.h"
 #include "ops/dispatch.h"
 #include "ops/factories.h"
@@ -302,11 +303,53 @@ std::string AppendRefusal(const Graph& g, ValueId a, const FusionGroups& grp,
   return "";
 }
 
-// Groups each attention node whose key and value are index_copy writes with them; rewrites the
-// graph when any formed.
+// Whether a rotary table [.., half] of rank <= 4 broadcasts over the heads of [B, H, T, half]
+// (the decode kernel reads one row per batch and row).
+bool OneRowForEveryHead(const TensorType& t) {
+  return t.rank() <= 4 && (t.rank() < 3 || t.shape[t.rank() - 3] == 1);
+}
+
+// The rotary embeddings of the query and the new keys of a KV append into attention %a, when both
+// can join its node (attention_fusion.h): their ops, or empty with the reason in *why ("" when
+// neither input is a rotation at all).
+std::vector<ValueId> RotaryOps(const Graph& g, ValueId a, const FusionGroups& grp,
+                               const std::vector<int>& uses, std::string* why) {
+  const Node& n = g.node(a);
+  const ValueId q = n.inputs[0], k_new = g.node(n.inputs[1]).inputs[2];
+  RotaryMatch rq, rk;
+  const bool mq = MatchRotary(g, q, uses, &rq), mk = MatchRotary(g, k_new, uses, &rk);
+  if (!mq && !mk) return {};
+  if (!mq || !mk) {
+    *why = absl::StrCat("only the ", mq ? "query" : "new key", " is a rotation");
+  } else if (rq.cos != rk.cos || rq.sin != rk.sin) {
+    *why = "the query and the new key rotate by different tables";
+  } else if (uses[q] != 1 || uses[k_new] != 1) {
+    *why = "a rotated query or key is used elsewhere";
+  } else if (!OneRowForEveryHead(g.type(rq.cos)) || !OneRowForEveryHead(g.type(rq.sin))) {
+    *why = "the tables do not broadcast over the heads";
+  }
+  std::vector<ValueId> ops = rq.ops;
+  ops.insert(ops.end(), rk.ops.begin(), rk.ops.end());
+  for (ValueId op : ops) {
+    if (!why->empty()) break;
+    if (grp.group_of[op] != -1) *why = absl::StrCat("%", op, " is already in a group");
+    if (g.node(op).sym_dims != 0) *why = "symbolic dims (a dynamic shape)";
+  }
+  const std::vector<bool> after = DependentsOf(g, {n.inputs[1], n.inputs[2]});
+  for (ValueId in : {rq.x, rk.x, rq.cos, rq.sin}) {
+    if (why->empty() && after[in]) *why = absl::StrCat("%", in, " depends on the writes");
+  }
+  return why->empty() ? ops : std::vector<ValueId>{};
+}
+
+// Groups each attention node whose key and value are index_copy writes with them (and with the
+// rotary embeddings of its query and new keys, PassContext::kv_rope); rewrites the graph when any
+// formed.
 bool FuseKvAppends(Graph& graph, PassContext& ctx, const KernelFamily& family) {
   FusionGroups grp(graph, {});
   grp.log_prefix = kAppendLog;
+  const std::vector<int> uses = graph.UseCounts();
+  const bool rope = ctx.kv_rope;
   for (ValueId a = 0; a < graph.num_values(); ++a) {
     if (!graph.IsOp(a, OpId::kScaledDotProductAttention)) continue;
     const ValueId k = graph.node(a).inputs[1], v = graph.node(a).inputs[2];
@@ -317,11 +360,23 @@ bool FuseKvAppends(Graph& graph, PassContext& ctx, const KernelFamily& family) {
       continue;
     }
     const int gid = static_cast<int>(grp.groups.size());
-    std::vector<ValueId> members = {std::min(k, v), std::max(k, v), a};
+    std::vector<ValueId> members = {k, v, a};
+    std::string why, rotary;
+    if (rope) {
+      const std::vector<ValueId> ops = RotaryOps(graph, a, grp, uses, &why);
+      members.insert(members.end(), ops.begin(), ops.end());
+      if (!ops.empty()) rotary = ", rotating the query and the new keys (the rotary embedding)";
+      if (!why.empty()) {
+        ctx.explain.push_back(absl::StrCat(kAppendLog, "into attention %", a,
+                                           ": the rotary embedding not joined: ", why));
+      }
+    }
+    std::sort(members.begin(), members.end());
     for (ValueId m : members) grp.group_of[m] = gid;
     grp.groups.push_back(std::move(members));
     ctx.explain.push_back(absl::StrCat(kAppendLog, "%", k, ", %", v, " -> attention %", a,
-                                       ": one kernel writes the new rows and attends over them"));
+                                       ": one kernel writes the new rows and attends over them",
+                                       rotary));
   }
   return RewriteFusionGroups(graph, grp);
 }
@@ -334,7 +389,7 @@ bool ParseKvAppendBody(const Graph& body, KvAppendBody* roles) {
   int ops = 0;
   for (const Node& n : body.nodes()) ops += n.kind == NodeKind::kOp ? 1 : 0;
   const Node& a = body.node(outs[0]);
-  if (ops != 3 || a.inputs.size() < 3) return false;
+  if (a.inputs.size() < 3) return false;
   const ValueId k = a.inputs[1], v = a.inputs[2];
   if (!body.IsOp(k, OpId::kIndexCopy) || !body.IsOp(v, OpId::kIndexCopy) ||
       !KvWritesRefusal(body, k, v).empty()) {
@@ -347,11 +402,22 @@ bool ParseKvAppendBody(const Graph& body, KvAppendBody* roles) {
   };
   const Node &kn = body.node(k), &vn = body.node(v);
   KvAppendBody r;
-  r.q = input_of(a.inputs[0]);
+  ValueId q = a.inputs[0], k_new = kn.inputs[2];
+  RotaryMatch rq, rk;
+  const std::vector<int> uses = body.UseCounts();
+  if (MatchRotary(body, q, uses, &rq) && MatchRotary(body, k_new, uses, &rk) && rq.cos == rk.cos &&
+      rq.sin == rk.sin && uses[q] == 1 && uses[k_new] == 1) {
+    q = rq.x, k_new = rk.x;
+    r.cos = input_of(rq.cos), r.sin = input_of(rq.sin);
+    if (r.cos < 0 || r.sin < 0) return false;
+    ops -= static_cast<int>(rq.ops.size() + rk.ops.size());
+  }
+  if (ops != 3) return false;
+  r.q = input_of(q);
   r.mask = a.inputs.size() > 3 ? input_of(a.inputs[3]) : -1;
   r.k_cache = input_of(kn.inputs[0]), r.v_cache = input_of(vn.inputs[0]);
   r.slots = input_of(kn.inputs[1]);
-  r.k_new = input_of(kn.inputs[2]), r.v_new = input_of(vn.inputs[2]);
+  r.k_new = input_of(k_new), r.v_new = input_of(vn.inputs[2]);
   const int64_t rank = body.type(k).rank();
   r.dim = static_cast<int>(WrapDim(kn.attrs.dim, rank));
   r.attention = a.attrs;

@@ -41,6 +41,12 @@
 // where it would run the index_copy ops in place (codegen/executable.h); the CUDA kernel writes
 // the new rows itself and reads them from k_new / v_new (flash_decode_source.h). Refusals are
 // logged ("attention fusion: KV append not fused: ...").
+//
+// With PassContext::kv_rope (CompileOptions::kv_rope, default KILN_KV_ROPE: off) the rotary
+// embeddings of the query and of the new key rows join that node too, when both are the rotate-half
+// pattern (rotary_pattern.h) with the same cos / sin tables, used by nothing else: the decode
+// kernel rotates them itself (the pointwise kernel that did is gone, one launch fewer per layer and
+// step), and the rotated keys are what the caches get.
 #pragma once
 
 #include "passes/kernel_family.h"
@@ -56,6 +62,9 @@ inline constexpr int64_t kKvAppendMaxRows = 4;
 struct KvAppendBody {
   int q = -1, k_cache = -1, v_cache = -1, mask = -1, slots = -1, k_new = -1, v_new = -1;
   int k_out = -1, v_out = -1;
+  // With the rotary embedding joined: the tables (body inputs); q and k_new are then the rows
+  // before their rotation. -1: no rotation.
+  int cos = -1, sin = -1;
   int dim = 2;        // the index_copy dim (the caches' key-row dim)
   OpAttrs attention;  // the scaled_dot_product_attention's attributes
 };

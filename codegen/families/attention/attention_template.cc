@@ -5,6 +5,7 @@
 // through its backends (ops/ops.h: kiln's flash kernel on CUDA where it applies, the math form
 // otherwise), chosen at run time like an eager call, so the plan follows the caller's
 // SdpaBackendGuard.
+#include "absl/strings/str_cat.h"
 #include "codegen/families/attention/attention_fusion.h"
 #include "codegen/families/attention/flash_attention_cuda.h"
 #include "codegen/fusion_template.h"
@@ -42,7 +43,8 @@ class Sdpa final : public FusedKernel {
 // A KV-cache append fused with the attention that reads the caches (attention_fusion.h): on
 // CUDA one decode kernel writes the new rows and attends (flash_decode_source.h); on the CPU, for
 // operands that kernel does not take, with no index check to raise (an eager call outside a
-// plan), or with KILN_KV_APPEND=off, the body's ops run one after the other.
+// plan), or with KILN_KV_APPEND=off, the body's ops run one after the other (with the rotary
+// embedding joined, the rotations of the query and the new keys first).
 class KvAppendAttention final : public FusedKernel {
  public:
   explicit KvAppendAttention(const ir::Graph& body) {
@@ -57,7 +59,12 @@ class KvAppendAttention final : public FusedKernel {
     if (RunFused(in, attention, out[0])) return;
     OpAttrs copy;
     copy.dim = r_.dim;
-    DispatchInPlace(OpId::kIndexCopy, {k, in[r_.slots], in[r_.k_new]}, copy);
+    Tensor k_new = in[r_.k_new];
+    if (r_.cos >= 0) {  // the body's rotations, as the ops compute them
+      attention[0] = RotateHalf(attention[0], in[r_.cos], in[r_.sin]);
+      k_new = RotateHalf(k_new, in[r_.cos], in[r_.sin]);
+    }
+    DispatchInPlace(OpId::kIndexCopy, {k, in[r_.slots], k_new}, copy);
     DispatchInPlace(OpId::kIndexCopy, {v, in[r_.slots], in[r_.v_new]}, copy);
     if (out[0].numel() > 0) {
       DispatchOut(OpId::kScaledDotProductAttention, attention, r_.attention, out[0]);
@@ -70,7 +77,17 @@ class KvAppendAttention final : public FusedKernel {
     absl::InlinedVector<Tensor, 4> attention = {in[r_.q], in[r_.k_cache], in[r_.v_cache]};
     if (r_.mask >= 0) attention.push_back(in[r_.mask]);
     LaunchCount c = CountLaunchesOnce(OpId::kScaledDotProductAttention, attention, r_.attention);
-    if (!Fusable(in, attention)) c.kernels += 2;
+    if (Fusable(in, attention)) return c;
+    c.kernels += 2;
+    if (r_.cos >= 0) {
+      for (int x : {r_.q, r_.k_new}) {
+        const Tensor &t = in[x], &cos = in[r_.cos], &sin = in[r_.sin];
+        c.kernels += CountCallLaunchesOnce(
+                         absl::StrCat("rotate_half:", LaunchKey(OpId::kCat, {t, cos, sin}, {})),
+                         [&] { RotateHalf(t, cos, sin); })
+                         .kernels;
+      }
+    }
     return c;
   }
 
@@ -85,8 +102,17 @@ class KvAppendAttention final : public FusedKernel {
     return t;
   }
 
+  // The rotate-half rotary embedding (rotary_pattern.h) by the ops the body holds.
+  static Tensor RotateHalf(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+    const int64_t d = x.size(-1), half = d / 2;
+    const Tensor x1 = slice(x, -1, 0, half), x2 = slice(x, -1, half, d);
+    return cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
+  }
+
   cuda_ops::FlashKvAppend Append(absl::Span<const Tensor> in) const {
-    return {in[r_.slots], in[r_.k_new], in[r_.v_new], nullptr};
+    cuda_ops::FlashKvAppend a{in[r_.slots], in[r_.k_new], in[r_.v_new], nullptr};
+    if (r_.cos >= 0) a.cos = in[r_.cos], a.sin = in[r_.sin];
+    return a;
   }
 
   bool Fusable(absl::Span<const Tensor> in, absl::Span<const Tensor> attention) const {
@@ -140,9 +166,14 @@ class Attention final : public FusionTemplate {
   }
   std::string LaunchNote(const ir::Node& n) const override {
     if (n.kind != ir::NodeKind::kFusion) return "";
-    return "launch: kiln's decode attention kernel, which also writes the new key and value rows "
-           "into the caches (CUDA, flash-kernel operands); otherwise index_copy twice, then the "
-           "attention";
+    passes::KvAppendBody roles;
+    const bool rotary = passes::ParseKvAppendBody(*n.body, &roles) && roles.cos >= 0;
+    return absl::StrCat(
+        "launch: kiln's decode attention kernel, which also ",
+        rotary ? "rotates the query and the new keys (RoPE) and " : "",
+        "writes the new key and value rows into the caches (CUDA, flash-kernel operands); "
+        "otherwise ",
+        rotary ? "the rotations, " : "", "index_copy twice, then the attention");
   }
 };
 

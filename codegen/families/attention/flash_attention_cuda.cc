@@ -33,6 +33,8 @@ struct DecodeParams {
   long long kn_batch = 0, kn_head = 0, kn_row = 0, vn_batch = 0, vn_head = 0, vn_row = 0;
   unsigned* bad = nullptr;
   int n_new = 0, slots64 = 0;
+  const void *cos = nullptr, *sin = nullptr;
+  long long cos_batch = 0, cos_row = 0, sin_batch = 0, sin_row = 0;
 };
 
 // The fused append's fields of the decode parameters.
@@ -47,6 +49,13 @@ void SetAppend(const FlashKvAppend& a, DecodeParams* d) {
   const FlashBatchStrides k = FlashStridesOf(a.k_new), v = FlashStridesOf(a.v_new);
   d->kn_batch = k.batch, d->kn_head = k.head, d->kn_row = k.row;
   d->vn_batch = v.batch, d->vn_head = v.head, d->vn_row = v.row;
+  if (a.cos.defined()) {
+    d->cos = a.cos.data_ptr();
+    d->sin = a.sin.data_ptr();
+    const FlashBatchStrides c = FlashStridesOf(a.cos), s = FlashStridesOf(a.sin);
+    d->cos_batch = c.batch, d->cos_row = c.row;
+    d->sin_batch = s.batch, d->sin_row = s.row;
+  }
 }
 
 struct FlashKernel {
@@ -264,6 +273,7 @@ void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const T
               batch * heads, q.size(-2), cuda::Props(q.device().index).sm_count);
   // One new row (a decode step) compares each key with one slot; more take the 4-row variant.
   config.kv_append = append == nullptr ? 0 : append->slots.numel() == 1 ? 1 : 4;
+  config.rope = append != nullptr && append->cos.defined();
   KILN_CHECK(append == nullptr || append->bad != nullptr,
              "scaled_dot_product_attention: a fused KV-cache append needs an index-error flag");
   FlashParams p = MakeFlashParams(in, a, out);

@@ -37,6 +37,8 @@ struct FlashAttentionConfig {
   // The decode kernel also appends rows to the caches (FlashKvAppend): 0 no, else the most rows
   // its variant takes (1 for a decode step's token, or 4).
   int kv_append = 0;
+  // With kv_append: the queries and the new keys are rotated first (FlashKvAppend::cos).
+  bool rope = false;
 
   int threads() const { return warps * 32; }
   int shared_bytes() const { return (block_m + 4 * block_n) * head_dim * 2; }  // Q, 2x K, 2x V
@@ -112,10 +114,15 @@ std::string RenderFlashDecodeSource(const FlashAttentionConfig& c);
 // sdpa(q, k_cache, v_cache, ...)`): the kernel writes row t of k_new / v_new into row slots[t]
 // of the caches it is given as k and v, and reads those rows from k_new / v_new. A slot outside
 // the cache raises `*bad` and writes nothing (index_copy's rule; the caller reports it).
+// With rotary tables (cos defined) the queries and the new keys are first rotated, the rotate-half
+// form: with x = (x1, x2) the halves of a row, (x1·cos - x2·sin, x2·cos + x1·sin), the rotated
+// keys being what the caches get. cos and sin [.., half] broadcast to [B, 1, rows, half] (rows:
+// the query rows, which then equal the new rows) in q's dtype, rows 16-byte aligned.
 struct FlashKvAppend {
   Tensor slots;             // int64 or int32, 1-D, at most kFlashDecodeMaxQueries
   Tensor k_new, v_new;      // the caches' shapes with slots.numel() rows, the same layout rules
   unsigned* bad = nullptr;  // the launch needs one (ops/cuda/index_cuda.h KernelIndexFlag)
+  Tensor cos, sin;          // rotary tables, or undefined
 };
 // Why the decode kernel cannot run sdpa(in) with `append` ("" when it can): the flash kernel's
 // own rules, then at most kFlashDecodeMaxQueries query rows and new rows, and the new rows'

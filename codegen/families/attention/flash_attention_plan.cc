@@ -39,6 +39,29 @@ std::string LayoutUnsupported(const Tensor& t, const char* what) {
   return "";
 }
 
+// Why the decode kernel cannot rotate q and the new rows by these tables ("" when it can): q's
+// dtype, [.., half] broadcast over the heads to [B, 1, rows, half] (rows the query rows, then
+// also the new rows), rows 16-byte aligned.
+std::string RotaryTablesUnsupported(const Tensor& q, const FlashKvAppend& append) {
+  const int64_t half = q.size(-1) / 2, rows = q.size(-2), n_new = append.slots.numel();
+  const int64_t batch = q.dim() >= 4 ? q.size(0) : 1;
+  for (const Tensor* t : {&append.cos, &append.sin}) {
+    const char* what = t == &append.cos ? "rotary cos" : "rotary sin";
+    const int64_t r = t->dim();
+    const bool fits = r >= 1 && r <= 4 && t->size(-1) == half &&
+                      (r < 2 || t->size(-2) == 1 || (t->size(-2) == rows && rows == n_new)) &&
+                      (r < 3 || t->size(-3) == 1) &&
+                      (r < 4 || t->size(0) == 1 || t->size(0) == batch);
+    if (t->dtype() != q.dtype() || !fits) {
+      return absl::StrCat(what, " ", Describe(t->type()), " is not ", DTypeName(q.dtype()),
+                          " [.., ", half, "] broadcasting to [", batch, ", 1, ", rows, ", ", half,
+                          "] (one row per query and new row)");
+    }
+    if (std::string why = LayoutUnsupported(*t, what); !why.empty()) return why;
+  }
+  return "";
+}
+
 // "#define KEY VALUE" and a newline: the specialisation a kernel source starts with.
 template <typename V>
 void AppendDefine(std::string* source, const char* key, const V& value) {
@@ -183,14 +206,15 @@ std::string FlashKvAppendUnsupportedReason(absl::Span<const Tensor> in, const Op
     }
     if (std::string why = LayoutUnsupported(*rows[i], names[i]); !why.empty()) return why;
   }
-  return "";
+  return append.cos.defined() ? RotaryTablesUnsupported(q, append) : "";
 }
 
 std::string FlashDecodeKernelName(const FlashAttentionConfig& c) {
   return absl::StrCat("kiln_flash_decode_d", c.head_dim,
                       c.dtype == DType::kBFloat16 ? "_bf16" : "_f16", c.causal ? "_causal" : "",
                       MaskSuffix(c.mask),
-                      c.kv_append > 0 ? absl::StrCat("_append", c.kv_append) : "");
+                      c.kv_append > 0 ? absl::StrCat("_append", c.kv_append) : "",
+                      c.kv_append > 0 && c.rope ? "_rope" : "");
 }
 
 std::string RenderFlashDecodeSource(const FlashAttentionConfig& c) {
@@ -204,6 +228,7 @@ std::string RenderFlashDecodeSource(const FlashAttentionConfig& c) {
   define("KILN_FD_CAUSAL", c.causal ? 1 : 0);
   define("KILN_FD_MASK", static_cast<int>(c.mask));
   define("KILN_FD_APPEND", c.kv_append);
+  define("KILN_FD_ROPE", c.kv_append > 0 && c.rope ? 1 : 0);
   return s + kFlashParamsSource + kFlashDecodeSource;
 }
 

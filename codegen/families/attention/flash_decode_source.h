@@ -34,7 +34,10 @@
 // Specialisation: KILN_FD_NAME, KILN_FD_COMBINE_NAME, KILN_FD_HEAD_DIM (64 or 128), KILN_FD_BF16
 // (1 bfloat16, 0 float16), KILN_FD_CAUSAL (0/1), KILN_FD_MASK (as KILN_FA_MASK: 0 none, 1 bool,
 // 2/3/4 additive float32/float16/bfloat16), KILN_FD_APPEND (0: none; else the most rows appended:
-// 1, the decode step's one token, compares each key with one slot; 4 with four).
+// 1, the decode step's one token, compares each key with one slot; 4 with four), KILN_FD_ROPE
+// (0/1, with KILN_FD_APPEND only: the queries and the new keys are rotated by the rotary tables
+// first, the rotate-half form of `q·cos + rotate_half(q)·sin`, and the rotated keys are what the
+// caches get).
 #pragma once
 
 #include "codegen/families/attention/flash_attention_source.h"
@@ -58,6 +61,11 @@ struct KilnDecodeParams {
   long long kn_batch, kn_head, kn_row, vn_batch, vn_head, vn_row;
   unsigned* bad;          // raised for a slot outside [0, kv_len) (its rows are not written)
   int n_new, slots64;
+  // Rotary embeddings fused in (KILN_FD_ROPE): the queries and the new keys are rotated before
+  // use with the tables' row (b, i) (query row i, new row t = i): cos / sin [.., half] with
+  // these strides (0 where they broadcast), the dtype of q.
+  const kiln_u16* cos; const kiln_u16* sin;
+  long long cos_batch, cos_row, sin_batch, sin_row;
 };
 
 namespace kiln_fd {
@@ -207,6 +215,41 @@ __device__ __forceinline__ void attend(const float (&qf)[VEC], const uint4 (&kr)
   m = m_new;
 }
 
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+  return static_cast<unsigned>(from_f(lo)) | (static_cast<unsigned>(from_f(hi)) << 16);
+}
+
+#if KILN_FD_ROPE
+// Rotary embedding ("rotate half") of this lane's 8 elements `x` of a row whose other half is
+// in lane c ^ G/2 of its group: x1 cos - x2 sin in the first half, x2 cos + x1 sin in the second,
+// with the tables' row (b, i), in fp32, rounded to the dtype as the unfused ops' result is. Every
+// lane of the warp calls it (the partner's chunk comes by shuffles).
+__device__ __forceinline__ uint4 rotate_half(const KilnDecodeParams& dp, const uint4& x, int c,
+                                             long long b, long long i) {
+  const uint4 y = make_uint4(__shfl_xor_sync(0xffffffffu, x.x, G / 2),
+                             __shfl_xor_sync(0xffffffffu, x.y, G / 2),
+                             __shfl_xor_sync(0xffffffffu, x.z, G / 2),
+                             __shfl_xor_sync(0xffffffffu, x.w, G / 2));
+  const float sign = c < G / 2 ? -1.f : 1.f;  // the first half subtracts the partner's product
+  const int col = (c % (G / 2)) * VEC;
+  const uint4 cr = __ldg(reinterpret_cast<const uint4*>(dp.cos + b * dp.cos_batch + i * dp.cos_row + col));
+  const uint4 sr = __ldg(reinterpret_cast<const uint4*>(dp.sin + b * dp.sin_batch + i * dp.sin_row + col));
+  const unsigned xw[4] = {x.x, x.y, x.z, x.w}, yw[4] = {y.x, y.y, y.z, y.w};
+  const unsigned cw[4] = {cr.x, cr.y, cr.z, cr.w}, sw[4] = {sr.x, sr.y, sr.z, sr.w};
+  unsigned out[4];
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {  // two elements a word, so few values are live at once
+    float r[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      r[h] = elem(xw[w], h) * elem(cw[w], h) + sign * (elem(yw[w], h) * elem(sw[w], h));
+    }
+    out[w] = pack2(r[0], r[1]);
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+#endif
+
 #if KILN_FD_APPEND
 // Appended slot t as the kernel reads it (an index of any of the two integer types).
 __device__ __forceinline__ long long raw_slot(const KilnDecodeParams& dp, int t) {
@@ -225,12 +268,18 @@ __device__ __forceinline__ const kiln_u16* new_row(const KilnDecodeParams& dp, i
 // thread (kv, c) copies the 16 bytes c of K (kv = 0) or V of each new row, t = 0, 1, .. in order,
 // so of two rows for one slot the last one stays (the reads below take the last one too). Every
 // CTA reads an appended row from k_new / v_new, never from the cache: no CTA waits for this one.
+// The 2G threads are warp 0's first lanes (G <= 16); with KILN_FD_ROPE the whole warp runs the
+// loop, so that the key's lanes can trade halves by shuffles (lane c ^ G/2 holds the same row).
 __device__ void append_rows(const KilnDecodeParams& dp, int b, int hk) {
   const KilnFlashParams& p = dp.f;
   const int kv = threadIdx.x / G, c = threadIdx.x % G;
+#if KILN_FD_ROPE
+  if (threadIdx.x >= 32) return;
+#else
   if (kv >= 2) return;
+#endif
   for (int t = 0; t < dp.n_new; ++t) {
-    const long long s = raw_slot(dp, t);
+    const long long s = raw_slot(dp, t);  // the same in every lane: the branch is uniform
     if (s < 0 || s >= p.kv_len) {
       if (threadIdx.x == 0) *dp.bad = 1u;  // reported by the caller's index check
       continue;
@@ -238,7 +287,14 @@ __device__ void append_rows(const KilnDecodeParams& dp, int b, int hk) {
     const kiln_u16* src = new_row(dp, kv, b, hk, t);
     kiln_u16* dst = const_cast<kiln_u16*>(kv == 0 ? p.k + b * p.k_batch + hk * p.k_head + s * p.k_row
                                                   : p.v + b * p.v_batch + hk * p.v_head + s * p.v_row);
+#if KILN_FD_ROPE
+    uint4 x = kv < 2 ? *reinterpret_cast<const uint4*>(src + c * VEC) : make_uint4(0, 0, 0, 0);
+    const uint4 rotated = rotate_half(dp, x, c, b, t);
+    if (kv == 0) x = rotated;
+    if (kv < 2) *reinterpret_cast<uint4*>(dst + c * VEC) = x;
+#else
     *reinterpret_cast<uint4*>(dst + c * VEC) = *reinterpret_cast<const uint4*>(src + c * VEC);
+#endif
   }
 }
 #endif
@@ -315,7 +371,11 @@ extern "C" __global__ void KILN_FD_BOUNDS KILN_FD_NAME(const KilnDecodeParams dp
   if (split == 0 && row.i == 0 && row.h % p.group == 0) append_rows(dp, row.b, hk);
 #endif
   float qf[VEC];
+#if KILN_FD_ROPE
+  unpack(rotate_half(dp, *reinterpret_cast<const uint4*>(q), c, row.b, row.i), qf);
+#else
   unpack(*reinterpret_cast<const uint4*>(q), qf);
+#endif
 #pragma unroll
   for (int e = 0; e < VEC; ++e) qf[e] *= p.scale_log2;  // scores come out as base-2 logits
   float m = neg_inf(), l = 0.f, acc[VEC];
@@ -366,6 +426,10 @@ extern "C" __global__ void KILN_FD_BOUNDS KILN_FD_NAME(const KilnDecodeParams dp
         kr[0] = __ldg(reinterpret_cast<const uint4*>(new_row(dp, 0, row.b, hk, t) + c * VEC));
         vr[0] = __ldg(reinterpret_cast<const uint4*>(new_row(dp, 1, row.b, hk, t) + c * VEC));
       }
+#if KILN_FD_ROPE
+      // The key as append_rows writes it (t < n_new is the same in every lane of the warp).
+      if (t < dp.n_new) kr[0] = rotate_half(dp, kr[0], c, row.b, t);
+#endif
       attend(qf, kr, vr, keep, add, m, l, acc);
     }
   }
