@@ -21,6 +21,15 @@ bool FloatOrBool(DType t) { return IsFloatingPoint(t) || t == DType::kBool; }
 
 }  // namespace
 
+bool IsLastDimSlice(const Graph& g, ValueId s, ValueId src, int64_t start, int64_t end) {
+  if (!g.IsOp(s, OpId::kSlice) || g.node(s).inputs[0] != src) return false;
+  const OpAttrs& a = g.node(s).attrs;
+  const int64_t rank = g.type(src).rank(), dim = a.dim < 0 ? a.dim + rank : a.dim;
+  const int64_t full = g.type(src).shape.back();
+  return dim == rank - 1 && a.step == 1 && a.start == start &&
+         (a.end == end || (end == full && a.end >= full));
+}
+
 std::string Unfusable(const Graph& g, ValueId v, const FamilyLimits& limits) {
   const Node& n = g.node(v);
   if (n.kind != NodeKind::kOp) return "not an op";

@@ -40,6 +40,10 @@ struct FusionGroups {
 // while holding a root would sit on a cycle through its own output.
 std::vector<bool> DependentsOf(const ir::Graph& g, const std::vector<ir::ValueId>& roots);
 
+// Whether %s is slice [start, end) of %src's last dim, step 1 (an end past the dim, which the
+// slice clamps, counts as the dim's end). The patterns' halves of a row (GLU, RoPE).
+bool IsLastDimSlice(const ir::Graph& g, ir::ValueId s, ir::ValueId src, int64_t start, int64_t end);
+
 // Why `v` cannot be an elementwise fusion member at all ("" if it can).
 std::string Unfusable(const ir::Graph& g, ir::ValueId v, const FamilyLimits& limits);
 // Why the cat `v` cannot root a group ("" if it can): it must be a cat of operands of one shape

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "passes/fusion_groups.h"
 
 namespace kiln::passes {
 
@@ -13,14 +14,6 @@ using ir::Graph;
 using ir::ValueId;
 
 namespace {
-
-// Whether `s` is slice [start, end) of `src`'s last dim, step 1.
-bool IsLastDimSlice(const Graph& g, ValueId s, ValueId src, int64_t start, int64_t end) {
-  if (!g.IsOp(s, OpId::kSlice) || g.node(s).inputs[0] != src) return false;
-  const OpAttrs& a = g.node(s).attrs;
-  const int64_t rank = g.type(src).rank();
-  return (a.dim == -1 || a.dim == rank - 1) && a.step == 1 && a.start == start && a.end == end;
-}
 
 bool IsGateActivation(const Graph& g, ValueId v) {
   return g.IsOp(v, OpId::kRelu) || g.IsOp(v, OpId::kGelu) || g.IsOp(v, OpId::kSilu);

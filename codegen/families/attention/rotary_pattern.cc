@@ -4,22 +4,14 @@
 #include <algorithm>
 #include <utility>
 
+#include "passes/fusion_groups.h"
+
 namespace kiln::passes {
 
 using ir::Graph;
 using ir::ValueId;
 
 namespace {
-
-// A slice of the last dim of %x from `start` to at least `end` (the end may be clamped past it).
-bool IsLastDimSlice(const Graph& g, ValueId v, ValueId x, int64_t start, int64_t end) {
-  if (!g.IsOp(v, OpId::kSlice) || g.node(v).inputs[0] != x) return false;
-  const OpAttrs& a = g.node(v).attrs;
-  const int64_t rank = g.type(x).rank(), dim = a.dim < 0 ? a.dim + rank : a.dim;
-  const int64_t full = g.type(x).shape.back();
-  return dim == rank - 1 && a.step == 1 && a.start == start &&
-         (a.end == end || (end == full && a.end >= full));
-}
 
 // Whether %v = mul(%a, %t) or mul(%t, %a) for some %t; sets *t.
 bool IsMulOf(const Graph& g, ValueId v, ValueId a, ValueId* t) {
