@@ -755,6 +755,14 @@ TEST(SdpaGraph, CompiledMatchesEager) {
 
 // ---- the kernel's sources --------------------------------------------------------------------
 
+// The bytes of kernel `entry`'s one parameter in `ptx` (".param .align 8 .b8 NAME_param_0[N]"),
+// or 0 when it is not there.
+size_t ParamBytes(const std::string& ptx, const std::string& entry) {
+  const std::string key = entry + "_param_0[";
+  const size_t at = ptx.find(key);
+  return at == std::string::npos ? 0 : std::stoul(ptx.substr(at + key.size()));
+}
+
 // Every configuration kiln can launch compiles with NVRTC (to PTX: no GPU needed).
 TEST(SdpaFlashSource, EveryVariantCompilesWithNvrtc) {
   KILN_SKIP_WITHOUT_NVRTC();
@@ -807,6 +815,15 @@ TEST(SdpaFlashSource, EveryVariantCompilesWithNvrtc) {
                                               "compute_90", /*cubin=*/false);
           ASSERT_TRUE(rope_ptx.ok()) << rope_ptx.status().message();
           EXPECT_NE(rope_ptx->find(".entry " + rope_name + "("), std::string::npos);
+          // The host's mirrors of the kernels' parameter structs are as long as the kernels'.
+          EXPECT_EQ(ParamBytes(*ptx, name), sizeof(cuda_ops::FlashParams)) << name;
+#if KILN_WITH_CUDA
+          for (const auto& [text, entry] :
+               {std::pair{&*decode_ptx, decode}, std::pair{&*append_ptx, append_name},
+                std::pair{&*rope_ptx, rope_name}}) {
+            EXPECT_EQ(ParamBytes(*text, entry), cuda_ops::FlashDecodeParamsBytes()) << entry;
+          }
+#endif
           EXPECT_EQ(append_ptx->find("shfl.sync.bfly.b32\t%r") == std::string::npos, true);
           // The small-grid tiling (64-row tiles, head dim 64) of the same variant.
           const auto small = cuda_ops::ForGrid(c, 1, 512, 132);

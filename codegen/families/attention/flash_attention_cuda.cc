@@ -37,6 +37,12 @@ struct DecodeParams {
   long long cos_batch = 0, cos_row = 0, sin_batch = 0, sin_row = 0;
 };
 
+}  // namespace
+
+size_t FlashDecodeParamsBytes() { return sizeof(DecodeParams); }
+
+namespace {
+
 // The fused append's fields of the decode parameters.
 void SetAppend(const FlashKvAppend& a, DecodeParams* d) {
   d->k_new = a.k_new.data_ptr();

@@ -142,4 +142,8 @@ bool FlashCanWrite(const Tensor& out);
 void LaunchFlashAttention(absl::Span<const Tensor> in, const OpAttrs& a, const Tensor& out,
                           const FlashKvAppend* append = nullptr);
 
+// The bytes of the decode kernels' one parameter as the host fills it (its mirror of
+// KilnDecodeParams): the kernel's parameter in its PTX must be as long (a test checks).
+size_t FlashDecodeParamsBytes();
+
 }  // namespace kiln::cuda_ops
