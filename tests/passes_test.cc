@@ -1401,8 +1401,7 @@ TEST(AttentionFusion, RotaryNearMissesStayOutsideTheKvAppend) {
     PassContext ctx;
     const std::string out = RunPass(pass, c.graph, &ctx);
     EXPECT_TRUE(FileCheck(
-        out,
-        "CHECK: cat(\nCHECK: fusion kiln_fused_index_copy_scaled_dot_product_attention_0("))
+        out, "CHECK: cat(\nCHECK: fusion kiln_fused_index_copy_scaled_dot_product_attention_0("))
         << c.why << "\n"
         << out;
     EXPECT_TRUE(Logged(ctx, c.why)) << c.why << "\n" << absl::StrJoin(ctx.explain, "\n");
