@@ -387,6 +387,12 @@ class RotaryEmbedding : public Module {
 // The inverse frequencies [head_dim / 2] of a rope rule, float32 on the CPU, as HF computes them.
 Tensor rope_inverse_frequencies(int64_t head_dim, const RopeOptions& rope);
 
+// The rotate-half rotation RotaryEmbedding applies: x's last dim split in halves (x1, x2) becomes
+// (x1·cos - x2·sin, x2·cos + x1·sin), with cos and sin [.., head_dim / 2] broadcasting to the
+// halves. The compiler finds this form in traced graphs (a decode step's rotations run inside its
+// attention kernel: codegen/families/attention/rotary_pattern.h).
+Tensor apply_rotary(const Tensor& x, const Tensor& cos, const Tensor& sin);
+
 enum class NormKind : uint8_t { kLayerNorm, kRmsNorm };
 // kPlain: c_proj(act(c_fc(x))) (GPT-2). kGated: down_proj(act(gate_proj(x)) * up_proj(x))
 // (Llama's names). The first kinds kiln had name their activation too and keep their children's

@@ -219,7 +219,6 @@ Tensor RotaryEmbedding::Rotate(const Tensor& x, const Tensor& positions) const {
       "RotaryEmbedding: positions must be [T] (one per row of x) or [B, T] (or [1, T]) for ",
       "x [B, H, T, head_dim], got positions ", positions.shape_string(), " for x ",
       x.shape_string());
-  const int64_t half = head_dim_ / 2;
   const auto table = [&](const Tensor& t) {  // [T, half] or [B, T, half]
     return WithErrorContext(
         [&] {
@@ -233,8 +232,15 @@ Tensor RotaryEmbedding::Rotate(const Tensor& x, const Tensor& positions) const {
     cos_t = unsqueeze(cos_t, 1);
     sin_t = unsqueeze(sin_t, 1);
   }
-  const Tensor x1 = slice(x, -1, 0, half), x2 = slice(x, -1, half, head_dim_);
-  return cat({x1 * cos_t - x2 * sin_t, x2 * cos_t + x1 * sin_t}, -1);
+  return apply_rotary(x, cos_t, sin_t);
+}
+
+Tensor apply_rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  KILN_CHECK(x.dim() >= 1 && x.size(-1) % 2 == 0, "apply_rotary: x's last dim must be even, got ",
+             x.shape_string());
+  const int64_t d = x.size(-1), half = d / 2;
+  const Tensor x1 = slice(x, -1, 0, half), x2 = slice(x, -1, half, d);
+  return cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
 }
 
 Tensor RotaryEmbedding::forward(const Tensor& x) {

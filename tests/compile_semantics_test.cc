@@ -778,10 +778,7 @@ void KvAppendRotaryAttention(Device device) {
   const DType dt = device.is_cuda() ? DType::kBFloat16 : DType::kFloat32;
   auto rnd = [&](Shape shape) { return to(cast(randn(shape, gen), dt), device); };
   const Fn step = [](const std::vector<Tensor>& in) {
-    auto rotate = [&](const Tensor& x) {
-      const Tensor x1 = slice(x, -1, 0, 32), x2 = slice(x, -1, 32, 64);
-      return cat({x1 * in[7] - x2 * in[8], x2 * in[7] + x1 * in[8]}, -1);
-    };
+    auto rotate = [&](const Tensor& x) { return apply_rotary(x, in[7], in[8]); };
     index_copy_(in[1], 2, in[3], rotate(in[4]));
     index_copy_(in[2], 2, in[3], in[5]);
     const Tensor o =

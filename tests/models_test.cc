@@ -188,6 +188,29 @@ TEST(Rotary, PositionsAreCheckedAndOneRowBroadcasts) {
               "[1, T] positions");
 }
 
+// apply_rotary: the halves' rotation written out, element by element; an odd last dim is an error.
+TEST(Rotary, ApplyRotaryRotatesTheHalves) {
+  Generator gen(5);
+  const Tensor x = randn({2, 1, 3, 4}, gen), cos = randn({1, 1, 3, 2}, gen),
+               sin = randn({1, 1, 3, 2}, gen);
+  const std::vector<double> xs = to_vector(x), c = to_vector(cos), s = to_vector(sin),
+                            got = to_vector(apply_rotary(x, cos, sin));
+  std::vector<double> want(xs.size());
+  for (size_t row = 0; row < xs.size() / 4; ++row) {
+    const size_t t = row % 3;
+    for (size_t i = 0; i < 2; ++i) {
+      const double x1 = xs[row * 4 + i], x2 = xs[row * 4 + 2 + i];
+      want[row * 4 + i] = x1 * c[t * 2 + i] - x2 * s[t * 2 + i];
+      want[row * 4 + 2 + i] = x2 * c[t * 2 + i] + x1 * s[t * 2 + i];
+    }
+  }
+  ExpectClose(got, want, {1e-6, 1e-6}, "apply_rotary");
+  EXPECT_NE(ErrorOf([&] {
+              apply_rotary(randn({2, 3}, gen), cos, sin);
+            }).find("apply_rotary: x's last dim must be even, got [2, 3]"),
+            std::string::npos);
+}
+
 // Tables in float32, step by step as transformers computes them.
 TEST(Rotary, TablesAreComputedInFloat32LikeHuggingFace) {
   RotaryEmbedding rope(8, RopeOptions{.base = 500000, .max_positions = 4096});

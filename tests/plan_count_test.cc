@@ -17,6 +17,7 @@
 #include "ops/cuda/gemv_chain.h"
 #include "ops/cuda/matmul_cuda.h"
 #include "ops/factories.h"
+#include "ops/modules.h"
 #include "ops/ops.h"
 #include "runtime/cuda_api.h"
 #include "runtime/status.h"
@@ -241,10 +242,7 @@ TEST(PlanCount, RotaryKvAppendIsOneKernelFewerOnCuda) {
       rnd({2, 2, 1, 64}),  rnd({2, 2, 1, 64}),
       rnd({2, 1, 1, 32}),  rnd({2, 1, 1, 32})};
   auto fn = [](const std::vector<Tensor>& x) {
-    auto rotate = [&](const Tensor& t) {
-      const Tensor t1 = slice(t, -1, 0, 32), t2 = slice(t, -1, 32, 64);
-      return cat({t1 * x[6] - t2 * x[7], t2 * x[6] + t1 * x[7]}, -1);
-    };
+    auto rotate = [&](const Tensor& t) { return apply_rotary(t, x[6], x[7]); };
     index_copy_(x[1], 2, x[3], rotate(x[4]));
     index_copy_(x[2], 2, x[3], x[5]);
     const Tensor y =

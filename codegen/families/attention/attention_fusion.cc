@@ -303,6 +303,23 @@ std::string AppendRefusal(const Graph& g, ValueId a, const FusionGroups& grp,
   return "";
 }
 
+// Whether the query %q and the new keys %k_new are both rotations (rotary_pattern.h) by the same
+// tables, each read only by the attention / the cache write: the pass's rule and the body's
+// (ParseKvAppendBody). False with the near miss in *why ("" when neither is a rotation).
+bool MatchRotaryPair(const Graph& g, ValueId q, ValueId k_new, const std::vector<int>& uses,
+                     RotaryMatch* rq, RotaryMatch* rk, std::string* why) {
+  const bool mq = MatchRotary(g, q, uses, rq), mk = MatchRotary(g, k_new, uses, rk);
+  if (!mq && !mk) return false;
+  if (!mq || !mk) {
+    *why = absl::StrCat("only the ", mq ? "query" : "new key", " is a rotation");
+  } else if (rq->cos != rk->cos || rq->sin != rk->sin) {
+    *why = "the query and the new key rotate by different tables";
+  } else if (uses[q] != 1 || uses[k_new] != 1) {
+    *why = "a rotated query or key is used elsewhere";
+  }
+  return why->empty();
+}
+
 // Whether a rotary table [.., half] of rank <= 4 broadcasts over the heads of [B, H, T, half]
 // (the decode kernel reads one row per batch and row).
 bool OneRowForEveryHead(const TensorType& t) {
@@ -315,17 +332,11 @@ bool OneRowForEveryHead(const TensorType& t) {
 std::vector<ValueId> RotaryOps(const Graph& g, ValueId a, const FusionGroups& grp,
                                const std::vector<int>& uses, std::string* why) {
   const Node& n = g.node(a);
-  const ValueId q = n.inputs[0], k_new = g.node(n.inputs[1]).inputs[2];
   RotaryMatch rq, rk;
-  const bool mq = MatchRotary(g, q, uses, &rq), mk = MatchRotary(g, k_new, uses, &rk);
-  if (!mq && !mk) return {};
-  if (!mq || !mk) {
-    *why = absl::StrCat("only the ", mq ? "query" : "new key", " is a rotation");
-  } else if (rq.cos != rk.cos || rq.sin != rk.sin) {
-    *why = "the query and the new key rotate by different tables";
-  } else if (uses[q] != 1 || uses[k_new] != 1) {
-    *why = "a rotated query or key is used elsewhere";
-  } else if (!OneRowForEveryHead(g.type(rq.cos)) || !OneRowForEveryHead(g.type(rq.sin))) {
+  if (!MatchRotaryPair(g, n.inputs[0], g.node(n.inputs[1]).inputs[2], uses, &rq, &rk, why)) {
+    return {};
+  }
+  if (!OneRowForEveryHead(g.type(rq.cos)) || !OneRowForEveryHead(g.type(rq.sin))) {
     *why = "the tables do not broadcast over the heads";
   }
   std::vector<ValueId> ops = rq.ops;
@@ -404,9 +415,8 @@ bool ParseKvAppendBody(const Graph& body, KvAppendBody* roles) {
   KvAppendBody r;
   ValueId q = a.inputs[0], k_new = kn.inputs[2];
   RotaryMatch rq, rk;
-  const std::vector<int> uses = body.UseCounts();
-  if (MatchRotary(body, q, uses, &rq) && MatchRotary(body, k_new, uses, &rk) && rq.cos == rk.cos &&
-      rq.sin == rk.sin && uses[q] == 1 && uses[k_new] == 1) {
+  std::string near_miss;
+  if (MatchRotaryPair(body, q, k_new, body.UseCounts(), &rq, &rk, &near_miss)) {
     q = rq.x, k_new = rk.x;
     r.cos = input_of(rq.cos), r.sin = input_of(rq.sin);
     if (r.cos < 0 || r.sin < 0) return false;

@@ -11,6 +11,7 @@
 #include "codegen/fusion_template.h"
 #include "ops/cuda/index_cuda.h"
 #include "ops/dispatch.h"
+#include "ops/modules.h"
 #include "ops/ops.h"
 #include "runtime/build_config.h"
 #include "runtime/settings.h"
@@ -61,8 +62,8 @@ class KvAppendAttention final : public FusedKernel {
     copy.dim = r_.dim;
     Tensor k_new = in[r_.k_new];
     if (r_.cos >= 0) {  // the body's rotations, as the ops compute them
-      attention[0] = RotateHalf(attention[0], in[r_.cos], in[r_.sin]);
-      k_new = RotateHalf(k_new, in[r_.cos], in[r_.sin]);
+      attention[0] = apply_rotary(attention[0], in[r_.cos], in[r_.sin]);
+      k_new = apply_rotary(k_new, in[r_.cos], in[r_.sin]);
     }
     DispatchInPlace(OpId::kIndexCopy, {k, in[r_.slots], k_new}, copy);
     DispatchInPlace(OpId::kIndexCopy, {v, in[r_.slots], in[r_.v_new]}, copy);
@@ -84,7 +85,7 @@ class KvAppendAttention final : public FusedKernel {
         const Tensor &t = in[x], &cos = in[r_.cos], &sin = in[r_.sin];
         c.kernels += CountCallLaunchesOnce(
                          absl::StrCat("rotate_half:", LaunchKey(OpId::kCat, {t, cos, sin}, {})),
-                         [&] { RotateHalf(t, cos, sin); })
+                         [&] { apply_rotary(t, cos, sin); })
                          .kernels;
       }
     }
@@ -100,13 +101,6 @@ class KvAppendAttention final : public FusedKernel {
     const Tensor t = Tensor::Empty(in[operand].type());
     DispatchOut(OpId::kContiguous, {in[operand]}, {}, t);
     return t;
-  }
-
-  // The rotate-half rotary embedding (rotary_pattern.h) by the ops the body holds.
-  static Tensor RotateHalf(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-    const int64_t d = x.size(-1), half = d / 2;
-    const Tensor x1 = slice(x, -1, 0, half), x2 = slice(x, -1, half, d);
-    return cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
   }
 
   cuda_ops::FlashKvAppend Append(absl::Span<const Tensor> in) const {
