@@ -103,7 +103,7 @@ struct CompileOptions {
   bool gated_gemv = EnvBool("KILN_GEMV_GLU");
   // A decode step's rotary embedding of the query and the new keys runs inside the attention kernel
   // that appends the keys to the cache (codegen/families/attention/attention_fusion.h); default
-  // KILN_KV_ROPE (off: not yet measured on a GPU).
+  // KILN_KV_ROPE (off: the kernel has not run on a GPU).
   bool kv_rope = EnvBool("KILN_KV_ROPE");
   // An elementwise op reading a cat computes on the cat's parts on CUDA too (passes/cat_sinking.h;
   // on the CPU always); default KILN_CAT_SINK_CUDA (on).

@@ -156,7 +156,7 @@ const std::vector<Setting>& Settings() {
       {"KILN_KV_ROPE", Kind::kBool, "off", "",
        "on: a compiled decode step's rotary embedding of the query and the new keys runs inside "
        "the attention kernel that appends the keys to the cache (CompileOptions::kv_rope's "
-       "default; off: a pointwise kernel before it, until measured on a GPU)"},
+       "default; off, the default: a pointwise kernel before it; the kernel has not run on a GPU)"},
       {"KILN_CUDA_GRAPH_DOT", Kind::kPath, "", "",
        "a prefix: each captured CUDA graph is written as PREFIX.N.dot (Graphviz)"},
       {"KILN_DISABLED_FAMILIES", Kind::kNames, "", "",
