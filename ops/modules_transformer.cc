@@ -240,6 +240,17 @@ Tensor apply_rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
              x.shape_string());
   const int64_t d = x.size(-1), half = d / 2;
   const Tensor x1 = slice(x, -1, 0, half), x2 = slice(x, -1, half, d);
+  // cos and sin cover one half (HF's tables repeat theirs across both: pass the first half) and
+  // broadcast to it without growing it: the rotation of x has x's shape.
+  for (const Tensor* t : {&cos, &sin}) {
+    const char* name = t == &cos ? "cos" : "sin";
+    KILN_CHECK(t->defined(), "apply_rotary: ", name, " is undefined");
+    const absl::StatusOr<Shape> b = BroadcastShapes(x1.shape(), t->shape());
+    KILN_CHECK(t->dim() >= 1 && t->size(-1) == half && b.ok() && *b == x1.shape(),
+               "apply_rotary: ", name, " ", t->shape_string(), " must broadcast to x's half ",
+               x1.shape_string(), " (x ", x.shape_string(),
+               "; its last dim is head_dim / 2 = ", half, ")");
+  }
   return cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
 }
 

@@ -209,6 +209,21 @@ TEST(Rotary, ApplyRotaryRotatesTheHalves) {
               apply_rotary(randn({2, 3}, gen), cos, sin);
             }).find("apply_rotary: x's last dim must be even, got [2, 3]"),
             std::string::npos);
+  // Tables of the whole head dim (HF's layout), of another length, or that would grow x.
+  const std::vector<std::pair<Tensor, std::string>> bad = {
+      {randn({1, 1, 3, 4}, gen),
+       "apply_rotary: cos [1, 1, 3, 4] must broadcast to x's half "
+       "[2, 1, 3, 2] (x [2, 1, 3, 4]; its last dim is head_dim / 2 = 2)"},
+      {randn({1, 1, 5, 2}, gen), "apply_rotary: cos [1, 1, 5, 2] must broadcast"},
+      {randn({4, 1, 3, 2}, gen), "apply_rotary: cos [4, 1, 3, 2] must broadcast"},
+      {Tensor(), "apply_rotary: cos is undefined"}};
+  for (const auto& [table, want] : bad) {
+    EXPECT_NE(ErrorOf([&] { apply_rotary(x, table, sin); }).find(want), std::string::npos) << want;
+  }
+  EXPECT_NE(ErrorOf([&] {
+              apply_rotary(x, cos, randn({1, 2, 1}, gen));
+            }).find("apply_rotary: sin [1, 2, 1] must broadcast"),
+            std::string::npos);
 }
 
 // Tables in float32, step by step as transformers computes them.
