@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "io/files.h"
+#include "io/json_text.h"
 #include "runtime/cuda.h"
 #include "runtime/nvrtc.h"
 #include "runtime/sha256.h"
@@ -105,7 +106,7 @@ absl::StatusOr<KernelSpec> ParseKernel(const Json& j, const std::string& where) 
       return absl::InvalidArgumentError(absl::StrCat("kernel package manifest: ", where,
                                                      "params: sizes are integers in 1..4096 "
                                                      "bytes, got ",
-                                                     p.dump()));
+                                                     JsonForMessage(p)));
     }
     k.param_bytes.push_back(p.get<int>());
   }
@@ -185,15 +186,16 @@ PackagedKernel LoadKernel(const KernelSpec& spec, const KernelBinary& b, const s
 }  // namespace
 
 absl::StatusOr<KernelPackageManifest> ParseKernelPackageManifest(const std::string& json_text) {
-  const Json j = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
+  KILN_ASSIGN_OR_RETURN(const Json j,
+                        ParseJsonStrictly(json_text, "kernel package manifest: the text"));
+  if (!j.is_object()) {
     return absl::InvalidArgumentError("kernel package manifest: not a JSON object");
   }
   const auto format = j.find("format");
   if (format == j.end() || !format->is_number_integer() || format->get<int64_t>() != kFormat) {
-    return absl::InvalidArgumentError(absl::StrCat("kernel package manifest: format must be ",
-                                                   kFormat, " (this kiln's), got ",
-                                                   format == j.end() ? "none" : format->dump()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("kernel package manifest: format must be ", kFormat, " (this kiln's), got ",
+                     format == j.end() ? "none" : JsonForMessage(*format)));
   }
   KernelPackageManifest m;
   KILN_ASSIGN_OR_RETURN(

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "io/json_text.h"
 #include "runtime/status.h"
 
 namespace kiln {
@@ -35,26 +36,11 @@ absl::Status Invalid(const Args&... args) {
   return absl::InvalidArgumentError(absl::StrCat(args...));
 }
 
-// Parses JSON text, rejecting a key that appears twice in one object (nlohmann keeps the last).
+// Parses the header's JSON text (io/json_text.h: a key twice or deep nesting is an error).
 absl::StatusOr<Json> ParseJson(const uint8_t* text, size_t n) {
-  std::vector<std::set<std::string>> open_objects;
-  std::string duplicate;
-  const Json::parser_callback_t on_event = [&](int, Json::parse_event_t event, Json& parsed) {
-    if (event == Json::parse_event_t::object_start) open_objects.emplace_back();
-    if (event == Json::parse_event_t::object_end && !open_objects.empty()) open_objects.pop_back();
-    if (event == Json::parse_event_t::key && !open_objects.empty() && duplicate.empty() &&
-        !open_objects.back().insert(parsed.get<std::string>()).second) {
-      duplicate = parsed.get<std::string>();
-    }
-    return true;
-  };
-  Json json;
-  try {
-    json = Json::parse(text, text + n, on_event);
-  } catch (const Json::exception& e) {
-    return Invalid("the header is not valid JSON: ", e.what());
-  }
-  if (!duplicate.empty()) return Invalid("the header holds the key '", duplicate, "' twice");
+  KILN_ASSIGN_OR_RETURN(
+      Json json,
+      ParseJsonStrictly(std::string_view(reinterpret_cast<const char*>(text), n), "the header"));
   if (!json.is_object()) return Invalid("the header is JSON ", json.type_name(), ", not an object");
   return json;
 }
@@ -82,7 +68,7 @@ absl::StatusOr<std::vector<uint64_t>> UnsignedList(const Json& entry, const char
   std::vector<uint64_t> out;
   for (const Json& v : *it) {
     if (!v.is_number_unsigned() || v.get<uint64_t>() > std::numeric_limits<int64_t>::max()) {
-      return Invalid("tensor '", name, "': '", field, "' holds ", v.dump(),
+      return Invalid("tensor '", name, "': '", field, "' holds ", JsonForMessage(v),
                      ", not a non-negative integer");
     }
     out.push_back(v.get<uint64_t>());

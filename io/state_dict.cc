@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "io/files.h"
+#include "io/json_text.h"
 #include "ops/factories.h"
 #include "ops/ops.h"
 #include "ops/tensor_parallel.h"
@@ -75,12 +76,10 @@ std::vector<SafetensorsFile> OpenShards(const std::string& index_path) {
   const absl::StatusOr<std::string> text = ReadFileBytes(index_path);
   KILN_CHECK(text.ok(), "load_state_dict: cannot read the index '", index_path,
              "': ", text.status().message());
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(*text);
-  } catch (const nlohmann::json::exception& e) {
-    KILN_FAIL("load_state_dict: the index '", index_path, "' is not JSON: ", e.what());
-  }
+  absl::StatusOr<nlohmann::json> parsed =
+      ParseJsonStrictly(*text, absl::StrCat("load_state_dict: the index '", index_path, "'"));
+  KILN_CHECK(parsed.ok(), parsed.status().message());
+  nlohmann::json& j = *parsed;
   KILN_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object() &&
                  !j["weight_map"].empty(),
              "load_state_dict: the index '", index_path,
@@ -90,7 +89,7 @@ std::vector<SafetensorsFile> OpenShards(const std::string& index_path) {
   std::map<std::string, size_t> opened;
   for (const auto& [key, value] : j["weight_map"].items()) {
     KILN_CHECK(value.is_string(), "load_state_dict: the index '", index_path, "' maps '", key,
-               "' to ", value.dump(), ", not a file name");
+               "' to ", JsonForMessage(value), ", not a file name");
     const std::string name = value.get<std::string>();
     const std::filesystem::path relative(name);
     KILN_CHECK(!name.empty() && relative.is_relative() &&
@@ -98,10 +97,12 @@ std::vector<SafetensorsFile> OpenShards(const std::string& index_path) {
                                 [](const std::filesystem::path& p) { return p == ".."; }),
                "load_state_dict: the index '", index_path, "' names the file '", name, "' for '",
                key, "': shards must lie in the index's folder");
-    auto it = opened.find(name);
+    // One file however it is spelled ("a.safetensors", "./a.safetensors", "x/../a.safetensors").
+    const std::string file = relative.lexically_normal().generic_string();
+    auto it = opened.find(file);
     if (it == opened.end()) {
       files.push_back(SafetensorsFile::Open((folder / relative).string()));
-      it = opened.emplace(name, files.size() - 1).first;
+      it = opened.emplace(file, files.size() - 1).first;
     }
     KILN_CHECK(files[it->second].contains(key), "load_state_dict: the index '", index_path,
                "' puts '", key, "' in '", name, "', which does not hold it");

@@ -17,6 +17,7 @@
 #include "codegen/executable.h"
 #include "codegen/fusion_template.h"
 #include "io/files.h"
+#include "io/json_text.h"
 #include "io/safetensors.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
@@ -114,12 +115,12 @@ DType DTypeNamed(const std::string& name) {
 int64_t Integer(const Json& v, const char* what) {
   KILN_CHECK(v.is_number_integer() &&
                  (!v.is_number_unsigned() || v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)),
-             what, " must be an integer, got ", v.dump());
+             what, " must be an integer, got ", JsonForMessage(v));
   return v.get<int64_t>();
 }
 
 std::vector<int64_t> Integers(const Json& v, const char* what) {
-  KILN_CHECK(v.is_array(), what, " must be a list of integers, got ", v.dump());
+  KILN_CHECK(v.is_array(), what, " must be a list of integers, got ", JsonForMessage(v));
   std::vector<int64_t> out;
   for (const Json& x : v) out.push_back(Integer(x, what));
   return out;
@@ -127,10 +128,12 @@ std::vector<int64_t> Integers(const Json& v, const char* what) {
 
 Manifest ParseManifest(const std::string& text) {
   Manifest m;
-  const Json j = Json::parse(text);  // throws on malformed text (caught by the caller)
+  absl::StatusOr<Json> parsed = ParseJsonStrictly(text, "the manifest");
+  KILN_CHECK(parsed.ok(), parsed.status().message());
+  const Json& j = *parsed;
   KILN_CHECK(j.is_object(), "the manifest is not a JSON object");
   if (Integer(j.at("format"), "format") != kFormat) {
-    KILN_FAIL("format ", j.at("format").dump(), " (this kiln reads format ", kFormat, ")");
+    KILN_FAIL("format ", JsonForMessage(j.at("format")), " (this kiln reads format ", kFormat, ")");
   }
   m.kiln = j.at("kiln").get<std::string>();
   m.arch = j.at("arch").get<std::string>();
@@ -144,7 +147,7 @@ Manifest ParseManifest(const std::string& text) {
       const std::vector<int64_t> strides = Integers(in.at("strides"), "an input's strides");
       s.strides = Strides(strides.begin(), strides.end());
       KILN_CHECK(s.strides.size() == s.type.shape.size(), "an input's strides ",
-                 in.at("strides").dump(), " do not match its shape");
+                 JsonForMessage(in.at("strides")), " do not match its shape");
     }
     m.inputs.push_back(s);
   }

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "io/json_text.h"
 #include "ops/distributed.h"
 #include "ops/factories.h"
 #include "ops/module_init.h"
@@ -36,12 +37,14 @@ T Field(const Json& j, const char* name, T fallback) {
                       (!it->is_number_unsigned() ||
                        it->get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max()));
     KILN_CHECK(fits, "LlamaConfig::FromJson: field '", name,
-               "' has the wrong type: it must be an integer that fits int64, got ", it->dump());
+               "' has the wrong type: it must be an integer that fits int64, got ",
+               JsonForMessage(*it));
   }
   try {
     return it->get<T>();
   } catch (const Json::exception&) {
-    KILN_FAIL("LlamaConfig::FromJson: field '", name, "' has the wrong type: ", it->dump());
+    KILN_FAIL("LlamaConfig::FromJson: field '", name,
+              "' has the wrong type: ", JsonForMessage(*it));
   }
 }
 
@@ -52,7 +55,7 @@ RopeOptions RopeFromJson(const Json& j, RopeOptions r) {
   const auto params = j.find("rope_parameters");
   const bool v5 = params != j.end() && !params->is_null();
   KILN_CHECK(!v5 || params->is_object(), "LlamaConfig::FromJson: rope_parameters must be an ",
-             "object, got ", v5 ? params->dump() : "");
+             "object, got ", v5 ? JsonForMessage(*params) : "");
   // transformers 5 keeps a top-level rope_theta where rope_parameters lacks one.
   r.base = Field<double>(v5 ? *params : j, "rope_theta", Field<double>(j, "rope_theta", r.base));
   const Json* s = nullptr;
@@ -60,7 +63,7 @@ RopeOptions RopeFromJson(const Json& j, RopeOptions r) {
     s = &*params;
   } else if (const auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
     KILN_CHECK(it->is_object(), "LlamaConfig::FromJson: rope_scaling must be an object, got ",
-               it->dump());
+               JsonForMessage(*it));
     s = &*it;
   }
   if (s == nullptr) return r;
@@ -68,7 +71,7 @@ RopeOptions RopeFromJson(const Json& j, RopeOptions r) {
   // rope_parameters default to "default".
   KILN_CHECK(v5 || s->contains("rope_type") || s->contains("type"),
              "LlamaConfig::FromJson: rope_scaling needs its 'rope_type' (or 'type'), got ",
-             s->dump());
+             JsonForMessage(*s));
   const std::string type =
       Field<std::string>(*s, "rope_type", Field<std::string>(*s, "type", "default"));
   // A scaling's parameters are required, as transformers requires them.
@@ -124,12 +127,12 @@ int64_t QwenSlidingWindow(const Json& j, int64_t layers) {
   if (types != j.end() && !types->is_null()) {
     KILN_CHECK(types->is_array() && static_cast<int64_t>(types->size()) == layers,
                "LlamaConfig::FromJson: layer_types must be a list of num_hidden_layers = ", layers,
-               " entries, got ", types->dump());
+               " entries, got ", JsonForMessage(*types));
     bool sliding = false;
     for (const Json& t : *types) {
       KILN_CHECK(t == "sliding_attention" || t == "full_attention",
                  "LlamaConfig::FromJson: layer_types entries must be \"full_attention\" or ",
-                 "\"sliding_attention\", got ", t.dump());
+                 "\"sliding_attention\", got ", JsonForMessage(t));
       sliding = sliding || t == "sliding_attention";
     }
     return sliding ? window : 0;
@@ -171,12 +174,9 @@ const LlamaConfig& Checked(const LlamaConfig& c) {
 }  // namespace
 
 LlamaConfig LlamaConfig::FromJson(const std::string& text) {
-  Json j;
-  try {
-    j = Json::parse(text);
-  } catch (const Json::exception& e) {
-    KILN_FAIL("LlamaConfig::FromJson: not JSON: ", e.what());
-  }
+  absl::StatusOr<Json> parsed = ParseJsonStrictly(text, "LlamaConfig::FromJson: the config");
+  KILN_CHECK(parsed.ok(), parsed.status().message());
+  const Json& j = *parsed;
   KILN_CHECK(j.is_object(), "LlamaConfig::FromJson: expected a JSON object");
   const std::string model_type = Field<std::string>(j, "model_type", "llama");
   KILN_CHECK(model_type == "llama" || model_type == "mistral" || model_type == "qwen2" ||
@@ -191,7 +191,7 @@ LlamaConfig LlamaConfig::FromJson(const std::string& text) {
     KILN_CHECK(Field<double>(j, "partial_rotary_factor", 1.0) == 1.0,
                "LlamaConfig::FromJson: phi3's partial_rotary_factor must be 1 (rotary embeddings "
                "over part of each head are not supported), got ",
-               j["partial_rotary_factor"].dump());
+               JsonForMessage(j.at("partial_rotary_factor")));
   }
   if (c.gemma) {  // GemmaConfig's defaults (gemma-7b) for the fields a config leaves out
     c.vocab = 256000, c.dim = 3072, c.hidden = 24576, c.layers = 28, c.heads = 16;

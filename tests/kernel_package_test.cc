@@ -79,7 +79,8 @@ TEST(KernelPackageManifest, RefusesWhatIsMalformedNamingTheField) {
     std::string from, to, words;
   };
   const Case cases[] = {
-      {"{", "[", "not a JSON object"},
+      {"{", "[", "the text is not valid JSON"},
+      {"\"format\": 1", "\"format\": 1, \"format\": 1", "holds the key 'format' twice"},
       {"\"format\": 1", "\"format\": 2", "format must be 1"},
       {"\"name\": \"geglu\",\n  \"version\"", "\"name\": \"../x\",\n  \"version\"", "name must be"},
       {"\"1.2.0\"", "\"one\"", "version must be a version"},
@@ -222,6 +223,8 @@ TEST(KernelPackage, RefusesABrokenPackageNamingWhatIsWrong) {
   {
     const std::string dir = BuildSample("garbled", {"compute_80"});
     WriteText(dir + "/manifest.json", "{\"format\": 1, \"name\": ");
+    ExpectThrowsWith([&] { KernelPackage::Load(dir); }, "the text is not valid JSON");
+    WriteText(dir + "/manifest.json", "[1]");
     ExpectThrowsWith([&] { KernelPackage::Load(dir); }, "not a JSON object");
     std::filesystem::remove(dir + "/manifest.json");
     ExpectThrowsWith([&] { KernelPackage::Load(dir); }, "no readable manifest.json");

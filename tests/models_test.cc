@@ -628,6 +628,25 @@ TEST(LlamaConfig, FromHuggingFaceJson) {
             }).find("needs the field 'factor'"),
             std::string::npos);
   EXPECT_THROW(LlamaConfig::FromJson("{"), Error);
+  // A wrong value is quoted in bounded text; nesting that would exhaust a recursive printer's
+  // stack is refused while parsing; a key given twice is an error, not the last one's value.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  for (const auto& [bad, words] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"hidden_size": [1, [2], {"a": 3}]})",
+            "field 'hidden_size' has the wrong type: it must be an integer that fits int64, got "
+            "[1, [...], {...}]"},
+           {absl::StrCat(R"({"hidden_size": )", deep, "}"),
+            "the config nests deeper than 64 levels"},
+           {absl::StrCat(R"({"rope_scaling": {"x": )", deep, "}}"), "nests deeper than 64"},
+           {R"({"hidden_size": 8, "hidden_size": 16})", "holds the key 'hidden_size' twice"},
+           {absl::StrCat(R"({"hidden_size": ")", std::string(200, 'x'), "\"}"),
+            absl::StrCat("got \"", std::string(64, 'x'), "\"... (200 characters)")},
+           {absl::StrCat(R"({"model_type": ")", std::string(1000, 'x'), "\"}"),
+            "is not supported"}}) {
+    const std::string error = ErrorOf([&] { LlamaConfig::FromJson(bad); });
+    EXPECT_NE(error.find(words), std::string::npos) << error.substr(0, 300);
+    EXPECT_LT(error.size(), 2000u) << error.substr(0, 300);
+  }
   // Integer fields take JSON integers that fit int64: no truncation of 16.5, no overflow of 1e30.
   for (const char* bad : {R"({"hidden_size": 16.5})", R"({"hidden_size": 1e30})",
                           R"({"num_hidden_layers": 18446744073709551615})"}) {

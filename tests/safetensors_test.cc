@@ -200,6 +200,14 @@ std::vector<BadFile> BadFiles() {
       {"byte-order mark", FileImage("\xEF\xBB\xBF{}", ""),
        "must start with '{' (a JSON object), got the byte 239"},
       {"leading space", FileImage(" {}", ""), "must start with '{'"},
+      // Deep enough to exhaust the stack of a recursive printer or copy: refused while parsing.
+      {"deep nesting",
+       img(Entry("a", "F32", (std::string(100000, '[') + std::string(100000, ']')).c_str(),
+                 "[0,8]"),
+           std::string(8, 'x')),
+       "the header nests deeper than 64 levels"},
+      {"a list in the shape", img(Entry("a", "F32", "[[[2]]]", "[0,8]"), std::string(8, 'x')),
+       "tensor 'a': 'shape' holds [[...]], not a non-negative integer"},
   };
 }
 

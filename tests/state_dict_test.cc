@@ -180,7 +180,15 @@ TEST(StateDict, LoadsAShardedCheckpointThroughItsIndex) {
            {absl::StrCat("\"", all[2].first, "\": \"model-00001-of-00002.safetensors\""),
             "which does not hold it"},
            {R"("x": "../model-00001-of-00002.safetensors")", "must lie in the index's folder"},
-           {R"("x": 3)", "not a file name"}}) {
+           {R"("x": 3)", "not a file name"},
+           // nlohmann keeps the last of a key given twice; transformers' json.load too, but a
+           // checkpoint's index naming one tensor twice is broken, not a choice.
+           {R"("x": "a.safetensors", "x": "b.safetensors")", "holds the key 'x' twice"},
+           // Nesting deep enough to exhaust the stack of a recursive printer: an error, no crash.
+           {absl::StrCat(R"("x": )", std::string(100000, '['), std::string(100000, ']')),
+            "nests deeper than 64 levels"},
+           {absl::StrCat(R"("x": )", std::string(60, '['), std::string(60, ']')),
+            "maps 'x' to [[...]], not a file name"}}) {
     EXPECT_NE(ErrorOf([&] { load_state_dict(b, write_index(weight_map)); }).find(words),
               std::string::npos)
         << weight_map;
@@ -194,6 +202,13 @@ TEST(StateDict, LoadsAShardedCheckpointThroughItsIndex) {
             }).find("is in two shards"),
             std::string::npos);
   EXPECT_EQ(ParamBytes(b), before);
+  // One shard spelled two ways is one file, as transformers reads it.
+  const LoadReport again = load_state_dict(
+      b,
+      write_index(absl::StrCat("\"", all[0].first, "\": \"./model-00001-of-00002.safetensors\", \"",
+                               all[1].first, "\": \"model-00001-of-00002.safetensors\", \"",
+                               all[2].first, "\": \"model-00002-of-00002.safetensors\"")));
+  EXPECT_EQ(again.loaded.size(), 3u);
   std::filesystem::remove_all(dir);
 }
 
