@@ -386,9 +386,15 @@ Tensor MLP::forward(const Tensor& x) {
 
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                         bool inplace) {
-  KILN_CHECK(q.dim() >= 2, "causal_attention: q must be [..., T, D], got ", q.shape_string());
-  const int64_t t_len = q.size(-2), head_dim = q.size(-1);
-  const Tensor m = mask.defined() ? mask : triu(ones({t_len, t_len}, DType::kBool, q.device()), 1);
+  KILN_CHECK(q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2,
+             "causal_attention: q, k and v must be [..., T, D], got q ", q.shape_string(), ", k ",
+             k.shape_string(), ", v ", v.shape_string());
+  const int64_t t_len = q.size(-2), s_len = k.size(-2), head_dim = q.size(-1);
+  KILN_CHECK(k.size(-1) == head_dim && v.size(-2) == s_len, "causal_attention: k must be [..., S, ",
+             head_dim, "] (q's D) and v [..., S, Dv] (k's S), got q ", q.shape_string(), ", k ",
+             k.shape_string(), ", v ", v.shape_string());
+  // Query i sees keys 0..i, as SDPA's is_causal (aligned at the top left when S != T).
+  const Tensor m = mask.defined() ? mask : triu(ones({t_len, s_len}, DType::kBool, q.device()), 1);
   Tensor scores = matmul(q, transpose(k, -2, -1)) * (1.0 / std::sqrt(double(head_dim)));
   if (inplace) {
     masked_fill_(scores, m, -INFINITY);

@@ -252,9 +252,10 @@ class MLP : public Module {
   std::vector<Linear*> layers_;
 };
 
-// Naive causal attention on q, k, v [..., T, D]: softmax(mask(q kᵀ / sqrt(D))) v. `causal_mask`
-// is a bool [T, T] tensor, true above the diagonal (made with triu(ones, 1)) — pass it to reuse
-// one; undefined builds it. `inplace` masks the scores with masked_fill_ (one copy fewer).
+// Naive causal attention on q [..., T, D], k [..., S, D], v [..., S, Dv]: softmax(mask(q kᵀ /
+// sqrt(D))) v. `causal_mask` is a bool [T, S] tensor, true above the diagonal (made with
+// triu(ones, 1): query i sees keys 0..i, SDPA's is_causal) — pass it to reuse one; undefined
+// builds it. `inplace` masks the scores with masked_fill_ (one copy fewer).
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& causal_mask = {}, bool inplace = false);
 

@@ -204,6 +204,16 @@ const std::vector<BadCase>& Cases() {
       {"attention_rank",
        [] { causal_attention(F({4}), F({4}), F({4})); },
        {"causal_attention", "[4]"}},
+      {"attention_key_width",
+       [] {
+         causal_attention(F({2, 3, 4}), F({2, 3, 5}), F({2, 3, 4}));
+       },
+       {"causal_attention: k must be [..., S, 4] (q's D)", "k [2, 3, 5]"}},
+      {"attention_value_length",
+       [] {
+         causal_attention(F({2, 3, 4}), F({2, 3, 4}), F({2, 2, 4}));
+       },
+       {"causal_attention", "v [..., S, Dv] (k's S)", "v [2, 2, 4]"}},
       // Issue 14's ops.
       {"compare_broadcast",
        [] {

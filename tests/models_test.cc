@@ -188,6 +188,20 @@ TEST(Rotary, PositionsAreCheckedAndOneRowBroadcasts) {
               "[1, T] positions");
 }
 
+// causal_attention with fewer queries than keys (or more) masks as SDPA's is_causal: query i
+// sees keys 0..i, aligned at the top left.
+TEST(CausalAttention, QueriesAndKeysOfDifferentLengthsMaskAsSdpa) {
+  Generator gen(9);
+  for (const auto& [t_len, s_len] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 3}, {2, 5}, {4, 2}}) {
+    const Tensor q = randn({2, 3, t_len, 8}, gen), k = randn({2, 3, s_len, 8}, gen),
+                 v = randn({2, 3, s_len, 4}, gen);
+    ExpectClose(to_vector(causal_attention(q, k, v)),
+                to_vector(scaled_dot_product_attention(q, k, v, {}, /*is_causal=*/true)),
+                {1e-5, 1e-5}, absl::StrCat("T ", t_len, " S ", s_len));
+  }
+}
+
 // apply_rotary: the halves' rotation written out, element by element; an odd last dim is an error.
 TEST(Rotary, ApplyRotaryRotatesTheHalves) {
   Generator gen(5);
