@@ -152,6 +152,9 @@ std::vector<int64_t> Pick(const Tensor& logits, const GenerateOptions& o, Genera
 GenerateResult generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                         const GenerateOptions& o) {
   const CausalLM::CacheSpec spec = model.CheckedCacheSpec("generate");
+  KILN_CHECK(!spec.device.is_meta(), "generate: ", model.type_name(),
+             " is on the meta device (shapes, no values): give it memory (to_empty) and load its "
+             "weights first");
   CheckPrompts(prompts, o, spec);
   KILN_CHECK(o.mode != Mode::kCudaGraph || spec.device.is_cuda(),
              "generate: Mode::kCudaGraph needs a CUDA model, the model is on ", spec.device.str());

@@ -249,7 +249,9 @@ LlamaConfig LlamaConfig::FromJson(const std::string& text) {
 }
 
 GemmaRMSNorm::GemmaRMSNorm(int64_t dim, double eps, ModuleOptions o)
-    : eps_(eps), weight_(RegisterParameter("weight", module_init::Full({dim}, 0, o))) {
+    : eps_(eps),
+      weight_(RegisterParameter(
+          "weight", module_init::Full({dim}, 0, module_init::FloatingChecked("GemmaRMSNorm", o)))) {
   KILN_CHECK(dim > 0, "GemmaRMSNorm: dim must be positive, got ", dim);
 }
 

@@ -270,6 +270,18 @@ ModuleOptions WithGenerator(ModuleOptions o, Generator& gen) {
   return o;
 }
 
+ModuleOptions FloatingChecked(const char* module, const ModuleOptions& o) {
+  KILN_CHECK(IsFloatingPoint(o.dtype), module, ": parameters must be floating point, got dtype ",
+             DTypeName(o.dtype), " (ModuleOptions::dtype)");
+  return o;
+}
+
+IntList SizeChecked(const char* module, IntList shape) {
+  KILN_CHECK(CheckedNumElements(shape).ok(), module, ": a parameter of shape ", ShapeString(shape),
+             " has more elements than fit in int64");
+  return shape;
+}
+
 Tensor Uninitialised(IntList shape, const ModuleOptions& o) {
   Tensor t = empty(shape, o.dtype, o.device);
   if (t.storage() != nullptr) t.storage()->MarkUninitialised();
@@ -315,7 +327,8 @@ namespace {
 // is named by the module, not by the factory drawing its weight.
 ModuleOptions LinearChecked(int64_t in, int64_t out, ModuleOptions o) {
   KILN_CHECK(in > 0 && out > 0, "Linear: features must be positive, got in=", in, " out=", out);
-  return o;
+  module_init::SizeChecked("Linear", {out, in});
+  return module_init::FloatingChecked("Linear", o);
 }
 
 int64_t HeadsChecked(const char* module, int64_t dim, int64_t heads) {

@@ -514,7 +514,7 @@ struct AttentionConfig {
 // v_proj, o_proj), grouped-query heads and optional rotary embeddings: its own ("rotary", buffers
 // only), or one a model shares among its layers (`shared_rotary`, which must outlive it).
 //   forward(x)                          x [B, T, dim] at positions 0 .. T-1, causal
-//   forward_many({x, positions})        rotary positions [T] or [B, T]
+//   forward_many({x, positions})        rotary positions [T] or [B, T] (undefined: 0 .. T-1)
 //   forward_many({x, positions, mask})  the attention pattern given instead of causal: bool,
 //                                       broadcasting to [B, 1, T, T], true = attend (padding)
 //   Cached(x, positions, cache, slots, mask)

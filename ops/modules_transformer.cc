@@ -28,7 +28,8 @@ namespace {
 ModuleOptions EmbeddingChecked(int64_t num, int64_t dim, ModuleOptions o) {
   KILN_CHECK(num > 0 && dim > 0, "Embedding: sizes must be positive, got num_embeddings=", num,
              " dim=", dim);
-  return o;
+  module_init::SizeChecked("Embedding", {num, dim});
+  return module_init::FloatingChecked("Embedding", o);
 }
 
 double NormChecked(const char* module, int64_t dim, double eps) {
@@ -46,7 +47,10 @@ Tensor Embedding::forward(const Tensor& indices) { return embedding(indices, wei
 
 LayerNorm::LayerNorm(int64_t dim, double eps, bool affine, bool bias, ModuleOptions o)
     : eps_(NormChecked("LayerNorm", dim, eps)),
-      weight_(RegisterParameter("weight", affine ? module_init::Full({dim}, 1, o) : Tensor())),
+      weight_(RegisterParameter(
+          "weight", affine
+                        ? module_init::Full({dim}, 1, module_init::FloatingChecked("LayerNorm", o))
+                        : Tensor())),
       bias_(RegisterParameter("bias", affine && bias ? module_init::Full({dim}, 0, o) : Tensor())) {
 }
 
@@ -54,7 +58,8 @@ Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, weight_, bias_
 
 RMSNorm::RMSNorm(int64_t dim, double eps, ModuleOptions o)
     : eps_(NormChecked("RMSNorm", dim, eps)),
-      weight_(RegisterParameter("weight", module_init::Full({dim}, 1, o))) {}
+      weight_(RegisterParameter(
+          "weight", module_init::Full({dim}, 1, module_init::FloatingChecked("RMSNorm", o)))) {}
 
 Tensor RMSNorm::forward(const Tensor& x) { return rms_norm(x, weight_, eps_); }
 
@@ -609,7 +614,12 @@ std::vector<Tensor> Attention::forward_many(const std::vector<Tensor>& inputs) {
   KILN_CHECK(!mask.defined() || mask.dtype() == DType::kBool,
              "Attention: the mask must be bool (true = attend), got ",
              mask.defined() ? DTypeName(mask.dtype()) : "");
-  const auto [q, k, v] = Project(inputs[0], inputs[1]);
+  // Undefined positions are 0 .. T-1, as forward's (and LlamaForCausalLM's).
+  Tensor positions = inputs[1];
+  if (rotary_ != nullptr && !positions.defined() && inputs[0].dim() == 3) {
+    positions = arange(inputs[0].size(1), DType::kInt64, inputs[0].device());
+  }
+  const auto [q, k, v] = Project(inputs[0], positions);
   CheckWithinWindow(config_, q.size(2), "a sequence");
   const bool gqa = config_.kv_heads != config_.heads;
   return {Out(scaled_dot_product_attention(q, k, v, mask, /*is_causal=*/!mask.defined(),

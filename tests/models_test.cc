@@ -62,6 +62,10 @@ TEST(Attention, GroupedQueryHeadsMatchTheMathWrittenOut) {
   const Tensor y = causal_attention(q, RepeatHeads(k, 2), RepeatHeads(v, 2));
   const Tensor want = linear(reshape(permute(y, {0, 2, 1, 3}), {2, 5, 32}), p["o_proj.weight"]);
   ExpectClose(to_vector(attn(x)), to_vector(want), {1e-5, 1e-5}, "gqa attention");
+  // A mask with undefined positions: the positions are 0 .. T-1, as forward's.
+  const Tensor causal = logical_not(triu(ones({5, 5}, DType::kBool), 1));
+  ExpectClose(to_vector(attn.forward_many({x, Tensor(), causal})[0]), to_vector(want),
+              {1e-5, 1e-5}, "mask, positions undefined");
   EXPECT_NE(ErrorOf([] {
               Attention({.dim = 32, .heads = 4, .kv_heads = 3});
             }).find("kv_heads divide heads"),
@@ -1189,6 +1193,12 @@ TEST(GenerateChecks, TheModelsCacheSpecIsChecked) {
             std::string::npos);
   SpecLM fine(good);
   EXPECT_EQ(fine.NewCache(2, 4).k[0].shape(), (Shape{2, 1, 4, 2}));
+  // A model built on meta (shapes only) has no weights to generate with.
+  LlamaForCausalLM meta(TinyLlama(), {.device = kMeta});
+  EXPECT_NE(ErrorOf([&] { generate(meta, {{1}}, o); })
+                .find("generate: LlamaForCausalLM is on the meta device (shapes, no values): give "
+                      "it memory (to_empty) and load its weights first"),
+            std::string::npos);
 }
 
 }  // namespace
