@@ -25,6 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench_common  # noqa: E402
 import compare  # noqa: E402
+import ids_compare  # noqa: E402
 
 KILN_BENCH = os.environ.get("KILN_BENCH")  # or --kiln-bench BINARY (taken out of argv here)
 if "--kiln-bench" in sys.argv:
@@ -249,6 +250,30 @@ class CommonTest(unittest.TestCase):
             with open(outputs["compiled+graph"][0].path, "rb") as f:
                 self.assertEqual(bench_common.decode(f.read(), "bfloat16"),
                                  [0.5, -1.25, 2.0, 3.5, -4.0, 1024.0])
+
+
+class IdsCompareTest(unittest.TestCase):
+    """gpu-run llamaab's check: each side's ids against the plain side's."""
+
+    def test_first_differences(self):
+        base = [[1, 2, 3], [4, 5, 6]]
+        self.assertEqual(ids_compare.first_differences([[1, 2, 3], [4, 5, 6]], base), [])
+        self.assertEqual(ids_compare.first_differences([[1, 2, 3], [4, 9, 6]], base), [(1, 1)])
+        self.assertEqual(ids_compare.first_differences([[1, 2], [4, 5, 6]], base), [(0, 2)])
+        self.assertEqual(ids_compare.first_differences([[1, 2, 3]], base), [("rows", "1 vs 2")])
+
+    def test_main_reads_the_runs_and_fails_on_a_mismatch(self):
+        with tempfile.TemporaryDirectory() as work:
+            for tag, ids in [("plain", [[1, 2]]), ("A_on", [[1, 2]]), ("B_on", [[1, 3]])]:
+                with open(f"{work}/llamaab_b8_{tag}.json", "w") as f:
+                    json.dump({"modes": {"graph": ids}}, f)
+            run = [sys.executable, os.path.join(HERE, "ids_compare.py"), work, "8", "plain"]
+            ok = subprocess.run(run + ["A=on"], capture_output=True, text=True)
+            self.assertEqual(ok.returncode, 0)
+            self.assertIn("ids of 'A=on' vs plain OK", ok.stdout)
+            bad = subprocess.run(run + ["A=on", "B=on"], capture_output=True, text=True)
+            self.assertEqual(bad.returncode, 1)
+            self.assertIn("ids of 'B=on' vs plain MISMATCH (row, step): [(0, 1)]", bad.stdout)
 
 
 if __name__ == "__main__":
