@@ -173,6 +173,18 @@ void* Tensor::data_ptr() const {
   return static_cast<char*>(base) + t.offset * DTypeSize(t.dtype);
 }
 
+void Tensor::CheckElementType(int element_type, size_t size) const {
+  const DType dtype = impl().dtype;
+  const bool fits = element_type == static_cast<int>(dtype) ||
+                    (element_type == kBits && static_cast<int64_t>(size) == DTypeSize(dtype));
+  if (fits) return;
+  throw Error(absl::InvalidArgumentError(absl::StrCat(
+      "data<T>(): ", Describe(type()), " holds ", DTypeName(dtype),
+      " elements; T must be its type (float, int64_t, int32_t, bool) or an unsigned type of ",
+      DTypeSize(dtype), " bytes to read the bits, got a ", size, "-byte ",
+      element_type == kBits ? "unsigned type" : "type of another kind")));
+}
+
 Tensor Tensor::as_strided(IntList shape, IntList strides, int64_t offset) const {
   const Impl& t = impl();
   ThrowIfError(CheckViewBounds(shape, strides, offset, t.storage.get(), t.dtype));

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "runtime/shape.h"
 #include "runtime/status.h"  // kiln::Error, which the tensor API throws
@@ -62,8 +63,12 @@ class Tensor {
   // meta tensor, a tracing placeholder) instead of handing out a null pointer; nullptr when the
   // tensor has no elements (an empty view may have any offset).
   void* data_ptr() const;
+  // data_ptr() as T*, once T fits the dtype (as torch's data_ptr<T>()): float for float32,
+  // int64_t, int32_t and bool for theirs; an unsigned integer type of the element's size reads
+  // the bits (uint16_t for bfloat16 and float16); any other T throws kiln::Error naming both.
   template <typename T>
   T* data() const {
+    CheckElementType(ElementTypeOf<T>(), sizeof(T));
     return static_cast<T*>(data_ptr());
   }
 
@@ -84,6 +89,21 @@ class Tensor {
     return *impl_;
   }
   [[noreturn]] static void ThrowUndefined();
+  // What data<T>() accepts of T: a dtype's own type, any unsigned type of the element's size
+  // (kBits), or nothing (kNone).
+  static constexpr int kBits = -1, kNone = -2;
+  template <typename T>
+  static constexpr int ElementTypeOf() {
+    if constexpr (std::is_same_v<T, float>) return static_cast<int>(DType::kFloat32);
+    if constexpr (std::is_same_v<T, int64_t>) return static_cast<int>(DType::kInt64);
+    if constexpr (std::is_same_v<T, int32_t>) return static_cast<int>(DType::kInt32);
+    if constexpr (std::is_same_v<T, bool>) return static_cast<int>(DType::kBool);
+    if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T> && !std::is_same_v<T, bool>) {
+      return kBits;
+    }
+    return kNone;
+  }
+  void CheckElementType(int element_type, size_t size) const;
   // For callers that already know the element count and contiguity (Empty).
   Tensor(std::shared_ptr<Storage> storage, Shape shape, Strides strides, DType dtype, Device device,
          int64_t numel, bool contiguous);

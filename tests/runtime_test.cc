@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <sstream>
 
@@ -116,6 +117,34 @@ TEST(Tensor, MetaTensorsHaveShapesButNoData) {
   EXPECT_EQ(y.shape(), (Shape{8, 5}));
   EXPECT_TRUE(y.device().is_meta());
   EXPECT_THROW(to_vector(y), Error);
+}
+
+// data<T>() hands out a T* only where T fits the dtype, as torch's data_ptr<T>(): reading a
+// bfloat16 tensor as float would give garbage.
+TEST(Tensor, DataPointersAreTypedByTheDtype) {
+  const Tensor f = ones({2}), b = ones({2}, DType::kBFloat16), i = ones({2}, DType::kInt32);
+  EXPECT_EQ(f.data<float>()[1], 1.0f);
+  EXPECT_EQ(i.data<int32_t>()[0], 1);
+  EXPECT_EQ(i.data<unsigned>()[0], 1u);       // the bits, an unsigned type of the same size
+  EXPECT_EQ(b.data<uint16_t>()[0], 0x3F80u);  // bfloat16's 1.0
+  EXPECT_EQ(ones({1}, DType::kBool).data<bool>()[0], true);
+  EXPECT_EQ(ones({1}, DType::kInt64).data<uint64_t>()[0], 1u);
+  for (const auto& [what, read] : std::vector<std::pair<std::string, std::function<void()>>>{
+           {"bfloat16 elements; T must be its type (float, int64_t, int32_t, bool) or an unsigned "
+            "type of 2 bytes to read the bits, got a 4-byte type of another kind",
+            [&] { b.data<float>(); }},
+           {"float32 elements", [&] { f.data<int64_t>(); }},
+           {"got a 8-byte type of another kind", [&] { f.data<double>(); }},
+           {"got a 2-byte unsigned type", [&] { f.data<uint16_t>(); }},
+           {"int32 elements", [&] { i.data<float>(); }}}) {
+    try {
+      read();
+      ADD_FAILURE() << what << ": no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("data<T>(): "), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Tensor, PrintsLikeTorch) {
