@@ -10,8 +10,8 @@ namespace kiln::module_init {
 // `o`, once its dtype is floating point (torch's modules refuse integer and bool parameters at
 // construction, since their initialisers draw floats): the error names `module`.
 ModuleOptions FloatingChecked(const char* module, const ModuleOptions& o);
-// `shape`, once its element count fits int64: the error names `module`, not the factory.
-IntList SizeChecked(const char* module, IntList shape);
+// Throws unless `shape`'s element count fits int64, naming `module` (not the factory).
+void SizeChecked(const char* module, IntList shape);
 
 // The options with `gen` as their generator (the constructors that take a Generator&).
 ModuleOptions WithGenerator(ModuleOptions o, Generator& gen);

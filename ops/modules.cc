@@ -276,10 +276,9 @@ ModuleOptions FloatingChecked(const char* module, const ModuleOptions& o) {
   return o;
 }
 
-IntList SizeChecked(const char* module, IntList shape) {
+void SizeChecked(const char* module, IntList shape) {
   KILN_CHECK(CheckedNumElements(shape).ok(), module, ": a parameter of shape ", ShapeString(shape),
              " has more elements than fit in int64");
-  return shape;
 }
 
 Tensor Uninitialised(IntList shape, const ModuleOptions& o) {
