@@ -451,10 +451,14 @@ std::unique_ptr<Entry> CompiledFn::State::Compile(const std::vector<TensorType>&
 void CompiledFn::State::CheckRecompileAllowed(const std::vector<TensorType>& types,
                                               const std::vector<Strides>& strides) const {
   if (entries.empty()) return;
+  // The input count is the function's arity: a call with another count is refused, as torch
+  // refuses a call with the wrong number of arguments (tracing the user's function with fewer
+  // inputs than it reads would index past the end of its vector).
+  const Entry& first = *entries.front();
+  KILN_CHECK(types.size() == first.types.size(), "compiled function: called with ", types.size(),
+             " inputs, compiled for ", first.types.size(),
+             " (the input count is fixed; compile the function again for another)");
   if (!options.recompile) {
-    const Entry& first = *entries.front();
-    KILN_CHECK(types.size() == first.types.size(), "compiled function: called with ", types.size(),
-               " inputs, compiled for ", first.types.size(), " (recompile is off)");
     const auto layout = [](const Strides& s) {
       return s.empty() ? std::string("contiguous") : absl::StrCat("strides ", ShapeString(s));
     };

@@ -492,6 +492,21 @@ TEST(CompileSemantics, WithoutRecompileALayoutChangeIsAnError) {
             std::string::npos);
 }
 
+// The input count is fixed (with recompile on too): a call with fewer inputs than the function
+// reads would trace it past the end of its vector; more are refused alike.
+TEST(CompileSemantics, ACallWithAnotherInputCountIsAnError) {
+  const Fn add = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0] + in[1]}; };
+  CompiledFn f = compile(add, {ones({3}), ones({3})});
+  for (const std::vector<Tensor>& in :
+       std::vector<std::vector<Tensor>>{{}, {ones({3})}, {ones({3}), ones({3}), ones({3})}}) {
+    EXPECT_NE(ErrorOf([&] { f(in); })
+                  .find(absl::StrCat("compiled function: called with ", in.size(),
+                                     " inputs, compiled for 2 (the input count is fixed")),
+              std::string::npos);
+  }
+  EXPECT_EQ(to_vector(f({ones({3}), ones({3})})[0]), (std::vector<double>{2, 2, 2}));
+}
+
 TEST(CompileSemantics, InputMutationReachesTheCallerOnCpu) { InputMutation(kCPU); }
 TEST(CompileSemantics, InputMutationReachesTheCallerOnCuda) {
   KILN_SKIP_WITHOUT_GPU();
