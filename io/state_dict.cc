@@ -76,10 +76,8 @@ std::vector<SafetensorsFile> OpenShards(const std::string& index_path) {
   const absl::StatusOr<std::string> text = ReadFileBytes(index_path);
   KILN_CHECK(text.ok(), "load_state_dict: cannot read the index '", index_path,
              "': ", text.status().message());
-  absl::StatusOr<nlohmann::json> parsed =
-      ParseJsonStrictly(*text, absl::StrCat("load_state_dict: the index '", index_path, "'"));
-  KILN_CHECK(parsed.ok(), parsed.status().message());
-  nlohmann::json& j = *parsed;
+  nlohmann::json j = ValueOrThrow(
+      ParseJsonStrictly(*text, absl::StrCat("load_state_dict: the index '", index_path, "'")));
   KILN_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object() &&
                  !j["weight_map"].empty(),
              "load_state_dict: the index '", index_path,

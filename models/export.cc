@@ -128,9 +128,7 @@ std::vector<int64_t> Integers(const Json& v, const char* what) {
 
 Manifest ParseManifest(const std::string& text) {
   Manifest m;
-  absl::StatusOr<Json> parsed = ParseJsonStrictly(text, "the manifest");
-  KILN_CHECK(parsed.ok(), parsed.status().message());
-  const Json& j = *parsed;
+  const Json j = ValueOrThrow(ParseJsonStrictly(text, "the manifest"));
   KILN_CHECK(j.is_object(), "the manifest is not a JSON object");
   if (Integer(j.at("format"), "format") != kFormat) {
     KILN_FAIL("format ", JsonForMessage(j.at("format")), " (this kiln reads format ", kFormat, ")");

@@ -174,9 +174,7 @@ const LlamaConfig& Checked(const LlamaConfig& c) {
 }  // namespace
 
 LlamaConfig LlamaConfig::FromJson(const std::string& text) {
-  absl::StatusOr<Json> parsed = ParseJsonStrictly(text, "LlamaConfig::FromJson: the config");
-  KILN_CHECK(parsed.ok(), parsed.status().message());
-  const Json& j = *parsed;
+  const Json j = ValueOrThrow(ParseJsonStrictly(text, "LlamaConfig::FromJson: the config"));
   KILN_CHECK(j.is_object(), "LlamaConfig::FromJson: expected a JSON object");
   const std::string model_type = Field<std::string>(j, "model_type", "llama");
   KILN_CHECK(model_type == "llama" || model_type == "mistral" || model_type == "qwen2" ||

@@ -32,6 +32,12 @@ ModuleOptions EmbeddingChecked(int64_t num, int64_t dim, ModuleOptions o) {
   return module_init::FloatingChecked("Embedding", o);
 }
 
+// The rotary positions of x [B, T, dim] when none are given: 0 .. T-1 (undefined without rotary
+// embeddings, or for another rank: the module's shape check names it).
+Tensor DefaultPositions(const Tensor& x, bool rotary) {
+  return rotary && x.dim() == 3 ? arange(x.size(1), DType::kInt64, x.device()) : Tensor();
+}
+
 double NormChecked(const char* module, int64_t dim, double eps) {
   KILN_CHECK(dim > 0, module, ": dim must be positive, got ", dim);
   return eps;
@@ -439,9 +445,7 @@ Tensor SelfAttention::Attend(const Tensor& x, const Tensor& positions) {
 }
 
 Tensor SelfAttention::forward(const Tensor& x) {
-  const Tensor positions =
-      rotary_ != nullptr && x.dim() == 3 ? arange(x.size(1), DType::kInt64, x.device()) : Tensor();
-  return Attend(x, positions);
+  return Attend(x, DefaultPositions(x, rotary_ != nullptr));
 }
 
 std::vector<Tensor> SelfAttention::forward_many(const std::vector<Tensor>& inputs) {
@@ -598,9 +602,7 @@ void Attention::ShardTensorParallel(ProcessGroup& group) {
 }
 
 Tensor Attention::forward(const Tensor& x) {
-  const Tensor positions =
-      rotary_ != nullptr && x.dim() == 3 ? arange(x.size(1), DType::kInt64, x.device()) : Tensor();
-  return forward_many({x, positions})[0];
+  return forward_many({x, DefaultPositions(x, rotary_ != nullptr)})[0];
 }
 
 std::vector<Tensor> Attention::forward_many(const std::vector<Tensor>& inputs) {
@@ -614,11 +616,9 @@ std::vector<Tensor> Attention::forward_many(const std::vector<Tensor>& inputs) {
   KILN_CHECK(!mask.defined() || mask.dtype() == DType::kBool,
              "Attention: the mask must be bool (true = attend), got ",
              mask.defined() ? DTypeName(mask.dtype()) : "");
-  // Undefined positions are 0 .. T-1, as forward's (and LlamaForCausalLM's).
-  Tensor positions = inputs[1];
-  if (rotary_ != nullptr && !positions.defined() && inputs[0].dim() == 3) {
-    positions = arange(inputs[0].size(1), DType::kInt64, inputs[0].device());
-  }
+  // Undefined positions are forward's (and LlamaForCausalLM's).
+  const Tensor positions =
+      inputs[1].defined() ? inputs[1] : DefaultPositions(inputs[0], rotary_ != nullptr);
   const auto [q, k, v] = Project(inputs[0], positions);
   CheckWithinWindow(config_, q.size(2), "a sequence");
   const bool gqa = config_.kv_heads != config_.heads;

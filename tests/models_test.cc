@@ -64,8 +64,8 @@ TEST(Attention, GroupedQueryHeadsMatchTheMathWrittenOut) {
   ExpectClose(to_vector(attn(x)), to_vector(want), {1e-5, 1e-5}, "gqa attention");
   // A mask with undefined positions: the positions are 0 .. T-1, as forward's.
   const Tensor causal = logical_not(triu(ones({5, 5}, DType::kBool), 1));
-  ExpectClose(to_vector(attn.forward_many({x, Tensor(), causal})[0]), to_vector(want),
-              {1e-5, 1e-5}, "mask, positions undefined");
+  ExpectClose(to_vector(attn.forward_many({x, Tensor(), causal})[0]), to_vector(want), {1e-5, 1e-5},
+              "mask, positions undefined");
   EXPECT_NE(ErrorOf([] {
               Attention({.dim = 32, .heads = 4, .kv_heads = 3});
             }).find("kv_heads divide heads"),
